@@ -1,0 +1,101 @@
+"""The ``tandem`` command line: one module per command, each parsing, calling one library
+function and printing. Commands load lazily, so ``tandem render`` never imports the bench.
+
+Exit codes are named in ``ExitCode`` and assigned in one place, ``main``: a ``TandemError``
+becomes its message on stderr and ``USER_ERROR`` (or ``CHECK_FAILED``); anything else is a bug
+and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from enum import IntEnum
+
+import click
+
+from tandem.errors import CheckFailed, TandemError
+
+
+class ExitCode(IntEnum):
+    SUCCESS = 0
+    CHECK_FAILED = 1
+    USER_ERROR = 2
+    INTERRUPTED = 130
+
+
+# name -> (module, one-line summary); the order is the order of `tandem --help`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("tandem.cli.plan", "Memory, KV pool, concurrency and decode roofline of a deployment."),
+    "check": ("tandem.cli.check", "Preflight the nodes; refuse to launch on a real fault."),
+    "render": ("tandem.cli.render", "Print each rank's exact command and environment."),
+    "up": ("tandem.cli.lifecycle", "Launch every rank, workers first, and wait until it answers."),
+    "status": ("tandem.cli.lifecycle", "Show a deployment's ranks and endpoint."),
+    "logs": ("tandem.cli.lifecycle", "Show or follow the ranks' logs."),
+    "down": ("tandem.cli.lifecycle", "Stop every rank and remove what up created."),
+    "chat": ("tandem.cli.lifecycle", "Send one chat message to a deployment and print the answer."),
+    "bench": ("tandem.cli.bench", "Measure serving performance of an OpenAI-compatible endpoint."),
+    "eval": ("tandem.cli.eval", "Evaluate answer quality (GPQA-Diamond) against an endpoint."),
+    "model": ("tandem.cli.model", "Build local models (the tiny random-weight DeepSeek)."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported only when used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, (module, _) in COMMANDS.items() if _importable(module)]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS or not _importable(COMMANDS[name][0]):
+            return None
+        module = importlib.import_module(COMMANDS[name][0])
+        return getattr(module, name.replace("-", "_") + "_command")
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tandem")
+def cli() -> None:
+    """Serve one large model across several nodes with vLLM, and prove that it works.
+
+    \b
+    Examples:
+      tandem model tiny                          # build the tiny local DeepSeek model
+      tandem up tiny-local                       # two ranks on this machine, TP=2
+      tandem render deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml
+      tandem bench --url http://10.77.0.1:8000 --model tiny --concurrency 1,2,4 --out runs/b1
+    """
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and turn tandem's errors into messages and exit codes."""
+    try:
+        cli.main(args=argv, prog_name="tandem", standalone_mode=False)
+    except CheckFailed as exc:
+        click.echo(f"error: {exc}", err=True)
+        return ExitCode.CHECK_FAILED
+    except TandemError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return ExitCode.USER_ERROR
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return ExitCode.USER_ERROR
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        click.echo("interrupted", err=True)
+        return ExitCode.INTERRUPTED
+    return ExitCode.SUCCESS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The one exception tree of tandem.
+
+    TandemError                  anything tandem reports to a user as a message, never a traceback
+    ├── SpecError                what the user gave us is wrong (a file, a field, a flag)
+    │   ├── RecipeError          a recipe file or built-in name
+    │   └── ClusterError         a cluster inventory
+    ├── PlanError                the recipe and cluster are each valid but cannot work together
+    ├── BackendError             the world did something while we launched or stopped ranks
+    │   ├── RankFailed           a rank exited or never became ready
+    │   └── StateError           no deployment of that name, or its state file is unreadable
+    ├── EndpointError            an OpenAI-compatible endpoint refused or broke a request
+    └── CheckFailed              preflight found at least one error
+
+A caller that wants every user-facing failure writes ``except TandemError``; a programming
+mistake (``TypeError``, ``KeyError``...) is never caught by that, and keeps its traceback.
+
+Every error carries a stable kebab-case ``code``, a ``message``, and where known the ``file``,
+the dotted ``field`` path, the ``hint`` that says how to fix it, and the ``rank`` or ``node``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Problem:
+    """One thing wrong with an input: where it is and how to fix it."""
+
+    field: str
+    message: str
+    hint: str | None = None
+
+    def __str__(self) -> str:
+        text = f"{self.field}: {self.message}" if self.field else self.message
+        return f"{text} (fix: {self.hint})" if self.hint else text
+
+
+class TandemError(Exception):
+    """Base of every error shown to a user as a message.
+
+    Usage:
+        try:
+            run(...)
+        except TandemError as exc:
+            print(exc)        # one message naming file, field and fix
+    """
+
+    code = "tandem-error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+        node: str | None = None,
+        rank: int | None = None,
+        problems: list[Problem] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.field = field
+        self.hint = hint
+        self.node = node
+        self.rank = rank
+        self.problems = problems or []
+
+    def __str__(self) -> str:
+        where = []
+        if self.file:
+            where.append(self.file)
+        if self.node:
+            where.append(f"node {self.node}")
+        if self.rank is not None:
+            where.append(f"rank {self.rank}")
+        if self.field:
+            where.append(self.field)
+        head = f"{': '.join(where)}: {self.message}" if where else self.message
+        lines = [head]
+        lines += [f"  - {p}" for p in self.problems]
+        if self.hint:
+            lines.append(f"  fix: {self.hint}")
+        return "\n".join(lines)
+
+
+class SpecError(TandemError):
+    """A file, field or flag the user gave is invalid. ``problems`` lists every one found."""
+
+    code = "spec-invalid"
+
+
+class RecipeError(SpecError):
+    code = "recipe-invalid"
+
+
+class ClusterError(SpecError):
+    code = "cluster-invalid"
+
+
+class PlanError(TandemError):
+    """Recipe and cluster are valid alone but the deployment is impossible."""
+
+    code = "plan-impossible"
+
+
+class BackendError(TandemError):
+    """Launching, watching or stopping ranks failed."""
+
+    code = "backend-failed"
+
+
+class RankFailed(BackendError):
+    """A rank exited early or the deployment did not become ready in time."""
+
+    code = "rank-failed"
+
+
+class StateError(BackendError):
+    """A deployment's state cannot be found or read."""
+
+    code = "state-missing"
+
+
+class EndpointError(TandemError):
+    """An endpoint refused or broke a request."""
+
+    code = "endpoint-failed"
+
+
+class CheckFailed(TandemError):
+    """Preflight found at least one error-severity finding."""
+
+    code = "check-failed"
+
+
+@dataclass
+class ProblemList:
+    """Collects problems during validation, so all of them are reported at once."""
+
+    items: list[Problem] = field(default_factory=list)
+
+    def add(self, field_path: str, message: str, hint: str | None = None) -> None:
+        self.items.append(Problem(field_path, message, hint))
+
+    def __bool__(self) -> bool:
+        return bool(self.items)

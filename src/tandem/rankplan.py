@@ -1,0 +1,310 @@
+"""Deployment -> RankPlan: the exact process each node runs, computed once for every target.
+
+Terms, as vLLM's multi-node mode without Ray uses them:
+
+- **rank** (node rank): the index of a node in the cluster, 0..N-1, passed as ``--node-rank``.
+  Each rank is one ``vllm serve`` process that starts ``world_size / N`` local workers.
+- **leader**: rank 0. It hosts the rendezvous (``--master-addr``/``--master-port``) and serves
+  the OpenAI API; its address is the deployment's endpoint.
+- **worker**: ranks 1..N-1, started with ``--headless``: no API server, only engine workers.
+- **start order**: workers first, then the leader, which waits at the rendezvous for them
+  (seed 000's lesson; either order works in vLLM, but this one never leaves a leader serving
+  a half-joined group).
+
+Algorithm: validate the deployment (collecting every problem), then for each node build the
+``vllm serve`` argv from the recipe's typed options in a fixed order, add the distributed flags,
+and layer the environment: data plane, control plane, offline cache, recipe env, the node's
+own address, the node's overrides. No I/O happens here.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tandem import wire
+from tandem.errors import PlanError, ProblemList
+from tandem.spec.cluster import Node, Transport
+from tandem.spec.deployment import Deployment
+from tandem.spec.recipe import DataPlaneTransport, ExecutorBackend, Recipe, ServeOptions
+
+
+class Role(StrEnum):
+    """A rank's part in the group: the ``leader`` serves the API, a ``worker`` is headless."""
+
+    LEADER = "leader"
+    WORKER = "worker"
+
+
+class Mount(BaseModel):
+    """A path a containerised rank needs from its host.
+
+    ``env`` names the variable that points at the mount: a process on the host gets the host
+    path, a container gets ``target``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["cache", "device"]
+    source: str
+    target: str
+    env: str | None = None
+
+
+class RankSpec(BaseModel):
+    """One rank's launch: where, as what, with which argv and environment."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rank: int = Field(description="Node rank, 0 for the leader.")
+    node: str = Field(description="Name of the node that runs it.")
+    address: str = Field(description="The node's control-plane address (VLLM_HOST_IP).")
+    role: Role
+    argv: list[str] = Field(description="The full command, starting with `vllm serve`.")
+    env: dict[str, str] = Field(description="Variables for the process, as on a bare host.")
+    mounts: list[Mount] = Field(default_factory=list)
+    start_order: int = Field(description="Launch wave: 0 for workers, 1 for the leader.")
+
+
+class RankPlan(BaseModel):
+    """Every rank of a deployment, in rank order, plus where the API will answer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    deployment: str
+    model: str = Field(description="The model name clients send.")
+    world_size: int
+    endpoint: str = Field(description="Base URL of the leader's OpenAI API, e.g. http://h:8000.")
+    ranks: list[RankSpec]
+
+    @property
+    def leader(self) -> RankSpec:
+        return self.ranks[0]
+
+    def in_start_order(self) -> list[RankSpec]:
+        """Ranks sorted by launch wave (workers first), then by rank."""
+        return sorted(self.ranks, key=lambda r: (r.start_order, r.rank))
+
+
+def plan_ranks(deployment: Deployment) -> RankPlan:
+    """Compute the rank plan of a deployment.
+
+    Raises:
+        PlanError: listing every reason the deployment cannot work.
+    """
+    validate(deployment)
+    recipe, cluster = deployment.recipe, deployment.cluster
+    ranks = [
+        RankSpec(
+            rank=i,
+            node=node.name,
+            address=node.address,
+            role=Role.LEADER if i == 0 else Role.WORKER,
+            argv=serve_argv(deployment, i),
+            env=rank_env(recipe, node, deployment.name, i),
+            mounts=rank_mounts(recipe),
+            start_order=1 if i == 0 else 0,
+        )
+        for i, node in enumerate(cluster.nodes)
+    ]
+    host = cluster.leader.address
+    url_host = f"[{host}]" if ":" in host else host
+    return RankPlan(
+        deployment=deployment.name,
+        model=recipe.model.name_for_clients,
+        world_size=deployment.world_size,
+        endpoint=f"http://{url_host}:{recipe.ports.api}",
+        ranks=ranks,
+    )
+
+
+def validate(deployment: Deployment) -> None:
+    """Reject a deployment that cannot start, with every reason at once."""
+    recipe, cluster = deployment.recipe, deployment.cluster
+    serve = recipe.engine.serve
+    problems = ProblemList()
+    nnodes = len(cluster.nodes)
+    world = deployment.world_size
+    gpus = {n.gpus for n in cluster.nodes}
+
+    if recipe.engine.executor is ExecutorBackend.RAY and nnodes > 1 and min(gpus) < world:
+        problems.add(
+            "engine.executor", "Ray places all TP workers of a node on that node's GPUs and fails "
+            f"with 'local_world_size ({world}) must be less than or equal to the number of visible "
+            f"devices ({min(gpus)})' on nodes with {min(gpus)} GPU(s)",
+            "set engine.executor: mp (vLLM's multi-node mode without Ray)")
+    if world % nnodes:
+        problems.add(
+            "engine.serve", f"tensor_parallel_size x pipeline_parallel_size = {world} cannot be "
+            f"split evenly over {nnodes} nodes",
+            f"use a multiple of {nnodes} devices, or list {world} node(s) in the cluster")
+    elif len(gpus) > 1:
+        problems.add("nodes[].gpus", f"nodes have different GPU counts {sorted(gpus)}; vLLM "
+                     "starts the same number of workers on every node",
+                     "list only nodes with the same number of GPUs")
+    elif world != nnodes * min(gpus):
+        problems.add(
+            "engine.serve", f"tensor_parallel_size x pipeline_parallel_size = {world} does not "
+            f"match {nnodes} node(s) x {min(gpus)} GPU(s) = {nnodes * min(gpus)}",
+            f"set tensor_parallel_size x pipeline_parallel_size to {nnodes * min(gpus)}, or "
+            "change the nodes' gpus or the node list")
+    if cluster.transport is not Transport.LOCAL and nnodes > 1:
+        for i, node in enumerate(cluster.nodes):
+            if node.is_loopback:
+                problems.add(f"nodes[{i}].address", f"'{node.address}' is a loopback address in "
+                             "a multi-host cluster; the other nodes would connect to themselves "
+                             "and the rendezvous never completes",
+                             "use the node's management address that the other nodes can reach")
+    addresses = [(n.address, n.name) for n in cluster.nodes]
+    if cluster.transport is not Transport.LOCAL or cluster.local.isolation.value == "netns":
+        seen: dict[str, str] = {}
+        for address, name in addresses:
+            if address in seen:
+                problems.add("nodes", f"nodes {seen[address]} and {name} share address {address},"
+                             " so two ranks would claim one host", "give each node its own address")
+            seen.setdefault(address, name)
+    for var in wire.PER_NODE_VARS:
+        if var in recipe.env:
+            problems.add(f"env.{var}", f"{var} differs per node and cannot be set for all ranks",
+                         "remove it; tandem sets it from each node's address")
+    if (serve.enable_chunked_prefill is False and serve.max_num_batched_tokens and
+            serve.max_model_len and serve.max_num_batched_tokens < serve.max_model_len):
+        problems.add("engine.serve.max_num_batched_tokens",
+                     f"{serve.max_num_batched_tokens} is below max_model_len {serve.max_model_len} "
+                     "with chunked prefill off, so a long prompt can never be scheduled",
+                     "enable chunked prefill or raise max_num_batched_tokens")
+    dp = recipe.network.data_plane
+    if dp.transport is DataPlaneTransport.IB and not dp.hcas and not all(n.hcas for n in cluster.nodes):
+        problems.add("network.data_plane.hcas", "transport ib without RDMA devices lets NCCL pick "
+                     "any HCA, often one twin only", "list the HCAs, e.g. [rocep1s0f1, roceP2p1s0f1]")
+    if problems:
+        raise PlanError(f"deployment '{deployment.name}' on cluster '{cluster.name}' cannot work",
+                        problems=problems.items)
+
+
+def _parallel_flags(serve: ServeOptions) -> list[str]:
+    return ["--tensor-parallel-size", str(serve.tensor_parallel_size),
+            "--pipeline-parallel-size", str(serve.pipeline_parallel_size)]
+
+
+def _tuning_flags(serve: ServeOptions) -> list[str]:
+    """The remaining typed options as flags, in the order seed 000 writes them."""
+    valued = [
+        ("--kv-cache-dtype", serve.kv_cache_dtype),
+        ("--block-size", serve.block_size),
+        ("--max-model-len", serve.max_model_len),
+        ("--max-num-seqs", serve.max_num_seqs),
+        ("--max-num-batched-tokens", serve.max_num_batched_tokens),
+        ("--max-cudagraph-capture-size", serve.max_cudagraph_capture_size),
+        ("--gpu-memory-utilization", serve.gpu_memory_utilization),
+        ("--moe-backend", serve.moe_backend),
+        ("--tokenizer-mode", serve.tokenizer_mode),
+        ("--load-format", serve.load_format),
+        ("--generation-config", serve.generation_config),
+    ]
+    args: list[str] = []
+    for flag, value in valued:
+        if value is not None:
+            args += [flag, str(value)]
+    if serve.speculative_config is not None:
+        args += ["--speculative-config", json.dumps(serve.speculative_config, separators=(",", ":"))]
+    toggles = [
+        ("--enable-prefix-caching", serve.enable_prefix_caching),
+        ("--async-scheduling", serve.async_scheduling),
+        ("--enable-chunked-prefill", serve.enable_chunked_prefill),
+        ("--enable-flashinfer-autotune", serve.enable_flashinfer_autotune),
+    ]
+    for flag, value in toggles:
+        if value is True:
+            args.append(flag)
+        elif value is False:
+            args.append("--no-" + flag.removeprefix("--"))
+    for flag, value in [("--reasoning-parser", serve.reasoning_parser),
+                        ("--tool-call-parser", serve.tool_call_parser)]:
+        if value is not None:
+            args += [flag, value]
+    for flag, on in [("--enable-auto-tool-choice", serve.enable_auto_tool_choice),
+                     ("--enable-expert-parallel", serve.enable_expert_parallel),
+                     ("--enforce-eager", serve.enforce_eager),
+                     ("--trust-remote-code", serve.trust_remote_code)]:
+        if on:
+            args.append(flag)
+    return args
+
+
+def serve_argv(deployment: Deployment, rank: int) -> list[str]:
+    """The ``vllm serve`` command of one rank; workers differ only in rank and ``--headless``."""
+    recipe, cluster = deployment.recipe, deployment.cluster
+    model = recipe.model
+    argv = ["vllm", "serve", model.path or model.repo_id]
+    if model.path is None and model.revision != "main":
+        argv += ["--revision", model.revision]
+    argv += ["--served-model-name", model.name_for_clients,
+             "--host", recipe.host, "--port", str(recipe.ports.api)]
+    argv += _parallel_flags(recipe.engine.serve)
+    argv += ["--distributed-executor-backend", recipe.engine.executor.value]
+    if len(cluster.nodes) > 1:
+        argv += ["--nnodes", str(len(cluster.nodes)), "--node-rank", str(rank),
+                 "--master-addr", cluster.leader.address, "--master-port", str(recipe.ports.master)]
+        if rank > 0:
+            argv.append("--headless")
+    argv += _tuning_flags(recipe.engine.serve)
+    argv += recipe.engine.extra_args
+    return argv
+
+
+def data_plane_env(recipe: Recipe, node: Node) -> dict[str, str]:
+    """NCCL variables of the data plane; empty for the socket transport."""
+    dp = recipe.network.data_plane
+    if dp.transport is not DataPlaneTransport.IB:
+        return {}
+    env = {wire.NCCL_NET: "IB", wire.NCCL_IB_DISABLE: "0"}
+    hcas = node.hcas if node.hcas is not None else dp.hcas
+    if hcas:
+        env[wire.NCCL_IB_HCA] = ",".join(hcas)
+    if dp.merge_nics is not None:
+        env[wire.NCCL_IB_MERGE_NICS] = "1" if dp.merge_nics else "0"
+    if dp.gid_index != "auto":
+        env[wire.NCCL_IB_GID_INDEX] = str(dp.gid_index)
+    if dp.addr_family:
+        env[wire.NCCL_IB_ADDR_FAMILY] = dp.addr_family
+    if dp.roce_version:
+        env[wire.NCCL_IB_ROCE_VERSION_NUM] = str(dp.roce_version)
+    if dp.cross_nic is not None:
+        env[wire.NCCL_CROSS_NIC] = "1" if dp.cross_nic else "0"
+    return env
+
+
+def control_plane_env(recipe: Recipe, node: Node) -> dict[str, str]:
+    """The three socket selectors, all pinned to the node's control-plane interface."""
+    interface = node.control_plane_interface or recipe.network.control_plane.interface
+    return {var: interface for var in wire.CONTROL_PLANE_VARS} if interface else {}
+
+
+def rank_env(recipe: Recipe, node: Node, deployment: str, rank: int) -> dict[str, str]:
+    """A rank's environment, layered from general to specific; later layers win."""
+    env: dict[str, str] = {}
+    env |= data_plane_env(recipe, node)
+    env |= control_plane_env(recipe, node)
+    if recipe.model.offline:
+        env[wire.HF_HUB_OFFLINE] = "1"
+    if recipe.model.cache_root:
+        env[wire.HF_HOME] = recipe.model.cache_root
+    env |= recipe.env
+    env[wire.VLLM_HOST_IP] = node.address
+    env |= node.env
+    env[wire.TANDEM_DEPLOYMENT] = deployment
+    env[wire.TANDEM_RANK] = str(rank)
+    return env
+
+
+def rank_mounts(recipe: Recipe) -> list[Mount]:
+    """Host paths a containerised rank needs: the HF cache and, for RDMA, /dev/infiniband."""
+    mounts = [Mount(kind="cache", source=recipe.model.cache_root or "~/.cache/huggingface",
+                    target=wire.CONTAINER_HF_HOME, env=wire.HF_HOME)]
+    if recipe.network.data_plane.transport is DataPlaneTransport.IB:
+        mounts.append(Mount(kind="device", source="/dev/infiniband", target="/dev/infiniband"))
+    return mounts

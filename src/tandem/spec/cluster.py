@@ -1,0 +1,135 @@
+"""The cluster inventory: where a recipe runs.
+
+A cluster lists nodes in rank order (the first node is the leader, node rank 0), how tandem
+reaches each one, and the per-node facts that differ between otherwise identical hosts:
+interface names, RDMA devices, GPUs, extra variables.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from enum import StrEnum
+
+from pydantic import Field, field_validator, model_validator
+
+from tandem.spec.recipe import StrictModel, _env_str
+
+
+class Transport(StrEnum):
+    """How tandem reaches the nodes.
+
+    - ``local``: this machine; with root each node is a network namespace joined to a bridge,
+      otherwise all nodes share loopback.
+    - ``ssh``: the system's OpenSSH client, so ``~/.ssh/config`` and agents apply.
+    - ``k8s``: kubectl against a cluster running the LeaderWorkerSet controller.
+    """
+
+    LOCAL = "local"
+    SSH = "ssh"
+    K8S = "k8s"
+
+
+class LocalIsolation(StrEnum):
+    """How the ``local`` transport separates nodes on one machine.
+
+    - ``netns``: one network namespace per node, joined by veth pairs to a bridge (needs root).
+    - ``loopback``: every node on 127.0.0.1, told apart by ports and CPU binding.
+    - ``auto``: ``netns`` when running as root, else ``loopback``.
+    """
+
+    NETNS = "netns"
+    LOOPBACK = "loopback"
+    AUTO = "auto"
+
+
+class Node(StrictModel):
+    """``nodes[]`` — one host (or namespace, or Kubernetes node) that runs one rank."""
+
+    name: str = Field(description="Node name, e.g. `spark-101`; for k8s the `kubernetes.io/"
+                      "hostname` label value.")
+    address: str = Field(description="Address the other nodes reach this one at on the control "
+                         "plane; the leader's is `--master-addr`, each rank's is VLLM_HOST_IP.")
+    gpus: int = Field(default=1, ge=1, description="Accelerators on the node that vLLM may use "
+                      "(on the CPU backend: worker slots). Default 1, as on a DGX Spark.")
+    ssh_host: str | None = Field(default=None, description="Host for ssh (an alias from "
+                                 "~/.ssh/config works). Default: `address`.")
+    ssh_user: str | None = Field(default=None, description="User for ssh. Default: ssh's own.")
+    ssh_port: int | None = Field(default=None, ge=1, le=65535, description="Port for ssh.")
+    control_plane_interface: str | None = Field(default=None, description="Overrides the "
+                                                "recipe's control-plane interface on this node.")
+    hcas: list[str] | None = Field(default=None, description="Overrides the recipe's RDMA "
+                                   "devices (NCCL_IB_HCA) on this node.")
+    env: dict[str, str] = Field(default_factory=dict, description="Variables for this node's "
+                                "rank, applied last.")
+
+    @field_validator("name")
+    @classmethod
+    def _name_shape(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.\-]{0,61}[A-Za-z0-9])?", value):
+            raise ValueError(f"'{value}' is not a host name; use letters, digits, dots, dashes")
+        return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_as_strings(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {k: _env_str(v) for k, v in value.items()}
+        return value
+
+    @property
+    def is_loopback(self) -> bool:
+        """True when ``address`` is a loopback address or ``localhost``."""
+        if self.address == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.address).is_loopback
+        except ValueError:
+            return False
+
+
+class LocalOptions(StrictModel):
+    """``local:`` — settings of the ``local`` transport."""
+
+    isolation: LocalIsolation = Field(default=LocalIsolation.AUTO, description="`netns`, "
+                                      "`loopback` or `auto` (netns as root).")
+    subnet: str = Field(default="10.77.0.0/24", description="Subnet of the namespaces' bridge; "
+                        "nodes' addresses must lie in it. The bridge takes the last host address.")
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet_shape(cls, value: str) -> str:
+        try:
+            ipaddress.ip_network(value)
+        except ValueError as exc:
+            raise ValueError(f"'{value}' is not a subnet; write e.g. 10.77.0.0/24") from exc
+        return value
+
+
+class Cluster(StrictModel):
+    """A cluster inventory: nodes in rank order, the first one leads."""
+
+    name: str = Field(description="Cluster name, for messages and state.")
+    transport: Transport = Field(default=Transport.SSH, description="`local`, `ssh` or `k8s`.")
+    nodes: list[Node] = Field(min_length=1, description="Nodes in rank order; the first is the "
+                              "leader (node rank 0) and serves the API.")
+    local: LocalOptions = Field(default_factory=LocalOptions)
+    namespace: str = Field(default="default", description="Kubernetes namespace (k8s transport).")
+
+    @model_validator(mode="after")
+    def _unique_nodes(self) -> Cluster:
+        names = [n.name for n in self.nodes]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"node names repeat: {', '.join(dupes)}; each node must be listed once")
+        if self.transport is not Transport.LOCAL:
+            addresses = [n.address for n in self.nodes]
+            same = sorted({a for a in addresses if addresses.count(a) > 1})
+            if same:
+                raise ValueError(f"several nodes share address {', '.join(same)}; each node of a "
+                                 "multi-host cluster needs its own address")
+        return self
+
+    @property
+    def leader(self) -> Node:
+        return self.nodes[0]

@@ -1,0 +1,310 @@
+"""The recipe: what to serve and how, independent of where.
+
+A recipe names the model, the engine and its serve options, the environment every rank gets,
+the two network planes, ports, shared memory and start-up timeouts. It says nothing about hosts:
+those come from the cluster inventory (``tandem.spec.cluster``). Every model forbids unknown keys,
+so a typo is an error that names the field instead of a setting silently ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class StrictModel(BaseModel):
+    """Base of every model read from a user: unknown keys are rejected."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=True)
+
+
+class ModelSource(StrictModel):
+    """``model:`` — which weights to serve and where they are cached."""
+
+    repo_id: str = Field(
+        description="Hugging Face repo id, e.g. `deepseek-ai/DeepSeek-V4-Flash`. Also the name "
+        "under which the weights sit in the cache (`hub/models--ORG--NAME/`)."
+    )
+    revision: str = Field(
+        default="main",
+        description="Branch, tag or 40-hex commit of the repo. Pin a commit so that every node "
+        "serves the same snapshot. Default `main`.",
+    )
+    served_name: str | None = Field(
+        default=None,
+        description="Name clients use in requests (`--served-model-name`). Default: the repo id.",
+    )
+    path: str | None = Field(
+        default=None,
+        description="Serve this local directory instead of the repo id (a snapshot path as it is "
+        "seen by the rank, e.g. inside the container). Default: serve by repo id, which vLLM "
+        "resolves to the cached snapshot when offline.",
+    )
+    cache_root: str | None = Field(
+        default=None,
+        description="The host's Hugging Face home (HF_HOME), holding `hub/`. Default: the "
+        "standard `~/.cache/huggingface` of the user running the rank.",
+    )
+    offline: bool = Field(
+        default=True,
+        description="Serve from the local cache only (HF_HUB_OFFLINE=1), so no rank can start "
+        "a download mid-deployment. Default true.",
+    )
+
+    @field_validator("repo_id")
+    @classmethod
+    def _repo_id_shape(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+", value):
+            raise ValueError(
+                f"'{value}' is not a Hugging Face repo id; write it as ORG/NAME, "
+                "e.g. deepseek-ai/DeepSeek-V4-Flash"
+            )
+        return value
+
+    @property
+    def name_for_clients(self) -> str:
+        """The model name clients send: the served name, or the repo id."""
+        return self.served_name or self.repo_id
+
+
+class ExecutorBackend(StrEnum):
+    """How vLLM spreads one engine over several nodes.
+
+    - ``mp``: vLLM's own multiprocessing executor with ``--nnodes``/``--node-rank``; no Ray.
+    - ``ray``: a Ray cluster; needs at least as many GPUs per node as the local world size.
+    """
+
+    MP = "mp"
+    RAY = "ray"
+
+
+class ServeOptions(StrictModel):
+    """``engine.serve:`` — typed `vllm serve` options, each rendered to its flag.
+
+    A field left at ``null`` is not passed, so vLLM's own default applies. Anything without a
+    field here goes into ``engine.extra_args``.
+    """
+
+    tensor_parallel_size: int = Field(default=1, ge=1, description="`--tensor-parallel-size`: "
+                                      "GPUs that split every layer. TP x PP = nodes x GPUs per node.")
+    pipeline_parallel_size: int = Field(default=1, ge=1, description="`--pipeline-parallel-size`: "
+                                        "stages of consecutive layers.")
+    enable_expert_parallel: bool = Field(default=False, description="`--enable-expert-parallel`: "
+                                         "shard MoE experts instead of splitting each expert.")
+    kv_cache_dtype: str | None = Field(default=None, description="`--kv-cache-dtype`, e.g. `auto`, "
+                                       "`fp8`, `fp8_ds_mla`, `nvfp4_ds_mla`.")
+    block_size: int | None = Field(default=None, ge=1, description="`--block-size`: tokens per KV "
+                                   "cache block.")
+    max_model_len: int | None = Field(default=None, ge=1, description="`--max-model-len`: longest "
+                                      "prompt + output in tokens.")
+    max_num_seqs: int | None = Field(default=None, ge=1, description="`--max-num-seqs`: sequences "
+                                     "scheduled at once.")
+    max_num_batched_tokens: int | None = Field(default=None, ge=1,
+                                               description="`--max-num-batched-tokens`: tokens per "
+                                               "scheduler step.")
+    max_cudagraph_capture_size: int | None = Field(default=None, ge=1,
+                                                   description="`--max-cudagraph-capture-size`: "
+                                                   "largest batch captured as a CUDA graph.")
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1,
+                                                 description="`--gpu-memory-utilization`: share of "
+                                                 "device memory vLLM may use, 0 < x <= 1.")
+    moe_backend: str | None = Field(default=None, description="`--moe-backend`, e.g. "
+                                    "`flashinfer_b12x`.")
+    tokenizer_mode: str | None = Field(default=None, description="`--tokenizer-mode`, e.g. "
+                                       "`deepseek_v4`.")
+    load_format: str | None = Field(default=None, description="`--load-format`, e.g. `safetensors`.")
+    speculative_config: dict[str, Any] | None = Field(
+        default=None,
+        description="`--speculative-config` as a mapping, rendered as compact JSON, e.g. "
+        "{method: deepseek_mtp, num_speculative_tokens: 2}.",
+    )
+    enable_prefix_caching: bool | None = Field(default=None, description="`--enable-prefix-caching`"
+                                               " (true) or `--no-enable-prefix-caching` (false).")
+    async_scheduling: bool | None = Field(default=None, description="`--async-scheduling` (true) "
+                                          "or `--no-async-scheduling` (false).")
+    enable_chunked_prefill: bool | None = Field(default=None, description="`--enable-chunked-"
+                                                "prefill` (true) or `--no-enable-chunked-prefill`.")
+    enable_flashinfer_autotune: bool | None = Field(default=None,
+                                                    description="`--enable-flashinfer-autotune`.")
+    reasoning_parser: str | None = Field(default=None, description="`--reasoning-parser`, e.g. "
+                                         "`deepseek_v4`: splits reasoning from the answer.")
+    tool_call_parser: str | None = Field(default=None, description="`--tool-call-parser`.")
+    enable_auto_tool_choice: bool = Field(default=False, description="`--enable-auto-tool-choice`.")
+    enforce_eager: bool = Field(default=False, description="`--enforce-eager`: no graph capture or "
+                                "torch.compile; slower decode, faster start.")
+    trust_remote_code: bool = Field(default=False, description="`--trust-remote-code`.")
+    generation_config: str | None = Field(default=None, description="`--generation-config`, e.g. "
+                                          "`vllm` to ignore the model's sampling defaults.")
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _speculative_has_method(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and "method" not in value:
+            raise ValueError("needs a 'method' key, e.g. {method: deepseek_mtp, "
+                             "num_speculative_tokens: 2}")
+        return value
+
+
+# Flags that the rank plan owns: a recipe that passes them through extra_args would fight it.
+RESERVED_FLAGS = (
+    "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless",
+    "--distributed-executor-backend", "--served-model-name", "--host", "--port",
+)
+
+
+class Engine(StrictModel):
+    """``engine:`` — the vLLM that serves, and how it is asked to."""
+
+    vllm_version: str | None = Field(default=None, description="The vLLM version every node must "
+                                     "run, e.g. `0.32.0`. Checked on the nodes by `tandem check`.")
+    image: str | None = Field(default=None, description="Container image for the docker and k8s "
+                              "runtimes, ideally pinned by digest (`repo@sha256:...`).")
+    executor: ExecutorBackend = Field(default=ExecutorBackend.MP, description="`mp` (default, no "
+                                      "Ray) or `ray`.")
+    serve: ServeOptions = Field(default_factory=ServeOptions)
+    extra_args: list[str] = Field(default_factory=list, description="Further `vllm serve` flags, "
+                                  "passed verbatim after the typed ones, e.g. [--seed, '0'].")
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_reserved_flags(cls, value: list[str]) -> list[str]:
+        clashes = [a for a in value if a.split("=", 1)[0] in RESERVED_FLAGS]
+        if clashes:
+            raise ValueError(
+                f"{', '.join(clashes)} is set by tandem from the cluster and ports; "
+                "remove it from extra_args"
+            )
+        return value
+
+
+class DataPlaneTransport(StrEnum):
+    """What carries the tensor-parallel all-reduces.
+
+    - ``ib``: NCCL over InfiniBand or RoCE (``NCCL_NET=IB``), e.g. ConnectX-7 on DGX Spark.
+    - ``socket``: NCCL or Gloo over TCP; the only choice on CPU and on plain Ethernet.
+    """
+
+    IB = "ib"
+    SOCKET = "socket"
+
+
+class DataPlane(StrictModel):
+    """``network.data_plane:`` — the fabric for the collectives, rendered to NCCL variables."""
+
+    transport: DataPlaneTransport = Field(default=DataPlaneTransport.SOCKET,
+                                          description="`ib` (NCCL over IB/RoCE) or `socket`.")
+    hcas: list[str] = Field(default_factory=list, description="RDMA devices for NCCL_IB_HCA, e.g. "
+                            "both GB10 twins [rocep1s0f1, roceP2p1s0f1]. A node may override.")
+    merge_nics: bool | None = Field(default=None, description="NCCL_IB_MERGE_NICS: present the "
+                                    "listed HCAs as one logical NIC.")
+    gid_index: int | Literal["auto"] = Field(default="auto", description="NCCL_IB_GID_INDEX, or "
+                                             "`auto` to leave it unset and let `tandem check` "
+                                             "resolve the RoCE v2 GID per HCA.")
+    roce_version: Literal[1, 2] | None = Field(default=None, description="NCCL_IB_ROCE_VERSION_NUM.")
+    addr_family: Literal["AF_INET", "AF_INET6"] | None = Field(default=None,
+                                                               description="NCCL_IB_ADDR_FAMILY.")
+    cross_nic: bool | None = Field(default=None, description="NCCL_CROSS_NIC.")
+
+    @model_validator(mode="after")
+    def _ib_needs_hcas(self) -> DataPlane:
+        if self.transport is DataPlaneTransport.SOCKET and self.hcas:
+            raise ValueError("hcas are only used with transport: ib; set transport: ib or drop hcas")
+        return self
+
+
+class ControlPlane(StrictModel):
+    """``network.control_plane:`` — the interface for rendezvous, Gloo and NCCL/TP sockets."""
+
+    interface: str | None = Field(default=None, description="Interface pinned as "
+                                  "NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME and TP_SOCKET_IFNAME, "
+                                  "e.g. `enP7s7`. A node's `control_plane_interface` overrides.")
+
+
+class Network(StrictModel):
+    """``network:`` — the two planes. Pin both, or the job wires up on the wrong NIC and hangs."""
+
+    data_plane: DataPlane = Field(default_factory=DataPlane)
+    control_plane: ControlPlane = Field(default_factory=ControlPlane)
+
+
+class Ports(StrictModel):
+    """``ports:`` — where the leader serves and where the ranks meet."""
+
+    api: int = Field(default=8000, ge=1, le=65535, description="OpenAI API port on the leader.")
+    master: int = Field(default=29501, ge=1, le=65535, description="Rendezvous port "
+                        "(`--master-port`) on the leader.")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Ports:
+        if self.api == self.master:
+            raise ValueError(f"api and master are both {self.api}; give the rendezvous its own port")
+        return self
+
+
+class Timeouts(StrictModel):
+    """``timeouts:`` — how long start-up may take before tandem gives up and says why."""
+
+    startup_s: float = Field(default=900, gt=0, description="From the first rank's launch to a "
+                             "real completion, in seconds. Seed 000's cold start is 6-7 min.")
+    request_s: float = Field(default=120, gt=0, description="For the readiness completion, s.")
+
+
+_SHM = re.compile(r"^(\d+)([kmgKMG])?[iI]?[bB]?$")
+
+
+class Recipe(StrictModel):
+    """A deployment recipe: everything about what is served, nothing about where."""
+
+    name: str = Field(description="Deployment name; names processes, state and k8s objects. "
+                      "Lower case letters, digits and dashes.")
+    description: str = Field(default="", description="One line for listings.")
+    model: ModelSource
+    engine: Engine = Field(default_factory=Engine)
+    env: dict[str, str] = Field(default_factory=dict, description="Variables every rank gets, "
+                                "after the network planes' (a node may override).")
+    network: Network = Field(default_factory=Network)
+    ports: Ports = Field(default_factory=Ports)
+    host: str = Field(default="0.0.0.0", description="Address the leader's API binds (`--host`).")
+    shm_size: str = Field(default="16g", description="Shared memory for each rank "
+                          "(docker `--shm-size`, k8s memory emptyDir), e.g. `64g`.")
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?", value):
+            raise ValueError(f"'{value}' must be lower case letters, digits and dashes, "
+                             "at most 40 characters, starting and ending alphanumeric")
+        return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_as_strings(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: _env_str(v) for k, v in value.items()}
+        return value
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm_shape(cls, value: str) -> str:
+        if not _SHM.match(str(value)):
+            raise ValueError(f"'{value}' is not a size; write e.g. 64g or 512m")
+        return str(value)
+
+    @property
+    def shm_bytes(self) -> int:
+        """``shm_size`` in bytes (binary units: 64g = 64 GiB)."""
+        number, unit = _SHM.match(self.shm_size).groups()  # type: ignore[union-attr]
+        return int(number) * 1024 ** {None: 0, "k": 1, "m": 2, "g": 3}[unit.lower() if unit else None]
+
+
+def _env_str(value: Any) -> Any:
+    """YAML reads `1` and `true` as numbers and booleans; env values are always text."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
