@@ -9,6 +9,7 @@ and keeps its traceback.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from enum import IntEnum
 

@@ -15,7 +15,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from tandem.errors import ClusterError, Problem, RecipeError, SpecError
-from tandem.spec.cluster import Cluster
+from tandem.spec.cluster import Cluster, LocalIsolation
+from tandem.spec.deployment import Deployment, local_cluster, resolve_isolation
 from tandem.spec.recipe import Recipe
 
 M = TypeVar("M", bound=BaseModel)
@@ -114,3 +115,27 @@ def _problem(err: dict[str, Any]) -> Problem:
         "string_type": "quote the value",
     }
     return Problem(path, message, hints.get(kind))
+
+
+def load_deployment(
+    recipe_ref: str | Path,
+    cluster_path: str | Path | None = None,
+    *,
+    as_root: bool = False,
+    cpu_count: int = 1,
+    gpu_count: int = 0,
+) -> Deployment:
+    """Load a recipe and place it on a cluster.
+
+    Without ``cluster_path`` the recipe runs on this machine: one local node per device of the
+    world size (TP x PP), as namespaces when ``as_root``, else on loopback. A local cluster's
+    ``auto`` isolation is made concrete the same way.
+    """
+    recipe = load_recipe(recipe_ref)
+    if cluster_path is None:
+        world = recipe.engine.serve.tensor_parallel_size * recipe.engine.serve.pipeline_parallel_size
+        cluster = local_cluster(world, isolation=LocalIsolation.AUTO, cpu_count=cpu_count,
+                                gpu_count=gpu_count)
+    else:
+        cluster = load_cluster(cluster_path)
+    return Deployment(recipe=recipe, cluster=resolve_isolation(cluster, as_root=as_root))

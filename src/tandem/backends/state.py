@@ -1,0 +1,127 @@
+"""Deployment state on disk, so ``status``, ``logs`` and ``down`` work from any later shell.
+
+Layout under the state root (``$TANDEM_HOME``, default ``~/.local/state/tandem``)::
+
+    deployments/NAME/state.json     this model, rewritten after every change
+    deployments/NAME/logs/rankN.log each rank's stdout and stderr
+    deployments/NAME/run/           TMPDIR and caches of the ranks (removed by down)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from tandem.errors import StateError
+
+SCHEMA_VERSION = 1
+
+
+def state_root() -> Path:
+    """Where tandem keeps deployment state: ``$TANDEM_HOME`` or ``~/.local/state/tandem``."""
+    env = os.environ.get("TANDEM_HOME")
+    return Path(env) if env else Path.home() / ".local" / "state" / "tandem"
+
+
+class RankState(BaseModel):
+    """One launched rank: its process group, its log, where it runs."""
+
+    rank: int
+    node: str
+    role: str
+    address: str
+    pid: int | None = Field(default=None, description="Process id; also the process group id.")
+    netns: str | None = Field(default=None, description="Network namespace, local netns only.")
+    log: str = Field(description="Path of the rank's log file.")
+    started_at: datetime | None = None
+
+
+class PhaseMark(BaseModel):
+    """A start-up phase reached, seconds after the first launch."""
+
+    phase: str
+    elapsed_s: float
+    rank: int | None = None
+    detail: str = ""
+
+
+class BootFigures(BaseModel):
+    """What vLLM reported about memory while starting (for planned-vs-actual)."""
+
+    available_kv_cache_gib: float | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    max_concurrency_tokens_per_request: int | None = None
+    world_size: int | None = None
+
+
+class DeploymentState(BaseModel):
+    """Everything tandem knows about a running (or failed) deployment."""
+
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    backend: str = Field(description="`local`, `ssh` or `k8s`.")
+    recipe: dict = Field(description="The resolved recipe, as launched.")
+    cluster: dict = Field(description="The resolved cluster, as launched.")
+    endpoint: str = Field(description="Base URL of the OpenAI API, e.g. http://10.77.0.1:8000.")
+    model: str = Field(description="The model name clients send.")
+    ranks: list[RankState] = Field(default_factory=list)
+    network: dict = Field(default_factory=dict, description="What up created: bridge, netns.")
+    phases: list[PhaseMark] = Field(default_factory=list)
+    boot: BootFigures = Field(default_factory=BootFigures)
+    ready: bool = False
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @property
+    def directory(self) -> Path:
+        return deployment_dir(self.name)
+
+    def save(self) -> None:
+        """Write atomically: a reader never sees half a file."""
+        path = self.directory / "state.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(self.model_dump_json(indent=2))
+        tmp.replace(path)
+
+
+def deployment_dir(name: str) -> Path:
+    return state_root() / "deployments" / name
+
+
+def list_deployments() -> list[str]:
+    """Names of deployments that have state."""
+    folder = state_root() / "deployments"
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if (p / "state.json").is_file())
+
+
+def load_state(name: str | None = None) -> DeploymentState:
+    """Read a deployment's state; with no name, the only deployment there is.
+
+    Raises:
+        StateError: no such deployment, several and none named, or an unreadable file.
+    """
+    if name is None:
+        names = list_deployments()
+        if len(names) != 1:
+            raise StateError(
+                "no deployment is running" if not names else
+                f"several deployments exist ({', '.join(names)}); name one",
+                hint="start one with `tandem up RECIPE`" if not names else "pass its name")
+        name = names[0]
+    path = deployment_dir(name) / "state.json"
+    if not path.is_file():
+        known = ", ".join(list_deployments()) or "none"
+        raise StateError(f"no deployment named '{name}' (known: {known})",
+                         hint="check the name with `tandem status`")
+    try:
+        return DeploymentState.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:
+        raise StateError(f"state file is unreadable: {exc}", file=str(path),
+                         hint="remove the folder if the deployment is gone") from exc

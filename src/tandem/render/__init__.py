@@ -1,0 +1,1 @@
+"""Renderers turn a RankPlan into text another program runs: shell commands, JSON, manifests."""
