@@ -1,0 +1,200 @@
+"""``tandem up``, ``status``, ``logs``, ``down`` and ``chat``: a deployment's life on its nodes."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from tandem.backends import local
+from tandem.backends.state import DeploymentState, PhaseMark, load_state
+from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
+from tandem.errors import BackendError, EndpointError
+from tandem.rankplan import plan_ranks
+from tandem.readiness import LogTail
+from tandem.spec.cluster import Transport
+
+console = Console(highlight=False)
+name_argument = click.argument("name", required=False)
+
+
+def _show_phase(mark: PhaseMark) -> None:
+    who = f"rank {mark.rank}" if mark.rank is not None else ""
+    console.print(f"  [dim]{mark.elapsed_s:7.1f}s[/dim]  {who:7}  {mark.phase:16} "
+                  f"[dim]{mark.detail}[/dim]")
+
+
+@click.command("up")
+@recipe_argument
+@cluster_option
+@click.option("--timeout", "timeout_s", type=float, help="Start-up limit in seconds. "
+              "Default: the recipe's timeouts.startup_s.")
+@click.option("--dry-run", is_flag=True, help="Print what would run, start nothing.")
+def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
+               dry_run: bool) -> None:
+    """Launch every rank, workers first, and wait until the model answers.
+
+    Ready means: the leader's port is open, /health is 200, /v1/models lists the model, and a
+    real chat completion returns tokens. Start-up phases are shown as the ranks' logs reach
+    them. On a timeout or an early exit every rank is stopped and the cause is printed.
+
+    \b
+    Examples:
+      tandem up tiny-local
+      tandem up tiny-local --cluster examples/local-netns.yaml --timeout 600
+      tandem up tiny-local --dry-run
+    """
+    deployment = machine_deployment(recipe, cluster_path)
+    if deployment.cluster.transport is not Transport.LOCAL:
+        raise BackendError(f"the {deployment.cluster.transport.value} backend is not available "
+                           "in this version", field="transport",
+                           hint="use `tandem render` to get the per-node commands")
+    plan = plan_ranks(deployment)
+    if dry_run:
+        for rank, argv in local.launch_commands(plan, deployment):
+            env = " ".join(f"{k}={v}" for k, v in rank.env.items())
+            click.echo(f"# rank {rank.rank} ({rank.role.value})\nenv {env} {' '.join(argv)}\n")
+        return
+    console.print(f"[bold]{deployment.name}[/bold]: {len(plan.ranks)} rank(s), world size "
+                  f"{plan.world_size}, on '{deployment.cluster.name}' "
+                  f"({deployment.cluster.local.isolation.value})")
+    state, ready = local.up(plan, deployment, timeout_s=timeout_s, on_phase=_show_phase,
+                            on_event=lambda text: console.print(f"  [dim]{text}[/dim]"))
+    boot = state.boot
+    console.print(f"[green]ready[/green] at {state.endpoint}/v1 as model '{state.model}' "
+                  f"after {state.phases[-1].elapsed_s:.1f} s")
+    if boot.kv_cache_tokens:
+        console.print(f"  KV cache: {boot.kv_cache_tokens:,} tokens, "
+                      f"{boot.available_kv_cache_gib} GiB available, max concurrency "
+                      f"{boot.max_concurrency}x at {boot.max_concurrency_tokens_per_request:,} "
+                      "tokens per request")
+    console.print(f"  first answer ({ready.completion_tokens} tokens): {ready.answer!r}")
+
+
+def deployment_status(state: DeploymentState) -> dict:
+    """Status as data: endpoint, health, and each rank's state."""
+    try:
+        healthy = httpx.get(f"{state.endpoint}/health", timeout=3).status_code == 200
+    except httpx.HTTPError:
+        healthy = False
+    ranks = [
+        {"rank": r.rank, "node": r.node, "role": r.role, "address": r.address, "pid": r.pid,
+         "netns": r.netns, "state": "running" if local.rank_running(state, r) else "exited",
+         "log": r.log}
+        for r in sorted(state.ranks, key=lambda r: r.rank)
+    ]
+    return {
+        "name": state.name, "backend": state.backend, "endpoint": state.endpoint,
+        "model": state.model, "ready": state.ready, "healthy": healthy, "ranks": ranks,
+        "boot": state.boot.model_dump(), "phases": [p.model_dump() for p in state.phases],
+    }
+
+
+@click.command("status")
+@name_argument
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def status_command(name: str | None, as_json: bool) -> None:
+    """Show a deployment's endpoint, health and ranks.
+
+    NAME defaults to the only deployment there is.
+
+    \b
+    Examples:
+      tandem status
+      tandem status tiny-local --json
+    """
+    status = deployment_status(load_state(name))
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+        return
+    health = "[green]healthy[/green]" if status["healthy"] else "[red]not answering[/red]"
+    console.print(f"[bold]{status['name']}[/bold] ({status['backend']}) {status['endpoint']}/v1 "
+                  f"model '{status['model']}': {health}")
+    table = Table("rank", "role", "node", "address", "pid", "state")
+    for r in status["ranks"]:
+        colour = "green" if r["state"] == "running" else "red"
+        table.add_row(str(r["rank"]), r["role"], r["node"], r["address"], str(r["pid"]),
+                      f"[{colour}]{r['state']}[/{colour}]")
+    console.print(table)
+
+
+@click.command("logs")
+@name_argument
+@click.option("--rank", type=int, help="Only this rank. Default: all, prefixed by rank.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until Ctrl-C.")
+@click.option("--tail", type=int, default=None, help="Only the last N lines of each log.")
+def logs_command(name: str | None, rank: int | None, follow: bool, tail: int | None) -> None:
+    """Show the ranks' logs, each line prefixed with its rank.
+
+    \b
+    Examples:
+      tandem logs --rank 1 --tail 50
+      tandem logs tiny-local -f
+    """
+    state = load_state(name)
+    ranks = [r for r in state.ranks if rank is None or r.rank == rank]
+    if not ranks:
+        raise BackendError(f"deployment '{state.name}' has no rank {rank}",
+                           hint=f"ranks are 0..{len(state.ranks) - 1}")
+    tails = {r.rank: LogTail(Path(r.log)) for r in ranks}
+    for r in ranks:
+        lines = tails[r.rank].new_lines()
+        for line in lines[-tail:] if tail else lines:
+            click.echo(f"[rank {r.rank}] {line}")
+    while follow:
+        time.sleep(0.5)
+        for r in ranks:
+            for line in tails[r.rank].new_lines():
+                click.echo(f"[rank {r.rank}] {line}")
+
+
+@click.command("down")
+@name_argument
+def down_command(name: str | None) -> None:
+    """Stop every rank and remove what up created (processes, namespaces, run files).
+
+    Logs stay under the deployment's state folder.
+
+    \b
+    Examples:
+      tandem down
+      tandem down tiny-local
+    """
+    state = local.down(name, on_event=lambda text: console.print(f"  [dim]{text}[/dim]"))
+    console.print(f"[bold]{state.name}[/bold] is down")
+
+
+@click.command("chat")
+@click.argument("message")
+@click.option("--name", "name", help="Deployment name. Default: the only one.")
+@click.option("--max-tokens", type=int, default=32, show_default=True)
+def chat_command(message: str, name: str | None, max_tokens: int) -> None:
+    """Send one chat message to a deployment and print the answer and token counts.
+
+    \b
+    Examples:
+      tandem chat "What is tensor parallelism?"
+      tandem chat "Hello" --name tiny-local --max-tokens 16
+    """
+    state = load_state(name)
+    body = {"model": state.model, "messages": [{"role": "user", "content": message}],
+            "max_tokens": max_tokens, "temperature": 0}
+    try:
+        response = httpx.post(f"{state.endpoint}/v1/chat/completions", json=body, timeout=300)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"{state.endpoint} did not answer: {exc}",
+                            hint="check `tandem status`") from exc
+    if response.status_code != 200:
+        raise EndpointError(f"{state.endpoint} answered {response.status_code}: "
+                            f"{response.text[:300]}")
+    data = response.json()
+    usage = data.get("usage", {})
+    console.print(f"[bold]{state.model}[/bold]: {data['choices'][0]['message'].get('content')!r}")
+    console.print(f"  [dim]{usage.get('prompt_tokens')} prompt + {usage.get('completion_tokens')}"
+                  f" completion tokens, finish_reason {data['choices'][0].get('finish_reason')}"
+                  "[/dim]")

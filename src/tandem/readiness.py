@@ -1,0 +1,275 @@
+"""Readiness that means the model answers, and the start-up phases read from the ranks' logs.
+
+``/health`` answering 200 proves little: vLLM's API server answers it while a worker node is
+dead or the engine is still waiting at the rendezvous. A deployment is ready here only after
+four checks pass in order: the leader's port accepts a connection, ``/health`` is 200,
+``/v1/models`` lists the served model, and one real chat completion returns tokens.
+
+While waiting, every rank's log is read as it grows, and the phases vLLM goes through are
+reported with the time since launch: rendezvous (world size and rank), weights loaded, KV cache
+sized (with the figures the planner is checked against), graphs captured, API server up. A rank
+that exits, or a timeout, stops the wait with the cause taken from the logs.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlparse
+
+import httpx
+
+from tandem.backends.state import BootFigures, PhaseMark
+from tandem.errors import RankFailed
+
+
+class Phase(StrEnum):
+    """Start-up phases in the order a healthy deployment reaches them."""
+
+    LAUNCHED = "launched"
+    RENDEZVOUS = "rendezvous"
+    WEIGHTS_LOADED = "weights loaded"
+    KV_CACHE = "kv cache sized"
+    GRAPHS = "graphs captured"
+    API_SERVER = "api server up"
+    PORT_OPEN = "port open"
+    HEALTHY = "health 200"
+    MODEL_LISTED = "model listed"
+    ANSWERED = "answered"
+
+
+# vLLM's own log lines, as the CPU and GPU builds print them.
+_RENDEZVOUS = re.compile(r"world_size=(\d+) rank=(\d+)")
+_WEIGHTS = re.compile(r"(?:Model loading took|Loading weights took) ([\d.]+) (GiB|seconds)")
+_AVAILABLE_KV = re.compile(
+    r"Available KV cache memory: ([\d.]+) GiB|Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache")
+_KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
+_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_GRAPHS = re.compile(r"Graph capturing finished|CUDA graph capture took|Capturing CUDA graphs.*100%")
+_API = re.compile(r"Starting vLLM (?:API )?server|Uvicorn running on|Application startup complete")
+_ERROR_LINE = re.compile(r"^\s*(?:\S*\s+)?([A-Za-z_.]*(?:Error|Exception|Timeout)\b:?.*)$")
+
+
+def _number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+@dataclass
+class BootLog:
+    """Phases and memory figures found in one rank's log lines (pure; feed it lines)."""
+
+    rank: int
+    phases: list[tuple[Phase, str]] = field(default_factory=list)
+    figures: BootFigures = field(default_factory=BootFigures)
+
+    def feed(self, line: str) -> list[tuple[Phase, str]]:
+        """Read one line; return the phases it marks (each reported once per rank)."""
+        found: list[tuple[Phase, str]] = []
+        if m := _RENDEZVOUS.search(line):
+            self.figures.world_size = int(m.group(1))
+            found.append((Phase.RENDEZVOUS, f"world_size={m.group(1)} rank={m.group(2)}"))
+        if m := _WEIGHTS.search(line):
+            found.append((Phase.WEIGHTS_LOADED, f"{m.group(1)} {m.group(2)}"))
+        if m := _AVAILABLE_KV.search(line):
+            self.figures.available_kv_cache_gib = float(m.group(1) or m.group(2))
+        if m := _KV_TOKENS.search(line):
+            self.figures.kv_cache_tokens = _number(m.group(1))
+            found.append((Phase.KV_CACHE, f"{m.group(1)} tokens"))
+        if m := _CONCURRENCY.search(line):
+            self.figures.max_concurrency_tokens_per_request = _number(m.group(1))
+            self.figures.max_concurrency = float(m.group(2))
+        if _GRAPHS.search(line):
+            found.append((Phase.GRAPHS, ""))
+        if _API.search(line):
+            found.append((Phase.API_SERVER, ""))
+        seen = {p for p, _ in self.phases}
+        fresh = [(p, d) for p, d in found if p not in seen]
+        self.phases += fresh
+        return fresh
+
+
+def failure_cause(log_text: str) -> str:
+    """The most telling line of a failed rank's log: the last exception or error line."""
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "Exception" in line or "Timeout" in line:
+            if m := _ERROR_LINE.match(line):
+                return m.group(1)[:400]
+            return line[:400]
+    return lines[-1][:400] if lines else "the log is empty"
+
+
+class WatchedRank(Protocol):
+    """What readiness needs from a launched rank: its number, its log, whether it exited."""
+
+    rank: int
+    log_path: Path
+
+    def exit_code(self) -> int | None:
+        """None while running, else the exit status."""
+
+
+class LogTail:
+    """Reads only what was appended to a file since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = ""
+
+    def new_lines(self) -> list[str]:
+        try:
+            with self.path.open("r", errors="replace") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+                self.offset = handle.tell()
+        except FileNotFoundError:
+            return []
+        text = self.partial + chunk
+        lines = text.split("\n")
+        self.partial = lines.pop()
+        return lines
+
+
+@dataclass
+class Readiness:
+    """The outcome of a successful wait."""
+
+    phases: list[PhaseMark]
+    boot: BootFigures
+    answer: str
+    completion_tokens: int
+
+
+def wait_ready(
+    endpoint: str,
+    model: str,
+    ranks: Sequence[WatchedRank],
+    *,
+    timeout_s: float,
+    request_timeout_s: float = 120.0,
+    on_phase: Callable[[PhaseMark], None] = lambda mark: None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    poll_s: float = 1.0,
+) -> Readiness:
+    """Wait until the deployment answers a real chat completion.
+
+    Args:
+        endpoint: the leader's base URL, e.g. ``http://10.77.0.1:8000``.
+        model: the served model name.
+        ranks: the launched ranks, leader included.
+        timeout_s: from now until giving up.
+        on_phase: called once for every phase reached, for live display.
+
+    Raises:
+        RankFailed: a rank exited, or time ran out; the message carries the cause from the log.
+    """
+    start = clock()
+    marks: list[PhaseMark] = []
+    tails = {r.rank: LogTail(r.log_path) for r in ranks}
+    logs = {r.rank: BootLog(r.rank) for r in ranks}
+    leader = min(r.rank for r in ranks)
+
+    def mark(phase: Phase, rank: int | None = None, detail: str = "") -> None:
+        pm = PhaseMark(phase=phase.value, elapsed_s=round(clock() - start, 2), rank=rank,
+                       detail=detail)
+        marks.append(pm)
+        on_phase(pm)
+
+    def read_logs() -> None:
+        for r in ranks:
+            for line in tails[r.rank].new_lines():
+                for phase, detail in logs[r.rank].feed(line):
+                    mark(phase, r.rank, detail)
+
+    def boot() -> BootFigures:
+        return logs[leader].figures
+
+    reached: set[Phase] = set()
+    url = urlparse(endpoint)
+    with httpx.Client(base_url=endpoint, timeout=10.0) as client:
+        while True:
+            read_logs()
+            for r in ranks:
+                code = r.exit_code()
+                if code is not None:
+                    read_logs()
+                    raise RankFailed(
+                        f"exited with status {code} during start-up: "
+                        f"{failure_cause(r.log_path.read_text(errors='replace'))}",
+                        rank=r.rank, hint=f"see the whole log with `tandem logs --rank {r.rank}`")
+            if clock() - start > timeout_s:
+                last = marks[-1].phase if marks else Phase.LAUNCHED.value
+                causes = "; ".join(
+                    f"rank {r.rank}: {failure_cause(r.log_path.read_text(errors='replace'))}"
+                    for r in ranks if r.log_path.exists())
+                raise RankFailed(
+                    f"not ready after {timeout_s:.0f} s (last phase: {last}); {causes}",
+                    hint="raise timeouts.startup_s if the logs show progress, else read "
+                         "`tandem logs` for a rank stuck at the rendezvous")
+            if Phase.PORT_OPEN not in reached and _port_open(url.hostname or "", url.port or 80):
+                reached.add(Phase.PORT_OPEN)
+                mark(Phase.PORT_OPEN, leader)
+            if Phase.PORT_OPEN in reached and Phase.HEALTHY not in reached:
+                if _get_ok(client, "/health"):
+                    reached.add(Phase.HEALTHY)
+                    mark(Phase.HEALTHY, leader)
+            if Phase.HEALTHY in reached and Phase.MODEL_LISTED not in reached:
+                if _lists_model(client, model):
+                    reached.add(Phase.MODEL_LISTED)
+                    mark(Phase.MODEL_LISTED, leader, model)
+            if Phase.MODEL_LISTED in reached:
+                answer = _try_completion(client, model, request_timeout_s)
+                if answer is not None:
+                    text, tokens = answer
+                    mark(Phase.ANSWERED, leader, f"{tokens} tokens")
+                    read_logs()
+                    return Readiness(phases=marks, boot=boot(), answer=text,
+                                     completion_tokens=tokens)
+            sleep(poll_s)
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _get_ok(client: httpx.Client, path: str) -> bool:
+    try:
+        return client.get(path).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _lists_model(client: httpx.Client, model: str) -> bool:
+    try:
+        response = client.get("/v1/models")
+        return response.status_code == 200 and any(
+            m.get("id") == model for m in response.json().get("data", []))
+    except (httpx.HTTPError, ValueError):
+        return False
+
+
+def _try_completion(client: httpx.Client, model: str, timeout_s: float) -> tuple[str, int] | None:
+    """One short real completion; None while the engine cannot answer yet."""
+    body = {"model": model, "messages": [{"role": "user", "content": "Say hello."}],
+            "max_tokens": 8, "temperature": 0}
+    try:
+        response = client.post("/v1/chat/completions", json=body, timeout=timeout_s)
+        if response.status_code != 200:
+            return None
+        data = response.json()
+        text = data["choices"][0]["message"].get("content") or ""
+        return text, int(data.get("usage", {}).get("completion_tokens", 0))
+    except (httpx.HTTPError, ValueError, KeyError, IndexError):
+        return None
