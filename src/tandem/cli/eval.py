@@ -1,0 +1,137 @@
+"""``tandem eval``: quality evaluation of an endpoint (GPQA-Diamond), and rescoring a saved log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from tandem.backends.state import load_state
+from tandem.errors import SpecError
+from tandem.eval.log import SamplingParams
+from tandem.eval.report import PUBLISHED_REFERENCE, EvalReport, render_markdown
+from tandem.eval.runner import GPQAConfig, rescore_log, run_gpqa
+
+
+@click.group("eval", context_settings={"help_option_names": ["-h", "--help"]})
+def eval_command() -> None:
+    """Evaluate answer quality against an OpenAI-compatible endpoint.
+
+    \b
+    Examples:
+      tandem eval gpqa --csv gpqa_diamond.csv tiny-local --out runs/gpqa1
+      tandem eval gpqa --csv gpqa_diamond.csv --url http://10.77.0.1:8000 --limit 20 --out runs/g2
+      tandem eval gpqa --csv gpqa_diamond.csv tiny-local --out runs/gpqa1 --resume
+      tandem eval rescore runs/gpqa1/responses.jsonl
+    """
+
+
+def _json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict:
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("must be a JSON object, e.g. '{\"thinking\": true}'")
+    return parsed
+
+
+@eval_command.command("gpqa")
+@click.argument("deployment", required=False)
+@click.option("--csv", "csv_path", required=True, type=click.Path(dir_okay=False),
+              help="GPQA CSV (official columns). The data set is gated: bring your own copy.")
+@click.option("--url", help="Base URL of the endpoint, instead of a DEPLOYMENT name.")
+@click.option("--model", help="Model name to send. Default: the deployment's, or the only one "
+              "the server lists.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder for responses.jsonl, report.json, report.md, report.html.")
+@click.option("--limit", type=click.IntRange(min=1), help="Only the first N questions.")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Ask each question N times, options re-shuffled each time.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the option order.")
+@click.option("--temperature", type=float, default=0.0, show_default=True)
+@click.option("--top-p", type=float, default=None)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=32768, show_default=True)
+@click.option("--chat-template-kwargs", default='{"thinking": true}', show_default=True,
+              callback=_json_object, help="Sent as chat_template_kwargs (thinking on).")
+@click.option("--concurrency", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--fallback/--no-fallback", default=True, show_default=True,
+              help="Re-ask, thinking off, when a response has no parsable answer.")
+@click.option("--fallback-max-tokens", type=click.IntRange(min=1), default=64,
+              show_default=True)
+@click.option("--fallback-chat-template-kwargs", default='{"thinking": false}', show_default=True,
+              callback=_json_object)
+@click.option("--fallback-context-chars", type=click.IntRange(min=0), default=4000,
+              show_default=True, help="Tail of the first response sent back with the re-ask.")
+@click.option("--request-timeout", "request_timeout_s", type=float, default=3600.0,
+              show_default=True, help="Seconds one request may take (sized for 32K tokens).")
+@click.option("--retry-budget", "retry_budget_s", type=float, default=900.0, show_default=True,
+              help="Seconds to keep retrying connection errors and 5xx before stopping.")
+@click.option("--resume", is_flag=True, help="Continue the log in --out; skip finished samples.")
+@click.option("--reference", "reference_accuracy", type=float, default=PUBLISHED_REFERENCE,
+              show_default=True, help="Published accuracy shown beside ours.")
+@click.option("--no-progress", is_flag=True, help="No live progress bar.")
+def gpqa_command(deployment: str | None, csv_path: str, url: str | None, model: str | None,
+                 out_dir: str, limit: int | None, repeats: int, seed: int, temperature: float,
+                 top_p: float | None, max_tokens: int, chat_template_kwargs: dict,
+                 concurrency: int, fallback: bool, fallback_max_tokens: int,
+                 fallback_chat_template_kwargs: dict, fallback_context_chars: int,
+                 request_timeout_s: float, retry_budget_s: float, resume: bool,
+                 reference_accuracy: float, no_progress: bool) -> None:
+    """Run GPQA-Diamond (the seed's protocol) against a deployment or a URL.
+
+    Zero-shot simple-evals prompt ending in 'ANSWER: $LETTER', thinking on, temperature 0,
+    32768 max tokens, concurrency 2; options shuffled as a pure function of (record id, repeat,
+    seed); a thinking-off re-ask for responses without a parsable answer. Every finished
+    request is appended to OUT/responses.jsonl, so an interrupted run continues with --resume.
+
+    \b
+    Examples:
+      tandem eval gpqa --csv gpqa_diamond.csv tiny-local --out runs/gpqa1
+      tandem eval gpqa --csv gpqa_diamond.csv --url http://127.0.0.1:8000 --model tiny \\
+          --limit 5 --max-tokens 64 --out runs/smoke
+    """
+    if (deployment is None) == (url is None):
+        raise SpecError("give either a DEPLOYMENT name or --url, not both and not neither",
+                        field="DEPLOYMENT/--url",
+                        hint="e.g. `tandem eval gpqa --csv F tiny-local --out D`")
+    if deployment is not None:
+        state = load_state(deployment)
+        url, model = state.endpoint, model or state.model
+    config = GPQAConfig(
+        csv=Path(csv_path), url=url, model=model, out_dir=Path(out_dir), limit=limit,
+        repeats=repeats, seed=seed,
+        sampling=SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                                chat_template_kwargs=chat_template_kwargs),
+        concurrency=concurrency, fallback=fallback,
+        fallback_sampling=SamplingParams(temperature=temperature, max_tokens=fallback_max_tokens,
+                                         chat_template_kwargs=fallback_chat_template_kwargs),
+        fallback_context_chars=fallback_context_chars, request_timeout_s=request_timeout_s,
+        retry_budget_s=retry_budget_s, resume=resume, reference_accuracy=reference_accuracy,
+        progress=not no_progress)
+    _show(run_gpqa(config), Path(out_dir))
+
+
+@eval_command.command("rescore")
+@click.argument("log", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Where to write the reports. Default: the log's folder.")
+def rescore_command(log: str, out_dir: str | None) -> None:
+    """Re-extract every answer of a saved responses.jsonl and rewrite the reports.
+
+    No request is sent: use it after the extraction rules change, or to inspect a run.
+
+    \b
+    Examples:
+      tandem eval rescore runs/gpqa1/responses.jsonl
+      tandem eval rescore runs/gpqa1/responses.jsonl --out runs/gpqa1-rescored
+    """
+    report = rescore_log(log, out_dir)
+    _show(report, Path(out_dir) if out_dir else Path(log).parent)
+
+
+def _show(report: EvalReport, out_dir: Path) -> None:
+    Console().print(render_markdown(report), markup=False, highlight=False)
+    click.echo(f"reports: {out_dir / 'report.json'}, report.md, report.html")
