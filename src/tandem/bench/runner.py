@@ -1,0 +1,422 @@
+"""Runs a benchmark: load points one after another, each request appended to disk as it ends.
+
+Algorithm of ``LoadGenerator.arun``:
+
+1. Ask the server what it serves (``/v1/models``: model name, max_model_len) and plan the load
+   points (``workload.plan_load_points``).
+2. Idle check: scrape ``/metrics`` twice ``idle_check_s`` apart before sending anything; counters
+   that move mean someone else uses the server, and the result carries a warning.
+3. Warm-up: ``warmup_requests`` requests, one at a time, discarded.
+4. For each load point: build its prompts (untimed), scrape ``/metrics``, then dispatch requests
+   at their scheduled offsets, each waiting for a concurrency slot; every finished request is
+   appended to ``requests.jsonl`` and flushed at once. While the point runs, ``/metrics`` is
+   sampled for the KV cache peak. Scrape again, difference, and check the server's token counters
+   against the sum of the requests' ``usage``. ``summary.json`` is rewritten after every point,
+   so a killed run keeps every finished point's summary and every finished request.
+
+Nothing here prints; progress goes to the ``on_progress`` callback (the CLI draws it with rich).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import IO, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from tandem.bench import server_metrics
+from tandem.bench.client import (
+    ENDPOINTS,
+    Clock,
+    Prompt,
+    RequestSlot,
+    Sampling,
+    detokenize,
+    send_request,
+    served_models,
+    server_version,
+    tokenize,
+)
+from tandem.bench.config import BenchConfig
+from tandem.bench.metrics import LoadPointMetrics, load_point_metrics
+from tandem.bench.records import RequestRecord
+from tandem.bench.server_metrics import MetricsSnapshot, ServerDelta
+from tandem.bench.workload import (
+    LoadPoint,
+    arrival_offsets_s,
+    load_prompt_file,
+    plan_load_points,
+    sample_token_ids,
+    synthetic_text,
+)
+from tandem.errors import EndpointError
+
+SCHEMA_VERSION = 1
+REQUESTS_FILE = "requests.jsonl"
+SUMMARY_FILE = "summary.json"
+
+
+class ServerInfo(BaseModel):
+    """The server as it described itself at the start of the run."""
+
+    url: str
+    model: str
+    max_model_len: int | None = None
+    version: str | None = Field(default=None, description="vLLM's /version, when it has one.")
+
+
+class LoadPointResult(BaseModel):
+    """One load point: what was asked, what the client measured, what the server counted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    point: LoadPoint
+    metrics: LoadPointMetrics
+    server: ServerDelta | None = None
+    decode_roofline_fraction: float | None = Field(
+        default=None, description="Single-stream decode speed (1 / median TPOT) over the "
+                                  "planner's roofline; only for concurrency-1 points.")
+    warnings: list[str] = Field(default_factory=list)
+
+
+class BenchResult(BaseModel):
+    """The versioned summary of a run (``summary.json``); every report is made from it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    tool: Literal["tandem bench"] = "tandem bench"
+    tandem_version: str | None = None
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    finished: bool = Field(default=False, description="False while running or when killed.")
+    config: BenchConfig
+    server: ServerInfo
+    points: list[LoadPointResult] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+    def point(self, label: str) -> LoadPointResult | None:
+        return next((p for p in self.points if p.point.label == label), None)
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """Where a run stands; sent after every request and at each phase change."""
+
+    phase: Literal["prepare", "warmup", "run", "done"]
+    point: LoadPoint | None
+    point_index: int
+    points: int
+    done: int = 0
+    total: int = 0
+    errors: int = 0
+    output_tokens: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def output_tok_s(self) -> float:
+        return self.output_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+ProgressCallback = Callable[[ProgressEvent], None]
+
+
+class LoadGenerator:
+    """Runs the load points of one ``BenchConfig`` against one server.
+
+    Usage:
+        generator = LoadGenerator(config, out_dir=Path("runs/b1"))
+        result = asyncio.run(generator.arun())
+
+    Args:
+        config: what to measure.
+        out_dir: where ``requests.jsonl`` and ``summary.json`` go; None keeps results in memory.
+        on_progress: called after every request and at each phase; must not block.
+        clock: monotonic seconds (``time.perf_counter``); injectable for tests.
+    """
+
+    def __init__(self, config: BenchConfig, out_dir: Path | None = None,
+                 on_progress: ProgressCallback | None = None,
+                 clock: Clock = time.perf_counter) -> None:
+        self.config = config
+        self.out_dir = out_dir
+        self.on_progress = on_progress or (lambda event: None)
+        self.clock = clock
+        self.endpoint = ENDPOINTS[config.endpoint]
+        self.records: list[RequestRecord] = []
+        self._token_pool: list[int] | None = None
+        self._file_prompts: list[str] | None = None
+
+    async def arun(self) -> BenchResult:
+        config = self.config
+        if config.prompt_file:
+            self._file_prompts = load_prompt_file(config.prompt_file)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+        timeout = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=None)
+        async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+            self.client = client
+            server = await self._server_info()
+            points = plan_load_points(config, server.max_model_len)
+            result = BenchResult(config=config, server=server, tandem_version=_tandem_version())
+            self._emit("prepare", None, 0, len(points))
+            if config.scrape_metrics and config.idle_check_s > 0:
+                result.warnings += await self._idle_check()
+            if self._file_prompts is None:
+                result.warnings += await self._fill_token_pool(server.model)
+            jsonl = self._open_records()
+            try:
+                await self._warmup(points[0] if points else None, server.model, len(points))
+                for i, point in enumerate(points):
+                    result.points.append(await self._run_point(point, i, len(points),
+                                                               server.model, jsonl))
+                    self._write_summary(result)
+            finally:
+                if jsonl is not None:
+                    jsonl.close()
+            result.finished = True
+            self._write_summary(result)
+            self._emit("done", None, len(points), len(points))
+            return result
+
+    # --- phases ---------------------------------------------------------------------------
+
+    async def _server_info(self) -> ServerInfo:
+        models = await served_models(self.client, self.config.url)
+        names = [m.id for m in models]
+        wanted = self.config.model
+        if wanted is None:
+            if len(models) != 1:
+                raise EndpointError(f"the server serves {len(models)} models ({', '.join(names)})",
+                                    hint="name one with --model")
+            chosen = models[0]
+        else:
+            match = [m for m in models if m.id == wanted]
+            if not match:
+                raise EndpointError(f"the server does not serve '{wanted}' (it serves: "
+                                    f"{', '.join(names) or 'nothing'})",
+                                    field="model", hint="pass one of those names to --model")
+            chosen = match[0]
+        return ServerInfo(url=self.config.url, model=chosen.id, max_model_len=chosen.max_model_len,
+                          version=await server_version(self.client, self.config.url))
+
+    async def _idle_check(self) -> list[str]:
+        before = await server_metrics.scrape(self.client, self.config.url)
+        await asyncio.sleep(self.config.idle_check_s)
+        after = await server_metrics.scrape(self.client, self.config.url)
+        if before is None or after is None:
+            return []
+        moved = server_metrics.counters_moved(before, after)
+        if not moved:
+            return []
+        return [f"server counters moved while the benchmark was idle ({', '.join(moved)} in "
+                f"{self.config.idle_check_s:g} s): another client uses this server, so "
+                "latencies and server deltas include its load"]
+
+    async def _fill_token_pool(self, model: str) -> list[str]:
+        text = synthetic_text(self.config.seed, 2000)
+        ids = await tokenize(self.client, self.config.url, model, text)
+        if not ids:
+            return ["the server has no /tokenize, so prompt lengths are approximate "
+                    "(one word per token); prompt tokens are still read from usage"]
+        self._token_pool = sorted(set(ids))
+        return []
+
+    async def _prompts(self, point: LoadPoint, model: str, first_index: int) -> list[Prompt]:
+        n = point.requests
+        if self._file_prompts is not None:
+            fp = self._file_prompts
+            return [Prompt(fp[(first_index + i) % len(fp)]) for i in range(n)]
+        seed = self.config.seed
+        if self._token_pool is None:
+            return [Prompt(synthetic_text(seed * 7919 + first_index + i, point.input_tokens))
+                    for i in range(n)]
+        ids = [sample_token_ids(self._token_pool, point.input_tokens, seed, first_index + i)
+               for i in range(n)]
+        if self.endpoint.name == "completions":
+            return [Prompt("", tuple(x)) for x in ids]
+        gate = asyncio.Semaphore(8)
+
+        async def text_of(token_ids: list[int]) -> Prompt:
+            async with gate:
+                text = await detokenize(self.client, self.config.url, model, token_ids)
+            return Prompt(text if text is not None else synthetic_text(seed, len(token_ids)),
+                          tuple(token_ids))
+
+        return list(await asyncio.gather(*(text_of(x) for x in ids)))
+
+    async def _warmup(self, first: LoadPoint | None, model: str, points: int) -> None:
+        if first is None or self.config.warmup_requests == 0:
+            return
+        self._emit("warmup", first, 0, points, total=self.config.warmup_requests)
+        shape = first.model_copy(update={"requests": self.config.warmup_requests,
+                                         "output_tokens": min(first.output_tokens, 16)})
+        prompts = await self._prompts(shape, model, first_index=10_000_000)
+        sampling = self._sampling(shape)
+        for i, prompt in enumerate(prompts):
+            payload = self.endpoint.payload(model, prompt, sampling)
+            await send_request(self.client, self.config.url, self.endpoint, payload,
+                               RequestSlot(i, "warmup", 0.0), origin=self.clock(),
+                               timeout_s=self.config.request_timeout_s, clock=self.clock)
+
+    def _sampling(self, point: LoadPoint) -> Sampling:
+        c = self.config
+        return Sampling(max_tokens=point.output_tokens, ignore_eos=c.ignore_eos,
+                        temperature=c.temperature, extra_body=c.extra_body)
+
+    async def _run_point(self, point: LoadPoint, index: int, points: int, model: str,
+                         jsonl: IO[str] | None) -> LoadPointResult:
+        config = self.config
+        prompts = await self._prompts(point, model, first_index=index * 1_000_000)
+        sampling = self._sampling(point)
+        payloads = [self.endpoint.payload(model, p, sampling) for p in prompts]
+        offsets = arrival_offsets_s(point.requests, point.rate_rps,
+                                    point.burstiness if point.burstiness is not None else 1.0,
+                                    seed=config.seed + index)
+        before = await server_metrics.scrape(self.client, config.url) \
+            if config.scrape_metrics else None
+        samples: list[MetricsSnapshot] = []
+        sampler = None
+        if before is not None and config.kv_sample_interval_s > 0:
+            sampler = asyncio.create_task(self._sample(samples))
+
+        records: list[RequestRecord] = []
+        slots = asyncio.Semaphore(point.concurrency) if point.concurrency else None
+        origin = self.clock()
+        counts = {"errors": 0, "tokens": 0}
+
+        async def one(i: int, scheduled: float) -> None:
+            try:
+                record = await send_request(
+                    self.client, config.url, self.endpoint, payloads[i],
+                    RequestSlot(i, point.label, scheduled), origin=origin,
+                    timeout_s=config.request_timeout_s, clock=self.clock)
+            finally:
+                if slots is not None:
+                    slots.release()
+            records.append(record)
+            if jsonl is not None:
+                jsonl.write(record.model_dump_json() + "\n")
+                jsonl.flush()
+            counts["errors"] += not record.ok
+            if record.ok:
+                counts["tokens"] += record.output_tokens or 0
+            self._emit("run", point, index, points, done=len(records), total=point.requests,
+                       errors=counts["errors"], output_tokens=counts["tokens"],
+                       elapsed_s=self.clock() - origin)
+
+        self._emit("run", point, index, points, total=point.requests)
+        tasks = []
+        for i, offset in enumerate(offsets):
+            delay = origin + offset - self.clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if slots is not None:
+                await slots.acquire()
+            tasks.append(asyncio.create_task(one(i, offset)))
+        await asyncio.gather(*tasks)
+
+        if sampler is not None:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+        after = await server_metrics.scrape(self.client, config.url) if before else None
+        records.sort(key=lambda r: r.index)
+        self.records += records
+        metrics = load_point_metrics(records, config.slo)
+        delta = server_metrics.server_delta(before, after, samples) if before and after else None
+        return LoadPointResult(point=point, metrics=metrics, server=delta,
+                               decode_roofline_fraction=_roofline_fraction(point, metrics, config),
+                               warnings=_consistency_warnings(records, delta))
+
+    async def _sample(self, into: list[MetricsSnapshot]) -> None:
+        while True:
+            await asyncio.sleep(self.config.kv_sample_interval_s)
+            snap = await server_metrics.scrape(self.client, self.config.url)
+            if snap is not None:
+                into.append(snap)
+
+    # --- output ---------------------------------------------------------------------------
+
+    def _open_records(self) -> IO[str] | None:
+        if self.out_dir is None:
+            return None
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        return open(self.out_dir / REQUESTS_FILE, "w", encoding="utf-8")  # noqa: SIM115
+
+    def _write_summary(self, result: BenchResult) -> None:
+        if self.out_dir is None:
+            return
+        path = self.out_dir / SUMMARY_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(result.model_dump_json(indent=2), encoding="utf-8")
+        tmp.replace(path)
+
+    def _emit(self, phase: Literal["prepare", "warmup", "run", "done"], point: LoadPoint | None,
+              index: int, points: int, **counts: float) -> None:
+        self.on_progress(ProgressEvent(phase, point, index, points, **counts))  # type: ignore[arg-type]
+
+
+def _consistency_warnings(records: list[RequestRecord], delta: ServerDelta | None) -> list[str]:
+    """Compare the requests' usage with the server's counters for the same window."""
+    if delta is None:
+        return []
+    warnings = []
+    out = sum(r.output_tokens or 0 for r in records if r.output_tokens_from_usage)
+    prompt = sum(r.prompt_tokens or 0 for r in records)
+    failed = sum(1 for r in records if not r.ok)
+    pairs = (("generation", out, delta.generation_tokens), ("prompt", prompt, delta.prompt_tokens))
+    for name, ours, theirs in pairs:
+        if theirs is not None and theirs != ours:
+            why = (f"{failed} failed requests may have used tokens without reporting usage"
+                   if failed else "another client probably used the server meanwhile")
+            warnings.append(f"server counted {theirs} {name} tokens, requests' usage sums to "
+                            f"{ours} ({why})")
+    return warnings
+
+
+def _roofline_fraction(point: LoadPoint, metrics: LoadPointMetrics,
+                       config: BenchConfig) -> float | None:
+    tpot = metrics.tpot_s.p50
+    if config.roofline_decode_tok_s is None or point.concurrency != 1 or not tpot:
+        return None
+    return (1.0 / tpot) / config.roofline_decode_tok_s
+
+
+def _tandem_version() -> str | None:
+    try:
+        return version("tandem")
+    except PackageNotFoundError:
+        return None
+
+
+def run(config: BenchConfig, out_dir: Path | None = None,
+        on_progress: ProgressCallback | None = None) -> BenchResult:
+    """Run a benchmark to the end and return its summary; the one-call entry point.
+
+    Usage:
+        result = run(BenchConfig(url="http://127.0.0.1:8000", concurrency=[1, 4]), Path("runs/b1"))
+
+    Raises:
+        EndpointError: the server cannot be reached or does not serve the model.
+        SpecError: the workload does not fit the model (e.g. too long for max_model_len).
+    """
+    return asyncio.run(LoadGenerator(config, out_dir, on_progress).arun())
+
+
+def read_records(path: Path) -> list[RequestRecord]:
+    """Records of a ``requests.jsonl``; a half-written last line (killed run) is skipped."""
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if not line.endswith("\n"):
+                break
+            records.append(RequestRecord.model_validate_json(line))
+    return records
+

@@ -1,0 +1,157 @@
+"""The server's own counters: ``/metrics`` scraped before and after a load point, differenced.
+
+vLLM exposes Prometheus text at ``GET /metrics``. It is parsed with prometheus_client's parser
+(``parse_metrics``, pure) into a ``MetricsSnapshot``; ``server_delta`` turns two snapshots into
+the figures a benchmark needs. Samples of one name are summed over their label sets (one set per
+engine or data-parallel rank), except where a label is the point (``position`` of speculative
+decoding).
+
+Figures (``ServerDelta``), each None when the server does not export the counter:
+
+- ``prompt_tokens`` / ``generation_tokens``: Δ ``vllm:prompt_tokens_total`` /
+  ``vllm:generation_tokens_total``. A run that owns the server makes these equal the sums of the
+  requests' ``usage``; a difference means foreign traffic (or a client counting error).
+- ``preemptions``: Δ ``vllm:num_preemptions_total``.
+- ``spec_acceptance_rate`` = Δaccepted_tokens / Δdraft_tokens and ``spec_acceptance_length`` =
+  1 + Δaccepted_tokens / Δdrafts (vLLM's definitions), ``spec_per_position_rate[i]`` =
+  Δaccepted_at_position_i / Δdrafts.
+- ``kv_cache_usage_peak``: highest ``vllm:kv_cache_usage_perc`` seen in the snapshots taken
+  during the load point (a fraction 0..1 despite the name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, ConfigDict, Field
+
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
+KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+REQUESTS_RUNNING = "vllm:num_requests_running"
+REQUESTS_WAITING = "vllm:num_requests_waiting"
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+_TOTALS = (PROMPT_TOKENS, GENERATION_TOKENS, PREEMPTIONS, SPEC_DRAFTS, SPEC_DRAFT_TOKENS,
+           SPEC_ACCEPTED)
+_GAUGES = (KV_CACHE_USAGE, REQUESTS_RUNNING, REQUESTS_WAITING)
+
+
+class MetricsSnapshot(BaseModel):
+    """The samples a benchmark uses from one scrape, summed over engines."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    values: dict[str, float] = Field(default_factory=dict,
+                                     description="Sample name -> value, summed over label sets.")
+    per_position: dict[int, float] = Field(
+        default_factory=dict, description="Speculative position -> accepted tokens.")
+
+    def get(self, name: str) -> float | None:
+        return self.values.get(name)
+
+
+def parse_metrics(text: str) -> MetricsSnapshot:
+    """Parse Prometheus exposition text into the samples tandem bench uses. Pure.
+
+    Usage:
+        snap = parse_metrics(httpx.get(url + "/metrics").text)
+        snap.get("vllm:generation_tokens_total")
+    """
+    wanted = set(_TOTALS) | set(_GAUGES)
+    values: dict[str, float] = {}
+    per_position: dict[int, float] = {}
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("vllm:"):
+            continue
+        for sample in family.samples:
+            if sample.name == SPEC_ACCEPTED_PER_POS:
+                pos = int(sample.labels.get("position", 0))
+                per_position[pos] = per_position.get(pos, 0.0) + sample.value
+            elif sample.name in wanted:
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return MetricsSnapshot(values=values, per_position=per_position)
+
+
+async def scrape(client: httpx.AsyncClient, base_url: str) -> MetricsSnapshot | None:
+    """GET /metrics and parse it; None when the server exports none (not an error)."""
+    try:
+        response = await client.get(base_url + "/metrics", timeout=10)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        return parse_metrics(response.text)
+    except ValueError:
+        return None
+
+
+class ServerDelta(BaseModel):
+    """What the server's counters say happened during one load point."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_tokens: int | None = None
+    generation_tokens: int | None = None
+    preemptions: int | None = None
+    kv_cache_usage_peak: float | None = Field(
+        default=None, description="Highest KV cache usage seen, fraction 0..1.")
+    spec_drafts: int | None = None
+    spec_draft_tokens: int | None = None
+    spec_accepted_tokens: int | None = None
+    spec_acceptance_rate: float | None = Field(default=None, description="accepted / drafted.")
+    spec_acceptance_length: float | None = Field(
+        default=None, description="1 + accepted / drafts: tokens per decode step.")
+    spec_per_position_rate: list[float] | None = None
+
+
+def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int | None:
+    a, b = before.get(name), after.get(name)
+    if a is None or b is None:
+        return None
+    return round(b - a)
+
+
+def server_delta(before: MetricsSnapshot, after: MetricsSnapshot,
+                 during: Iterable[MetricsSnapshot] = ()) -> ServerDelta:
+    """Difference two snapshots; ``during`` are the snapshots sampled in between (KV peak)."""
+    drafts = _delta(before, after, SPEC_DRAFTS)
+    draft_tokens = _delta(before, after, SPEC_DRAFT_TOKENS)
+    accepted = _delta(before, after, SPEC_ACCEPTED)
+    rate = accepted / draft_tokens if accepted is not None and draft_tokens else None
+    length = 1 + accepted / drafts if accepted is not None and drafts else None
+    per_pos = None
+    if drafts and after.per_position:
+        per_pos = [(after.per_position[p] - before.per_position.get(p, 0.0)) / drafts
+                   for p in sorted(after.per_position)]
+    kv = [s.get(KV_CACHE_USAGE) for s in (before, *during, after)]
+    kv_seen = [v for v in kv if v is not None]
+    return ServerDelta(
+        prompt_tokens=_delta(before, after, PROMPT_TOKENS),
+        generation_tokens=_delta(before, after, GENERATION_TOKENS),
+        preemptions=_delta(before, after, PREEMPTIONS),
+        kv_cache_usage_peak=max(kv_seen) if kv_seen else None,
+        spec_drafts=drafts, spec_draft_tokens=draft_tokens, spec_accepted_tokens=accepted,
+        spec_acceptance_rate=rate, spec_acceptance_length=length, spec_per_position_rate=per_pos)
+
+
+def counters_moved(before: MetricsSnapshot, after: MetricsSnapshot,
+                   names: Mapping[str, str] | None = None) -> list[str]:
+    """Counters that changed between two snapshots taken while the benchmark sent nothing.
+
+    Returns a description per moved counter, e.g. ``generation tokens +37``; empty when idle.
+    """
+    names = names or {PROMPT_TOKENS: "prompt tokens", GENERATION_TOKENS: "generation tokens"}
+    moved = []
+    for name, label in names.items():
+        d = _delta(before, after, name)
+        if d:
+            moved.append(f"{label} {d:+d}")
+    return moved

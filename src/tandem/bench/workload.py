@@ -1,0 +1,160 @@
+"""Workloads: the load points of a run, their prompts and their arrival schedules. Pure.
+
+A *load point* is one measured setting: a closed-loop concurrency (``c4``: four requests always
+in flight), an open-loop request rate (``r2``: two requests/s on a seeded Poisson or gamma
+schedule), or the long-context prefill case (``long``: one stream with a prompt filling the
+model's context). ``plan_load_points`` derives them from a ``BenchConfig``.
+
+Arrival schedule (``arrival_offsets_s``), as vLLM's ``get_request``: inter-arrival gaps are
+drawn from Gamma(shape=burstiness, scale=1/(rate·burstiness)) with a seeded RNG (burstiness 1 is
+Poisson; ``inf`` a constant rate), accumulated, and rescaled so the last arrival falls at
+n/rate. A concurrency point sends everything at offset 0 and lets the slots gate it.
+
+Prompts: with a prompt file, its prompts in order (cycled). Otherwise fixed-length synthetic
+prompts: token ids drawn (seeded, per request, so no two share a prefix and the prefix cache
+cannot help) from the ids of a seeded word text as the server tokenizes it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tandem.bench.config import BenchConfig
+from tandem.errors import SpecError
+
+CHAT_TEMPLATE_MARGIN_TOKENS = 64
+"""Tokens left free for the chat template when a prompt is sized to fill the context."""
+
+_WORDS = ("serve model node rank leader worker cache token prefill decode batch queue engine "
+          "tensor expert layer kernel memory network latency stream window budget schedule "
+          "river mountain garden window silver orange marble quiet rapid gentle hollow amber "
+          "lantern harbor meadow canyon pebble thunder velvet compass falcon meridian").split()
+
+
+class LoadPoint(BaseModel):
+    """One measured setting of a run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = Field(description="`c4`, `r2.5`, `long`: unique within a run.")
+    kind: Literal["concurrency", "rate", "long-context"]
+    concurrency: int | None = Field(default=None, description="Requests in flight; None: no cap.")
+    rate_rps: float | None = Field(default=None, description="Open-loop arrival rate.")
+    burstiness: float | None = None
+    requests: int
+    input_tokens: int
+    output_tokens: int
+
+
+def plan_load_points(config: BenchConfig, max_model_len: int | None) -> list[LoadPoint]:
+    """The load points of a run, in the order they are measured.
+
+    Raises:
+        SpecError: the long-context case was asked for but the server does not say its
+            max_model_len, or input + output tokens do not fit it.
+    """
+    points: list[LoadPoint] = []
+    io = {"input_tokens": config.input_tokens, "output_tokens": config.output_tokens}
+    if max_model_len is not None and config.input_tokens + config.output_tokens > max_model_len:
+        raise SpecError(
+            f"input_tokens + output_tokens = {config.input_tokens + config.output_tokens} does not "
+            f"fit the model's max_model_len {max_model_len}", field="input_tokens",
+            hint="lower --input-tokens or --output-tokens")
+    for c in config.concurrency:
+        points.append(LoadPoint(label=f"c{c}", kind="concurrency", concurrency=c,
+                                requests=config.requests or max(8, 4 * c), **io))
+    for rate in config.rates_rps:
+        points.append(LoadPoint(label=f"r{rate:g}", kind="rate", rate_rps=rate,
+                                burstiness=config.burstiness, concurrency=config.max_concurrency,
+                                requests=config.requests or 16, **io))
+    if config.long_context:
+        if max_model_len is None:
+            raise SpecError("the server does not report max_model_len, so the long-context "
+                            "prompt cannot be sized", field="long_context",
+                            hint="drop --long-context, or give --input-tokens yourself")
+        margin = CHAT_TEMPLATE_MARGIN_TOKENS if config.endpoint == "chat" else 1
+        long_in = max_model_len - config.output_tokens - margin
+        if long_in < 1:
+            raise SpecError(f"output_tokens {config.output_tokens} leaves no room for a prompt "
+                            f"in max_model_len {max_model_len}", field="output_tokens")
+        points.append(LoadPoint(label="long", kind="long-context", concurrency=1,
+                                requests=config.long_context_requests, input_tokens=long_in,
+                                output_tokens=config.output_tokens))
+    return points
+
+
+def arrival_offsets_s(n: int, rate_rps: float | None, burstiness: float = 1.0,
+                      seed: int = 0) -> list[float]:
+    """When each of n requests should be sent, seconds from the load point start.
+
+    ``rate_rps`` None or inf: all at 0. ``burstiness`` inf: constant spacing 1/rate.
+
+    Usage:
+        arrival_offsets_s(4, 2.0, burstiness=math.inf)   # [0.5, 1.0, 1.5, 2.0]
+    """
+    if n <= 0:
+        return []
+    if rate_rps is None or math.isinf(rate_rps):
+        return [0.0] * n
+    if math.isinf(burstiness):
+        return [(i + 1) / rate_rps for i in range(n)]
+    rng = random.Random(seed)
+    scale = 1.0 / (rate_rps * burstiness)
+    offsets, t = [], 0.0
+    for _ in range(n):
+        t += rng.gammavariate(burstiness, scale)
+        offsets.append(t)
+    target = n / rate_rps
+    factor = target / offsets[-1] if offsets[-1] > 0 else 1.0
+    return [o * factor for o in offsets]
+
+
+def synthetic_text(seed: int, words: int) -> str:
+    """Seeded text of ``words`` words, the source of synthetic prompts' token ids."""
+    rng = random.Random(seed)
+    return " ".join(rng.choice(_WORDS) for _ in range(words))
+
+
+def sample_token_ids(pool: list[int], n: int, seed: int, index: int) -> list[int]:
+    """n token ids drawn from ``pool`` for request ``index``: different for every request."""
+    if not pool:
+        raise ValueError("empty token pool")
+    rng = random.Random(seed * 1_000_003 + index)
+    return [pool[rng.randrange(len(pool))] for _ in range(n)]
+
+
+def load_prompt_file(path: str | Path) -> list[str]:
+    """Prompts from a file: JSONL whose objects have a ``prompt`` string, or plain text lines.
+
+    Raises:
+        SpecError: unreadable file, a JSONL line without ``prompt``, or no prompt at all.
+    """
+    p = Path(path)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise SpecError(f"cannot read prompt file: {exc.strerror}", file=str(p),
+                        field="prompt_file") from exc
+    prompts: list[str] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            try:
+                obj = json.loads(line)
+                prompts.append(str(obj["prompt"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SpecError(f"line {number} is not a JSON object with a `prompt` string",
+                                file=str(p), field="prompt_file",
+                                hint='write one {"prompt": "..."} per line') from exc
+        else:
+            prompts.append(line)
+    if not prompts:
+        raise SpecError("the prompt file holds no prompt", file=str(p), field="prompt_file")
+    return prompts
