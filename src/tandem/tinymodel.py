@@ -377,6 +377,7 @@ def _store(repo_dir: Path, staging: Path, digests: dict[str, str], commit: str) 
             if not blob.exists():
                 os.replace(staging / name, blob)
         partial = Path(tempfile.mkdtemp(dir=repo_dir, prefix=".snapshot-"))
+        partial.chmod(0o755)  # mkdtemp makes it private; the cache is shared like a download
         for name, sha in digests.items():
             (partial / name).symlink_to(Path("..") / ".." / "blobs" / sha)
         (repo_dir / "snapshots").mkdir(exist_ok=True)

@@ -1,0 +1,67 @@
+"""``tandem model``: build the local models that the CPU build of vLLM serves in tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+from rich.console import Console
+from transformers.utils import logging as transformers_logging
+
+from tandem.tinymodel import ARCHITECTURES, DEFAULT_ARCH, TinyModel, build_tiny_model
+
+
+def _default_hf_home() -> Path:
+    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+
+
+@click.group("model", context_settings={"help_option_names": ["-h", "--help"]})
+def model_command() -> None:
+    """Build local models (the tiny random-weight DeepSeek and friends)."""
+
+
+@model_command.command("tiny")
+@click.option(
+    "--arch",
+    type=click.Choice(list(ARCHITECTURES)),
+    default=DEFAULT_ARCH,
+    show_default=True,
+    help="Architecture of the tiny model.",
+)
+@click.option(
+    "--hf-home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Hugging Face home to write into (the cache goes under DIR/hub). "
+    "Default: $HF_HOME, else ~/.cache/huggingface.",
+)
+@click.option("--all", "build_all", is_flag=True, help="Build every architecture.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of weights and tokenizer.")
+def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) -> None:
+    """Build a tiny random-weight model and tokenizer into the Hugging Face cache.
+
+    The same seed and package versions always give the same snapshot, and building again is a
+    no-op. vLLM then serves it offline by its repo id.
+
+    \b
+    Examples:
+      tandem model tiny
+      tandem model tiny --arch llama --hf-home /tmp/hf
+      tandem model tiny --all
+      HF_HOME=~/.cache/huggingface HF_HUB_OFFLINE=1 vllm serve tandem-org/tiny-deepseek-v3
+    """
+    console = Console()
+    hf_home = hf_home or _default_hf_home()
+    transformers_logging.disable_progress_bar()
+    built: list[TinyModel] = []
+    for name in ARCHITECTURES if build_all else [arch]:
+        with console.status(f"building tiny {name}"):
+            built.append(build_tiny_model(hf_home, arch=name, seed=seed))
+    for tiny in built:
+        console.print(
+            f"[bold]{tiny.repo_id}[/]  {tiny.arch}  "
+            f"{tiny.parameter_count / 1e6:.1f} M parameters  {tiny.size_bytes / 1e6:.1f} MB"
+        )
+        # soft_wrap: a path split over lines cannot be copied into a shell.
+        console.print(f"  snapshot: {tiny.snapshot_path}", soft_wrap=True, highlight=False)
