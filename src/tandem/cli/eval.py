@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from tandem.backends.state import load_state
 from tandem.errors import SpecError
@@ -133,5 +132,5 @@ def rescore_command(log: str, out_dir: str | None) -> None:
 
 
 def _show(report: EvalReport, out_dir: Path) -> None:
-    Console().print(render_markdown(report), markup=False, highlight=False)
+    click.echo(render_markdown(report))
     click.echo(f"reports: {out_dir / 'report.json'}, report.md, report.html")
