@@ -20,17 +20,20 @@ def test_single_repeat_matches_hand_computation() -> None:
 
 
 def test_repeats_are_clustered_by_question() -> None:
-    # question means 1, .5, 0 -> mean .5, sd 0.5, se .5/sqrt(3)
-    scores = {"q1": [1, 1], "q2": [1, 0], "q3": [0, 0]}
+    # 8 questions, 2 repeats; question means 1,1,1,.5,.5,.5,0,0 -> mean .5625
+    scores = {"q1": [1, 1], "q2": [1, 1], "q3": [1, 1], "q4": [1, 0], "q5": [0, 1],
+              "q6": [1, 0], "q7": [0, 0], "q8": [0, 0]}
     acc = clustered_accuracy(scores)
-    se = 0.5 / math.sqrt(3)
-    assert acc.accuracy == pytest.approx(0.5)
-    assert acc.se == pytest.approx(se)
-    assert acc.ci95_low == 0.0  # 0.5 - 1.96*se < 0, clipped
-    assert acc.ci95_high == pytest.approx(0.5 + 1.959964 * se, abs=1e-6)
-    assert acc.n_samples == 6
-    # the naive binomial interval over 6 samples is narrower: clustering widens it
-    naive_se = math.sqrt(0.25 / 6)
+    means = [1, 1, 1, .5, .5, .5, 0, 0]
+    sd = math.sqrt(sum((m - 0.5625) ** 2 for m in means) / 7)   # 0.4173
+    se = sd / math.sqrt(8)                                      # 0.147524
+    assert acc.accuracy == pytest.approx(0.5625)
+    assert acc.se == pytest.approx(0.147524, abs=1e-6) == pytest.approx(se)
+    assert acc.ci95_low == pytest.approx(0.5625 - 1.959964 * se, abs=1e-6)
+    assert acc.ci95_high == pytest.approx(0.5625 + 1.959964 * se, abs=1e-6)
+    assert acc.n_samples == 16
+    # the naive binomial interval over 16 samples is narrower: clustering widens it
+    naive_se = math.sqrt(0.5625 * 0.4375 / 16)
     assert acc.se > naive_se
 
 
