@@ -28,7 +28,8 @@ def test_repeats_are_clustered_by_question() -> None:
     sd = math.sqrt(sum((m - 0.5625) ** 2 for m in means) / 7)   # 0.4173
     se = sd / math.sqrt(8)                                      # 0.147524
     assert acc.accuracy == pytest.approx(0.5625)
-    assert acc.se == pytest.approx(0.147524, abs=1e-6) == pytest.approx(se)
+    assert acc.se == pytest.approx(se)
+    assert acc.se == pytest.approx(0.147524, abs=1e-6)
     assert acc.ci95_low == pytest.approx(0.5625 - 1.959964 * se, abs=1e-6)
     assert acc.ci95_high == pytest.approx(0.5625 + 1.959964 * se, abs=1e-6)
     assert acc.n_samples == 16
