@@ -264,6 +264,7 @@ class LoadGenerator:
             await send_request(self.client, self.config.url, self.endpoint, payload,
                                RequestSlot(i, "warmup", 0.0), origin=self.clock(),
                                timeout_s=self.config.request_timeout_s, clock=self.clock)
+            self._emit("warmup", first, 0, points, done=i + 1, total=len(prompts))
 
     def _sampling(self, point: LoadPoint) -> Sampling:
         c = self.config

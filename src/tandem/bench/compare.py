@@ -1,0 +1,122 @@
+"""Two benchmark summaries side by side: the differences of matching load points. Pure.
+
+Load points match by label (``c1``, ``r2``, ``long``). For each headline figure the comparison
+holds A's value, B's value, B − A and the relative change (B − A) / A; a lower latency or a
+higher throughput is better, and ``better`` says which side won.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from tandem.bench.runner import SUMMARY_FILE, BenchResult, LoadPointResult
+from tandem.errors import SpecError
+
+HEADLINE: tuple[tuple[str, str, Literal["lower", "higher"]], ...] = (
+    ("ttft_p50_s", "TTFT p50", "lower"),
+    ("ttft_p99_s", "TTFT p99", "lower"),
+    ("tpot_p50_s", "TPOT p50", "lower"),
+    ("tpot_p99_s", "TPOT p99", "lower"),
+    ("itl_p50_s", "ITL p50", "lower"),
+    ("e2el_p50_s", "E2EL p50", "lower"),
+    ("output_throughput_tok_s", "output tok/s", "higher"),
+    ("request_throughput_rps", "requests/s", "higher"),
+    ("failed", "failed", "lower"),
+)
+
+
+def headline(point: LoadPointResult) -> dict[str, float | None]:
+    """The figures compared, by key of ``HEADLINE``."""
+    m = point.metrics
+    return {
+        "ttft_p50_s": m.ttft_s.p50, "ttft_p99_s": m.ttft_s.p99,
+        "tpot_p50_s": m.tpot_s.p50, "tpot_p99_s": m.tpot_s.p99,
+        "itl_p50_s": m.itl_s.p50, "e2el_p50_s": m.e2el_s.p50,
+        "output_throughput_tok_s": m.output_throughput_tok_s,
+        "request_throughput_rps": m.request_throughput_rps, "failed": float(m.failed),
+    }
+
+
+class FigureDiff(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    name: str
+    a: float | None
+    b: float | None
+    diff: float | None
+    relative: float | None
+    better: Literal["a", "b", "same"] | None
+
+
+class PointDiff(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    label: str
+    figures: list[FigureDiff]
+
+
+class Comparison(BaseModel):
+    """A versus B, per matching load point; labels found on one side only are listed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    a: str
+    b: str
+    points: list[PointDiff]
+    only_in_a: list[str]
+    only_in_b: list[str]
+
+
+def compare(a: BenchResult, b: BenchResult, a_name: str = "A", b_name: str = "B") -> Comparison:
+    """Differences of B against A for every load point both have."""
+    labels_b = {p.point.label for p in b.points}
+    labels_a = {p.point.label for p in a.points}
+    points = []
+    for pa in a.points:
+        pb = b.point(pa.point.label)
+        if pb is None:
+            continue
+        ha, hb = headline(pa), headline(pb)
+        figures = []
+        for key, name, good in HEADLINE:
+            va, vb = ha[key], hb[key]
+            diff = vb - va if va is not None and vb is not None else None
+            rel = diff / va if diff is not None and va else None
+            better = None
+            if diff is not None:
+                better = "same" if diff == 0 else (
+                    "b" if (diff < 0) == (good == "lower") else "a")
+            figures.append(FigureDiff(key=key, name=name, a=va, b=vb, diff=diff, relative=rel,
+                                      better=better))
+        points.append(PointDiff(label=pa.point.label, figures=figures))
+    return Comparison(a=a_name, b=b_name, points=points,
+                      only_in_a=sorted(labels_a - labels_b), only_in_b=sorted(labels_b - labels_a))
+
+
+def load_summary(path: str | Path) -> BenchResult:
+    """A ``summary.json``, given its path or the run folder holding it.
+
+    Raises:
+        SpecError: missing, unreadable, or not a tandem bench summary.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / SUMMARY_FILE
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SpecError(f"cannot read the bench summary: {exc.strerror}", file=str(p),
+                        hint="pass a run folder written by `tandem bench --out DIR` or its "
+                             "summary.json") from exc
+    except ValueError as exc:
+        raise SpecError(f"not JSON: {exc}", file=str(p)) from exc
+    try:
+        return BenchResult.model_validate(data)
+    except ValueError as exc:
+        raise SpecError(f"not a tandem bench summary: {str(exc).splitlines()[0]}",
+                        file=str(p)) from exc

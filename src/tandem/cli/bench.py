@@ -1,0 +1,258 @@
+"""``tandem bench``: serving performance of an OpenAI-compatible endpoint; compare two runs.
+
+``tandem bench [DEPLOYMENT] [options]`` is ``tandem bench run``: the group routes anything that
+is not one of its subcommands to ``run``, so the short form and the noun-verb form both work.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import click
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tandem.backends.state import load_state
+from tandem.bench.compare import compare, load_summary
+from tandem.bench.config import BenchConfig
+from tandem.bench.metrics import Slo
+from tandem.bench.runner import REQUESTS_FILE, ProgressEvent, read_records, run
+from tandem.errors import Problem, SpecError
+from tandem.report.bench import (
+    REPORT_FILE,
+    comparison_markdown,
+    comparison_table,
+    markdown,
+    summary_table,
+    write_plots,
+)
+
+
+class _BenchGroup(click.Group):
+    """Sends ``tandem bench [DEPLOYMENT] [--options]`` to the ``run`` subcommand."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help")):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group("bench", cls=_BenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def bench_command() -> None:
+    """Measure serving performance of an OpenAI-compatible endpoint.
+
+    Streams requests at each load point (a concurrency ladder, a request-rate ladder, a
+    long-context prefill case) and records TTFT, TPOT, ITL and E2EL per request, with tokens
+    from the server's usage and the server's own /metrics counters differenced per point.
+    `tandem bench ...` without a subcommand is `tandem bench run ...`.
+
+    \b
+    Examples:
+      tandem bench tiny-local --concurrency 1,2,4 --out runs/b1
+      tandem bench --url http://10.77.0.1:8000 --model tiny --concurrency 1,2,4 --out runs/b1
+      tandem bench --url http://127.0.0.1:8000 --rates 1,2,4 --max-concurrency 8 --out runs/r1
+      tandem bench compare runs/b1 runs/b2
+      tandem bench report runs/b1
+    """
+
+
+def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        return [int(v) for v in value.split(",") if v.strip()]
+    except ValueError as exc:
+        raise click.BadParameter("a comma-separated list of integers, e.g. 1,2,4") from exc
+
+
+def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[float]:
+    if not value:
+        return []
+    try:
+        return [float(v) for v in value.split(",") if v.strip()]
+    except ValueError as exc:
+        raise click.BadParameter("a comma-separated list of numbers, e.g. 0.5,1,2") from exc
+
+
+def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) -> dict:
+    if not value:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("must be a JSON object, e.g. '{\"top_p\": 0.9}'")
+    return parsed
+
+
+@bench_command.command("run")
+@click.argument("deployment", required=False)
+@click.option("--url", envvar="TANDEM_BENCH_URL", show_envvar=True,
+              help="Server root (no /v1), instead of a DEPLOYMENT name.")
+@click.option("--model", help="Model name to send. Default: the deployment's, or the only one "
+              "the server lists.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Folder for requests.jsonl, summary.json, report.md and plots.")
+@click.option("--endpoint", type=click.Choice(["chat", "completions"]), default="chat",
+              show_default=True, help="/v1/chat/completions or /v1/completions.")
+@click.option("--concurrency", callback=_int_list, default="1", show_default=True,
+              help="Concurrency ladder, comma-separated; empty for none.")
+@click.option("--rates", callback=_float_list, default="",
+              help="Request-rate ladder in requests/s, comma-separated.")
+@click.option("--burstiness", type=float, default=1.0, show_default=True,
+              help="Arrival shape of rate points: 1 = Poisson, inf = constant.")
+@click.option("--max-concurrency", type=click.IntRange(min=1),
+              help="Cap on requests in flight at rate points.")
+@click.option("--requests", "requests_", type=click.IntRange(min=1),
+              help="Requests per load point. Default max(8, 4 × concurrency); 16 at rate points.")
+@click.option("--input-tokens", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--output-tokens", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
+              help="Generate exactly --output-tokens (vLLM extension).")
+@click.option("--temperature", type=float, help="Default: the server's.")
+@click.option("--prompt-file", type=click.Path(dir_okay=False, exists=True),
+              help="JSONL with a `prompt` field per line, or plain text one prompt per line.")
+@click.option("--long-context", is_flag=True,
+              help="Add a single-stream point whose prompt fills max_model_len.")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Requests sent and discarded first.")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True,
+              help="Seconds per request.")
+@click.option("--slo-ttft-ms", type=float, help="Goodput SLO: maximum TTFT.")
+@click.option("--slo-tpot-ms", type=float, help="Goodput SLO: maximum TPOT.")
+@click.option("--slo-e2el-ms", type=float, help="Goodput SLO: maximum E2EL.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--no-server-metrics", is_flag=True, help="Do not scrape /metrics.")
+@click.option("--roofline-tok-s", type=float, help="Planner's single-stream decode roofline.")
+@click.option("--extra-body", callback=_json_object, help="JSON merged into every request.")
+@click.option("--plots/--no-plots", default=True, show_default=True, help="Write PNG plots.")
+@click.option("--quiet", "-q", is_flag=True, help="No live progress.")
+def run_command(deployment: str | None, url: str | None, model: str | None, out_dir: str | None,
+                endpoint: str, concurrency: list[int], rates: list[float], burstiness: float,
+                max_concurrency: int | None, requests_: int | None, input_tokens: int,
+                output_tokens: int, ignore_eos: bool, temperature: float | None,
+                prompt_file: str | None, long_context: bool, warmup: int, timeout_s: float,
+                slo_ttft_ms: float | None, slo_tpot_ms: float | None, slo_e2el_ms: float | None,
+                seed: int, no_server_metrics: bool, roofline_tok_s: float | None,
+                extra_body: dict, plots: bool, quiet: bool) -> None:
+    """Run a benchmark: each load point in turn, every request saved as it finishes.
+
+    \b
+    Examples:
+      tandem bench run tiny-local --concurrency 1,2,4 --out runs/b1
+      tandem bench run --url http://127.0.0.1:8000 --endpoint completions --rates 2,4 --out r1
+    """
+    if deployment and url:
+        raise SpecError("give a DEPLOYMENT or --url, not both", field="url")
+    if not url:
+        state = load_state(deployment)
+        url, model = state.endpoint, model or state.model
+    ms = (lambda v: v / 1000 if v is not None else None)  # noqa: E731
+    try:
+        config = BenchConfig(
+            url=url, model=model, endpoint=endpoint, concurrency=concurrency or [],
+            rates_rps=rates, burstiness=math.inf if burstiness == math.inf else burstiness,
+            max_concurrency=max_concurrency, requests=requests_, input_tokens=input_tokens,
+            output_tokens=output_tokens, ignore_eos=ignore_eos, temperature=temperature,
+            prompt_file=prompt_file, long_context=long_context, warmup_requests=warmup,
+            request_timeout_s=timeout_s, seed=seed, scrape_metrics=not no_server_metrics,
+            slo=Slo(ttft_s=ms(slo_ttft_ms), tpot_s=ms(slo_tpot_ms), e2el_s=ms(slo_e2el_ms)),
+            roofline_decode_tok_s=roofline_tok_s, extra_body=extra_body)
+    except ValidationError as exc:
+        raise SpecError("invalid bench options", problems=[
+            Problem(".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]) from exc
+    if not config.concurrency and not config.rates_rps and not config.long_context:
+        raise SpecError("nothing to measure", field="concurrency",
+                        hint="give --concurrency, --rates or --long-context")
+    console = Console(stderr=True)
+    out = Path(out_dir) if out_dir else None
+    if quiet:
+        result = run(config, out)
+    else:
+        with _LiveProgress(console) as progress:
+            result = run(config, out, progress.update)
+    Console().print(summary_table(result))
+    for warning in result.warnings + [w for p in result.points for w in p.warnings]:
+        console.print(f"[yellow]warning:[/] {warning}")
+    if out is not None:
+        (out / REPORT_FILE).write_text(markdown(result), encoding="utf-8")
+        written = [out / REPORT_FILE]
+        if plots:
+            written += write_plots(result, read_records(out / REQUESTS_FILE), out)
+        console.print(f"wrote {out / REQUESTS_FILE}, {out / 'summary.json'}, "
+                      + ", ".join(str(p) for p in written))
+
+
+class _LiveProgress:
+    """Rich progress: one bar per load point, with tokens/s and errors."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console,
+            transient=False)
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self) -> _LiveProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)  # type: ignore[arg-type]
+
+    def update(self, event: ProgressEvent) -> None:
+        if event.point is None:
+            return
+        key = f"{event.phase}:{event.point.label}"
+        if key not in self.tasks:
+            name = ("warm-up" if event.phase == "warmup" else
+                    f"[{event.point_index + 1}/{event.points}] {event.point.label}")
+            self.tasks[key] = self.progress.add_task(name, total=event.total or None, rate="")
+        errors = f", [red]{event.errors} errors[/]" if event.errors else ""
+        self.progress.update(self.tasks[key], completed=event.done,
+                             rate=f"{event.output_tok_s:7.1f} tok/s{errors}")
+
+
+@bench_command.command("compare")
+@click.argument("a", type=click.Path(exists=True))
+@click.argument("b", type=click.Path(exists=True))
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print Markdown instead.")
+def compare_command(a: str, b: str, as_markdown: bool) -> None:
+    """Compare two runs (run folders or summary.json files): B against A, per load point.
+
+    \b
+    Examples:
+      tandem bench compare runs/b1 runs/b2
+      tandem bench compare runs/b1/summary.json runs/b2/summary.json --markdown > diff.md
+    """
+    comparison = compare(load_summary(a), load_summary(b), a, b)
+    if as_markdown:
+        click.echo(comparison_markdown(comparison), nl=False)
+    else:
+        Console().print(comparison_table(comparison))
+        if comparison.only_in_a or comparison.only_in_b:
+            click.echo(f"only in A: {', '.join(comparison.only_in_a) or 'none'}; "
+                       f"only in B: {', '.join(comparison.only_in_b) or 'none'}")
+
+
+@bench_command.command("report")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--plots/--no-plots", default=True, show_default=True)
+def report_command(run_dir: str, plots: bool) -> None:
+    """Re-render report.md (and plots) of a run from its saved files.
+
+    \b
+    Examples:
+      tandem bench report runs/b1
+      tandem bench report runs/b1 --no-plots
+    """
+    out = Path(run_dir)
+    result = load_summary(out)
+    (out / REPORT_FILE).write_text(markdown(result), encoding="utf-8")
+    Console().print(summary_table(result))
+    if plots and (out / REQUESTS_FILE).is_file():
+        write_plots(result, read_records(out / REQUESTS_FILE), out)
