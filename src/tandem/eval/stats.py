@@ -40,7 +40,8 @@ def wilson_interval(p: float, n: int, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # the bounds always contain p (floating point can put them a hair past it at 0 and 1)
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
 def clustered_accuracy(scores: Mapping[str, Sequence[float]]) -> Accuracy:
