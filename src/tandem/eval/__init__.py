@@ -1,9 +1,13 @@
 """GPQA-Diamond evaluation of an OpenAI-compatible endpoint: crash-safe, statistically honest.
 
-Public surface: ``extract_answer`` (layered answer extraction) and ``run_gpqa`` /
-``rescore_log`` (what ``tandem eval gpqa`` and ``tandem eval rescore`` call).
+Public surface:
+- ``extract_answer(text) -> (letter | None, rule)``: the layered answer extraction;
+- ``run_gpqa(GPQAConfig)`` and ``rescore_log(path)``: what ``tandem eval gpqa`` and
+  ``tandem eval rescore`` call; both return an ``EvalReport`` (the ``report.json`` model).
 """
 
 from tandem.eval.extract import extract_answer
+from tandem.eval.report import EvalReport
+from tandem.eval.runner import GPQAConfig, rescore_log, run_gpqa
 
-__all__ = ["extract_answer"]
+__all__ = ["EvalReport", "GPQAConfig", "extract_answer", "rescore_log", "run_gpqa"]
