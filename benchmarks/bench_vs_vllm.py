@@ -1,0 +1,206 @@
+"""tandem bench against `vllm bench serve`: same server, same lengths and concurrency, interleaved.
+
+For every round and every concurrency the two clients run one after the other against the same
+server: vLLM's own client (`vllm bench serve`, random dataset, fixed input/output lengths,
+`--ignore-eos`) and `tandem bench` (synthetic fixed-length prompts, `ignore_eos`). Each client is
+a child process; its CPU time (user + sys, including Python start-up) comes from `os.wait4`.
+A minimal run of each client (1 request, 1 output token) measures its start-up cost, so the
+marginal CPU per output token can be shown too.
+
+Prints a side-by-side table: median TTFT and TPOT of each client (median over rounds of each
+run's p50), their ratio tandem / vLLM, and client CPU per output token.
+
+Usage:
+    .venv/bin/python benchmarks/bench_vs_vllm.py --url http://127.0.0.1:8200 --model tiny-deepseek
+    .venv/bin/python benchmarks/bench_vs_vllm.py --start-server --hf-home /tmp/hf   # own tiny server
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Run:
+    client: str
+    concurrency: int
+    ttft_p50_ms: float
+    tpot_p50_ms: float
+    itl_p50_ms: float
+    output_tokens: int
+    cpu_s: float
+    wall_s: float
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Run cmd as a child; return (user+sys CPU seconds of it and its descendants, wall seconds)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.stderr.write(out.decode(errors="replace")[-3000:])
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}")
+    return usage.ru_utime + usage.ru_stime, wall
+
+
+def vllm_cmd(a: argparse.Namespace, tokenizer: str, c: int, n: int, out_len: int,
+             out: Path) -> list[str]:
+    backend = "openai-chat" if a.endpoint == "chat" else "vllm"
+    path = "/v1/chat/completions" if a.endpoint == "chat" else "/v1/completions"
+    return [str(BIN / "vllm"), "bench", "serve", "--backend", backend, "--base-url", a.url,
+            "--endpoint", path, "--model", tokenizer, "--served-model-name", a.model,
+            "--dataset-name", "random", "--random-input-len", str(a.input_len),
+            "--random-output-len", str(out_len), "--ignore-eos", "--num-prompts", str(n),
+            "--max-concurrency", str(c), "--seed", str(a.seed),
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--disable-tqdm",
+            "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name]
+
+
+def tandem_cmd(a: argparse.Namespace, c: int, n: int, out_len: int, out: Path) -> list[str]:
+    return [str(BIN / "tandem"), "bench", "--url", a.url, "--model", a.model,
+            "--endpoint", a.endpoint, "--concurrency", str(c), "--requests", str(n),
+            "--input-tokens", str(a.input_len), "--output-tokens", str(out_len),
+            "--seed", str(a.seed), "--warmup", "1", "--no-plots", "--quiet", "--out", str(out)]
+
+
+def run_vllm(a, tokenizer, c, n, work: Path, env, tag: str, out_len: int) -> Run:
+    out = work / f"vllm-{tag}.json"
+    cpu, wall = timed(vllm_cmd(a, tokenizer, c, n, out_len, out), env)
+    r = json.loads(out.read_text())
+    return Run("vllm bench serve", c, r["median_ttft_ms"], r["median_tpot_ms"],
+               r["median_itl_ms"], int(r["total_output_tokens"]), cpu, wall)
+
+
+def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int) -> Run:
+    out = work / f"tandem-{tag}"
+    cpu, wall = timed(tandem_cmd(a, c, n, out_len, out), env)
+    m = json.loads((out / "summary.json").read_text())["points"][0]["metrics"]
+    return Run("tandem bench", c, m["ttft_s"]["p50"] * 1000, m["tpot_s"]["p50"] * 1000,
+               m["itl_s"]["p50"] * 1000, int(m["output_tokens_total"]), cpu, wall)
+
+
+def start_server(a: argparse.Namespace) -> subprocess.Popen:
+    hf = Path(a.hf_home)
+    subprocess.run([str(BIN / "tandem"), "model", "tiny", "--hf-home", str(hf)], check=True)
+    env = dict(os.environ, HF_HOME=str(hf), HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1",
+               VLLM_NO_USAGE_STATS="1")
+    port = a.url.rsplit(":", 1)[1]
+    proc = subprocess.Popen(
+        [str(BIN / "vllm"), "serve", "tandem-org/tiny-deepseek-v3", "--served-model-name",
+         a.model, "--host", "127.0.0.1", "--port", port, "--max-model-len", "1024",
+         "--enforce-eager", "--generation-config", "vllm"], env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        try:
+            if httpx.get(a.url + "/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise SystemExit("the vLLM server exited during start-up")
+        time.sleep(2)
+    os.killpg(proc.pid, signal.SIGTERM)
+    raise SystemExit("the vLLM server did not become healthy in 300 s")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--url", default="http://127.0.0.1:8200")
+    p.add_argument("--model", default="tiny-deepseek", help="served model name")
+    p.add_argument("--tokenizer", help="HF id for vllm's tokenizer; default: /v1/models root")
+    p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
+    p.add_argument("--concurrency", default="1,4")
+    p.add_argument("--num-prompts", type=int, default=32)
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-startup-probe", action="store_true")
+    p.add_argument("--start-server", action="store_true")
+    p.add_argument("--hf-home", default=os.environ.get("HF_HOME", "/tmp/bench-work/hf"))
+    a = p.parse_args()
+    a.url = a.url.rstrip("/")
+    server = start_server(a) if a.start_server else None
+    try:
+        models = httpx.get(a.url + "/v1/models", timeout=10).json()["data"]
+        tokenizer = a.tokenizer or next(m["root"] for m in models if m["id"] == a.model)
+        env = dict(os.environ, HF_HOME=a.hf_home, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                   VLLM_NO_USAGE_STATS="1")
+        levels = [int(c) for c in a.concurrency.split(",")]
+        runs: list[Run] = []
+        with tempfile.TemporaryDirectory(prefix="bench-vs-vllm-") as tmp:
+            work = Path(tmp)
+            for r in range(a.rounds):
+                for c in levels:
+                    first_vllm = (r + c) % 2 == 0  # alternate who goes first
+                    order = ["vllm", "tandem"] if first_vllm else ["tandem", "vllm"]
+                    for who in order:
+                        tag = f"r{r}-c{c}"
+                        run = (run_vllm(a, tokenizer, c, a.num_prompts, work, env, tag,
+                                        a.output_len) if who == "vllm" else
+                               run_tandem(a, c, a.num_prompts, work, env, tag, a.output_len))
+                        runs.append(run)
+                        print(f"round {r} c={c} {run.client:17s} TTFT {run.ttft_p50_ms:7.2f} ms  "
+                              f"TPOT {run.tpot_p50_ms:6.2f} ms  CPU {run.cpu_s:5.2f} s  "
+                              f"wall {run.wall_s:5.1f} s", flush=True)
+            startup = {}
+            if not a.no_startup_probe:
+                startup["vllm bench serve"] = run_vllm(a, tokenizer, 1, 1, work, env, "probe", 1)
+                startup["tandem bench"] = run_tandem(a, 1, 1, work, env, "probe", 1)
+        print_table(runs, levels, startup, a)
+    finally:
+        if server is not None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
+
+
+def print_table(runs: list[Run], levels: list[int], startup: dict[str, Run], a) -> None:
+    print()
+    print(f"endpoint {a.endpoint}, {a.input_len} in / {a.output_len} out, {a.num_prompts} "
+          f"requests per run, {a.rounds} interleaved rounds; medians over rounds")
+    if startup:
+        print("client start-up (1 request, 1 token): " + ", ".join(
+            f"{k} {v.cpu_s:.2f} CPU s" for k, v in startup.items()))
+    head = ("| c | client | TTFT p50 ms | TPOT p50 ms | ITL p50 ms | out tok | CPU s | "
+            "CPU ms/tok | CPU ms/tok − start-up |")
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for c in levels:
+        rows = {}
+        for client in ("vllm bench serve", "tandem bench"):
+            mine = [r for r in runs if r.client == client and r.concurrency == c]
+            med = {k: statistics.median(getattr(r, k) for r in mine)
+                   for k in ("ttft_p50_ms", "tpot_p50_ms", "itl_p50_ms", "cpu_s", "output_tokens")}
+            rows[client] = med
+            per_tok = med["cpu_s"] / med["output_tokens"] * 1000
+            marginal = ((med["cpu_s"] - startup[client].cpu_s) / med["output_tokens"] * 1000
+                        if client in startup else float("nan"))
+            print(f"| {c} | {client} | {med['ttft_p50_ms']:.2f} | {med['tpot_p50_ms']:.2f} | "
+                  f"{med['itl_p50_ms']:.2f} | {med['output_tokens']:.0f} | {med['cpu_s']:.2f} | "
+                  f"{per_tok:.3f} | {marginal:.3f} |")
+        v, t = rows["vllm bench serve"], rows["tandem bench"]
+        print(f"| {c} | ratio tandem/vllm | {t['ttft_p50_ms'] / v['ttft_p50_ms']:.3f} | "
+              f"{t['tpot_p50_ms'] / v['tpot_p50_ms']:.3f} | {t['itl_p50_ms'] / v['itl_p50_ms']:.3f}"
+              f" | | {t['cpu_s'] / v['cpu_s']:.3f} | | |")
+
+
+if __name__ == "__main__":
+    main()
