@@ -11,16 +11,66 @@ server that is already up instead.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+
+TANDEM = [sys.executable, "-m", "tandem.cli"]
 
 
 @dataclass(frozen=True)
 class Endpoint:
     url: str
     model: str
+
+
+@dataclass(frozen=True)
+class TinyDeployment:
+    """A running ``tiny-local`` deployment and the environment that reaches its state."""
+
+    name: str
+    endpoint: str
+    model: str
+    env: dict[str, str]
+    state_dir: Path
+    up_output: str = ""
+
+    def tandem(self, *args: str, timeout: float = 120, check: bool = True):
+        return subprocess.run([*TANDEM, *args], env=self.env, capture_output=True, text=True,
+                              timeout=timeout, check=check)
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Hugging Face home holding the tiny DeepSeek model, built once per session."""
+    hf_home = tmp_path_factory.mktemp("hf")
+    subprocess.run([*TANDEM, "model", "tiny", "--hf-home", str(hf_home)], check=True,
+                   capture_output=True, text=True, timeout=300)
+    return hf_home
+
+
+@pytest.fixture(scope="session")
+def tiny_deployment(tiny_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
+    """``tandem up tiny-local``: TP=2 over two ranks (two namespaces as root), real vLLM-CPU."""
+    home = tmp_path_factory.mktemp("tandem-home")
+    env = {**os.environ, "HF_HOME": str(tiny_hf_home), "TANDEM_HOME": str(home)}
+    up = subprocess.run([*TANDEM, "up", "tiny-local"], env=env, capture_output=True, text=True,
+                        timeout=900)
+    if up.returncode:
+        pytest.fail(f"tandem up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+    status = json.loads(subprocess.run([*TANDEM, "status", "tiny-local", "--json"], env=env,
+                                       capture_output=True, text=True, check=True).stdout)
+    deployment = TinyDeployment(name="tiny-local", endpoint=status["endpoint"],
+                                model=status["model"], env=env,
+                                state_dir=home / "deployments" / "tiny-local",
+                                up_output=up.stdout)
+    yield deployment
+    subprocess.run([*TANDEM, "down", "tiny-local"], env=env, capture_output=True, timeout=120)
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +81,8 @@ def tiny_endpoint(request: pytest.FixtureRequest) -> Endpoint:
         return Endpoint(url=url.rstrip("/"), model=os.environ.get("TANDEM_TEST_MODEL", "tiny-deepseek"))
     deployment = request.getfixturevalue("tiny_deployment")
     return Endpoint(url=deployment.endpoint, model=deployment.model)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``runs_last`` (taking the shared deployment down) run after all others."""
+    items.sort(key=lambda item: item.get_closest_marker("runs_last") is not None)

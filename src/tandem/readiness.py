@@ -53,7 +53,7 @@ _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _GRAPHS = re.compile(r"Graph capturing finished|CUDA graph capture took|Capturing CUDA graphs.*100%")
 _API = re.compile(r"Starting vLLM (?:API )?server|Uvicorn running on|Application startup complete")
-_ERROR_LINE = re.compile(r"^\s*(?:\S*\s+)?([A-Za-z_.]*(?:Error|Exception|Timeout)\b:?.*)$")
+_ERROR_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Timeout)\b:.*)$")
 
 
 def _number(text: str) -> int:
@@ -99,7 +99,7 @@ def failure_cause(log_text: str) -> str:
     lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
     for line in reversed(lines):
         if "Error" in line or "Exception" in line or "Timeout" in line:
-            if m := _ERROR_LINE.match(line):
+            if m := _ERROR_LINE.search(line):
                 return m.group(1)[:400]
             return line[:400]
     return lines[-1][:400] if lines else "the log is empty"

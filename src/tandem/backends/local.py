@@ -18,11 +18,13 @@ The processes outlive the command; ``status``, ``logs`` and ``down`` find them f
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -92,6 +94,16 @@ def _process_env(rank: RankSpec, run_dir: Path) -> dict[str, str]:
     return env
 
 
+def short_run_dir(directory: Path) -> Path:
+    """A short per-deployment folder for the ranks' TMPDIR and caches.
+
+    vLLM puts ZeroMQ IPC sockets in TMPDIR, and a socket path may not exceed 107 bytes, so the
+    folder lives directly in the system temp dir, named by a hash of the state folder.
+    """
+    tag = hashlib.sha1(str(directory.resolve()).encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"tandem-{tag}"
+
+
 def _port_taken(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -137,7 +149,7 @@ def up(
 
     commands = launch_commands(plan, deployment)
     directory = deployment_dir(name)
-    run_dir = directory / "run"
+    run_dir = short_run_dir(directory)
     log_dir = directory / "logs"
     for folder in (run_dir, log_dir):
         shutil.rmtree(folder, ignore_errors=True)
@@ -147,7 +159,7 @@ def up(
     state = DeploymentState(
         name=name, backend="local", recipe=deployment.recipe.model_dump(mode="json"),
         cluster=deployment.cluster.model_dump(mode="json"), endpoint=plan.endpoint,
-        model=plan.model, network=network.model_dump() if network else {})
+        model=plan.model, network=network.model_dump() if network else {}, run_dir=str(run_dir))
     state.save()
     if network:
         on_event(f"network: bridge {network.bridge} {network.bridge_address}/{network.prefix}, "
@@ -214,7 +226,8 @@ def _release(state: DeploymentState, *, on_event: Callable[[str], None] = lambda
         leftovers += netns.destroy(netns.NetworkPlan.model_validate(state.network))
         on_event(f"removed bridge {state.network['bridge']} and "
                  f"{len(state.network['nodes'])} namespace(s)")
-    shutil.rmtree(state.directory / "run", ignore_errors=True)
+    if state.run_dir:
+        shutil.rmtree(state.run_dir, ignore_errors=True)
     return leftovers
 
 

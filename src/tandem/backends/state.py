@@ -4,7 +4,8 @@ Layout under the state root (``$TANDEM_HOME``, default ``~/.local/state/tandem``
 
     deployments/NAME/state.json     this model, rewritten after every change
     deployments/NAME/logs/rankN.log each rank's stdout and stderr
-    deployments/NAME/run/           TMPDIR and caches of the ranks (removed by down)
+    $TMPDIR/tandem-HASH/rankN/      TMPDIR and caches of the ranks (removed by down; short,
+                                    because vLLM's IPC socket paths must fit in 107 bytes)
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class DeploymentState(BaseModel):
     model: str = Field(description="The model name clients send.")
     ranks: list[RankState] = Field(default_factory=list)
     network: dict = Field(default_factory=dict, description="What up created: bridge, netns.")
+    run_dir: str | None = Field(default=None, description="The ranks' TMPDIR and caches.")
     phases: list[PhaseMark] = Field(default_factory=list)
     boot: BootFigures = Field(default_factory=BootFigures)
     ready: bool = False

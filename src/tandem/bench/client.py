@@ -75,7 +75,8 @@ class SSEDecoder:
         return events
 
     def close(self) -> list[SSEEvent]:
-        """Events left when the stream ends without a final blank line."""
+        """The unterminated event left at the end, if any; SSE says to discard it, so a stream
+        reader ignores this, but a tool inspecting a broken stream may want it."""
         block, self._buffer = self._buffer.strip(b"\n"), b""
         event = _parse_block(block) if block else None
         return [event] if event is not None else []
@@ -272,9 +273,10 @@ class StreamAccumulator:
         self.chunk_times_s.append(t)
 
     def finish(self, clean_end: bool) -> dict[str, Any]:
-        """RequestRecord fields for this stream. ``clean_end``: the HTTP body ended normally."""
-        for event in self.decoder.close():
-            self._event(event, self.chunk_times_s[-1] if self.chunk_times_s else 0.0)
+        """RequestRecord fields for this stream. ``clean_end``: the HTTP body ended normally.
+
+        An event not closed by a blank line when the body ends is discarded (the SSE rule).
+        """
         usage = self.usage or {}
         output_tokens = usage.get("completion_tokens")
         from_usage = output_tokens is not None

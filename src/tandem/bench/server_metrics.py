@@ -67,7 +67,7 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     wanted = set(_TOTALS) | set(_GAUGES)
     values: dict[str, float] = {}
     per_position: dict[int, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(_only_used_families(text)):
         if not family.name.startswith("vllm:"):
             continue
         for sample in family.samples:
@@ -77,6 +77,29 @@ def parse_metrics(text: str) -> MetricsSnapshot:
             elif sample.name in wanted:
                 values[sample.name] = values.get(sample.name, 0.0) + sample.value
     return MetricsSnapshot(values=values, per_position=per_position)
+
+
+_FAMILY_PREFIXES = tuple({name.removesuffix("_total") for name in (*_TOTALS, *_GAUGES,
+                                                                   SPEC_ACCEPTED_PER_POS)})
+
+
+def _only_used_families(text: str) -> str:
+    """The lines of the families tandem reads, so the parser sees ~2 % of vLLM's exposition.
+
+    vLLM exports hundreds of histogram buckets; parsing them all costs ~13 ms a scrape, which
+    the client pays on the CPU it shares with the measurement. A line is kept when its metric
+    name (or the family named by a ``# HELP``/``# TYPE`` line) is one of ours.
+    """
+    kept = []
+    for line in text.splitlines():
+        if line.startswith("# "):
+            parts = line.split(" ", 3)
+            name = parts[2] if len(parts) > 2 else ""
+        else:
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name.removesuffix("_total").removesuffix("_created") in _FAMILY_PREFIXES:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
 
 
 async def scrape(client: httpx.AsyncClient, base_url: str) -> MetricsSnapshot | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import sys
 from enum import IntEnum
 
 import click
@@ -96,7 +95,3 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("interrupted", err=True)
         return ExitCode.INTERRUPTED
     return ExitCode.SUCCESS
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -142,7 +142,7 @@ def comparison_rows(comp: Comparison) -> list[list[str]]:
             seconds = f.key.endswith("_s")
             fmt = _ms if seconds else _num
             rows.append([point.label, f.name + (" (ms)" if seconds else ""), fmt(f.a), fmt(f.b),
-                         _pct(f.relative), {"a": comp.a, "b": comp.b}.get(f.better or "", "")])
+                         _pct(f.relative), {"a": "A", "b": "B"}.get(f.better or "", "")])
     return rows
 
 

