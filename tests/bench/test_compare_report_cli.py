@@ -1,0 +1,73 @@
+"""compare, the Markdown report and the CLI, from summaries built in the test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from click.testing import CliRunner
+
+from tandem.bench.compare import compare, load_summary
+from tandem.bench.config import BenchConfig
+from tandem.bench.metrics import load_point_metrics
+from tandem.bench.runner import BenchResult, LoadPointResult, ServerInfo
+from tandem.bench.workload import LoadPoint
+from tandem.cli import cli
+from tandem.report.bench import comparison_markdown, markdown
+
+from .test_metrics import rec
+
+
+def result(ttft: float, gap: float) -> BenchResult:
+    records = [rec(i, ttft=ttft, gaps=(gap, gap, gap), start=i * 0.5) for i in range(4)]
+    point = LoadPoint(label="c1", kind="concurrency", concurrency=1, requests=4, input_tokens=10,
+                      output_tokens=4)
+    return BenchResult(config=BenchConfig(url="http://h:8000"),
+                       server=ServerInfo(url="http://h:8000", model="tiny"), finished=True,
+                       points=[LoadPointResult(point=point, metrics=load_point_metrics(records))])
+
+
+def test_compare_gives_relative_change_and_the_better_side():
+    comp = compare(result(0.1, 0.01), result(0.05, 0.02))
+    figures = {f.key: f for f in comp.points[0].figures}
+    assert figures["ttft_p50_s"].relative == pytest.approx(-0.5) and figures["ttft_p50_s"].better == "b"
+    assert figures["tpot_p50_s"].relative == pytest.approx(1.0) and figures["tpot_p50_s"].better == "a"
+    assert comp.only_in_a == [] and comp.only_in_b == []
+    assert "| c1 | TTFT p50 (ms) | 100.0 | 50.0 | -50.0% | B |" in comparison_markdown(comp)
+
+
+def test_markdown_report_lists_every_point_with_ms():
+    text = markdown(result(0.1, 0.01))
+    assert "# tandem bench: tiny" in text
+    assert "| c1 | concurrency 1 | 4/4 | 100.0 |" in text
+    assert "| TPOT | 4 | 10.0 |" in text
+
+
+def test_cli_compare_reads_run_folders_and_summary_paths(tmp_path):
+    for name, r in (("a", result(0.1, 0.01)), ("b", result(0.2, 0.01))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(r.model_dump_json())
+    out = CliRunner().invoke(cli, ["bench", "compare", str(tmp_path / "a"),
+                                   str(tmp_path / "b" / "summary.json"), "--markdown"])
+    assert out.exit_code == 0, out.output
+    assert "| c1 | TTFT p50 (ms) | 100.0 | 200.0 | +100.0% | A |" in out.output
+
+
+def test_a_file_that_is_not_a_summary_is_a_spec_error(tmp_path):
+    bad = tmp_path / "summary.json"
+    bad.write_text(json.dumps({"hello": 1}))
+    try:
+        load_summary(tmp_path)
+    except Exception as exc:  # noqa: BLE001
+        assert type(exc).__name__ == "SpecError" and exc.file == str(bad)
+    else:
+        raise AssertionError("expected SpecError")
+
+
+def test_bench_without_subcommand_runs_and_help_lists_subcommands():
+    runner = CliRunner()
+    helped = runner.invoke(cli, ["bench", "-h"])
+    assert helped.exit_code == 0 and "compare" in helped.output and "run" in helped.output
+    run_help = runner.invoke(cli, ["bench", "--concurrency", "1", "-h"])
+    assert run_help.exit_code == 0 and "--output-tokens" in run_help.output

