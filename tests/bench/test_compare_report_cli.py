@@ -71,3 +71,15 @@ def test_bench_without_subcommand_runs_and_help_lists_subcommands():
     assert helped.exit_code == 0 and "compare" in helped.output and "run" in helped.output
     run_help = runner.invoke(cli, ["bench", "--concurrency", "1", "-h"])
     assert run_help.exit_code == 0 and "--output-tokens" in run_help.output
+
+
+def test_bench_deployment_takes_url_and_model_from_its_state(tmp_path, monkeypatch):
+    from tandem.backends.state import DeploymentState
+    from tandem.errors import EndpointError
+
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
+    DeploymentState(name="d1", backend="local", recipe={}, cluster={},
+                    endpoint="http://127.0.0.1:9", model="tiny").save()
+    out = CliRunner().invoke(cli, ["bench", "d1", "--quiet"])
+    assert isinstance(out.exception, EndpointError)
+    assert "http://127.0.0.1:9/v1/models" in out.exception.message

@@ -119,9 +119,10 @@ def markdown(result: BenchResult) -> str:
                             ("client queue", m.queue_s)):
             lines.append(_stats_row(name, stats))
         if s is not None:
-            server = [f"generation tokens {s.generation_tokens}", f"prompt tokens {s.prompt_tokens}",
-                      f"preemptions {s.preemptions}",
-                      f"KV cache peak {_num(s.kv_cache_usage_peak * 100 if s.kv_cache_usage_peak is not None else None)} %"]
+            kv = s.kv_cache_usage_peak
+            server = [f"generation tokens {s.generation_tokens}",
+                      f"prompt tokens {s.prompt_tokens}", f"preemptions {s.preemptions}",
+                      f"KV cache peak {_num(kv * 100 if kv is not None else None)} %"]
             if s.spec_acceptance_rate is not None:
                 server.append(f"spec-decode acceptance {s.spec_acceptance_rate:.1%}, length "
                               f"{_num(s.spec_acceptance_length, 2)}")
