@@ -64,8 +64,17 @@ def test_log_tail_returns_only_complete_new_lines(tmp_path):
 
 
 class Exited:
+    """A launched rank read from a log file, with a fixed exit status."""
+
     def __init__(self, rank: int, log_path: Path, code: int | None):
         self.rank, self.log_path, self.code = rank, log_path, code
+        self.tail = LogTail(log_path)
+
+    def new_lines(self):
+        return self.tail.new_lines()
+
+    def recent_text(self):
+        return self.log_path.read_text()
 
     def exit_code(self):
         return self.code

@@ -109,7 +109,12 @@ class WatchedRank(Protocol):
     """What readiness needs from a launched rank: its number, its log, whether it exited."""
 
     rank: int
-    log_path: Path
+
+    def new_lines(self) -> list[str]:
+        """Log lines appended since the last call."""
+
+    def recent_text(self) -> str:
+        """The end of the rank's log, to find the cause of a failure in."""
 
     def exit_code(self) -> int | None:
         """None while running, else the exit status."""
@@ -173,7 +178,6 @@ def wait_ready(
     """
     start = clock()
     marks: list[PhaseMark] = []
-    tails = {r.rank: LogTail(r.log_path) for r in ranks}
     logs = {r.rank: BootLog(r.rank) for r in ranks}
     leader = min(r.rank for r in ranks)
 
@@ -185,7 +189,7 @@ def wait_ready(
 
     def read_logs() -> None:
         for r in ranks:
-            for line in tails[r.rank].new_lines():
+            for line in r.new_lines():
                 for phase, detail in logs[r.rank].feed(line):
                     mark(phase, r.rank, detail)
 
@@ -203,13 +207,12 @@ def wait_ready(
                     read_logs()
                     raise RankFailed(
                         f"exited with status {code} during start-up: "
-                        f"{failure_cause(r.log_path.read_text(errors='replace'))}",
+                        f"{failure_cause(r.recent_text())}",
                         rank=r.rank, hint=f"see the whole log with `tandem logs --rank {r.rank}`")
             if clock() - start > timeout_s:
                 last = marks[-1].phase if marks else Phase.LAUNCHED.value
                 causes = "; ".join(
-                    f"rank {r.rank}: {failure_cause(r.log_path.read_text(errors='replace'))}"
-                    for r in ranks if r.log_path.exists())
+                    f"rank {r.rank}: {failure_cause(r.recent_text())}" for r in ranks)
                 raise RankFailed(
                     f"not ready after {timeout_s:.0f} s (last phase: {last}); {causes}",
                     hint="raise timeouts.startup_s if the logs show progress, else read "

@@ -35,9 +35,9 @@ from tandem.backends import netns, processes
 from tandem.backends.state import (
     DeploymentState, PhaseMark, RankState, deployment_dir, load_state, list_deployments,
 )
-from tandem.errors import BackendError, RankFailed
+from tandem.errors import BackendError
 from tandem.rankplan import RankPlan, RankSpec
-from tandem.readiness import Readiness, wait_ready
+from tandem.readiness import LogTail, Readiness, wait_ready
 from tandem.spec.cluster import LocalIsolation
 from tandem.spec.deployment import Deployment
 
@@ -50,8 +50,27 @@ class LaunchedRank:
     log_path: Path
     process: subprocess.Popen
 
+    def __post_init__(self) -> None:
+        self._tail = LogTail(self.log_path)
+
+    def new_lines(self) -> list[str]:
+        return self._tail.new_lines()
+
+    def recent_text(self) -> str:
+        return tail_text(self.log_path)
+
     def exit_code(self) -> int | None:
         return self.process.poll()
+
+
+def tail_text(path: Path, max_bytes: int = 64_000) -> str:
+    """The last ``max_bytes`` of a log file (empty if it does not exist)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - max_bytes))
+            return handle.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
 
 
 def engine_command(argv0: str) -> str:
@@ -202,20 +221,6 @@ def up(
     return state, readiness
 
 
-def down(name: str | None = None, *, on_event: Callable[[str], None] = lambda t: None) -> DeploymentState:
-    """Stop every rank of a deployment and remove its network and run files.
-
-    Raises:
-        BackendError: some process survived SIGKILL, or the network could not be removed.
-    """
-    state = load_state(name)
-    leftovers = _release(state, on_event=on_event)
-    (state.directory / "state.json").unlink(missing_ok=True)
-    if leftovers:
-        raise BackendError(f"could not remove everything of '{state.name}': {'; '.join(leftovers)}")
-    return state
-
-
 def _release(state: DeploymentState, *, on_event: Callable[[str], None] = lambda t: None) -> list[str]:
     """Stop processes, remove the network and run dir; return what could not be removed."""
     leaders = [r.pid for r in state.ranks if r.pid]
@@ -231,15 +236,28 @@ def _release(state: DeploymentState, *, on_event: Callable[[str], None] = lambda
     return leftovers
 
 
-def rank_running(state: DeploymentState, rank: RankState) -> bool:
-    """True while the rank's process (or one of its children) is alive."""
-    return rank.rank in processes.marked_processes(state.name).values()
+class LocalBackend:
+    """``tandem.backends.base.Backend`` for the ``local`` transport."""
 
+    name = "local"
 
-def rank_failed(state: DeploymentState) -> RankFailed | None:
-    """A RankFailed for the first rank that is no longer running, if any."""
-    alive = set(processes.marked_processes(state.name).values())
-    for rank in state.ranks:
-        if rank.rank not in alive:
-            return RankFailed("is not running", rank=rank.rank, node=rank.node)
-    return None
+    def launch_commands(self, plan: RankPlan, deployment: Deployment) -> list[tuple[RankSpec, list[str]]]:
+        return launch_commands(plan, deployment)
+
+    def up(self, plan: RankPlan, deployment: Deployment, *, timeout_s: float | None,
+           on_phase: Callable[[PhaseMark], None], on_event: Callable[[str], None],
+           ) -> tuple[DeploymentState, Readiness]:
+        return up(plan, deployment, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event)
+
+    def down(self, state: DeploymentState, *, on_event: Callable[[str], None]) -> None:
+        leftovers = _release(state, on_event=on_event)
+        if leftovers:
+            raise BackendError(f"could not remove everything of '{state.name}': "
+                               f"{'; '.join(leftovers)}")
+
+    def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
+        """True while the rank's process (or one of its children) is alive."""
+        return rank.rank in processes.marked_processes(state.name).values()
+
+    def log_reader(self, state: DeploymentState, rank: RankState) -> LogTail:
+        return LogTail(Path(rank.log))

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import time
-from pathlib import Path
+import shlex
 
 import click
 import httpx
 from rich.console import Console
 from rich.table import Table
 
-from tandem.backends import local
-from tandem.backends.state import DeploymentState, PhaseMark, load_state
+from tandem import lifecycle
+from tandem.backends.state import PhaseMark, load_state
 from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
-from tandem.errors import BackendError, EndpointError
-from tandem.rankplan import plan_ranks
-from tandem.readiness import LogTail
-from tandem.spec.cluster import Transport
+from tandem.errors import EndpointError
 
 console = Console(highlight=False)
 name_argument = click.argument("name", required=False)
@@ -50,21 +45,19 @@ def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
       tandem up tiny-local --dry-run
     """
     deployment = machine_deployment(recipe, cluster_path)
-    if deployment.cluster.transport is not Transport.LOCAL:
-        raise BackendError(f"the {deployment.cluster.transport.value} backend is not available "
-                           "in this version", field="transport",
-                           hint="use `tandem render` to get the per-node commands")
-    plan = plan_ranks(deployment)
     if dry_run:
-        for rank, argv in local.launch_commands(plan, deployment):
-            env = " ".join(f"{k}={v}" for k, v in rank.env.items())
-            click.echo(f"# rank {rank.rank} ({rank.role.value})\nenv {env} {' '.join(argv)}\n")
+        _, commands = lifecycle.dry_run(deployment)
+        for rank, argv in commands:
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in rank.env.items())
+            click.echo(f"# rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
+                       f"env {env} {shlex.join(argv)}\n")
         return
-    console.print(f"[bold]{deployment.name}[/bold]: {len(plan.ranks)} rank(s), world size "
-                  f"{plan.world_size}, on '{deployment.cluster.name}' "
-                  f"({deployment.cluster.local.isolation.value})")
-    state, ready = local.up(plan, deployment, timeout_s=timeout_s, on_phase=_show_phase,
-                            on_event=lambda text: console.print(f"  [dim]{text}[/dim]"))
+    cluster = deployment.cluster
+    console.print(f"[bold]{deployment.name}[/bold]: {len(cluster.nodes)} rank(s), world size "
+                  f"{deployment.world_size}, on '{cluster.name}' ({cluster.transport.value}"
+                  f"{', ' + cluster.local.isolation.value if cluster.transport.value == 'local' else ''})")
+    state, ready = lifecycle.up(deployment, timeout_s=timeout_s, on_phase=_show_phase,
+                                on_event=_show_event)
     boot = state.boot
     console.print(f"[green]ready[/green] at {state.endpoint}/v1 as model '{state.model}' "
                   f"after {state.phases[-1].elapsed_s:.1f} s")
@@ -76,23 +69,8 @@ def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
     console.print(f"  first answer ({ready.completion_tokens} tokens): {ready.answer!r}")
 
 
-def deployment_status(state: DeploymentState) -> dict:
-    """Status as data: endpoint, health, and each rank's state."""
-    try:
-        healthy = httpx.get(f"{state.endpoint}/health", timeout=3).status_code == 200
-    except httpx.HTTPError:
-        healthy = False
-    ranks = [
-        {"rank": r.rank, "node": r.node, "role": r.role, "address": r.address, "pid": r.pid,
-         "netns": r.netns, "state": "running" if local.rank_running(state, r) else "exited",
-         "log": r.log}
-        for r in sorted(state.ranks, key=lambda r: r.rank)
-    ]
-    return {
-        "name": state.name, "backend": state.backend, "endpoint": state.endpoint,
-        "model": state.model, "ready": state.ready, "healthy": healthy, "ranks": ranks,
-        "boot": state.boot.model_dump(), "phases": [p.model_dump() for p in state.phases],
-    }
+def _show_event(text: str) -> None:
+    console.print(f"  [dim]{text}[/dim]")
 
 
 @click.command("status")
@@ -108,18 +86,18 @@ def status_command(name: str | None, as_json: bool) -> None:
       tandem status
       tandem status tiny-local --json
     """
-    status = deployment_status(load_state(name))
+    status = lifecycle.status(name)
     if as_json:
-        click.echo(json.dumps(status, indent=2))
+        click.echo(status.model_dump_json(indent=2))
         return
-    health = "[green]healthy[/green]" if status["healthy"] else "[red]not answering[/red]"
-    console.print(f"[bold]{status['name']}[/bold] ({status['backend']}) {status['endpoint']}/v1 "
-                  f"model '{status['model']}': {health}")
+    health = "[green]healthy[/green]" if status.healthy else "[red]not answering[/red]"
+    console.print(f"[bold]{status.name}[/bold] ({status.backend}) {status.endpoint}/v1 "
+                  f"model '{status.model}': {health}")
     table = Table("rank", "role", "node", "address", "pid", "state")
-    for r in status["ranks"]:
-        colour = "green" if r["state"] == "running" else "red"
-        table.add_row(str(r["rank"]), r["role"], r["node"], r["address"], str(r["pid"]),
-                      f"[{colour}]{r['state']}[/{colour}]")
+    for r in status.ranks:
+        colour = "green" if r.state == "running" else "red"
+        table.add_row(str(r.rank), r.role, r.node, r.address, str(r.pid),
+                      f"[{colour}]{r.state}[/{colour}]")
     console.print(table)
 
 
@@ -136,21 +114,8 @@ def logs_command(name: str | None, rank: int | None, follow: bool, tail: int | N
       tandem logs --rank 1 --tail 50
       tandem logs tiny-local -f
     """
-    state = load_state(name)
-    ranks = [r for r in state.ranks if rank is None or r.rank == rank]
-    if not ranks:
-        raise BackendError(f"deployment '{state.name}' has no rank {rank}",
-                           hint=f"ranks are 0..{len(state.ranks) - 1}")
-    tails = {r.rank: LogTail(Path(r.log)) for r in ranks}
-    for r in ranks:
-        lines = tails[r.rank].new_lines()
-        for line in lines[-tail:] if tail else lines:
-            click.echo(f"[rank {r.rank}] {line}")
-    while follow:
-        time.sleep(0.5)
-        for r in ranks:
-            for line in tails[r.rank].new_lines():
-                click.echo(f"[rank {r.rank}] {line}")
+    for number, line in lifecycle.log_lines(name, rank=rank, follow=follow, tail=tail):
+        click.echo(f"[rank {number}] {line}")
 
 
 @click.command("down")
@@ -165,7 +130,7 @@ def down_command(name: str | None) -> None:
       tandem down
       tandem down tiny-local
     """
-    state = local.down(name, on_event=lambda text: console.print(f"  [dim]{text}[/dim]"))
+    state = lifecycle.down(name, on_event=_show_event)
     console.print(f"[bold]{state.name}[/bold] is down")
 
 

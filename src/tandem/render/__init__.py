@@ -1,1 +1,32 @@
-"""Renderers turn a RankPlan into text another program runs: shell commands, JSON, manifests."""
+"""Renderers turn a RankPlan into text another program runs: shell commands, JSON, manifests.
+
+Every renderer is ``render(plan, deployment, fmt) -> str`` and registered here by target name,
+so ``tandem render --target NAME`` finds it; it is imported only when used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Protocol
+
+from tandem.errors import SpecError
+from tandem.rankplan import RankPlan
+from tandem.spec.deployment import Deployment
+
+
+class Renderer(Protocol):
+    def __call__(self, plan: RankPlan, deployment: Deployment, fmt: str) -> str: ...
+
+
+# target -> "module:function"
+TARGETS: dict[str, str] = {
+    "process": "tandem.render.commands:render",
+}
+
+
+def renderer_for(target: str) -> Renderer:
+    if target not in TARGETS:
+        raise SpecError(f"unknown render target '{target}'", field="--target",
+                        hint=f"use one of {', '.join(TARGETS)}")
+    module, _, function = TARGETS[target].partition(":")
+    return getattr(importlib.import_module(module), function)

@@ -10,6 +10,7 @@ import json
 import shlex
 
 from tandem.rankplan import RankPlan, RankSpec
+from tandem.spec.deployment import Deployment
 
 
 def to_json(plan: RankPlan) -> str:
@@ -44,3 +45,8 @@ def to_shell(plan: RankPlan) -> str:
         blocks.append(f"# rank {rank.rank} ({rank.role.value}) on node {rank.node} "
                       f"[{rank.address}], start wave {rank.start_order}\n{shell_command(rank)}")
     return "\n\n".join(blocks) + "\n"
+
+
+def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:
+    """The ``process`` target: ``fmt`` is ``shell`` or ``json``."""
+    return to_json(plan) if fmt == "json" else to_shell(plan)

@@ -1,0 +1,66 @@
+"""The one interface every backend implements, and the registry that picks one per transport.
+
+A backend turns a RankPlan into running ranks somewhere and finds them again later from the
+deployment's state. Readiness, the phase display, status and logs are shared; only launching,
+stopping, liveness and log reading differ between this machine, SSH hosts and Kubernetes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Protocol
+
+from tandem.backends.state import DeploymentState, PhaseMark, RankState
+from tandem.errors import BackendError
+from tandem.rankplan import RankPlan, RankSpec
+from tandem.readiness import Readiness
+from tandem.spec.deployment import Deployment
+
+OnPhase = Callable[[PhaseMark], None]
+OnEvent = Callable[[str], None]
+
+
+class LogReader(Protocol):
+    """Reads a rank's log incrementally."""
+
+    def new_lines(self) -> list[str]:
+        """Complete lines appended since the last call (all lines on the first call)."""
+
+
+class Backend(Protocol):
+    """Launch, find, read and stop the ranks of a deployment."""
+
+    name: str
+
+    def launch_commands(self, plan: RankPlan, deployment: Deployment) -> list[tuple[RankSpec, list[str]]]:
+        """What ``up`` would run for each rank, in start order (for ``--dry-run``)."""
+
+    def up(self, plan: RankPlan, deployment: Deployment, *, timeout_s: float | None,
+           on_phase: OnPhase, on_event: OnEvent) -> tuple[DeploymentState, Readiness]:
+        """Start every rank, workers first, and wait until the model answers."""
+
+    def down(self, state: DeploymentState, *, on_event: OnEvent) -> None:
+        """Stop every rank and remove what ``up`` created; raise if something survives."""
+
+    def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
+        """True while the rank's process (or pod) is alive."""
+
+    def log_reader(self, state: DeploymentState, rank: RankState) -> LogReader:
+        """A reader of the rank's log."""
+
+
+# transport -> "module:Class"; a backend is imported only when used.
+BACKENDS: dict[str, str] = {
+    "local": "tandem.backends.local:LocalBackend",
+}
+
+
+def backend_for(transport: str) -> Backend:
+    """The backend of a cluster transport (``local``, ``ssh``, ``k8s``)."""
+    if transport not in BACKENDS:
+        raise BackendError(f"no backend for transport '{transport}' in this version",
+                           field="transport", hint=f"use one of {', '.join(BACKENDS)}, or "
+                           "`tandem render` to get the per-node commands")
+    module, _, cls = BACKENDS[transport].partition(":")
+    return getattr(importlib.import_module(module), cls)()
