@@ -92,8 +92,11 @@ def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int) -> Run:
     out = work / f"tandem-{tag}"
     cpu, wall = timed(tandem_cmd(a, c, n, out_len, out), env)
     m = json.loads((out / "summary.json").read_text())["points"][0]["metrics"]
-    return Run("tandem bench", c, m["ttft_s"]["p50"] * 1000, m["tpot_s"]["p50"] * 1000,
-               m["itl_s"]["p50"] * 1000, int(m["output_tokens_total"]), cpu, wall)
+
+    def ms(stats: dict) -> float:  # a 1-token probe has no TPOT or ITL
+        return stats["p50"] * 1000 if stats["p50"] is not None else float("nan")
+    return Run("tandem bench", c, ms(m["ttft_s"]), ms(m["tpot_s"]), ms(m["itl_s"]),
+               int(m["output_tokens_total"]), cpu, wall)
 
 
 def start_server(a: argparse.Namespace) -> subprocess.Popen:
