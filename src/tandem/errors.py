@@ -7,7 +7,8 @@
     ├── PlanError                the recipe and cluster are each valid but cannot work together
     ├── BackendError             the world did something while we launched or stopped ranks
     │   ├── RankFailed           a rank exited or never became ready
-    │   └── StateError           no deployment of that name, or its state file is unreadable
+    │   ├── StateError           no deployment of that name, or its state file is unreadable
+    │   └── KubernetesError      kubectl or the API server refused or failed a request
     ├── EndpointError            an OpenAI-compatible endpoint refused or broke a request
     └── CheckFailed              preflight found at least one error
 
@@ -122,6 +123,12 @@ class StateError(BackendError):
     """A deployment's state cannot be found or read."""
 
     code = "state-missing"
+
+
+class KubernetesError(BackendError):
+    """kubectl or the API server refused a request; the message carries the server's words."""
+
+    code = "kubernetes-failed"
 
 
 class EndpointError(TandemError):

@@ -45,3 +45,29 @@ PER_NODE_VARS = (VLLM_HOST_IP,)
 
 # --- where containers see the Hugging Face cache (seed 000's hostPath mount) -------------------
 CONTAINER_HF_HOME = "/cache/huggingface"
+
+# --- LeaderWorkerSet (kubernetes-sigs/lws, api/leaderworkerset/v1/leaderworkerset_types.go) -----
+LWS_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
+"""Injected into every container: the leader pod's DNS name,
+``<lws-name>-<groupIndex>.<subdomain>.<namespace>``, e.g. ``dsv4-flash-tp2-0.dsv4-flash-tp2.default``."""
+LWS_GROUP_SIZE = "LWS_GROUP_SIZE"
+"""Injected: pods per group, leader included (= ``--nnodes``)."""
+LWS_WORKER_INDEX = "LWS_WORKER_INDEX"
+"""Injected: 0 for the leader, 1..size-1 for the workers (= ``--node-rank``)."""
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+"""Label on every pod of a LeaderWorkerSet: its name."""
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
+LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
+ROLE_LABEL = "role"
+"""Pod template label ``role: leader`` / ``role: worker``; the Service selects ``role: leader``
+(the convention of LWS's own vLLM example and of seed 000)."""
+K8S_HOSTNAME_LABEL = "kubernetes.io/hostname"
+"""Node label that a cluster inventory's node ``name`` must equal (nodeSelector per role)."""
+K8S_MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+K8S_NAME_LABEL = "app.kubernetes.io/name"
+CILIUM_LB_IPAM_IPS = "io.cilium/lb-ipam-ips"
+"""Service annotation: the address Cilium LB-IPAM assigns a LoadBalancer Service (seed 000)."""
+NVIDIA_GPU_RESOURCE = "nvidia.com/gpu"
+"""Extended resource the NVIDIA device plugin (GPU Operator) advertises on each node."""

@@ -21,6 +21,7 @@ class Renderer(Protocol):
 # target -> "module:function"
 TARGETS: dict[str, str] = {
     "process": "tandem.render.commands:render",
+    "k8s": "tandem.render.kubernetes:render",
 }
 
 

