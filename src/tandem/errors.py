@@ -7,6 +7,7 @@
     ├── PlanError                the recipe and cluster are each valid but cannot work together
     ├── BackendError             the world did something while we launched or stopped ranks
     │   ├── RankFailed           a rank exited or never became ready
+    │   ├── SSHError             a node could not be reached, refused our key, lacks a command
     │   ├── StateError           no deployment of that name, or its state file is unreadable
     │   └── KubernetesError      kubectl or the API server refused or failed a request
     ├── EndpointError            an OpenAI-compatible endpoint refused or broke a request
@@ -117,6 +118,30 @@ class RankFailed(BackendError):
     """A rank exited early or the deployment did not become ready in time."""
 
     code = "rank-failed"
+
+
+class SSHError(BackendError):
+    """A command over SSH failed before it could run: ``reason`` says which way.
+
+    - ``unreachable``: no connection (refused, no route, DNS, timeout);
+    - ``key-refused``: the host answered but did not accept any of our keys;
+    - ``command-missing``: the remote shell could not find a program (exit status 127).
+
+    Usage:
+        try:
+            transport.run(target, "vllm --version")
+        except SSHError as exc:
+            if exc.reason == SSHError.KEY_REFUSED: ...
+    """
+
+    code = "ssh-failed"
+    UNREACHABLE = "unreachable"
+    KEY_REFUSED = "key-refused"
+    COMMAND_MISSING = "command-missing"
+
+    def __init__(self, message: str, *, reason: str, **context) -> None:
+        super().__init__(message, **context)
+        self.reason = reason
 
 
 class StateError(BackendError):

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from tandem.backends.base import Backend, OnEvent, OnPhase, backend_for
 from tandem.backends.state import BootFigures, DeploymentState, PhaseMark, load_state
+from tandem.backends.supervisor import stop_supervisor
 from tandem.errors import BackendError
 from tandem.rankplan import RankPlan, plan_ranks
 from tandem.readiness import Readiness
@@ -104,6 +105,7 @@ def log_lines(name: str | None = None, *, rank: int | None = None, follow: bool 
 def down(name: str | None = None, *, on_event: OnEvent = lambda text: None) -> DeploymentState:
     """Stop every rank, remove what up created, and forget the deployment (logs are kept)."""
     state = load_state(name)
+    stop_supervisor(state.name, on_event=on_event)  # or it would restart what we stop
     backend_for(state.backend).down(state, on_event=on_event)
     (state.directory / "state.json").unlink(missing_ok=True)
     return state

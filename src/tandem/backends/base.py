@@ -53,6 +53,7 @@ class Backend(Protocol):
 # transport -> "module:Class"; a backend is imported only when used.
 BACKENDS: dict[str, str] = {
     "local": "tandem.backends.local:LocalBackend",
+    "ssh": "tandem.backends.ssh:SSHBackend",
 }
 
 

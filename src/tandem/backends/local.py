@@ -27,11 +27,11 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from tandem import wire
 from tandem.backends import netns, processes
+from tandem.backends.launch import new_state, phase_recorder, record_rank
 from tandem.backends.state import (
     DeploymentState, PhaseMark, RankState, deployment_dir, load_state, list_deployments,
 )
@@ -175,10 +175,8 @@ def up(
         folder.mkdir(parents=True)
 
     network = netns.network_plan(name, deployment.cluster) if use_netns else None
-    state = DeploymentState(
-        name=name, backend="local", recipe=deployment.recipe.model_dump(mode="json"),
-        cluster=deployment.cluster.model_dump(mode="json"), endpoint=plan.endpoint,
-        model=plan.model, network=network.model_dump() if network else {}, run_dir=str(run_dir))
+    state = new_state(plan, deployment, backend="local",
+                      network=network.model_dump() if network else {}, run_dir=str(run_dir))
     state.save()
     if network:
         on_event(f"network: bridge {network.bridge} {network.bridge_address}/{network.prefix}, "
@@ -194,23 +192,16 @@ def up(
                     argv, env=_process_env(rank, run_dir), stdin=subprocess.DEVNULL,
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             launched.append(LaunchedRank(rank.rank, log_path, process))
-            state.ranks.append(RankState(
-                rank=rank.rank, node=rank.node, role=rank.role.value, address=rank.address,
-                pid=process.pid, netns=network.netns_of(rank.node) if network else None,
-                log=str(log_path), started_at=datetime.now(timezone.utc)))
-            state.save()
+            record_rank(state, rank, log=str(log_path), pid=process.pid,
+                        netns=network.netns_of(rank.node) if network else None)
             on_event(f"started rank {rank.rank} ({rank.role.value}) on {rank.node}, "
                      f"pid {process.pid}")
-
-        def record(mark: PhaseMark) -> None:
-            state.phases.append(mark)
-            state.save()
-            on_phase(mark)
 
         readiness = wait_ready(
             plan.endpoint, plan.model, launched,
             timeout_s=timeout_s or deployment.recipe.timeouts.startup_s,
-            request_timeout_s=deployment.recipe.timeouts.request_s, on_phase=record)
+            request_timeout_s=deployment.recipe.timeouts.request_s,
+            on_phase=phase_recorder(state, on_phase))
     except BaseException:
         on_event("start-up failed: stopping every rank")
         _release(state)

@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("tandem.cli.lifecycle", "Show a deployment's ranks and endpoint."),
     "logs": ("tandem.cli.lifecycle", "Show or follow the ranks' logs."),
     "down": ("tandem.cli.lifecycle", "Stop every rank and remove what up created."),
+    "supervise": ("tandem.cli.supervise", "Restart the whole group when a rank dies."),
+    "sync": ("tandem.cli.sync", "Make every node hold the same image and model snapshot."),
     "chat": ("tandem.cli.lifecycle", "Send one chat message to a deployment and print the answer."),
     "bench": ("tandem.cli.bench", "Measure serving performance of an OpenAI-compatible endpoint."),
     "eval": ("tandem.cli.eval", "Evaluate answer quality (GPQA-Diamond) against an endpoint."),

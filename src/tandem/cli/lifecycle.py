@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import click
 import httpx
@@ -10,8 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from tandem import lifecycle
+from tandem.backends.bundle import write_bundle
 from tandem.backends.state import PhaseMark, load_state
 from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
+from tandem.cli.supervise import run_supervisor
 from tandem.errors import EndpointError
 
 console = Console(highlight=False)
@@ -30,8 +33,10 @@ def _show_phase(mark: PhaseMark) -> None:
 @click.option("--timeout", "timeout_s", type=float, help="Start-up limit in seconds. "
               "Default: the recipe's timeouts.startup_s.")
 @click.option("--dry-run", is_flag=True, help="Print what would run, start nothing.")
+@click.option("--supervise", is_flag=True, help="Stay in the foreground once ready and restart "
+              "the whole group when a rank dies (see `tandem supervise`).")
 def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
-               dry_run: bool) -> None:
+               dry_run: bool, supervise: bool) -> None:
     """Launch every rank, workers first, and wait until the model answers.
 
     Ready means: the leader's port is open, /health is 200, /v1/models lists the model, and a
@@ -43,6 +48,7 @@ def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
       tandem up tiny-local
       tandem up tiny-local --cluster examples/local-netns.yaml --timeout 600
       tandem up tiny-local --dry-run
+      tandem up tiny-local --cluster examples/ssh-pair.yaml --supervise
     """
     deployment = machine_deployment(recipe, cluster_path)
     if dry_run:
@@ -67,6 +73,8 @@ def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
                       f"{boot.max_concurrency}x at {boot.max_concurrency_tokens_per_request:,} "
                       "tokens per request")
     console.print(f"  first answer ({ready.completion_tokens} tokens): {ready.answer!r}")
+    if supervise:
+        run_supervisor(state.name)
 
 
 def _show_event(text: str) -> None:
@@ -106,14 +114,23 @@ def status_command(name: str | None, as_json: bool) -> None:
 @click.option("--rank", type=int, help="Only this rank. Default: all, prefixed by rank.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until Ctrl-C.")
 @click.option("--tail", type=int, default=None, help="Only the last N lines of each log.")
-def logs_command(name: str | None, rank: int | None, follow: bool, tail: int | None) -> None:
+@click.option("--bundle", "bundle_path", type=click.Path(path_type=Path), default=None,
+              is_flag=False, flag_value=Path("."), help="Write a support archive instead (resolved "
+              "recipe, versions, last log lines of every rank, environment with secrets removed) "
+              "to this file or folder (default: the current folder).")
+def logs_command(name: str | None, rank: int | None, follow: bool, tail: int | None,
+                 bundle_path: Path | None) -> None:
     """Show the ranks' logs, each line prefixed with its rank.
 
     \b
     Examples:
       tandem logs --rank 1 --tail 50
       tandem logs tiny-local -f
+      tandem logs tiny-local --bundle /tmp
     """
+    if bundle_path is not None:
+        console.print(f"wrote {write_bundle(name, bundle_path)}")
+        return
     for number, line in lifecycle.log_lines(name, rank=rank, follow=follow, tail=tail):
         click.echo(f"[rank {number}] {line}")
 

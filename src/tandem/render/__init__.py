@@ -22,6 +22,7 @@ class Renderer(Protocol):
 TARGETS: dict[str, str] = {
     "process": "tandem.render.commands:render",
     "k8s": "tandem.render.kubernetes:render",
+    "docker": "tandem.render.docker:render",
 }
 
 

@@ -107,6 +107,40 @@ class LocalOptions(StrictModel):
         return value
 
 
+class Runtime(StrEnum):
+    """How the ``ssh`` transport runs a rank on its node.
+
+    - ``venv``: a vLLM installed on the host (``ssh.vllm_command``), run as a detached process
+      in its own session, with its own log file.
+    - ``docker``: the recipe's ``engine.image`` pinned by digest, one container per rank with
+      host network and IPC (``tandem render --target docker`` prints the command).
+    - ``auto``: ``docker`` when the recipe names an image, else ``venv``.
+    """
+
+    VENV = "venv"
+    DOCKER = "docker"
+    AUTO = "auto"
+
+
+class SSHOptions(StrictModel):
+    """``ssh:`` — settings of the ``ssh`` transport (the system's OpenSSH client)."""
+
+    config_file: str | None = Field(default=None, description="ssh_config file passed as "
+                                    "`ssh -F`. Default: `$TANDEM_SSH_CONFIG`, else ssh's own "
+                                    "(~/.ssh/config), so aliases, agents and jump hosts apply.")
+    runtime: Runtime = Field(default=Runtime.AUTO, description="`venv`, `docker` or `auto` "
+                             "(docker when the recipe has engine.image).")
+    vllm_command: str = Field(default="vllm", description="The `vllm` program on the nodes for "
+                              "the venv runtime, e.g. `/opt/vllm/.venv/bin/vllm`. Default: "
+                              "`vllm` on the login PATH.")
+    docker_command: str = Field(default="docker", description="The docker CLI on the nodes, "
+                                "e.g. `sudo docker`.")
+    remote_dir: str = Field(default="/tmp/tandem", description="Folder on each node for the "
+                            "ranks' logs, pid files and TMPDIR (kept short: vLLM's IPC socket "
+                            "paths must fit in 107 bytes). One subfolder per deployment and rank.")
+    connect_timeout_s: float = Field(default=10, gt=0, description="ssh ConnectTimeout, seconds.")
+
+
 class Cluster(StrictModel):
     """A cluster inventory: nodes in rank order, the first one leads."""
 
@@ -115,6 +149,7 @@ class Cluster(StrictModel):
     nodes: list[Node] = Field(min_length=1, description="Nodes in rank order; the first is the "
                               "leader (node rank 0) and serves the API.")
     local: LocalOptions = Field(default_factory=LocalOptions)
+    ssh: SSHOptions = Field(default_factory=SSHOptions)
     namespace: str = Field(default="default", description="Kubernetes namespace (k8s transport).")
     kubernetes: KubernetesOptions = Field(default_factory=KubernetesOptions)
 

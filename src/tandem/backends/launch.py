@@ -1,0 +1,45 @@
+"""What every backend does the same way when it launches ranks.
+
+The state record of a new deployment, the record of each launched rank, and the recording of
+start-up phases as readiness reaches them. Backends differ in how a rank is started and
+watched (a local process, a process or container over SSH, a pod); not in what is written down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+from tandem.backends.state import DeploymentState, PhaseMark, RankState
+from tandem.rankplan import RankPlan, RankSpec
+from tandem.spec.deployment import Deployment
+
+
+def new_state(plan: RankPlan, deployment: Deployment, *, backend: str,
+              network: dict | None = None, run_dir: str | None = None) -> DeploymentState:
+    """The state of a deployment about to launch, with the resolved recipe and cluster."""
+    return DeploymentState(
+        name=deployment.name, backend=backend, recipe=deployment.recipe.model_dump(mode="json"),
+        cluster=deployment.cluster.model_dump(mode="json"), endpoint=plan.endpoint,
+        model=plan.model, network=network or {}, run_dir=run_dir)
+
+
+def record_rank(state: DeploymentState, rank: RankSpec, *, log: str, pid: int | None = None,
+                netns: str | None = None) -> RankState:
+    """Add a launched rank to the state and save it at once (a crash then still finds it)."""
+    record = RankState(rank=rank.rank, node=rank.node, role=rank.role.value,
+                       address=rank.address, pid=pid, netns=netns, log=log,
+                       started_at=datetime.now(timezone.utc))
+    state.ranks.append(record)
+    state.save()
+    return record
+
+
+def phase_recorder(state: DeploymentState,
+                   on_phase: Callable[[PhaseMark], None]) -> Callable[[PhaseMark], None]:
+    """An ``on_phase`` that saves each phase in the state before passing it on."""
+    def record(mark: PhaseMark) -> None:
+        state.phases.append(mark)
+        state.save()
+        on_phase(mark)
+    return record

@@ -1,0 +1,317 @@
+"""The ssh backend: each rank on its own node, reached with the system's OpenSSH client.
+
+``up`` runs these steps in order, each one logged as it happens:
+
+1. reach every node in parallel and check the runtime's program is there (``vllm`` for the
+   venv runtime, ``docker`` and the same image on every node for the docker runtime, pinned to
+   its digest); refuse if the deployment already runs on any node;
+2. start the workers, then the leader (``RankPlan.in_start_order``), each in its own folder on
+   its node with its own log file (``tandem.backends.runtimes``);
+3. record state, then wait for readiness (``tandem.readiness``) while reading every rank's log
+   over the shared ssh connection, recording phases as they are reached;
+4. on failure stop every rank on every node, then raise the cause.
+
+A rank counts as running while its process (venv) or container (docker) is alive on its node,
+checked over ssh: a dead headless worker leaves the leader answering ``/health``, so health
+alone would not see it. ``down`` stops every rank in parallel, copies the end of each rank's log
+into the local state folder, and removes the ranks' temp folders on the nodes.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tandem.backends.launch import new_state, phase_recorder, record_rank
+from tandem.backends.openssh import OpenSSH, SSHTarget
+from tandem.backends.runtimes import (
+    DockerRuntime, VenvRuntime, log_path, poll_script, resolve_runtime, tail_script,
+)
+from tandem.backends.state import DeploymentState, RankState, deployment_dir, list_deployments
+from tandem.errors import BackendError, SSHError
+from tandem.rankplan import RankPlan, RankSpec
+from tandem.readiness import Readiness, wait_ready
+from tandem.render.docker import container_name, image_of, is_pinned
+from tandem.spec.cluster import Cluster, Runtime
+from tandem.spec.deployment import Deployment
+from tandem.spec.recipe import Recipe
+
+Runtimes = VenvRuntime | DockerRuntime
+
+
+def _targets(cluster: Cluster) -> dict[str, SSHTarget]:
+    return {node.name: SSHTarget.of(node) for node in cluster.nodes}
+
+
+def runtime_for(cluster: Cluster, recipe: Recipe) -> Runtimes:
+    """The runtime the cluster's ``ssh.runtime`` and the recipe's image select."""
+    runtime = resolve_runtime(cluster.ssh, recipe.engine.image)
+    if runtime is Runtime.DOCKER:
+        return DockerRuntime(cluster.ssh, recipe.engine.image or "")
+    return VenvRuntime(cluster.ssh)
+
+
+def _state_runtime(state: DeploymentState) -> tuple[Cluster, Runtimes]:
+    cluster = Cluster.model_validate(state.cluster)
+    return cluster, runtime_for(cluster, Recipe.model_validate(state.recipe))
+
+
+class RemoteLog:
+    """Reads a remote rank's log incrementally, and its liveness, with one ssh call per poll.
+
+    Satisfies ``readiness.WatchedRank`` and ``base.LogReader``. The first read starts at most
+    ``first_bytes`` before the end, so a long log is not copied whole.
+    """
+
+    def __init__(self, ssh: OpenSSH, target: SSHTarget, runtime: Runtimes, deployment: str,
+                 rank: int, *, first_bytes: int = 4_000_000) -> None:
+        self.rank = rank
+        self.ssh, self.target, self.runtime = ssh, target, runtime
+        self.deployment = deployment
+        self.path = log_path(runtime.options, deployment, rank)
+        self.offset: int | None = None
+        self.first_bytes = first_bytes
+        self.partial = b""
+        self.status = "running"
+
+    def _poll(self) -> list[str]:
+        status = self.runtime.status_script(self.deployment, self.rank)
+        if self.offset is None:  # first read: find the size, start near the end
+            size = self.ssh.run(self.target, f"stat -c %s {self.path} 2>/dev/null || echo 0\n")
+            self.offset = max(0, int(size.stdout.strip() or 0) - self.first_bytes)
+        result = self.ssh.run(self.target, poll_script(status, self.path, self.offset))
+        head, _, rest = result.raw.partition(b"\n")
+        sizes, _, chunk = rest.partition(b"\n")
+        self.status = head.decode(errors="replace").strip()
+        _, used = sizes.split() if len(sizes.split()) == 2 else (b"0", b"0")
+        if int(used) < self.offset:  # rotated by a restart
+            self.partial = b""
+        self.offset = int(used) + len(chunk)
+        lines = (self.partial + chunk).split(b"\n")
+        self.partial = lines.pop()
+        return [line.decode(errors="replace") for line in lines]
+
+    def new_lines(self) -> list[str]:
+        return self._poll()
+
+    def exit_code(self) -> int | None:
+        if not self.status.startswith("exited"):
+            return None
+        code = self.status.split()[-1]
+        return int(code) if code.lstrip("-").isdigit() else -1
+
+    def recent_text(self) -> str:
+        return self.ssh.run(self.target, tail_script(self.path, 200), check=False).stdout
+
+
+class SSHBackend:
+    """``tandem.backends.base.Backend`` for the ``ssh`` transport."""
+
+    name = "ssh"
+
+    def launch_commands(self, plan: RankPlan, deployment: Deployment) -> list[tuple[RankSpec, list[str]]]:
+        """What runs on each node, in start order: ``ssh NODE`` followed by the rank's command."""
+        ssh = OpenSSH.for_cluster(deployment.cluster)
+        runtime = runtime_for(deployment.cluster, deployment.recipe)
+        targets = _targets(deployment.cluster)
+        result = []
+        for rank in plan.in_start_order():
+            if isinstance(runtime, DockerRuntime):
+                command = runtime.run_argv(rank, deployment)
+            else:
+                command = [*runtime.program().split(), *rank.argv[1:]]
+            result.append((rank, ssh.argv(targets[rank.node], command)))
+        return result
+
+    # --- up ---------------------------------------------------------------------------------
+
+    def up(self, plan: RankPlan, deployment: Deployment, *, timeout_s: float | None,
+           on_phase=lambda mark: None, on_event=lambda text: None,
+           ) -> tuple[DeploymentState, Readiness]:
+        """Launch every rank, workers first, and wait until the model answers.
+
+        Raises:
+            SSHError: a node is unreachable, refuses the key, or lacks vllm/docker.
+            BackendError: already running, or the nodes hold different images.
+            RankFailed: a rank exited or start-up timed out (every rank is stopped first).
+        """
+        cluster, name = deployment.cluster, deployment.name
+        ssh = OpenSSH.for_cluster(cluster)
+        targets = _targets(cluster)
+        runtime = runtime_for(cluster, deployment.recipe)
+        on_event(f"reaching {len(targets)} node(s) over ssh, runtime {runtime.name.value}")
+        self._preflight(ssh, targets, runtime, name)
+        if isinstance(runtime, DockerRuntime):
+            runtime = DockerRuntime(runtime.options, self._pin_image(ssh, targets, runtime,
+                                                                    deployment, on_event))
+            recipe = deployment.recipe.model_copy(
+                update={"engine": deployment.recipe.engine.model_copy(
+                    update={"image": runtime.image})})
+            deployment = Deployment(recipe=recipe, cluster=cluster)
+        if name in list_deployments():
+            on_event(f"replacing the record of a stopped earlier run of '{name}'")
+        log_dir = deployment_dir(name) / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        state = new_state(plan, deployment, backend=self.name)
+        state.save()
+        watched: list[RemoteLog] = []
+        try:
+            for rank in plan.in_start_order():
+                target = targets[rank.node]
+                started = ssh.run(target, runtime.start_script(rank, deployment),
+                                  timeout_s=120, program=runtime.program())
+                if not started.ok:
+                    raise BackendError(f"could not start rank {rank.rank}: "
+                                       f"{started.stderr.strip() or started.stdout.strip()}",
+                                       node=rank.node, rank=rank.rank)
+                handle = started.stdout.strip().splitlines()[-1] if started.stdout.strip() else ""
+                pid = int(handle) if handle.isdigit() else None
+                record_rank(state, rank, pid=pid,
+                            log=f"{target.destination}:{log_path(runtime.options, name, rank.rank)}")
+                watched.append(RemoteLog(ssh, target, runtime, name, rank.rank, first_bytes=0))
+                on_event(f"started rank {rank.rank} ({rank.role.value}) on {rank.node} "
+                         f"[{target.destination}], "
+                         + (f"pid {pid}" if pid else f"container {container_name(name, rank.rank)}"))
+            readiness = wait_ready(
+                plan.endpoint, plan.model, watched,
+                timeout_s=timeout_s or deployment.recipe.timeouts.startup_s,
+                request_timeout_s=deployment.recipe.timeouts.request_s,
+                on_phase=phase_recorder(state, on_phase))
+        except BaseException:
+            on_event("start-up failed: stopping every rank on every node")
+            self._stop_all(state, on_event=on_event)
+            raise
+        state.boot = readiness.boot
+        state.ready = True
+        state.save()
+        return state, readiness
+
+    def _preflight(self, ssh: OpenSSH, targets: dict[str, SSHTarget], runtime: Runtimes,
+                   name: str) -> None:
+        program = runtime.program().split()[0]
+        checks = {node: (t, f"command -v {program} >/dev/null 2>&1 || "
+                            f"{{ echo '{program}: command not found' >&2; exit 127; }}\n")
+                  for node, t in targets.items()}
+        ssh.run_all(checks, timeout_s=60)
+        status = ssh.run_all({f"{node}": (t, runtime.status_script(name, rank))
+                              for rank, (node, t) in enumerate(targets.items())}, timeout_s=60)
+        running = [node for node, result in status.items() if result.stdout.startswith("running")]
+        if running:
+            raise BackendError(f"deployment '{name}' is already running on {', '.join(running)}",
+                               hint=f"stop it first with `tandem down {name}`")
+
+    def _pin_image(self, ssh: OpenSSH, targets: dict[str, SSHTarget], runtime: DockerRuntime,
+                   deployment: Deployment, on_event) -> str:
+        """The image as ``repo@sha256:...`` (or its image id), the same on every node."""
+        image = image_of(deployment)
+        docker = runtime.options.docker_command
+        script = (f"{docker} image inspect --format "
+                  "'{{.Id}} {{join .RepoDigests \" \"}}' " f"'{image}' 2>/dev/null || echo missing\n")
+        found = {node: r.stdout.split() for node, r in ssh.run_all(
+            {node: (t, script) for node, t in targets.items()}, timeout_s=60).items()}
+        missing = sorted(node for node, words in found.items() if words[:1] == ["missing"])
+        ids = {words[0] for words in found.values() if words[:1] != ["missing"]}
+        if missing or len(ids) != 1:
+            detail = (f"missing on {', '.join(missing)}" if missing else
+                      "different image ids: " + ", ".join(f"{n} {w[0][:19]}" for n, w in found.items()))
+            raise BackendError(f"image {image} is not the same on every node ({detail})",
+                               field="engine.image",
+                               hint=f"run `tandem sync {deployment.name} --cluster FILE` to copy "
+                                    "or pull it, then start again")
+        if is_pinned(image):
+            return image
+        digests = found[next(iter(found))][1:]
+        repo = image.rsplit(":", 1)[0] if ":" in image.split("/")[-1] else image
+        pinned = next((d for d in digests if d.split("@")[0] == repo), None) or ids.pop()
+        on_event(f"image {image} pinned to {pinned}")
+        return pinned
+
+    # --- down, status, logs ---------------------------------------------------------------
+
+    def _stop_all(self, state: DeploymentState, *, on_event=lambda text: None) -> list[str]:
+        """Stop every recorded rank (and any marked leftover) in parallel; return survivors."""
+        cluster, runtime = _state_runtime(state)
+        ssh = OpenSSH.for_cluster(cluster)
+        targets = _targets(cluster)
+        ranks = {r.rank: r.node for r in state.ranks}
+        for i, node in enumerate(cluster.nodes):  # a rank that crashed before it was recorded
+            ranks.setdefault(i, node.name)
+        jobs = {str(rank): (targets[node], runtime.stop_script(state.name, rank))
+                for rank, node in ranks.items()}
+        results = ssh.run_all(jobs, timeout_s=90, check=False)
+        leftovers = []
+        for rank, result in results.items():
+            survivors = result.stdout.rsplit("survivors:", 1)[-1].split()
+            if survivors:
+                leftovers.append(f"rank {rank} on {ranks[int(rank)]}: process(es) "
+                                 f"{' '.join(survivors)} survived SIGKILL")
+        on_event(f"stopped {len(ranks)} rank(s) of '{state.name}' on "
+                 f"{len(set(ranks.values()))} node(s)")
+        return leftovers
+
+    def _keep_logs(self, state: DeploymentState) -> None:
+        """Copy the end of each rank's log into the local state folder."""
+        cluster, runtime = _state_runtime(state)
+        ssh = OpenSSH.for_cluster(cluster)
+        targets = _targets(cluster)
+        folder = deployment_dir(state.name) / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        results = ssh.run_all({str(r.rank): (targets[r.node], tail_script(
+            log_path(runtime.options, state.name, r.rank), 5000)) for r in state.ranks},
+            timeout_s=60, check=False)
+        for rank, result in results.items():
+            (folder / f"rank{rank}.log").write_text(result.stdout)
+
+    def down(self, state: DeploymentState, *, on_event=lambda text: None) -> None:
+        try:
+            self._keep_logs(state)
+        except SSHError as exc:
+            on_event(f"could not copy the logs: {exc.message}")
+        leftovers = self._stop_all(state, on_event=on_event)
+        if leftovers:
+            raise BackendError(f"could not stop everything of '{state.name}': "
+                               f"{'; '.join(leftovers)}")
+
+    def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
+        """True while the rank's process or container is alive on its node."""
+        cluster, runtime = _state_runtime(state)
+        target = _targets(cluster)[rank.node]
+        result = OpenSSH.for_cluster(cluster).run(
+            target, runtime.status_script(state.name, rank.rank), timeout_s=30)
+        return result.stdout.startswith("running")
+
+    def ranks_running(self, state: DeploymentState) -> dict[int, bool]:
+        """Every rank's liveness, checked on all nodes in parallel."""
+        cluster, runtime = _state_runtime(state)
+        targets = _targets(cluster)
+        results = OpenSSH.for_cluster(cluster).run_all(
+            {str(r.rank): (targets[r.node], runtime.status_script(state.name, r.rank))
+             for r in state.ranks}, timeout_s=30)
+        return {int(k): v.stdout.startswith("running") for k, v in results.items()}
+
+    def log_reader(self, state: DeploymentState, rank: RankState) -> RemoteLog:
+        cluster, runtime = _state_runtime(state)
+        return RemoteLog(OpenSSH.for_cluster(cluster), _targets(cluster)[rank.node], runtime,
+                         state.name, rank.rank)
+
+    def node_versions(self, state: DeploymentState) -> dict[str, str]:
+        """Kernel, Python and vLLM (venv) or docker and image (docker) of every node."""
+        cluster, runtime = _state_runtime(state)
+        if isinstance(runtime, DockerRuntime):
+            what = (f"{runtime.options.docker_command} version --format "
+                    "'docker {{.Server.Version}}' 2>&1; echo image "
+                    f"'{Recipe.model_validate(state.recipe).engine.image}'")
+        else:
+            what = f"echo \"vllm $({runtime.options.vllm_command} --version 2>/dev/null | tail -n 1)\""
+        script = f"uname -srm; python3 --version 2>&1 || true; {what}\n"
+        with ThreadPoolExecutor() as pool:
+            ssh = OpenSSH.for_cluster(cluster)
+            futures = {n: pool.submit(ssh.run, t, script, timeout_s=120, check=False)
+                       for n, t in _targets(cluster).items()}
+            return {n: f.result().stdout.strip() for n, f in futures.items()}
+
+
+def local_log_copy(state: DeploymentState, rank: int) -> Path:
+    """Where ``down`` leaves the end of a rank's log on this machine."""
+    return deployment_dir(state.name) / "logs" / f"rank{rank}.log"
+

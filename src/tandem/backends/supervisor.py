@@ -1,0 +1,234 @@
+"""Gang supervision: when any rank dies or the leader stops answering, restart the whole group.
+
+This is the bare-host equivalent of LeaderWorkerSet's ``RecreateGroupOnPodRestart``. vLLM's
+multi-node mode cannot heal a group: a dead headless worker leaves the leader answering
+``/health`` until the next request fails with HTTP 500, and a dead leader leaves the workers
+waiting forever. So a partial group is never repaired; it is replaced.
+
+Algorithm (one loop, every ``interval_s``):
+
+1. read the deployment's state; if it is gone (``tandem down``), exit;
+2. ask the backend whether every rank's process is alive (over ssh for remote nodes), and the
+   leader's ``/health``; ``health_failures`` misses in a row count as "stopped answering";
+3. if all is well, continue; after ``stable_s`` of good health the restart count resets;
+4. otherwise, if ``max_restarts`` restarts in a row are used up, stop every rank and exit 1;
+5. else wait the back-off (``backoff_s * backoff_factor ** attempt``, at most
+   ``max_backoff_s``), stop every rank, start the group again workers first, and wait until a
+   real completion answers, exactly like ``tandem up``.
+
+Every event is written with a UTC timestamp to ``deployments/NAME/events.log`` and passed to
+``on_event``. ``tandem down`` stops a running supervisor first (``stop_supervisor``), so the
+supervisor never fights a deliberate shutdown.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+
+from tandem.backends.base import Backend, backend_for
+from tandem.backends.processes import is_alive
+from tandem.backends.state import DeploymentState, PhaseMark, deployment_dir, load_state
+from tandem.errors import StateError, TandemError
+from tandem.rankplan import plan_ranks
+from tandem.spec.cluster import Cluster
+from tandem.spec.deployment import Deployment
+from tandem.spec.recipe import Recipe
+
+EVENTS_FILE = "events.log"
+PID_FILE = "supervisor.pid"
+
+
+@dataclass(frozen=True)
+class SupervisorPolicy:
+    """How often to look, when to act, and how many times to try.
+
+    Usage:
+        SupervisorPolicy(interval_s=5, max_restarts=3, backoff_s=10)
+    """
+
+    interval_s: float = 5.0
+    """Seconds between two looks at the group."""
+    max_restarts: int = 3
+    """Group restarts in a row before giving up (the count resets after ``stable_s``)."""
+    backoff_s: float = 10.0
+    """Wait before the first restart, seconds."""
+    backoff_factor: float = 2.0
+    """Each further restart waits this many times longer."""
+    max_backoff_s: float = 300.0
+    health_failures: int = 3
+    """Consecutive failed ``/health`` requests that count as "the leader stopped answering"."""
+    stable_s: float = 600.0
+    """Healthy this long after a restart and the restart count starts over."""
+
+
+def backoff_delay(policy: SupervisorPolicy, attempt: int) -> float:
+    """Seconds to wait before restart number ``attempt + 1`` (attempt counts from 0)."""
+    return min(policy.max_backoff_s, policy.backoff_s * policy.backoff_factor ** attempt)
+
+
+class EventLog:
+    """Appends timestamped events to the deployment's ``events.log`` and passes them on."""
+
+    def __init__(self, name: str, on_event: Callable[[str], None] = lambda text: None) -> None:
+        self.path = deployment_dir(name) / EVENTS_FILE
+        self.on_event = on_event
+
+    def __call__(self, text: str) -> None:
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as handle:
+            handle.write(f"{stamp}  {text}\n")
+        self.on_event(text)
+
+
+def dead_ranks(state: DeploymentState, backend: Backend) -> list[int]:
+    """Ranks whose process (or container, or pod) is gone; all nodes at once where possible."""
+    many = getattr(backend, "ranks_running", None)
+    if many is not None:
+        alive = many(state)
+        return sorted(rank for rank, running in alive.items() if not running)
+    return sorted(r.rank for r in state.ranks if not backend.rank_running(state, r))
+
+
+def leader_answers(endpoint: str, timeout_s: float = 5.0) -> bool:
+    try:
+        return httpx.get(f"{endpoint}/health", timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def deployment_of(state: DeploymentState) -> Deployment:
+    """The deployment a state was launched from (resolved recipe and cluster)."""
+    return Deployment(recipe=Recipe.model_validate(state.recipe),
+                      cluster=Cluster.model_validate(state.cluster))
+
+
+def restart_group(state: DeploymentState, backend: Backend, *, on_event: Callable[[str], None],
+                  on_phase: Callable[[PhaseMark], None]) -> DeploymentState:
+    """Stop every rank, then start the group again, workers first, and wait until it answers."""
+    backend.down(state, on_event=on_event)
+    deployment = deployment_of(state)
+    new_state, _ = backend.up(plan_ranks(deployment), deployment, timeout_s=None,
+                              on_phase=on_phase, on_event=on_event)
+    return new_state
+
+
+def supervise(
+    name: str,
+    policy: SupervisorPolicy = SupervisorPolicy(),
+    *,
+    on_event: Callable[[str], None] = lambda text: None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    healthy: Callable[[str], bool] = leader_answers,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> int:
+    """Watch deployment ``name`` until it is taken down; restart the group when it breaks.
+
+    Returns:
+        0 when the deployment was taken down, 1 after giving up (every rank is then stopped).
+    """
+    log = EventLog(name, on_event)
+    pid_file = deployment_dir(name) / PID_FILE
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(str(os.getpid()))
+    restarts, last_restart, misses = 0, clock(), 0
+    log(f"supervising '{name}': every {policy.interval_s:g} s, at most {policy.max_restarts} "
+        f"restart(s) in a row, back-off {policy.backoff_s:g} s x{policy.backoff_factor:g}")
+    try:
+        while not should_stop():
+            try:
+                state = load_state(name)
+            except StateError:
+                log(f"'{name}' was taken down; the supervisor stops")
+                return 0
+            backend = backend_for(state.backend)
+            try:
+                dead = dead_ranks(state, backend)
+            except TandemError as exc:  # a node unreachable counts as its rank being gone
+                log(f"cannot check the ranks: {exc.message}")
+                dead = [exc.rank] if exc.rank is not None else [r.rank for r in state.ranks
+                                                                 if r.node == exc.node]
+            misses = 0 if healthy(state.endpoint) else misses + 1
+            reasons = [f"rank {r} ({_where(state, r)}) is not running" for r in dead]
+            if misses >= policy.health_failures:
+                reasons.append(f"the leader did not answer /health {misses} times in a row")
+            if not reasons:
+                if restarts and clock() - last_restart >= policy.stable_s:
+                    log(f"healthy for {policy.stable_s:g} s: the restart count starts over")
+                    restarts = 0
+                sleep(policy.interval_s)
+                continue
+            log("group broken: " + "; ".join(reasons))
+            if restarts >= policy.max_restarts:
+                log(f"giving up after {restarts} restart(s): stopping every rank "
+                    f"(`tandem up` starts it again, `tandem down` clears it)")
+                backend.down(state, on_event=log)
+                state.ready = False
+                state.save()
+                return 1
+            delay = backoff_delay(policy, restarts)
+            restarts += 1
+            log(f"restart {restarts}/{policy.max_restarts} in {delay:g} s: stopping every rank, "
+                "then starting workers first, then the leader")
+            sleep(delay)
+            if should_stop() or not (deployment_dir(name) / "state.json").exists():
+                continue
+            started = clock()
+            try:
+                new_state = restart_group(state, backend, on_event=log, on_phase=lambda m: log(
+                    f"  {m.elapsed_s:6.1f}s rank {m.rank if m.rank is not None else '-'} "
+                    f"{m.phase} {m.detail}".rstrip()))
+                log(f"restart {restarts} done: {new_state.endpoint} answers again after "
+                    f"{clock() - started:.1f} s")
+                misses = 0
+            except TandemError as exc:
+                log(f"restart {restarts} failed: {exc.message}")
+            last_restart = clock()
+        return 0
+    finally:
+        if pid_file.exists() and pid_file.read_text().strip() == str(os.getpid()):
+            pid_file.unlink()
+
+
+def _where(state: DeploymentState, rank: int) -> str:
+    record = next((r for r in state.ranks if r.rank == rank), None)
+    return f"{record.role} on {record.node}" if record else "unrecorded"
+
+
+def supervisor_pid(name: str) -> int | None:
+    """The pid of the supervisor of ``name`` running on this machine, if one runs."""
+    path = deployment_dir(name) / PID_FILE
+    try:
+        pid = int(path.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if is_alive(pid) and b"tandem" in cmdline else None
+
+
+def stop_supervisor(name: str, *, timeout_s: float = 120.0,
+                    on_event: Callable[[str], None] = lambda text: None) -> bool:
+    """Stop the supervisor of ``name`` (SIGTERM, then wait); True if one was running.
+
+    A supervisor in the middle of a restart stops the ranks it started before it exits.
+    """
+    pid = supervisor_pid(name)
+    if pid is None:
+        return False
+    on_event(f"stopping the supervisor (pid {pid})")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and is_alive(pid):
+        time.sleep(0.2)
+    if is_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    return True

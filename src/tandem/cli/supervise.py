@@ -1,0 +1,56 @@
+"""``tandem supervise``: gang restarts on bare hosts (LeaderWorkerSet's RecreateGroupOnPodRestart)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import click
+from rich.console import Console
+
+from tandem.backends.state import load_state
+from tandem.backends.supervisor import SupervisorPolicy, supervise
+
+console = Console(highlight=False)
+
+
+def _exit_on_term(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
+    raise SystemExit(0)
+
+
+def run_supervisor(name: str, policy: SupervisorPolicy = SupervisorPolicy()) -> None:
+    """Supervise in the foreground until the deployment is taken down (exit 0) or given up (1)."""
+    signal.signal(signal.SIGTERM, _exit_on_term)
+    code = supervise(name, policy, on_event=lambda text: console.print(f"  [dim]{text}[/dim]"))
+    if code:
+        sys.exit(code)
+
+
+@click.command("supervise")
+@click.argument("name", required=False)
+@click.option("--interval", "interval_s", type=float, default=5.0, show_default=True,
+              help="Seconds between two looks at the ranks and the leader's /health.")
+@click.option("--max-restarts", type=int, default=3, show_default=True,
+              help="Group restarts in a row before giving up and stopping every rank.")
+@click.option("--backoff", "backoff_s", type=float, default=10.0, show_default=True,
+              help="Seconds before the first restart; each further one waits twice as long.")
+@click.option("--health-failures", type=int, default=3, show_default=True,
+              help="Failed /health requests in a row that count as the leader not answering.")
+def supervise_command(name: str | None, interval_s: float, max_restarts: int, backoff_s: float,
+                      health_failures: int) -> None:
+    """Watch a deployment and restart the whole group when any rank dies or stops answering.
+
+    A rank counts as dead when its process (or container) is gone on its node, checked over
+    ssh for remote nodes: a dead headless worker leaves the leader's /health at 200, so health
+    alone would not notice. A restart stops every rank, then starts the workers and the leader
+    again, in order, and waits for a real completion. Every event goes to the deployment's
+    events.log (included in `tandem logs --bundle`). Runs until `tandem down`.
+
+    \b
+    Examples:
+      tandem supervise tiny-ssh
+      nohup tandem supervise tiny-ssh --max-restarts 5 --backoff 30 &
+    """
+    name = name or load_state(None).name
+    run_supervisor(name, SupervisorPolicy(interval_s=interval_s, max_restarts=max_restarts,
+                                          backoff_s=backoff_s, health_failures=health_failures))
