@@ -1,0 +1,163 @@
+"""``tandem check``: probe every node, run the rules, optionally the fabric test.
+
+Steps, in order:
+
+1. plan the ranks (``tandem.rankplan``); a deployment that cannot work becomes ``plan-invalid``
+   findings, and the rules still run on the recipe's own environment;
+2. for a local cluster of network namespaces, enter the nodes: the deployment's own
+   namespaces when it is running, else a throw-away set built by ``tandem.backends.netns``
+   under a unique name and removed at the end;
+3. probe every node in parallel through the cluster's node transport;
+4. ask ``tandem plan`` (when installed) for the memory each node needs;
+5. evaluate the rules; with ``fabric``, run the all-reduce across the ranks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tandem.backends import netns
+from tandem.check.fabric import DEFAULT_PORT, run_fabric
+from tandem.check.findings import CheckReport, Finding, Severity
+from tandem.check.rules import CheckContext, evaluate
+from tandem.check.transport import LocalTransport, NodeTransport, ProbeError, transport_for
+from tandem.errors import BackendError, PlanError, TandemError
+from tandem.rankplan import RankPlan, plan_ranks
+from tandem.spec.cluster import LocalIsolation, Transport
+from tandem.spec.deployment import Deployment
+
+OnEvent = Callable[[str], None]
+NETNS_DIR = Path("/run/netns")
+
+
+@contextmanager
+def local_namespaces(deployment: Deployment, on_event: OnEvent) -> Iterator[dict[str, str]]:
+    """Node name -> network namespace for a local netns cluster ({} for any other cluster)."""
+    cluster = deployment.cluster
+    if cluster.transport is not Transport.LOCAL or cluster.local.isolation is not LocalIsolation.NETNS:
+        yield {}
+        return
+    own = netns.network_plan(deployment.name, cluster)
+    if all(_netns_exists(n.netns) for n in own.nodes):
+        on_event(f"probing inside the running deployment's namespaces "
+                 f"{', '.join(n.netns for n in own.nodes)}")
+        yield {n.node: n.netns for n in own.nodes}
+        return
+    if os.geteuid() != 0:
+        raise BackendError("a local cluster of network namespaces needs root to be checked",
+                           field="local.isolation", hint="run as root, or use isolation: loopback")
+    temporary = netns.network_plan(f"chk{os.getpid()}", cluster)
+    on_event("built throw-away namespaces " + ", ".join(
+        f"{n.netns} ({n.interface} {n.address})" for n in temporary.nodes))
+    netns.create(temporary)
+    try:
+        yield {n.node: n.netns for n in temporary.nodes}
+    finally:
+        leftovers = netns.destroy(temporary)
+        if leftovers:
+            on_event("could not remove: " + "; ".join(leftovers))
+
+
+def _netns_exists(name: str) -> bool:
+    """True when the named network namespace exists (``ip netns add`` makes /run/netns/NAME)."""
+    return (NETNS_DIR / name).exists()
+
+
+def probe_all(deployment: Deployment, transport: NodeTransport) -> dict[str, dict[str, Any]]:
+    """Facts of every node, probed in parallel; a node that fails gets ``probe_error``."""
+
+    def probe(node) -> dict[str, Any]:
+        try:
+            return transport.run_probe(node)
+        except ProbeError as exc:
+            return {"probe_error": exc.message}
+
+    nodes = deployment.cluster.nodes
+    with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
+        return dict(zip([n.name for n in nodes], pool.map(probe, nodes)))
+
+
+def memory_need(deployment: Deployment) -> dict[str, int] | None:
+    """Bytes each node needs according to ``tandem plan``, or None when it is not installed."""
+    if importlib.util.find_spec("tandem.plan") is None:
+        return None
+    plan_module = importlib.import_module("tandem.plan")
+    per_node = getattr(plan_module, "memory_per_node_bytes", None)
+    if per_node is None:
+        return None
+    try:
+        return dict(per_node(deployment))
+    except TandemError:
+        return None
+
+
+def run_check(
+    deployment: Deployment,
+    *,
+    fabric: bool = False,
+    fabric_port: int = DEFAULT_PORT,
+    fabric_sizes: list[int] | None = None,
+    fabric_timeout_s: float = 300.0,
+    with_hashes: bool = False,
+    transport: NodeTransport | None = None,
+    on_event: OnEvent = lambda text: None,
+) -> CheckReport:
+    """Preflight a deployment: the facts of its nodes, the rules' findings, the fabric.
+
+    Usage:
+        report = run_check(load_deployment("tiny-local"), fabric=True)
+        if not report.ok:
+            for finding in report.errors: print(finding.render())
+
+    Raises:
+        BackendError: the nodes cannot be reached at all (e.g. namespaces without root).
+    """
+    findings: list[Finding] = []
+    plan: RankPlan | None = None
+    try:
+        plan = plan_ranks(deployment)
+    except PlanError as exc:
+        findings += [Finding(rule="plan-invalid", severity=Severity.ERROR, node=None,
+                             message=p.message, evidence=f"field {p.field}" if p.field else exc.message,
+                             fix=p.hint or "fix the recipe or the cluster")
+                     for p in exc.problems]
+    rank_env = {r.node: r.env for r in plan.ranks} if plan else {}
+    with local_namespaces(deployment, on_event) as namespaces:
+        if transport is None:
+            if deployment.cluster.transport is Transport.LOCAL:
+                transport = LocalTransport(deployment, netns=namespaces, with_hashes=with_hashes)
+            else:
+                transport = transport_for(deployment, with_hashes=with_hashes)
+        on_event(f"probing {len(deployment.cluster.nodes)} node(s)")
+        facts = probe_all(deployment, transport)
+        context = CheckContext(deployment=deployment, facts=facts, rank_env=rank_env,
+                               memory_need_bytes=memory_need(deployment))
+        findings += evaluate(context)
+        fabric_result: dict[str, Any] = {}
+        if fabric:
+            if plan is None or any("probe_error" in f for f in facts.values()):
+                findings.append(Finding(rule="fabric-failed", severity=Severity.ERROR, node=None,
+                                        message="the fabric test did not run",
+                                        evidence="the deployment has no rank plan or a node "
+                                                 "could not be probed (see above)",
+                                        fix="fix the errors above, then rerun with --fabric"))
+            else:
+                gpu_nodes = all((f.get("gpu") or {}).get("gpus") for f in facts.values())
+                on_event(f"fabric: {'nccl' if gpu_nodes else 'gloo'} all-reduce across the ranks, "
+                         f"rendezvous {plan.leader.address}:{fabric_port}")
+                result, extra = run_fabric(deployment, plan, transport, gpu_nodes=gpu_nodes,
+                                           port=fabric_port, sizes=fabric_sizes,
+                                           timeout_s=fabric_timeout_s)
+                fabric_result = result.model_dump(mode="json")
+                findings += extra
+    order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+    findings.sort(key=lambda f: order[f.severity])
+    return CheckReport(deployment=deployment.name, nodes=facts, findings=findings,
+                       fabric=fabric_result)

