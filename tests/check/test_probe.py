@@ -1,0 +1,133 @@
+"""The probe: parses recorded real outputs, runs on this machine, on Python 3.8, in a namespace."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tandem.backends import netns
+from tandem.check import probe
+from tandem.check.transport import LocalTransport, parse_facts, probe_source
+from tandem.spec.deployment import Deployment, local_cluster
+from tests.check.conftest import FIXTURES, facts_of
+from tests.factories import make_recipe
+
+PROBE = Path(__file__).parents[2] / "src" / "tandem" / "check" / "probe.py"
+
+
+def test_fixture_node_facts_parse_like_a_real_gb10():
+    facts = facts_of("spark-101")
+    assert facts["errors"] == {}
+    assert facts["system"]["kernel"] == "6.17.0-1026-nvidia"
+    assert facts["system"]["dgx_release"]["DGX_SWBUILD_VERSION"] == "7.5.0"
+    assert facts["gpu"]["driver_version"] == "580.173.02"
+    assert facts["gpu"]["cuda_version"] == "13.0"
+    assert facts["gpu"]["gpus"][0]["name"] == "NVIDIA GB10"
+    assert facts["gpu"]["unified_memory"] is True  # nvidia-smi says [N/A] for memory on GB10
+    assert facts["memory"]["available_bytes"] == 121880448 * 1024
+    assert facts["shm"]["total_bytes"] == 64 * 2**30
+    assert facts["display"]["display_manager"] == "inactive"
+    assert facts["software"]["vllm_version"] == "0.25.1"
+    assert facts["tools_missing"] == ["docker"]
+    devices = {d["name"]: d for d in facts["rdma"]["devices"]}
+    assert set(devices) == {"rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0", "roceP2p1s0f1"}
+    twin = devices["rocep1s0f1"]
+    assert twin["fw_ver"] == "28.45.4028" and twin["netdevs"] == ["enp1s0f1np1"]
+    assert twin["ibv_devinfo"]["ports"]["1"]["state"] == "PORT_ACTIVE"
+    gids = twin["ports"][0]["gids"]
+    assert [(g["index"], g["type"], g["ipv4"]) for g in gids][2:] == [
+        (2, "IB/RoCE v1", "192.168.200.101"), (3, "RoCE v2", "192.168.200.101")]
+    assert "uverbs0" in facts["rdma"]["dev_infiniband"]
+    assert [p["port"] for p in facts["ports"]["listening"]] == [22, 53]
+    model = facts["model"]
+    assert model["layout"] == "hf-cache" and model["exists"]
+    assert model["commit"] == "5c1e0f6a2b9d4e7f8a1b2c3d4e5f60718293a4b5"
+    assert len(model["files"]) == 6 and model["missing_shards"] == []
+
+
+def test_drifted_node_shows_shifted_gid_gui_and_partial_download():
+    facts = facts_of("spark-102-drifted")
+    twin = {d["name"]: d for d in facts["rdma"]["devices"]}["roceP2p1s0f1"]
+    v2 = [(g["index"], g["ipv4"]) for g in twin["ports"][0]["gids"] if g["type"] == "RoCE v2"]
+    assert v2 == [(1, None), (3, None), (5, "192.168.201.102")]
+    assert facts["display"]["gui_rss_bytes"] == (318204 + 421776) * 1024
+    assert [p["name"] for p in facts["gpu"]["graphics_processes"]] == [
+        "/usr/lib/xorg/Xorg", "/usr/bin/gnome-shell"]
+    assert facts["model"]["missing_shards"] == ["model-00003-of-00003.safetensors"]
+    assert facts["model"]["incomplete_blobs"][0].endswith(".incomplete")
+    assert {"port": 8888, "addresses": ["0.0.0.0"]} in facts["ports"]["listening"]
+
+
+def test_missing_tools_are_facts_not_crashes(tmp_path: Path):
+    (tmp_path / "commands").mkdir()
+    node = probe.Node(root=str(tmp_path), commands=str(tmp_path / "commands"))
+    facts = probe.collect(node, argparse.Namespace(model="org/m", revision="main",
+                                                   cache_root="/hf", model_path=None, hash=False))
+    assert facts["errors"] == {}
+    assert {"nvidia-smi", "ibv_devinfo", "ip", "df", "systemctl", "docker", "ctr"} <= set(
+        facts["tools_missing"])
+    assert facts["gpu"]["present"] is False and facts["rdma"]["devices"] == []
+    assert facts["model"]["exists"] is False
+
+
+def test_plain_directory_is_not_the_cache_layout(tmp_path: Path):
+    flat = tmp_path / "hf" / "DeepSeek-V4-Flash-DSpark"
+    flat.mkdir(parents=True)
+    (flat / "config.json").write_text("{}")
+    node = probe.Node(root=str(tmp_path), commands=str(tmp_path))
+    facts = probe.collect(node, argparse.Namespace(
+        model="deepseek-ai/DeepSeek-V4-Flash-DSpark", revision="main", cache_root="/hf",
+        model_path=None, hash=False))
+    assert facts["model"]["layout"] == "plain-directory"
+
+
+@pytest.mark.parametrize("python", [sys.executable, "/root/.pyenv/versions/3.8.18/bin/python3"])
+def test_probe_script_runs_standalone_on_fixtures(python: str):
+    if not Path(python).exists():
+        pytest.skip(f"{python} not installed")
+    root = FIXTURES / "spark-101"
+    out = subprocess.run([python, str(PROBE), "--root", str(root), "--commands",
+                          str(root / "commands"), "--model", "deepseek-ai/DeepSeek-V4-Flash-DSpark",
+                          "--cache-root", "/root/.cache/huggingface", "--hash"],
+                         capture_output=True, text=True, check=True)
+    facts = json.loads(out.stdout)
+    assert facts["system"]["kernel"] == "6.17.0-1026-nvidia"
+    assert all(len(f["sha256"]) == 64 for f in facts["model"]["files"])
+
+
+def test_probe_runs_for_real_on_this_machine():
+    """Piped to `python3 -` as the SSH and kubectl transports ship it."""
+    out = subprocess.run([sys.executable, "-", "--model", "org/absent"], input=probe_source(),
+                         capture_output=True, text=True, check=True, timeout=60)
+    facts = parse_facts(out.stdout, "here", 0, 0)
+    assert facts["errors"] == {}
+    assert facts["system"]["kernel"] == os.uname().release
+    assert any(i["name"] == "lo" for i in facts["interfaces"])
+    assert facts["memory"]["total_bytes"] > 0 and facts["shm"]["total_bytes"] > 0
+    assert facts["software"]["python"]
+
+
+@pytest.mark.netns
+def test_probe_runs_inside_a_network_namespace_node():
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and iproute2")
+    cluster = local_cluster(2, subnet="10.79.41.0/24")
+    deployment = Deployment(recipe=make_recipe(name="probe-ns"), cluster=cluster)
+    network = netns.network_plan(f"prb{os.getpid()}", cluster)
+    netns.create(network)
+    try:
+        transport = LocalTransport(deployment, netns={n.node: n.netns for n in network.nodes})
+        facts = transport.run_probe(cluster.nodes[1])
+    finally:
+        assert netns.destroy(network) == []
+    interfaces = {i["name"]: i for i in facts["interfaces"]}
+    assert set(interfaces) == {"lo", "tdm1"}
+    assert "10.79.41.2" in interfaces["tdm1"]["addresses"]
+    assert abs(facts["clock_offset_s"]) < 5
