@@ -1,0 +1,61 @@
+"""Planned versus measured: a real vLLM boot log against the plan, and shipped observations.
+
+``planned_vs_measured`` reads the figures vLLM prints while booting (``Available KV cache
+memory`` or the CPU's ``Explicitly set (X/Y) GiB for KV cache``, ``KV cache size: N tokens``,
+``Maximum concurrency for L tokens per request: Cx``) with ``tandem.readiness.BootLog`` and
+reports the planner's error on each, as ``(planned - measured) / measured``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from tandem.backends.state import BootFigures
+from tandem.readiness import BootLog
+
+GIB = 1024 ** 3
+
+
+class Comparison(BaseModel):
+    """One figure, planned and measured."""
+
+    name: str
+    planned: float | None
+    measured: float | None
+    error_pct: float | None = Field(description="(planned - measured) / measured x 100.")
+
+
+class Calibration(BaseModel):
+    """The planner's error against one vLLM boot."""
+
+    source: str
+    kv_pool_gib: Comparison
+    kv_pool_tokens: Comparison
+    max_concurrency: Comparison
+
+
+def figures_from_log(text: str) -> BootFigures:
+    """The memory figures of a vLLM boot log (the leader's, or any rank's)."""
+    log = BootLog(rank=0)
+    for line in text.splitlines():
+        log.feed(line)
+    return log.figures
+
+
+def compare(name: str, planned: float | None, measured: float | None) -> Comparison:
+    error = None
+    if planned is not None and measured:
+        error = round((planned - measured) / measured * 100, 3)
+    return Comparison(name=name, planned=planned, measured=measured, error_pct=error)
+
+
+def planned_vs_measured(*, kv_pool_bytes: int, kv_pool_tokens: int, max_concurrency: float,
+                        figures: BootFigures, source: str) -> Calibration:
+    """Compare the plan's KV pool, tokens and concurrency with what vLLM printed."""
+    return Calibration(
+        source=source,
+        kv_pool_gib=compare("KV pool, GiB", round(kv_pool_bytes / GIB, 3),
+                            figures.available_kv_cache_gib),
+        kv_pool_tokens=compare("KV cache size, tokens", kv_pool_tokens, figures.kv_cache_tokens),
+        max_concurrency=compare("max concurrency", round(max_concurrency, 2),
+                                figures.max_concurrency))

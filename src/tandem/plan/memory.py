@@ -1,0 +1,292 @@
+"""Memory of one rank: weights, vLLM's budget, the reserves, the KV pool, and the fit verdict.
+
+The arithmetic follows vLLM's own accounting (``vllm/v1/worker/gpu_worker.py``):
+
+    requested = ceil(total_memory x gpu_memory_utilization)
+    kv_pool   = requested - weights - activation peak - non-torch - CUDA graphs
+
+On the CPU backend the pool is not derived: every worker allocates ``VLLM_CPU_KVCACHE_SPACE``
+GiB. On unified memory (GB10) the OS, page cache and CUDA context sit outside the budget but in
+the same pool, so a node uses ``requested + outside`` and that must fit the node.
+
+Weights per rank: what TP splits is divided by TP (and by PP for the layers), what every rank
+holds whole (norms, routers, MLA down-projections) is added in full. Drafter/MTP weights count
+only when the recipe speculates with them. Reserves other than weights are estimates and are
+labelled so; where a measured boot of the same model ships with tandem, the difference between
+its measured non-KV memory and this arithmetic is carried as a calibrated reserve.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from tandem.plan.config import ModelFacts
+from tandem.plan.hardware import HardwareProfile
+from tandem.plan.kv import KVLayout, default_block_size, is_deepseek_v4, kv_layout
+
+GIB = 1024 ** 3
+# Activation peak of the profile run, bytes per batched token per hidden unit: 2.03 GiB at
+# 8192 tokens x hidden 4096 in a GB10 DeepSeek-V4 TP4 boot log (model-physics.md §2.4, [R11]).
+ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN = 65.0
+SPECULATIVE_DRAFTER_METHODS = ("mtp", "deepseek_mtp", "dspark", "eagle", "eagle3", "medusa")
+
+
+class ServeSettings(BaseModel):
+    """The serve options that shape memory, with vLLM's defaults filled in."""
+
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    gpu_memory_utilization: float
+    max_model_len: int
+    block_size: int
+    kv_cache_dtype: str | None
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    async_scheduling: bool
+    enforce_eager: bool
+    speculative_method: str | None
+    num_speculative_tokens: int
+    cpu_kv_cache_space_gib: float | None
+    defaults: list[str] = Field(default_factory=list, description="Which values are vLLM "
+                                "defaults rather than the recipe's.")
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        """Tokens scheduled but not settled: one batch per concurrent step (async: two)."""
+        batches = 2 if self.async_scheduling and self.pipeline_parallel_size == 1 else \
+            self.pipeline_parallel_size
+        return batches * self.max_num_batched_tokens
+
+
+def resolve_settings(serve: Any, env: dict[str, str], config: dict[str, Any],
+                     hardware: HardwareProfile, *, max_model_len: int | None = None,
+                     gpu_memory_utilization: float | None = None) -> ServeSettings:
+    """Fill the recipe's unset serve options with what vLLM would use on ``hardware``."""
+    defaults = []
+    tp, pp = serve.tensor_parallel_size, serve.pipeline_parallel_size
+    length = max_model_len or serve.max_model_len
+    if length is None:
+        length = int(config.get("max_position_embeddings", 4096))
+        defaults.append(f"max_model_len {length} (the model's max_position_embeddings)")
+    util = gpu_memory_utilization or serve.gpu_memory_utilization
+    if util is None:
+        util = 0.92
+        defaults.append("gpu_memory_utilization 0.92 (vLLM's default)")
+    block = serve.block_size
+    if block is None or is_deepseek_v4(config):
+        default, why = default_block_size(config, hardware.device)
+        if block is None:
+            defaults.append(f"block_size {default} ({why})")
+        block = default
+    elif hardware.device == "cpu" and "kv_lora_rank" in config:
+        block = 16
+    batched = serve.max_num_batched_tokens
+    if batched is None:
+        batched = 2048 * tp * pp if hardware.device == "cpu" else 2048
+        if hardware.device == "cpu" and "kv_lora_rank" in config:
+            batched = max(length, 8192)
+        defaults.append(f"max_num_batched_tokens {batched} (vLLM's API-server default)")
+    async_scheduling = serve.async_scheduling
+    if async_scheduling is None:
+        async_scheduling = hardware.device == "cuda"
+    spec = serve.speculative_config or {}
+    space = None
+    if hardware.kv_cache_space_env and env.get(hardware.kv_cache_space_env):
+        space = float(env[hardware.kv_cache_space_env])
+    return ServeSettings(
+        tensor_parallel_size=tp, pipeline_parallel_size=pp, gpu_memory_utilization=util,
+        max_model_len=length, block_size=block, kv_cache_dtype=serve.kv_cache_dtype,
+        max_num_batched_tokens=batched, max_num_seqs=serve.max_num_seqs or 256,
+        async_scheduling=async_scheduling, enforce_eager=serve.enforce_eager,
+        speculative_method=spec.get("method"),
+        num_speculative_tokens=int(spec.get("num_speculative_tokens", 0) or 0),
+        cpu_kv_cache_space_gib=space, defaults=defaults)
+
+
+class Reserve(BaseModel):
+    """One slice of vLLM's budget that is not weights and not KV."""
+
+    name: str
+    bytes: int
+    basis: str = Field(description="`estimate`, `measured` or `calibrated`, and from what.")
+
+
+class MemoryPlan(BaseModel):
+    """One rank's memory, in bytes."""
+
+    memory_total_bytes: int
+    budget_bytes: int = Field(description="ceil(total x gpu_memory_utilization): vLLM's budget.")
+    weights_bytes_per_rank: int
+    weights_replicated_bytes_per_rank: int
+    reserves: list[Reserve]
+    kv_pool_bytes: int
+    outside_budget_bytes: int = Field(description="Unified memory: OS, page cache and CUDA "
+                                      "context in the same pool, outside vLLM's budget.")
+    node_use_bytes: int = Field(description="What one node uses: budget plus outside (UMA), "
+                                "else the budget.")
+
+    @property
+    def reserve_bytes(self) -> int:
+        return sum(r.bytes for r in self.reserves)
+
+
+def weights_per_rank(facts: ModelFacts, settings: ServeSettings) -> tuple[int, int]:
+    """(bytes per rank, of which replicated): TP/PP split, replicated parts whole."""
+    tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
+    total = replicated = 0
+    for part in facts.parts:
+        if part.role == "drafter" and not uses_drafter(settings):
+            continue
+        split = part.bytes - part.replicated_bytes
+        total += split / (tp * pp) + part.replicated_bytes / pp
+        replicated += part.replicated_bytes / pp
+    return math.ceil(total), math.ceil(replicated)
+
+
+def uses_drafter(settings: ServeSettings) -> bool:
+    """True when the speculative method runs the checkpoint's own MTP/drafter layers."""
+    method = (settings.speculative_method or "").lower()
+    return any(m in method for m in ("mtp", "dspark"))
+
+
+def reserves_for(facts: ModelFacts, settings: ServeSettings,
+                 hardware: HardwareProfile) -> list[Reserve]:
+    """Activation, non-torch, CUDA-graph and model-specific buffers (estimates, labelled)."""
+    config = facts.config
+    hidden = int(config.get("hidden_size", 0))
+    batched = settings.max_num_batched_tokens
+    reserves = [Reserve(
+        name="activation peak (profile run)",
+        bytes=int(batched * hidden * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN),
+        basis=f"estimate: {batched} batched tokens x hidden {hidden} x "
+              f"{ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN:.0f} B, scaled from 2.03 GiB measured "
+              "for DeepSeek-V4 on GB10 (model-physics.md §2.4, [R11])")]
+    if hardware.non_torch_gib:
+        reserves.append(Reserve(name="non-torch (NCCL, cuBLAS)",
+                                bytes=int(hardware.non_torch_gib.value * GIB),
+                                basis=_basis(hardware.non_torch_gib.source)))
+    if hardware.cudagraph_gib and not settings.enforce_eager:
+        reserves.append(Reserve(name="CUDA graphs", bytes=int(hardware.cudagraph_gib.value * GIB),
+                                basis=_basis(hardware.cudagraph_gib.source)))
+    if is_deepseek_v4(config):
+        window = int(config.get("sliding_window", 128))
+        workspace = 4 * (settings.max_model_len // 4 + window + batched) * 512 * 2
+        reserves.append(Reserve(
+            name="DeepSeek-V4 prefill gather workspace", bytes=workspace,
+            basis="derived: 4 x (max_model_len/4 + window + batched tokens) x 512 x 2 B "
+                  "(model-physics.md §1.2, [R3])"))
+        if uses_drafter(settings):
+            reserves.append(Reserve(
+                name="MTP hidden buffer", bytes=batched * int(config.get("hc_mult", 4)) * hidden * 2,
+                basis="derived: batched tokens x hc_mult x hidden x 2 B (model-physics.md §1.2)"))
+    return reserves
+
+
+def _basis(source: str) -> str:
+    head = source.split(":", 1)[0].strip().lower()
+    return source if head in ("estimate", "measured", "derived") else f"source: {source}"
+
+
+def memory_plan(facts: ModelFacts, settings: ServeSettings, hardware: HardwareProfile,
+                extra_reserves: list[Reserve] = ()) -> MemoryPlan:
+    """Budget, weights, reserves and KV pool of one rank."""
+    total = int(hardware.memory_total_gib.value * GIB)
+    weights, replicated = weights_per_rank(facts, settings)
+    outside = int(hardware.outside_budget_gib.value * GIB) if hardware.outside_budget_gib else 0
+    if hardware.device == "cpu":
+        if settings.cpu_kv_cache_space_gib is not None:
+            pool = int(settings.cpu_kv_cache_space_gib * GIB)
+            budget = pool + weights
+        else:
+            budget = math.ceil(total * settings.gpu_memory_utilization)
+            pool = budget - weights
+        return MemoryPlan(memory_total_bytes=total, budget_bytes=budget,
+                          weights_bytes_per_rank=weights,
+                          weights_replicated_bytes_per_rank=replicated, reserves=[],
+                          kv_pool_bytes=pool, outside_budget_bytes=0, node_use_bytes=budget)
+    budget = math.ceil(total * settings.gpu_memory_utilization)
+    reserves = reserves_for(facts, settings, hardware) + list(extra_reserves)
+    pool = budget - weights - sum(r.bytes for r in reserves)
+    return MemoryPlan(memory_total_bytes=total, budget_bytes=budget, weights_bytes_per_rank=weights,
+                      weights_replicated_bytes_per_rank=replicated, reserves=reserves,
+                      kv_pool_bytes=pool, outside_budget_bytes=outside,
+                      node_use_bytes=budget + (outside if hardware.unified_memory else 0))
+
+
+def layout_for(facts: ModelFacts, settings: ServeSettings,
+               max_model_len: int | None = None) -> KVLayout:
+    return kv_layout(facts.config, kv_cache_dtype=settings.kv_cache_dtype,
+                     block_size=settings.block_size,
+                     max_model_len=max_model_len or settings.max_model_len,
+                     tensor_parallel_size=settings.tensor_parallel_size,
+                     pipeline_parallel_size=settings.pipeline_parallel_size,
+                     max_in_flight_tokens=settings.max_in_flight_tokens)
+
+
+class Fit(BaseModel):
+    """Whether the deployment fits, by how much, and what to change if it does not."""
+
+    fits: bool
+    reasons: list[str] = Field(default_factory=list, description="Why it does not fit.")
+    kv_headroom_bytes: int = Field(description="KV pool left after one max-length request.")
+    node_headroom_bytes: int = Field(description="Node memory left after budget and outside use.")
+    largest_max_model_len_tokens: int = Field(description="Longest max_model_len one request "
+                                              "fits at this utilization.")
+    min_gpu_memory_utilization: float | None = Field(description="Smallest utilization that "
+                                                     "holds one max-length request.")
+    max_gpu_memory_utilization: float | None = Field(description="Largest utilization the node "
+                                                     "allows (unified memory) or 1.0.")
+    changes: list[str] = Field(default_factory=list, description="What to change to fit.")
+
+
+def fit_verdict(memory: MemoryPlan, layout: KVLayout, settings: ServeSettings,
+                hardware: HardwareProfile, relayout, capacity_scale: float = 1.0) -> Fit:
+    """The verdict, with the largest max_model_len and the utilization range that fit."""
+    one_request = layout.bytes_per_request / capacity_scale
+    reasons, changes = [], []
+    if memory.kv_pool_bytes <= 0:
+        reasons.append(f"weights and reserves ({(memory.weights_bytes_per_rank + memory.reserve_bytes) / GIB:.2f} "
+                       f"GiB) exceed vLLM's budget ({memory.budget_bytes / GIB:.2f} GiB)")
+    elif memory.kv_pool_bytes < one_request:
+        reasons.append(f"the KV pool ({memory.kv_pool_bytes / GIB:.2f} GiB) holds less than one "
+                       f"{settings.max_model_len}-token request ({one_request / GIB:.2f} GiB)")
+    node_headroom = memory.memory_total_bytes - memory.node_use_bytes
+    if node_headroom < 0:
+        reasons.append(f"the node needs {memory.node_use_bytes / GIB:.2f} GiB of "
+                       f"{memory.memory_total_bytes / GIB:.2f} GiB (budget plus what runs outside)")
+    max_util = None
+    if hardware.device == "cuda":
+        max_util = 1.0
+        if hardware.max_gpu_memory_utilization:
+            max_util = hardware.max_gpu_memory_utilization.value
+        elif hardware.unified_memory:
+            max_util = (memory.memory_total_bytes - memory.outside_budget_bytes) / \
+                memory.memory_total_bytes
+        if settings.gpu_memory_utilization > max_util + 1e-9:
+            reasons.append(f"gpu_memory_utilization {settings.gpu_memory_utilization} is above the "
+                           f"{max_util} this hardware starts with "
+                           f"({hardware.max_gpu_memory_utilization.source if hardware.max_gpu_memory_utilization else 'unified memory'})")
+    non_kv = memory.weights_bytes_per_rank + memory.reserve_bytes
+    min_util = None
+    if hardware.device == "cuda":
+        min_util = math.ceil((non_kv + one_request) / memory.memory_total_bytes * 1000) / 1000
+    pool = max(memory.kv_pool_bytes, 0) * capacity_scale
+    largest = layout.largest_max_model_len(pool, relayout)
+    fits = not reasons
+    if not fits:
+        if largest > 0:
+            changes.append(f"lower max_model_len to {largest} (largest that fits)")
+        if min_util is not None and max_util is not None and min_util <= max_util:
+            changes.append(f"raise gpu_memory_utilization to {min_util} (at most {max_util})")
+        if memory.kv_pool_bytes <= 0 or (min_util is not None and max_util is not None
+                                         and min_util > max_util):
+            changes.append("raise tensor_parallel_size (more nodes) or use a smaller quantization")
+    return Fit(fits=fits, reasons=reasons,
+               kv_headroom_bytes=int(memory.kv_pool_bytes - one_request),
+               node_headroom_bytes=node_headroom, largest_max_model_len_tokens=largest,
+               min_gpu_memory_utilization=min_util, max_gpu_memory_utilization=max_util,
+               changes=changes)
+
