@@ -99,7 +99,18 @@ def teardown_commands(plan: NetworkPlan) -> list[list[str]]:
 
 
 def create(plan: NetworkPlan) -> None:
-    """Build the network; on any failure remove what was made and say which step failed."""
+    """Build the network; on any failure remove what was made and say which step failed.
+
+    Raises:
+        BackendError: the subnet is already in use on this machine (e.g. by another local
+            deployment), or an ``ip`` command failed.
+    """
+    holder = _address_holder(plan.bridge_address)
+    if holder:
+        raise BackendError(f"address {plan.bridge_address} is already on interface {holder}, so "
+                           "this deployment's subnet would clash with another network",
+                           field="local.subnet", hint="stop the other local deployment, or give "
+                           "this cluster another local.subnet (and node addresses in it)")
     for cmd in setup_commands(plan):
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode:
@@ -119,6 +130,9 @@ def destroy(plan: NetworkPlan) -> list[str]:
     return leftovers
 
 
-def exists(netns: str) -> bool:
-    result = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-    return any(line.split()[0] == netns for line in result.stdout.splitlines() if line.strip())
+def _address_holder(address: str) -> str | None:
+    """The interface in this namespace that already has ``address``, if any."""
+    result = subprocess.run(["ip", "-o", "addr", "show", "to", address], capture_output=True,
+                            text=True)
+    fields = result.stdout.split()
+    return fields[1] if len(fields) > 1 else None

@@ -17,7 +17,7 @@ from tandem.cli.options import cluster_option, machine_deployment, recipe_argume
 from tandem.cli.supervise import run_supervisor
 from tandem.errors import EndpointError
 
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 name_argument = click.argument("name", required=False)
 
 

@@ -1,0 +1,39 @@
+"""Start-up failures with the real engine: the cause is printed and nothing is left running."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tandem.backends.processes import marked_processes
+
+pytestmark = pytest.mark.engine
+
+BROKEN = """\
+name: absent-model
+model: {repo_id: tandem-org/absent-model, offline: true}
+engine:
+  serve: {tensor_parallel_size: 2, max_model_len: 1024, enforce_eager: true}
+env: {VLLM_CPU_KVCACHE_SPACE: 1}
+local: null
+"""
+
+
+def test_rank_failing_at_start_stops_every_rank_and_prints_the_cause(tmp_path, tiny_hf_home):
+    recipe = tmp_path / "absent.yaml"
+    recipe.write_text(BROKEN.replace("local: null\n", ""))
+    env = {**os.environ, "HF_HOME": str(tiny_hf_home), "TANDEM_HOME": str(tmp_path / "home")}
+    result = subprocess.run([sys.executable, "-m", "tandem.cli", "up", str(recipe),
+                             "--timeout", "400"], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 2
+    assert "exited with status" in result.stderr
+    assert "absent-model" in result.stderr  # the cause names the model vLLM could not find
+    assert "start-up failed: stopping every rank" in result.stdout
+    assert marked_processes("absent-model") == {}
+    if os.geteuid() == 0:
+        namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert "tdm-absent-model" not in namespaces
