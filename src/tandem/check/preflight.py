@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -50,9 +51,10 @@ def local_namespaces(deployment: Deployment, on_event: OnEvent) -> Iterator[dict
                  f"{', '.join(n.netns for n in own.nodes)}")
         yield {n.node: n.netns for n in own.nodes}
         return
-    if os.geteuid() != 0:
-        raise BackendError("a local cluster of network namespaces needs root to be checked",
-                           field="local.isolation", hint="run as root, or use isolation: loopback")
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        raise BackendError("a local cluster of network namespaces needs root and iproute2 "
+                           "(`ip`) to be checked", field="local.isolation",
+                           hint="run as root with iproute2 installed, or use isolation: loopback")
     temporary = netns.network_plan(f"chk{os.getpid()}", cluster)
     on_event("built throw-away namespaces " + ", ".join(
         f"{n.netns} ({n.interface} {n.address})" for n in temporary.nodes))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 from rich.console import Console
 from rich.markup import escape
@@ -13,6 +15,7 @@ from tandem.cli.options import cluster_option, machine_deployment, recipe_argume
 from tandem.errors import CheckFailed
 
 console = Console(highlight=False)
+logger = logging.getLogger("tandem.check")
 _COLOUR = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
@@ -61,12 +64,37 @@ def check_command(recipe: str, cluster_path: str | None, fabric: bool, fabric_po
                           "`tandem up` to launch anyway")
 
 
+def preflight(deployment, *, skip: bool = False) -> None:
+    """What ``tandem up`` runs first: the checks, shown; refuse (CheckFailed) on any error.
+
+    With ``skip`` nothing is probed, and the skip is logged (``tandem.check`` logger, stderr).
+    """
+    if skip:
+        logger.warning("preflight checks skipped for '%s' (--skip-checks)", deployment.name)
+        console.print("[yellow]preflight skipped (--skip-checks)[/yellow]")
+        return
+    console.print(f"preflight of [bold]{deployment.name}[/bold]")
+    report = run_check(deployment, on_event=_show_event)
+    if report.findings:
+        show_report(report, nodes=False)
+    if not report.ok:
+        raise CheckFailed(f"refusing to launch '{deployment.name}': {len(report.errors)} error(s) "
+                          "in the preflight", hint="fix them, or pass --skip-checks to launch "
+                          "anyway")
+
+
 def _show_event(text: str) -> None:
     console.print(f"  [dim]{text}[/dim]")
 
 
-def show_report(report: CheckReport) -> None:
+def show_report(report: CheckReport, *, nodes: bool = True) -> None:
     """Nodes as a table of key facts, then each finding in pip's diagnostic shape."""
+    if nodes:
+        _show_nodes(report)
+    _show_findings(report)
+
+
+def _show_nodes(report: CheckReport) -> None:
     table = Table("node", "kernel", "driver / CUDA", "GPUs", "mem avail", "vLLM", "/dev/shm")
     for name, facts in report.nodes.items():
         if "probe_error" in facts:
@@ -91,6 +119,9 @@ def show_report(report: CheckReport) -> None:
             sizes.add_row(f"{row['bytes']:,}", f"{row['time_us']:.1f}", f"{row['algbw_gbps']:.3f}",
                           f"{row['busbw_gbps']:.3f}")
         console.print(sizes)
+
+
+def _show_findings(report: CheckReport) -> None:
     for finding in report.findings:
         colour = _COLOUR[finding.severity]
         where = f" on {finding.node}" if finding.node else ""

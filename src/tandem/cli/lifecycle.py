@@ -13,6 +13,7 @@ from rich.table import Table
 from tandem import lifecycle
 from tandem.backends.bundle import write_bundle
 from tandem.backends.state import PhaseMark, load_state
+from tandem.cli.check import preflight
 from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
 from tandem.cli.supervise import run_supervisor
 from tandem.errors import EndpointError
@@ -33,12 +34,15 @@ def _show_phase(mark: PhaseMark) -> None:
 @click.option("--timeout", "timeout_s", type=float, help="Start-up limit in seconds. "
               "Default: the recipe's timeouts.startup_s.")
 @click.option("--dry-run", is_flag=True, help="Print what would run, start nothing.")
+@click.option("--skip-checks", is_flag=True, help="Launch without the preflight of `tandem "
+              "check` (the skip is logged).")
 @click.option("--supervise", is_flag=True, help="Stay in the foreground once ready and restart "
               "the whole group when a rank dies (see `tandem supervise`).")
 def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
-               dry_run: bool, supervise: bool) -> None:
+               dry_run: bool, supervise: bool, skip_checks: bool = False) -> None:
     """Launch every rank, workers first, and wait until the model answers.
 
+    The preflight of `tandem check` runs first and refuses to launch on any error.
     Ready means: the leader's port is open, /health is 200, /v1/models lists the model, and a
     real chat completion returns tokens. Start-up phases are shown as the ranks' logs reach
     them. On a timeout or an early exit every rank is stopped and the cause is printed.
@@ -58,6 +62,7 @@ def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
             click.echo(f"# rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
                        f"env {env} {shlex.join(argv)}\n")
         return
+    preflight(deployment, skip=skip_checks)
     cluster = deployment.cluster
     console.print(f"[bold]{deployment.name}[/bold]: {len(cluster.nodes)} rank(s), world size "
                   f"{deployment.world_size}, on '{cluster.name}' ({cluster.transport.value}"
