@@ -54,6 +54,7 @@ class Backend(Protocol):
 BACKENDS: dict[str, str] = {
     "local": "tandem.backends.local:LocalBackend",
     "ssh": "tandem.backends.ssh:SSHBackend",
+    "k8s": "tandem.backends.k8s:KubernetesBackend",
 }
 
 

