@@ -482,6 +482,7 @@ class KubernetesBackend:
     """``tandem.backends.base.Backend`` for the ``k8s`` transport."""
 
     name = "k8s"
+    appear_timeout_s: float = POD_APPEAR_TIMEOUT_S
 
     def launch_commands(self, plan: RankPlan, deployment: Deployment,
                         ) -> list[tuple[RankSpec, list[str]]]:
@@ -494,7 +495,8 @@ class KubernetesBackend:
     def up(self, plan: RankPlan, deployment: Deployment, *, timeout_s: float | None,
            on_phase: Callable[[PhaseMark], None], on_event: Callable[[str], None],
            ) -> tuple[DeploymentState, Readiness]:
-        return up(plan, deployment, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event)
+        return up(plan, deployment, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event,
+                  appear_timeout_s=self.appear_timeout_s)
 
     def down(self, state: DeploymentState, *, on_event: Callable[[str], None]) -> None:
         down(state, on_event=on_event)

@@ -1,0 +1,332 @@
+"""Against a real kube-apiserver 1.20.2 (etcd on loopback, LWS CRD installed): server-side
+dry-run, apply and read-back of the rendered objects, pod templates as core PodTemplates,
+broken variants refused, `tandem up`/`down` on `transport: k8s` as far as a cluster without
+kubelet lets them go, the pod phase logic on real Pod objects, and the cluster checks.
+
+The server has no scheduler, kubelet or controllers: the LeaderWorkerSet controller never
+creates pods, so pods are created here by hand from the rendered templates where needed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from k8s.apiserver import ApiServer
+from k8s.manifests import (
+    BROKEN, ROOT, Broken, broken_objects, deployments, for_server_1_20, pod_templates, rendered,
+    seed000_deployment, seed000_lws, seed_yaml, stated_mismatches,
+)
+from tandem import lifecycle
+from tandem.backends import k8s as backend
+from tandem.backends.state import load_state
+from tandem.errors import BackendError, RankFailed
+from tandem.render import kubernetes as k8s_render
+from tandem.spec.cluster import Cluster
+from tandem.spec.deployment import Deployment
+from tandem.spec.loading import load_recipe
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def as_list(objs: list[dict]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
+
+
+def dry_run(server: ApiServer, objs: list[dict]) -> subprocess.CompletedProcess:
+    return server.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-",
+                          stdin=as_list(objs), check=False)
+
+
+def in_namespace(objs: list[dict], namespace: str) -> list[dict]:
+    for obj in objs:
+        obj["metadata"]["namespace"] = namespace
+    return objs
+
+
+@pytest.fixture
+def namespace(apiserver: ApiServer):
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    apiserver.kubectl("create", "namespace", name)
+    yield name
+    apiserver.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def state_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    return tmp_path
+
+
+# --- the rendered objects ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["seed000", "seed002", "tiny"])
+def test_server_dry_run_accepts_rendered_deployment(apiserver, name):
+    objs = for_server_1_20(rendered(deployments()[name]))
+    done = dry_run(apiserver, objs)
+    assert done.returncode == 0, done.stderr
+    assert "serverside-applied (server dry run)" in done.stdout
+    templates = dry_run(apiserver, pod_templates(objs[0]))
+    assert templates.returncode == 0, templates.stderr
+
+
+def test_seed000_apply_and_read_back_field_by_field(apiserver, namespace):
+    objs = in_namespace(for_server_1_20(rendered(seed000_deployment())), namespace)
+    kubectl = backend.Kubectl(backend.kubectl_program(Cluster.model_fields["kubernetes"]
+                                                      .default_factory()), namespace)
+    kubectl.apply(objs)
+    lws = kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", "dsv4-flash-tp2")
+    svc = kubectl.get_json("service", "dsv4-flash-tp2-external")
+    assert stated_mismatches(seed000_lws(), lws) == []
+    seed_service = seed_yaml("seed000-lb.yaml")
+    seed_service["spec"].pop("loadBalancerClass")  # 1.21+, checked offline
+    assert stated_mismatches(seed_service, svc) == []
+    # What the server filled in: a cluster IP, a node port, our field manager.
+    assert svc["spec"]["clusterIP"].startswith("10.96.")
+    assert 30000 <= svc["spec"]["ports"][0]["nodePort"] <= 32767
+    assert any(m["manager"] == backend.FIELD_MANAGER and m["operation"] == "Apply"
+               for m in lws["metadata"]["managedFields"])
+    # The whole rendered object survives the round trip (the CRD schema pruned nothing).
+    assert stated_mismatches(objs[0]["spec"], lws["spec"]) == []
+    kubectl.delete(["leaderworkersets.leaderworkerset.x-k8s.io/dsv4-flash-tp2",
+                    "service/dsv4-flash-tp2-external"])
+    assert kubectl.get_json("service", "dsv4-flash-tp2-external") is None
+
+
+def test_cli_render_output_applies_server_side(apiserver):
+    rendered_text = subprocess.run(
+        [sys.executable, "-m", "tandem.cli", "render", "deepseek-v4-flash-dspark", "--cluster",
+         str(ROOT / "examples" / "dgx-spark-eks.yaml"), "--target", "k8s"],
+        capture_output=True, text=True, check=True).stdout
+    objs = for_server_1_20(list(yaml.safe_load_all(rendered_text)))
+    done = dry_run(apiserver, objs)
+    assert done.returncode == 0, done.stderr
+
+
+# --- broken variants -----------------------------------------------------------------------------
+
+SERVER_CHECKED = [c for c in BROKEN if c.server]
+
+
+@pytest.mark.parametrize("case", SERVER_CHECKED, ids=[c.id for c in SERVER_CHECKED])
+def test_broken_variant_refused_by_the_server(apiserver, case: Broken):
+    objs = for_server_1_20(broken_objects(case))
+    if case.pod_template:
+        # Inside the LWS a template is custom-resource data: only the CRD schema sees it...
+        assert dry_run(apiserver, objs).returncode == 0
+        # ...so full Pod validation needs the template as a core PodTemplate.
+        objs = pod_templates(objs[0])
+    done = dry_run(apiserver, objs)
+    assert done.returncode != 0, f"{case.id} accepted"
+    assert case.server in done.stderr, done.stderr
+
+
+def test_webhook_only_rules_pass_the_server_but_not_tandem(apiserver):
+    # size 0 is the LWS webhook's rule: the CRD schema and the server accept it.
+    case = next(c for c in BROKEN if c.id == "size-zero")
+    objs = for_server_1_20(broken_objects(case))
+    assert dry_run(apiserver, objs).returncode == 0
+
+
+# --- tandem up / status / down on transport: k8s -----------------------------------------------
+
+def k8s_deployment(namespace: str, name: str = "tdm-lws") -> Deployment:
+    recipe = load_recipe("tiny-local").model_copy(update={"name": name})
+    cluster = Cluster.model_validate({
+        "name": "test-k8s", "transport": "k8s", "namespace": namespace,
+        "nodes": [{"name": "node-a", "address": "192.0.2.10"},
+                  {"name": "node-b", "address": "192.0.2.11"}]})
+    return Deployment(recipe=recipe, cluster=cluster)
+
+
+def test_up_applies_reports_no_pods_and_down_deletes(apiserver, namespace, state_home,
+                                                     monkeypatch):
+    deployment = k8s_deployment(namespace)
+    monkeypatch.setenv("VLLM_API_KEY", "sk-test-key")
+    events: list[str] = []
+    monkeypatch.setattr(backend.KubernetesBackend, "appear_timeout_s", 2.0)
+    with pytest.raises(RankFailed) as caught:
+        lifecycle.up(deployment, timeout_s=60, on_event=events.append)
+    message = str(caught.value)
+    assert "LeaderWorkerSet controller did not create it" in message, message
+    assert "tandem down tdm-lws" in message
+    assert any("applied (server-side) Secret/tdm-lws-api-key, LeaderWorkerSet/tdm-lws, "
+               "Service/tdm-lws-api" in e for e in events), events
+    assert any("pod tdm-lws-0-1: not created" in e for e in events), events
+
+    # Read back what up applied: the objects stay for inspection after a failed start.
+    kubectl = backend.Kubectl.of(deployment.cluster)
+    lws = kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", "tdm-lws")
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    secret = kubectl.get_json("secret", "tdm-lws-api-key")
+    assert base64.b64decode(secret["data"]["api-key"]) == b"sk-test-key"
+    assert "sk-test-key" not in (state_home / "state" / "deployments" / "tdm-lws" /
+                                 "state.json").read_text()
+    state = load_state("tdm-lws")
+    assert state.backend == "k8s" and [r.log for r in state.ranks] == ["pod/tdm-lws-0",
+                                                                       "pod/tdm-lws-0-1"]
+    status = lifecycle.status("tdm-lws")
+    assert [r.state for r in status.ranks] == ["exited", "exited"]
+
+    # A second up refuses while the LeaderWorkerSet exists.
+    with pytest.raises(BackendError, match="already exists"):
+        lifecycle.up(deployment, timeout_s=5)
+
+    gone: list[str] = []
+    lifecycle.down("tdm-lws", on_event=gone.append)
+    for ref in ("leaderworkersets.leaderworkerset.x-k8s.io/tdm-lws", "service/tdm-lws-api",
+                "secret/tdm-lws-api-key"):
+        assert kubectl.get_json(ref) is None, ref
+    assert any("no pod of 'tdm-lws' is left" in g for g in gone)
+
+
+def test_up_refused_by_the_server_names_the_field(apiserver, namespace, state_home):
+    # A namespace that does not exist: the server refuses, and up says so.
+    deployment = k8s_deployment(namespace + "-missing")
+    with pytest.raises(BackendError) as caught:
+        lifecycle.up(deployment, timeout_s=5)
+    assert "not found" in str(caught.value)
+
+
+def test_cli_up_dispatches_on_the_transport(apiserver, namespace, state_home, tmp_path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump(k8s_deployment(namespace).cluster.model_dump(mode="json")))
+    done = subprocess.run([sys.executable, "-m", "tandem.cli", "up", "tiny-local", "--cluster",
+                           str(cluster), "--dry-run"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "apply --server-side" in done.stdout
+
+
+# --- pods: phases and failures on real Pod objects ----------------------------------------------
+
+def create_pod(server: ApiServer, namespace: str, deployment: Deployment, worker_index: int,
+               status: dict | None = None) -> None:
+    """A pod as the LWS controller would create it: its template, its name and labels."""
+    lws = rendered(deployment)[0]
+    key = "leaderTemplate" if worker_index == 0 else "workerTemplate"
+    template = lws["spec"]["leaderWorkerTemplate"][key]
+    name = k8s_render.pod_name(deployment, worker_index)
+    labels = {**template["metadata"]["labels"], "leaderworkerset.sigs.k8s.io/name": deployment.name,
+              "leaderworkerset.sigs.k8s.io/worker-index": str(worker_index),
+              "leaderworkerset.sigs.k8s.io/group-index": "0"}
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": namespace, "labels": labels},
+           "spec": template["spec"]}
+    server.kubectl("create", "-f", "-", stdin=json.dumps(pod))
+    if status:
+        server.kubectl("-n", namespace, "patch", "pod", name, "--subresource=status",
+                       "--type=merge", "-p", json.dumps({"status": status}))
+
+
+def _now(delta_s: float = 0) -> str:
+    return (datetime.now(timezone.utc) + timedelta(seconds=delta_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _container_status(**state) -> dict:
+    return {"containerStatuses": [{"name": "vllm", "image": "img", "imageID": "", "ready": False,
+                                   "restartCount": state.pop("restarts", 0), **state}]}
+
+
+def test_pod_phases_and_failures_from_real_pods(apiserver, namespace):
+    deployment = k8s_deployment(namespace, name="phases")
+    kubectl = backend.Kubectl.of(deployment.cluster)
+    view = backend.GroupView(kubectl, "phases", max_age_s=0)
+    seen: list[str] = []
+    leader = backend.PodRank(0, "phases-0", view, on_event=seen.append, appear_timeout_s=600)
+    worker = backend.PodRank(1, "phases-0-1", view, on_event=seen.append, appear_timeout_s=600)
+    assert leader.exit_code() is None and seen == ["rank 0 pod phases-0: not created"]
+
+    create_pod(apiserver, namespace, deployment, 0)
+    assert leader.exit_code() is None
+    assert seen[-1] == "rank 0 pod phases-0: Pending (unscheduled)"
+
+    # Unschedulable for longer than the grace period: a wrong node label never heals.
+    create_pod(apiserver, namespace, deployment, 1, status={"phase": "Pending", "conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "lastTransitionTime": _now(-600),
+        "message": "0/2 nodes are available: 2 node(s) didn't match node selector."}]})
+    assert worker.exit_code() == 1
+    assert "Unschedulable: 0/2 nodes are available" in worker.recent_text()
+
+    # Running and ready: the leader is up and rank_running says so.
+    apiserver.kubectl("-n", namespace, "patch", "pod", "phases-0", "--subresource=status",
+                      "--type=merge", "-p", json.dumps({"status": {
+                          "phase": "Running", **_container_status(
+                              ready=True, state={"running": {"startedAt": _now()}})}}))
+    assert leader.exit_code() is None
+    assert seen[-1] == "rank 0 pod phases-0: Running, ready"
+    state = type("S", (), {"network": {"namespace": namespace, "kubectl": kubectl.program,
+                                       "kubeconfig": None, "context": None}})()
+    rank = type("R", (), {"log": "pod/phases-0"})()
+    assert backend.KubernetesBackend().rank_running(state, rank)
+
+    # A crash: restarted after exit 1 -> the group is being recreated, up gives up with the cause.
+    apiserver.kubectl("-n", namespace, "patch", "pod", "phases-0", "--subresource=status",
+                      "--type=merge", "-p", json.dumps({"status": _container_status(
+                          restarts=1, state={"waiting": {"reason": "CrashLoopBackOff"}},
+                          lastState={"terminated": {"exitCode": 1, "reason": "Error",
+                                                    "message": "RuntimeError: NCCL error"}})}))
+    assert leader.exit_code() == 1
+    assert "exited with status 1 (Error): RuntimeError: NCCL error" in leader.failure[1]
+    assert seen[-1] == "rank 0 pod phases-0: Running: CrashLoopBackOff, restarts 1"
+
+    # The pod's events are reported with the failure.
+    apiserver.kubectl("create", "-f", "-", stdin=json.dumps({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "phases-0.1", "namespace": namespace},
+        "involvedObject": {"kind": "Pod", "name": "phases-0", "namespace": namespace},
+        "type": "Warning", "reason": "BackOff", "count": 3, "lastTimestamp": _now(),
+        "message": "Back-off restarting failed container vllm"}))
+    assert backend.event_lines(kubectl.events("phases-0")) == [
+        "Warning BackOff: Back-off restarting failed container vllm (x3)"]
+    assert "event Warning BackOff" in leader.recent_text()
+    assert "PodError: the container exited with status 1" in leader.recent_text()
+
+
+def test_image_pull_back_off_fails_at_once(apiserver, namespace):
+    deployment = k8s_deployment(namespace, name="pull")
+    create_pod(apiserver, namespace, deployment, 0, status={"phase": "Pending", **_container_status(
+        state={"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}})})
+    kubectl = backend.Kubectl.of(deployment.cluster)
+    rank = backend.PodRank(0, "pull-0", backend.GroupView(kubectl, "pull", max_age_s=0))
+    assert rank.exit_code() == 1
+    assert rank.failure[1] == ("ImagePullBackOff: the image cannot be pulled: "
+                               "Back-off pulling image")
+
+
+# --- tandem check on Kubernetes ----------------------------------------------------------------
+
+def test_cluster_checks_crd_nodes_and_gpus(apiserver, namespace):
+    cluster = k8s_deployment(namespace).cluster
+    problems = [str(p) for p in backend.cluster_problems(cluster)]
+    assert problems == [
+        "nodes[0].name: no Kubernetes node is labelled kubernetes.io/hostname=node-a (fix: use "
+        "the NAME column of `kubectl get nodes`)",
+        "nodes[1].name: no Kubernetes node is labelled kubernetes.io/hostname=node-b (fix: use "
+        "the NAME column of `kubectl get nodes`)"]
+    for name, gpus in (("node-a", "1"), ("node-b", None)):
+        apiserver.kubectl("create", "-f", "-", stdin=json.dumps({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
+        if gpus:
+            apiserver.kubectl("patch", "node", name, "--subresource=status", "--type=merge",
+                              "-p", json.dumps({"status": {
+                                  "capacity": {"nvidia.com/gpu": gpus},
+                                  "allocatable": {"nvidia.com/gpu": gpus}}}))
+    try:
+        problems = [str(p) for p in backend.cluster_problems(cluster)]
+        assert problems == ["nodes[1]: node node-b advertises no nvidia.com/gpu (fix: install "
+                            "the NVIDIA GPU Operator (device plugin))"]
+        missing = cluster.model_copy(update={"namespace": "nowhere"})
+        assert "namespace 'nowhere' does not exist" in str(backend.cluster_problems(missing)[0])
+    finally:
+        apiserver.kubectl("delete", "node", "node-a", "node-b", check=False)
