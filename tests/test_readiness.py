@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tandem.errors import RankFailed
-from tandem.readiness import BootLog, LogTail, Phase, failure_cause, wait_ready
+from tandem.readiness import BootLog, LogTail, Phase, failure_cause, known_fix, wait_ready
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -50,6 +50,18 @@ def test_worker_log_shows_its_rank_in_a_world_of_two():
 ], ids=["traceback", "prefixed error line", "no error", "empty"])
 def test_failure_cause(lines, expected):
     assert failure_cause("\n".join(lines)) == expected
+
+
+@pytest.mark.parametrize("cause,fix", [
+    ("huggingface_hub.errors.LocalEntryNotFoundError: Cannot find", "Hugging Face cache"),
+    ("RuntimeError: Gloo connectFullMesh failed with pair.cc", "control_plane"),
+    ("ImportError: cannot import name 'b12x_mhc_pre'", "VLLM_USE_B12X_MOE"),
+    ("AssertionError: local_world_size (2) must be less than or equal to the number", "mp"),
+    ("ValueError: all good here", None),
+])
+def test_known_causes_have_fixes(cause, fix):
+    found = known_fix(cause)
+    assert (found is None) if fix is None else (fix in found)
 
 
 def test_log_tail_returns_only_complete_new_lines(tmp_path):

@@ -94,6 +94,36 @@ class BootLog:
         return fresh
 
 
+# Known start-up failures: a pattern of the cause line, and the fix a user needs.
+KNOWN_CAUSES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"LocalEntryNotFoundError|Cannot find an appropriate cached snapshot"),
+     "the model is not in this node's Hugging Face cache and offline mode forbids a download: "
+     "put the snapshot in HF_HOME on every node (`tandem model tiny` for the tiny model, "
+     "`hf download REPO` for others) or set model.offline: false"),
+    (re.compile(r"Gloo connectFullMesh failed|remote=\[127\.0\.0\.1\]"),
+     "Gloo bound to the wrong interface: pin network.control_plane.interface (or the node's "
+     "control_plane_interface) to the NIC the nodes share"),
+    (re.compile(r"Available memory on node .* less than desired CPU memory"),
+     "set VLLM_CPU_KVCACHE_SPACE (GiB of KV cache per worker) in the recipe's env"),
+    (re.compile(r"less than desired GPU memory utilization"),
+     "lower engine.serve.gpu_memory_utilization, or free device memory (stop the desktop: "
+     "`systemctl stop display-manager`; drop page cache)"),
+    (re.compile(r"local_world_size \(\d+\) must be less than or equal"),
+     "use engine.executor: mp; Ray cannot place a TP group on one-GPU nodes"),
+    (re.compile(r"cannot import name 'b12x_"),
+     "remove VLLM_USE_B12X_MHC / _WO_PROJECTION / _FP8_GEMM from env; keep only VLLM_USE_B12X_MOE"),
+    (re.compile(r"Address already in use"),
+     "another process holds the API or master port on that node: stop it or change ports"),
+    (re.compile(r"longer than 107 characters"),
+     "TMPDIR is too long for vLLM's IPC sockets: point TMPDIR at a short path"),
+]
+
+
+def known_fix(cause: str) -> str | None:
+    """The fix for a recognised start-up failure, or None."""
+    return next((fix for pattern, fix in KNOWN_CAUSES if pattern.search(cause)), None)
+
+
 def failure_cause(log_text: str) -> str:
     """The most telling line of a failed rank's log: the last exception or error line."""
     lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
@@ -205,10 +235,11 @@ def wait_ready(
                 code = r.exit_code()
                 if code is not None:
                     read_logs()
-                    raise RankFailed(
-                        f"exited with status {code} during start-up: "
-                        f"{failure_cause(r.recent_text())}",
-                        rank=r.rank, hint=f"see the whole log with `tandem logs --rank {r.rank}`")
+                    cause = failure_cause(r.recent_text())
+                    see = f"see the whole log with `tandem logs --rank {r.rank}`"
+                    fix = known_fix(cause)
+                    raise RankFailed(f"exited with status {code} during start-up: {cause}",
+                                     rank=r.rank, hint=f"{fix}; {see}" if fix else see)
             if clock() - start > timeout_s:
                 last = marks[-1].phase if marks else Phase.LAUNCHED.value
                 causes = "; ".join(
