@@ -16,6 +16,7 @@ from tandem.backends.base import Backend, OnEvent, OnPhase, backend_for
 from tandem.backends.state import BootFigures, DeploymentState, PhaseMark, load_state
 from tandem.backends.supervisor import stop_supervisor
 from tandem.errors import BackendError
+from tandem.plan.status import PlannedVsActual, planned_vs_boot
 from tandem.rankplan import RankPlan, plan_ranks
 from tandem.readiness import Readiness
 from tandem.spec.deployment import Deployment
@@ -59,6 +60,7 @@ class DeploymentStatus(BaseModel):
     ranks: list[RankStatus]
     boot: BootFigures
     phases: list[PhaseMark]
+    planned: PlannedVsActual | None = None
 
 
 def status(name: str | None = None) -> DeploymentStatus:
@@ -77,7 +79,8 @@ def status(name: str | None = None) -> DeploymentStatus:
     ]
     return DeploymentStatus(name=state.name, backend=state.backend, endpoint=state.endpoint,
                             model=state.model, ready=state.ready, healthy=healthy, ranks=ranks,
-                            boot=state.boot, phases=state.phases)
+                            boot=state.boot, phases=state.phases,
+                            planned=planned_vs_boot(state.recipe, state.cluster, state.boot))
 
 
 def log_lines(name: str | None = None, *, rank: int | None = None, follow: bool = False,

@@ -112,6 +112,14 @@ def status_command(name: str | None, as_json: bool) -> None:
         table.add_row(str(r.rank), r.role, r.node, r.address, str(r.pid),
                       f"[{colour}]{r.state}[/{colour}]")
     console.print(table)
+    if status.planned and status.planned.comparison:
+        for c in (status.planned.comparison.kv_pool_tokens, status.planned.comparison.kv_pool_gib,
+                  status.planned.comparison.max_concurrency):
+            console.print(f"  planned vs actual {c.name}: {c.planned:,} vs {c.measured:,} "
+                          f"({c.error_pct:+.2f}%)" if c.error_pct is not None else
+                          f"  planned {c.name}: {c.planned}")
+    elif status.planned and status.planned.unavailable:
+        console.print(f"  [dim]planned vs actual: {status.planned.unavailable}[/dim]")
 
 
 @click.command("logs")
