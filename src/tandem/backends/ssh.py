@@ -302,7 +302,14 @@ class SSHBackend:
                     "'docker {{.Server.Version}}' 2>&1; echo image "
                     f"'{Recipe.model_validate(state.recipe).engine.image}'")
         else:
-            what = f"echo \"vllm $({runtime.options.vllm_command} --version 2>/dev/null | tail -n 1)\""
+            # The version from the package metadata beside the vllm script: `vllm --version`
+            # imports torch and takes tens of seconds.
+            vllm = runtime.options.vllm_command
+            what = (f"py=$(head -n 1 \"$(command -v {vllm})\" 2>/dev/null | "
+                    "sed -n 's/^#!\\(.*python[0-9.]*\\)$/\\1/p'); if [ -n \"$py\" ]; then "
+                    "\"$py\" -c 'from importlib.metadata import version; "
+                    "print(\"vllm\", version(\"vllm\"))' 2>&1; "
+                    f"else echo \"vllm $({vllm} --version 2>/dev/null | tail -n 1)\"; fi")
         script = f"uname -srm; python3 --version 2>&1 || true; {what}\n"
         with ThreadPoolExecutor() as pool:
             ssh = OpenSSH.for_cluster(cluster)

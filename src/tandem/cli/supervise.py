@@ -21,7 +21,8 @@ def _exit_on_term(signum, frame) -> None:  # noqa: ARG001 - signal handler signa
 def run_supervisor(name: str, policy: SupervisorPolicy = SupervisorPolicy()) -> None:
     """Supervise in the foreground until the deployment is taken down (exit 0) or given up (1)."""
     signal.signal(signal.SIGTERM, _exit_on_term)
-    code = supervise(name, policy, on_event=lambda text: console.print(f"  [dim]{text}[/dim]"))
+    code = supervise(name, policy, on_event=lambda text: console.print(f"  [dim]{text}[/dim]",
+                                                                  soft_wrap=True))
     if code:
         sys.exit(code)
 
