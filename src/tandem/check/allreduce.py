@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds = _timed(tensor, iters, warmup=2, device=device)
         algbw = nbytes / seconds / 1e9
         results.append({"bytes": nbytes, "iters": iters, "time_us": round(seconds * 1e6, 2),
-                        "algbw_gbps": round(algbw, 3),
-                        "busbw_gbps": round(algbw * 2 * (world - 1) / world, 3)})
+                        "algbw_gbps": round(algbw, 6),
+                        "busbw_gbps": round(algbw * 2 * (world - 1) / world, 6)})
     small = torch.zeros(LATENCY_BYTES // 4, dtype=torch.float32, device=device)
     latency_s = _timed(small, args.latency_iters, warmup=5, device=device)
 
