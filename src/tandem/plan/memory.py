@@ -248,8 +248,9 @@ def fit_verdict(memory: MemoryPlan, layout: KVLayout, settings: ServeSettings,
     one_request = layout.bytes_per_request / capacity_scale
     reasons, changes = [], []
     if memory.kv_pool_bytes <= 0:
-        reasons.append(f"weights and reserves ({(memory.weights_bytes_per_rank + memory.reserve_bytes) / GIB:.2f} "
-                       f"GiB) exceed vLLM's budget ({memory.budget_bytes / GIB:.2f} GiB)")
+        non_kv_gib = (memory.weights_bytes_per_rank + memory.reserve_bytes) / GIB
+        reasons.append(f"weights and reserves ({non_kv_gib:.2f} GiB) exceed vLLM's budget "
+                       f"({memory.budget_bytes / GIB:.2f} GiB)")
     elif memory.kv_pool_bytes < one_request:
         reasons.append(f"the KV pool ({memory.kv_pool_bytes / GIB:.2f} GiB) holds less than one "
                        f"{settings.max_model_len}-token request ({one_request / GIB:.2f} GiB)")
@@ -266,9 +267,10 @@ def fit_verdict(memory: MemoryPlan, layout: KVLayout, settings: ServeSettings,
             max_util = (memory.memory_total_bytes - memory.outside_budget_bytes) / \
                 memory.memory_total_bytes
         if settings.gpu_memory_utilization > max_util + 1e-9:
+            why = (hardware.max_gpu_memory_utilization.source
+                   if hardware.max_gpu_memory_utilization else "unified memory")
             reasons.append(f"gpu_memory_utilization {settings.gpu_memory_utilization} is above the "
-                           f"{max_util} this hardware starts with "
-                           f"({hardware.max_gpu_memory_utilization.source if hardware.max_gpu_memory_utilization else 'unified memory'})")
+                           f"{max_util} this hardware starts with ({why})")
     non_kv = memory.weights_bytes_per_rank + memory.reserve_bytes
     min_util = None
     if hardware.device == "cuda":

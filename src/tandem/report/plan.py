@@ -62,9 +62,10 @@ def plan_tables(plan: Plan) -> Group:
                 "steps/s", "tok/s bound"):
         roof.add_column(col, justify="right")
     for p in (plan.roofline.single_stream, plan.roofline.at_concurrency):
-        roof.add_row(str(p.concurrency), str(p.tokens_per_step), f"{p.distinct_experts_per_layer:g}",
-                     f"{p.bytes_per_step_per_rank / 1e9:.2f} GB", f"{p.allreduce_s_per_step * 1e3:.2f} ms",
-                     f"{p.steps_per_s:.1f}", f"{p.decode_tok_s:.1f}")
+        roof.add_row(str(p.concurrency), str(p.tokens_per_step),
+                     f"{p.distinct_experts_per_layer:g}", f"{p.bytes_per_step_per_rank / 1e9:.2f} GB",
+                     f"{p.allreduce_s_per_step * 1e3:.2f} ms", f"{p.steps_per_s:.1f}",
+                     f"{p.decode_tok_s:.1f}")
 
     parts: list = [head, mem, kv, roof]
     if plan.calibration is not None:
@@ -79,9 +80,11 @@ def plan_tables(plan: Plan) -> Group:
         parts.append(cal)
     f = plan.fit
     verdict = Text()
-    verdict.append("FITS" if f.fits else "DOES NOT FIT", style="bold green" if f.fits else "bold red")
+    verdict.append("FITS" if f.fits else "DOES NOT FIT",
+                   style="bold green" if f.fits else "bold red")
     verdict.append(f"  KV headroom {_gib(f.kv_headroom_bytes)}, node headroom "
-                   f"{_gib(f.node_headroom_bytes)}; largest max_model_len {f.largest_max_model_len_tokens:,}")
+                   f"{_gib(f.node_headroom_bytes)}; largest max_model_len "
+                   f"{f.largest_max_model_len_tokens:,}")
     if f.min_gpu_memory_utilization is not None:
         verdict.append(f"; util range {f.min_gpu_memory_utilization}-{f.max_gpu_memory_utilization}")
     parts.append(verdict)
