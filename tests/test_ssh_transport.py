@@ -1,0 +1,85 @@
+"""The OpenSSH transport's error mapping and the runtimes' shell scripts (no hosts needed)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from factories import make_deployment, make_recipe
+from tandem.backends.openssh import OpenSSH, SSHTarget, classify
+from tandem.backends.runtimes import (
+    DockerRuntime, VenvRuntime, poll_script, rank_dir, resolve_runtime, tail_script,
+)
+from tandem.errors import SSHError
+from tandem.rankplan import plan_ranks
+from tandem.spec.cluster import Runtime, SSHOptions
+
+TARGET = SSHTarget(node="spark-b", host="169.254.134.1", user="root")
+
+
+@pytest.mark.parametrize("code, stderr, reason", [
+    (255, "ssh: connect to host 169.254.134.1 port 22: Connection refused", "unreachable"),
+    (255, "ssh: connect to host 169.254.134.1 port 22: No route to host", "unreachable"),
+    (255, "ssh: Could not resolve hostname spark-b: Name or service not known", "unreachable"),
+    (255, "root@169.254.134.1: Permission denied (publickey).", "key-refused"),
+    (127, "sh: 1: /opt/vllm/bin/vllm: not found", "command-missing"),
+    (0, "", None),
+    (1, "some failure of the command itself", None),
+], ids=["refused", "no route", "dns", "key refused", "command missing", "ok", "command failed"])
+def test_ssh_exits_map_to_one_reason(code, stderr, reason):
+    error = classify(TARGET, code, stderr)
+    assert (error.reason if error else None) == reason
+    if error:
+        assert error.node == "spark-b" and error.hint
+
+
+def test_command_line_reuses_one_connection_and_honours_the_config(tmp_path):
+    ssh = OpenSSH(config_file="/etc/tandem/ssh_config", control_dir=tmp_path)
+    argv = ssh.argv(SSHTarget(node="n", host="h", user="u", port=2222), ["uname", "-r"])
+    assert argv[:3] == ["ssh", "-F", "/etc/tandem/ssh_config"]
+    assert "ControlMaster=auto" in argv and f"ControlPath={tmp_path}/%C" in argv
+    assert "BatchMode=yes" in argv
+    assert argv[-5:] == ["-l", "u", "h", "--", "uname -r"]
+    assert argv[argv.index("-p") + 1] == "2222"
+
+
+def test_auto_runtime_follows_the_image():
+    assert resolve_runtime(SSHOptions(), "repo/vllm@sha256:" + "0" * 64) is Runtime.DOCKER
+    assert resolve_runtime(SSHOptions(), None) is Runtime.VENV
+    assert resolve_runtime(SSHOptions(runtime="venv"), "repo/vllm:1") is Runtime.VENV
+
+
+def test_rank_folders_are_short_enough_for_vllm_sockets():
+    assert len(str(rank_dir(SSHOptions(), "a" * 40, 7) / "tmp")) + 40 < 107
+
+
+@pytest.mark.parametrize("runtime", [VenvRuntime(SSHOptions()),
+                                     DockerRuntime(SSHOptions(), "repo/vllm:1")],
+                         ids=["venv", "docker"])
+def test_every_script_is_valid_sh(runtime):
+    deployment = make_deployment(make_recipe(engine__image="repo/vllm:1",
+                                             env={"HF_TOKEN": "x y'z"}))
+    rank = plan_ranks(deployment).ranks[1]
+    scripts = [runtime.start_script(rank, deployment), runtime.status_script("test", 1),
+               runtime.stop_script("test", 1),
+               poll_script(runtime.status_script("test", 1), rank_dir(SSHOptions(), "t", 1) / "l", 5),
+               tail_script(rank_dir(SSHOptions(), "t", 1) / "l", 10)]
+    for script in scripts:
+        check = subprocess.run(["sh", "-n"], input=script, text=True, capture_output=True)
+        assert check.returncode == 0, (check.stderr, script)
+
+
+def test_venv_start_marks_the_process_and_records_its_pid():
+    deployment = make_deployment()
+    rank = plan_ranks(deployment).ranks[1]
+    script = VenvRuntime(SSHOptions(vllm_command="/opt/v/bin/vllm")).start_script(rank, deployment)
+    assert "export TANDEM_DEPLOYMENT=test" in script and "export TANDEM_RANK=1" in script
+    assert "export TMPDIR=/tmp/tandem/test/rank1/tmp" in script
+    assert "setsid sh -c" in script and "/opt/v/bin/vllm serve org/model" in script
+    assert "--headless" in script
+
+
+def test_unknown_failures_keep_the_ssh_message():
+    error = classify(TARGET, 255, "kex_exchange_identification: read: Connection reset by peer")
+    assert isinstance(error, SSHError) and error.reason == SSHError.UNREACHABLE

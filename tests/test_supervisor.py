@@ -1,0 +1,119 @@
+"""Gang supervision with a scripted backend and an injected clock (no processes started)."""
+
+from __future__ import annotations
+
+import pytest
+
+from factories import make_deployment
+from tandem.backends import supervisor
+from tandem.backends.launch import new_state
+from tandem.backends.state import RankState
+from tandem.backends.supervisor import SupervisorPolicy, backoff_delay, supervise
+from tandem.errors import RankFailed
+from tandem.rankplan import plan_ranks
+
+
+class ScriptedBackend:
+    """Ranks die when the script says so; ``up`` fails ``fail_ups`` times before working."""
+
+    name = "scripted"
+
+    def __init__(self, deaths: list[set[int]], fail_ups: int = 0) -> None:
+        self.deaths = deaths  # per look: the ranks found dead
+        self.fail_ups = fail_ups
+        self.calls: list[str] = []
+
+    def ranks_running(self, state):
+        dead = self.deaths.pop(0) if self.deaths else set()
+        return {r.rank: r.rank not in dead for r in state.ranks}
+
+    def down(self, state, *, on_event):
+        self.calls.append("down")
+
+    def up(self, plan, deployment, *, timeout_s, on_phase, on_event):
+        self.calls.append("up:" + ",".join(str(r.rank) for r in plan.in_start_order()))
+        if self.fail_ups:
+            self.fail_ups -= 1
+            raise RankFailed("exited with status 1 during start-up", rank=1)
+        state = saved_state()
+        return state, None
+
+
+def saved_state():
+    deployment = make_deployment()
+    state = new_state(plan_ranks(deployment), deployment, backend="scripted")
+    state.ranks = [RankState(rank=i, node=f"n{i}", role="leader" if i == 0 else "worker",
+                             address=f"192.168.1.{10 + i}", log="-") for i in (0, 1)]
+    state.save()
+    return state
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
+    return tmp_path
+
+
+def run(backend, home, monkeypatch, *, looks: int, policy=SupervisorPolicy(interval_s=5,
+        backoff_s=10, max_restarts=2), healthy=lambda url: True):
+    monkeypatch.setattr(supervisor, "backend_for", lambda name: backend)
+    saved_state()
+    clock = Clock()
+    budget = iter(range(looks))
+    code = supervise("test", policy, clock=clock, sleep=clock.sleep, healthy=healthy,
+                     should_stop=lambda: next(budget, None) is None)
+    events = (home / "deployments" / "test" / "events.log").read_text()
+    return code, clock, events
+
+
+@pytest.mark.parametrize("attempt, delay", [(0, 10), (1, 20), (2, 40), (10, 300)])
+def test_backoff_doubles_up_to_the_cap(attempt, delay):
+    assert backoff_delay(SupervisorPolicy(backoff_s=10, max_backoff_s=300), attempt) == delay
+
+
+def test_a_dead_worker_restarts_the_whole_group_workers_first(home, monkeypatch):
+    backend = ScriptedBackend(deaths=[set(), {1}])
+    code, clock, events = run(backend, home, monkeypatch, looks=4)
+    assert code == 0
+    assert backend.calls == ["down", "up:1,0"]
+    assert "rank 1 (worker on n1) is not running" in events
+    assert "restart 1/2 in 10 s" in events and "restart 1 done" in events
+    assert 10 in clock.sleeps
+
+
+def test_a_silent_leader_counts_after_three_misses(home, monkeypatch):
+    backend = ScriptedBackend(deaths=[])
+    code, _, events = run(backend, home, monkeypatch, looks=5, healthy=lambda url: False)
+    assert backend.calls == ["down", "up:1,0"]
+    assert "did not answer /health 3 times in a row" in events
+
+
+def test_gives_up_after_max_restarts_and_stops_every_rank(home, monkeypatch):
+    backend = ScriptedBackend(deaths=[{0}, {0, 1}, {0, 1}, {0, 1}], fail_ups=5)
+    code, clock, events = run(backend, home, monkeypatch, looks=10)
+    assert code == 1
+    assert backend.calls == ["down", "up:1,0", "down", "up:1,0", "down"]
+    assert "restart 1 failed" in events and "restart 2 failed" in events
+    assert "giving up after 2 restart(s)" in events
+    assert [s for s in clock.sleeps if s >= 10] == [10, 20]
+
+
+def test_exits_when_the_deployment_is_taken_down(home, monkeypatch):
+    monkeypatch.setattr(supervisor, "backend_for", lambda name: ScriptedBackend([]))
+    code = supervise("absent", SupervisorPolicy(), sleep=lambda s: None)
+    assert code == 0
+    assert "was taken down" in (home / "deployments" / "absent" / "events.log").read_text()
+    assert not (home / "deployments" / "absent" / "supervisor.pid").exists()
