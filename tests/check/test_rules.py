@@ -241,3 +241,16 @@ def test_rule_names_are_unique_kebab_case():
     names = [rule.name for rule in RULES]
     assert len(names) == len(set(names))
     assert all(n == n.lower() and " " not in n for n in names)
+
+
+def test_memory_headroom_with_tandem_plans_own_figure(healthy, drifted):
+    from tandem.check.preflight import memory_need
+
+    need, why_not = memory_need(seed_deployment())
+    if need is None:
+        pytest.skip(f"tandem plan unavailable: {why_not}")
+    assert 100 * 10**9 < need["spark-101"] < 125 * 10**9  # the seed saw 115-117 GB per node
+    assert "memory-headroom" not in rules_of(run(seed_deployment(), healthy, memory_need_bytes=need))
+    fired = [f for f in run(seed_deployment(), drifted, memory_need_bytes=need)
+             if f.rule == "memory-headroom"]
+    assert [f.node for f in fired] == ["spark-102"]  # the desktop and a stale server ate it

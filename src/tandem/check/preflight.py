@@ -86,18 +86,29 @@ def probe_all(deployment: Deployment, transport: NodeTransport) -> dict[str, dic
         return dict(zip([n.name for n in nodes], pool.map(probe, nodes)))
 
 
-def memory_need(deployment: Deployment) -> dict[str, int] | None:
-    """Bytes each node needs according to ``tandem plan``, or None when it is not installed."""
+def memory_need(deployment: Deployment) -> tuple[dict[str, int] | None, str | None]:
+    """Bytes each node needs according to ``tandem plan``, and why not when it cannot say.
+
+    ``tandem plan`` is optional here: when it is not installed, cannot find the model's
+    config, or knows no hardware profile for the cluster, the memory-headroom rule is skipped
+    and the reason is reported (never a crash of the preflight).
+    """
     if importlib.util.find_spec("tandem.plan") is None:
-        return None
-    plan_module = importlib.import_module("tandem.plan")
-    per_node = getattr(plan_module, "memory_per_node_bytes", None)
-    if per_node is None:
-        return None
+        return None, "tandem plan is not installed"
+    plan_api = importlib.import_module("tandem.plan")
+    config = importlib.import_module("tandem.plan.config")
+    model = deployment.recipe.model
     try:
-        return dict(per_node(deployment))
-    except TandemError:
-        return None
+        facts = plan_api.load_model_facts(
+            model.repo_id, revision=model.revision, local_path=model.path,
+            cache_roots=config.default_cache_roots(model.cache_root))
+        plan = plan_api.plan_deployment(deployment, facts,
+                                        plan_api.infer_hardware(deployment, None))
+    except TandemError as exc:
+        return None, f"tandem plan could not plan it: {exc.message}"
+    except (AttributeError, TypeError) as exc:  # the planner's API moved under us
+        return None, f"tandem plan's interface changed: {exc}"
+    return {n.name: plan.per_node_memory_bytes for n in deployment.cluster.nodes}, None
 
 
 def run_check(
@@ -139,8 +150,11 @@ def run_check(
                 transport = transport_for(deployment, with_hashes=with_hashes)
         on_event(f"probing {len(deployment.cluster.nodes)} node(s)")
         facts = probe_all(deployment, transport)
+        need, why_not = memory_need(deployment)
+        if why_not:
+            on_event(f"memory headroom not checked: {why_not}")
         context = CheckContext(deployment=deployment, facts=facts, rank_env=rank_env,
-                               memory_need_bytes=memory_need(deployment))
+                               memory_need_bytes=need)
         findings += evaluate(context)
         fabric_result: dict[str, Any] = {}
         if fabric:
