@@ -68,7 +68,7 @@ def ssh_hosts(folder: Path, *, name: str = "sshtest", subnet: str = "10.78.0.0/2
         "nodes": [{"name": f"host{i}", "address": f"{subnet.rsplit('.', 1)[0]}.{i + 1}",
                    "control_plane_interface": f"tdm{i}"} for i in range(count)]})
     plan = netns.network_plan(name, cluster)
-    netns.destroy(plan)  # whatever an interrupted earlier run left
+    _clear(plan)  # whatever an interrupted earlier run left
     folder.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation dir
     host_key = folder / "host_ed25519"
@@ -124,4 +124,20 @@ def ssh_hosts(folder: Path, *, name: str = "sshtest", subnet: str = "10.78.0.0/2
                 server.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 server.kill()
-        netns.destroy(plan)
+        _clear(plan)
+
+
+def _clear(plan: netns.NetworkPlan) -> None:
+    """Remove the hosts: sessions sshd left (kept open by ssh's ControlMaster), namespaces, links.
+
+    A namespace outlives ``ip netns del`` while a process or socket still holds it, and with it
+    the veth pair, so the host ends are deleted explicitly too.
+    """
+    for node in plan.nodes:
+        pids = subprocess.run(["ip", "netns", "pids", node.netns], capture_output=True,
+                              text=True).stdout.split()  # empty when there is no such namespace
+        for pid in pids:
+            subprocess.run(["kill", "-KILL", pid], capture_output=True)
+    netns.destroy(plan)
+    for node in plan.nodes:
+        subprocess.run(["ip", "link", "del", node.host_end], capture_output=True)

@@ -38,7 +38,11 @@ def test_command_line_reuses_one_connection_and_honours_the_config(tmp_path):
     ssh = OpenSSH(config_file="/etc/tandem/ssh_config", control_dir=tmp_path)
     argv = ssh.argv(SSHTarget(node="n", host="h", user="u", port=2222), ["uname", "-r"])
     assert argv[:3] == ["ssh", "-F", "/etc/tandem/ssh_config"]
-    assert "ControlMaster=auto" in argv and f"ControlPath={tmp_path}/%C" in argv
+    assert "ControlMaster=auto" in argv
+    control = next(a for a in argv if a.startswith("ControlPath="))
+    assert control.startswith(f"ControlPath={tmp_path}/") and control.endswith("-%C")
+    other = OpenSSH(config_file="/other", control_dir=tmp_path).argv(SSHTarget("n", "h"), ["x"])
+    assert control not in other  # a connection made with other keys is never reused
     assert "BatchMode=yes" in argv
     assert argv[-5:] == ["-l", "u", "h", "--", "uname -r"]
     assert argv[argv.index("-p") + 1] == "2222"

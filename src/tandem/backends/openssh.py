@@ -15,6 +15,7 @@ variables (an HF token) do not show in ``ps`` on either side.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import subprocess
@@ -131,18 +132,21 @@ class OpenSSH:
 
     def options(self) -> list[str]:
         """ssh options without the destination: config file, batch mode, reuse, keep-alives."""
-        self.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         opts = ["-F", self.config_file] if self.config_file else []
         return opts + [
             "-o", "BatchMode=yes",
             "-o", f"ConnectTimeout={int(self.connect_timeout_s)}",
             "-o", "ControlMaster=auto",
-            "-o", f"ControlPath={self.control_dir}/%C",
+            "-o", f"ControlPath={self.control_dir}/{self._config_tag()}-%C",
             "-o", "ControlPersist=120",
             "-o", "ServerAliveInterval=5",
             "-o", "ServerAliveCountMax=3",
             "-o", "LogLevel=ERROR",
         ]
+
+    def _config_tag(self) -> str:
+        """Connections made under one ssh_config are never reused under another (keys differ)."""
+        return hashlib.sha1((self.config_file or "").encode()).hexdigest()[:8]
 
     def argv(self, target: SSHTarget, remote: Sequence[str]) -> list[str]:
         """The full local ``ssh`` command that runs ``remote`` on ``target``."""
@@ -163,6 +167,7 @@ class OpenSSH:
             SSHError: unreachable, key refused, a timeout, or (with ``check``) a missing
                 program (exit 127); any other exit status is returned in the result.
         """
+        self.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             done = subprocess.run(self.argv(target, ["sh", "-s"]), input=script.encode(),
                                   capture_output=True, timeout=timeout_s)

@@ -119,7 +119,8 @@ class SSHBackend:
             if isinstance(runtime, DockerRuntime):
                 command = runtime.run_argv(rank, deployment)
             else:
-                command = [*runtime.program().split(), *rank.argv[1:]]
+                command = ["env", *(f"{k}={v}" for k, v in rank.env.items()),
+                           *runtime.program().split(), *rank.argv[1:]]
             result.append((rank, ssh.argv(targets[rank.node], command)))
         return result
 

@@ -193,7 +193,8 @@ def probe(deployment: Deployment, ssh: OpenSSH) -> tuple[dict[str, SnapshotFacts
     return snapshots, images
 
 
-def _rsync(argv: list[str]) -> None:
+def _rsync(argv: list[str], ssh: OpenSSH) -> None:
+    ssh.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode:
         raise BackendError(f"`{shlex.join(argv)}` failed: {done.stderr.strip()[-500:]}",
@@ -216,10 +217,10 @@ def copy_snapshot(deployment: Deployment, ssh: OpenSSH, action: SyncAction,
     dst = model_folder(deployment, target_node)
     on_event(f"rsync {source.node}:{src} -> {target.node}:{dst} (staged in {staging})")
     _rsync(["rsync", "-a", "-e", ssh.rsync_shell(source), _remote_path(source, src) + "/",
-            f"{staging}/"])
+            f"{staging}/"], ssh)
     ssh.run(target, f"mkdir -p {_shell_path(dst)}\n")
     _rsync(["rsync", "-a", "-e", ssh.rsync_shell(target), f"{staging}/",
-            _remote_path(target, dst) + "/"])
+            _remote_path(target, dst) + "/"], ssh)
 
 
 def copy_image(deployment: Deployment, ssh: OpenSSH, action: SyncAction,

@@ -55,6 +55,7 @@ class ProbeError(BackendError):
 # cluster transport -> "module:Class"; the class is built with the Deployment.
 TRANSPORTS: dict[str, str] = {
     "local": "tandem.check.transport:LocalTransport",
+    "ssh": "tandem.backends.ssh_check:SSHNodeTransport",
 }
 
 

@@ -52,15 +52,16 @@ def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
       tandem up tiny-local
       tandem up tiny-local --cluster examples/local-netns.yaml --timeout 600
       tandem up tiny-local --dry-run
-      tandem up tiny-local --cluster examples/ssh-pair.yaml --supervise
+      tandem up deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml --supervise
     """
     deployment = machine_deployment(recipe, cluster_path)
     if dry_run:
         _, commands = lifecycle.dry_run(deployment)
         for rank, argv in commands:
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in rank.env.items())
+            local = deployment.cluster.transport.value == "local"  # remote commands carry it
             click.echo(f"# rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
-                       f"env {env} {shlex.join(argv)}\n")
+                       + (f"env {env} " if local else "") + f"{shlex.join(argv)}\n")
         return
     preflight(deployment, skip=skip_checks)
     cluster = deployment.cluster

@@ -1,0 +1,69 @@
+"""``tandem check`` over SSH: the probe and the fabric ranks on remote nodes.
+
+Implements ``tandem.check.transport.NodeTransport`` with tandem's OpenSSH transport, so the
+preflight that ``tandem up`` runs reaches ssh nodes exactly as the launch does (same
+ssh_config, same shared connection). The probe script travels on stdin (``python3 -``), with
+the node's own variables (``nodes[].env``, e.g. HF_HOME) exported first.
+
+An unreachable node or a refused key raises ``SSHError`` at once, since nothing can be checked;
+a probe that runs and fails becomes that node's ``probe_error`` finding.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from pathlib import PurePosixPath
+from typing import IO, Any
+
+from tandem.backends.openssh import OpenSSH, SSHTarget
+from tandem.check.transport import PROBE_TIMEOUT_S, ProbeError, parse_facts, probe_args, probe_source
+from tandem.spec.cluster import Node
+from tandem.spec.deployment import Deployment
+
+_EOF = "TANDEM_PROBE_EOF_7f3a"
+
+
+def node_python(deployment: Deployment) -> str:
+    """The Python beside the configured vllm (the engine's venv), else ``python3``."""
+    vllm = shlex.split(deployment.cluster.ssh.vllm_command)[0]
+    if vllm.startswith("/"):
+        return str(PurePosixPath(vllm).parent / "python3")
+    return "python3"
+
+
+class SSHNodeTransport:
+    """Probe and spawn on ssh nodes (``check.transport.NodeTransport``)."""
+
+    def __init__(self, deployment: Deployment, *, python: str | None = None,
+                 with_hashes: bool = False) -> None:
+        self.deployment = deployment
+        self.ssh = OpenSSH.for_cluster(deployment.cluster)
+        self.python = python or node_python(deployment)
+        self.with_hashes = with_hashes
+
+    def run_probe(self, node: Node) -> dict[str, Any]:
+        args = shlex.join(probe_args(self.deployment, with_hashes=self.with_hashes))
+        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in node.env.items())
+        # the engine's Python when it is there, else the node's python3
+        script = (f"{exports}py={shlex.quote(self.python)}; [ -x \"$py\" ] || py=python3\n"
+                  f"\"$py\" - {args} <<'{_EOF}'\n"
+                  f"{probe_source()}\n{_EOF}\n")
+        started = time.time()
+        result = self.ssh.run(SSHTarget.of(node), script, timeout_s=PROBE_TIMEOUT_S,
+                              program="python3")
+        if not result.ok:
+            raise ProbeError(f"the probe exited {result.returncode}: {result.stderr[-300:]}",
+                             node=node.name)
+        return parse_facts(result.stdout, node.name, started, time.time())
+
+    def spawn(self, node: Node, argv: list[str], env: dict[str, str],
+              output: IO[bytes]) -> subprocess.Popen:
+        if argv and argv[0] == "python3":
+            argv = [self.python, *argv[1:]]
+        remote = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
+        self.ssh.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return subprocess.Popen(self.ssh.argv(SSHTarget.of(node), remote),
+                                stdin=subprocess.DEVNULL, stdout=output,
+                                stderr=subprocess.STDOUT, start_new_session=True)
