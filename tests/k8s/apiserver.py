@@ -183,13 +183,14 @@ class ApiServer:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         crd = crd_for_old_server(yaml.load(crd_path.read_text(), Loader=loader))
         self.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(crd))
-        self.kubectl("wait", "--for=condition=Established", f"crd/{LWS_CRD_NAME}",
-                     "--timeout=60s")
-        # Discovery of the new kind can lag the Established condition by a moment.
-        deadline = time.monotonic() + 30
-        while self.kubectl("get", "leaderworkersets", check=False).returncode:
+        # Established, then servable (discovery can lag the condition by a moment).
+        established = '{.status.conditions[?(@.type=="Established")].status}'
+        deadline = time.monotonic() + 60
+        while (self.kubectl("get", "crd", LWS_CRD_NAME, "-o", f"jsonpath={established}",
+                            check=False).stdout.strip() != "True"
+               or self.kubectl("get", "leaderworkersets", check=False).returncode):
             if time.monotonic() > deadline:
-                raise RuntimeError("the LeaderWorkerSet kind never became servable")
+                raise RuntimeError("the LeaderWorkerSet CRD never became Established")
             time.sleep(0.3)
 
     def log_tail(self, n: int = 30) -> str:

@@ -93,8 +93,10 @@ def test_seed000_apply_and_read_back_field_by_field(apiserver, namespace):
     # What the server filled in: a cluster IP, a node port, our field manager.
     assert svc["spec"]["clusterIP"].startswith("10.96.")
     assert 30000 <= svc["spec"]["ports"][0]["nodePort"] <= 32767
-    assert any(m["manager"] == backend.FIELD_MANAGER and m["operation"] == "Apply"
-               for m in lws["metadata"]["managedFields"])
+    managed = json.loads(apiserver.kubectl(
+        "-n", namespace, "get", "leaderworkersets", "dsv4-flash-tp2", "-o", "json",
+        "--show-managed-fields").stdout)["metadata"]["managedFields"]
+    assert [(m["manager"], m["operation"]) for m in managed] == [(backend.FIELD_MANAGER, "Apply")]
     # The whole rendered object survives the round trip (the CRD schema pruned nothing).
     assert stated_mismatches(objs[0]["spec"], lws["spec"]) == []
     kubectl.delete(["leaderworkersets.leaderworkerset.x-k8s.io/dsv4-flash-tp2",
@@ -209,7 +211,7 @@ def test_cli_up_dispatches_on_the_transport(apiserver, namespace, state_home, tm
 # --- pods: phases and failures on real Pod objects ----------------------------------------------
 
 def create_pod(server: ApiServer, namespace: str, deployment: Deployment, worker_index: int,
-               status: dict | None = None) -> None:
+               status: dict | None = None, node: str | None = None) -> None:
     """A pod as the LWS controller would create it: its template, its name and labels."""
     lws = rendered(deployment)[0]
     key = "leaderTemplate" if worker_index == 0 else "workerTemplate"
@@ -220,7 +222,7 @@ def create_pod(server: ApiServer, namespace: str, deployment: Deployment, worker
               "leaderworkerset.sigs.k8s.io/group-index": "0"}
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-           "spec": template["spec"]}
+           "spec": {**template["spec"], **({"nodeName": node} if node else {})}}
     server.kubectl("create", "-f", "-", stdin=json.dumps(pod))
     if status:
         server.kubectl("-n", namespace, "patch", "pod", name, "--subresource=status",
@@ -245,9 +247,9 @@ def test_pod_phases_and_failures_from_real_pods(apiserver, namespace):
     worker = backend.PodRank(1, "phases-0-1", view, on_event=seen.append, appear_timeout_s=600)
     assert leader.exit_code() is None and seen == ["rank 0 pod phases-0: not created"]
 
-    create_pod(apiserver, namespace, deployment, 0)
+    create_pod(apiserver, namespace, deployment, 0, node="node-a")  # as if bound by a scheduler
     assert leader.exit_code() is None
-    assert seen[-1] == "rank 0 pod phases-0: Pending (unscheduled)"
+    assert seen[-1] == "rank 0 pod phases-0: Pending on node-a"
 
     # Unschedulable for longer than the grace period: a wrong node label never heals.
     create_pod(apiserver, namespace, deployment, 1, status={"phase": "Pending", "conditions": [{
@@ -255,6 +257,7 @@ def test_pod_phases_and_failures_from_real_pods(apiserver, namespace):
         "lastTransitionTime": _now(-600),
         "message": "0/2 nodes are available: 2 node(s) didn't match node selector."}]})
     assert worker.exit_code() == 1
+    assert seen[-1] == "rank 1 pod phases-0-1: Pending (unscheduled)"
     assert "Unschedulable: 0/2 nodes are available" in worker.recent_text()
 
     # Running and ready: the leader is up and rank_running says so.
@@ -263,7 +266,7 @@ def test_pod_phases_and_failures_from_real_pods(apiserver, namespace):
                           "phase": "Running", **_container_status(
                               ready=True, state={"running": {"startedAt": _now()}})}}))
     assert leader.exit_code() is None
-    assert seen[-1] == "rank 0 pod phases-0: Running, ready"
+    assert seen[-1] == "rank 0 pod phases-0: Running on node-a, ready"
     state = type("S", (), {"network": {"namespace": namespace, "kubectl": kubectl.program,
                                        "kubeconfig": None, "context": None}})()
     rank = type("R", (), {"log": "pod/phases-0"})()
@@ -277,7 +280,7 @@ def test_pod_phases_and_failures_from_real_pods(apiserver, namespace):
                                                     "message": "RuntimeError: NCCL error"}})}))
     assert leader.exit_code() == 1
     assert "exited with status 1 (Error): RuntimeError: NCCL error" in leader.failure[1]
-    assert seen[-1] == "rank 0 pod phases-0: Running: CrashLoopBackOff, restarts 1"
+    assert seen[-1] == "rank 0 pod phases-0: Running on node-a: CrashLoopBackOff, restarts 1"
 
     # The pod's events are reported with the failure.
     apiserver.kubectl("create", "-f", "-", stdin=json.dumps({

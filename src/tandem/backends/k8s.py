@@ -370,7 +370,12 @@ def up(plan: RankPlan, deployment: Deployment, *, timeout_s: float | None = None
     cluster = deployment.cluster
     kubectl = Kubectl.of(cluster)
     name = k8s_render.lws_name(deployment)
-    if kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", name) is not None:
+    try:
+        existing = kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", name)
+    except KubernetesError as exc:
+        raise KubernetesError(exc.message, hint="is the LeaderWorkerSet CRD installed? "
+                              "`tandem check` on the cluster says") from exc
+    if existing is not None:
         raise BackendError(f"LeaderWorkerSet '{name}' already exists in namespace "
                            f"'{cluster.namespace}'", hint=f"stop it first with `tandem down {name}`")
     items = launch_objects(plan, deployment, os.environ.get(wire.VLLM_API_KEY))
