@@ -342,13 +342,21 @@ def _lws_validator(crd_path: str) -> Any:
     return jsonschema.Draft7Validator(schema)
 
 
+def _path(where: str, parts: Any) -> str:
+    """``where`` plus a schema error's path, written as tier 1 writes it: ``a.b[0].c``."""
+    text = where
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return text
+
+
 def _pydantic_problems(model: Any, data: dict, where: str) -> list[Problem]:
     from pydantic import ValidationError
 
     try:
         model.model_validate(data)
     except ValidationError as exc:
-        return [Problem(f"{where}.{'.'.join(map(str, e['loc']))}", e["msg"])
+        return [Problem(_path(where, e["loc"]), e["msg"])
                 for e in exc.errors()]
     return []
 
@@ -368,8 +376,7 @@ def schema_problems(objects: list[dict], crd_path: str | Path,
         where = f"{kind}/{(obj.get('metadata') or {}).get('name')}"
         if kind == "LeaderWorkerSet":
             for err in _lws_validator(str(crd_path)).iter_errors(obj):
-                path = ".".join(str(p) for p in err.absolute_path)
-                problems.append(Problem(f"{where}.{path}" if path else where, err.message))
+                problems.append(Problem(_path(where, err.absolute_path), err.message))
             for key, template in _templates(obj):
                 problems += _pydantic_problems(k8s.V1PodTemplateSpec, template,
                                                f"{where}.spec.leaderWorkerTemplate.{key}")
@@ -380,8 +387,7 @@ def schema_problems(objects: list[dict], crd_path: str | Path,
         try:
             kubernetes_validate.validate(obj, kubernetes_version, strict=True)
         except kubernetes_validate.ValidationError as exc:
-            path = ".".join(str(p) for p in exc.absolute_path)
-            problems.append(Problem(f"{where}.{path}" if path else where, exc.message))
+            problems.append(Problem(_path(where, exc.absolute_path), exc.message))
         except kubernetes_validate.SchemaNotFoundError:
             pass
     return problems
