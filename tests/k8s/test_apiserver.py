@@ -333,3 +333,89 @@ def test_cluster_checks_crd_nodes_and_gpus(apiserver, namespace):
         assert "namespace 'nowhere' does not exist" in str(backend.cluster_problems(missing)[0])
     finally:
         apiserver.kubectl("delete", "node", "node-a", "node-b", check=False)
+
+
+# --- tandem check and the CLI's up/down, through the preflight -------------------------------------
+
+IMAGE = "ghcr.io/anemll/dspark-vllm-gx10"
+DIGEST = "sha256:" + "ab" * 32
+
+
+def add_node(server: ApiServer, name: str, gpus: str | None) -> None:
+    """A Node as a kubelet and the NVIDIA device plugin would report it."""
+    server.kubectl("create", "-f", "-", stdin=json.dumps({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
+    status: dict = {"nodeInfo": {
+        "kernelVersion": "6.17.0-1026-nvidia", "osImage": "Ubuntu 24.04.3 LTS",
+        "architecture": "arm64", "kubeletVersion": "v1.33.5", "containerRuntimeVersion":
+        "containerd://1.7.27", "machineID": "", "systemUUID": "", "bootID": "",
+        "kubeProxyVersion": "", "operatingSystem": "linux"},
+        "images": [{"names": [f"{IMAGE}@{DIGEST}", f"{IMAGE}:0.1.1"], "sizeBytes": 9_000_000_000}]}
+    if gpus:
+        status |= {"capacity": {"nvidia.com/gpu": gpus}, "allocatable": {"nvidia.com/gpu": gpus}}
+    server.kubectl("patch", "node", name, "--subresource=status", "--type=merge",
+                   "-p", json.dumps({"status": status}))
+
+
+def test_tandem_check_reads_the_nodes_from_the_api(apiserver, namespace):
+    from tandem.check.preflight import run_check
+
+    deployment = k8s_deployment(namespace)
+    recipe = deployment.recipe.model_copy(update={"engine": deployment.recipe.engine.model_copy(
+        update={"image": f"{IMAGE}:0.1.1"})})
+    deployment = Deployment(recipe=recipe, cluster=deployment.cluster)
+    add_node(apiserver, "node-a", "1")
+    add_node(apiserver, "node-b", None)
+    try:
+        report = run_check(deployment)
+        errors = [(f.node, f.evidence) for f in report.errors]
+        assert errors == [("node-b", "nodes[1]: node node-b advertises no nvidia.com/gpu (fix: "
+                                     "install the NVIDIA GPU Operator (device plugin))")], errors
+        facts = report.nodes["node-a"]
+        assert facts["system"]["kernel"] == "6.17.0-1026-nvidia"
+        assert facts["images"]["images"] == [{"ref": f"{IMAGE}:0.1.1", "id": None,
+                                              "digest": DIGEST}]
+        apiserver.kubectl("patch", "node", "node-b", "--subresource=status", "--type=merge", "-p",
+                          json.dumps({"status": {"allocatable": {"nvidia.com/gpu": "1"}}}))
+        assert run_check(deployment).errors == []
+    finally:
+        apiserver.kubectl("delete", "node", "node-a", "node-b", check=False)
+
+
+def test_cli_up_runs_the_preflight_applies_and_down_deletes(apiserver, namespace, state_home,
+                                                            tmp_path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump(k8s_deployment(namespace).cluster.model_dump(mode="json")))
+    # The tiny recipe with an image the nodes have (the preflight checks the image, not a
+    # host-installed vLLM, when the recipe names one).
+    recipe = load_recipe("tiny-local").model_dump(mode="json", exclude_defaults=True)
+    recipe["engine"]["image"] = f"{IMAGE}:0.1.1"
+    recipe_file = tmp_path / "tiny-local.yaml"
+    recipe_file.write_text(yaml.safe_dump(recipe))
+    tandem = [sys.executable, "-m", "tandem.cli"]
+    # No nodes yet: the preflight refuses, nothing is applied.
+    refused = subprocess.run([*tandem, "up", str(recipe_file), "--cluster", str(cluster),
+                              "--timeout", "5"], capture_output=True, text=True)
+    assert refused.returncode != 0
+    said = " ".join((refused.stdout + refused.stderr).split())  # rich wraps long lines
+    assert "no Kubernetes node is labelled kubernetes.io/hostname=node-a" in said, said
+    assert "refusing to launch 'tiny-local'" in said
+    kubectl = backend.Kubectl.of(k8s_deployment(namespace).cluster)
+    assert kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", "tiny-local") is None
+    add_node(apiserver, "node-a", "1")
+    add_node(apiserver, "node-b", "1")
+    try:
+        up = subprocess.run([*tandem, "up", str(recipe_file), "--cluster", str(cluster),
+                             "--timeout", "5"], capture_output=True, text=True)
+        out = " ".join((up.stdout + up.stderr).split())
+        assert up.returncode != 0, out
+        assert "applied (server-side) LeaderWorkerSet/tiny-local, Service/tiny-local-api" in out
+        assert "not ready after 5 s" in out
+        assert kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", "tiny-local")
+        down = subprocess.run([*tandem, "down", "tiny-local"], capture_output=True, text=True)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", "tiny-local") is None
+        assert kubectl.get_json("service", "tiny-local-api") is None
+    finally:
+        apiserver.kubectl("delete", "node", "node-a", "node-b", check=False)

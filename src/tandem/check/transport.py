@@ -56,6 +56,7 @@ class ProbeError(BackendError):
 TRANSPORTS: dict[str, str] = {
     "local": "tandem.check.transport:LocalTransport",
     "ssh": "tandem.backends.ssh_check:SSHNodeTransport",
+    "k8s": "tandem.backends.k8s_check:KubernetesNodeTransport",
 }
 
 
