@@ -378,8 +378,15 @@ def schema_problems(objects: list[dict], crd_path: str | Path,
             for err in _lws_validator(str(crd_path)).iter_errors(obj):
                 problems.append(Problem(_path(where, err.absolute_path), err.message))
             for key, template in _templates(obj):
-                problems += _pydantic_problems(k8s.V1PodTemplateSpec, template,
-                                               f"{where}.spec.leaderWorkerTemplate.{key}")
+                path = f"{where}.spec.leaderWorkerTemplate.{key}"
+                problems += _pydantic_problems(k8s.V1PodTemplateSpec, template, path)
+                wrapped = {"apiVersion": "v1", "kind": "PodTemplate",
+                           "metadata": {"name": "template"}, "template": template}
+                try:
+                    kubernetes_validate.validate(wrapped, kubernetes_version, strict=True)
+                except kubernetes_validate.ValidationError as exc:
+                    problems.append(Problem(_path(path, list(exc.absolute_path)[1:]),
+                                            exc.message))
             continue
         model = {"Service": k8s.V1Service, "Secret": k8s.V1Secret}.get(kind)
         if model is not None:
