@@ -178,6 +178,8 @@ def test_up_applies_reports_no_pods_and_down_deletes(apiserver, namespace, state
                                                                        "pod/tdm-lws-0-1"]
     status = lifecycle.status("tdm-lws")
     assert [r.state for r in status.ranks] == ["exited", "exited"]
+    # No pod, no log: `tandem logs` reads nothing rather than failing.
+    assert list(lifecycle.log_lines("tdm-lws")) == []
 
     # A second up refuses while the LeaderWorkerSet exists.
     with pytest.raises(BackendError, match="already exists"):
