@@ -13,13 +13,29 @@ import httpx
 from pydantic import BaseModel
 
 from tandem.backends.base import Backend, OnEvent, OnPhase, backend_for
-from tandem.backends.state import BootFigures, DeploymentState, PhaseMark, load_state
+from tandem.backends.state import (
+    BootFigures, DeploymentState, PhaseMark, list_deployments, load_state,
+)
 from tandem.backends.supervisor import stop_supervisor
 from tandem.errors import BackendError
 from tandem.plan.status import PlannedVsActual, planned_vs_boot
 from tandem.rankplan import RankPlan, plan_ranks
 from tandem.readiness import Readiness
 from tandem.spec.deployment import Deployment
+
+
+def refuse_if_running(deployment: Deployment) -> None:
+    """Raise when a deployment of this name has a rank alive, before any preflight runs.
+
+    The preflight would otherwise report the running deployment's own ports as taken.
+    """
+    if deployment.name not in list_deployments():
+        return
+    state = load_state(deployment.name)
+    backend = backend_for(state.backend)
+    if any(backend.rank_running(state, rank) for rank in state.ranks):
+        raise BackendError(f"deployment '{state.name}' is already running at {state.endpoint}",
+                           hint=f"stop it first with `tandem down {state.name}`")
 
 
 def up(deployment: Deployment, *, timeout_s: float | None = None,

@@ -193,6 +193,7 @@ def wait_ready(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     poll_s: float = 1.0,
+    api_key: str | None = None,
 ) -> Readiness:
     """Wait until the deployment answers a real chat completion.
 
@@ -202,6 +203,7 @@ def wait_ready(
         ranks: the launched ranks, leader included.
         timeout_s: from now until giving up.
         on_phase: called once for every phase reached, for live display.
+        api_key: sent as a bearer token when the server requires one (VLLM_API_KEY).
 
     Raises:
         RankFailed: a rank exited, or time ran out; the message carries the cause from the log.
@@ -228,7 +230,8 @@ def wait_ready(
 
     reached: set[Phase] = set()
     url = urlparse(endpoint)
-    with httpx.Client(base_url=endpoint, timeout=10.0) as client:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with httpx.Client(base_url=endpoint, timeout=10.0, headers=headers) as client:
         while True:
             read_logs()
             for r in ranks:

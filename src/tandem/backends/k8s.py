@@ -409,7 +409,7 @@ def up(plan: RankPlan, deployment: Deployment, *, timeout_s: float | None = None
         readiness = wait_ready(plan.endpoint, plan.model, ranks,
                                timeout_s=timeout_s or deployment.recipe.timeouts.startup_s,
                                request_timeout_s=deployment.recipe.timeouts.request_s,
-                               on_phase=record)
+                               on_phase=record, api_key=os.environ.get(wire.VLLM_API_KEY))
     except RankFailed as exc:
         problems = [Problem(f"pod/{r.pod}", line) for r in ranks
                     for line in event_lines(kubectl.events(r.pod))[-5:]]

@@ -63,6 +63,7 @@ def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
             click.echo(f"# rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
                        + (f"env {env} " if local else "") + f"{shlex.join(argv)}\n")
         return
+    lifecycle.refuse_if_running(deployment)
     preflight(deployment, skip=skip_checks)
     cluster = deployment.cluster
     console.print(f"[bold]{deployment.name}[/bold]: {len(cluster.nodes)} rank(s), world size "
