@@ -37,7 +37,8 @@ from tandem import wire
 from tandem.backends.state import DeploymentState, PhaseMark, RankState, load_state
 from tandem.errors import BackendError, KubernetesError, Problem, RankFailed
 from tandem.rankplan import RankPlan, RankSpec
-from tandem.readiness import Readiness, wait_ready
+from tandem.backends.launch import await_ready
+from tandem.readiness import Readiness
 from tandem.render import kubernetes as k8s_render
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
@@ -400,16 +401,9 @@ def up(plan: RankPlan, deployment: Deployment, *, timeout_s: float | None = None
     ranks = [PodRank(r.rank, k8s_render.pod_name(deployment, r.rank), view, on_event=on_event,
                      appear_timeout_s=appear_timeout_s) for r in plan.in_start_order()]
 
-    def record(mark: PhaseMark) -> None:
-        state.phases.append(mark)
-        state.save()
-        on_phase(mark)
-
     try:
-        readiness = wait_ready(plan.endpoint, plan.model, ranks,
-                               timeout_s=timeout_s or deployment.recipe.timeouts.startup_s,
-                               request_timeout_s=deployment.recipe.timeouts.request_s,
-                               on_phase=record, api_key=os.environ.get(wire.VLLM_API_KEY))
+        readiness = await_ready(plan, deployment, ranks, state, timeout_s=timeout_s,
+                                on_phase=on_phase)
     except RankFailed as exc:
         problems = [Problem(f"pod/{r.pod}", line) for r in ranks
                     for line in event_lines(kubectl.events(r.pod))[-5:]]
@@ -417,9 +411,6 @@ def up(plan: RankPlan, deployment: Deployment, *, timeout_s: float | None = None
                          hint=f"the objects are kept for inspection: `tandem logs`, `kubectl -n "
                          f"{cluster.namespace} describe pods -l {wire.LWS_NAME_LABEL}={name}`; "
                          f"remove them with `tandem down {name}`") from exc
-    state.boot = readiness.boot
-    state.ready = True
-    state.save()
     return state, readiness
 
 

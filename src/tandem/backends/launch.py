@@ -1,17 +1,20 @@
 """What every backend does the same way when it launches ranks.
 
-The state record of a new deployment, the record of each launched rank, and the recording of
-start-up phases as readiness reaches them. Backends differ in how a rank is started and
+The state record of a new deployment, the record of each launched rank, the recording of
+start-up phases as readiness reaches them, and the wait itself with the recipe's timeouts. Backends differ in how a rank is started and
 watched (a local process, a process or container over SSH, a pod); not in what is written down.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
+from tandem import wire
 from tandem.backends.state import DeploymentState, PhaseMark, RankState
 from tandem.rankplan import RankPlan, RankSpec
+from tandem.readiness import Readiness, WatchedRank, wait_ready
 from tandem.spec.deployment import Deployment
 
 
@@ -43,3 +46,21 @@ def phase_recorder(state: DeploymentState,
         state.save()
         on_phase(mark)
     return record
+
+
+def await_ready(plan: RankPlan, deployment: Deployment, ranks: Sequence[WatchedRank],
+                state: DeploymentState, *, timeout_s: float | None,
+                on_phase: Callable[[PhaseMark], None]) -> Readiness:
+    """Wait for readiness with the recipe's timeouts, saving phases and then the boot figures.
+
+    The API key, when the server needs one, comes from tandem's own VLLM_API_KEY.
+    """
+    readiness = wait_ready(
+        plan.endpoint, plan.model, ranks,
+        timeout_s=timeout_s or deployment.recipe.timeouts.startup_s,
+        request_timeout_s=deployment.recipe.timeouts.request_s,
+        on_phase=phase_recorder(state, on_phase), api_key=os.environ.get(wire.VLLM_API_KEY))
+    state.boot = readiness.boot
+    state.ready = True
+    state.save()
+    return readiness

@@ -31,13 +31,13 @@ from pathlib import Path
 
 from tandem import wire
 from tandem.backends import netns, processes
-from tandem.backends.launch import new_state, phase_recorder, record_rank
+from tandem.backends.launch import await_ready, new_state, record_rank
 from tandem.backends.state import (
     DeploymentState, PhaseMark, RankState, deployment_dir, load_state, list_deployments,
 )
 from tandem.errors import BackendError
 from tandem.rankplan import RankPlan, RankSpec
-from tandem.readiness import LogTail, Readiness, wait_ready
+from tandem.readiness import LogTail, Readiness
 from tandem.spec.cluster import LocalIsolation
 from tandem.spec.deployment import Deployment
 
@@ -197,18 +197,12 @@ def up(
             on_event(f"started rank {rank.rank} ({rank.role.value}) on {rank.node}, "
                      f"pid {process.pid}")
 
-        readiness = wait_ready(
-            plan.endpoint, plan.model, launched,
-            timeout_s=timeout_s or deployment.recipe.timeouts.startup_s,
-            request_timeout_s=deployment.recipe.timeouts.request_s,
-            on_phase=phase_recorder(state, on_phase))
+        readiness = await_ready(plan, deployment, launched, state, timeout_s=timeout_s,
+                                on_phase=on_phase)
     except BaseException:
         on_event("start-up failed: stopping every rank")
         _release(state)
         raise
-    state.boot = readiness.boot
-    state.ready = True
-    state.save()
     return state, readiness
 
 

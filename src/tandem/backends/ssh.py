@@ -22,7 +22,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tandem.backends.launch import new_state, phase_recorder, record_rank
+from tandem.backends.launch import await_ready, new_state, record_rank
 from tandem.backends.openssh import OpenSSH, SSHTarget
 from tandem.backends.runtimes import (
     DockerRuntime, VenvRuntime, log_path, poll_script, resolve_runtime, tail_script,
@@ -30,7 +30,7 @@ from tandem.backends.runtimes import (
 from tandem.backends.state import DeploymentState, RankState, deployment_dir, list_deployments
 from tandem.errors import BackendError, SSHError
 from tandem.rankplan import RankPlan, RankSpec
-from tandem.readiness import Readiness, wait_ready
+from tandem.readiness import Readiness
 from tandem.render.docker import container_name, image_of, is_pinned
 from tandem.spec.cluster import Cluster, Runtime
 from tandem.spec.deployment import Deployment
@@ -173,18 +173,12 @@ class SSHBackend:
                 on_event(f"started rank {rank.rank} ({rank.role.value}) on {rank.node} "
                          f"[{target.destination}], "
                          + (f"pid {pid}" if pid else f"container {container_name(name, rank.rank)}"))
-            readiness = wait_ready(
-                plan.endpoint, plan.model, watched,
-                timeout_s=timeout_s or deployment.recipe.timeouts.startup_s,
-                request_timeout_s=deployment.recipe.timeouts.request_s,
-                on_phase=phase_recorder(state, on_phase))
+            readiness = await_ready(plan, deployment, watched, state, timeout_s=timeout_s,
+                                    on_phase=on_phase)
         except BaseException:
             on_event("start-up failed: stopping every rank on every node")
             self._stop_all(state, on_event=on_event)
             raise
-        state.boot = readiness.boot
-        state.ready = True
-        state.save()
         return state, readiness
 
     def _preflight(self, ssh: OpenSSH, targets: dict[str, SSHTarget], runtime: Runtimes,

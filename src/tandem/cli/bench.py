@@ -6,7 +6,6 @@ is not one of its subcommands to ``run``, so the short form and the noun-verb fo
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tandem.backends.state import load_state
 from tandem.bench.compare import compare, load_summary
+from tandem.cli.options import json_object
 from tandem.bench.config import BenchConfig
 from tandem.bench.metrics import Slo
 from tandem.bench.runner import REQUESTS_FILE, ProgressEvent, read_records, run
@@ -77,18 +77,6 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise click.BadParameter("a comma-separated list of numbers, e.g. 0.5,1,2") from exc
 
 
-def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) -> dict:
-    if not value:
-        return {}
-    try:
-        parsed = json.loads(value)
-    except ValueError as exc:
-        raise click.BadParameter(f"not JSON: {exc}") from exc
-    if not isinstance(parsed, dict):
-        raise click.BadParameter("must be a JSON object, e.g. '{\"top_p\": 0.9}'")
-    return parsed
-
-
 @bench_command.command("run")
 @click.argument("deployment", required=False)
 @click.option("--url", envvar="TANDEM_BENCH_URL", show_envvar=True,
@@ -128,7 +116,7 @@ def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--no-server-metrics", is_flag=True, help="Do not scrape /metrics.")
 @click.option("--roofline-tok-s", type=float, help="Planner's single-stream decode roofline.")
-@click.option("--extra-body", callback=_json_object, help="JSON merged into every request.")
+@click.option("--extra-body", callback=json_object, help="JSON merged into every request.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Write PNG plots.")
 @click.option("--quiet", "-q", is_flag=True, help="No live progress.")
 def run_command(deployment: str | None, url: str | None, model: str | None, out_dir: str | None,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from tandem.backends.state import load_state
+from tandem.cli.options import json_object
 from tandem.errors import SpecError
 from tandem.eval.log import SamplingParams
 from tandem.eval.report import PUBLISHED_REFERENCE, EvalReport, render_markdown
@@ -27,16 +27,6 @@ def eval_command() -> None:
     """
 
 
-def _json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict:
-    try:
-        parsed = json.loads(value)
-    except ValueError as exc:
-        raise click.BadParameter(f"not JSON: {exc}") from exc
-    if not isinstance(parsed, dict):
-        raise click.BadParameter("must be a JSON object, e.g. '{\"thinking\": true}'")
-    return parsed
-
-
 @eval_command.command("gpqa")
 @click.argument("deployment", required=False)
 @click.option("--csv", "csv_path", required=True, type=click.Path(dir_okay=False),
@@ -54,14 +44,14 @@ def _json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict
 @click.option("--top-p", type=float, default=None)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=32768, show_default=True)
 @click.option("--chat-template-kwargs", default='{"thinking": true}', show_default=True,
-              callback=_json_object, help="Sent as chat_template_kwargs (thinking on).")
+              callback=json_object, help="Sent as chat_template_kwargs (thinking on).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--fallback/--no-fallback", default=True, show_default=True,
               help="Re-ask, thinking off, when a response has no parsable answer.")
 @click.option("--fallback-max-tokens", type=click.IntRange(min=1), default=64,
               show_default=True)
 @click.option("--fallback-chat-template-kwargs", default='{"thinking": false}', show_default=True,
-              callback=_json_object)
+              callback=json_object)
 @click.option("--fallback-context-chars", type=click.IntRange(min=0), default=4000,
               show_default=True, help="Tail of the first response sent back with the re-ask.")
 @click.option("--request-timeout", "request_timeout_s", type=float, default=3600.0,

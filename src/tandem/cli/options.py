@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import click
@@ -28,3 +29,16 @@ def _gpu_count() -> int:
                    and name.removeprefix("nvidia").isdigit())
     except OSError:
         return 0
+
+
+def json_object(ctx: click.Context, param: click.Parameter, value: str | None) -> dict:
+    """Click callback: an option's value parsed as a JSON object (empty when not given)."""
+    if not value:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("must be a JSON object, e.g. '{\"top_p\": 0.9}'")
+    return parsed
