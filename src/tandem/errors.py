@@ -11,6 +11,7 @@
     │   ├── StateError           no deployment of that name, or its state file is unreadable
     │   └── KubernetesError      kubectl or the API server refused or failed a request
     ├── EndpointError            an OpenAI-compatible endpoint refused or broke a request
+    │   └── Unauthorized         it wants an API key we did not send, or another one
     └── CheckFailed              preflight found at least one error
 
 A caller that wants every user-facing failure writes ``except TandemError``; a programming
@@ -160,6 +161,22 @@ class EndpointError(TandemError):
     """An endpoint refused or broke a request."""
 
     code = "endpoint-failed"
+
+
+class Unauthorized(EndpointError):
+    """The server answered 401: it was started with an API key and ours is missing or wrong.
+
+    Usage:
+        if response.status_code == 401:
+            raise Unauthorized(url)
+    """
+
+    code = "endpoint-unauthorized"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(
+            f"{url} answered 401 Unauthorized: the server requires an API key",
+            hint="pass --api-key or set VLLM_API_KEY to the key the server was started with")
 
 
 class CheckFailed(TandemError):

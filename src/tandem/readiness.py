@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from tandem import wire
 from tandem.backends.state import BootFigures, PhaseMark
 from tandem.errors import RankFailed
 
@@ -230,7 +231,7 @@ def wait_ready(
 
     reached: set[Phase] = set()
     url = urlparse(endpoint)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = wire.bearer(api_key)
     with httpx.Client(base_url=endpoint, timeout=10.0, headers=headers) as client:
         while True:
             read_logs()

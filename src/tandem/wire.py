@@ -14,6 +14,14 @@ VLLM_CPU_OMP_THREADS_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 """CPU cores a CPU worker binds to, e.g. `0` or `0|1` for two local workers."""
 VLLM_ENGINE_READY_TIMEOUT_S = "VLLM_ENGINE_READY_TIMEOUT_S"
 VLLM_API_KEY = "VLLM_API_KEY"
+"""The key `vllm serve` requires as a bearer token when set; `tandem up` passes tandem's own value
+to the leader, and every client command (readiness, chat, bench, eval) sends the same one."""
+
+
+def bearer(api_key: str | None) -> dict[str, str]:
+    """The ``Authorization`` header for an OpenAI-compatible server (empty without a key)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
 
 # --- Hugging Face -------------------------------------------------------------------------
 HF_HOME = "HF_HOME"

@@ -10,6 +10,7 @@ import pytest
 
 from tandem.bench.config import BenchConfig
 from tandem.bench.runner import LoadGenerator, read_records
+from tandem.errors import Unauthorized
 
 pytestmark = pytest.mark.engine
 
@@ -17,6 +18,7 @@ pytestmark = pytest.mark.engine
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_tokens_match_the_servers_counters(tiny_endpoint, tmp_path, endpoint):
     config = BenchConfig(url=tiny_endpoint.url, model=tiny_endpoint.model, endpoint=endpoint,
+                         api_key=tiny_endpoint.api_key,
                          concurrency=[1, 2], requests=3, input_tokens=32, output_tokens=16,
                          warmup_requests=1, kv_sample_interval_s=0.2, idle_check_s=0.2)
     result = asyncio.run(LoadGenerator(config, tmp_path).arun())
@@ -38,3 +40,21 @@ def test_tokens_match_the_servers_counters(tiny_endpoint, tmp_path, endpoint):
         assert all(r.prompt_tokens == 32 for r in records)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["schema_version"] == 1 and summary["finished"] is True
+
+
+def test_the_api_key_is_sent_and_never_saved(tiny_endpoint, tmp_path):
+    """The shared deployment requires a key: without it the run stops at once with the fix;
+    with it, the key reaches the server but neither the summary nor the records keep it."""
+    if not tiny_endpoint.api_key:
+        pytest.skip("the endpoint under test has no API key")
+    config = BenchConfig(url=tiny_endpoint.url, model=tiny_endpoint.model, concurrency=[1],
+                         requests=1, output_tokens=4, warmup_requests=0, idle_check_s=0)
+    with pytest.raises(Unauthorized, match="401") as caught:
+        asyncio.run(LoadGenerator(config, tmp_path / "nokey").arun())
+    assert "--api-key" in caught.value.hint
+
+    keyed = BenchConfig.model_validate({**config.model_dump(), "api_key": tiny_endpoint.api_key})
+    result = asyncio.run(LoadGenerator(keyed, tmp_path / "key").arun())
+    assert result.finished and result.points[0].metrics.completed == 1
+    for name in ("summary.json", "requests.jsonl"):
+        assert tiny_endpoint.api_key not in (tmp_path / "key" / name).read_text()

@@ -13,6 +13,8 @@ from tandem.bench.metrics import (
     tpot_s,
 )
 from tandem.bench.records import ErrorCategory, RequestRecord
+from tandem.bench.runner import coalescing_warnings
+from tandem.bench.server_metrics import ServerDelta
 
 
 def rec(index: int = 0, *, ttft: float = 0.1, gaps: tuple[float, ...] = (0.01, 0.01, 0.01),
@@ -98,3 +100,22 @@ def test_client_queue_is_reported_apart_from_latency():
 def test_max_concurrency_sweeps_request_intervals(starts, expected):
     # each request lasts 0.13 s (ttft 0.1 + three gaps of 0.01)
     assert max_concurrency([rec(i, start=s) for i, s in enumerate(starts)]) == expected
+
+
+def _streamed(tokens: int, chunks: int) -> RequestRecord:
+    times = [0.1 + 0.01 * i for i in range(chunks)]
+    return RequestRecord(index=0, load_point="c1", endpoint="completions", scheduled_s=0.0,
+                         start_s=0.0, ok=True, ttft_s=times[0], e2el_s=times[-1],
+                         chunk_times_s=times, output_tokens=tokens, output_tokens_from_usage=True)
+
+
+@pytest.mark.parametrize(("tokens", "chunks", "acceptance", "warned"), [
+    (128, 128, None, False),
+    (128, 1, None, True),          # the whole answer in one chunk: the API process fell behind
+    (128, 40, 3.2, False),         # speculative decoding: ~3.2 tokens per step is expected
+    (128, 8, 3.2, True),           # 16 per chunk is far beyond the accepted length
+], ids=["one token per chunk", "one chunk per answer", "spec decode", "spec decode merged"])
+def test_merged_chunks_are_warned_about(tokens, chunks, acceptance, warned):
+    metrics = load_point_metrics([_streamed(tokens, chunks)], Slo())
+    delta = ServerDelta(spec_acceptance_length=acceptance) if acceptance else None
+    assert bool(coalescing_warnings(metrics, delta)) is warned

@@ -18,7 +18,6 @@ import pytest
 from tandem.check import run_check
 from tandem.check.fabric import parse_nccl_transports, rank_environment
 from tandem.spec.deployment import Deployment, local_cluster
-from tandem.spec.loading import load_recipe
 from tests.factories import make_recipe
 
 NCCL_LOG = """\

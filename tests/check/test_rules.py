@@ -12,7 +12,7 @@ from tandem.check.findings import Severity
 from tandem.check.rules import RULES, CheckContext, evaluate
 from tandem.rankplan import plan_ranks
 from tandem.spec.cluster import Cluster
-from tests.check.conftest import facts_of, seed_deployment, spark_cluster
+from tests.check.conftest import seed_deployment, spark_cluster
 
 GIB = 2**30
 

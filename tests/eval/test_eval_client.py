@@ -7,7 +7,7 @@ import asyncio
 import httpx
 import pytest
 
-from tandem.errors import EndpointError
+from tandem.errors import EndpointError, Unauthorized
 from tandem.eval.client import ChatClient, RetryPolicy
 
 FAST = RetryPolicy(budget_s=5.0, first_delay_s=0.001, max_delay_s=0.002)
@@ -69,3 +69,20 @@ def test_reasoning_fields_are_read(field: str) -> None:
                          "finish_reason": "stop"}], "usage": {}}
     response = run_chat(lambda request: httpx.Response(200, json=body))
     assert (response.reasoning, response.content) == ("think think", "ANSWER: A")
+
+
+def test_the_key_is_sent_as_a_bearer_token_and_a_401_names_the_fix() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("authorization") != "Bearer s3cret":
+            return httpx.Response(401, json={"error": "Unauthorized"})
+        return httpx.Response(200, json={"data": [{"id": "m"}]})
+
+    async def models(key: str | None) -> list[str]:
+        async with ChatClient("http://x", "m", api_key=key,
+                              transport=httpx.MockTransport(handler)) as client:
+            return await client.served_models()
+
+    assert asyncio.run(models("s3cret")) == ["m"]
+    with pytest.raises(Unauthorized) as caught:
+        asyncio.run(models(None))
+    assert "VLLM_API_KEY" in (caught.value.hint or "")

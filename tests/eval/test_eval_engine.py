@@ -32,8 +32,9 @@ def tandem(*args: str) -> list[str]:
 
 
 def gpqa_args(csv: Path, endpoint, out: Path) -> list[str]:  # type: ignore[no-untyped-def]
+    key = ["--api-key", endpoint.api_key] if endpoint.api_key else []
     return ["eval", "gpqa", "--csv", str(csv), "--url", endpoint.url, "--model", endpoint.model,
-            "--out", str(out), *ARGS]
+            "--out", str(out), *key, *ARGS]
 
 
 def samples_in(log: Path) -> list[dict]:

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import uuid
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 import yaml

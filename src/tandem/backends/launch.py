@@ -13,9 +13,23 @@ from datetime import datetime, timezone
 
 from tandem import wire
 from tandem.backends.state import DeploymentState, PhaseMark, RankState
-from tandem.rankplan import RankPlan, RankSpec
+from tandem.rankplan import RankPlan, RankSpec, Role
 from tandem.readiness import Readiness, WatchedRank, wait_ready
 from tandem.spec.deployment import Deployment
+
+
+def with_caller_secrets(rank: RankSpec) -> RankSpec:
+    """The rank as it is started: the leader, which serves the API, also gets ``VLLM_API_KEY``
+    from tandem's own environment when it is set there.
+
+    The key is added only at launch, never to the plan, so ``tandem plan``, ``render``, the state
+    files and support bundles cannot hold it; readiness, chat, bench and eval read the same
+    variable and send it.
+    """
+    key = os.environ.get(wire.VLLM_API_KEY)
+    if rank.role is not Role.LEADER or not key:
+        return rank
+    return rank.model_copy(update={"env": {**rank.env, wire.VLLM_API_KEY: key}})
 
 
 def new_state(plan: RankPlan, deployment: Deployment, *, backend: str,

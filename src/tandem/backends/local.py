@@ -29,9 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tandem import wire
 from tandem.backends import netns, processes
-from tandem.backends.launch import await_ready, new_state, record_rank
+from tandem.backends.launch import await_ready, new_state, record_rank, with_caller_secrets
 from tandem.backends.state import (
     DeploymentState, PhaseMark, RankState, deployment_dir, load_state, list_deployments,
 )
@@ -189,7 +188,8 @@ def up(
             log_path = log_dir / f"rank{rank.rank}.log"
             with log_path.open("ab") as log:
                 process = subprocess.Popen(
-                    argv, env=_process_env(rank, run_dir), stdin=subprocess.DEVNULL,
+                    argv, env=_process_env(with_caller_secrets(rank), run_dir),
+                    stdin=subprocess.DEVNULL,
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             launched.append(LaunchedRank(rank.rank, log_path, process))
             record_rank(state, rank, log=str(log_path), pid=process.pid,

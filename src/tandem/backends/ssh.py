@@ -22,7 +22,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tandem.backends.launch import await_ready, new_state, record_rank
+from tandem.backends.launch import await_ready, new_state, record_rank, with_caller_secrets
 from tandem.backends.openssh import OpenSSH, SSHTarget
 from tandem.backends.runtimes import (
     DockerRuntime, VenvRuntime, log_path, poll_script, resolve_runtime, tail_script,
@@ -159,7 +159,8 @@ class SSHBackend:
         try:
             for rank in plan.in_start_order():
                 target = targets[rank.node]
-                started = ssh.run(target, runtime.start_script(rank, deployment),
+                started = ssh.run(target, runtime.start_script(with_caller_secrets(rank),
+                                                               deployment),
                                   timeout_s=120, program=runtime.program())
                 if not started.ok:
                     raise BackendError(f"could not start rank {rank.rank}: "

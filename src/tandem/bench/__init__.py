@@ -3,7 +3,8 @@
 Modules: ``records`` (one raw ``RequestRecord`` per request), ``metrics`` (definitions and pure
 aggregation), ``client`` (streaming requests, timed once for every endpoint kind), ``workload``
 (load points, prompts, arrival schedules), ``server_metrics`` (``/metrics`` deltas), ``config``
-(``BenchConfig``), ``runner`` (``run`` / ``LoadGenerator``), ``compare`` (two summaries).
+(``BenchConfig``), ``transport`` (httpx over aiohttp, for cheap stream reads), ``runner``
+(``run`` / ``LoadGenerator``), ``compare`` (two summaries).
 Rendering lives in ``tandem.report.bench``.
 
 Usage:

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol
 import httpx
 
 from tandem.bench.records import ErrorCategory, RequestRecord
-from tandem.errors import EndpointError
+from tandem.errors import EndpointError, Unauthorized
 
 Clock = Callable[[], float]
 """Seconds from an arbitrary origin, monotonic; ``time.perf_counter`` unless a test injects one."""
@@ -419,6 +419,8 @@ async def served_models(client: httpx.AsyncClient, base_url: str) -> list[Served
     """
     try:
         response = await client.get(base_url + "/v1/models", timeout=10)
+        if response.status_code == 401:
+            raise Unauthorized(base_url + "/v1/models")
         response.raise_for_status()
         data = response.json()["data"]
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from tandem.bench.metrics import Slo
 
@@ -22,6 +22,10 @@ class BenchConfig(BaseModel):
     url: str = Field(description="Server root, e.g. `http://10.77.0.1:8000` (no `/v1`).")
     model: str | None = Field(
         default=None, description="Model name sent in requests; default: the only one served.")
+    api_key: SecretStr | None = Field(
+        default=None, exclude=True,
+        description="Bearer token the server requires (vLLM's `--api-key`); never written "
+                    "to the summary.")
     endpoint: Literal["chat", "completions"] = Field(
         default="chat", description="`chat` = /v1/chat/completions, `completions` = "
                                     "/v1/completions (prompt sent as token ids when known).")

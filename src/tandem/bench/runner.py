@@ -32,6 +32,7 @@ from typing import IO, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from tandem import wire
 from tandem.bench import server_metrics
 from tandem.bench.client import (
     ENDPOINTS,
@@ -49,6 +50,7 @@ from tandem.bench.config import BenchConfig
 from tandem.bench.metrics import LoadPointMetrics, load_point_metrics
 from tandem.bench.records import RequestRecord
 from tandem.bench.server_metrics import MetricsSnapshot, ServerDelta
+from tandem.bench.transport import AiohttpTransport
 from tandem.bench.workload import (
     LoadPoint,
     arrival_offsets_s,
@@ -158,9 +160,11 @@ class LoadGenerator:
         config = self.config
         if config.prompt_file:
             self._file_prompts = load_prompt_file(config.prompt_file)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
         timeout = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=None)
-        async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        transport = AiohttpTransport(max_connections=None)
+        key = config.api_key.get_secret_value() if config.api_key else None
+        async with httpx.AsyncClient(transport=transport, timeout=timeout,
+                                     headers=wire.bearer(key)) as client:
             self.client = client
             server = await self._server_info()
             points = plan_load_points(config, server.max_model_len)
@@ -334,7 +338,8 @@ class LoadGenerator:
         delta = server_metrics.server_delta(before, after, samples) if before and after else None
         return LoadPointResult(point=point, metrics=metrics, server=delta,
                                decode_roofline_fraction=_roofline_fraction(point, metrics, config),
-                               warnings=_consistency_warnings(records, delta))
+                               warnings=_consistency_warnings(records, delta)
+                               + coalescing_warnings(metrics, delta))
 
     async def _sample(self, into: list[MetricsSnapshot]) -> None:
         while True:
@@ -382,6 +387,24 @@ def _consistency_warnings(records: list[RequestRecord], delta: ServerDelta | Non
     return warnings
 
 
+def coalescing_warnings(metrics: LoadPointMetrics, delta: ServerDelta | None) -> list[str]:
+    """Warn when the server merged several decode steps into one chunk.
+
+    One chunk carries one token per decode step (more with speculative decoding: the accepted
+    length). Many more per chunk means the server's API process fell behind its engine and
+    sent what had piled up at once (seen on vLLM-CPU sharing two cores: whole answers in one
+    chunk). Then the first token arrives late and the gaps between chunks no longer show decode
+    speed, so the point's TTFT, ITL and TPOT describe the API process, not the model.
+    """
+    per_chunk = metrics.tokens_per_chunk.p50
+    per_step = (delta.spec_acceptance_length if delta and delta.spec_acceptance_length else 1.0)
+    if per_chunk is None or per_chunk <= max(2.0, 2 * per_step):
+        return []
+    return [f"the server sent {per_chunk:.1f} tokens per chunk (median) for {per_step:.2f} per "
+            f"decode step: it merged steps, so TTFT, ITL and TPOT here measure its API process "
+            f"falling behind, not decoding; rerun with the server's host less loaded"]
+
+
 def _roofline_fraction(point: LoadPoint, metrics: LoadPointMetrics,
                        config: BenchConfig) -> float | None:
     tpot = metrics.tpot_s.p50
@@ -408,7 +431,18 @@ def run(config: BenchConfig, out_dir: Path | None = None,
         EndpointError: the server cannot be reached or does not serve the model.
         SpecError: the workload does not fit the model (e.g. too long for max_model_len).
     """
-    return asyncio.run(LoadGenerator(config, out_dir, on_progress).arun())
+    # uvloop's event loop takes about 15% off the client's CPU per streamed token
+    # (benchmarks/bench_vs_vllm.py); the load generator runs on it wherever it is installed.
+    with asyncio.Runner(loop_factory=_fast_loop_factory()) as runner:
+        return runner.run(LoadGenerator(config, out_dir, on_progress).arun())
+
+
+def _fast_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:  # Windows: no uvloop; asyncio's loop is correct, only slower
+        return None
+    return uvloop.new_event_loop
 
 
 def read_records(path: Path) -> list[RequestRecord]:

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tandem.backends.state import load_state
 from tandem.bench.compare import compare, load_summary
-from tandem.cli.options import json_object
+from tandem.cli.options import api_key_option, json_object
 from tandem.bench.config import BenchConfig
 from tandem.bench.metrics import Slo
 from tandem.bench.runner import REQUESTS_FILE, ProgressEvent, read_records, run
@@ -119,6 +119,7 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--extra-body", callback=json_object, help="JSON merged into every request.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Write PNG plots.")
 @click.option("--quiet", "-q", is_flag=True, help="No live progress.")
+@api_key_option
 def run_command(deployment: str | None, url: str | None, model: str | None, out_dir: str | None,
                 endpoint: str, concurrency: list[int], rates: list[float], burstiness: float,
                 max_concurrency: int | None, requests_: int | None, input_tokens: int,
@@ -126,7 +127,7 @@ def run_command(deployment: str | None, url: str | None, model: str | None, out_
                 prompt_file: str | None, long_context: bool, warmup: int, timeout_s: float,
                 slo_ttft_ms: float | None, slo_tpot_ms: float | None, slo_e2el_ms: float | None,
                 seed: int, no_server_metrics: bool, roofline_tok_s: float | None,
-                extra_body: dict, plots: bool, quiet: bool) -> None:
+                extra_body: dict, plots: bool, quiet: bool, api_key: str | None) -> None:
     """Run a benchmark: each load point in turn, every request saved as it finishes.
 
     \b
@@ -142,7 +143,7 @@ def run_command(deployment: str | None, url: str | None, model: str | None, out_
     ms = (lambda v: v / 1000 if v is not None else None)  # noqa: E731
     try:
         config = BenchConfig(
-            url=url, model=model, endpoint=endpoint, concurrency=concurrency or [],
+            url=url, model=model, api_key=api_key, endpoint=endpoint, concurrency=concurrency or [],
             rates_rps=rates, burstiness=math.inf if burstiness == math.inf else burstiness,
             max_concurrency=max_concurrency, requests=requests_, input_tokens=input_tokens,
             output_tokens=output_tokens, ignore_eos=ignore_eos, temperature=temperature,

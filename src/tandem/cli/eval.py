@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from tandem.backends.state import load_state
-from tandem.cli.options import json_object
+from tandem.cli.options import api_key_option, json_object
 from tandem.errors import SpecError
 from tandem.eval.log import SamplingParams
 from tandem.eval.report import PUBLISHED_REFERENCE, EvalReport, render_markdown
@@ -62,13 +62,14 @@ def eval_command() -> None:
 @click.option("--reference", "reference_accuracy", type=float, default=PUBLISHED_REFERENCE,
               show_default=True, help="Published accuracy shown beside ours.")
 @click.option("--no-progress", is_flag=True, help="No live progress bar.")
+@api_key_option
 def gpqa_command(deployment: str | None, csv_path: str, url: str | None, model: str | None,
                  out_dir: str, limit: int | None, repeats: int, seed: int, temperature: float,
                  top_p: float | None, max_tokens: int, chat_template_kwargs: dict,
                  concurrency: int, fallback: bool, fallback_max_tokens: int,
                  fallback_chat_template_kwargs: dict, fallback_context_chars: int,
                  request_timeout_s: float, retry_budget_s: float, resume: bool,
-                 reference_accuracy: float, no_progress: bool) -> None:
+                 reference_accuracy: float, no_progress: bool, api_key: str | None) -> None:
     """Run GPQA-Diamond (the seed's protocol) against a deployment or a URL.
 
     Zero-shot simple-evals prompt ending in 'ANSWER: $LETTER', thinking on, temperature 0,
@@ -90,7 +91,7 @@ def gpqa_command(deployment: str | None, csv_path: str, url: str | None, model: 
         state = load_state(deployment)
         url, model = state.endpoint, model or state.model
     config = GPQAConfig(
-        csv=Path(csv_path), url=url, model=model, out_dir=Path(out_dir), limit=limit,
+        csv=Path(csv_path), url=url, model=model, api_key=api_key, out_dir=Path(out_dir), limit=limit,
         repeats=repeats, seed=seed,
         sampling=SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens,
                                 chat_template_kwargs=chat_template_kwargs),

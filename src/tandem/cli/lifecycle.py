@@ -10,13 +10,14 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from tandem import lifecycle
+from tandem import lifecycle, wire
 from tandem.backends.bundle import write_bundle
 from tandem.backends.state import PhaseMark, load_state
 from tandem.cli.check import preflight
-from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
+from tandem.cli.options import (api_key_option, cluster_option, machine_deployment,
+                                recipe_argument)
 from tandem.cli.supervise import run_supervisor
-from tandem.errors import EndpointError
+from tandem.errors import EndpointError, Unauthorized
 
 console = Console(highlight=False, soft_wrap=True)
 name_argument = click.argument("name", required=False)
@@ -170,7 +171,8 @@ def down_command(name: str | None) -> None:
 @click.argument("message")
 @click.option("--name", "name", help="Deployment name. Default: the only one.")
 @click.option("--max-tokens", type=int, default=32, show_default=True)
-def chat_command(message: str, name: str | None, max_tokens: int) -> None:
+@api_key_option
+def chat_command(message: str, name: str | None, max_tokens: int, api_key: str | None) -> None:
     """Send one chat message to a deployment and print the answer and token counts.
 
     \b
@@ -182,10 +184,13 @@ def chat_command(message: str, name: str | None, max_tokens: int) -> None:
     body = {"model": state.model, "messages": [{"role": "user", "content": message}],
             "max_tokens": max_tokens, "temperature": 0}
     try:
-        response = httpx.post(f"{state.endpoint}/v1/chat/completions", json=body, timeout=300)
+        response = httpx.post(f"{state.endpoint}/v1/chat/completions", json=body, timeout=300,
+                              headers=wire.bearer(api_key))
     except httpx.HTTPError as exc:
         raise EndpointError(f"{state.endpoint} did not answer: {exc}",
                             hint="check `tandem status`") from exc
+    if response.status_code == 401:
+        raise Unauthorized(state.endpoint)
     if response.status_code != 200:
         raise EndpointError(f"{state.endpoint} answered {response.status_code}: "
                             f"{response.text[:300]}")

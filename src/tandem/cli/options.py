@@ -11,6 +11,10 @@ from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_deployment
 
 recipe_argument = click.argument("recipe", metavar="RECIPE")
+api_key_option = click.option(
+    "--api-key", envvar="VLLM_API_KEY", show_envvar=True,
+    help="Bearer token for a server started with an API key; the variable `tandem up` gives "
+         "the server.")
 cluster_option = click.option(
     "--cluster", "cluster_path", type=click.Path(dir_okay=False), envvar="TANDEM_CLUSTER",
     show_envvar=True, help="Cluster inventory YAML. Default: this machine, one node per device.")

@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import httpx
+from pydantic import BaseModel, Field
 
-from tandem.errors import EndpointError
+from tandem import wire
+from tandem.errors import EndpointError, Unauthorized
 from tandem.eval.extract import split_reasoning
 
 RETRYABLE_STATUS_MIN = 500
@@ -46,9 +48,9 @@ class RetryPolicy:
         return base * random.uniform(0.75, 1.25)
 
 
-@dataclass
-class ChatResponse:
-    """One finished chat request: the answer apart from the reasoning, and its costs."""
+class ChatResponse(BaseModel):
+    """One finished chat request: the answer apart from the reasoning, and its costs.
+    The log saves it as is, with the extracted answer added (``log.ResponseRecord``)."""
 
     content: str = ""
     """The answer text, ``<think>`` blocks removed."""
@@ -61,7 +63,7 @@ class ChatResponse:
     attempts: int = 1
     error: str | None = None
     """Set for a request the server refused (4xx): ``"http-400: <body excerpt>"``."""
-    raw_content: str | None = field(default=None, repr=False)
+    raw_content: str | None = Field(default=None, repr=False)
     """``content`` exactly as the server sent it, for rescoring."""
 
 
@@ -75,12 +77,13 @@ class ChatClient:
 
     def __init__(self, base_url: str, model: str, *, request_timeout_s: float = 3600.0,
                  connect_timeout_s: float = 10.0, retry: RetryPolicy | None = None,
+                 api_key: str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.retry = retry or RetryPolicy()
         self._client = httpx.AsyncClient(
-            base_url=self.base_url, transport=transport,
+            base_url=self.base_url, transport=transport, headers=wire.bearer(api_key),
             timeout=httpx.Timeout(request_timeout_s, connect=connect_timeout_s))
 
     async def __aenter__(self) -> ChatClient:
@@ -132,6 +135,8 @@ class ChatClient:
         """
         try:
             reply = await self._client.get("/v1/models", timeout=30.0)
+            if reply.status_code == 401:
+                raise Unauthorized(f"{self.base_url}/v1/models")
             reply.raise_for_status()
             return [m["id"] for m in reply.json()["data"]]
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:

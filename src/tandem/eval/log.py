@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from tandem.errors import Problem, SpecError
+from tandem.eval.client import ChatResponse
 
 SCHEMA_VERSION = 1
 LOG_NAME = "responses.jsonl"
@@ -87,19 +88,10 @@ class SessionRecord(BaseModel):
     resumed: bool = False
 
 
-class ResponseRecord(BaseModel):
-    """One chat response as saved: enough to re-extract the answer without asking again."""
+class ResponseRecord(ChatResponse):
+    """One chat response as saved: the response itself (``raw_content`` keeps what the server
+    sent, so the answer can be re-extracted without asking again) and the extracted letter."""
 
-    raw_content: str | None = None
-    content: str = ""
-    reasoning: str = ""
-    finish_reason: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    latency_s: float = 0.0
-    attempts: int = 1
-    error: str | None = None
     letter: str | None = None
     rule: str = "none"
 

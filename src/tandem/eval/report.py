@@ -190,7 +190,7 @@ def render_markdown(report: EvalReport) -> str:
         f"- published reference: {_pct(r.reference_accuracy)}",
         f"- truncated {_pct(r.rates.truncated)} · fallback {_pct(r.rates.fallback)} · "
         f"unparsed {_pct(r.rates.unparsed)} · errors {_pct(r.rates.errors)}",
-        f"- rules: " + ", ".join(f"{k} {v}" for k, v in r.rates.rules.items()),
+        "- rules: " + ", ".join(f"{k} {v}" for k, v in r.rates.rules.items()),
         f"- wall time {r.timing.wall_time_s:.1f} s over {r.timing.sessions} session(s), "
         f"{r.timing.completion_tokens} completion tokens"
         + (f", {r.timing.tokens_per_s:.1f} tokens/s" if r.timing.tokens_per_s else ""),

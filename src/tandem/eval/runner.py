@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
@@ -41,6 +41,8 @@ class GPQAConfig(BaseModel):
     csv: Path
     url: str
     model: str | None = Field(default=None, description="Default: the one model the server lists.")
+    api_key: SecretStr | None = Field(default=None, exclude=True,
+                                      description="Bearer token the server requires.")
     out_dir: Path
     limit: int | None = Field(default=None, ge=1, description="First N questions of the CSV.")
     repeats: int = Field(default=1, ge=1)
@@ -87,7 +89,8 @@ async def _run(config: GPQAConfig, console: Console) -> EvalReport:
     samples = make_samples(dataset, repeats=config.repeats, seed=config.seed,
                            limit=config.limit)
     retry = RetryPolicy(budget_s=config.retry_budget_s)
-    async with ChatClient(config.url, config.model or "", retry=retry,
+    key = config.api_key.get_secret_value() if config.api_key else None
+    async with ChatClient(config.url, config.model or "", retry=retry, api_key=key,
                           request_timeout_s=config.request_timeout_s) as client:
         client.model = _pick_model(config, await client.served_models())
         protocol = Protocol(
@@ -180,12 +183,7 @@ async def _ask_one(client: ChatClient, config: GPQAConfig, sample: Sample, promp
 def _record(response: ChatResponse) -> ResponseRecord:
     letter, rule = extract_answer(response.raw_content) if response.error is None else (None,
                                                                                        "none")
-    return ResponseRecord(
-        raw_content=response.raw_content, content=response.content,
-        reasoning=response.reasoning, finish_reason=response.finish_reason,
-        prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
-        reasoning_tokens=response.reasoning_tokens, latency_s=response.latency_s,
-        attempts=response.attempts, error=response.error, letter=letter, rule=rule)
+    return ResponseRecord(**response.model_dump(), letter=letter, rule=rule)
 
 
 class _Tracker:

@@ -160,7 +160,7 @@ def comparison_table(comp: Comparison) -> Table:
 
 
 def comparison_markdown(comp: Comparison) -> str:
-    lines = [f"# tandem bench compare", "", f"- A: {comp.a}", f"- B: {comp.b}", "",
+    lines = ["# tandem bench compare", "", f"- A: {comp.a}", f"- B: {comp.b}", "",
              "| " + " | ".join(COMPARISON_COLUMNS) + " |", "|" + "---|" * len(COMPARISON_COLUMNS)]
     lines += ["| " + " | ".join(row) + " |" for row in comparison_rows(comp)]
     if comp.only_in_a or comp.only_in_b:

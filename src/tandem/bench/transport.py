@@ -1,0 +1,120 @@
+"""An httpx transport that reads responses with aiohttp, for the load generator's streams.
+
+Why: a benchmark client shares the machine with what it measures, and it must not cost more per
+streamed token than the reference client (``vllm bench serve``, which uses aiohttp). httpx's own
+transport (httpcore + h11 on anyio) registers and unregisters the socket with the event loop and
+runs h11's pure-Python parser for every network read; measured on one SSE chunk per read it costs
+about 2.5x the CPU of aiohttp, whose parser is compiled and whose socket is read by a protocol
+callback. The rest of tandem, and the load generator's own code, keep httpx's API: requests,
+responses, ``httpx.MockTransport`` in tests and httpx's exception classes. This module is the only
+place that knows aiohttp.
+
+aiohttp errors are mapped here to the most specific httpx class, once (the way
+``httpx._transports.default.map_httpcore_exceptions`` maps httpcore's), so that callers keep
+telling a refused connection (``ConnectError``) from a timeout or a body cut short
+(``RemoteProtocolError``).
+
+Usage:
+    async with httpx.AsyncClient(transport=AiohttpTransport(max_connections=None)) as client:
+        async with client.stream("POST", url, json=payload) as response:
+            async for raw in response.aiter_raw():
+                ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+
+import aiohttp
+import httpx
+
+# Ordered most specific first: the first entry the error is an instance of wins.
+_ERRORS: tuple[tuple[type[BaseException], type[httpx.TransportError]], ...] = (
+    (aiohttp.ConnectionTimeoutError, httpx.ConnectTimeout),
+    (aiohttp.SocketTimeoutError, httpx.ReadTimeout),
+    (aiohttp.ServerTimeoutError, httpx.ReadTimeout),
+    (aiohttp.ClientProxyConnectionError, httpx.ProxyError),
+    (aiohttp.ClientConnectorError, httpx.ConnectError),
+    (aiohttp.ServerDisconnectedError, httpx.RemoteProtocolError),
+    (aiohttp.ClientPayloadError, httpx.RemoteProtocolError),
+    (aiohttp.ClientResponseError, httpx.RemoteProtocolError),
+    (aiohttp.InvalidURL, httpx.UnsupportedProtocol),
+    (aiohttp.ClientOSError, httpx.ReadError),
+    (aiohttp.ClientConnectionError, httpx.ReadError),
+    (aiohttp.ClientError, httpx.TransportError),
+)
+
+
+@contextlib.contextmanager
+def _mapped(request: httpx.Request) -> Iterator[None]:
+    try:
+        yield
+    except aiohttp.ClientError as exc:
+        for source, target in _ERRORS:
+            if isinstance(exc, source):
+                raise target(str(exc) or type(exc).__name__, request=request) from exc
+        raise
+
+
+class _Body(httpx.AsyncByteStream):
+    """The response body, yielded read by read as the bytes arrive (``iter_any``)."""
+
+    def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request) -> None:
+        self._response = response
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        with _mapped(self._request):
+            async for data in self._response.content.iter_any():
+                yield data
+
+    async def aclose(self) -> None:
+        self._response.release()
+
+
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """httpx requests sent through one aiohttp session (created on first use, in the loop).
+
+    Args:
+        max_connections: open connections at most; None for no limit (a concurrency ladder
+            must never queue in the client).
+        trust_env: honour ``HTTP_PROXY``/``NO_PROXY`` as httpx does by default.
+
+    Timeouts come from each request (httpx's ``timeout`` extension): ``connect`` and ``read``
+    apply per socket operation; there is no total, the caller owns that.
+    """
+
+    def __init__(self, max_connections: int | None = None, trust_env: bool = True) -> None:
+        self._max_connections = max_connections
+        self._trust_env = trust_env
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._max_connections or 0, limit_per_host=0)
+            self._session = aiohttp.ClientSession(connector=connector, trust_env=self._trust_env,
+                                                  auto_decompress=False)
+        return self._session
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        session = self._open()
+        timeout = request.extensions.get("timeout", {})
+        body = await request.aread()
+        with _mapped(request):
+            response = await session.request(
+                request.method, str(request.url), headers=request.headers.multi_items(),
+                data=body or None, allow_redirects=False, compress=None,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout.get("connect"),
+                                              sock_read=timeout.get("read")))
+        extensions = {"http_version": b"HTTP/1.1"}
+        if response.reason:
+            extensions["reason_phrase"] = response.reason.encode()
+        return httpx.Response(status_code=response.status, headers=response.raw_headers,
+                              stream=_Body(response, request), request=request,
+                              extensions=extensions)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

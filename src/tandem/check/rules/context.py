@@ -1,0 +1,92 @@
+"""What every preflight rule reads: the ``CheckContext``, the ``Rule`` protocol, and small
+readers of the probe's facts (a missing key reads as None, never raises)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tandem.check.findings import Finding
+from tandem.spec.cluster import Node, Transport
+from tandem.spec.deployment import Deployment
+from tandem.spec.recipe import DataPlaneTransport
+
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+UP_STATES = {"UP", "UNKNOWN"}
+"""Operational states of a usable interface (loopback and some veths report UNKNOWN)."""
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """Everything the rules read.
+
+    ``facts``: node name -> the probe's facts (a node that could not be probed has
+    ``{"probe_error": "..."}``). ``rank_env``: node name -> the environment its rank gets.
+    ``memory_need_bytes``: node name -> memory the plan needs there, when ``tandem plan`` ran.
+    """
+
+    deployment: Deployment
+    facts: dict[str, dict[str, Any]]
+    rank_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    memory_need_bytes: dict[str, int] | None = None
+
+    @property
+    def nodes(self) -> list[Node]:
+        return list(self.deployment.cluster.nodes)
+
+    def probed(self) -> Iterator[tuple[Node, dict[str, Any]]]:
+        """(node, facts) for every node whose probe answered."""
+        for node in self.nodes:
+            facts = self.facts.get(node.name)
+            if facts and "probe_error" not in facts:
+                yield node, facts
+
+    def hcas(self, node: Node) -> list[str]:
+        return node.hcas if node.hcas is not None else list(
+            self.deployment.recipe.network.data_plane.hcas)
+
+    def control_interface(self, node: Node) -> str | None:
+        return node.control_plane_interface or self.deployment.recipe.network.control_plane.interface
+
+    @property
+    def uses_ib(self) -> bool:
+        return self.deployment.recipe.network.data_plane.transport is DataPlaneTransport.IB
+
+    @property
+    def multi_host(self) -> bool:
+        cluster = self.deployment.cluster
+        return len(cluster.nodes) > 1 and cluster.transport is not Transport.LOCAL
+
+
+class Rule(Protocol):
+    name: str
+
+    def check(self, ctx: CheckContext) -> Iterable[Finding]:
+        """Findings of this rule; nothing when all is well."""
+
+
+def fact(facts: dict[str, Any], *path: str) -> Any:
+    value: Any = facts
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def interfaces_of(facts: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {i["name"]: i for i in facts.get("interfaces") or [] if i.get("name")}
+
+
+def rdma_devices_of(facts: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {d["name"]: d for d in fact(facts, "rdma", "devices") or []}
+
+
+def listing(values: dict[str, Any]) -> str:
+    return ", ".join(f"{node} {value}" for node, value in values.items())
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"

@@ -1,0 +1,57 @@
+"""``docs/cli.md``: every command's ``--help``, generated, so the reference cannot drift.
+
+The text is exactly what ``tandem ... --help`` prints at a fixed width of 100 columns, one
+section per command and subcommand in ``tandem --help`` order. A test compares the checked-in
+file with a fresh rendering and fails when they differ (llm's cog-generated ``docs/help.md``).
+
+Usage:
+    python -m tandem.cli.helpdoc            # rewrite docs/cli.md from the current code
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+WIDTH = 100
+HEADER = """# tandem command reference
+
+Generated from each command's `--help` by `python -m tandem.cli.helpdoc`; do not edit by hand.
+"""
+
+
+def cli_reference() -> str:
+    """The Markdown reference of every command, in help order."""
+    from tandem.cli import cli
+
+    sections = [HEADER]
+    for ctx in _walk(cli, "tandem", None):
+        sections.append(f"## `{ctx.command_path}`\n\n```text\n"
+                        f"{ctx.command.get_help(ctx).rstrip()}\n```\n")
+    return "\n".join(sections)
+
+
+def _walk(command: click.Command, name: str, parent: click.Context | None):
+    """Contexts of a command and all its subcommands, each a child of its group's context (so
+    settings such as ``-h`` inherit as they do on a real command line)."""
+    settings = {"terminal_width": WIDTH, "max_content_width": WIDTH, **command.context_settings}
+    ctx = click.Context(command, parent=parent, info_name=name, **settings)
+    yield ctx
+    if isinstance(command, click.Group):
+        for sub_name in command.list_commands(ctx):
+            sub = command.get_command(ctx, sub_name)
+            if sub is not None and not sub.hidden:
+                yield from _walk(sub, sub_name, ctx)
+
+
+def main() -> None:
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/cli.md")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(cli_reference(), encoding="utf-8")
+    print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main()
