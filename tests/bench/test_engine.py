@@ -58,3 +58,15 @@ def test_the_api_key_is_sent_and_never_saved(tiny_endpoint, tmp_path):
     assert result.finished and result.points[0].metrics.completed == 1
     for name in ("summary.json", "requests.jsonl"):
         assert tiny_endpoint.api_key not in (tmp_path / "key" / name).read_text()
+
+
+def test_a_deployment_is_measured_against_its_plans_roofline(tiny_deployment, tmp_path):
+    out = tmp_path / "b"
+    tiny_deployment.tandem("bench", "tiny-local", "--concurrency", "1", "--requests", "2",
+                           "--output-tokens", "8", "--warmup", "0", "--no-plots", "--quiet",
+                           "--out", str(out), timeout=300)
+    point = json.loads((out / "summary.json").read_text())["points"][0]
+    roofline = json.loads((out / "summary.json").read_text())["config"]["roofline_decode_tok_s"]
+    assert roofline and roofline > 0
+    fraction = point["decode_roofline_fraction"]
+    assert fraction == pytest.approx(1 / point["metrics"]["tpot_s"]["p50"] / roofline)

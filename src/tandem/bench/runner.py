@@ -163,8 +163,10 @@ class LoadGenerator:
         timeout = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=None)
         transport = AiohttpTransport(max_connections=None)
         key = config.api_key.get_secret_value() if config.api_key else None
+        # identity: the SSE parser reads raw bytes, so a proxy must not compress the stream
+        headers = {"Accept-Encoding": "identity", **wire.bearer(key)}
         async with httpx.AsyncClient(transport=transport, timeout=timeout,
-                                     headers=wire.bearer(key)) as client:
+                                     headers=headers) as client:
             self.client = client
             server = await self._server_info()
             points = plan_load_points(config, server.max_model_len)

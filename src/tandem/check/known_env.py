@@ -1,8 +1,8 @@
 """Environment variables known to break or slow a deployment, as a data table.
 
 Each entry says which variable (and, optionally, which values) is bad, how bad, what happens,
-and the fix, with the source where it was seen. ``tandem.check.rules.KnownBadEnvRule`` reads
-this table against every rank's environment; adding a lesson means adding a row.
+and the fix, with the source where it was seen. ``tandem.check.rules.software.KnownBadEnvRule``
+reads this table against every rank's environment; adding a lesson means adding a row.
 """
 
 from __future__ import annotations

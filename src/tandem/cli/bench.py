@@ -16,11 +16,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tandem.backends.state import load_state
 from tandem.bench.compare import compare, load_summary
-from tandem.cli.options import api_key_option, json_object
 from tandem.bench.config import BenchConfig
 from tandem.bench.metrics import Slo
 from tandem.bench.runner import REQUESTS_FILE, ProgressEvent, read_records, run
+from tandem.cli.options import api_key_option, json_object
 from tandem.errors import Problem, SpecError
+from tandem.plan.status import planned_roofline_tok_s
 from tandem.report.bench import (
     REPORT_FILE,
     comparison_markdown,
@@ -115,7 +116,13 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--slo-e2el-ms", type=float, help="Goodput SLO: maximum E2EL.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--no-server-metrics", is_flag=True, help="Do not scrape /metrics.")
-@click.option("--roofline-tok-s", type=float, help="Planner's single-stream decode roofline.")
+@click.option("--kv-sample-interval", "kv_sample_interval_s", type=click.FloatRange(min=0),
+              default=5.0, show_default=True,
+              help="Seconds between /metrics samples during a point (KV cache peak); 0: before "
+                   "and after only. Each scrape briefly stalls vLLM's API server.")
+@click.option("--roofline-tok-s", type=float,
+              help="Single-stream decode roofline to compare with. Default for a DEPLOYMENT: "
+                   "its plan's (`tandem plan`).")
 @click.option("--extra-body", callback=json_object, help="JSON merged into every request.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Write PNG plots.")
 @click.option("--quiet", "-q", is_flag=True, help="No live progress.")
@@ -126,7 +133,8 @@ def run_command(deployment: str | None, url: str | None, model: str | None, out_
                 output_tokens: int, ignore_eos: bool, temperature: float | None,
                 prompt_file: str | None, long_context: bool, warmup: int, timeout_s: float,
                 slo_ttft_ms: float | None, slo_tpot_ms: float | None, slo_e2el_ms: float | None,
-                seed: int, no_server_metrics: bool, roofline_tok_s: float | None,
+                seed: int, no_server_metrics: bool, kv_sample_interval_s: float,
+                roofline_tok_s: float | None,
                 extra_body: dict, plots: bool, quiet: bool, api_key: str | None) -> None:
     """Run a benchmark: each load point in turn, every request saved as it finishes.
 
@@ -140,6 +148,8 @@ def run_command(deployment: str | None, url: str | None, model: str | None, out_
     if not url:
         state = load_state(deployment)
         url, model = state.endpoint, model or state.model
+        if roofline_tok_s is None:  # a launched deployment has a plan: measure against it
+            roofline_tok_s = planned_roofline_tok_s(state.recipe, state.cluster)
     ms = (lambda v: v / 1000 if v is not None else None)  # noqa: E731
     try:
         config = BenchConfig(
@@ -149,6 +159,7 @@ def run_command(deployment: str | None, url: str | None, model: str | None, out_
             output_tokens=output_tokens, ignore_eos=ignore_eos, temperature=temperature,
             prompt_file=prompt_file, long_context=long_context, warmup_requests=warmup,
             request_timeout_s=timeout_s, seed=seed, scrape_metrics=not no_server_metrics,
+            kv_sample_interval_s=kv_sample_interval_s,
             slo=Slo(ttft_s=ms(slo_ttft_ms), tpot_s=ms(slo_tpot_ms), e2el_s=ms(slo_e2el_ms)),
             roofline_decode_tok_s=roofline_tok_s, extra_body=extra_body)
     except ValidationError as exc:
