@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -13,6 +17,8 @@ from tandem.bench.runner import LoadGenerator, read_records
 from tandem.errors import Unauthorized
 
 pytestmark = pytest.mark.engine
+
+TANDEM = [sys.executable, "-m", "tandem.cli"]
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
@@ -70,3 +76,38 @@ def test_a_deployment_is_measured_against_its_plans_roofline(tiny_deployment, tm
     assert roofline and roofline > 0
     fraction = point["decode_roofline_fraction"]
     assert fraction == pytest.approx(1 / point["metrics"]["tpot_s"]["p50"] / roofline)
+
+
+def test_a_killed_run_is_refused_then_resumed_without_losing_a_record(tiny_deployment, tmp_path):
+    """Kill `tandem bench` inside its second load point: the first point's records and summary
+    survive; rerunning into the same --out is refused; --resume redoes only the second point."""
+    out = tmp_path / "b"
+    args = ["bench", "tiny-local", "--concurrency", "1,2", "--requests", "4",
+            "--output-tokens", "48", "--warmup", "0", "--no-plots", "--quiet", "--out", str(out)]
+    proc = subprocess.Popen([*TANDEM, *args], env=tiny_deployment.env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    requests = out / "requests.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if requests.exists() and '"load_point":"c2"' in requests.read_text():
+            proc.kill()
+            break
+        time.sleep(0.02)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, "the run ended before its second point was cut"
+    first = [r for r in read_records(requests) if r.load_point == "c1"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(first) == 4 and [p["point"]["label"] for p in summary["points"]] == ["c1"]
+    assert summary["finished"] is False
+
+    refused = tiny_deployment.tandem(*args, check=False)
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+
+    tiny_deployment.tandem(*args, "--resume", timeout=300)
+    records = read_records(requests)
+    assert [r.load_point for r in records].count("c1") == 4
+    assert [r.load_point for r in records].count("c2") == 4
+    assert [r for r in records if r.load_point == "c1"] == first  # kept as measured
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] is True
+    assert [p["point"]["label"] for p in summary["points"]] == ["c1", "c2"]

@@ -72,3 +72,15 @@ def test_prompt_file_error_names_file_and_line(tmp_path):
     with pytest.raises(SpecError) as info:
         load_prompt_file(path)
     assert info.value.file == str(path) and "line 1" in info.value.message
+
+
+def test_a_constant_rate_run_reads_back_from_its_summary():
+    """burstiness=inf (constant rate) survives JSON, which has no infinity."""
+    import math
+
+    from tandem.bench.config import BenchConfig
+    from tandem.bench.runner import BenchResult, ServerInfo
+
+    config = BenchConfig(url="http://x", concurrency=[], rates_rps=[2.0], burstiness=math.inf)
+    result = BenchResult(config=config, server=ServerInfo(url="http://x", model="m"))
+    assert BenchResult.model_validate_json(result.model_dump_json()).config.burstiness == math.inf

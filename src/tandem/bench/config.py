@@ -17,7 +17,8 @@ class BenchConfig(BaseModel):
         BenchConfig(url=..., model=..., concurrency=[], rates_rps=[1.0, 2.0], burstiness=1.0)
     """
 
-    model_config = ConfigDict(extra="forbid")
+    # burstiness may be inf (constant rate): JSON has no infinity, so it is written "Infinity"
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
 
     url: str = Field(description="Server root, e.g. `http://10.77.0.1:8000` (no `/v1`).")
     model: str | None = Field(

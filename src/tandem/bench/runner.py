@@ -59,7 +59,7 @@ from tandem.bench.workload import (
     sample_token_ids,
     synthetic_text,
 )
-from tandem.errors import EndpointError
+from tandem.errors import EndpointError, Problem, SpecError
 
 SCHEMA_VERSION = 1
 REQUESTS_FILE = "requests.jsonl"
@@ -142,13 +142,17 @@ class LoadGenerator:
         out_dir: where ``requests.jsonl`` and ``summary.json`` go; None keeps results in memory.
         on_progress: called after every request and at each phase; must not block.
         clock: monotonic seconds (``time.perf_counter``); injectable for tests.
+        resume: continue the run already in ``out_dir``: its finished load points are kept
+            (summary and records), the point it was killed in is run again from its start.
+            Without it, an ``out_dir`` holding a run is refused, never overwritten.
     """
 
     def __init__(self, config: BenchConfig, out_dir: Path | None = None,
                  on_progress: ProgressCallback | None = None,
-                 clock: Clock = time.perf_counter) -> None:
+                 clock: Clock = time.perf_counter, *, resume: bool = False) -> None:
         self.config = config
         self.out_dir = out_dir
+        self.resume = resume
         self.on_progress = on_progress or (lambda event: None)
         self.clock = clock
         self.endpoint = ENDPOINTS[config.endpoint]
@@ -160,6 +164,7 @@ class LoadGenerator:
         config = self.config
         if config.prompt_file:
             self._file_prompts = load_prompt_file(config.prompt_file)
+        previous = self._previous_run()
         timeout = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=None)
         transport = AiohttpTransport(max_connections=None)
         key = config.api_key.get_secret_value() if config.api_key else None
@@ -170,16 +175,25 @@ class LoadGenerator:
             self.client = client
             server = await self._server_info()
             points = plan_load_points(config, server.max_model_len)
-            result = BenchResult(config=config, server=server, tandem_version=_tandem_version())
+            result = previous or BenchResult(config=config, server=server,
+                                             tandem_version=_tandem_version())
+            if previous is not None and previous.server.model != server.model:
+                raise SpecError(f"the run in {self.out_dir} measured '{previous.server.model}', "
+                                f"the server now serves '{server.model}'", field="model",
+                                hint="resume against the same model, or choose another --out")
+            done = {p.point.label for p in result.points}
             self._emit("prepare", None, 0, len(points))
+            warnings = []
             if config.scrape_metrics and config.idle_check_s > 0:
-                result.warnings += await self._idle_check()
+                warnings += await self._idle_check()
             if self._file_prompts is None:
-                result.warnings += await self._fill_token_pool(server.model)
-            jsonl = self._open_records()
+                warnings += await self._fill_token_pool(server.model)
+            result.warnings += [w for w in warnings if w not in result.warnings]
+            jsonl = self._open_records(keep=done)
             try:
-                await self._warmup(points[0] if points else None, server.model, len(points))
-                for i, point in enumerate(points):
+                todo = [(i, p) for i, p in enumerate(points) if p.label not in done]
+                await self._warmup(todo[0][1] if todo else None, server.model, len(points))
+                for i, point in todo:
                     result.points.append(await self._run_point(point, i, len(points),
                                                                server.model, jsonl))
                     self._write_summary(result)
@@ -352,11 +366,53 @@ class LoadGenerator:
 
     # --- output ---------------------------------------------------------------------------
 
-    def _open_records(self) -> IO[str] | None:
+    def _previous_run(self) -> BenchResult | None:
+        """The run to continue from ``out_dir``; refuses to overwrite one without ``resume``.
+
+        Raises:
+            SpecError: ``out_dir`` holds a run and resume was not asked for; its summary is not
+                a tandem bench summary; or it was run with other options.
+        """
+        if self.out_dir is None:
+            return None
+        summary, requests = self.out_dir / SUMMARY_FILE, self.out_dir / REQUESTS_FILE
+        if not summary.exists() and not requests.exists():
+            return None
+        if not self.resume:
+            raise SpecError(f"{self.out_dir} already holds a benchmark run", field="--out",
+                            file=str(self.out_dir),
+                            hint="pass --resume to continue it (finished load points are "
+                                 "kept), or choose another --out")
+        if not summary.exists():  # killed during the first point: nothing finished yet
+            return None
+        try:
+            previous = BenchResult.model_validate_json(summary.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise SpecError("not a tandem bench summary", file=str(summary),
+                            hint="choose another --out") from exc
+        theirs, ours = previous.config.model_dump(), self.config.model_dump()
+        problems = [Problem(name, f"the run used {theirs.get(name)!r}, now {value!r}")
+                    for name, value in ours.items() if theirs.get(name) != value]
+        if problems:
+            raise SpecError("a run resumes only with the options it started with",
+                            file=str(summary), problems=problems,
+                            hint="repeat the first command with --resume")
+        previous.finished = False
+        return previous
+
+    def _open_records(self, keep: set[str]) -> IO[str] | None:
+        """``requests.jsonl`` for appending, holding only the records of the points in
+        ``keep`` (a resumed run drops the records of the point it was killed in)."""
         if self.out_dir is None:
             return None
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        return open(self.out_dir / REQUESTS_FILE, "w", encoding="utf-8")  # noqa: SIM115
+        path = self.out_dir / REQUESTS_FILE
+        kept = [r for r in read_records(path) if r.load_point in keep] if path.exists() else []
+        self.records += kept
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(r.model_dump_json() + "\n" for r in kept), encoding="utf-8")
+        tmp.replace(path)
+        return open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def _write_summary(self, result: BenchResult) -> None:
         if self.out_dir is None:
@@ -423,8 +479,8 @@ def _tandem_version() -> str | None:
 
 
 def run(config: BenchConfig, out_dir: Path | None = None,
-        on_progress: ProgressCallback | None = None) -> BenchResult:
-    """Run a benchmark to the end and return its summary; the one-call entry point.
+        on_progress: ProgressCallback | None = None, *, resume: bool = False) -> BenchResult:
+    """Run (or, with ``resume``, continue) a benchmark to the end and return its summary.
 
     Usage:
         result = run(BenchConfig(url="http://127.0.0.1:8000", concurrency=[1, 4]), Path("runs/b1"))
@@ -436,7 +492,7 @@ def run(config: BenchConfig, out_dir: Path | None = None,
     # uvloop's event loop takes about 15% off the client's CPU per streamed token
     # (benchmarks/bench_vs_vllm.py); the load generator runs on it wherever it is installed.
     with asyncio.Runner(loop_factory=_fast_loop_factory()) as runner:
-        return runner.run(LoadGenerator(config, out_dir, on_progress).arun())
+        return runner.run(LoadGenerator(config, out_dir, on_progress, resume=resume).arun())
 
 
 def _fast_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

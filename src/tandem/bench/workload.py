@@ -40,7 +40,8 @@ _WORDS = ("serve model node rank leader worker cache token prefill decode batch 
 class LoadPoint(BaseModel):
     """One measured setting of a run."""
 
-    model_config = ConfigDict(extra="forbid")
+    # burstiness may be inf (constant rate): JSON has no infinity, so it is written "Infinity"
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
 
     label: str = Field(description="`c4`, `r2.5`, `long`: unique within a run.")
     kind: Literal["concurrency", "rate", "long-context"]

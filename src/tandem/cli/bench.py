@@ -126,6 +126,9 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--extra-body", callback=json_object, help="JSON merged into every request.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Write PNG plots.")
 @click.option("--quiet", "-q", is_flag=True, help="No live progress.")
+@click.option("--resume", is_flag=True,
+              help="Continue the run in --out: keep its finished load points, redo the one it "
+                   "was stopped in. Same options as the first command.")
 @api_key_option
 def run_command(deployment: str | None, url: str | None, model: str | None, out_dir: str | None,
                 endpoint: str, concurrency: list[int], rates: list[float], burstiness: float,
@@ -135,12 +138,14 @@ def run_command(deployment: str | None, url: str | None, model: str | None, out_
                 slo_ttft_ms: float | None, slo_tpot_ms: float | None, slo_e2el_ms: float | None,
                 seed: int, no_server_metrics: bool, kv_sample_interval_s: float,
                 roofline_tok_s: float | None,
-                extra_body: dict, plots: bool, quiet: bool, api_key: str | None) -> None:
+                extra_body: dict, plots: bool, quiet: bool, resume: bool,
+                api_key: str | None) -> None:
     """Run a benchmark: each load point in turn, every request saved as it finishes.
 
     \b
     Examples:
       tandem bench run tiny-local --concurrency 1,2,4 --out runs/b1
+      tandem bench run tiny-local --concurrency 1,2,4 --out runs/b1 --resume   # after a kill
       tandem bench run --url http://127.0.0.1:8000 --endpoint completions --rates 2,4 --out r1
     """
     if deployment and url:
@@ -170,11 +175,13 @@ def run_command(deployment: str | None, url: str | None, model: str | None, out_
                         hint="give --concurrency, --rates or --long-context")
     console = Console(stderr=True)
     out = Path(out_dir) if out_dir else None
+    if resume and out is None:
+        raise SpecError("--resume needs the --out of the run to continue", field="--resume")
     if quiet:
-        result = run(config, out)
+        result = run(config, out, resume=resume)
     else:
         with _LiveProgress(console) as progress:
-            result = run(config, out, progress.update)
+            result = run(config, out, progress.update, resume=resume)
     Console().print(summary_table(result))
     for warning in result.warnings + [w for p in result.points for w in p.warnings]:
         console.print(f"[yellow]warning:[/] {warning}")
