@@ -1,9 +1,10 @@
 """tandem bench against `vllm bench serve`: same server, same lengths and concurrency, interleaved.
 
 For every round and every concurrency the two clients run one after the other against the same
-server: vLLM's own client (`vllm bench serve`, random dataset, fixed input/output lengths,
-`--ignore-eos`) and `tandem bench` (synthetic fixed-length prompts, `ignore_eos`). Each client is
-a child process; its CPU time (user + sys, including Python start-up) comes from `os.wait4`.
+server: vLLM's own client (`vllm bench serve`) and `tandem bench`, both with `ignore_eos` and the
+same output length. By default they send the same prompts in the same order: a JSONL file of
+`--input-len`-token texts (cut with the server's tokenizer) that vLLM reads as its unshuffled
+custom dataset and tandem as `--prompt-file`. Each client is a child process; its CPU time (user + sys, including Python start-up) comes from `os.wait4`.
 The CPU each streamed token costs, start-up excluded, is measured apart by
 `benchmarks/client_cpu.py` (here vLLM's client start-up, ~10 CPU-s, would swamp it).
 
@@ -16,6 +17,8 @@ and its round left out of the ratios; both clients see it, whichever runs at tha
 Prints a side-by-side table: median TTFT and TPOT of each client (median over kept rounds of
 each run's p50), the paired ratios tandem / vLLM, and client CPU per output token.
 
+Needs pandas in the venv for vLLM's custom dataset (`.venv/bin/pip install pandas`).
+
 Usage:
     .venv/bin/python benchmarks/bench_vs_vllm.py --url http://127.0.0.1:8200 --model tiny-deepseek
     .venv/bin/python benchmarks/bench_vs_vllm.py --start-server --hf-home /tmp/hf   # own tiny server
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -51,6 +55,7 @@ class Run:
     cpu_s: float
     wall_s: float
     tokens_per_chunk: float
+    input_tokens: int
     round: int = 0
 
 
@@ -68,45 +73,74 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     return usage.ru_utime + usage.ru_stime, wall
 
 
+def same_prompts(a: argparse.Namespace, n: int, path: Path) -> Path:
+    """n prompt texts of `--input-len` tokens each, written as `{"prompt": ...}` JSONL: the file
+    both clients read, in the same order (vLLM's custom dataset unshuffled, tandem's
+    --prompt-file). Lengths are made with the server's own /tokenize and /detokenize."""
+    rng = random.Random(a.seed)
+    words = ["tensor", "parallel", "rank", "leader", "worker", "cache", "decode", "prefill",
+             "token", "stream", "node", "cable", "latency", "memory", "expert", "layer"]
+    lines = []
+    for _ in range(n):
+        text = " ".join(rng.choice(words) for _ in range(a.input_len * 2))
+        ids = httpx.post(a.url + "/tokenize", json={"model": a.model, "prompt": text,
+                                                   "add_special_tokens": False},
+                         timeout=30).json()["tokens"][:a.input_len]
+        text = httpx.post(a.url + "/detokenize", json={"model": a.model, "tokens": ids},
+                          timeout=30).json()["prompt"]
+        lines.append(json.dumps({"prompt": text}))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
 def vllm_cmd(a: argparse.Namespace, tokenizer: str, c: int, n: int, out_len: int,
-             out: Path) -> list[str]:
+             out: Path, prompts: Path | None) -> list[str]:
     backend = "openai-chat" if a.endpoint == "chat" else "vllm"
     path = "/v1/chat/completions" if a.endpoint == "chat" else "/v1/completions"
+    dataset = (["--dataset-name", "custom", "--dataset-path", str(prompts), "--disable-shuffle",
+                "--skip-chat-template", "--custom-output-len", str(out_len)] if prompts else
+               ["--dataset-name", "random", "--random-input-len", str(a.input_len),
+                "--random-output-len", str(out_len)])
     return [str(BIN / "vllm"), "bench", "serve", "--backend", backend, "--base-url", a.url,
             "--endpoint", path, "--model", tokenizer, "--served-model-name", a.model,
-            "--dataset-name", "random", "--random-input-len", str(a.input_len),
-            "--random-output-len", str(out_len), "--ignore-eos", "--num-prompts", str(n),
+            *dataset, "--ignore-eos", "--num-prompts", str(n),
             "--max-concurrency", str(c), "--seed", str(a.seed),
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--disable-tqdm",
-            "--save-result", "--save-detailed", "--result-dir", str(out.parent), "--result-filename", out.name]
+            "--save-result", "--save-detailed", "--result-dir", str(out.parent),
+            "--result-filename", out.name]
 
 
-def tandem_cmd(a: argparse.Namespace, c: int, n: int, out_len: int, out: Path) -> list[str]:
+def tandem_cmd(a: argparse.Namespace, c: int, n: int, out_len: int, out: Path,
+               prompts: Path | None) -> list[str]:
+    dataset = (["--prompt-file", str(prompts)] if prompts else
+               ["--input-tokens", str(a.input_len)])
     return [str(BIN / "tandem"), "bench", "--url", a.url, "--model", a.model,
             "--endpoint", a.endpoint, "--concurrency", str(c), "--requests", str(n),
-            "--input-tokens", str(a.input_len), "--output-tokens", str(out_len),
+            *dataset, "--output-tokens", str(out_len),
             "--seed", str(a.seed), "--warmup", "1", "--no-plots", "--quiet", "--out", str(out)]
 
 
-def run_vllm(a, tokenizer, c, n, work: Path, env, tag: str, out_len: int) -> Run:
+def run_vllm(a, tokenizer, c, n, work: Path, env, tag: str, out_len: int,
+             prompts: Path | None) -> Run:
     out = work / f"vllm-{tag}.json"
-    cpu, wall = timed(vllm_cmd(a, tokenizer, c, n, out_len, out), env)
+    cpu, wall = timed(vllm_cmd(a, tokenizer, c, n, out_len, out, prompts), env)
     r = json.loads(out.read_text())
     chunks = sum(len(itl) + 1 for itl in r["itls"])
     return Run("vllm bench serve", c, r["median_ttft_ms"], r["median_tpot_ms"],
                r["median_itl_ms"], int(r["total_output_tokens"]), cpu, wall,
-               int(r["total_output_tokens"]) / chunks)
+               int(r["total_output_tokens"]) / chunks, int(r["total_input_tokens"]))
 
 
-def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int) -> Run:
+def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int, prompts: Path | None) -> Run:
     out = work / f"tandem-{tag}"
-    cpu, wall = timed(tandem_cmd(a, c, n, out_len, out), env)
+    cpu, wall = timed(tandem_cmd(a, c, n, out_len, out, prompts), env)
     m = json.loads((out / "summary.json").read_text())["points"][0]["metrics"]
 
     def ms(stats: dict) -> float:  # a 1-token probe has no TPOT or ITL
         return stats["p50"] * 1000 if stats["p50"] is not None else float("nan")
     return Run("tandem bench", c, ms(m["ttft_s"]), ms(m["tpot_s"]), ms(m["itl_s"]),
-               int(m["output_tokens_total"]), cpu, wall, m["tokens_per_chunk"]["mean"])
+               int(m["output_tokens_total"]), cpu, wall, m["tokens_per_chunk"]["mean"],
+               int(m["prompt_tokens_total"]))
 
 
 def start_server(a: argparse.Namespace) -> subprocess.Popen:
@@ -146,6 +180,9 @@ def main() -> None:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prompts", choices=["same", "own"], default="same",
+                   help="same: one prompt file both clients read in order (default); own: "
+                        "each client's random prompts of --input-len tokens")
     p.add_argument("--merged-above", type=float, default=1.5,
                    help="tokens per chunk above which a run counts as merged by the server")
     p.add_argument("--start-server", action="store_true")
@@ -162,6 +199,8 @@ def main() -> None:
         runs: list[Run] = []
         with tempfile.TemporaryDirectory(prefix="bench-vs-vllm-") as tmp:
             work = Path(tmp)
+            prompts = (same_prompts(a, a.num_prompts, work / "prompts.jsonl")
+                       if a.prompts == "same" else None)
             for r in range(a.rounds):
                 for c in levels:
                     first_vllm = (r + c) % 2 == 0  # alternate who goes first
@@ -169,11 +208,13 @@ def main() -> None:
                     for who in order:
                         tag = f"r{r}-c{c}"
                         run = (run_vllm(a, tokenizer, c, a.num_prompts, work, env, tag,
-                                        a.output_len) if who == "vllm" else
-                               run_tandem(a, c, a.num_prompts, work, env, tag, a.output_len))
+                                        a.output_len, prompts) if who == "vllm" else
+                               run_tandem(a, c, a.num_prompts, work, env, tag, a.output_len,
+                                          prompts))
                         run.round = r
                         runs.append(run)
-                        print(f"round {r} c={c} {run.client:17s} TTFT {run.ttft_p50_ms:7.2f} ms"
+                        print(f"round {r} c={c} {run.client:17s} in {run.input_tokens} tok  "
+                              f"TTFT {run.ttft_p50_ms:7.2f} ms"
                               f"  TPOT {run.tpot_p50_ms:6.2f} ms  tok/chunk "
                               f"{run.tokens_per_chunk:5.2f}  CPU {run.cpu_s:5.2f} s  "
                               f"wall {run.wall_s:5.1f} s", flush=True)
@@ -187,7 +228,7 @@ def main() -> None:
 def print_table(runs: list[Run], levels: list[int], a) -> None:
     print()
     print(f"endpoint {a.endpoint}, {a.input_len} in / {a.output_len} out, {a.num_prompts} "
-          f"requests per run, {a.rounds} interleaved rounds")
+          f"requests per run, {a.rounds} interleaved rounds, prompts: {a.prompts}")
     head = ("| c | client | rounds kept | TTFT p50 ms | TPOT p50 ms | ITL p50 ms | "
             "CPU s | CPU ms/tok |")
     print(head)
