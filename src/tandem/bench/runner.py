@@ -490,7 +490,7 @@ def run(config: BenchConfig, out_dir: Path | None = None,
         SpecError: the workload does not fit the model (e.g. too long for max_model_len).
     """
     # uvloop's event loop takes about 15% off the client's CPU per streamed token
-    # (benchmarks/bench_vs_vllm.py); the load generator runs on it wherever it is installed.
+    # (benchmarks/client_cpu.py); the load generator runs on it wherever it is installed.
     with asyncio.Runner(loop_factory=_fast_loop_factory()) as runner:
         return runner.run(LoadGenerator(config, out_dir, on_progress, resume=resume).arun())
 
