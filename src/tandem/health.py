@@ -237,7 +237,7 @@ class ProgressTracker:
         if self.last_tokens is None or tokens != self.last_tokens or not running:
             self.last_tokens, self.last_moved_s = tokens, now
             return None
-        return now - (self.last_moved_s or now)
+        return now - self.last_moved_s if self.last_moved_s is not None else 0.0
 
 
 def _metrics(client: httpx.Client, endpoint: str) -> tuple[float | None, float | None,

@@ -17,7 +17,7 @@ from tandem.backends.base import Backend, OnEvent, OnPhase, ProcessFact, backend
 from tandem.backends.state import (
     BootFigures, DeploymentState, PhaseMark, list_deployments, load_state,
 )
-from tandem.errors import BackendError
+from tandem.errors import BackendError, StateError
 from tandem.health import Assessment, Health, Verdict, assess
 from tandem.supervisor import stop_supervisor
 from tandem.plan.status import PlannedVsActual, planned_vs_boot
@@ -140,14 +140,20 @@ def sweep_leftovers(on_event: OnEvent = lambda text: None) -> int:
     return before - len(netns.ledger())
 
 
-def down(name: str | None = None, *, on_event: OnEvent = lambda text: None) -> DeploymentState:
+def down(name: str | None = None, *, on_event: OnEvent = lambda text: None
+         ) -> DeploymentState | None:
     """Stop every rank, remove what up created, and forget the deployment (logs are kept).
 
     Networks that killed commands left behind are removed first, whichever deployment or check
-    made them.
+    made them; with no deployment to stop, that sweep alone is the result (None).
     """
-    sweep_leftovers(on_event)
-    state = load_state(name)
+    swept = sweep_leftovers(on_event)
+    try:
+        state = load_state(name)
+    except StateError:
+        if swept and name is None:
+            return None
+        raise
     stop_supervisor(state.name, on_event=on_event)  # or it would restart what we stop
     backend_for(state.backend).down(state, on_event=on_event)
     (state.directory / "state.json").unlink(missing_ok=True)

@@ -3,6 +3,7 @@ rendered deployment, the Ray-free argument modes, and deliberately broken varian
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -13,7 +14,7 @@ from k8s.manifests import (
     BROKEN, Broken, broken_objects, deployments, rendered, seed000_deployment, seed000_lws,
     seed_yaml, stated_mismatches,
 )
-from tandem import wire
+from tandem import liveness, wire
 from tandem.errors import PlanError
 from tandem.rankplan import plan_ranks
 from tandem.render import kubernetes as k8s_render
@@ -62,7 +63,26 @@ def test_seed000_containers_run_the_rank_plan():
         # The HF cache mount's variable points at the mount inside the container.
         assert env[key] == (wire.CONTAINER_HF_HOME if key == wire.HF_HOME else value), key
     assert env[wire.HF_HUB_OFFLINE] == "1"
-    assert "readinessProbe" not in worker and "startupProbe" not in worker
+    assert "readinessProbe" not in worker  # a worker serves no traffic
+
+
+def test_liveness_probes_run_the_health_model_in_every_pod():
+    lws = rendered(seed000_deployment())[0]["spec"]["leaderWorkerTemplate"]
+    leader = lws["leaderTemplate"]["spec"]["containers"][0]
+    worker = lws["workerTemplate"]["spec"]["containers"][0]
+    source = inspect.getsource(liveness)
+    lead = leader["livenessProbe"]["exec"]["command"]
+    assert lead[:3] == ["python3", "-c", source] and lead[3] == "leader"
+    assert "--canary-timeout" in lead and "--stall" in lead
+    work = worker["livenessProbe"]["exec"]["command"]
+    assert work[:4] == ["python3", "-c", source, "worker"]
+    # A worker has no HTTP: it waits for its vLLM worker process within the start-up allowance.
+    assert worker["startupProbe"]["exec"]["command"][3] == "worker"
+    startup_s = seed000_deployment().recipe.timeouts.startup_s
+    assert worker["startupProbe"]["periodSeconds"] * worker["startupProbe"][
+        "failureThreshold"] >= startup_s
+    # The leader's liveness waits behind its startup probe, so no initial delay is needed.
+    assert "startupProbe" in leader and "initialDelaySeconds" not in leader["livenessProbe"]
 
 
 def test_seed000_probes_sized_from_the_cold_start():

@@ -167,6 +167,18 @@ def ledger() -> list[LedgerEntry]:
     return entries
 
 
+def _made_by(*names: str) -> str:
+    """`` (made by ...)`` for a network another command made, from the ledger."""
+    for entry in ledger():
+        mine = {entry.plan.bridge, *(n.netns for n in entry.plan.nodes),
+                *(n.host_end for n in entry.plan.nodes)}
+        if mine & set(names):
+            alive = "running" if entry.maker_alive() else "exited"
+            return (f" (made by {entry.purpose or 'a command'}, pid {entry.maker_pid} {alive}"
+                    + (f", state {entry.state_file}" if entry.state_file else "") + ")")
+    return ""
+
+
 def sweep_orphans(on_event: Callable[[str], None] = lambda text: None) -> list[str]:
     """Remove the networks whose maker died and that no deployment claims; say what went.
 
@@ -196,9 +208,17 @@ def create(plan: NetworkPlan, *, state_file: Path | None = None, purpose: str = 
     holder = _address_holder(plan.bridge_address)
     if holder:
         raise BackendError(f"address {plan.bridge_address} is already on interface {holder}, so "
-                           "this deployment's subnet would clash with another network",
-                           field="local.subnet", hint="stop the other local deployment, or give "
+                           "this deployment's subnet would clash with another network"
+                           + _made_by(holder), field="local.subnet",
+                           hint="stop the other local deployment, or give "
                            "this cluster another local.subnet (and node addresses in it)")
+    taken = [n.netns for n in plan.nodes if (NETNS_DIR / n.netns).exists()] + [
+        d for d in [plan.bridge, *(n.host_end for n in plan.nodes)] if _link_exists(d)]
+    if taken:  # never touch what another command made: refuse before making anything
+        raise BackendError(f"{', '.join(taken)} already exist(s) on this machine"
+                           + _made_by(*taken), field="local.subnet",
+                           hint="stop the deployment of the same name that runs from another "
+                           "TANDEM_HOME (`TANDEM_HOME=... tandem down NAME`), or rename this one")
     _write_ledger(plan, state_file, purpose)
     for cmd in setup_commands(plan):
         result = subprocess.run(cmd, capture_output=True, text=True)

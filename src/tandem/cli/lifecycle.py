@@ -198,6 +198,9 @@ def down_command(name: str | None) -> None:
       tandem down tiny-local
     """
     state = lifecycle.down(name, on_event=_show_event)
+    if state is None:
+        console.print("no deployment was running; removed what killed commands left")
+        return
     console.print(f"[bold]{state.name}[/bold] is down")
 
 

@@ -30,13 +30,14 @@ API server checks is broken (``tandem.render.k8s_validate``).
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from typing import Any
 
 import yaml
 
-from tandem import wire
+from tandem import liveness, wire
 from tandem.errors import PlanError, Problem
 from tandem.rankplan import Mount, RankPlan, RankSpec, Role
 from tandem.spec.deployment import Deployment
@@ -235,6 +236,37 @@ def _probes(deployment: Deployment) -> dict:
     }
 
 
+LIVENESS_PERIOD_S = 30
+LIVENESS_FAILURES = 3
+
+
+def _liveness(deployment: Deployment, role: Role) -> dict:
+    """Probes that mean the rank's engine is alive and, on the leader, makes progress.
+
+    The health model as a stdlib script (``tandem.liveness``) run in the pod. The leader's
+    liveness starts after its startup probe; a worker, which serves no HTTP, gets a startup
+    probe of its own that waits for its vLLM worker process within ``timeouts.startup_s``.
+    """
+    recipe = deployment.recipe
+    args = [role.value, "--deployment", deployment.name]
+    canary_s = max(10, min(60, recipe.timeouts.request_s))
+    if role is Role.LEADER:
+        args += ["--url", f"http://127.0.0.1:{recipe.ports.api}",
+                 "--model", recipe.model.name_for_clients, "--stall", "60",
+                 "--canary-timeout", str(canary_s)]
+    exec_ = {"command": ["python3", "-c", inspect.getsource(liveness), *args]}
+    probes = {"livenessProbe": {"exec": exec_, "periodSeconds": LIVENESS_PERIOD_S,
+                                "timeoutSeconds": canary_s + 10,
+                                "failureThreshold": LIVENESS_FAILURES}}
+    if role is Role.WORKER:
+        probes["startupProbe"] = {
+            "exec": {"command": ["python3", "-c", inspect.getsource(liveness), role.value,
+                                 "--deployment", deployment.name]},
+            "periodSeconds": PROBE_PERIOD_S,
+            "failureThreshold": max(1, math.ceil(recipe.timeouts.startup_s / PROBE_PERIOD_S))}
+    return probes
+
+
 def pod_template(deployment: Deployment, ranks: list[RankSpec], role: Role) -> dict:
     """The pod template of one role, built from its ranks (all on the same settings)."""
     options = deployment.cluster.kubernetes
@@ -258,6 +290,7 @@ def pod_template(deployment: Deployment, ranks: list[RankSpec], role: Role) -> d
     }
     if leader:
         container |= _probes(deployment)
+    container |= _liveness(deployment, role)
     spec: dict[str, Any] = {
         "hostNetwork": True,
         "hostIPC": True,
