@@ -229,9 +229,11 @@ def _probes(deployment: Deployment) -> dict:
     loaded. The startup probe covers the cold start: the kubelet runs no readiness probe until
     the startup probe has succeeded, so the readiness probe needs no initial delay of its own
     (``initialDelaySeconds: 0``). Seed 000 had ``initialDelaySeconds: 600`` (its 6-7 minute
-    cold start) on readiness; behind a startup probe that only kept a pod whose model was
-    already up out of the Service for ten minutes after every restart. No traffic reaches the
-    leader before the model is up either way: readiness still fails until ``/health`` answers.
+    cold start) on readiness; the delay counts from the container's start, so behind a startup
+    probe it only kept a leader whose model was already up out of the Service until minute ten
+    (a warm restart, with the weights in page cache, waited most of that for nothing). No
+    traffic reaches the leader before the model is up either way: readiness still fails until
+    ``/health`` answers.
     """
     startup_s = deployment.recipe.timeouts.startup_s
     http = {"path": "/health", "port": deployment.recipe.ports.api}
