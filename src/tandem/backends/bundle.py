@@ -33,7 +33,7 @@ import yaml
 
 from tandem.backends.base import backend_for
 from tandem.backends.state import load_state
-from tandem.backends.supervisor import EVENTS_FILE, deployment_of
+from tandem.supervisor import EVENTS_FILE, deployment_of
 from tandem.errors import TandemError
 from tandem.rankplan import plan_ranks
 from tandem.redact import REDACTED, is_secret, redact_argv, redact_env

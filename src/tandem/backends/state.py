@@ -28,6 +28,14 @@ def state_root() -> Path:
     return Path(env) if env else Path.home() / ".local" / "state" / "tandem"
 
 
+class ProcessRecord(BaseModel):
+    """A process of a rank as it was when the deployment became ready."""
+
+    pid: int
+    name: str = Field(description="As the kernel shows it (`VLLM::Worker_TP1`, `vllm`, ...).")
+    start_ticks: int = Field(default=0, description="Start time in clock ticks after boot.")
+
+
 class RankState(BaseModel):
     """One launched rank: its process group, its log, where it runs."""
 
@@ -39,6 +47,13 @@ class RankState(BaseModel):
     netns: str | None = Field(default=None, description="Network namespace, local netns only.")
     log: str = Field(description="Path of the rank's log file.")
     started_at: datetime | None = None
+    netns_inode: str | None = Field(default=None, description="`net:[INODE]` of its namespace.")
+    processes: list[ProcessRecord] = Field(
+        default_factory=list, description="Its processes when the deployment became ready: the "
+        "health model counts a rank broken when one of them is gone.")
+    log_offset_ready: int | None = Field(
+        default=None, description="Size of its log when the deployment became ready: error "
+        "signatures are looked for after it.")
 
 
 class PhaseMark(BaseModel):
@@ -76,6 +91,8 @@ class DeploymentState(BaseModel):
     phases: list[PhaseMark] = Field(default_factory=list)
     boot: BootFigures = Field(default_factory=BootFigures)
     ready: bool = False
+    launch_id: str | None = Field(default=None, description="The random id every process of "
+                                  "this launch carries as TANDEM_LAUNCH.")
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
     @property

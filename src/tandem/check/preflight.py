@@ -30,6 +30,7 @@ from tandem.check.findings import CheckReport, Finding, Severity
 from tandem.check.rules import CheckContext, evaluate
 from tandem.check.transport import LocalTransport, NodeTransport, ProbeError, transport_for
 from tandem.errors import BackendError, PlanError, TandemError
+from tandem.interrupts import shielded
 from tandem.rankplan import RankPlan, plan_ranks
 from tandem.spec.cluster import LocalIsolation, Transport
 from tandem.spec.deployment import Deployment
@@ -55,14 +56,16 @@ def local_namespaces(deployment: Deployment, on_event: OnEvent) -> Iterator[dict
         raise BackendError("a local cluster of network namespaces needs root and iproute2 "
                            "(`ip`) to be checked", field="local.isolation",
                            hint="run as root with iproute2 installed, or use isolation: loopback")
+    netns.sweep_orphans(on_event)
     temporary = netns.network_plan(f"chk{os.getpid()}", cluster)
     on_event("built throw-away namespaces " + ", ".join(
         f"{n.netns} ({n.interface} {n.address})" for n in temporary.nodes))
-    netns.create(temporary)
+    netns.create(temporary, purpose=f"check of '{deployment.name}'")
     try:
         yield {n.node: n.netns for n in temporary.nodes}
     finally:
-        leftovers = netns.destroy(temporary)
+        with shielded(on_event):  # a second signal cannot leave the namespaces behind
+            leftovers = netns.destroy(temporary)
         if leftovers:
             on_event("could not remove: " + "; ".join(leftovers))
 
