@@ -21,6 +21,7 @@ from tandem.render import kubernetes as k8s_render
 from tandem.render import renderer_for
 from tandem.render.k8s_validate import check_objects, schema_problems, service_link_collision
 from tandem.spec.cluster import Cluster
+from tandem.spec.deployment import Deployment
 
 
 def offline_problems(objs: list[dict], crd) -> list[str]:
@@ -85,13 +86,22 @@ def test_liveness_probes_run_the_health_model_in_every_pod():
     assert "startupProbe" in leader and "initialDelaySeconds" not in leader["livenessProbe"]
 
 
-def test_seed000_probes_sized_from_the_cold_start():
-    leader = rendered(seed000_deployment())[0]["spec"]["leaderWorkerTemplate"][
+@pytest.mark.parametrize("startup_s", [900, 120, 3600])
+def test_the_startup_probe_covers_the_cold_start_and_readiness_does_not_wait_again(startup_s):
+    seed = seed000_deployment()
+    recipe = seed.recipe.model_copy(update={"timeouts": seed.recipe.timeouts.model_copy(
+        update={"startup_s": startup_s})})
+    deployment = Deployment(recipe=recipe, cluster=seed.cluster)
+    leader = rendered(deployment)[0]["spec"]["leaderWorkerTemplate"][
         "leaderTemplate"]["spec"]["containers"][0]
-    startup = leader["startupProbe"]
-    # timeouts.startup_s 900: the startup probe allows exactly that long, readiness waits 600 s.
-    assert startup["periodSeconds"] * startup["failureThreshold"] == 900
-    assert leader["readinessProbe"]["initialDelaySeconds"] == 600
+    startup, readiness = leader["startupProbe"], leader["readinessProbe"]
+    # the startup probe allows exactly timeouts.startup_s (seed 000: 900 s) ...
+    assert startup["periodSeconds"] * startup["failureThreshold"] == startup_s
+    # ... and the kubelet starts readiness only after it: no second wait (seed 000 had 600 s),
+    # and readiness asks the same /health, so no traffic before the model is up.
+    assert readiness["initialDelaySeconds"] == 0
+    assert readiness["httpGet"] == startup["httpGet"] == {
+        "path": "/health", "port": deployment.recipe.ports.api}
 
 
 def test_seed000_group_policy_and_secret_reference():

@@ -13,7 +13,9 @@ Each template is the rank plan's rank with its node pinned (``nodeSelector`` on
 ``ClusterFirstWithHostNet``, privileged with ``IPC_LOCK``, ``nvidia.com/gpu`` limit,
 ``/dev/infiniband`` and the HF cache as hostPaths, ``/dev/shm`` as a memory emptyDir), its
 ``vllm serve`` argv as ``command`` and its environment. The leader alone gets the port, a
-startup probe that allows ``timeouts.startup_s``, and a readiness probe on ``/health``.
+startup probe that allows ``timeouts.startup_s``, and a readiness probe on ``/health`` with no
+initial delay: it runs only after the startup probe succeeded (``_probes`` says why seed 000's
+600 s delay is gone).
 
 How ranks learn the leader's address (``kubernetes.leader_address``):
 
@@ -49,9 +51,6 @@ API_PORT_NAME = "http"
 SECRET_KEY = "api-key"
 """Key of the API key inside the Secret ``<deployment>-api-key``."""
 PROBE_PERIOD_S = 10
-COLD_START_SHARE = 2 / 3
-"""The readiness probe's initial delay as a share of ``timeouts.startup_s``: the timeout leaves
-50% headroom over the expected cold start (seed 000: 900 s timeout, 600 s delay, 6-7 min start)."""
 MANAGED_BY = "tandem"
 
 _FROM_POD_IP = {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
@@ -225,14 +224,24 @@ def _placement(ranks: list[RankSpec], deployment: Deployment, role: Role) -> dic
 
 
 def _probes(deployment: Deployment) -> dict:
-    """Leader only: a startup probe that allows ``timeouts.startup_s``, then readiness."""
+    """Leader only: a startup probe that allows ``timeouts.startup_s``, then readiness.
+
+    Both ask ``/health``, which vLLM answers only once every rank has joined and the model is
+    loaded. The startup probe covers the cold start: the kubelet runs no readiness probe until
+    the startup probe has succeeded, so the readiness probe needs no initial delay of its own
+    (``initialDelaySeconds: 0``). Seed 000 had ``initialDelaySeconds: 600`` (its 6-7 minute
+    cold start) on readiness; the delay counts from the container's start, so behind a startup
+    probe it only kept a leader whose model was already up out of the Service until minute ten
+    (a warm restart, with the weights in page cache, waited most of that for nothing). No
+    traffic reaches the leader before the model is up either way: readiness still fails until
+    ``/health`` answers.
+    """
     startup_s = deployment.recipe.timeouts.startup_s
     http = {"path": "/health", "port": deployment.recipe.ports.api}
     return {
         "startupProbe": {"httpGet": dict(http), "periodSeconds": PROBE_PERIOD_S,
                          "failureThreshold": max(1, math.ceil(startup_s / PROBE_PERIOD_S))},
-        "readinessProbe": {"httpGet": dict(http),
-                           "initialDelaySeconds": int(round(startup_s * COLD_START_SHARE))},
+        "readinessProbe": {"httpGet": dict(http), "initialDelaySeconds": 0},
     }
 
 
