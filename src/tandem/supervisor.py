@@ -37,15 +37,13 @@ from pathlib import Path
 
 from tandem.backends.base import Backend, backend_for
 from tandem.backends.processes import is_alive
-from tandem.backends.state import DeploymentState, PhaseMark, deployment_dir, load_state
+from tandem.backends.state import (
+    EVENTS_FILE, DeploymentState, PhaseMark, deployment_dir, load_state,
+)
 from tandem.errors import StateError, TandemError
 from tandem.health import Assessment, ProgressTracker, Verdict, assess
 from tandem.rankplan import plan_ranks
-from tandem.spec.cluster import Cluster
-from tandem.spec.deployment import Deployment
-from tandem.spec.recipe import Recipe
 
-EVENTS_FILE = "events.log"
 PID_FILE = "supervisor.pid"
 
 
@@ -98,12 +96,6 @@ class EventLog:
         self.on_event(text)
 
 
-def deployment_of(state: DeploymentState) -> Deployment:
-    """The deployment a state was launched from (resolved recipe and cluster)."""
-    return Deployment(recipe=Recipe.model_validate(state.recipe),
-                      cluster=Cluster.model_validate(state.cluster))
-
-
 def archive_logs(name: str) -> Path | None:
     """Move the ranks' logs into ``logs/restart-N/`` (N one more than the last); its path."""
     logs = deployment_dir(name) / "logs"
@@ -126,7 +118,7 @@ def restart_group(state: DeploymentState, backend: Backend, *, on_event: Callabl
     kept = archive_logs(state.name)
     if kept:
         on_event(f"kept the crashed group's logs in {kept}")
-    deployment = deployment_of(state)
+    deployment = state.deployment()
     new_state, _ = backend.up(plan_ranks(deployment), deployment, timeout_s=None,
                               on_phase=on_phase, on_event=on_event)
     return new_state

@@ -49,6 +49,8 @@ class RankObservation(BaseModel):
     alive: bool | None = Field(default=None, description="Where processes cannot be listed "
                                "(a pod): whether the rank's unit runs.")
     unreachable: str | None = Field(default=None, description="Why its node could not be asked.")
+    problem: str | None = Field(default=None, description="Something the rank needs is gone "
+                                "although its processes live (its network namespace).")
     log_since_ready: list[str] = Field(default_factory=list)
 
 

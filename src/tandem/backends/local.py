@@ -276,7 +276,9 @@ def observe(state: DeploymentState) -> dict[int, RankObservation]:
     found = owned_processes(state)
     return {r.rank: RankObservation(
         rank=r.rank, processes=[ProcessFact.of(p) for p in found.get(r.rank, [])],
-        log_since_ready=read_since(Path(r.log), r.log_offset_ready))
+        log_since_ready=read_since(Path(r.log), r.log_offset_ready),
+        problem=f"its network namespace {r.netns} was deleted"
+        if r.netns and not (netns.NETNS_DIR / r.netns).exists() else None)
         for r in state.ranks}
 
 

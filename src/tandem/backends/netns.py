@@ -29,6 +29,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -262,7 +263,11 @@ def destroy(plan: NetworkPlan) -> list[str]:
         missing = "No such file" in result.stderr or "Cannot find device" in result.stderr
         if result.returncode and not missing:
             leftovers.append(f"{' '.join(cmd)}: {result.stderr.strip()}")
-    for device in [n.host_end for n in plan.nodes] + [plan.bridge]:
+    devices = [n.host_end for n in plan.nodes] + [plan.bridge]
+    deadline = time.monotonic() + 5  # a veth goes when the last process of its namespace has
+    while time.monotonic() < deadline and any(_link_exists(d) for d in devices):
+        time.sleep(0.2)
+    for device in devices:
         if _link_exists(device):
             subprocess.run(["ip", "link", "del", device], capture_output=True)
             if _link_exists(device):

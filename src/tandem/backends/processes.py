@@ -185,8 +185,19 @@ def is_alive(pid: int) -> bool:
     return process is not None and process.alive
 
 
+def _orphans(left: list[Process]) -> bool:
+    """Only processes whose rank lost its main process are left (or the resource tracker).
+
+    Their parent is outside the set and they lead no session: nothing above them will shut
+    them down in order, so waiting the whole grace for them is waste.
+    """
+    pids = {p.pid for p in left}
+    return all(p.ignores_term or (p.ppid not in pids and p.pid != p.sid) for p in left)
+
+
 def stop(find: Callable[[], list[Process]], *, groups: Iterable[int] = (),
-         grace_s: float = 30.0, on_progress: Callable[[str], None] = lambda text: None,
+         grace_s: float = 30.0, orphan_grace_s: float = 5.0,
+         on_progress: Callable[[str], None] = lambda text: None,
          hurry: Hurry | None = None, clock: Callable[[], float] = time.monotonic,
          sleep: Callable[[float], None] = time.sleep) -> list[Process]:
     """Stop the processes ``find`` returns: SIGTERM, wait on evidence, SIGKILL; return survivors.
@@ -194,8 +205,9 @@ def stop(find: Callable[[], list[Process]], *, groups: Iterable[int] = (),
     ``groups`` are the ranks' process groups, signalled as a whole even when their leader is
     dead. Stopped processes are continued so they can act on SIGTERM. The wait ends as soon as
     only processes that ignore SIGTERM are left (multiprocessing's resource tracker), after
-    ``grace_s``, or when ``hurry`` is requested; a progress line names what is still running
-    every 5 s.
+    ``orphan_grace_s`` when only orphans of a dead main process are left (a vLLM worker whose
+    parent was killed does not act on SIGTERM), after ``grace_s``, or when ``hurry`` is
+    requested; a progress line names what is still running every 5 s.
     """
     hurry = hurry or Hurry()
     targets = find()
@@ -213,7 +225,8 @@ def stop(find: Callable[[], list[Process]], *, groups: Iterable[int] = (),
     next_note = started + 5
     while not hurry.requested and clock() - started < grace_s:
         left = find()
-        if all(p.ignores_term for p in left):
+        if all(p.ignores_term for p in left) or (
+                _orphans(left) and clock() - started >= orphan_grace_s):
             break
         if clock() >= next_note:
             on_progress(f"waiting for {len(left)} process(es) to exit after SIGTERM: "

@@ -18,8 +18,13 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from tandem.errors import StateError
+from tandem.spec.cluster import Cluster
+from tandem.spec.deployment import Deployment
+from tandem.spec.recipe import Recipe
 
 SCHEMA_VERSION = 1
+EVENTS_FILE = "events.log"
+"""The supervisor's events, beside state.json (read by the support bundle and watch)."""
 
 
 def state_root() -> Path:
@@ -98,6 +103,11 @@ class DeploymentState(BaseModel):
     @property
     def directory(self) -> Path:
         return deployment_dir(self.name)
+
+    def deployment(self) -> Deployment:
+        """The deployment this state was launched from (resolved recipe and cluster)."""
+        return Deployment(recipe=Recipe.model_validate(self.recipe),
+                          cluster=Cluster.model_validate(self.cluster))
 
     def save(self) -> None:
         """Write atomically: a reader never sees half a file."""

@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI and turn tandem's errors into messages and exit codes."""
     raise_on_termination()
     try:
-        cli.main(args=argv, prog_name="tandem", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="tandem", standalone_mode=False)
+        if isinstance(code, int) and code:  # a command's own exit status (`status`)
+            return code
     except CheckFailed as exc:
         click.echo(f"error: {exc}", err=True)
         return ExitCode.CHECK_FAILED
