@@ -149,3 +149,24 @@ def test_hurry_skips_the_grace(tmp_path, cleanup):
     processes.stop(lambda: processes.owned([owner(main)])[1], groups=[main.pid], grace_s=30,
                    hurry=Hurry(requested=True))
     assert time.monotonic() - started < 5
+
+
+ORPHAN_IGNORING_TERM = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"])
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_orphans_of_a_dead_main_process_get_only_the_short_grace(tmp_path, cleanup):
+    # vLLM's worker whose main process was killed does not act on SIGTERM any more.
+    main, child = start_rank(tmp_path, script=ORPHAN_IGNORING_TERM)
+    cleanup.append(main)
+    os.kill(main.pid, signal.SIGKILL)
+    main.wait(timeout=10)
+    started = time.monotonic()
+    assert processes.stop(lambda: processes.owned([owner(main)])[1], groups=[main.pid],
+                          grace_s=30, orphan_grace_s=2) == []
+    assert time.monotonic() - started < 8 and not processes.is_alive(child)

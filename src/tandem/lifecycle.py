@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from tandem.backends import netns
 from tandem.backends.base import Backend, OnEvent, OnPhase, ProcessFact, backend_for
+from tandem.backends.launch import interrupted
 from tandem.backends.state import (
     BootFigures, DeploymentState, PhaseMark, list_deployments, load_state,
 )
@@ -34,6 +35,8 @@ def refuse_if_running(deployment: Deployment) -> None:
     if deployment.name not in list_deployments():
         return
     state = load_state(deployment.name)
+    if interrupted(state):  # the backend's up clears what the killed launch left
+        return
     backend = backend_for(state.backend)
     if any(backend.rank_running(state, rank) for rank in state.ranks):
         raise BackendError(f"deployment '{state.name}' is already running at {state.endpoint}",

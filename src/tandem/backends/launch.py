@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 from tandem import wire
+from tandem.backends.processes import read_process
 from tandem.backends.state import DeploymentState, PhaseMark, RankState
 from tandem.rankplan import RankPlan, RankSpec, Role
 from tandem.readiness import Readiness, WatchedRank, wait_ready
@@ -51,7 +52,20 @@ def new_state(plan: RankPlan, deployment: Deployment, *, backend: str,
         name=deployment.name, backend=backend, recipe=deployment.recipe.model_dump(mode="json"),
         cluster=deployment.cluster.model_dump(mode="json"), endpoint=plan.endpoint,
         model=plan.model, network=network or {}, run_dir=run_dir,
-        launch_id=secrets.token_hex(8))
+        launch_id=secrets.token_hex(8), launcher_pid=os.getpid(),
+        launcher_start_ticks=me.start_ticks if (me := read_process(os.getpid())) else None)
+
+
+def interrupted(state: DeploymentState) -> bool:
+    """Its launch never became ready and the command that launched it is gone (killed).
+
+    What such a launch left is no deployment to protect: the next ``up`` clears it.
+    """
+    if state.ready or state.launcher_pid is None:
+        return False
+    launcher = read_process(state.launcher_pid)
+    return launcher is None or not launcher.alive or (
+        launcher.start_ticks != state.launcher_start_ticks)
 
 
 def record_rank(state: DeploymentState, rank: RankSpec, *, log: str, pid: int | None = None,

@@ -36,7 +36,7 @@ from pathlib import Path
 from tandem.backends import netns, processes
 from tandem.backends.base import ProcessFact, RankObservation
 from tandem.backends.launch import (
-    await_ready, launch_marked, new_state, record_rank, with_caller_secrets,
+    await_ready, interrupted, launch_marked, new_state, record_rank, with_caller_secrets,
 )
 from tandem.backends.state import (
     DeploymentState, PhaseMark, ProcessRecord, RankState, deployment_dir, load_state,
@@ -164,10 +164,14 @@ def up(
         netns.sweep_orphans(on_event)
     if name in list_deployments():
         previous = load_state(name)
-        if any(owned_processes(previous).values()):
+        if interrupted(previous):
+            on_event(f"clearing what an interrupted `up` of '{name}' (pid "
+                     f"{previous.launcher_pid}) left")
+        elif any(owned_processes(previous).values()):
             raise BackendError(f"deployment '{name}' is already running at {previous.endpoint}",
                                hint=f"stop it first with `tandem down {name}`")
-        on_event(f"clearing what a stopped earlier run of '{name}' left")
+        else:
+            on_event(f"clearing what a stopped earlier run of '{name}' left")
         _release(previous, on_event=on_event)
     if not use_netns:
         for port in (deployment.recipe.ports.api, deployment.recipe.ports.master):

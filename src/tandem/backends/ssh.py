@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tandem.backends.base import ProcessFact, RankObservation
 from tandem.backends.launch import (
-    await_ready, launch_marked, new_state, record_rank, with_caller_secrets,
+    await_ready, interrupted, launch_marked, new_state, record_rank, with_caller_secrets,
 )
 from tandem.backends.openssh import OpenSSH, SSHTarget
 from tandem.backends.runtimes import (
@@ -32,7 +32,7 @@ from tandem.backends.runtimes import (
     resolve_runtime, tail_script,
 )
 from tandem.backends.state import (
-    DeploymentState, ProcessRecord, RankState, deployment_dir, list_deployments,
+    DeploymentState, ProcessRecord, RankState, deployment_dir, list_deployments, load_state,
 )
 from tandem.errors import BackendError, SSHError
 from tandem.rankplan import RankPlan, RankSpec
@@ -147,6 +147,10 @@ class SSHBackend:
         targets = _targets(cluster)
         runtime = runtime_for(cluster, deployment.recipe)
         on_event(f"reaching {len(targets)} node(s) over ssh, runtime {runtime.name.value}")
+        if name in list_deployments() and interrupted(previous := load_state(name)):
+            on_event(f"clearing what an interrupted `up` of '{name}' (pid "
+                     f"{previous.launcher_pid}) left on the nodes")
+            self._stop_all(previous, on_event=on_event)
         self._preflight(ssh, targets, runtime, name)
         if isinstance(runtime, DockerRuntime):
             runtime = DockerRuntime(runtime.options, self._pin_image(ssh, targets, runtime,

@@ -98,6 +98,10 @@ class DeploymentState(BaseModel):
     ready: bool = False
     launch_id: str | None = Field(default=None, description="The random id every process of "
                                   "this launch carries as TANDEM_LAUNCH.")
+    launcher_pid: int | None = Field(default=None, description="The `up` (or supervisor) that "
+                                     "launched it; with ready false and this gone, the launch "
+                                     "was interrupted.")
+    launcher_start_ticks: int | None = None
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
     @property
