@@ -3,7 +3,8 @@
 The layers, bottom to top (a module may import its own layer and the layers below it):
 
     foundation  errors, wire, redact,          names, errors and signal handling everything
-                interrupts, liveness           shares; the stdlib-only liveness probe script
+                interrupts, liveness,          shares; the stdlib-only liveness probe script;
+                vllm_metrics                   vLLM's /metrics names and parser
     spec        spec/, recipes/                the user's input: models, loading, built-ins
     core        rankplan, plan/, render/,      the Deployment's pure functions (and the check
                 check/                         probe and rules)
@@ -38,7 +39,7 @@ SRC = Path(__file__).parents[1] / "src"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("tandem.errors", "tandem.wire", "tandem.redact", "tandem.interrupts",
-                    "tandem.liveness")),
+                    "tandem.liveness", "tandem.vllm_metrics")),
     ("spec", ("tandem.spec", "tandem.recipes")),
     ("core", ("tandem.rankplan", "tandem.plan", "tandem.render", "tandem.check")),
     ("readiness", ("tandem.readiness",)),
@@ -68,8 +69,6 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("tandem.check.transport", "tandem.backends.k8s_check"):
         "the TRANSPORTS string registry names the k8s node transport (review 1.2, hidden imports)",
     # two more, from the health model (28ecd9a, after the review)
-    ("tandem.health", "tandem.bench.server_metrics"):
-        "the /metrics parser (pure, no tandem imports) lives in bench/, which consumes endpoints",
     ("tandem.check.preflight", "tandem.backends.state"):
         "run_check enters a running deployment's namespaces only when this state folder owns "
         "them: the same orchestrator as arrow 3",

@@ -52,7 +52,7 @@ from pydantic import BaseModel, Field
 from tandem import wire
 from tandem.backends.base import Backend, ProcessFact, RankObservation, backend_for
 from tandem.backends.state import DeploymentState, RankState
-from tandem.bench.server_metrics import (
+from tandem.vllm_metrics import (
     GENERATION_TOKENS, PROMPT_TOKENS, REQUESTS_RUNNING, REQUESTS_WAITING, parse_metrics,
 )
 
