@@ -96,6 +96,17 @@ class Plan(BaseModel):
     calibration: Calibration | None = None
 
 
+def ranks_per_device(deployment: Deployment) -> int:
+    """How many ranks of the deployment run on one physical GPU: nodes of the local transport
+    (one machine) that name the same ``CUDA_VISIBLE_DEVICES``; 1 anywhere else."""
+    cluster = deployment.cluster
+    if cluster.transport is not Transport.LOCAL:
+        return 1
+    devices = [n.env.get("CUDA_VISIBLE_DEVICES") for n in cluster.nodes]
+    named = [d for d in devices if d]
+    return max((named.count(d) for d in named), default=1)
+
+
 def infer_hardware(deployment: Deployment, name: str | None) -> HardwareProfile:
     """``--hardware``, else a hint in the cluster (DGX Spark, local CPU), else an error."""
     if name:
@@ -171,6 +182,18 @@ def plan_deployment(deployment: Deployment, facts: ModelFacts, hardware: Hardwar
 
     layout = layout_for(facts, settings)
     memory = memory_plan(facts, settings, hardware, extra)
+    sharing = ranks_per_device(deployment)
+    if sharing > 1 and hardware.device == "cuda":
+        peer = memory.weights_bytes_per_rank + memory.reserve_bytes
+        extra = [*extra, Reserve(
+            name=f"{sharing - 1} other rank(s) on the same GPU", bytes=(sharing - 1) * peer,
+            basis="derived: vLLM counts what other processes allocate on its device during its "
+                  "profile run as its own non-torch memory, and sizes every rank's KV cache "
+                  "by the smallest rank; so the rank that profiles last loses the others' "
+                  "weights and reserves (seen on two TP ranks sharing one H200)")]
+        memory = memory_plan(facts, settings, hardware, extra)
+        notes.append(f"{sharing} ranks share one GPU (same CUDA_VISIBLE_DEVICES on nodes of one "
+                     "machine): one GPU stands in for several nodes")
     pool_for_tokens = max(memory.kv_pool_bytes, 0) * scale
     tokens = layout.pool_tokens(pool_for_tokens)
     concurrency_x = layout.max_concurrency(pool_for_tokens)
