@@ -60,7 +60,7 @@ def test_tp2_on_one_gpu_counts_the_other_rank_and_the_smaller_rank_sets_the_pool
 
 
 def test_ranks_per_device_reads_the_cluster(tmp_path):
-    recipe = ROOT / "examples" / "gpu-llama8b.yaml"
+    recipe = ROOT / "examples" / "recipes" / "gpu-llama8b.yaml"
     one = load_deployment(recipe, ROOT / "examples" / "gpu-cluster-1gpu.yaml", as_root=True,
                           cpu_count=16, gpu_count=1)
     two = load_deployment(recipe, ROOT / "examples" / "gpu-cluster-2gpu.yaml", as_root=True,
