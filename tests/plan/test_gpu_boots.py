@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tandem.plan.calibrate import figures_from_log
-from tandem.plan.planner import ranks_per_device
+from tandem.plan.planner import infer_hardware, ranks_per_device
 from tandem.readiness import BootLog, Phase, failure_cause, known_fix
 from tandem.spec.loading import load_deployment
 
@@ -66,6 +66,7 @@ def test_ranks_per_device_reads_the_cluster(tmp_path):
     two = load_deployment(recipe, ROOT / "examples" / "gpu-cluster-2gpu.yaml", as_root=True,
                           cpu_count=16, gpu_count=2)
     assert (ranks_per_device(one), ranks_per_device(two)) == (2, 1)
+    assert infer_hardware(one, None).name == infer_hardware(two, None).name == "h200"
 
 
 def test_cuda_boot_phases_in_order_with_compile():

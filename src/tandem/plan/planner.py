@@ -17,6 +17,7 @@ Pure: no I/O besides what the caller passed in.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -24,7 +25,7 @@ from pydantic import BaseModel, Field
 from tandem.errors import PlanError
 from tandem.plan.calibrate import Calibration
 from tandem.plan.config import ModelFacts
-from tandem.plan.hardware import HardwareProfile, load_profile
+from tandem.plan.hardware import HardwareProfile, load_profile, profile_names
 from tandem.plan.kv import KVLayout
 from tandem.plan.memory import (
     GIB,
@@ -108,13 +109,17 @@ def ranks_per_device(deployment: Deployment) -> int:
 
 
 def infer_hardware(deployment: Deployment, name: str | None) -> HardwareProfile:
-    """``--hardware``, else a hint in the cluster (DGX Spark, local CPU), else an error."""
+    """``--hardware``, else a hint in the cluster (DGX Spark, a GPU profile's name such as
+    ``h200`` as a word of the cluster's or a node's name, local CPU), else an error."""
     if name:
         return load_profile(name)
     cluster = deployment.cluster
     words = " ".join([cluster.name, *(n.name for n in cluster.nodes)]).lower()
     if "spark" in words or "gb10" in words:
         return load_profile("gb10")
+    named = set(re.split(r"[^a-z0-9]+", words)) & (set(profile_names()) - {"cpu"})
+    if len(named) == 1:
+        return load_profile(named.pop())
     env = deployment.recipe.env
     if "VLLM_CPU_KVCACHE_SPACE" in env or (cluster.transport is Transport.LOCAL and not any(
             "CUDA_VISIBLE_DEVICES" in n.env for n in cluster.nodes)):
