@@ -20,6 +20,7 @@ own address, the node's overrides. No I/O happens here.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from enum import StrEnum
 from typing import Literal
 
@@ -181,8 +182,10 @@ def validate(deployment: Deployment) -> None:
         problems.add("network.data_plane.hcas", "transport ib without RDMA devices lets NCCL pick "
                      "any HCA, often one twin only", "list the HCAs, e.g. [rocep1s0f1, roceP2p1s0f1]")
     if problems:
+        items = [replace(p, file=deployment.file_of(p.field)) for p in problems.items]
+        files = sorted({p.file for p in items if p.file})
         raise PlanError(f"deployment '{deployment.name}' on cluster '{cluster.name}' cannot work",
-                        problems=problems.items)
+                        problems=items, file=files[0] if len(files) == 1 else None)
 
 
 def _parallel_flags(serve: ServeOptions) -> list[str]:

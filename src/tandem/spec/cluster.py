@@ -13,8 +13,9 @@ from enum import StrEnum
 
 from pydantic import Field, field_validator, model_validator
 
+from tandem.spec.addresses import check_address, is_ip
 from tandem.spec.kubernetes import KubernetesOptions
-from tandem.spec.recipe import StrictModel, _env_str
+from tandem.spec.recipe import StrictModel, _env_str, refuse_secrets
 
 
 class Transport(StrEnum):
@@ -76,6 +77,24 @@ class Node(StrictModel):
     def _env_as_strings(cls, value: object) -> object:
         if isinstance(value, dict):
             return {k: _env_str(v) for k, v in value.items()}
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_without_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        return refuse_secrets(value)
+
+    @field_validator("address")
+    @classmethod
+    def _address_shape(cls, value: str) -> str:
+        return check_address(value)
+
+    @field_validator("ssh_host")
+    @classmethod
+    def _ssh_host_shape(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_.:%\-\[\]]+", value):
+            raise ValueError(f"'{value}' is not a host for ssh; write an address, a host name or "
+                             "an alias from ~/.ssh/config (no spaces), or leave it out")
         return value
 
     @property
@@ -152,6 +171,24 @@ class Cluster(StrictModel):
     ssh: SSHOptions = Field(default_factory=SSHOptions)
     namespace: str = Field(default="default", description="Kubernetes namespace (k8s transport).")
     kubernetes: KubernetesOptions = Field(default_factory=KubernetesOptions)
+
+    @model_validator(mode="after")
+    def _local_addresses(self) -> Cluster:
+        """Namespaces get their addresses on ``local.subnet``: host names cannot be used."""
+        if self.transport is not Transport.LOCAL or self.local.isolation is LocalIsolation.LOOPBACK:
+            return self
+        subnet = ipaddress.ip_network(self.local.subnet)
+        faults = []
+        for i, node in enumerate(self.nodes):
+            if not is_ip(node.address):
+                faults.append(f"nodes[{i}].address '{node.address}' is a host name, but a local "
+                              f"cluster's nodes are network namespaces with addresses in {subnet}")
+            elif ipaddress.ip_address(node.address) not in subnet:
+                faults.append(f"nodes[{i}].address {node.address} is outside local.subnet {subnet}")
+        if faults:
+            raise ValueError("; ".join(faults) + f"; use addresses in {subnet} (or isolation: "
+                             "loopback, which puts every node on 127.0.0.1)")
+        return self
 
     @model_validator(mode="after")
     def _unique_nodes(self) -> Cluster:

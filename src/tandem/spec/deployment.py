@@ -7,6 +7,7 @@ of this one machine, one per rank, as network namespaces (root) or on loopback.
 from __future__ import annotations
 
 import ipaddress
+import re
 
 from pydantic import BaseModel, ConfigDict
 
@@ -24,10 +25,22 @@ class Deployment(BaseModel):
 
     recipe: Recipe
     cluster: Cluster
+    recipe_file: str | None = None
+    """Where the recipe was read from (a path, or `built-in recipe 'NAME'`), for messages."""
+    cluster_file: str | None = None
+    """Where the cluster was read from; None for this machine's own cluster."""
 
     @property
     def name(self) -> str:
         return self.recipe.name
+
+    def file_of(self, field_path: str) -> str | None:
+        """The file a dotted field path of a problem lives in: ``nodes[0].address`` is the
+        cluster's, ``engine.serve`` the recipe's."""
+        top = re.split(r"[.\[]", field_path, maxsplit=1)[0]
+        if top in Cluster.model_fields and top not in Recipe.model_fields:
+            return self.cluster_file or "this machine's cluster"
+        return self.recipe_file
 
     @property
     def world_size(self) -> int:
