@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tandem import wire
 from tandem.backends import netns
 from tandem.backends.state import list_deployments, load_state
 from tandem.check.fabric import DEFAULT_PORT, run_fabric
@@ -103,10 +104,18 @@ def probe_all(deployment: Deployment, transport: NodeTransport) -> dict[str, dic
 
 
 def memory_need(deployment: Deployment) -> tuple[dict[str, int] | None, str | None]:
-    """Bytes each node needs according to ``tandem plan``, and why not when it cannot say.
+    """Bytes each node needs according to ``tandem plan``, and why not when it cannot say."""
+    plan, why_not = memory_plan(deployment)
+    if plan is None:
+        return None, why_not
+    return {n.name: plan.per_node_memory_bytes for n in deployment.cluster.nodes}, None
+
+
+def memory_plan(deployment: Deployment) -> tuple[Any, str | None]:
+    """``tandem plan``'s plan of the deployment, and why not when it cannot make one.
 
     ``tandem plan`` is optional here: when it is not installed, cannot find the model's
-    config, or knows no hardware profile for the cluster, the memory-headroom rule is skipped
+    config, or knows no hardware profile for the cluster, the memory rules are skipped
     and the reason is reported (never a crash of the preflight).
     """
     if importlib.util.find_spec("tandem.plan") is None:
@@ -124,7 +133,7 @@ def memory_need(deployment: Deployment) -> tuple[dict[str, int] | None, str | No
         return None, f"tandem plan could not plan it: {exc.message}"
     except (AttributeError, TypeError) as exc:  # the planner's API moved under us
         return None, f"tandem plan's interface changed: {exc}"
-    return {n.name: plan.per_node_memory_bytes for n in deployment.cluster.nodes}, None
+    return plan, None
 
 
 def run_check(
@@ -166,11 +175,15 @@ def run_check(
                 transport = transport_for(deployment, with_hashes=with_hashes)
         on_event(f"probing {len(deployment.cluster.nodes)} node(s)")
         facts = probe_all(deployment, transport)
-        need, why_not = memory_need(deployment)
+        planned, why_not = memory_plan(deployment)
         if why_not:
             on_event(f"memory headroom not checked: {why_not}")
+        need = ({n.name: planned.per_node_memory_bytes for n in deployment.cluster.nodes}
+                if planned is not None else None)
         context = CheckContext(deployment=deployment, facts=facts, rank_env=rank_env,
-                               memory_need_bytes=need)
+                               memory_need_bytes=need,
+                               plan_fit=planned.fit if planned is not None else None,
+                               api_key_set=bool(os.environ.get(wire.VLLM_API_KEY)))
         findings += evaluate(context)
         fabric_result: dict[str, Any] = {}
         if fabric:

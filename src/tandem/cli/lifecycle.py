@@ -14,7 +14,7 @@ from tandem import lifecycle, wire
 from tandem.backends.bundle import write_bundle
 from tandem.backends.state import PhaseMark, load_state
 from tandem.cli.check import preflight
-from tandem.cli.options import (api_key_option, cluster_option, machine_deployment,
+from tandem.cli.options import (POSITIVE, api_key_option, cluster_option, machine_deployment,
                                 recipe_argument)
 from tandem.cli.supervise import run_supervisor
 from tandem.errors import EndpointError, Unauthorized
@@ -32,7 +32,7 @@ def _show_phase(mark: PhaseMark) -> None:
 @click.command("up")
 @recipe_argument
 @cluster_option
-@click.option("--timeout", "timeout_s", type=float, help="Start-up limit in seconds. "
+@click.option("--timeout", "timeout_s", type=POSITIVE, help="Start-up limit in seconds. "
               "Default: the recipe's timeouts.startup_s.")
 @click.option("--dry-run", is_flag=True, help="Print what would run, start nothing.")
 @click.option("--skip-checks", is_flag=True, help="Launch without the preflight of `tandem "
@@ -161,9 +161,11 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
 
 @click.command("logs")
 @name_argument
-@click.option("--rank", type=int, help="Only this rank. Default: all, prefixed by rank.")
+@click.option("--rank", type=click.IntRange(min=0),
+              help="Only this rank. Default: all, prefixed by rank.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until Ctrl-C.")
-@click.option("--tail", type=int, default=None, help="Only the last N lines of each log.")
+@click.option("--tail", type=click.IntRange(min=0), default=None,
+              help="Only the last N lines of each log (0: none, then --follow).")
 @click.option("--bundle", "bundle_path", type=click.Path(path_type=Path), default=None,
               is_flag=False, flag_value=Path("."), help="Write a support archive instead (resolved "
               "recipe, versions, last log lines of every rank, environment with secrets removed) "
@@ -207,7 +209,7 @@ def down_command(name: str | None) -> None:
 @click.command("chat")
 @click.argument("message")
 @click.option("--name", "name", help="Deployment name. Default: the only one.")
-@click.option("--max-tokens", type=int, default=32, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True)
 @api_key_option
 def chat_command(message: str, name: str | None, max_tokens: int, api_key: str | None) -> None:
     """Send one chat message to a deployment and print the answer and token counts.

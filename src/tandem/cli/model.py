@@ -38,7 +38,8 @@ def model_command() -> None:
     "Default: $HF_HOME, else ~/.cache/huggingface.",
 )
 @click.option("--all", "build_all", is_flag=True, help="Build every architecture.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of weights and tokenizer.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of weights and tokenizer.")
 def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) -> None:
     """Build a tiny random-weight model and tokenizer into the Hugging Face cache.
 
