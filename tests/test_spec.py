@@ -138,8 +138,9 @@ def test_example_inventories_load():
 
 
 @pytest.mark.parametrize("text,field,message", [
-    (GOOD_CLUSTER.replace("address: 10.0.0.2", "address: 10.0.0.1"), "", "share address"),
-    (GOOD_CLUSTER.replace("name: b", "name: a"), "", "repeat"),
+    (GOOD_CLUSTER.replace("address: 10.0.0.2", "address: 10.0.0.1"), "nodes.1.address",
+     "also nodes[0]'s address"),
+    (GOOD_CLUSTER.replace("name: b", "name: a"), "nodes.1.name", "also nodes[0]'s name"),
     (GOOD_CLUSTER.replace("transport: ssh", "transport: slurm"), "transport", "'local'"),
     ("name: pair\nnodes: []\n", "nodes", "at least 1"),
     (GOOD_CLUSTER.replace("{name: a,", "{name: a, gpu: 1,"), "nodes.0.gpu", "unknown field"),

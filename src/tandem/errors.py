@@ -190,6 +190,21 @@ class CheckFailed(TandemError):
     code = "check-failed"
 
 
+class FieldFault(ValueError):
+    """Raised by a model's validator: what is wrong with one field, and the fix apart.
+
+    Not a ``TandemError``: pydantic collects it, and the loader turns each into a ``Problem``
+    whose ``hint`` is this ``hint``.
+
+    Usage:
+        raise FieldFault(f"'{value}' is not an IP address", hint="write e.g. 10.0.0.1")
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
 @dataclass
 class ProblemList:
     """Collects problems during validation, so all of them are reported at once."""

@@ -18,6 +18,7 @@ from tandem.cli.options import (POSITIVE, api_key_option, cluster_option, machin
                                 recipe_argument)
 from tandem.cli.supervise import run_supervisor
 from tandem.errors import EndpointError, Unauthorized
+from tandem.redact import Redactor
 
 console = Console(highlight=False, soft_wrap=True)
 name_argument = click.argument("name", required=False)
@@ -58,8 +59,10 @@ def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
     deployment = machine_deployment(recipe, cluster_path)
     if dry_run:
         _, commands = lifecycle.dry_run(deployment)
+        redactor = Redactor.for_caller()
         for rank, argv in commands:
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in rank.env.items())
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redactor.env(rank.env).items())
+            argv = redactor.argv(argv)
             local = deployment.cluster.transport.value == "local"  # remote commands carry it
             click.echo(f"# rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
                        + (f"env {env} " if local else "") + f"{shlex.join(argv)}\n")
@@ -183,8 +186,9 @@ def logs_command(name: str | None, rank: int | None, follow: bool, tail: int | N
     if bundle_path is not None:
         console.print(f"wrote {write_bundle(name, bundle_path)}")
         return
+    redactor = Redactor.for_caller()
     for number, line in lifecycle.log_lines(name, rank=rank, follow=follow, tail=tail):
-        click.echo(f"[rank {number}] {line}")
+        click.echo(f"[rank {number}] {redactor.text(line)}")
 
 
 @click.command("down")

@@ -264,6 +264,10 @@ def _problem(err: dict[str, Any]) -> Problem:
     if kind == "missing":
         return Problem(path, "required field is missing", "add it")
     message = err["msg"].removeprefix("Value error, ")
+    if kind == "value_error":  # tandem's own validators: FieldFault carries the fix
+        cause = (err.get("ctx") or {}).get("error")
+        return Problem(path, message, getattr(cause, "hint", None) or
+                       (err.get("ctx") or {}).get("hint"))
     hints = {
         "literal_error": "use one of the values listed",
         "enum": "use one of the values listed",

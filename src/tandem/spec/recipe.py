@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tandem.errors import FieldFault
 from tandem.redact import is_secret, looks_like_secret_value
 from tandem.spec.addresses import check_address
 
@@ -197,7 +198,8 @@ def check_speculative_config(value: dict[str, Any]) -> None:
     if isinstance(low, int) and isinstance(high, int) and low > high:
         faults.append(f"prompt_lookup_min {low} is above prompt_lookup_max {high}")
     if faults:
-        raise ValueError("; ".join(faults))
+        raise FieldFault("; ".join(faults), hint="write it as vLLM's --speculative-config "
+                         "takes it, e.g. {method: deepseek_mtp, num_speculative_tokens: 2}")
 
 
 # Flags that the rank plan owns: a recipe that passes them through extra_args would fight it.
@@ -251,16 +253,18 @@ class Engine(StrictModel):
         """A flag tandem renders itself would be passed twice, and vLLM takes the last one
         while tandem plans with the first: refuse it, naming the field to use instead."""
         faults = []
-        for arg in value:
-            flag = flag_name(arg)
+        for item in value:
+            flag = flag_name(item)
+            arg = flag if is_secret(flag) else item  # never echo a key given as --api-key=KEY
             if flag in RESERVED_FLAGS:
                 faults.append(f"{arg} is set by tandem from the cluster and ports; remove it "
                               "from extra_args")
             elif flag in TYPED_FLAGS:
-                faults.append(f"{arg} repeats a typed setting; remove it from extra_args and "
-                              f"set {TYPED_FLAGS[flag]} instead")
+                faults.append(f"{arg} repeats a typed setting; set {TYPED_FLAGS[flag]} instead")
         if faults:
-            raise ValueError("; ".join(faults))
+            raise FieldFault("; ".join(faults), hint="remove these flags (and their values) "
+                             "from extra_args; vLLM would take the last of two, tandem plans "
+                             "with the typed field")
         return value
 
 
@@ -412,11 +416,12 @@ def refuse_secrets(env: dict[str, str]) -> dict[str, str]:
     found = [f"{k} ({'its name' if is_secret(k) else 'its value'})" for k, v in env.items()
              if is_secret(k) or looks_like_secret_value(v)]
     if found:
-        raise ValueError(
-            f"{', '.join(found)} looks like a secret, and a recipe or cluster file is printed and "
-            "stored as plain text; remove it and export it in the environment of `tandem up` "
-            "instead (local ranks inherit it; VLLM_API_KEY reaches the leader, on k8s through a "
-            "Secret), create a Kubernetes Secret, or point at a file (e.g. HF_TOKEN_PATH)")
+        raise FieldFault(
+            f"{', '.join(found)} looks like a secret, and this file is printed, rendered and "
+            "stored as plain text",
+            hint="remove it and export it in the environment of `tandem up` instead (local "
+                 "ranks inherit it; VLLM_API_KEY reaches the leader, on k8s as a Secret), put "
+                 "it in a Kubernetes Secret, or point at a file (e.g. HF_TOKEN_PATH)")
     return env
 
 
