@@ -491,3 +491,16 @@ def test_up_with_skipped_checks_still_warns_of_an_open_api(capsys, monkeypatch):
     preflight(make_deployment(make_recipe()), skip=True)
     assert "api-without-key" in capsys.readouterr().out
 
+
+
+def test_kubernetes_plan_errors_name_the_cluster_file(tmp_path):
+    from tandem.render import renderer_for
+
+    cluster = write(tmp_path, "name: k\ntransport: k8s\nnodes:\n"
+                    "  - {name: a, address: 10.0.0.1}\n  - {name: b, address: 10.0.0.2}\n"
+                    "  - {name: c, address: 10.0.0.3, env: {NCCL_DEBUG: INFO}}\n", "k.yaml")
+    recipe = write(tmp_path, RECIPE.replace("2}", "3}"))
+    deployment = load_deployment(recipe, cluster)
+    with pytest.raises(PlanError) as info:
+        renderer_for("k8s")(plan_ranks(deployment), deployment, "yaml")
+    assert info.value.file == str(cluster) and str(cluster) in str(info.value)

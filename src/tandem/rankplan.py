@@ -182,10 +182,21 @@ def validate(deployment: Deployment) -> None:
         problems.add("network.data_plane.hcas", "transport ib without RDMA devices lets NCCL pick "
                      "any HCA, often one twin only", "list the HCAs, e.g. [rocep1s0f1, roceP2p1s0f1]")
     if problems:
-        items = [replace(p, file=deployment.file_of(p.field)) for p in problems.items]
-        files = sorted({p.file for p in items if p.file})
-        raise PlanError(f"deployment '{deployment.name}' on cluster '{cluster.name}' cannot work",
-                        problems=items, file=files[0] if len(files) == 1 else None)
+        raise in_files(PlanError(f"deployment '{deployment.name}' on cluster '{cluster.name}' "
+                                 "cannot work", problems=problems.items), deployment)
+
+
+def in_files(error: PlanError, deployment: Deployment) -> PlanError:
+    """``error`` with each problem naming the file its field is in (recipe or cluster), and the
+    error itself naming the file when there is one."""
+    error.problems = [replace(p, file=p.file or deployment.file_of(p.field))
+                      for p in error.problems]
+    files = sorted({p.file for p in error.problems if p.file})
+    if error.file is None and error.field:
+        error.file = deployment.file_of(error.field)
+    elif error.file is None and len(files) == 1:
+        error.file = files[0]
+    return error
 
 
 def _parallel_flags(serve: ServeOptions) -> list[str]:
