@@ -191,3 +191,9 @@ def test_an_error_message_never_echoes_a_caller_secret(caller):
     with runner.isolation() as streams:
         code = main(["render", f"no-recipe-{API_KEY}"])
     assert code == 2 and API_KEY not in streams[1].getvalue().decode()
+
+
+@pytest.mark.parametrize("prose", ["pass --api-key or set VLLM_API_KEY", "use --api-key.",
+                                   "Bearer token for a server started with an API key"])
+def test_prose_about_keys_is_kept(prose):
+    assert Redactor().text(prose) == prose

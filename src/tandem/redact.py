@@ -31,9 +31,13 @@ _SECRET_SUFFIXES = ("TOKEN", "APIKEY", "SECRET", "PASSWORD", "PASSWD")
 _REFERENCE_PARTS = {"PATH", "FILE", "DIR"}
 """A name ending in one of these holds where a secret is (``HF_TOKEN_PATH``), not the secret."""
 _SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_\-]{16,})")
-_BEARER = re.compile(r"(\bBearer\s+)[A-Za-z0-9._~+/=\-]+", re.IGNORECASE)
-_FLAG_IN_TEXT = re.compile(r"(--(?:api-key|hf-token|api_key|hf_token)(?:=|\s+|['\"]?:\s*['\"]?))"
-                           r"[^\s'\",]+")
+_WORD = r"(?!(?-i:[a-z]+)(?:[\s,;:!?)]|\.(?:\s|$)|$))"
+"""Not a plain lower-case word: ``--api-key or ...`` and ``Bearer token`` in prose stay."""
+_BEARER = re.compile(r"(\bBearer\s+)" + _WORD + r"[A-Za-z0-9._~+/=\-]+", re.IGNORECASE)
+_KEY_IN_TEXT = re.compile(
+    r"((?:--)?\b(?:api|hf)[-_](?:key|token)['\"]?(?:\s*[:=]\s*\[?\s*['\"]?|\s+" + _WORD + r"))"
+    r"[^\s'\",\]]+", re.IGNORECASE)
+"""``--api-key KEY``, ``--api-key=KEY``, ``'api_key': 'KEY'`` (vLLM's "non-default args")."""
 MIN_SECRET_CHARS = 6
 """Shorter caller values are not scrubbed from texts: they would match ordinary words."""
 
@@ -43,7 +47,7 @@ def is_secret(name: str) -> bool:
     flag = name.split("=", 1)[0]
     if flag.startswith("-"):
         return flag.replace("_", "-") in SECRET_FLAGS
-    upper = name.upper()
+    upper = flag.upper()
     words = re.split(r"[^A-Z0-9]+", upper)
     if words[-1] in _REFERENCE_PARTS:
         return False
@@ -90,7 +94,7 @@ class Redactor:
             text = text.replace(value, REDACTED)
         text = _SECRET_VALUE.sub(REDACTED, text)
         text = _BEARER.sub(rf"\g<1>{REDACTED}", text)
-        return _FLAG_IN_TEXT.sub(rf"\g<1>{REDACTED}", text)
+        return _KEY_IN_TEXT.sub(rf"\g<1>{REDACTED}", text)
 
     def value(self, name: str, value: str) -> str:
         """One variable's value: hidden when its name or its value says it is secret."""
