@@ -58,7 +58,7 @@ def is_secret(name: str) -> bool:
 def looks_like_secret_value(value: str) -> bool:
     """True for text shaped like a credential: a Hugging Face (``hf_``) or OpenAI-style
     (``sk-``) token, or a ``Bearer`` header."""
-    return bool(_SECRET_VALUE.search(value) or _BEARER.search(value))
+    return bool(_SECRET_VALUE.search(value) or re.search(r"\bBearer\s+\S", value, re.I))
 
 
 def caller_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
