@@ -14,8 +14,8 @@ from tandem import lifecycle, wire
 from tandem.backends.bundle import write_bundle
 from tandem.backends.state import PhaseMark, load_state
 from tandem.cli.check import preflight
-from tandem.cli.options import (POSITIVE, api_key_option, cluster_option, machine_deployment,
-                                recipe_argument)
+from tandem.cli.options import (POSITIVE, FloatIn, api_key_option, cluster_option,
+                                machine_deployment, recipe_argument)
 from tandem.cli.supervise import run_supervisor
 from tandem.errors import EndpointError, Unauthorized
 from tandem.redact import Redactor
@@ -95,7 +95,7 @@ def _show_event(text: str) -> None:
 @click.command("status")
 @name_argument
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-@click.option("--canary-timeout", "canary_timeout_s", type=click.FloatRange(min=0.1),
+@click.option("--canary-timeout", "canary_timeout_s", type=FloatIn(min=0.1),
               default=5.0, show_default=True, help="Seconds a 1-token canary completion may "
               "take on an idle server before the engine counts as stalled.")
 def status_command(name: str | None, as_json: bool, canary_timeout_s: float) -> None:
