@@ -197,3 +197,14 @@ def test_an_error_message_never_echoes_a_caller_secret(caller):
                                    "Bearer token for a server started with an API key"])
 def test_prose_about_keys_is_kept(prose):
     assert Redactor().text(prose) == prose
+
+
+@pytest.mark.parametrize("target", ["process", "docker", "k8s"])
+def test_rendering_a_recipe_without_secrets_changes_nothing(target, monkeypatch):
+    """The redaction path keeps every legitimate byte (placeholders in advice included)."""
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    plan, deployment = leaky_plan()
+    plan = plan_ranks(deployment)
+    text = renderer_for(target)(plan, deployment, "json")
+    assert REDACTED not in text
+    assert REDACTED not in renderer_for("k8s")(plan, deployment, "yaml")

@@ -35,9 +35,11 @@ _WORD = r"(?!(?-i:[a-z]+)(?:[\s,;:!?)]|\.(?:\s|$)|$))"
 """Not a plain lower-case word: ``--api-key or ...`` and ``Bearer token`` in prose stay."""
 _BEARER = re.compile(r"(\bBearer\s+)" + _WORD + r"[A-Za-z0-9._~+/=\-]+", re.IGNORECASE)
 _KEY_IN_TEXT = re.compile(
-    r"((?:--)?\b(?:api|hf)[-_](?:key|token)['\"]?(?:\s*[:=]\s*\[?\s*['\"]?|\s+" + _WORD + r"))"
-    r"[^\s'\",\]]+", re.IGNORECASE)
-"""``--api-key KEY``, ``--api-key=KEY``, ``'api_key': 'KEY'`` (vLLM's "non-default args")."""
+    r"((?:--(?:api|hf)[-_](?:key|token)(?:=|\s+" + _WORD + r"))"
+    r"|\b(?:api|hf)[-_](?:key|token)(?:['\"]?\s*:\s*\[?\s*['\"]?|=))"
+    r"(?![.$<])[^\s'\",\]]+", re.IGNORECASE)
+"""``--api-key KEY``, ``--api-key=KEY``, ``'api_key': 'KEY'`` (vLLM's "non-default args"); a
+placeholder (``...``, ``$VAR``, ``<key>``) stays."""
 MIN_SECRET_CHARS = 6
 """Shorter caller values are not scrubbed from texts: they would match ordinary words."""
 
