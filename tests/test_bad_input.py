@@ -504,3 +504,17 @@ def test_kubernetes_plan_errors_name_the_cluster_file(tmp_path):
     with pytest.raises(PlanError) as info:
         renderer_for("k8s")(plan_ranks(deployment), deployment, "yaml")
     assert info.value.file == str(cluster) and str(cluster) in str(info.value)
+
+
+def test_preflight_refuses_what_tandem_plan_refuses():
+    from tandem.check.preflight import memory_plan
+    from tests.check.conftest import facts_of, seed_deployment
+
+    deployment = seed_deployment(engine__serve__max_model_len=2_000_000)
+    plan, why_not, refused = memory_plan(deployment)
+    assert plan is None and why_not is None and refused.field == "engine.serve.max_model_len"
+    facts = {n.name: facts_of(n.name) for n in deployment.cluster.nodes}
+    fired = [f for f in evaluate(CheckContext(deployment=deployment, facts=facts,
+                                              plan_refused=refused))
+             if f.rule == "plan-does-not-fit"]
+    assert fired and fired[0].severity == "error" and "1,048,576" in fired[0].message

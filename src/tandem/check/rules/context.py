@@ -35,6 +35,8 @@ class CheckContext:
     rank_env: dict[str, dict[str, str]] = field(default_factory=dict)
     memory_need_bytes: dict[str, int] | None = None
     plan_fit: Any = None
+    plan_refused: Any = None
+    """The ``PlanError`` with which ``tandem plan`` refused the deployment, if it did."""
     api_key_set: bool | None = None
 
     @property

@@ -51,6 +51,12 @@ class PlanFitRule:
     name = "plan-does-not-fit"
 
     def check(self, ctx: CheckContext) -> Iterable[Finding]:
+        refused = ctx.plan_refused
+        if refused is not None:
+            yield Finding(rule=self.name, severity=Severity.ERROR, node=None,
+                          message=f"tandem plan refuses the deployment: {refused.message}",
+                          evidence=f"field {refused.field}" if refused.field else
+                          "tandem plan", fix=refused.hint or "see `tandem plan`")
         fit = ctx.plan_fit
         if fit is None or fit.fits:
             return
