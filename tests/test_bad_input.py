@@ -518,3 +518,19 @@ def test_preflight_refuses_what_tandem_plan_refuses():
                                               plan_refused=refused))
              if f.rule == "plan-does-not-fit"]
     assert fired and fired[0].severity == "error" and "1,048,576" in fired[0].message
+
+
+def test_up_refuses_to_launch_what_the_plan_refuses(tmp_path):
+    """`tandem up` runs the preflight on this machine (loopback: no namespaces, no engine) and
+    stops at the plan's refusal; `--timeout 1` bounds a regression that would launch."""
+    cluster = write(tmp_path, "name: here\ntransport: local\nlocal: {isolation: loopback}\n"
+                    "nodes:\n  - {name: n0, address: 127.0.0.1}\n"
+                    "  - {name: n1, address: 127.0.0.1}\n", "loopback.yaml")
+    recipe = write(tmp_path, (ROOT / "src/tandem/recipes/deepseek-v4-flash-dspark.yaml")
+                   .read_text().replace("max_model_len: 524288", "max_model_len: 2000000")
+                   .replace("api: 8888", "api: 18888").replace("master: 25000", "master: 35000"))
+    code, output = cli("up", str(recipe), "--cluster", str(cluster), "--timeout", "1",
+                       env={"TANDEM_HOME": str(tmp_path / "home"), "VLLM_API_KEY": "k" * 8})
+    assert code == 1, output
+    assert "plan-does-not-fit" in output and "1,048,576" in output
+    assert "started rank" not in output
