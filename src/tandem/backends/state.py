@@ -20,10 +20,10 @@ from typing import IO
 from pydantic import BaseModel, Field
 
 from tandem.errors import StateError
+from tandem.redact import Redactor
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
 from tandem.spec.recipe import Recipe
-from tandem.redact import Redactor
 
 SCHEMA_VERSION = 1
 EVENTS_FILE = "events.log"

@@ -24,10 +24,10 @@ from typing import Any, Generic, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from tandem.errors import ClusterError, PlanError, Problem, RecipeError, SpecError
-from tandem.rankplan import validate
+from tandem.errors import ClusterError, Problem, RecipeError, SpecError
 from tandem.spec.cluster import Cluster, LocalIsolation
-from tandem.spec.deployment import Deployment, local_cluster, resolve_isolation
+from tandem.spec.deployment import (Deployment, deployment_problems, local_cluster,
+                                    resolve_isolation)
 from tandem.spec.recipe import Recipe
 
 M = TypeVar("M", bound=BaseModel)
@@ -354,12 +354,9 @@ def _plan_problems(deployment: Deployment | None, dropped: list[str]) -> list[Pr
     """What the rank plan would refuse, less what only follows from a dropped field."""
     if deployment is None:
         return []
-    try:
-        validate(deployment)
-    except PlanError as exc:
-        return [p for p in exc.problems if not any(
-            _overlaps(p.field, path) for path in dropped)]
-    return []
+    return [replace(p, file=deployment.file_of(p.field))
+            for p in deployment_problems(deployment)
+            if not any(_overlaps(p.field, path) for path in dropped)]
 
 
 def _overlaps(field_path: str, dropped: str) -> bool:
