@@ -11,6 +11,7 @@ import click
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_deployment
 
+
 class FloatIn(click.FloatRange):
     """A float within bounds, as ``click.FloatRange``, that also refuses NaN (which compares
     false with every bound and so passes a FloatRange) and infinity unless ``infinite``.

@@ -166,8 +166,8 @@ def plan_deployment(deployment: Deployment, facts: ModelFacts, hardware: Hardwar
             file=None if max_model_len is not None else deployment.recipe_file,
             field="--max-model-len" if max_model_len is not None else
             "engine.serve.max_model_len",
-            hint=f"use at most {longest:,}, or set env {wire.VLLM_ALLOW_LONG_MAX_MODEL_LEN}: 1 if you "
-                 "know the model extrapolates")
+            hint=f"use at most {longest:,}, or set env {wire.VLLM_ALLOW_LONG_MAX_MODEL_LEN}: 1 "
+                 "if you know the model extrapolates")
     if settings.tensor_parallel_size * settings.pipeline_parallel_size > sum(
             n.gpus for n in deployment.cluster.nodes) and hardware.device == "cuda":
         raise PlanError(f"TP x PP = {settings.tensor_parallel_size * settings.pipeline_parallel_size}"

@@ -44,5 +44,5 @@ def check_address(value: str, *, names: bool = True) -> str:
         raise FieldFault(f"'{value}' is not an IPv4 address",
                          hint="write four numbers 0-255, e.g. 10.0.0.1")
     what = "an IP address or a host name" if names else "an IP address"
-    raise FieldFault(f"'{value}' is not {what}",
-                     hint="write e.g. 10.0.0.1, fd00::1" + (" or node1.example.com" if names else ""))
+    raise FieldFault(f"'{value}' is not {what}", hint="write e.g. 10.0.0.1, fd00::1"
+                     + (" or node1.example.com" if names else ""))

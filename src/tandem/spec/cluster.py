@@ -10,7 +10,6 @@ from __future__ import annotations
 import ipaddress
 import re
 from enum import StrEnum
-
 from typing import Any
 
 from pydantic import (BaseModel, Field, ModelWrapValidatorHandler, ValidationError,

@@ -170,7 +170,9 @@ def deployment_problems(deployment: Deployment) -> list[Problem]:
                      "with chunked prefill off, so a long prompt can never be scheduled",
                      "enable chunked prefill or raise max_num_batched_tokens")
     dp = recipe.network.data_plane
-    if dp.transport is DataPlaneTransport.IB and not dp.hcas and not all(n.hcas for n in cluster.nodes):
+    if (dp.transport is DataPlaneTransport.IB and not dp.hcas
+            and not all(n.hcas for n in cluster.nodes)):
         problems.add("network.data_plane.hcas", "transport ib without RDMA devices lets NCCL pick "
-                     "any HCA, often one twin only", "list the HCAs, e.g. [rocep1s0f1, roceP2p1s0f1]")
+                     "any HCA, often one twin only",
+                     "list the HCAs, e.g. [rocep1s0f1, roceP2p1s0f1]")
     return problems.items

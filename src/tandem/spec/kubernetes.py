@@ -12,7 +12,6 @@ from enum import StrEnum
 from pydantic import Field, field_validator
 
 from tandem.spec.addresses import check_address
-
 from tandem.spec.recipe import StrictModel
 
 
