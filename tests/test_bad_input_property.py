@@ -37,7 +37,7 @@ PAIRS = {"deepseek-v4-flash-dspark": "examples/dgx-spark-eks.yaml",
          "tiny-local": "examples/local-netns.yaml"}
 """Each built-in recipe with a cluster it renders on."""
 LIMIT_S = 5.0
-PROFILE = settings(max_examples=60, deadline=int(LIMIT_S * 1000), derandomize=True,
+PROFILE = settings(max_examples=60, deadline=int(LIMIT_S * 1000), derandomize=True, database=None,
                    suppress_health_check=[HealthCheck.function_scoped_fixture,
                                           HealthCheck.too_slow])
 
