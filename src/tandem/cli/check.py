@@ -43,7 +43,8 @@ def check_command(recipe: str, cluster_path: str | None, fabric: bool, fabric_po
     Probes every node (OS, kernel, driver, CUDA, GPUs, memory, NICs, RDMA devices and their
     RoCE v2 GID tables, /dev/shm, the desktop, images, the model snapshot, ports, vLLM) and
     judges the facts: version skew between nodes, a missing or different snapshot, interfaces
-    down, MTU mismatch, a wrong GID index, known-bad variables, ports taken, and more. Exits
+    down, MTU mismatch, a wrong GID index, known-bad variables, ports taken, a plan that does
+    not fit, an API open beyond loopback without a key, and more. Exits
     with status 1 when any finding is an error; `tandem up` runs the same checks first.
 
     \b
