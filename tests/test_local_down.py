@@ -11,7 +11,7 @@ from tandem.rankplan import plan_ranks
 def test_down_never_deletes_a_folder_the_state_file_names_as_run_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
     deployment = make_deployment(cluster=make_cluster(transport="local",
-                                                      addresses=["127.0.0.1", "127.0.0.1"]))
+                                                      addresses=["10.77.0.1", "10.77.0.2"]))
     state = new_state(plan_ranks(deployment), deployment, backend="local")
     precious = tmp_path / "precious"
     (precious / "keep").mkdir(parents=True)
