@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 import httpx
 from pydantic import BaseModel
 
+from tandem.backends import cache_roots
 from tandem.backends.base import Backend, OnEvent, OnPhase, backend_for
 from tandem.backends.state import (
     BootFigures, DeploymentState, PhaseMark, list_deployments, load_state,
@@ -21,6 +22,7 @@ from tandem.errors import BackendError
 from tandem.plan.status import PlannedVsActual, planned_vs_boot
 from tandem.rankplan import RankPlan, plan_ranks
 from tandem.readiness import Readiness
+from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
 
 
@@ -121,10 +123,34 @@ def log_lines(name: str | None = None, *, rank: int | None = None, follow: bool 
                 yield r.rank, line
 
 
-def down(name: str | None = None, *, on_event: OnEvent = lambda text: None) -> DeploymentState:
-    """Stop every rank, remove what up created, and forget the deployment (logs are kept)."""
+def down(name: str | None = None, *, purge_caches: bool = False,
+         on_event: OnEvent = lambda text: None) -> DeploymentState:
+    """Stop every rank, remove what up created, and forget the deployment (logs are kept).
+
+    The ranks' compile caches stay (``tandem.caches``), so the next ``up`` starts warm; with
+    ``purge_caches`` they are removed on every node too.
+    """
     state = load_state(name)
     stop_supervisor(state.name, on_event=on_event)  # or it would restart what we stop
     backend_for(state.backend).down(state, on_event=on_event)
     (state.directory / "state.json").unlink(missing_ok=True)
+    if purge_caches:
+        purge_compile_caches(state.name, Cluster.model_validate(state.cluster), on_event=on_event)
     return state
+
+
+def purge_compile_caches(name: str, cluster: Cluster | None, *,
+                         on_event: OnEvent = lambda text: None) -> None:
+    """Remove every rank's compile cache root of deployment ``name`` on the cluster's nodes
+    (None: this machine).
+
+    Raises:
+        BackendError: a root could not be removed, or the deployment is still running.
+    """
+    if name in list_deployments():
+        raise BackendError(f"deployment '{name}' is running; its caches are in use",
+                           hint=f"`tandem down {name} --purge-caches` stops it first")
+    leftovers = cache_roots.purge(name, cluster, on_event=on_event)
+    if leftovers:
+        raise BackendError(f"could not remove the compile caches {', '.join(leftovers)}",
+                           hint="remove them by hand (a container may have written them as root)")

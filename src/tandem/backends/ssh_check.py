@@ -17,8 +17,11 @@ import time
 from pathlib import PurePosixPath
 from typing import IO, Any
 
+from tandem import caches
 from tandem.backends.openssh import OpenSSH, SSHTarget
-from tandem.check.transport import PROBE_TIMEOUT_S, ProbeError, parse_facts, probe_args, probe_source
+from tandem.backends.state import state_root
+from tandem.check.transport import (PROBE_TIMEOUT_S, ProbeError, node_rank, parse_facts,
+                                    probe_args, probe_source)
 from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment
 
@@ -44,7 +47,10 @@ class SSHNodeTransport:
         self.with_hashes = with_hashes
 
     def run_probe(self, node: Node) -> dict[str, Any]:
-        args = shlex.join(probe_args(self.deployment, with_hashes=self.with_hashes))
+        cache = caches.rank_root(self.deployment, node_rank(self.deployment, node),
+                                 state_root=state_root())
+        args = shlex.join(probe_args(self.deployment, with_hashes=self.with_hashes,
+                                     compile_cache=cache))
         exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in node.env.items())
         # the engine's Python when it is there, else the node's python3
         script = (f"{exports}py={shlex.quote(self.python)}; [ -x \"$py\" ] || py=python3\n"

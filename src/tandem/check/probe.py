@@ -546,6 +546,46 @@ def _sha256(path):
     return digest.hexdigest()
 
 
+# --- compile caches -----------------------------------------------------------------------------
+
+CACHE_ENTRY_DEPTH = 3
+CACHE_MAX_ENTRIES = 5000
+
+
+def compile_cache_facts(node, root):
+    """The rank's compile cache root: its entries (relative paths up to 3 levels), size, files.
+
+    The rules turn the entries into the rank's cache key (``tandem.caches.cache_key``); an
+    absent or empty root is a cold cache.
+    """
+    if not root:
+        return None
+    facts = {"root": root, "exists": False, "entries": [], "truncated": False, "files": 0,
+             "total_bytes": 0}
+    base = node.path(root)
+    if not os.path.isdir(base):
+        return facts
+    facts["exists"] = True
+    for folder, dirs, files in os.walk(base):
+        dirs.sort()
+        relative = os.path.relpath(folder, base)
+        depth = 0 if relative == "." else relative.count(os.sep) + 1
+        for name in dirs + sorted(files):
+            if depth < CACHE_ENTRY_DEPTH:
+                if len(facts["entries"]) < CACHE_MAX_ENTRIES:
+                    facts["entries"].append(name if depth == 0 else relative + "/" + name)
+                else:
+                    facts["truncated"] = True
+        for name in files:
+            try:
+                facts["total_bytes"] += os.path.getsize(os.path.join(folder, name))
+                facts["files"] += 1
+            except OSError:
+                continue
+    facts["entries"].sort()
+    return facts
+
+
 # --- entry point ---------------------------------------------------------------------------------
 
 def collect(node, args):
@@ -563,6 +603,7 @@ def collect(node, args):
         "ports": lambda: port_facts(node),
         "model": lambda: model_facts(node, args.model, args.revision, args.cache_root,
                                      args.model_path, args.hash),
+        "compile_cache": lambda: compile_cache_facts(node, getattr(args, "compile_cache", None)),
     }
     facts = {"probe_version": PROBE_VERSION}
     errors = {}
@@ -588,6 +629,8 @@ def main(argv=None):
     parser.add_argument("--cache-root", default=None, help="HF_HOME holding hub/")
     parser.add_argument("--model-path", default=None, help="a local model directory instead")
     parser.add_argument("--hash", action="store_true", help="sha256 every snapshot file")
+    parser.add_argument("--compile-cache", default=None,
+                        help="this rank's compile cache root (tandem.caches) to fingerprint")
     args = parser.parse_args(argv)
     node = Node(root=args.root, commands=args.commands)
     json.dump(collect(node, args), sys.stdout, sort_keys=True)

@@ -25,6 +25,8 @@ import time
 from importlib import resources
 from typing import IO, Any, Protocol
 
+from tandem import caches
+from tandem.backends.state import state_root
 from tandem.errors import BackendError
 from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment
@@ -75,10 +77,14 @@ def probe_source() -> str:
     return resources.files("tandem.check").joinpath("probe.py").read_text()
 
 
-def probe_args(deployment: Deployment, *, with_hashes: bool = False) -> list[str]:
-    """The probe's arguments for this deployment's model."""
+def probe_args(deployment: Deployment, *, with_hashes: bool = False,
+               compile_cache: str | None = None) -> list[str]:
+    """The probe's arguments for this deployment's model and, when given, the node's compile
+    cache root (``tandem.caches.rank_root``)."""
     model = deployment.recipe.model
     args = ["--model", model.repo_id, "--revision", model.revision]
+    if compile_cache:
+        args += ["--compile-cache", compile_cache]
     if model.cache_root:
         args += ["--cache-root", model.cache_root]
     if model.path:
@@ -86,6 +92,11 @@ def probe_args(deployment: Deployment, *, with_hashes: bool = False) -> list[str
     if with_hashes:
         args.append("--hash")
     return args
+
+
+def node_rank(deployment: Deployment, node: Node) -> int:
+    """The rank a node runs (its place in the cluster's node list)."""
+    return [n.name for n in deployment.cluster.nodes].index(node.name)
 
 
 def parse_facts(stdout: str, node: str, started: float, finished: float) -> dict[str, Any]:
@@ -122,8 +133,11 @@ class LocalTransport:
 
     def run_probe(self, node: Node) -> dict[str, Any]:
         script = str(resources.files("tandem.check").joinpath("probe.py"))
+        cache = caches.rank_root(self.deployment, node_rank(self.deployment, node),
+                                 state_root=state_root())
         argv = self._wrap(node, ["python3", script,
-                                 *probe_args(self.deployment, with_hashes=self.with_hashes)])
+                                 *probe_args(self.deployment, with_hashes=self.with_hashes,
+                                             compile_cache=cache)])
         started = time.time()
         try:
             result = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
