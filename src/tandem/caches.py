@@ -16,6 +16,9 @@ issues 57423 and 52291). So tandem keeps the caches per deployment and checks th
   - Kubernetes: the hostPath ``/var/cache/tandem/DEPLOYMENT`` of each node, mounted at
     ``/cache/tandem``.
 
+  On bare hosts a variable the recipe or the node sets itself wins (its cache is then the
+  user's to keep); in containers the mount always does, since a host path means nothing there.
+
 - **cache key**: a hash of the names a cache root holds, not their contents: every path up to
   ``ENTRY_DEPTH`` levels below the root (``vllm/torch_compile_cache/HASH`` is three), counted,
   with vLLM's per-rank folder ``rank_R_D`` written ``rank_*`` and a full-length digest (32 hex

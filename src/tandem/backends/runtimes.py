@@ -119,8 +119,8 @@ class VenvRuntime:
             f"command -v {shlex.quote(vllm[0])} >/dev/null 2>&1 || "
             f"{{ echo '{vllm[0]}: command not found' >&2; exit 127; }}\n"
             + _prepare(directory, log, cache_root(self.options, deployment.name, rank.rank))
-            + _exports({**rank.env, **run_env(directory), **caches.cache_env(
-                cache_root(self.options, deployment.name, rank.rank))}) + "\n"
+            + _exports({**caches.cache_env(cache_root(self.options, deployment.name, rank.rank)),
+                        **rank.env, **run_env(directory)}) + "\n"
             # The wrapper shell leads the new session; it records its pid, runs vLLM and, if vLLM
             # ends by itself, its exit status.
             + f"setsid sh -c 'd=$1; shift; echo $$ > \"$d/pid\"; \"$@\"; echo $? > \"$d/exit\"'"
