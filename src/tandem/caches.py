@@ -19,14 +19,22 @@ issues 57423 and 52291). So tandem keeps the caches per deployment and checks th
   On bare hosts a variable the recipe or the node sets itself wins (its cache is then the
   user's to keep); in containers the mount always does, since a host path means nothing there.
 
-- **cache key**: a hash of the names a cache root holds, not their contents: every path up to
-  ``ENTRY_DEPTH`` levels below the root (``vllm/torch_compile_cache/HASH`` is three), counted,
-  with vLLM's per-rank folder ``rank_R_D`` written ``rank_*`` and a full-length digest (32 hex
-  digits or more) written ``<digest>``, so ranks that compiled the same graphs have the same key:
-  vLLM's AOT folder (``torch_aot_compile/SHA256``) hashes the rank's own variables too, e.g. the
-  cores a CPU rank binds to. vLLM's short config hash (``torch_compile_cache/3f9a1c0b2d``) stays
-  as it is. A root without entries is **cold** and has no key. What the key cannot see: one
-  rank's digest folder swapped for another of the same shape.
+- **cache key**: a hash of what a cache root holds, by name, never by content. Two kinds of
+  folder differ here:
+
+  - vLLM's folder (``NAMED_FOLDERS``) names what it compiled and tuned by config hash:
+    ``torch_compile_cache/HASH/rank_R_D``, ``torch_compile_cache/torch_aot_compile/SHA256/
+    rank_R_D``, ``flashinfer_autotune_cache/.../HASH``. Its entries, down to ``ENTRY_DEPTH``
+    levels below the root, count by name, with the rank folder ``rank_R_D`` written ``rank_*``
+    and a full-length digest (32 hex digits or more) written ``<digest>``: vLLM's AOT digest
+    hashes the rank's own variables too (the cores a CPU rank binds to), the short config hash
+    does not. Inductor's and Triton's stores inside it (``OPAQUE_FOLDERS``) count as present.
+  - the kernel stores (Inductor, Triton, FlashInfer JIT, DeepGEMM, TileLang) are
+    content-addressed, and two ranks' kernels differ by name (generated code carries
+    rank-specific values, as seen on vLLM-CPU); each counts as present or absent.
+
+  A root that holds no file is **cold** and has no key. What the key cannot see: one rank's
+  digest folder swapped for another of the same shape, or different kernels in a store.
 - **parity** (the ``cache-parity`` rule of ``tandem check``): every rank has the same key, or all
   are cold. ``tandem down --purge-caches`` clears every rank's root, so they start cold together.
 
@@ -40,6 +48,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from tandem import wire
 from tandem.spec.cluster import Transport
@@ -55,8 +64,14 @@ CACHE_DIRS: dict[str, str] = {
 }
 """Variable -> its folder under the cache root (the variables' meaning: ``tandem.wire``)."""
 
-ENTRY_DEPTH = 3
-"""How deep below the cache root entries count for the key."""
+ENTRY_DEPTH = 6
+"""How deep below the cache root the entries of a named folder count for the key
+(``vllm/flashinfer_autotune_cache/ARCH_PARENT/ARCH/HASH/autotune_configs.json`` is six)."""
+NAMED_FOLDERS = ("vllm",)
+"""Cache folders whose entry names are keys of what was compiled or tuned."""
+OPAQUE_FOLDERS = ("inductor_cache", "triton_cache")
+"""Content-addressed stores vLLM nests in its compile cache: their presence counts, not their
+names (vllm/compilation/compiler_interface.py, decorators.py)."""
 K8S_HOST_ROOT = "/var/cache/tandem"
 """Parent of the Kubernetes hostPath cache roots (one folder per deployment on each node)."""
 
@@ -123,25 +138,38 @@ def normalized(entry: str) -> str | None:
     return _DIGEST.sub("<digest>", _RANK_FOLDER.sub("rank_*", entry))
 
 
-def _counted(entries: Iterable[str]) -> Counter[str]:
-    return Counter(n for n in (normalized(e) for e in entries) if n)
+def _counted(cache: dict[str, Any]) -> Counter[str]:
+    """A cache root's probe facts as the key sees them: named entries, and each store that
+    holds files as ``NAME/``."""
+    names: Counter[str] = Counter(n for n in (normalized(e) for e in cache.get("entries") or [])
+                                  if n)
+    for folder, seen in (cache.get("folders") or {}).items():
+        if folder not in NAMED_FOLDERS and (seen or {}).get("files"):
+            names[f"{folder}/"] += 1
+    return names
 
 
-def cache_key(entries: Iterable[str]) -> str | None:
-    """The key of a cache root from its entries (relative paths); None when it is cold."""
-    names = sorted(_counted(entries).elements())
-    if not names:
+def is_warm(cache: dict[str, Any]) -> bool:
+    """True when the root holds any file (probe facts of ``compile_cache``)."""
+    return any((seen or {}).get("files") for seen in (cache.get("folders") or {}).values())
+
+
+def cache_key(cache: dict[str, Any]) -> str | None:
+    """The key of a cache root from its probe facts; None when it is cold."""
+    if not is_warm(cache):
         return None
+    names = sorted(_counted(cache).elements())
     return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
 
 
-def differences(entries: Iterable[str], reference: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(only here, only in the reference): the deepest normalized entries that differ, one
-    name per surplus entry."""
-    mine, theirs = _counted(entries), _counted(reference)
+def differences(cache: dict[str, Any], reference: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(only here, only in the reference): the deepest entries that differ, one name per
+    surplus entry."""
+    mine, theirs = _counted(cache), _counted(reference)
     return _deepest(mine - theirs), _deepest(theirs - mine)
 
 
 def _deepest(names: Counter[str]) -> list[str]:
     """The names that are not a folder of another one (``a/b`` stands for ``a``)."""
-    return sorted(n for n in names.elements() if not any(o.startswith(n + "/") for o in names))
+    return sorted(n for n in names.elements()
+                  if not any(o.startswith(n.rstrip("/") + "/") and o != n for o in names))

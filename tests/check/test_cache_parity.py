@@ -20,14 +20,23 @@ def plant(root: Path, *paths: str) -> None:
 
 
 def compiled(root: Path, rank: int) -> None:
+    """What one rank of the same deployment writes: kernels named differently on each rank."""
     graphs = f"vllm/torch_compile_cache/3f9a1c0b2d/rank_{rank}_0"
-    plant(root, f"{graphs}/backbone/cache_key_factors.json", f"{graphs}/inductor_cache/ab/x.py",
+    aot = "vllm/torch_compile_cache/torch_aot_compile/" + ("202b059a", "0145e560")[rank] * 8
+    plant(root, f"{graphs}/backbone/cache_key_factors.json",
+          f"{graphs}/inductor_cache/k{rank}/c{rank}x.py", f"{aot}/rank_{rank}_0/model",
+          f"{aot}/inductor_cache/fxgraph/f{rank}/entry", f"inductor/u{rank}/c{rank}.main.so",
           "vllm/modelinfos/DeepseekV3ForCausalLM.json", "vllm/tmpk2j3/partial")
+
+
+def cache_facts(root: Path) -> dict:
+    return probe.compile_cache_facts(probe.Node(), str(root), named=caches.NAMED_FOLDERS,
+                                     opaque=caches.OPAQUE_FOLDERS)
 
 
 def facts_with_cache(node: str, root: Path) -> dict:
     facts = facts_of(node)
-    facts["compile_cache"] = probe.compile_cache_facts(probe.Node(), str(root))
+    facts["compile_cache"] = cache_facts(root)
     return facts
 
 
@@ -57,7 +66,8 @@ def test_a_cache_planted_on_one_rank_is_an_error_with_the_fix(tmp_path: Path):
     plant(tmp_path / "spark-102", "vllm/flashinfer_autotune_cache/x/autotune_configs.json")
     (finding,) = parity(tmp_path)
     assert finding.severity is Severity.ERROR and finding.node == "spark-102"
-    assert "only here: vllm/flashinfer_autotune_cache/x" in finding.evidence
+    assert "only here: vllm/flashinfer_autotune_cache/x/autotune_configs.json" in \
+        finding.evidence
     assert "--purge-caches" in finding.fix and f"{tmp_path}/spark-101/" in finding.fix
 
 
@@ -68,13 +78,14 @@ def test_a_warm_leader_and_a_cold_worker_differ(tmp_path: Path):
     assert "(cold)" in finding.message and "(warm" in finding.message
 
 
-def test_the_key_ignores_the_rank_folder_and_scratch_names():
-    assert caches.cache_key([]) is None
-    assert caches.cache_key(["vllm/tmpabc"]) is None
-    assert caches.cache_key(["vllm/torch_compile_cache/h/rank_0_0"]) == \
-        caches.cache_key(["vllm/torch_compile_cache/h/rank_1_0", "triton/x.lock"])
-    assert caches.cache_key(["vllm/torch_compile_cache/h"]) != \
-        caches.cache_key(["vllm/torch_compile_cache/g"])
+def test_the_key_ignores_rank_folders_digests_kernel_names_and_scratch(tmp_path: Path):
+    for rank in (0, 1):
+        compiled(tmp_path / f"r{rank}", rank)
+    assert caches.cache_key(cache_facts(tmp_path / "missing")) is None
+    plant(tmp_path / "scratch", "vllm/tmpabc")
+    assert caches.cache_key(cache_facts(tmp_path / "scratch")) is not None  # a file: warm
+    keys = {caches.cache_key(cache_facts(tmp_path / f"r{rank}")) for rank in (0, 1)}
+    assert len(keys) == 1 and None not in keys
 
 
 def test_every_rank_has_its_own_root_outside_what_down_removes(tmp_path: Path):
@@ -87,11 +98,19 @@ def test_every_rank_has_its_own_root_outside_what_down_removes(tmp_path: Path):
     assert all(v.startswith("/cache/tandem/") for v in env.values())
 
 
-def test_aot_folders_hashed_with_each_ranks_own_variables_are_one_key():
-    # vLLM 0.32 on two CPU ranks binding different cores: same graphs, different AOT digests.
-    rank0 = ["vllm/torch_compile_cache/torch_aot_compile/" + "202b059a" * 8]
-    rank1 = ["vllm/torch_compile_cache/torch_aot_compile/" + "0145e560" * 8]
-    assert caches.cache_key(rank0) == caches.cache_key(rank1)
-    assert caches.cache_key(rank0) != caches.cache_key(rank0 + rank1)
-    assert caches.differences(rank0 + rank1, rank0) == (
-        ["vllm/torch_compile_cache/torch_aot_compile/<digest>"], [])
+def test_a_second_aot_digest_on_one_rank_changes_its_key(tmp_path: Path):
+    compiled(tmp_path / "r0", 0)
+    compiled(tmp_path / "r1", 1)
+    plant(tmp_path / "r1", "vllm/torch_compile_cache/torch_aot_compile/" + "5eeded00" * 8
+          + "/rank_1_0/model")
+    here, there = caches.differences(cache_facts(tmp_path / "r1"), cache_facts(tmp_path / "r0"))
+    assert here == ["vllm/torch_compile_cache/torch_aot_compile/<digest>/rank_*/model"]
+    assert there == []
+
+
+def test_a_kernel_store_on_one_rank_only_changes_its_key(tmp_path: Path):
+    compiled(tmp_path / "r0", 0)
+    compiled(tmp_path / "r1", 1)
+    plant(tmp_path / "r1", "triton/abc/kernel.json")
+    assert caches.differences(cache_facts(tmp_path / "r1"), cache_facts(tmp_path / "r0")) == (
+        ["triton/"], [])

@@ -61,7 +61,9 @@ class BootFigures(BaseModel):
     world_size: int | None = None
     compile_cache: str | None = Field(default=None, description="`warm` when vLLM loaded its "
                                       "compiled graphs from the cache, `cold` when it compiled "
-                                      "them, None without torch.compile (enforce_eager).")
+                                      "them, `recompiled` when it found them but could not "
+                                      "load them (the kernel caches still count), None "
+                                      "without torch.compile (enforce_eager).")
     engine_init_s: float | None = Field(default=None, description="vLLM's own `init engine "
                                         "(profile, create kv cache, warmup model)` time: the "
                                         "share of the boot a warm cache shortens.")

@@ -548,45 +548,52 @@ def _sha256(path):
 
 # --- compile caches -----------------------------------------------------------------------------
 
-CACHE_ENTRY_DEPTH = 3
 CACHE_MAX_ENTRIES = 5000
 
 
-def compile_cache_facts(node, root):
-    """The rank's compile cache root: its entries (relative paths up to 3 levels), size, files.
+def compile_cache_facts(node, root, named=(), opaque=(), depth=6):
+    """The rank's compile cache root: files and bytes of each top-level folder, and the entries
+    (relative paths up to ``depth`` levels) of the ``named`` folders, whose names say what was
+    compiled or tuned; an ``opaque`` folder inside them is listed but not entered.
 
-    The rules turn the entries into the rank's cache key (``tandem.caches.cache_key``); an
-    absent or empty root is a cold cache.
+    The rules turn this into the rank's cache key (``tandem.caches.cache_key``); an absent or
+    empty root is a cold cache.
     """
     if not root:
         return None
-    facts = {"root": root, "exists": False, "entries": [], "truncated": False, "files": 0,
-             "total_bytes": 0}
+    facts = {"root": root, "exists": False, "folders": {}, "entries": [], "truncated": False}
     base = node.path(root)
     if not os.path.isdir(base):
         return facts
     facts["exists"] = True
-    for folder, dirs, files in os.walk(base):
-        dirs.sort()
-        relative = os.path.relpath(folder, base)
-        depth = 0 if relative == "." else relative.count(os.sep) + 1
-        for name in dirs + sorted(files):
-            if depth < CACHE_ENTRY_DEPTH:
-                if len(facts["entries"]) < CACHE_MAX_ENTRIES:
-                    facts["entries"].append(name if depth == 0 else relative + "/" + name)
-                else:
-                    facts["truncated"] = True
-        for name in files:
-            try:
-                facts["total_bytes"] += os.path.getsize(os.path.join(folder, name))
-                facts["files"] += 1
-            except OSError:
-                continue
+    for top in sorted(os.listdir(base)):
+        files, size = 0, 0
+        for folder, dirs, names in os.walk(os.path.join(base, top)):
+            dirs.sort()
+            relative = os.path.relpath(folder, base)
+            level = relative.count(os.sep) + 1
+            if top in named and level < depth and os.path.basename(folder) not in opaque:
+                for name in dirs + sorted(names):
+                    if len(facts["entries"]) < CACHE_MAX_ENTRIES:
+                        facts["entries"].append(relative + "/" + name)
+                    else:
+                        facts["truncated"] = True
+            for name in names:
+                try:
+                    size += os.path.getsize(os.path.join(folder, name))
+                    files += 1
+                except OSError:
+                    continue
+        facts["folders"][top] = {"files": files, "bytes": size}
     facts["entries"].sort()
     return facts
 
 
 # --- entry point ---------------------------------------------------------------------------------
+
+def _names(text):
+    return tuple(n for n in (text or "").split(",") if n)
+
 
 def collect(node, args):
     """Every section; a section that fails records its error and the rest still run."""
@@ -603,7 +610,10 @@ def collect(node, args):
         "ports": lambda: port_facts(node),
         "model": lambda: model_facts(node, args.model, args.revision, args.cache_root,
                                      args.model_path, args.hash),
-        "compile_cache": lambda: compile_cache_facts(node, getattr(args, "compile_cache", None)),
+        "compile_cache": lambda: compile_cache_facts(
+            node, getattr(args, "compile_cache", None),
+            named=_names(getattr(args, "cache_named", None)),
+            opaque=_names(getattr(args, "cache_opaque", None))),
     }
     facts = {"probe_version": PROBE_VERSION}
     errors = {}
@@ -631,6 +641,10 @@ def main(argv=None):
     parser.add_argument("--hash", action="store_true", help="sha256 every snapshot file")
     parser.add_argument("--compile-cache", default=None,
                         help="this rank's compile cache root (tandem.caches) to fingerprint")
+    parser.add_argument("--cache-named", default="", help="folders of it whose entries are "
+                        "listed, comma-separated")
+    parser.add_argument("--cache-opaque", default="", help="folders inside those that are "
+                        "listed but not entered, comma-separated")
     args = parser.parse_args(argv)
     node = Node(root=args.root, commands=args.commands)
     json.dump(collect(node, args), sys.stdout, sort_keys=True)

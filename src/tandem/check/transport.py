@@ -84,7 +84,8 @@ def probe_args(deployment: Deployment, *, with_hashes: bool = False,
     model = deployment.recipe.model
     args = ["--model", model.repo_id, "--revision", model.revision]
     if compile_cache:
-        args += ["--compile-cache", compile_cache]
+        args += ["--compile-cache", compile_cache, "--cache-named", ",".join(caches.NAMED_FOLDERS),
+                 "--cache-opaque", ",".join(caches.OPAQUE_FOLDERS)]
     if model.cache_root:
         args += ["--cache-root", model.cache_root]
     if model.path:

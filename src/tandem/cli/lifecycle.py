@@ -79,8 +79,9 @@ def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
     if boot.compile_cache:
         init = f"; engine init (profile, compile, warm-up) {boot.engine_init_s:.1f} s" \
             if boot.engine_init_s is not None else ""
-        console.print(f"  start: {boot.compile_cache} (compile caches "
-                      f"{'loaded' if boot.compile_cache == 'warm' else 'written'}){init}")
+        said = {"warm": "compile caches loaded", "cold": "compile caches written",
+                "recompiled": "vLLM could not load its compile cache; kernel caches reused"}
+        console.print(f"  start: {boot.compile_cache} ({said.get(boot.compile_cache, '')}){init}")
     if boot.kv_cache_tokens:
         console.print(f"  KV cache: {boot.kv_cache_tokens:,} tokens, "
                       f"{boot.available_kv_cache_gib} GiB available, max concurrency "

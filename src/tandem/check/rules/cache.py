@@ -22,11 +22,13 @@ _SHOWN = 4
 
 
 def _describe(cache: dict[str, Any]) -> str:
-    key = caches.cache_key(cache.get("entries") or [])
+    key = caches.cache_key(cache)
     if not key:
         return "cold"
-    return (f"warm, key {key} ({len(cache.get('entries') or [])} entries, "
-            f"{(cache.get('total_bytes') or 0) / 1024 ** 2:.1f} MiB)")
+    folders = (cache.get("folders") or {}).values()
+    files = sum(f.get("files") or 0 for f in folders)
+    size = sum(f.get("bytes") or 0 for f in folders)
+    return f"warm, key {key} ({files} files, {size / 1024 ** 2:.1f} MiB)"
 
 
 class CacheParityRule:
@@ -39,7 +41,7 @@ class CacheParityRule:
                  if isinstance(facts.get("compile_cache"), dict)}
         if not found:
             return
-        keys = {node: caches.cache_key(cache.get("entries") or []) for node, cache in found.items()}
+        keys = {node: caches.cache_key(cache) for node, cache in found.items()}
         states = {node: _describe(cache) for node, cache in found.items()}
         leader = ctx.nodes[0].name
         if leader not in found or len(set(keys.values())) == 1:
@@ -57,8 +59,7 @@ class CacheParityRule:
         for node, key in keys.items():
             if node == leader or key == keys[leader]:
                 continue
-            here, there = caches.differences(found[node].get("entries") or [],
-                                             found[leader].get("entries") or [])
+            here, there = caches.differences(found[node], found[leader])
             detail = "; ".join(part for part in (
                 f"only here: {', '.join(here[:_SHOWN])}{' ...' if len(here) > _SHOWN else ''}"
                 if here else "",
