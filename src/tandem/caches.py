@@ -46,7 +46,6 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 

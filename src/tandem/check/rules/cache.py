@@ -39,12 +39,12 @@ class CacheParityRule:
     def check(self, ctx: CheckContext) -> Iterable[Finding]:
         found = {node.name: facts["compile_cache"] for node, facts in ctx.probed()
                  if isinstance(facts.get("compile_cache"), dict)}
-        if not found:
+        leader = ctx.nodes[0].name
+        if leader not in found:  # no leader facts (probe-failed says why): nothing to compare
             return
         keys = {node: caches.cache_key(cache) for node, cache in found.items()}
         states = {node: _describe(cache) for node, cache in found.items()}
-        leader = ctx.nodes[0].name
-        if leader not in found or len(set(keys.values())) == 1:
+        if len(set(keys.values())) == 1:
             warm = next(iter(keys.values()))
             yield Finding(
                 rule=self.name, severity=Severity.INFO, node=None,
@@ -73,6 +73,6 @@ class CacheParityRule:
                 evidence=(f"{node}: {found[node].get('root')} {states[node]}; {leader}: "
                           f"{found[leader].get('root')} {states[leader]}"
                           + (f"; {detail}" if detail else "")),
-                fix=(f"`tandem down {name} --purge-caches{cluster}` clears every rank's cache, so all start "
-                     f"cold together; or copy the leader's: rsync -a "
+                fix=(f"`tandem down {name} --purge-caches{cluster}` clears every rank's cache, "
+                     "so all start cold together; or copy the leader's: rsync -a "
                      f"{leader}:{found[leader].get('root')}/ {node}:{found[node].get('root')}/"))
