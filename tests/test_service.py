@@ -45,7 +45,8 @@ def test_the_installed_unit_passes_systemd_analyze_verify(tmp_path: Path):
     assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stderr
     text = unit.read_text()
     assert "After=network-online.target" in text and "Restart=on-failure" in text
-    assert f"ExecStart={sys.executable} -m tandem.cli up tiny-local --supervise" in text
+    program = systemd.tandem_program()
+    assert f"ExecStart={program} up tiny-local --supervise" in text
     assert f'Environment="TANDEM_HOME={tmp_path / "home"}"' in text
     assert "EnvironmentFile=-/etc/tandem/tiny-local.env" in text
     assert "sk-unit-secret" not in text
@@ -54,13 +55,12 @@ def test_the_installed_unit_passes_systemd_analyze_verify(tmp_path: Path):
 @needs_analyze
 def test_verify_rejects_a_unit_whose_program_is_missing(tmp_path: Path):
     # The check above can fail: the same verify on a unit that cannot start.
-    spec = ServiceSpec(deployment="tiny-local", tandem=["/nonexistent/python", "-m",
-                                                        "tandem.cli"], recipe="tiny-local",
-                       cluster=None)
+    spec = ServiceSpec(deployment="tiny-local", tandem=["/nonexistent/tandem"],
+                       recipe="tiny-local", cluster=None)
     unit = tmp_path / "tandem-tiny-local.service"
     unit.write_text(render_unit(spec))
     checked = verify(unit)
-    assert checked.returncode != 0 and "/nonexistent/python" in checked.stderr
+    assert checked.returncode != 0 and "/nonexistent/tandem" in checked.stderr
 
 
 def test_a_secret_never_goes_into_the_unit_but_into_a_root_only_file(tmp_path: Path):
@@ -86,7 +86,7 @@ def test_a_cluster_file_and_a_recipe_file_are_named_by_absolute_path(tmp_path: P
     text = render_unit(spec)
     assert (f"up {tmp_path}/recipes/tiny-ssh.yaml --cluster {tmp_path}/pair.yaml --timeout 60 "
             "--supervise") in text
-    assert f"ExecStop={sys.executable} -m tandem.cli down tiny-ssh" in text
+    assert f"ExecStop={systemd.tandem_program()} down tiny-ssh" in text
 
 
 @pytest.mark.skipif(systemd.systemd_running(), reason="systemd is the init system here")

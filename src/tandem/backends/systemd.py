@@ -10,6 +10,7 @@ it only ``--no-enable`` (write the unit) works, and every other step says so.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,16 +53,30 @@ def init_process() -> str:
         return "unknown"
 
 
+def tandem_program() -> Path:
+    """The ``tandem`` script of this Python's environment (the one running now).
+
+    Raises:
+        BackendError: it has none (tandem imported from a source tree without installing).
+    """
+    beside = Path(sys.executable).parent / "tandem"
+    found = beside if beside.exists() else Path(shutil.which("tandem") or "")
+    if not found.name:
+        raise BackendError("no `tandem` program beside this Python or on PATH for the unit to run",
+                           hint="install tandem into this environment (`pip install -e .`)")
+    return found.absolute()
+
+
 def spec_for(deployment: str, recipe: str, cluster_path: str | None,
              up_args: list[str] | None = None) -> ServiceSpec:
-    """The unit of a deployment as this shell would run it: this Python's tandem, its state
-    folder, and the recipe and cluster by absolute path (a built-in recipe by name)."""
-    python = Path(sys.executable)
+    """The unit of a deployment as this shell would run it: this environment's tandem, its
+    state folder, and the recipe and cluster by absolute path (a built-in recipe by name)."""
+    program = tandem_program()
     environment = {"TANDEM_HOME": str(state_root().resolve()),
-                   "PATH": f"{python.parent}:{DEFAULT_PATH}"}
+                   "PATH": f"{program.parent}:{DEFAULT_PATH}"}
     environment |= {k: os.environ[k] for k in PASSED_VARS if os.environ.get(k)}
     return ServiceSpec(
-        deployment=deployment, tandem=[str(python), "-m", "tandem.cli"],
+        deployment=deployment, tandem=[str(program)],
         recipe=recipe if recipe in builtin_recipe_names() else str(Path(recipe).resolve()),
         cluster=str(Path(cluster_path).resolve()) if cluster_path else None,
         environment=environment, supervise_args=list(up_args or []))

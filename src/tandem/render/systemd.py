@@ -51,14 +51,14 @@ class ServiceSpec:
     """What the unit runs.
 
     Usage:
-        ServiceSpec(deployment="tiny-local", tandem=["/opt/venv/bin/python", "-m",
-                    "tandem.cli"], recipe="tiny-local", cluster=None,
+        ServiceSpec(deployment="tiny-local", tandem=["/opt/venv/bin/tandem"],
+                    recipe="tiny-local", cluster=None,
                     environment={"TANDEM_HOME": "/var/lib/tandem"})
     """
 
     deployment: str
     tandem: list[str]
-    """The tandem command line: an absolute program, e.g. ``[PYTHON, "-m", "tandem.cli"]``."""
+    """The tandem command line: an absolute program, e.g. ``["/opt/venv/bin/tandem"]``."""
     recipe: str
     """A built-in recipe name or an absolute recipe path."""
     cluster: str | None
