@@ -84,7 +84,11 @@ def supervised_restart(env: dict[str, str], timeout_s: float = 900) -> dict:
         [sys.executable, "-m", "tandem.cli", "supervise", NAME, "--interval", "2",
          "--backoff", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(5)
+        deadline = time.monotonic() + 60
+        while not (events.exists() and "supervising" in events.read_text()):
+            if time.monotonic() > deadline or supervisor.poll() is not None:
+                raise SystemExit("the supervisor did not start")
+            time.sleep(0.5)
         for pid, rank in marked_processes(NAME).items():
             if rank == 1:
                 os.kill(pid, signal.SIGKILL)
