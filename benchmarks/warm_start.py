@@ -57,6 +57,7 @@ def compiled_recipe(folder: Path) -> Path:
                           .read_text())
     data["name"] = NAME
     data["engine"]["serve"]["enforce_eager"] = False
+    data["timeouts"]["startup_s"] = 900  # a cold compile on two shared cores takes minutes
     path = folder / f"{NAME}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
