@@ -6,8 +6,8 @@ deployment ``tiny-compiled``) and measures, with ``tandem``'s own commands:
 
 - **cold**: ``tandem down --purge-caches``, then ``tandem up``: every rank compiles;
 - **warm**: ``tandem down`` (the caches stay), then ``tandem up``: every rank loads;
-- **supervised restart**: with ``tandem supervise`` watching, rank 1's processes are killed;
-  the supervisor restarts the whole group, which must start warm too.
+- **supervised restart** (after the first round): with ``tandem supervise`` watching, rank 1's
+  processes are killed; the supervisor restarts the whole group, which must start warm too.
 
 Per start it reads ``tandem status --json``: ready time (launch to the first real answer,
 ``phases[-1]``), vLLM's ``init engine (profile, create kv cache, warmup model)`` time (where the
@@ -132,9 +132,9 @@ def main() -> int:
                 tandem("down", NAME, env=env)
                 warm.append(up(recipe, env))
                 print(f"round {i + 1}: cold {cold[-1]}, warm {warm[-1]}", flush=True)
-                if i < args.rounds - 1:
-                    tandem("down", NAME, env=env)
-            restart = supervised_restart(env)
+                if i == 0:  # the group is up and warm: restart it under the supervisor
+                    restart = supervised_restart(env)
+                    print(f"supervised restart: {restart}", flush=True)
         finally:
             tandem("down", NAME, "--purge-caches", env=env, check=False)
     print(f"\n{NAME}: 2 ranks, TP=2, vLLM-CPU, torch.compile on; {args.rounds} round(s)")
