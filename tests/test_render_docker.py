@@ -103,7 +103,20 @@ def test_node_hf_home_is_the_mounted_host_path():
         n.model_copy(update={"env": {"HF_HOME": f"/data/hf{i}"}}) for i, n in enumerate(make_cluster().nodes)]})
     deployment = make_deployment(make_recipe(engine__image="repo/vllm:1"), cluster)
     argv = docker_run_argv(plan_ranks(deployment).ranks[1], deployment)
-    assert flag_values(argv, "--volume") == ["/data/hf1:/cache/huggingface"]
+    assert flag_values(argv, "--volume")[0] == "/data/hf1:/cache/huggingface"
+
+
+def test_each_container_mounts_its_own_compile_cache_root_beside_the_rank_folders():
+    deployment = make_deployment(make_recipe(engine__image="repo/vllm:1"))
+    for rank in plan_ranks(deployment).ranks:
+        argv = docker_run_argv(rank, deployment)
+        root = f"/tmp/tandem/{deployment.name}/caches/rank{rank.rank}"
+        assert flag_values(argv, "--volume")[1:] == [f"{root}:/cache/tandem"]
+        env = dict(e.split("=", 1) for e in flag_values(argv, "--env") if "=" in e)
+        assert env["VLLM_CACHE_ROOT"] == "/cache/tandem/vllm"
+        assert env["TRITON_CACHE_DIR"] == "/cache/tandem/triton"
+        assert env["FLASHINFER_WORKSPACE_BASE"] == "/cache/tandem/flashinfer"
+        assert env["TILELANG_CACHE_DIR"] == "/cache/tandem/tilelang"
 
 
 def test_no_image_is_a_recipe_error_naming_the_field():

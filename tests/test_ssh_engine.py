@@ -239,6 +239,19 @@ def test_down_stops_the_supervisor_and_every_rank(deployment: SSHDeployment):
     assert deployment.tandem("status", NAME, check=False).returncode == 2
 
 
+def test_down_keeps_each_ranks_caches_and_purge_clears_them_over_ssh(deployment: SSHDeployment):
+    # After the group restart and down above: vLLM wrote each rank's root, beside its folder.
+    roots = [f"/tmp/tandem/{NAME}/caches/rank{i}" for i in (0, 1)]
+    for host, root in zip(deployment.hosts.hosts, roots):
+        found = deployment.hosts.ssh(host, f"ls {root}/vllm/modelinfos | wc -l").stdout.strip()
+        assert found != "0", root
+    result = deployment.tandem("down", NAME, "--purge-caches", "--cluster",
+                               str(deployment.cluster))
+    assert "compile caches removed" in result.stdout, result.stdout
+    for host, root in zip(deployment.hosts.hosts, roots):
+        assert deployment.hosts.ssh(host, f"test -e {root} && echo left || true").stdout == ""
+
+
 # --- distribution ----------------------------------------------------------------------------------
 
 def test_sync_copies_the_snapshot_to_the_host_without_it(setup: SSHDeployment, tiny_hf_home: Path):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 from pydantic import BaseModel, Field
 
-from tandem.backends import netns
+from tandem.backends import cache_roots, netns
 from tandem.backends.base import Backend, OnEvent, OnPhase, ProcessFact, backend_for
 from tandem.backends.launch import interrupted
 from tandem.backends.state import (
@@ -24,6 +24,7 @@ from tandem.supervisor import stop_supervisor
 from tandem.plan.status import PlannedVsActual, planned_vs_boot
 from tandem.rankplan import RankPlan, plan_ranks
 from tandem.readiness import Readiness
+from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
 
 
@@ -143,12 +144,14 @@ def sweep_leftovers(on_event: OnEvent = lambda text: None) -> int:
     return before - len(netns.ledger())
 
 
-def down(name: str | None = None, *, on_event: OnEvent = lambda text: None
-         ) -> DeploymentState | None:
+def down(name: str | None = None, *, purge_caches: bool = False,
+         on_event: OnEvent = lambda text: None) -> DeploymentState | None:
     """Stop every rank, remove what up created, and forget the deployment (logs are kept).
 
     Networks that killed commands left behind are removed first, whichever deployment or check
-    made them; with no deployment to stop, that sweep alone is the result (None).
+    made them; with no deployment to stop, that sweep alone is the result (None). The ranks'
+    compile caches stay (``tandem.caches``), so the next ``up`` starts warm; with
+    ``purge_caches`` they are removed on every node too.
     """
     swept = sweep_leftovers(on_event)
     try:
@@ -160,4 +163,23 @@ def down(name: str | None = None, *, on_event: OnEvent = lambda text: None
     stop_supervisor(state.name, on_event=on_event)  # or it would restart what we stop
     backend_for(state.backend).down(state, on_event=on_event)
     (state.directory / "state.json").unlink(missing_ok=True)
+    if purge_caches:
+        purge_compile_caches(state.name, Cluster.model_validate(state.cluster), on_event=on_event)
     return state
+
+
+def purge_compile_caches(name: str, cluster: Cluster | None, *,
+                         on_event: OnEvent = lambda text: None) -> None:
+    """Remove every rank's compile cache root of deployment ``name`` on the cluster's nodes
+    (None: this machine).
+
+    Raises:
+        BackendError: a root could not be removed, or the deployment is still running.
+    """
+    if name in list_deployments():
+        raise BackendError(f"deployment '{name}' is running; its caches are in use",
+                           hint=f"`tandem down {name} --purge-caches` stops it first")
+    leftovers = cache_roots.purge(name, cluster, on_event=on_event)
+    if leftovers:
+        raise BackendError(f"could not remove the compile caches {', '.join(leftovers)}",
+                           hint="remove them by hand (a container may have written them as root)")

@@ -6,8 +6,11 @@ four checks pass in order: the leader's port accepts a connection, ``/health`` i
 ``/v1/models`` lists the served model, and one real chat completion returns tokens.
 
 While waiting, every rank's log is read as it grows, and the phases vLLM goes through are
-reported with the time since launch: rendezvous (world size and rank), weights loaded, KV cache
-sized (with the figures the planner is checked against), graphs captured, API server up. A rank
+reported with the time since launch: rendezvous (world size and rank), weights loaded, compiled
+(``warm`` when vLLM loaded its compiled graphs from the cache, ``cold`` when it compiled them,
+``recompiled`` when it found them but could not load them),
+KV cache sized (with the figures the planner is checked against), graphs captured, API server
+up. A rank
 that exits, or a timeout, stops the wait with the cause taken from the logs.
 """
 
@@ -55,6 +58,13 @@ _COMPILED = re.compile(r"torch\.compile took ([\d.]+) s in total")
 _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _GRAPHS = re.compile(r"Graph capturing finished|CUDA graph capture took|Capturing CUDA graphs.*100%")
+_COMPILE_WARM = re.compile(r"Directly load AOT compilation from path|"
+                           r"Directly load the compiled graph\(s\)")
+_COMPILE_RELOAD_FAILED = re.compile(r"Compiling model again due to a load failure from \S+, "
+                                    r"reason: (.*)$")
+_COMPILE_COLD = re.compile(r"saved AOT compiled function to|Compiling a graph for compile range")
+_ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took "
+                          r"([\d.]+) s")
 _API = re.compile(r"Starting vLLM (?:API )?server|Uvicorn running on|Application startup complete")
 _ERROR_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Timeout)\b:.*)$")
 
@@ -89,6 +99,17 @@ class BootLog:
         if m := _CONCURRENCY.search(line):
             self.figures.max_concurrency_tokens_per_request = _number(m.group(1))
             self.figures.max_concurrency = float(m.group(2))
+        if m := _COMPILE_RELOAD_FAILED.search(line):
+            self.figures.compile_cache = self.figures.compile_cache or "recompiled"
+            found.append((Phase.COMPILED, f"recompiled: vLLM could not load its compile cache "
+                          f"({m.group(1).strip()}); kernel caches reused"))
+        elif _COMPILE_WARM.search(line) or _COMPILE_COLD.search(line):
+            state = "warm" if _COMPILE_WARM.search(line) else "cold"
+            self.figures.compile_cache = self.figures.compile_cache or state
+            found.append((Phase.COMPILED, "warm: loaded from the compile cache" if state == "warm"
+                          else "cold: compiled, saved to the compile cache"))
+        if m := _ENGINE_INIT.search(line):
+            self.figures.engine_init_s = float(m.group(1))
         if _GRAPHS.search(line):
             found.append((Phase.GRAPHS, ""))
         if _API.search(line):

@@ -25,6 +25,30 @@ def bearer(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+# --- compile, JIT and autotune caches (tandem.caches keeps them per deployment and rank) -----
+VLLM_CACHE_ROOT = "VLLM_CACHE_ROOT"
+"""vLLM's cache root (vllm/envs.py, default ``~/.cache/vllm``): ``torch_compile_cache/HASH/
+rank_R_D/`` with the Inductor and Triton artifacts of its own compiles, the FlashInfer autotune
+cache (``flashinfer_autotune_cache/``), DeepGEMM's JIT (``deep_gemm/``, unless
+``DG_JIT_CACHE_DIR`` is set) and model info."""
+TORCHINDUCTOR_CACHE_DIR = "TORCHINDUCTOR_CACHE_DIR"
+"""torch Inductor's cache (torch/_inductor/runtime/cache_dir_utils.py, default
+``$TMPDIR/torchinductor_USER``); vLLM points it inside its compile cache while it compiles, so
+this one holds what torch compiles outside vLLM's own graphs."""
+TRITON_CACHE_DIR = "TRITON_CACHE_DIR"
+"""Triton's kernel cache (triton/knobs.py, default ``~/.triton/cache``); vLLM keeps a caller's
+value and otherwise puts it beside its Inductor cache."""
+FLASHINFER_WORKSPACE_BASE = "FLASHINFER_WORKSPACE_BASE"
+"""The base FlashInfer appends ``.cache/flashinfer/`` to for its JIT-built ops and cubins
+(flashinfer/jit/env.py, default the home folder)."""
+DG_JIT_CACHE_DIR = "DG_JIT_CACHE_DIR"
+"""DeepGEMM's JIT kernel cache (read by deep_gemm; vLLM sets ``VLLM_CACHE_ROOT/deep_gemm`` when
+it is unset, vllm/utils/deep_gemm.py)."""
+TILELANG_CACHE_DIR = "TILELANG_CACHE_DIR"
+"""TileLang's compile and autotuner cache (tilelang/env.py, default ``~/.tilelang/cache``)."""
+CONTAINER_CACHE_ROOT = "/cache/tandem"
+"""Where a container rank sees its node's compile cache root (docker volume, k8s hostPath)."""
+
 # --- Hugging Face -------------------------------------------------------------------------
 HF_HOME = "HF_HOME"
 HF_HUB_OFFLINE = "HF_HUB_OFFLINE"

@@ -58,7 +58,9 @@ def seed000_lws() -> dict:
     """The seed's LeaderWorkerSet with its shared pod spec in both templates; the readiness
     probe stays on the leader only (the worker is headless and serves nothing), without the
     seed's ``initialDelaySeconds: 600``: tandem's startup probe covers the cold start, and
-    readiness does not run before it succeeds (``tandem.render.kubernetes._probes``)."""
+    readiness does not run before it succeeds (``tandem.render.kubernetes._probes``). One
+    addition: the compile cache hostPath the seed lacks (every pod restart compiled from
+    scratch)."""
     lws = seed_yaml("seed000-lws.yaml")
     pod = seed_yaml("seed000-podspec.yaml")
     template = lws["spec"]["leaderWorkerTemplate"]
@@ -68,6 +70,10 @@ def seed000_lws() -> dict:
             spec["containers"][0].pop("readinessProbe")
         else:
             spec["containers"][0]["readinessProbe"].pop("initialDelaySeconds")
+        spec["volumes"].append({"name": "compile-cache", "hostPath": {
+            "path": "/var/cache/tandem/" + lws["metadata"]["name"], "type": "DirectoryOrCreate"}})
+        spec["containers"][0]["volumeMounts"].append(
+            {"name": "compile-cache", "mountPath": "/cache/tandem"})
         template[key]["spec"] |= spec
     return lws
 

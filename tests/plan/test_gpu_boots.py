@@ -76,7 +76,9 @@ def test_cuda_boot_phases_in_order_with_compile():
         log.feed(line)
     phases = [p for p, _ in log.phases]
     assert phases == [Phase.RENDEZVOUS, Phase.WEIGHTS_LOADED, Phase.COMPILED, Phase.KV_CACHE]
-    assert dict(log.phases)[Phase.COMPILED] == "21.09 s"
+    # a first boot: vLLM compiled and saved to its cache (tandem.caches keeps it for the next)
+    assert dict(log.phases)[Phase.COMPILED].startswith("cold")
+    assert log.figures.compile_cache == "cold"
     assert log.figures.kv_cache_tokens == 896_912 and log.figures.available_kv_cache_gib == 109.49
 
 

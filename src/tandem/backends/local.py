@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tandem import caches, wire
 from tandem.backends import netns, processes
 from tandem.backends.base import ProcessFact, RankObservation
 from tandem.backends.launch import (
@@ -40,7 +41,7 @@ from tandem.backends.launch import (
 )
 from tandem.backends.state import (
     DeploymentState, PhaseMark, ProcessRecord, RankState, deployment_dir, load_state,
-    list_deployments, open_private, private_dir,
+    list_deployments, open_private, private_dir, state_root,
 )
 from tandem.errors import BackendError
 from tandem.interrupts import Hurry, shielded
@@ -116,7 +117,8 @@ def _process_env(rank: RankSpec, run_dir: Path) -> dict[str, str]:
     tmp = run_dir / f"rank{rank.rank}" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     env["TMPDIR"] = str(tmp)
-    env["VLLM_CACHE_ROOT"] = str(run_dir / f"rank{rank.rank}" / "vllm-cache")
+    env |= caches.cache_env(caches.local_root(state_root(), rank.env[wire.TANDEM_DEPLOYMENT],
+                                              rank.rank))  # kept by down: warm restarts
     env.update(rank.env)
     return env
 

@@ -7,6 +7,9 @@ Both runtimes keep a per-rank folder on the node (``ssh.remote_dir/DEPLOYMENT/ra
     exit          venv: the exit status, written when the rank ends by itself
     tmp/          TMPDIR of the rank (vLLM's IPC sockets; paths must fit in 107 bytes)
 
+and beside them ``caches/rankN``, the rank's compile cache root (``tandem.caches``), which no
+stop removes: restarts start warm, ``tandem down --purge-caches`` clears it.
+
 - **venv**: ``vllm serve`` in its own session (``setsid``), detached from the ssh session,
   marked with ``TANDEM_DEPLOYMENT``/``TANDEM_RANK`` in its environment like every local rank.
 - **docker**: ``docker run --detach`` as ``tandem.render.docker`` renders it, plus a detached
@@ -23,7 +26,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from tandem import wire
+from tandem import caches, wire
 from tandem.rankplan import RankSpec
 from tandem.redact import is_secret
 from tandem.render.docker import container_name, docker_run_argv
@@ -51,8 +54,13 @@ def log_path(options: SSHOptions, deployment: str, rank: int) -> PurePosixPath:
 
 
 def run_env(directory: PurePosixPath) -> dict[str, str]:
-    """Per-rank paths vLLM would otherwise share: its temp dir and its cache root."""
-    return {"TMPDIR": str(directory / "tmp"), "VLLM_CACHE_ROOT": str(directory / "vllm-cache")}
+    """Per-rank paths vLLM would otherwise share: its temp dir."""
+    return {"TMPDIR": str(directory / "tmp")}
+
+
+def cache_root(options: SSHOptions, deployment: str, rank: int) -> PurePosixPath:
+    """The rank's compile cache root on its node (``tandem.caches``)."""
+    return caches.remote_root(options.remote_dir, deployment, rank)
 
 
 def _exports(env: dict[str, str]) -> str:
@@ -63,12 +71,12 @@ def _marks(deployment: str, rank: int) -> dict[str, str]:
     return {wire.TANDEM_DEPLOYMENT: deployment, wire.TANDEM_RANK: str(rank)}
 
 
-def _prepare(directory: PurePosixPath, log: PurePosixPath) -> str:
+def _prepare(directory: PurePosixPath, log: PurePosixPath, cache: PurePosixPath) -> str:
     d = shlex.quote(str(directory))
     lg = shlex.quote(str(log))
     # The rank's folder and log are the user's only (0700, 0600); the rank itself keeps the
     # node's umask, so what it writes to a shared HF cache stays readable by others.
-    return (f"(umask 077 && mkdir -p {d}/tmp {d}/vllm-cache)\n"
+    return (f"(umask 077 && mkdir -p {d}/tmp {shlex.quote(str(cache))})\n"
             f"if [ -f {lg} ]; then mv -f {lg} {lg}.1; fi\n"
             f"rm -f {d}/pid {d}/exit\n"
             f"(umask 077 && : > {lg})\n")
@@ -145,8 +153,9 @@ class VenvRuntime:
             "set -e\n"
             f"command -v {shlex.quote(vllm[0])} >/dev/null 2>&1 || "
             f"{{ echo '{vllm[0]}: command not found' >&2; exit 127; }}\n"
-            + _prepare(directory, log)
-            + _exports({**rank.env, **run_env(directory)}) + "\n"
+            + _prepare(directory, log, cache_root(self.options, deployment.name, rank.rank))
+            + _exports({**caches.cache_env(cache_root(self.options, deployment.name, rank.rank)),
+                        **rank.env, **run_env(directory)}) + "\n"
             # The wrapper shell leads the new session; it records its pid, runs vLLM and, if vLLM
             # ends by itself, its exit status.
             + f"setsid sh -c 'd=$1; shift; echo $$ > \"$d/pid\"; \"$@\"; echo $? > \"$d/exit\"'"
@@ -170,7 +179,7 @@ class VenvRuntime:
                 f"if [ -n \"$pid\" ] && grep -qzxF {mark} /proc/$pid/environ 2>/dev/null; "
                 "then kill -TERM -- \"-$pid\" 2>/dev/null || true; fi\n"
                 + _sweep(deployment, rank, grace_s)
-                + f"rm -rf {d}/tmp {d}/vllm-cache\n")
+                + f"rm -rf {d}/tmp\n")
 
 
 @dataclass(frozen=True)
@@ -198,7 +207,8 @@ class DockerRuntime:
             "set -e\n"
             f"command -v {shlex.quote(docker[0])} >/dev/null 2>&1 || "
             f"{{ echo '{docker[0]}: command not found' >&2; exit 127; }}\n"
-            + _prepare(directory, log_path(self.options, deployment.name, rank.rank))
+            + _prepare(directory, log_path(self.options, deployment.name, rank.rank),
+                       cache_root(self.options, deployment.name, rank.rank))
             + f"{shlex.join([*docker, 'rm', '--force', name])} >/dev/null 2>&1 || true\n"
             + _exports(secrets) + ("\n" if secrets else "")
             + f"{shlex.join(self.run_argv(rank, deployment))} > {shlex.quote(str(directory))}/cid\n"
@@ -220,7 +230,7 @@ class DockerRuntime:
         return (f"{docker} stop --time {int(grace_s)} {name} >/dev/null 2>&1 || true\n"
                 f"{docker} rm --force {name} >/dev/null 2>&1 || true\n"
                 + _sweep(deployment, rank, 5)
-                + f"rm -rf {d}/tmp {d}/vllm-cache\n")
+                + f"rm -rf {d}/tmp\n")
 
 
 def poll_script(status_script: str, log: PurePosixPath, offset: int) -> str:

@@ -37,14 +37,16 @@ class SSHNodeTransport:
     """Probe and spawn on ssh nodes (``check.transport.NodeTransport``)."""
 
     def __init__(self, deployment: Deployment, *, python: str | None = None,
-                 with_hashes: bool = False) -> None:
+                 with_hashes: bool = False, compile_caches: dict[str, str] | None = None) -> None:
         self.deployment = deployment
         self.ssh = OpenSSH.for_cluster(deployment.cluster)
         self.python = python or node_python(deployment)
         self.with_hashes = with_hashes
+        self.compile_caches = compile_caches or {}
 
     def run_probe(self, node: Node) -> dict[str, Any]:
-        args = shlex.join(probe_args(self.deployment, with_hashes=self.with_hashes))
+        args = shlex.join(probe_args(self.deployment, with_hashes=self.with_hashes,
+                                     compile_cache=self.compile_caches.get(node.name)))
         exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in node.env.items())
         # the engine's Python when it is there, else the node's python3
         script = (f"{exports}py={shlex.quote(self.python)}; [ -x \"$py\" ] || py=python3\n"

@@ -5,8 +5,9 @@ Layout under the state root (``$TANDEM_HOME``, default ``~/.local/state/tandem``
     deployments/NAME/state.json     this model, rewritten after every change
     deployments/NAME/logs/rankN.log each rank's stdout and stderr
     (folders 0700, files 0600: they hold commands, addresses and logs of the user's model)
-    $TMPDIR/tandem-HASH/rankN/      TMPDIR and caches of the ranks (removed by down; short,
-                                    because vLLM's IPC socket paths must fit in 107 bytes)
+    $TMPDIR/tandem-HASH/rankN/      TMPDIR of the ranks (removed by down; short, because
+                                    vLLM's IPC socket paths must fit in 107 bytes)
+    caches/NAME/rankN/              each rank's compile caches (kept by down: tandem.caches)
 """
 
 from __future__ import annotations
@@ -81,6 +82,14 @@ class BootFigures(BaseModel):
     max_concurrency: float | None = None
     max_concurrency_tokens_per_request: int | None = None
     world_size: int | None = None
+    compile_cache: str | None = Field(default=None, description="`warm` when vLLM loaded its "
+                                      "compiled graphs from the cache, `cold` when it compiled "
+                                      "them, `recompiled` when it found them but could not "
+                                      "load them (the kernel caches still count), None "
+                                      "without torch.compile (enforce_eager).")
+    engine_init_s: float | None = Field(default=None, description="vLLM's own `init engine "
+                                        "(profile, create kv cache, warmup model)` time: the "
+                                        "share of the boot a warm cache shortens.")
 
 
 class DeploymentState(BaseModel):
@@ -95,7 +104,7 @@ class DeploymentState(BaseModel):
     model: str = Field(description="The model name clients send.")
     ranks: list[RankState] = Field(default_factory=list)
     network: dict = Field(default_factory=dict, description="What up created: bridge, netns.")
-    run_dir: str | None = Field(default=None, description="The ranks' TMPDIR and caches.")
+    run_dir: str | None = Field(default=None, description="The ranks' TMPDIR.")
     phases: list[PhaseMark] = Field(default_factory=list)
     boot: BootFigures = Field(default_factory=BootFigures)
     ready: bool = False

@@ -24,9 +24,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tandem import wire
+from tandem import caches, wire
 from tandem.backends import netns
-from tandem.backends.state import list_deployments, load_state
+from tandem.backends.state import list_deployments, load_state, state_root
 from tandem.check.fabric import DEFAULT_PORT, run_fabric
 from tandem.check.findings import CheckReport, Finding, Severity
 from tandem.check.rules import CheckContext, evaluate
@@ -173,12 +173,16 @@ def run_check(
                              fix=p.hint or "fix the recipe or the cluster")
                      for p in exc.problems]
     rank_env = {r.node: r.env for r in plan.ranks} if plan else {}
+    roots = {node.name: caches.rank_root(deployment, rank, state_root=state_root())
+             for rank, node in enumerate(deployment.cluster.nodes)}
     with local_namespaces(deployment, on_event) as namespaces:
         if transport is None:
             if deployment.cluster.transport is Transport.LOCAL:
-                transport = LocalTransport(deployment, netns=namespaces, with_hashes=with_hashes)
+                transport = LocalTransport(deployment, netns=namespaces, with_hashes=with_hashes,
+                                           compile_caches=roots)
             else:
-                transport = transport_for(deployment, with_hashes=with_hashes)
+                transport = transport_for(deployment, with_hashes=with_hashes,
+                                          compile_caches=roots)
         on_event(f"probing {len(deployment.cluster.nodes)} node(s)")
         facts = probe_all(deployment, transport)
         planned, why_not, refused = memory_plan(deployment)

@@ -546,7 +546,54 @@ def _sha256(path):
     return digest.hexdigest()
 
 
+# --- compile caches -----------------------------------------------------------------------------
+
+CACHE_MAX_ENTRIES = 5000
+
+
+def compile_cache_facts(node, root, named=(), opaque=(), depth=6):
+    """The rank's compile cache root: files and bytes of each top-level folder, and the entries
+    (relative paths up to ``depth`` levels) of the ``named`` folders, whose names say what was
+    compiled or tuned; an ``opaque`` folder inside them is listed but not entered.
+
+    The rules turn this into the rank's cache key (``tandem.caches.cache_key``); an absent or
+    empty root is a cold cache.
+    """
+    if not root:
+        return None
+    facts = {"root": root, "exists": False, "folders": {}, "entries": [], "truncated": False}
+    base = node.path(root)
+    if not os.path.isdir(base):
+        return facts
+    facts["exists"] = True
+    for top in sorted(os.listdir(base)):
+        files, size = 0, 0
+        for folder, dirs, names in os.walk(os.path.join(base, top)):
+            dirs.sort()
+            relative = os.path.relpath(folder, base)
+            level = relative.count(os.sep) + 1
+            if top in named and level < depth and os.path.basename(folder) not in opaque:
+                for name in dirs + sorted(names):
+                    if len(facts["entries"]) < CACHE_MAX_ENTRIES:
+                        facts["entries"].append(relative + "/" + name)
+                    else:
+                        facts["truncated"] = True
+            for name in names:
+                try:
+                    size += os.path.getsize(os.path.join(folder, name))
+                    files += 1
+                except OSError:
+                    continue
+        facts["folders"][top] = {"files": files, "bytes": size}
+    facts["entries"].sort()
+    return facts
+
+
 # --- entry point ---------------------------------------------------------------------------------
+
+def _names(text):
+    return tuple(n for n in (text or "").split(",") if n)
+
 
 def collect(node, args):
     """Every section; a section that fails records its error and the rest still run.
@@ -571,6 +618,10 @@ def collect(node, args):
         "ports": lambda: port_facts(node),
         "model": lambda: model_facts(node, args.model, args.revision, args.cache_root,
                                      args.model_path, args.hash),
+        "compile_cache": lambda: compile_cache_facts(
+            node, getattr(args, "compile_cache", None),
+            named=_names(getattr(args, "cache_named", None)),
+            opaque=_names(getattr(args, "cache_opaque", None))),
     }
     facts = {"probe_version": PROBE_VERSION}
     errors = {}
@@ -598,6 +649,12 @@ def main(argv=None):
     parser.add_argument("--cache-root", default=None, help="HF_HOME holding hub/")
     parser.add_argument("--model-path", default=None, help="a local model directory instead")
     parser.add_argument("--hash", action="store_true", help="sha256 every snapshot file")
+    parser.add_argument("--compile-cache", default=None,
+                        help="this rank's compile cache root (tandem.caches) to fingerprint")
+    parser.add_argument("--cache-named", default="", help="folders of it whose entries are "
+                        "listed, comma-separated")
+    parser.add_argument("--cache-opaque", default="", help="folders inside those that are "
+                        "listed but not entered, comma-separated")
     args = parser.parse_args(argv)
     node = Node(root=args.root, commands=args.commands)
     json.dump(collect(node, args), sys.stdout, sort_keys=True)

@@ -27,6 +27,7 @@ import time
 from importlib import resources
 from typing import IO, Any, Protocol
 
+from tandem import caches
 from tandem.errors import BackendError
 from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment
@@ -77,10 +78,15 @@ def probe_source() -> str:
     return resources.files("tandem.check").joinpath("probe.py").read_text()
 
 
-def probe_args(deployment: Deployment, *, with_hashes: bool = False) -> list[str]:
-    """The probe's arguments for this deployment's model."""
+def probe_args(deployment: Deployment, *, with_hashes: bool = False,
+               compile_cache: str | None = None) -> list[str]:
+    """The probe's arguments for this deployment's model and, when given, the node's compile
+    cache root (``tandem.caches.rank_root``)."""
     model = deployment.recipe.model
     args = ["--model", model.repo_id, "--revision", model.revision]
+    if compile_cache:
+        args += ["--compile-cache", compile_cache, "--cache-named", ",".join(caches.NAMED_FOLDERS),
+                 "--cache-opaque", ",".join(caches.OPAQUE_FOLDERS)]
     if model.cache_root:
         args += ["--cache-root", model.cache_root]
     if model.path:
@@ -134,14 +140,18 @@ class LocalTransport:
     """Nodes on this machine: plain processes, or processes in each node's network namespace.
 
     ``netns``: node name -> namespace for namespace nodes; empty for loopback nodes.
+    ``compile_caches``: node name -> its rank's compile cache root (``tandem.caches``), probed
+    for the cache-parity rule.
     ``python``: the interpreter for the probe and fabric ranks (default: this one, the venv
     that also runs vLLM).
     """
 
     def __init__(self, deployment: Deployment, *, netns: dict[str, str] | None = None,
-                 python: str | None = None, with_hashes: bool = False) -> None:
+                 python: str | None = None, with_hashes: bool = False,
+                 compile_caches: dict[str, str] | None = None) -> None:
         self.deployment = deployment
         self.netns = netns or {}
+        self.compile_caches = compile_caches or {}
         self.python = python or sys.executable
         self.with_hashes = with_hashes
 
@@ -154,7 +164,8 @@ class LocalTransport:
     def run_probe(self, node: Node) -> dict[str, Any]:
         script = str(resources.files("tandem.check").joinpath("probe.py"))
         argv = self._wrap(node, ["python3", script,
-                                 *probe_args(self.deployment, with_hashes=self.with_hashes)])
+                                 *probe_args(self.deployment, with_hashes=self.with_hashes,
+                                             compile_cache=self.compile_caches.get(node.name))])
         started = time.time()
         try:
             result = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,

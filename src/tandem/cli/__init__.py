@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("tandem.cli.lifecycle", "Show or follow the ranks' logs."),
     "down": ("tandem.cli.lifecycle", "Stop every rank and remove what up created."),
     "supervise": ("tandem.cli.supervise", "Restart the whole group when a rank dies."),
+    "service": ("tandem.cli.service", "Run a deployment as a systemd service (install, status)."),
     "sync": ("tandem.cli.sync", "Make every node hold the same image and model snapshot."),
     "chat": ("tandem.cli.lifecycle", "Send one chat message to a deployment and print the answer."),
     "bench": ("tandem.cli.bench", "Measure serving performance of an OpenAI-compatible endpoint."),

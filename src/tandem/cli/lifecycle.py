@@ -12,13 +12,14 @@ from rich.table import Table
 
 from tandem import lifecycle, wire
 from tandem.backends.bundle import write_bundle
-from tandem.backends.state import PhaseMark, load_state
+from tandem.backends.state import PhaseMark, list_deployments, load_state
 from tandem.cli.check import preflight
 from tandem.cli.options import (POSITIVE, FloatIn, api_key_option, cluster_option,
                                 machine_deployment, recipe_argument)
 from tandem.cli.supervise import run_supervisor
 from tandem.errors import EndpointError, Unauthorized
 from tandem.redact import Redactor
+from tandem.spec.loading import load_cluster
 
 console = Console(highlight=False, soft_wrap=True)
 name_argument = click.argument("name", required=False)
@@ -78,6 +79,12 @@ def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
     boot = state.boot
     console.print(f"[green]ready[/green] at {state.endpoint}/v1 as model '{state.model}' "
                   f"after {state.phases[-1].elapsed_s:.1f} s")
+    if boot.compile_cache:
+        init = f"; engine init (profile, compile, warm-up) {boot.engine_init_s:.1f} s" \
+            if boot.engine_init_s is not None else ""
+        said = {"warm": "compile caches loaded", "cold": "compile caches written",
+                "recompiled": "vLLM could not load its compile cache; kernel caches reused"}
+        console.print(f"  start: {boot.compile_cache} ({said.get(boot.compile_cache, '')}){init}")
     if boot.kv_cache_tokens:
         console.print(f"  KV cache: {boot.kv_cache_tokens:,} tokens, "
                       f"{boot.available_kv_cache_gib} GiB available, max concurrency "
@@ -193,21 +200,34 @@ def logs_command(name: str | None, rank: int | None, follow: bool, tail: int | N
 
 @click.command("down")
 @name_argument
-def down_command(name: str | None) -> None:
+@click.option("--purge-caches", is_flag=True, help="Also remove every rank's compile, JIT and "
+              "autotune caches, so the next start is cold on every rank. Works on a deployment "
+              "that is already down too (give its NAME, and --cluster for ssh nodes).")
+@cluster_option
+def down_command(name: str | None, purge_caches: bool, cluster_path: str | None) -> None:
     """Stop every rank and remove what up created (processes, namespaces, run files).
 
-    Logs stay under the deployment's state folder.
+    Logs stay under the deployment's state folder, and each rank's compile caches stay on its
+    node, so the next `tandem up` starts warm.
 
     \b
     Examples:
       tandem down
       tandem down tiny-local
+      tandem down tiny-local --purge-caches
+      tandem down deepseek-v4-flash --purge-caches --cluster examples/dgx-spark-pair.yaml
     """
-    state = lifecycle.down(name, on_event=_show_event)
+    if purge_caches and name and name not in list_deployments():
+        cluster = load_cluster(cluster_path) if cluster_path else None
+        lifecycle.purge_compile_caches(name, cluster, on_event=_show_event)
+        console.print(f"[bold]{name}[/bold]: compile caches removed")
+        return
+    state = lifecycle.down(name, purge_caches=purge_caches, on_event=_show_event)
     if state is None:
         console.print("no deployment was running; removed what killed commands left")
         return
-    console.print(f"[bold]{state.name}[/bold] is down")
+    console.print(f"[bold]{state.name}[/bold] is down"
+                  + (", compile caches removed" if purge_caches else ""))
 
 
 @click.command("chat")

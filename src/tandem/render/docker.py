@@ -11,6 +11,9 @@ under seed 002's eugr launcher and seed 000's LeaderWorkerSet pods:
   IPC docker would ignore ``--shm-size``, so it is a tmpfs mount);
 - the Hugging Face cache mounted from the host at ``/cache/huggingface`` with ``HF_HOME``
   pointing there (seed 000's hf-cache hostPath);
+- the rank's compile cache root on the node (``tandem.caches``: ``ssh.remote_dir/DEPLOYMENT/
+  caches/rankN``) mounted at ``/cache/tandem``, with vLLM's, Inductor's, Triton's, FlashInfer's,
+  DeepGEMM's and TileLang's cache variables pointing into it, so a new container starts warm;
 - all GPUs of the node (``--gpus all``), the rank's environment as ``-e`` flags, and
   ``vllm serve ...`` exactly as the process target prints it.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from tandem import caches, wire
 from tandem.errors import RecipeError
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.redact import is_secret
@@ -90,7 +94,10 @@ def docker_run_argv(rank: RankSpec, deployment: Deployment, *, image: str | None
             argv += ["--device", f"{mount.source}:{mount.target}"]
         else:
             argv += ["--volume", f"{host_source(rank, mount.source, mount.env)}:{mount.target}"]
-    for key, value in container_env(rank).items():
+    cache = caches.remote_root(deployment.cluster.ssh.remote_dir, deployment.name, rank.rank)
+    argv += ["--volume", f"{cache}:{wire.CONTAINER_CACHE_ROOT}"]
+    env = {**container_env(rank), **caches.cache_env(wire.CONTAINER_CACHE_ROOT)}
+    for key, value in env.items():
         argv += ["--env", key if is_secret(key) else f"{key}={value}"]
     argv += ["--entrypoint", rank.argv[0], image, *rank.argv[1:]]
     return argv

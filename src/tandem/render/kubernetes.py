@@ -11,7 +11,10 @@ leader's ``/health`` only answers once every rank has joined.
 Each template is the rank plan's rank with its node pinned (``nodeSelector`` on
 ``kubernetes.io/hostname``), the seed 000 pod shape (host network and IPC,
 ``ClusterFirstWithHostNet``, privileged with ``IPC_LOCK``, ``nvidia.com/gpu`` limit,
-``/dev/infiniband`` and the HF cache as hostPaths, ``/dev/shm`` as a memory emptyDir), its
+``/dev/infiniband`` and the HF cache as hostPaths, ``/dev/shm`` as a memory emptyDir), the
+compile cache root ``/var/cache/tandem/DEPLOYMENT`` of each node as a hostPath at
+``/cache/tandem`` with the cache variables pointing into it (``tandem.caches``: a recreated
+group starts warm), its
 ``vllm serve`` argv as ``command`` and its environment. The leader alone gets the port, a
 startup probe that allows ``timeouts.startup_s``, and a readiness probe on ``/health`` with no
 initial delay: it runs only after the startup probe succeeded (``_probes`` says why seed 000's
@@ -39,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from tandem import liveness, wire
+from tandem import caches, liveness, wire
 from tandem.errors import PlanError, Problem
 from tandem.rankplan import Mount, RankPlan, RankSpec, Role, in_files
 from tandem.spec.deployment import Deployment
@@ -52,6 +55,7 @@ SECRET_KEY = "api-key"
 """Key of the API key inside the Secret ``<deployment>-api-key``."""
 PROBE_PERIOD_S = 10
 MANAGED_BY = "tandem"
+COMPILE_CACHE_VOLUME = "compile-cache"
 
 _FROM_POD_IP = {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 _FROM_WORKER_INDEX = {"valueFrom": {"fieldRef": {
@@ -139,6 +143,9 @@ def _volumes(deployment: Deployment, rank: RankSpec) -> tuple[list[dict], list[d
             volumes.append({"name": name, "hostPath": {"path": host_path(mount.source),
                                                        "type": "DirectoryOrCreate"}})
             mounts.append({"name": name, "mountPath": mount.target})
+    volumes.append({"name": COMPILE_CACHE_VOLUME, "hostPath": {
+        "path": caches.k8s_host_root(deployment.name), "type": "DirectoryOrCreate"}})
+    mounts.append({"name": COMPILE_CACHE_VOLUME, "mountPath": wire.CONTAINER_CACHE_ROOT})
     return volumes, mounts
 
 
@@ -201,6 +208,9 @@ def _role_env(ranks: list[RankSpec], mode: LeaderAddress, secret: str | None) ->
             env.append({"name": key, "value": value})
     named = {e["name"] for e in env}
     env += [{"name": k, "value": v} for k, v in mount_env.items() if k not in named]
+    env = [e for e in env if e["name"] not in caches.CACHE_DIRS]
+    env += [{"name": k, "value": v}
+            for k, v in caches.cache_env(wire.CONTAINER_CACHE_ROOT).items()]
     if secret:
         env.append({"name": wire.VLLM_API_KEY, "valueFrom": {"secretKeyRef": {
             "name": secret, "key": SECRET_KEY, "optional": True}}})

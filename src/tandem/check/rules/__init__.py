@@ -8,7 +8,7 @@ rank plan, and the memory need from ``tandem plan`` when it is installed.
 
 Modules by what a rule looks at: ``software`` (probe, versions, image, model, environment),
 ``network`` (interfaces, MTU, RoCE GIDs, ports, rendezvous), ``host`` (memory, desktop, shm,
-clocks); ``context`` holds what they all read.
+clocks), ``cache`` (the ranks' compile caches); ``context`` holds what they all read.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tandem.check.findings import Finding, Severity
+from tandem.check.rules.cache import CacheParityRule
 from tandem.check.rules.context import CheckContext, Rule
 from tandem.check.rules.host import (ClockSkewRule, GuiRule, MemoryHeadroomRule, PlanFitRule,
                                      ShmRule)
@@ -28,7 +29,7 @@ RULES: tuple[Rule, ...] = (
     ProbeFailedRule(), VersionSkewRule(), VllmVersionRule(), ImagePresentRule(),
     ModelSnapshotRule(), InterfaceRule(), AddressOnNodeRule(), MtuRule(), RoceGidRule(),
     PlanFitRule(), MemoryHeadroomRule(), GuiRule(), KnownBadEnvRule(), PortsRule(), ShmRule(),
-    LoopbackMasterRule(), OpenApiRule(), ClockSkewRule(),
+    LoopbackMasterRule(), OpenApiRule(), ClockSkewRule(), CacheParityRule(),
 )
 """Every rule, in report order."""
 

@@ -1,0 +1,48 @@
+"""Clearing the compile cache roots of a deployment on its nodes (`tandem down --purge-caches`).
+
+Where they are is ``tandem.caches``; this module does the file work: on this machine directly,
+on ssh nodes with one shell line each over the shared connection. ``down`` never calls
+``purge``; only ``tandem down --purge-caches`` does, so every other stop and every supervised
+restart starts warm.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from collections.abc import Callable
+
+from tandem import caches
+from tandem.backends.openssh import OpenSSH, SSHTarget
+from tandem.backends.state import state_root
+from tandem.errors import BackendError
+from tandem.spec.cluster import Cluster, Transport
+
+
+def purge(name: str, cluster: Cluster | None, *,
+          on_event: Callable[[str], None] = lambda text: None) -> list[str]:
+    """Remove every rank's cache root of deployment ``name``; return what could not be removed.
+
+    ``cluster`` None means this machine (the local transport).
+
+    Raises:
+        BackendError: on Kubernetes, whose hostPaths tandem cannot reach (the hint says how).
+    """
+    if cluster is None or cluster.transport is Transport.LOCAL:
+        folder = caches.local_deployment_root(state_root(), name)
+        shutil.rmtree(folder, ignore_errors=True)
+        on_event(f"removed the compile caches of '{name}' ({folder})")
+        return [str(folder)] if folder.exists() else []
+    if cluster.transport is Transport.SSH:
+        folder = caches.remote_deployment_root(cluster.ssh.remote_dir, name)
+        quoted = shlex.quote(str(folder))
+        script = f"rm -rf {quoted} 2>/dev/null; if [ -e {quoted} ]; then echo left; fi\n"
+        results = OpenSSH.for_cluster(cluster).run_all(
+            {node.name: (SSHTarget.of(node), script) for node in cluster.nodes},
+            timeout_s=120, check=False)
+        on_event(f"removed the compile caches of '{name}' ({folder}) on "
+                 f"{len(cluster.nodes)} node(s)")
+        return [f"{folder} on {node}" for node, result in results.items()
+                if not result.ok or "left" in result.stdout]
+    raise BackendError(f"tandem cannot clear the hostPath caches of '{name}' on Kubernetes "
+                       "nodes", hint=f"on each node: sudo rm -rf {caches.k8s_host_root(name)}")
