@@ -69,7 +69,7 @@ class LatencyStats(BaseModel):
     p99: float | None = None
 
     @classmethod
-    def of(cls, values: Iterable[float]) -> LatencyStats:
+    def of(cls, values: Iterable[float | None]) -> LatencyStats:
         data = sorted(v for v in values if v is not None and math.isfinite(v))
         if not data:
             return cls()

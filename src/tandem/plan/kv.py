@@ -164,7 +164,7 @@ def kv_layout(config: dict[str, Any], *, kv_cache_dtype: str | None, block_size:
         sparse = "index_topk" in config or config.get("model_type") == "deepseek_v32"
         if sparse and dtype == "fp8_ds_mla":
             index_dim = int(config.get("index_head_dim", 128))
-            per_layer = V32_RECORD_BYTES + index_dim + index_dim // 128 * 4
+            per_layer: float = V32_RECORD_BYTES + index_dim + index_dim // 128 * 4
             arch = "mla-sparse"
         else:
             per_layer = latent * size

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from tandem.errors import ClusterError, Problem, RecipeError, SpecError
 from tandem.spec.cluster import Cluster, LocalIsolation
@@ -91,7 +92,7 @@ def parse_model(model: type[M], text: str, source: str, error: type[SpecError]) 
                     problems=problems) from exc
 
 
-def _problem(err: dict[str, Any]) -> Problem:
+def _problem(err: ErrorDetails) -> Problem:
     """Turn one pydantic error into a Problem with a dotted path and a fix."""
     path = ".".join(str(p) for p in err["loc"])
     kind = err["type"]
