@@ -250,13 +250,13 @@ def print_table(runs: list[Run], levels: list[int], a) -> None:
         for client in ("vllm bench serve", "tandem bench"):
             mine = [p[client] for p in kept.values()]
 
-            def med(key: str) -> float:
+            def med(key: str, mine: list = mine) -> float:
                 return statistics.median(getattr(x, key) for x in mine)
             print(f"| {c} | {client} | {len(mine)} | {med('ttft_p50_ms'):.2f} | "
                   f"{med('tpot_p50_ms'):.2f} | {med('itl_p50_ms'):.2f} | {med('cpu_s'):.2f} | "
                   f"{med('cpu_s') / med('output_tokens') * 1000:.3f} |")
 
-        def ratio(key: str) -> float:
+        def ratio(key: str, kept: dict = kept) -> float:
             return statistics.median(getattr(p["tandem bench"], key)
                                      / getattr(p["vllm bench serve"], key)
                                      for p in kept.values())

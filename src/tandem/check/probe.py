@@ -93,8 +93,8 @@ class Node:
         if argv is None:
             return _python_packages()
         try:
-            result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    timeout=self.timeout_s, universal_newlines=True)
+            result = subprocess.run(argv, capture_output=True, timeout=self.timeout_s,
+                                    text=True)
         except (OSError, subprocess.SubprocessError):
             self._missing(key)
             return None
