@@ -15,7 +15,8 @@ Every fact is read through two seams so that the same parsing runs on recorded f
 
 Usage:
     python3 probe.py --model deepseek-ai/DeepSeek-V4-Flash --cache-root /root/.cache/huggingface
-    python3 probe.py --root tests/fixtures/check/spark-101 --commands tests/fixtures/check/spark-101/commands
+    python3 probe.py --root tests/fixtures/check/spark-101 \
+        --commands tests/fixtures/check/spark-101/commands
 """
 
 from __future__ import annotations

@@ -198,7 +198,8 @@ def reserves_for(facts: ModelFacts, settings: ServeSettings,
         if uses_drafter(settings):
             reserves.append(Reserve(
                 name="MTP hidden buffer", bytes=batched * int(config.get("hc_mult", 4)) * hidden * 2,
-                basis="derived: batched tokens x hc_mult x hidden x 2 B (model-physics.md §1.2)"))
+                basis="derived: batched tokens x hc_mult x hidden x 2 B "
+                      "(model-physics.md §1.2)"))
     return reserves
 
 
