@@ -115,7 +115,23 @@ def inject(kind: str, state_dir: Path) -> str:
         return f"ip netns del {record['netns']}"
     process = next(p for p in record["processes"] if p["name"].startswith(what))
     os.kill(process["pid"], sig)
+    took_effect(process["pid"], sig)
     return f"{signal.Signals(sig).name} {process['name']} {process['pid']} (rank {rank})"
+
+
+def took_effect(pid: int, sig: int, timeout_s: float = 5.0) -> None:
+    """Wait until the kernel shows the signal's effect (gone, or stopped): the fault's moment.
+
+    A look in the microseconds between kill() and the process's death sees it alive, and a
+    canary sent then crashes the leader for the wrong reason.
+    """
+    from tandem.backends.processes import read_process
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        process = read_process(pid)
+        if process is None or not process.alive or (sig == signal.SIGSTOP and process.stopped):
+            return
+        time.sleep(0.01)
 
 
 def restart_folders(state_dir: Path) -> int:

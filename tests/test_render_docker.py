@@ -89,8 +89,11 @@ def test_seed_000_rdma_device_and_control_plane():
 
 
 def test_secrets_are_passed_by_name_only():
-    deployment = make_deployment(make_recipe(engine__image="repo/vllm:1", env={"HF_TOKEN": "hf_abc123"}))
-    argv = docker_run_argv(plan_ranks(deployment).ranks[0], deployment)
+    deployment = make_deployment(make_recipe(engine__image="repo/vllm:1"))
+    rank = plan_ranks(deployment).ranks[0]
+    # A secret reaches a rank only at launch, from the caller's environment (never the recipe).
+    rank = rank.model_copy(update={"env": {**rank.env, "HF_TOKEN": "hf_abc123"}})
+    argv = docker_run_argv(rank, deployment)
     assert "HF_TOKEN" in flag_values(argv, "--env")
     assert "hf_abc123" not in shlex.join(argv)
 

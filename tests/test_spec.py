@@ -56,9 +56,8 @@ BAD_RECIPES = [
     ("repo id without org", GOOD_RECIPE.replace("org/model", "model"), "model.repo_id", "ORG/NAME"),
     ("zero tensor parallel", GOOD_RECIPE.replace("2}", "0}"),
      "engine.serve.tensor_parallel_size", "greater than or equal to 1"),
-    ("utilization above one", GOOD_RECIPE + "  \n".replace("  ", "") +
-     "engine:\n  serve: {gpu_memory_utilization: 1.5}\n", "engine.serve.gpu_memory_utilization",
-     "less than or equal to 1"),
+    ("utilization above one", GOOD_RECIPE.replace("2}", "2, gpu_memory_utilization: 1.5}"),
+     "engine.serve.gpu_memory_utilization", "less than or equal to 1"),
     ("text where a number goes", GOOD_RECIPE.replace("2}", "two}"),
      "engine.serve.tensor_parallel_size", "integer"),
     ("unknown executor", GOOD_RECIPE.replace("engine:\n", "engine:\n  executor: slurm\n"),
@@ -139,8 +138,9 @@ def test_example_inventories_load():
 
 
 @pytest.mark.parametrize("text,field,message", [
-    (GOOD_CLUSTER.replace("address: 10.0.0.2", "address: 10.0.0.1"), "", "share address"),
-    (GOOD_CLUSTER.replace("name: b", "name: a"), "", "repeat"),
+    (GOOD_CLUSTER.replace("address: 10.0.0.2", "address: 10.0.0.1"), "nodes.1.address",
+     "also nodes[0]'s address"),
+    (GOOD_CLUSTER.replace("name: b", "name: a"), "nodes.1.name", "also nodes[0]'s name"),
     (GOOD_CLUSTER.replace("transport: ssh", "transport: slurm"), "transport", "'local'"),
     ("name: pair\nnodes: []\n", "nodes", "at least 1"),
     (GOOD_CLUSTER.replace("{name: a,", "{name: a, gpu: 1,"), "nodes.0.gpu", "unknown field"),

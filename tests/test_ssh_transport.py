@@ -62,9 +62,10 @@ def test_rank_folders_are_short_enough_for_vllm_sockets():
                                      DockerRuntime(SSHOptions(), "repo/vllm:1")],
                          ids=["venv", "docker"])
 def test_every_script_is_valid_sh(runtime):
-    deployment = make_deployment(make_recipe(engine__image="repo/vllm:1",
-                                             env={"HF_TOKEN": "x y'z"}))
+    deployment = make_deployment(make_recipe(engine__image="repo/vllm:1"))
     rank = plan_ranks(deployment).ranks[1]
+    # A secret reaches a rank only at launch, from the caller's environment (never the recipe).
+    rank = rank.model_copy(update={"env": {**rank.env, "HF_TOKEN": "x y'z"}})
     scripts = [runtime.start_script(rank, deployment), runtime.status_script("test", 1),
                runtime.stop_script("test", 1),
                poll_script(runtime.status_script("test", 1), rank_dir(SSHOptions(), "t", 1) / "l", 5),

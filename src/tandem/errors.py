@@ -23,7 +23,7 @@ the dotted ``field`` path, the ``hint`` that says how to fix it, and the ``rank`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass
@@ -33,9 +33,13 @@ class Problem:
     field: str
     message: str
     hint: str | None = None
+    file: str | None = None
+    """The file the field is in, when one report spans several files (recipe, cluster)."""
 
     def __str__(self) -> str:
         text = f"{self.field}: {self.message}" if self.field else self.message
+        if self.file:
+            text = f"{self.file}: {text}"
         return f"{text} (fix: {self.hint})" if self.hint else text
 
 
@@ -83,7 +87,8 @@ class TandemError(Exception):
             where.append(self.field)
         head = f"{': '.join(where)}: {self.message}" if where else self.message
         lines = [head]
-        lines += [f"  - {p}" for p in self.problems]
+        lines += [f"  - {replace(p, file=None) if p.file == self.file else p}"
+                  for p in self.problems]
         if self.hint:
             lines.append(f"  fix: {self.hint}")
         return "\n".join(lines)
@@ -183,6 +188,21 @@ class CheckFailed(TandemError):
     """Preflight found at least one error-severity finding."""
 
     code = "check-failed"
+
+
+class FieldFault(ValueError):
+    """Raised by a model's validator: what is wrong with one field, and the fix apart.
+
+    Not a ``TandemError``: pydantic collects it, and the loader turns each into a ``Problem``
+    whose ``hint`` is this ``hint``.
+
+    Usage:
+        raise FieldFault(f"'{value}' is not an IP address", hint="write e.g. 10.0.0.1")
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 @dataclass

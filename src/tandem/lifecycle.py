@@ -123,7 +123,7 @@ def log_lines(name: str | None = None, *, rank: int | None = None, follow: bool 
     readers = {r.rank: backend.log_reader(state, r) for r in ranks}
     for r in ranks:
         lines = readers[r.rank].new_lines()
-        for line in lines[-tail:] if tail else lines:
+        for line in lines if tail is None else lines[len(lines) - tail:]:
             yield r.rank, line
     while follow:
         (sleep or time.sleep)(0.5)

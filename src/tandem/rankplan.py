@@ -20,16 +20,17 @@ own address, the node's overrides. No I/O happens here.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tandem import wire
-from tandem.errors import PlanError, ProblemList
-from tandem.spec.cluster import Node, Transport
-from tandem.spec.deployment import Deployment
-from tandem.spec.recipe import DataPlaneTransport, ExecutorBackend, Recipe, ServeOptions
+from tandem.errors import PlanError
+from tandem.spec.cluster import Node
+from tandem.spec.deployment import Deployment, deployment_problems
+from tandem.spec.recipe import DataPlaneTransport, Recipe, ServeOptions
 
 
 class Role(StrEnum):
@@ -122,67 +123,26 @@ def plan_ranks(deployment: Deployment) -> RankPlan:
 
 
 def validate(deployment: Deployment) -> None:
-    """Reject a deployment that cannot start, with every reason at once."""
-    recipe, cluster = deployment.recipe, deployment.cluster
-    serve = recipe.engine.serve
-    problems = ProblemList()
-    nnodes = len(cluster.nodes)
-    world = deployment.world_size
-    gpus = {n.gpus for n in cluster.nodes}
-
-    if recipe.engine.executor is ExecutorBackend.RAY and nnodes > 1 and min(gpus) < world:
-        problems.add(
-            "engine.executor", "Ray places all TP workers of a node on that node's GPUs and fails "
-            f"with 'local_world_size ({world}) must be less than or equal to the number of visible "
-            f"devices ({min(gpus)})' on nodes with {min(gpus)} GPU(s)",
-            "set engine.executor: mp (vLLM's multi-node mode without Ray)")
-    if world % nnodes:
-        problems.add(
-            "engine.serve", f"tensor_parallel_size x pipeline_parallel_size = {world} cannot be "
-            f"split evenly over {nnodes} nodes",
-            f"use a multiple of {nnodes} devices, or list {world} node(s) in the cluster")
-    elif len(gpus) > 1:
-        problems.add("nodes[].gpus", f"nodes have different GPU counts {sorted(gpus)}; vLLM "
-                     "starts the same number of workers on every node",
-                     "list only nodes with the same number of GPUs")
-    elif world != nnodes * min(gpus):
-        problems.add(
-            "engine.serve", f"tensor_parallel_size x pipeline_parallel_size = {world} does not "
-            f"match {nnodes} node(s) x {min(gpus)} GPU(s) = {nnodes * min(gpus)}",
-            f"set tensor_parallel_size x pipeline_parallel_size to {nnodes * min(gpus)}, or "
-            "change the nodes' gpus or the node list")
-    if cluster.transport is not Transport.LOCAL and nnodes > 1:
-        for i, node in enumerate(cluster.nodes):
-            if node.is_loopback:
-                problems.add(f"nodes[{i}].address", f"'{node.address}' is a loopback address in "
-                             "a multi-host cluster; the other nodes would connect to themselves "
-                             "and the rendezvous never completes",
-                             "use the node's management address that the other nodes can reach")
-    addresses = [(n.address, n.name) for n in cluster.nodes]
-    if cluster.transport is not Transport.LOCAL or cluster.local.isolation.value == "netns":
-        seen: dict[str, str] = {}
-        for address, name in addresses:
-            if address in seen:
-                problems.add("nodes", f"nodes {seen[address]} and {name} share address {address},"
-                             " so two ranks would claim one host", "give each node its own address")
-            seen.setdefault(address, name)
-    for var in wire.PER_NODE_VARS:
-        if var in recipe.env:
-            problems.add(f"env.{var}", f"{var} differs per node and cannot be set for all ranks",
-                         "remove it; tandem sets it from each node's address")
-    if (serve.enable_chunked_prefill is False and serve.max_num_batched_tokens and
-            serve.max_model_len and serve.max_num_batched_tokens < serve.max_model_len):
-        problems.add("engine.serve.max_num_batched_tokens",
-                     f"{serve.max_num_batched_tokens} is below max_model_len {serve.max_model_len} "
-                     "with chunked prefill off, so a long prompt can never be scheduled",
-                     "enable chunked prefill or raise max_num_batched_tokens")
-    dp = recipe.network.data_plane
-    if dp.transport is DataPlaneTransport.IB and not dp.hcas and not all(n.hcas for n in cluster.nodes):
-        problems.add("network.data_plane.hcas", "transport ib without RDMA devices lets NCCL pick "
-                     "any HCA, often one twin only", "list the HCAs, e.g. [rocep1s0f1, roceP2p1s0f1]")
+    """Reject a deployment that cannot start, with every reason at once
+    (``tandem.spec.deployment.deployment_problems``)."""
+    problems = deployment_problems(deployment)
     if problems:
-        raise PlanError(f"deployment '{deployment.name}' on cluster '{cluster.name}' cannot work",
-                        problems=problems.items)
+        raise in_files(PlanError(f"deployment '{deployment.name}' on cluster "
+                                 f"'{deployment.cluster.name}' cannot work", problems=problems),
+                       deployment)
+
+
+def in_files(error: PlanError, deployment: Deployment) -> PlanError:
+    """``error`` with each problem naming the file its field is in (recipe or cluster), and the
+    error itself naming the file when there is one."""
+    error.problems = [replace(p, file=p.file or deployment.file_of(p.field))
+                      for p in error.problems]
+    files = sorted({p.file for p in error.problems if p.file})
+    if error.file is None and error.field:
+        error.file = deployment.file_of(error.field)
+    elif error.file is None and len(files) == 1:
+        error.file = files[0]
+    return error
 
 
 def _parallel_flags(serve: ServeOptions) -> list[str]:

@@ -1,44 +1,153 @@
-"""Keeping secrets out of logs, rendered commands and support bundles.
+"""Keeping secrets out of logs, rendered commands, state files and support bundles.
 
-A variable is secret when its name says so (``HF_TOKEN``, ``VLLM_API_KEY``, ``*_SECRET``,
-``*_PASSWORD``); a flag is secret when it carries a key (``--api-key``). Secret values are
-replaced by ``REDACTED``; everything else is kept, because a support bundle without the real
-environment is useless.
+This is the one redaction path of tandem: every text or structure that leaves the process
+(``render``, ``up --dry-run``, ``state.json``, log copies, ``logs --bundle``) goes through it.
+
+A secret is recognised three ways:
+
+- by **name**: a variable or key whose name has a part ``TOKEN``, ``KEY``, ``SECRET``,
+  ``PASSWORD`` or ``PASSWD`` (``HF_TOKEN``, ``VLLM_API_KEY``, ``AWS_SECRET_ACCESS_KEY``), but not
+  ``TOKENIZERS_PARALLELISM``; a flag that carries a key (``--api-key``, ``--hf-token``);
+- by **value**: text shaped like a credential (``hf_...``, ``sk-...``, ``Bearer ...``);
+- by **the caller's values**: whatever the caller's own environment holds under a secret name
+  (its ``VLLM_API_KEY``, ``HF_TOKEN``), wherever that value shows up in a text, e.g. in a rank's
+  log.
+
+Secret values are replaced by ``REDACTED``; everything else is kept, because a support bundle
+without the real environment is useless.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 
 REDACTED = "REDACTED"
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)",
-                          re.IGNORECASE)
-_SECRET_FLAGS = ("--api-key", "--hf-token")
+SECRET_FLAGS = ("--api-key", "--hf-token")
+"""`vllm serve` flags whose value is a credential."""
+_SECRET_PARTS = {"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "CREDENTIALS"}
+_SECRET_SUFFIXES = ("TOKEN", "APIKEY", "SECRET", "PASSWORD", "PASSWD")
+_REFERENCE_PARTS = {"PATH", "FILE", "DIR"}
+"""A name ending in one of these holds where a secret is (``HF_TOKEN_PATH``), not the secret."""
+_SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_\-]{16,})")
+_WORD = r"(?!(?-i:[a-z]+)(?:[\s,;:!?)]|\.(?:\s|$)|$))"
+"""Not a plain lower-case word: ``--api-key or ...`` and ``Bearer token`` in prose stay."""
+_BEARER = re.compile(r"(\bBearer\s+)" + _WORD + r"[A-Za-z0-9._~+/=\-]+", re.IGNORECASE)
+_KEY_IN_TEXT = re.compile(
+    r"((?:--(?:api|hf)[-_](?:key|token)(?:=|\s+" + _WORD + r"))"
+    r"|\b(?:api|hf)[-_](?:key|token)(?:['\"]?\s*:\s*\[?\s*['\"]?|=))"
+    r"(?![.$<])[^\s'\",\]]+", re.IGNORECASE)
+"""``--api-key KEY``, ``--api-key=KEY``, ``'api_key': 'KEY'`` (vLLM's "non-default args"); a
+placeholder (``...``, ``$VAR``, ``<key>``) stays."""
+MIN_SECRET_CHARS = 6
+"""Shorter caller values are not scrubbed from texts: they would match ordinary words."""
 
 
 def is_secret(name: str) -> bool:
     """True for a variable or flag name that holds a credential, e.g. ``HF_TOKEN``."""
-    return bool(_SECRET_NAME.search(name)) or name.split("=", 1)[0] in _SECRET_FLAGS
+    flag = name.split("=", 1)[0]
+    if flag.startswith("-"):
+        return flag.replace("_", "-") in SECRET_FLAGS
+    upper = flag.upper()
+    words = re.split(r"[^A-Z0-9]+", upper)
+    if words[-1] in _REFERENCE_PARTS:
+        return False
+    parts = set(words)
+    return bool(parts & _SECRET_PARTS) or upper.endswith(_SECRET_SUFFIXES)
 
 
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """A copy of ``env`` with every secret value replaced."""
-    return {k: (REDACTED if is_secret(k) else v) for k, v in env.items()}
+def looks_like_secret_value(value: str) -> bool:
+    """True for text shaped like a credential: a Hugging Face (``hf_``) or OpenAI-style
+    (``sk-``) token, or a ``Bearer`` header."""
+    return bool(_SECRET_VALUE.search(value) or re.search(r"\bBearer\s+\S", value, re.I))
+
+
+def caller_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values the caller's environment holds under secret names (``VLLM_API_KEY``...)."""
+    environ = os.environ if environ is None else environ
+    return [v for k, v in environ.items() if is_secret(k) and len(v) >= MIN_SECRET_CHARS]
+
+
+class Redactor:
+    """Replaces secrets in texts, environments, argv lists and JSON-like structures.
+
+    Usage:
+        redactor = Redactor.for_caller()          # also knows this process's secret values
+        safe = redactor.text(log_text)
+        safe_env = redactor.env(rank.env)
+
+    Args:
+        values: secret values to scrub wherever they appear (besides names and shapes).
+    """
+
+    def __init__(self, values: list[str] | None = None) -> None:
+        self.values = sorted({v for v in values or [] if len(v) >= MIN_SECRET_CHARS},
+                             key=len, reverse=True)
+
+    @classmethod
+    def for_caller(cls, extra: list[str] | None = None) -> Redactor:
+        """A redactor that knows the caller's secret values, plus ``extra``."""
+        return cls(caller_secrets() + list(extra or []))
+
+    def text(self, text: str) -> str:
+        """``text`` with known values, credential shapes, Bearer headers and key flags hidden."""
+        for value in self.values:
+            text = text.replace(value, REDACTED)
+        text = _SECRET_VALUE.sub(REDACTED, text)
+        text = _BEARER.sub(rf"\g<1>{REDACTED}", text)
+        return _KEY_IN_TEXT.sub(rf"\g<1>{REDACTED}", text)
+
+    def value(self, name: str, value: str) -> str:
+        """One variable's value: hidden when its name or its value says it is secret."""
+        if is_secret(name) or looks_like_secret_value(value):
+            return REDACTED
+        return self.text(value)
+
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """A copy of ``env`` with every secret value replaced."""
+        return {k: self.value(k, v) for k, v in env.items()}
+
+    def argv(self, argv: list[str]) -> list[str]:
+        """A copy of ``argv`` with secret flags' values replaced (``--api-key X``, ``=X``)."""
+        out: list[str] = []
+        hide_next = False
+        for arg in argv:
+            if hide_next:
+                out.append(REDACTED)
+                hide_next = False
+            elif arg.startswith("--") and is_secret(arg) and "=" not in arg:
+                out.append(arg)
+                hide_next = True
+            elif arg.startswith("--") and "=" in arg and is_secret(arg):
+                out.append(arg.split("=", 1)[0] + "=" + REDACTED)
+            else:
+                out.append(self.text(arg))
+        return out
+
+    def data(self, data: object) -> object:
+        """A JSON-like structure with secret keys' values and secret-looking strings hidden."""
+        if isinstance(data, dict):
+            return {k: (REDACTED if isinstance(k, str) and is_secret(k) and isinstance(v, str)
+                        else self.data(v)) for k, v in data.items()}
+        if isinstance(data, list):
+            return self.argv(data) if all(isinstance(v, str) for v in data) else \
+                [self.data(v) for v in data]
+        if isinstance(data, str):
+            return self.text(data)
+        return data
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``env`` with every secret value replaced (the caller's values included)."""
+    return Redactor.for_caller().env(env)
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """A copy of ``argv`` with the values of secret flags replaced (``--api-key X``, ``--api-key=X``)."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-        elif arg in _SECRET_FLAGS:
-            out.append(arg)
-            hide_next = True
-        elif "=" in arg and arg.split("=", 1)[0] in _SECRET_FLAGS:
-            out.append(arg.split("=", 1)[0] + "=" + REDACTED)
-        else:
-            out.append(arg)
-    return out
+    """A copy of ``argv`` with the values of secret flags replaced (the caller's included)."""
+    return Redactor.for_caller().argv(argv)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every secret tandem can recognise replaced (the caller's included)."""
+    return Redactor.for_caller().text(text)

@@ -38,7 +38,8 @@ from pathlib import Path
 from tandem.backends.base import Backend, backend_for
 from tandem.backends.processes import is_alive
 from tandem.backends.state import (
-    EVENTS_FILE, DeploymentState, PhaseMark, deployment_dir, load_state,
+    EVENTS_FILE, DeploymentState, PhaseMark, deployment_dir, load_state, open_private,
+    private_dir,
 )
 from tandem.errors import StateError, TandemError
 from tandem.health import Assessment, ProgressTracker, Verdict, assess
@@ -90,8 +91,8 @@ class EventLog:
 
     def __call__(self, text: str) -> None:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as handle:
+        private_dir(self.path.parent)
+        with open_private(self.path, "a") as handle:
             handle.write(f"{stamp}  {text}\n")
         self.on_event(text)
 

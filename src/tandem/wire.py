@@ -13,6 +13,8 @@ VLLM_CPU_KVCACHE_SPACE = "VLLM_CPU_KVCACHE_SPACE"
 VLLM_CPU_OMP_THREADS_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 """CPU cores a CPU worker binds to, e.g. `0` or `0|1` for two local workers."""
 VLLM_ENGINE_READY_TIMEOUT_S = "VLLM_ENGINE_READY_TIMEOUT_S"
+VLLM_ALLOW_LONG_MAX_MODEL_LEN = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+"""`1` lets max_model_len exceed the model's own longest context (seed 002 sets it)."""
 VLLM_API_KEY = "VLLM_API_KEY"
 """The key `vllm serve` requires as a bearer token when set; `tandem up` passes tandem's own value
 to the leader, and every client command (readiness, chat, bench, eval) sends the same one."""

@@ -11,16 +11,18 @@ Contents of ``NAME-bundle-TIMESTAMP.tar.gz``::
     ranks/rankN.log     the last lines of every rank's log
     ranks/rankN.env     every rank's environment and command
 
-Secret values (``HF_TOKEN``, API keys...) are replaced by ``REDACTED`` everywhere
-(``tandem.redact``), also inside the copied logs.
+Secret values (``HF_TOKEN``, API keys...) are replaced by ``REDACTED`` everywhere, through the
+one redaction path (``tandem.redact``): by name, by shape (``hf_...``, ``sk-...``, ``Bearer``
+headers, ``--api-key`` items), and the values the caller's own ``VLLM_API_KEY``, ``HF_TOKEN``...
+hold, inside the copied logs and ``events.log`` too. The archive is written mode 0600.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import platform
-import re
 import shlex
 import sys
 import tarfile
@@ -35,25 +37,9 @@ from tandem.backends.base import backend_for
 from tandem.backends.state import EVENTS_FILE, load_state
 from tandem.errors import TandemError
 from tandem.rankplan import plan_ranks
-from tandem.redact import REDACTED, is_secret, redact_argv, redact_env
+from tandem.redact import Redactor, is_secret
 
 LOG_LINES = 2000
-
-
-def _redact_mapping(data: object) -> object:
-    """Redact secret keys at any depth of a JSON-like structure."""
-    if isinstance(data, dict):
-        return {k: (REDACTED if isinstance(k, str) and is_secret(k) and isinstance(v, str)
-                    else _redact_mapping(v)) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_redact_mapping(v) for v in data]
-    return data
-
-
-def _redact_text(text: str, secrets: list[str]) -> str:
-    for secret in sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return re.sub(r"(--api-key[= ])\S+", rf"\1{REDACTED}", text)
 
 
 def _tandem_version() -> str:
@@ -77,12 +63,13 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
     path = out / f"{state.name}-bundle-{stamp}.tar.gz" if out.is_dir() else out
     deployment = state.deployment()
     plan = plan_ranks(deployment)
-    secrets = [v for r in plan.ranks for k, v in r.env.items() if is_secret(k)]
+    redactor = Redactor.for_caller([v for r in plan.ranks for k, v in r.env.items()
+                                    if is_secret(k)])
 
     files: dict[str, str] = {}
-    files["recipe.yaml"] = yaml.safe_dump(_redact_mapping(state.recipe), sort_keys=False)
-    files["cluster.yaml"] = yaml.safe_dump(_redact_mapping(state.cluster), sort_keys=False)
-    files["state.json"] = json.dumps(_redact_mapping(state.model_dump(mode="json")), indent=2)
+    files["recipe.yaml"] = yaml.safe_dump(redactor.data(state.recipe), sort_keys=False)
+    files["cluster.yaml"] = yaml.safe_dump(redactor.data(state.cluster), sort_keys=False)
+    files["state.json"] = json.dumps(redactor.data(state.model_dump(mode="json")), indent=2)
     versions = [f"tandem {_tandem_version()}", f"python {sys.version.split()[0]}",
                 f"control machine {platform.platform()}"]
     node_versions = getattr(backend, "node_versions", None)
@@ -95,23 +82,25 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
     files["versions.txt"] = "\n".join(versions) + "\n"
     events = state.directory / EVENTS_FILE
     if events.is_file():
-        files["events.log"] = events.read_text()
+        files["events.log"] = redactor.text(events.read_text(errors="replace"))
     for rank in plan.ranks:
-        env = redact_env(rank.env)
+        env = redactor.env(rank.env)
         files[f"ranks/rank{rank.rank}.env"] = (
             "\n".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-            + f"\n\n# command\n{shlex.join(redact_argv(rank.argv))}\n")
+            + f"\n\n# command\n{shlex.join(redactor.argv(rank.argv))}\n")
     for record in state.ranks:
         try:
             lines = backend.log_reader(state, record).new_lines()
             text = "\n".join(lines[-LOG_LINES:]) + "\n"
         except TandemError as exc:
             text = f"(log unavailable: {exc.message})\n"
-        files[f"ranks/rank{record.rank}.log"] = _redact_text(text, secrets)
+        files[f"ranks/rank{record.rank}.log"] = redactor.text(text)
     files["README.txt"] = (f"tandem support bundle of deployment '{state.name}' "
                            f"({state.backend}), made {stamp}\n\n" + __doc__.split("::", 1)[1])
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w:gz") as archive:
+    path.unlink(missing_ok=True)  # a file of another mode would keep it
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as raw, \
+            tarfile.open(fileobj=raw, mode="w:gz") as archive:
         for member, text in files.items():
             data = text.encode()
             info = tarfile.TarInfo(f"{state.name}-bundle/{member}")

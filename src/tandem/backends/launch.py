@@ -99,7 +99,7 @@ def await_ready(plan: RankPlan, deployment: Deployment, ranks: Sequence[WatchedR
     """
     readiness = wait_ready(
         plan.endpoint, plan.model, ranks,
-        timeout_s=timeout_s or deployment.recipe.timeouts.startup_s,
+        timeout_s=deployment.recipe.timeouts.startup_s if timeout_s is None else timeout_s,
         request_timeout_s=deployment.recipe.timeouts.request_s,
         on_phase=phase_recorder(state, on_phase), api_key=os.environ.get(wire.VLLM_API_KEY))
     state.boot = readiness.boot

@@ -40,7 +40,7 @@ from tandem.backends.launch import (
 )
 from tandem.backends.state import (
     DeploymentState, PhaseMark, ProcessRecord, RankState, deployment_dir, load_state,
-    list_deployments,
+    list_deployments, open_private, private_dir,
 )
 from tandem.errors import BackendError
 from tandem.interrupts import Hurry, shielded
@@ -184,8 +184,8 @@ def up(
     run_dir = short_run_dir(directory)
     log_dir = directory / "logs"
     shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(run_dir)
+    private_dir(log_dir)
     for old in log_dir.glob("rank*.log"):  # logs/restart-N/ of a supervisor stay
         old.unlink()
 
@@ -202,7 +202,7 @@ def up(
             netns.create(network, state_file=directory / "state.json", purpose=f"up of '{name}'")
         for rank, argv in commands:
             log_path = log_dir / f"rank{rank.rank}.log"
-            with log_path.open("ab") as log:
+            with open_private(log_path, "ab") as log:
                 process = subprocess.Popen(
                     argv, env=_process_env(launch_marked(with_caller_secrets(rank), state),
                                            run_dir),

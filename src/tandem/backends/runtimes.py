@@ -66,9 +66,12 @@ def _marks(deployment: str, rank: int) -> dict[str, str]:
 def _prepare(directory: PurePosixPath, log: PurePosixPath) -> str:
     d = shlex.quote(str(directory))
     lg = shlex.quote(str(log))
-    return (f"mkdir -p {d}/tmp {d}/vllm-cache\n"
+    # The rank's folder and log are the user's only (0700, 0600); the rank itself keeps the
+    # node's umask, so what it writes to a shared HF cache stays readable by others.
+    return (f"(umask 077 && mkdir -p {d}/tmp {d}/vllm-cache)\n"
             f"if [ -f {lg} ]; then mv -f {lg} {lg}.1; fi\n"
-            f"rm -f {d}/pid {d}/exit\n")
+            f"rm -f {d}/pid {d}/exit\n"
+            f"(umask 077 && : > {lg})\n")
 
 
 def _marked_pids(deployment: str, rank: int) -> str:

@@ -33,10 +33,12 @@ from tandem.backends.runtimes import (
 )
 from tandem.backends.state import (
     DeploymentState, ProcessRecord, RankState, deployment_dir, list_deployments, load_state,
+    open_private, private_dir,
 )
 from tandem.errors import BackendError, SSHError
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import Readiness
+from tandem.redact import Redactor
 from tandem.render.docker import container_name, image_of, is_pinned
 from tandem.spec.cluster import Cluster, Runtime
 from tandem.spec.deployment import Deployment
@@ -161,8 +163,7 @@ class SSHBackend:
             deployment = Deployment(recipe=recipe, cluster=cluster)
         if name in list_deployments():
             on_event(f"replacing the record of a stopped earlier run of '{name}'")
-        log_dir = deployment_dir(name) / "logs"
-        log_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(deployment_dir(name) / "logs")
         state = new_state(plan, deployment, backend=self.name)
         state.save()
         watched: list[RemoteLog] = []
@@ -261,13 +262,14 @@ class SSHBackend:
         cluster, runtime = _state_runtime(state)
         ssh = OpenSSH.for_cluster(cluster)
         targets = _targets(cluster)
-        folder = deployment_dir(state.name) / "logs"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = private_dir(deployment_dir(state.name) / "logs")
         results = ssh.run_all({str(r.rank): (targets[r.node], tail_script(
             log_path(runtime.options, state.name, r.rank), 5000)) for r in state.ranks},
             timeout_s=60, check=False)
+        redactor = Redactor.for_caller()
         for rank, result in results.items():
-            (folder / f"rank{rank}.log").write_text(result.stdout)
+            with open_private(folder / f"rank{rank}.log", "w") as handle:
+                handle.write(redactor.text(result.stdout))
 
     def down(self, state: DeploymentState, *, on_event=lambda text: None) -> None:
         try:

@@ -4,6 +4,7 @@ Layout under the state root (``$TANDEM_HOME``, default ``~/.local/state/tandem``
 
     deployments/NAME/state.json     this model, rewritten after every change
     deployments/NAME/logs/rankN.log each rank's stdout and stderr
+    (folders 0700, files 0600: they hold commands, addresses and logs of the user's model)
     $TMPDIR/tandem-HASH/rankN/      TMPDIR and caches of the ranks (removed by down; short,
                                     because vLLM's IPC socket paths must fit in 107 bytes)
 """
@@ -14,10 +15,12 @@ import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import IO
 
 from pydantic import BaseModel, Field
 
 from tandem.errors import StateError
+from tandem.redact import Redactor
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
 from tandem.spec.recipe import Recipe
@@ -114,12 +117,31 @@ class DeploymentState(BaseModel):
                           cluster=Cluster.model_validate(self.cluster))
 
     def save(self) -> None:
-        """Write atomically: a reader never sees half a file."""
+        """Write atomically (a reader never sees half a file), private to the user (folder
+        0700, file 0600), and through the one redaction path (``tandem.redact``)."""
         path = self.directory / "state.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(self.model_dump_json(indent=2))
+        data = Redactor.for_caller().data(self.model_dump(mode="json"))
+        with open_private(tmp, "w") as handle:
+            handle.write(json.dumps(data, indent=2))
         tmp.replace(path)
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a folder only its owner can enter (0700), created with its parents."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def open_private(path: Path, mode: str = "a") -> IO:
+    """Open ``path`` for writing (``w``, ``a``, ``ab``...), created mode 0600 if new, and made
+    0600 if it was not."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC)
+    handle = os.fdopen(os.open(path, flags, 0o600), mode)
+    os.chmod(path, 0o600)
+    return handle
 
 
 def deployment_dir(name: str) -> Path:

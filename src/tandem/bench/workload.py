@@ -142,6 +142,10 @@ def load_prompt_file(path: str | Path) -> list[str]:
     except OSError as exc:
         raise SpecError(f"cannot read prompt file: {exc.strerror}", file=str(p),
                         field="prompt_file") from exc
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"the prompt file is not UTF-8 text (byte offset {exc.start})",
+                        file=str(p), field="prompt_file",
+                        hint="save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)") from None
     prompts: list[str] = []
     for number, line in enumerate(lines, 1):
         if not line.strip():

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tandem import wire
 from tandem.backends import netns
 from tandem.backends.state import list_deployments, load_state
 from tandem.check.fabric import DEFAULT_PORT, run_fabric
@@ -103,14 +104,24 @@ def probe_all(deployment: Deployment, transport: NodeTransport) -> dict[str, dic
 
 
 def memory_need(deployment: Deployment) -> tuple[dict[str, int] | None, str | None]:
-    """Bytes each node needs according to ``tandem plan``, and why not when it cannot say.
+    """Bytes each node needs according to ``tandem plan``, and why not when it cannot say."""
+    plan, why_not, refused = memory_plan(deployment)
+    if plan is None:
+        return None, why_not or (refused and refused.message)
+    return {n.name: plan.per_node_memory_bytes for n in deployment.cluster.nodes}, None
+
+
+def memory_plan(deployment: Deployment) -> tuple[Any, str | None, PlanError | None]:
+    """``tandem plan``'s plan of the deployment; else why it could not plan, or the PlanError
+    with which the planner refused the deployment as impossible.
 
     ``tandem plan`` is optional here: when it is not installed, cannot find the model's
-    config, or knows no hardware profile for the cluster, the memory-headroom rule is skipped
-    and the reason is reported (never a crash of the preflight).
+    config, or knows no hardware profile for the cluster, the memory rules are skipped
+    and the reason is reported (never a crash of the preflight). A refusal (``max_model_len``
+    beyond the model, a KV dtype the model cannot use) is an error of the preflight.
     """
     if importlib.util.find_spec("tandem.plan") is None:
-        return None, "tandem plan is not installed"
+        return None, "tandem plan is not installed", None
     plan_api = importlib.import_module("tandem.plan")
     config = importlib.import_module("tandem.plan.config")
     model = deployment.recipe.model
@@ -118,13 +129,17 @@ def memory_need(deployment: Deployment) -> tuple[dict[str, int] | None, str | No
         facts = plan_api.load_model_facts(
             model.repo_id, revision=model.revision, local_path=model.path,
             cache_roots=config.default_cache_roots(model.cache_root))
-        plan = plan_api.plan_deployment(deployment, facts,
-                                        plan_api.infer_hardware(deployment, None))
+        hardware = plan_api.infer_hardware(deployment, None)
     except TandemError as exc:
-        return None, f"tandem plan could not plan it: {exc.message}"
+        return None, f"tandem plan could not plan it: {exc.message}", None
     except (AttributeError, TypeError) as exc:  # the planner's API moved under us
-        return None, f"tandem plan's interface changed: {exc}"
-    return {n.name: plan.per_node_memory_bytes for n in deployment.cluster.nodes}, None
+        return None, f"tandem plan's interface changed: {exc}", None
+    try:
+        return plan_api.plan_deployment(deployment, facts, hardware), None, None
+    except PlanError as exc:
+        return None, None, exc
+    except (AttributeError, TypeError) as exc:
+        return None, f"tandem plan's interface changed: {exc}", None
 
 
 def run_check(
@@ -166,11 +181,16 @@ def run_check(
                 transport = transport_for(deployment, with_hashes=with_hashes)
         on_event(f"probing {len(deployment.cluster.nodes)} node(s)")
         facts = probe_all(deployment, transport)
-        need, why_not = memory_need(deployment)
+        planned, why_not, refused = memory_plan(deployment)
         if why_not:
             on_event(f"memory headroom not checked: {why_not}")
+        need = ({n.name: planned.per_node_memory_bytes for n in deployment.cluster.nodes}
+                if planned is not None else None)
         context = CheckContext(deployment=deployment, facts=facts, rank_env=rank_env,
-                               memory_need_bytes=need)
+                               memory_need_bytes=need,
+                               plan_fit=planned.fit if planned is not None else None,
+                               plan_refused=refused,
+                               api_key_set=bool(os.environ.get(wire.VLLM_API_KEY)))
         findings += evaluate(context)
         fabric_result: dict[str, Any] = {}
         if fabric:

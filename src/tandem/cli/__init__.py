@@ -16,6 +16,7 @@ import click
 
 from tandem.errors import CheckFailed, TandemError
 from tandem.interrupts import Interrupted, raise_on_termination
+from tandem.redact import redact_text
 
 
 class ExitCode(IntEnum):
@@ -92,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(code, int) and code:  # a command's own exit status (`status`)
             return code
     except CheckFailed as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {redact_text(str(exc))}", err=True)
         return ExitCode.CHECK_FAILED
     except TandemError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {redact_text(str(exc))}", err=True)
         return ExitCode.USER_ERROR
     except click.exceptions.Exit as exc:
         return exc.exit_code

@@ -20,7 +20,7 @@ from tandem.bench.compare import compare, load_summary
 from tandem.bench.config import BenchConfig
 from tandem.bench.metrics import Slo
 from tandem.bench.runner import REQUESTS_FILE, ProgressEvent, read_records, run
-from tandem.cli.options import api_key_option, json_object
+from tandem.cli.options import NOT_NEGATIVE, POSITIVE, FloatIn, api_key_option, json_object
 from tandem.errors import Problem, SpecError
 from tandem.plan.status import planned_roofline_tok_s
 from tandem.report.bench import (
@@ -93,7 +93,8 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
               help="Concurrency ladder, comma-separated; empty for none.")
 @click.option("--rates", callback=_float_list, default="",
               help="Request-rate ladder in requests/s, comma-separated.")
-@click.option("--burstiness", type=float, default=1.0, show_default=True,
+@click.option("--burstiness", type=FloatIn(min=0, min_open=True, infinite=True), default=1.0,
+              show_default=True,
               help="Arrival shape of rate points: 1 = Poisson, inf = constant.")
 @click.option("--max-concurrency", type=click.IntRange(min=1),
               help="Cap on requests in flight at rate points.")
@@ -103,25 +104,25 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--output-tokens", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Generate exactly --output-tokens (vLLM extension).")
-@click.option("--temperature", type=float, help="Default: the server's.")
+@click.option("--temperature", type=NOT_NEGATIVE, help="Default: the server's.")
 @click.option("--prompt-file", type=click.Path(dir_okay=False, exists=True),
               help="JSONL with a `prompt` field per line, or plain text one prompt per line.")
 @click.option("--long-context", is_flag=True,
               help="Add a single-stream point whose prompt fills max_model_len.")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
               help="Requests sent and discarded first.")
-@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=POSITIVE, default=600.0, show_default=True,
               help="Seconds per request.")
-@click.option("--slo-ttft-ms", type=float, help="Goodput SLO: maximum TTFT.")
-@click.option("--slo-tpot-ms", type=float, help="Goodput SLO: maximum TPOT.")
-@click.option("--slo-e2el-ms", type=float, help="Goodput SLO: maximum E2EL.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--slo-ttft-ms", type=POSITIVE, help="Goodput SLO: maximum TTFT.")
+@click.option("--slo-tpot-ms", type=POSITIVE, help="Goodput SLO: maximum TPOT.")
+@click.option("--slo-e2el-ms", type=POSITIVE, help="Goodput SLO: maximum E2EL.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--no-server-metrics", is_flag=True, help="Do not scrape /metrics.")
-@click.option("--kv-sample-interval", "kv_sample_interval_s", type=click.FloatRange(min=0),
+@click.option("--kv-sample-interval", "kv_sample_interval_s", type=NOT_NEGATIVE,
               default=5.0, show_default=True,
               help="Seconds between /metrics samples during a point (KV cache peak); 0: before "
                    "and after only. Each scrape briefly stalls vLLM's API server.")
-@click.option("--roofline-tok-s", type=float,
+@click.option("--roofline-tok-s", type=POSITIVE,
               help="Single-stream decode roofline to compare with. Default for a DEPLOYMENT: "
                    "its plan's (`tandem plan`).")
 @click.option("--extra-body", callback=json_object, help="JSON merged into every request.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import click
 from rich.console import Console
@@ -10,8 +11,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from tandem.check import CheckReport, Severity, run_check
+from tandem import wire
 from tandem.check.fabric import DEFAULT_PORT
-from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
+from tandem.check.rules.network import open_api_finding
+from tandem.cli.options import PORT, cluster_option, machine_deployment, recipe_argument
 from tandem.errors import CheckFailed
 
 console = Console(highlight=False)
@@ -25,7 +28,7 @@ _COLOUR = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cy
 @click.option("--fabric", is_flag=True, help="Also run an all-reduce across the ranks with "
               "their environment (Gloo on CPU, NCCL on GPUs) and report bus bandwidth, "
               "small-message latency and the NCCL transport.")
-@click.option("--fabric-port", type=int, default=DEFAULT_PORT, show_default=True,
+@click.option("--fabric-port", type=PORT, default=DEFAULT_PORT, show_default=True,
               help="Rendezvous port of the fabric test on the leader.")
 @click.option("--fabric-sizes", default=None, metavar="BYTES,...",
               help="Message sizes of the fabric test. Default: 1 KiB..256 MiB (NCCL), "
@@ -40,7 +43,8 @@ def check_command(recipe: str, cluster_path: str | None, fabric: bool, fabric_po
     Probes every node (OS, kernel, driver, CUDA, GPUs, memory, NICs, RDMA devices and their
     RoCE v2 GID tables, /dev/shm, the desktop, images, the model snapshot, ports, vLLM) and
     judges the facts: version skew between nodes, a missing or different snapshot, interfaces
-    down, MTU mismatch, a wrong GID index, known-bad variables, ports taken, and more. Exits
+    down, MTU mismatch, a wrong GID index, known-bad variables, ports taken, a plan that does
+    not fit, an API open beyond loopback without a key, and more. Exits
     with status 1 when any finding is an error; `tandem up` runs the same checks first.
 
     \b
@@ -72,6 +76,9 @@ def preflight(deployment, *, skip: bool = False) -> None:
     if skip:
         logger.warning("preflight checks skipped for '%s' (--skip-checks)", deployment.name)
         console.print("[yellow]preflight skipped (--skip-checks)[/yellow]")
+        finding = open_api_finding(deployment, bool(os.environ.get(wire.VLLM_API_KEY)))
+        if finding:
+            console.print(f"[yellow]{escape(finding.render())}[/yellow]")
         return
     console.print(f"preflight of [bold]{deployment.name}[/bold]")
     report = run_check(deployment, on_event=_show_event)

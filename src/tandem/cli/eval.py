@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from tandem.backends.state import load_state
-from tandem.cli.options import api_key_option, json_object
+from tandem.cli.options import (NOT_NEGATIVE, POSITIVE, SHARE, FloatIn, api_key_option,
+                                json_object)
 from tandem.errors import SpecError
 from tandem.eval.log import SamplingParams
 from tandem.eval.report import PUBLISHED_REFERENCE, EvalReport, render_markdown
@@ -39,9 +40,10 @@ def eval_command() -> None:
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N questions.")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="Ask each question N times, options re-shuffled each time.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the option order.")
-@click.option("--temperature", type=float, default=0.0, show_default=True)
-@click.option("--top-p", type=float, default=None)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the option order.")
+@click.option("--temperature", type=NOT_NEGATIVE, default=0.0, show_default=True)
+@click.option("--top-p", type=FloatIn(min=0, max=1, min_open=True), default=None)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=32768, show_default=True)
 @click.option("--chat-template-kwargs", default='{"thinking": true}', show_default=True,
               callback=json_object, help="Sent as chat_template_kwargs (thinking on).")
@@ -54,12 +56,13 @@ def eval_command() -> None:
               callback=json_object)
 @click.option("--fallback-context-chars", type=click.IntRange(min=0), default=4000,
               show_default=True, help="Tail of the first response sent back with the re-ask.")
-@click.option("--request-timeout", "request_timeout_s", type=float, default=3600.0,
+@click.option("--request-timeout", "request_timeout_s", type=POSITIVE, default=3600.0,
               show_default=True, help="Seconds one request may take (sized for 32K tokens).")
-@click.option("--retry-budget", "retry_budget_s", type=float, default=900.0, show_default=True,
+@click.option("--retry-budget", "retry_budget_s", type=NOT_NEGATIVE, default=900.0,
+              show_default=True,
               help="Seconds to keep retrying connection errors and 5xx before stopping.")
 @click.option("--resume", is_flag=True, help="Continue the log in --out; skip finished samples.")
-@click.option("--reference", "reference_accuracy", type=float, default=PUBLISHED_REFERENCE,
+@click.option("--reference", "reference_accuracy", type=SHARE, default=PUBLISHED_REFERENCE,
               show_default=True, help="Published accuracy shown beside ours.")
 @click.option("--no-progress", is_flag=True, help="No live progress bar.")
 @api_key_option

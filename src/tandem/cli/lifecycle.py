@@ -14,10 +14,11 @@ from tandem import lifecycle, wire
 from tandem.backends.bundle import write_bundle
 from tandem.backends.state import PhaseMark, load_state
 from tandem.cli.check import preflight
-from tandem.cli.options import (api_key_option, cluster_option, machine_deployment,
-                                recipe_argument)
+from tandem.cli.options import (POSITIVE, FloatIn, api_key_option, cluster_option,
+                                machine_deployment, recipe_argument)
 from tandem.cli.supervise import run_supervisor
 from tandem.errors import EndpointError, Unauthorized
+from tandem.redact import Redactor
 
 console = Console(highlight=False, soft_wrap=True)
 name_argument = click.argument("name", required=False)
@@ -32,7 +33,7 @@ def _show_phase(mark: PhaseMark) -> None:
 @click.command("up")
 @recipe_argument
 @cluster_option
-@click.option("--timeout", "timeout_s", type=float, help="Start-up limit in seconds. "
+@click.option("--timeout", "timeout_s", type=POSITIVE, help="Start-up limit in seconds. "
               "Default: the recipe's timeouts.startup_s.")
 @click.option("--dry-run", is_flag=True, help="Print what would run, start nothing.")
 @click.option("--skip-checks", is_flag=True, help="Launch without the preflight of `tandem "
@@ -58,8 +59,10 @@ def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
     deployment = machine_deployment(recipe, cluster_path)
     if dry_run:
         _, commands = lifecycle.dry_run(deployment)
+        redactor = Redactor.for_caller()
         for rank, argv in commands:
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in rank.env.items())
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redactor.env(rank.env).items())
+            argv = redactor.argv(argv)
             local = deployment.cluster.transport.value == "local"  # remote commands carry it
             click.echo(f"# rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
                        + (f"env {env} " if local else "") + f"{shlex.join(argv)}\n")
@@ -92,7 +95,7 @@ def _show_event(text: str) -> None:
 @click.command("status")
 @name_argument
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-@click.option("--canary-timeout", "canary_timeout_s", type=click.FloatRange(min=0.1),
+@click.option("--canary-timeout", "canary_timeout_s", type=FloatIn(min=0.1),
               default=5.0, show_default=True, help="Seconds a 1-token canary completion may "
               "take on an idle server before the engine counts as stalled.")
 def status_command(name: str | None, as_json: bool, canary_timeout_s: float) -> None:
@@ -161,9 +164,11 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
 
 @click.command("logs")
 @name_argument
-@click.option("--rank", type=int, help="Only this rank. Default: all, prefixed by rank.")
+@click.option("--rank", type=click.IntRange(min=0),
+              help="Only this rank. Default: all, prefixed by rank.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until Ctrl-C.")
-@click.option("--tail", type=int, default=None, help="Only the last N lines of each log.")
+@click.option("--tail", type=click.IntRange(min=0), default=None,
+              help="Only the last N lines of each log (0: none, then --follow).")
 @click.option("--bundle", "bundle_path", type=click.Path(path_type=Path), default=None,
               is_flag=False, flag_value=Path("."), help="Write a support archive instead (resolved "
               "recipe, versions, last log lines of every rank, environment with secrets removed) "
@@ -181,8 +186,9 @@ def logs_command(name: str | None, rank: int | None, follow: bool, tail: int | N
     if bundle_path is not None:
         console.print(f"wrote {write_bundle(name, bundle_path)}")
         return
+    redactor = Redactor.for_caller()
     for number, line in lifecycle.log_lines(name, rank=rank, follow=follow, tail=tail):
-        click.echo(f"[rank {number}] {line}")
+        click.echo(f"[rank {number}] {redactor.text(line)}")
 
 
 @click.command("down")
@@ -207,7 +213,7 @@ def down_command(name: str | None) -> None:
 @click.command("chat")
 @click.argument("message")
 @click.option("--name", "name", help="Deployment name. Default: the only one.")
-@click.option("--max-tokens", type=int, default=32, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True)
 @api_key_option
 def chat_command(message: str, name: str | None, max_tokens: int, api_key: str | None) -> None:
     """Send one chat message to a deployment and print the answer and token counts.

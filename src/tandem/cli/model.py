@@ -38,7 +38,8 @@ def model_command() -> None:
     "Default: $HF_HOME, else ~/.cache/huggingface.",
 )
 @click.option("--all", "build_all", is_flag=True, help="Build every architecture.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of weights and tokenizer.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of weights and tokenizer.")
 def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) -> None:
     """Build a tiny random-weight model and tokenizer into the Hugging Face cache.
 
@@ -70,7 +71,7 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
 
 @model_command.command("shape")
 @click.argument("preset", type=click.Choice(list(SHAPES)))
-@click.option("--layers", type=int, default=None,
+@click.option("--layers", type=click.IntRange(min=1), default=None,
               help="Build this many decoder layers instead of the preset's (less disk).")
 @click.option("--scale-down", is_flag=True,
               help="Tiny widths with the preset's kinds of layer (a test on a CPU).")
@@ -82,7 +83,7 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
     default=None,
     help="Hugging Face home to write into. Default: $HF_HOME, else ~/.cache/huggingface.",
 )
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of weights and tokenizer.")
 def shape_command(preset: str, layers: int | None, scale_down: bool, device: str | None,
                   hf_home: Path | None, seed: int) -> None:

@@ -3,12 +3,41 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import click
 
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_deployment
+
+
+class FloatIn(click.FloatRange):
+    """A float within bounds, as ``click.FloatRange``, that also refuses NaN (which compares
+    false with every bound and so passes a FloatRange) and infinity unless ``infinite``.
+
+    Usage:
+        @click.option("--timeout", type=FloatIn(min=0, min_open=True))
+    """
+
+    def __init__(self, min: float | None = None, max: float | None = None, *,
+                 min_open: bool = False, max_open: bool = False, infinite: bool = False) -> None:
+        super().__init__(min, max, min_open=min_open, max_open=max_open)
+        self.infinite = infinite
+
+    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+        number = super().convert(value, param, ctx)
+        if math.isnan(number) or (math.isinf(number) and not self.infinite):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+POSITIVE = FloatIn(min=0, min_open=True)
+"""A finite number above 0 (seconds, rates, limits)."""
+NOT_NEGATIVE = FloatIn(min=0)
+SHARE = FloatIn(min=0, max=1)
+"""A share from 0 to 1 inclusive."""
+PORT = click.IntRange(1, 65535)
 
 recipe_argument = click.argument("recipe", metavar="RECIPE")
 api_key_option = click.option(

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
+from tandem.cli.options import (SHARE, FloatIn, cluster_option, machine_deployment,
+                                recipe_argument)
 from tandem.errors import PlanError
 from tandem.plan.calibrate import figures_from_log, planned_vs_measured
 from tandem.plan.config import default_cache_roots, load_model_facts
@@ -23,15 +24,18 @@ from tandem.report.plan import print_plan
 @click.option("--hardware", "hardware_name", metavar="NAME",
               help="Hardware profile: gb10, h100, h200, b200, gb200, cpu. Default: from the "
                    "cluster (DGX Spark names -> gb10, a local CPU cluster -> cpu).")
-@click.option("--max-model-len", type=int, help="Plan at this max_model_len instead of the "
+@click.option("--max-model-len", type=click.IntRange(min=1),
+              help="Plan at this max_model_len instead of the "
               "recipe's.")
-@click.option("--gpu-memory-utilization", "utilization", type=float,
+@click.option("--gpu-memory-utilization", "utilization", type=FloatIn(min=0, max=1, min_open=True),
               help="Plan at this utilization instead of the recipe's.")
-@click.option("--context", "context_tokens", type=int, default=8192, show_default=True,
+@click.option("--context", "context_tokens", type=click.IntRange(min=1), default=8192,
+              show_default=True,
               help="Context length, tokens, for the decode roofline.")
-@click.option("--acceptance", type=float, default=0.5, show_default=True,
+@click.option("--acceptance", type=SHARE, default=0.5, show_default=True,
               help="Draft-token acceptance rate for the speculative roofline, 0-1.")
-@click.option("--concurrency", type=int, help="Sequences for the batched roofline. Default: "
+@click.option("--concurrency", type=click.IntRange(min=1),
+              help="Sequences for the batched roofline. Default: "
               "max_num_seqs.")
 @click.option("--calibrate", "log_path", type=click.Path(dir_okay=False, path_type=Path),
               help="A real vLLM boot log: report the planner's error against it.")

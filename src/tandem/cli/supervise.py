@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from tandem.backends.state import load_state
+from tandem.cli.options import NOT_NEGATIVE, POSITIVE
 from tandem.supervisor import SupervisorPolicy, supervise
 
 console = Console(highlight=False)
@@ -29,18 +30,18 @@ def run_supervisor(name: str, policy: SupervisorPolicy = SupervisorPolicy()) -> 
 
 @click.command("supervise")
 @click.argument("name", required=False)
-@click.option("--interval", "interval_s", type=float, default=5.0, show_default=True,
+@click.option("--interval", "interval_s", type=POSITIVE, default=5.0, show_default=True,
               help="Seconds between two looks at the ranks and the leader's /health.")
-@click.option("--max-restarts", type=int, default=3, show_default=True,
+@click.option("--max-restarts", type=click.IntRange(min=0), default=3, show_default=True,
               help="Group restarts in a row before giving up and stopping every rank.")
-@click.option("--backoff", "backoff_s", type=float, default=10.0, show_default=True,
+@click.option("--backoff", "backoff_s", type=NOT_NEGATIVE, default=10.0, show_default=True,
               help="Seconds before the first restart; each further one waits twice as long.")
-@click.option("--health-failures", type=int, default=3, show_default=True,
+@click.option("--health-failures", type=click.IntRange(min=1), default=3, show_default=True,
               help="Failed /health requests in a row that count as the leader not answering.")
-@click.option("--canary-interval", "canary_interval_s", type=float, default=30.0,
+@click.option("--canary-interval", "canary_interval_s", type=NOT_NEGATIVE, default=30.0,
               show_default=True, help="Seconds between 1-token canary completions on an idle "
               "server (0: none; under load the token counters show progress instead).")
-@click.option("--stall", "stall_s", type=float, default=30.0, show_default=True,
+@click.option("--stall", "stall_s", type=POSITIVE, default=30.0, show_default=True,
               help="Seconds with requests running and no token counted that mean stalled.")
 def supervise_command(name: str | None, interval_s: float, max_restarts: int, backoff_s: float,
                       health_failures: int, canary_interval_s: float, stall_s: float) -> None:
@@ -60,7 +61,7 @@ def supervise_command(name: str | None, interval_s: float, max_restarts: int, ba
       tandem supervise tiny-ssh
       nohup tandem supervise tiny-ssh --max-restarts 5 --backoff 30 &
     """
-    name = name or load_state(None).name
+    name = load_state(name).name  # an unknown name is an error here, before any file is written
     run_supervisor(name, SupervisorPolicy(interval_s=interval_s, max_restarts=max_restarts,
                                           backoff_s=backoff_s, health_failures=health_failures,
                                           canary_interval_s=canary_interval_s, stall_s=stall_s))

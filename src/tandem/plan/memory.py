@@ -68,11 +68,12 @@ def resolve_settings(serve: Any, env: dict[str, str], config: dict[str, Any],
     """Fill the recipe's unset serve options with what vLLM would use on ``hardware``."""
     defaults = []
     tp, pp = serve.tensor_parallel_size, serve.pipeline_parallel_size
-    length = max_model_len or serve.max_model_len
+    length = max_model_len if max_model_len is not None else serve.max_model_len
     if length is None:
-        length = int(config.get("max_position_embeddings", 4096))
-        defaults.append(f"max_model_len {length} (the model's max_position_embeddings)")
-    util = gpu_memory_utilization or serve.gpu_memory_utilization
+        length = model_max_len(config) or 4096
+        defaults.append(f"max_model_len {length} (the model's longest context)")
+    util = (gpu_memory_utilization if gpu_memory_utilization is not None
+            else serve.gpu_memory_utilization)
     if util is None:
         util = 0.92
         defaults.append("gpu_memory_utilization 0.92 (vLLM's default)")
@@ -112,6 +113,23 @@ def resolve_settings(serve: Any, env: dict[str, str], config: dict[str, Any],
         speculative_method=spec.get("method"),
         num_speculative_tokens=int(spec.get("num_speculative_tokens", 0) or 0),
         cpu_kv_cache_space_gib=space, defaults=defaults)
+
+
+def model_max_len(config: dict[str, Any]) -> int | None:
+    """The longest context the model takes, as vLLM derives it (``_get_and_verify_max_len``):
+    ``max_position_embeddings``, scaled by a RoPE scaling ``factor`` (from
+    ``original_max_position_embeddings`` for yarn; not for su, longrope, llama3). None when the
+    config does not say."""
+    length = config.get("max_position_embeddings")
+    if not isinstance(length, int):
+        return None
+    rope = config.get("rope_scaling") or {}
+    kind = rope.get("rope_type") or rope.get("type")
+    factor = rope.get("factor")
+    if isinstance(factor, int | float) and kind not in ("su", "longrope", "llama3", None):
+        base = rope.get("original_max_position_embeddings", length) if kind == "yarn" else length
+        length = max(length, int(base * factor))
+    return length
 
 
 class Reserve(BaseModel):

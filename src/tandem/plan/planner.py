@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from tandem import wire
 from tandem.errors import PlanError
 from tandem.plan.calibrate import Calibration
 from tandem.plan.config import ModelFacts
@@ -36,6 +37,7 @@ from tandem.plan.memory import (
     fit_verdict,
     layout_for,
     memory_plan,
+    model_max_len,
     resolve_settings,
 )
 from tandem.plan.roofline import Roofline, roofline
@@ -155,13 +157,28 @@ def plan_deployment(deployment: Deployment, facts: ModelFacts, hardware: Hardwar
     settings = resolve_settings(recipe.engine.serve, leader_env, facts.config, hardware,
                                 max_model_len=max_model_len,
                                 gpu_memory_utilization=gpu_memory_utilization)
+    longest = model_max_len(facts.config)
+    allow_long = leader_env.get(wire.VLLM_ALLOW_LONG_MAX_MODEL_LEN) == "1"
+    if longest and settings.max_model_len > longest and not allow_long:
+        raise PlanError(
+            f"max_model_len {settings.max_model_len:,} is beyond the model's longest context "
+            f"{longest:,} (config.json of {facts.repo_id}); vLLM refuses to start",
+            file=None if max_model_len is not None else deployment.recipe_file,
+            field="--max-model-len" if max_model_len is not None else
+            "engine.serve.max_model_len",
+            hint=f"use at most {longest:,}, or set env {wire.VLLM_ALLOW_LONG_MAX_MODEL_LEN}: 1 "
+                 "if you know the model extrapolates")
     if settings.tensor_parallel_size * settings.pipeline_parallel_size > sum(
             n.gpus for n in deployment.cluster.nodes) and hardware.device == "cuda":
         raise PlanError(f"TP x PP = {settings.tensor_parallel_size * settings.pipeline_parallel_size}"
                         f" devices but the cluster has {sum(n.gpus for n in deployment.cluster.nodes)}",
-                        field="engine.serve.tensor_parallel_size",
+                        field="engine.serve.tensor_parallel_size", file=deployment.recipe_file,
                         hint="add nodes to the cluster or lower tensor_parallel_size")
     notes = [f"model facts from {facts.source}", *facts.notes]
+    if longest and settings.max_model_len > longest:
+        notes.append(f"max_model_len {settings.max_model_len:,} is beyond the model's longest "
+                     f"context {longest:,}, allowed by {wire.VLLM_ALLOW_LONG_MAX_MODEL_LEN}=1: "
+                     "quality past it is the model's own extrapolation")
     notes += [f"vLLM default assumed: {d}" for d in settings.defaults]
 
     scale, extra = 1.0, []
@@ -222,7 +239,7 @@ def plan_deployment(deployment: Deployment, facts: ModelFacts, hardware: Hardwar
                          f"more of the same pool ({hardware.desktop_gui_gib.source})")
     roof = roofline(facts, settings, hardware, layout, context_tokens=context_tokens,
                     acceptance_rate=acceptance_rate,
-                    concurrency=concurrency or settings.max_num_seqs)
+                    concurrency=settings.max_num_seqs if concurrency is None else concurrency)
     notes += roof.notes
 
     kv_per_token = layout.kv_bytes_per_token / scale

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from tandem.errors import SpecError
 from tandem.rankplan import RankPlan
+from tandem.redact import Redactor
 from tandem.spec.deployment import Deployment
 
 
@@ -24,11 +25,48 @@ TARGETS: dict[str, str] = {
     "k8s": "tandem.render.kubernetes:render",
     "docker": "tandem.render.docker:render",
 }
+FORMATS: dict[str, tuple[str, ...]] = {
+    "process": ("shell", "json"),
+    "docker": ("shell", "json"),
+    "k8s": ("yaml", "json"),
+}
+"""The formats each target writes, its default first."""
 
 
-def renderer_for(target: str) -> Renderer:
+def check_format(target: str, fmt: str | None) -> str:
+    """``fmt``, or the target's default when None.
+
+    Raises:
+        SpecError: an unknown target, or a format the target does not write.
+    """
     if target not in TARGETS:
         raise SpecError(f"unknown render target '{target}'", field="--target",
                         hint=f"use one of {', '.join(TARGETS)}")
+    formats = FORMATS[target]
+    if fmt is not None and fmt not in formats:
+        raise SpecError(f"the {target} target does not write {fmt}", field="--format",
+                        hint=f"use {' or '.join(formats)} with --target {target}")
+    return fmt or formats[0]
+
+
+def renderer_for(target: str) -> Renderer:
+    """The renderer of ``target``, wrapped so that its text goes through the one redaction path
+    (``tandem.redact``: secret names, credential shapes and the caller's secret values).
+
+    Raises:
+        SpecError: an unknown target; the renderer raises it for a format the target does not
+            write.
+    """
+    check_format(target, None)
     module, _, function = TARGETS[target].partition(":")
-    return getattr(importlib.import_module(module), function)
+    renderer: Renderer = getattr(importlib.import_module(module), function)
+
+    def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:
+        fmt = check_format(target, fmt)
+        redactor = Redactor.for_caller()
+        safe = plan.model_copy(update={"ranks": [
+            r.model_copy(update={"env": redactor.env(r.env), "argv": redactor.argv(r.argv)})
+            for r in plan.ranks]})
+        return redactor.text(renderer(safe, deployment, fmt))
+
+    return render

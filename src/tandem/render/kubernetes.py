@@ -41,7 +41,7 @@ import yaml
 
 from tandem import liveness, wire
 from tandem.errors import PlanError, Problem
-from tandem.rankplan import Mount, RankPlan, RankSpec, Role
+from tandem.rankplan import Mount, RankPlan, RankSpec, Role, in_files
 from tandem.spec.deployment import Deployment
 from tandem.spec.kubernetes import LeaderAddress, ServiceType
 
@@ -286,9 +286,13 @@ def pod_template(deployment: Deployment, ranks: list[RankSpec], role: Role) -> d
         "name": CONTAINER_NAME,
         "image": image_of(deployment),
         "imagePullPolicy": options.image_pull_policy,
-        "command": _role_argv(ranks, options.leader_address),
-        "env": _role_env(ranks, options.leader_address, secret_name(deployment) if leader else None),
     }
+    try:
+        container["command"] = _role_argv(ranks, options.leader_address)
+        container["env"] = _role_env(ranks, options.leader_address,
+                                     secret_name(deployment) if leader else None)
+    except PlanError as exc:
+        raise in_files(exc, deployment) from None
     if leader:
         container["ports"] = [{"name": API_PORT_NAME, "containerPort": deployment.recipe.ports.api,
                                "protocol": "TCP"}]

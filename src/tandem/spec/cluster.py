@@ -10,11 +10,16 @@ from __future__ import annotations
 import ipaddress
 import re
 from enum import StrEnum
+from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (BaseModel, Field, ModelWrapValidatorHandler, ValidationError,
+                      field_validator, model_validator)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from tandem.errors import FieldFault
+from tandem.spec.addresses import check_address, is_ip
 from tandem.spec.kubernetes import KubernetesOptions
-from tandem.spec.recipe import StrictModel, _env_str
+from tandem.spec.recipe import StrictModel, _env_str, refuse_secrets
 
 
 class Transport(StrEnum):
@@ -76,6 +81,25 @@ class Node(StrictModel):
     def _env_as_strings(cls, value: object) -> object:
         if isinstance(value, dict):
             return {k: _env_str(v) for k, v in value.items()}
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_without_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        return refuse_secrets(value)
+
+    @field_validator("address")
+    @classmethod
+    def _address_shape(cls, value: str) -> str:
+        return check_address(value)
+
+    @field_validator("ssh_host")
+    @classmethod
+    def _ssh_host_shape(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_.:%\-\[\]]+", value):
+            raise FieldFault(f"'{value}' is not a host for ssh",
+                             hint="write an address, a host name or an alias from "
+                                  "~/.ssh/config (no spaces), or leave it out")
         return value
 
     @property
@@ -153,20 +177,96 @@ class Cluster(StrictModel):
     namespace: str = Field(default="default", description="Kubernetes namespace (k8s transport).")
     kubernetes: KubernetesOptions = Field(default_factory=KubernetesOptions)
 
-    @model_validator(mode="after")
-    def _unique_nodes(self) -> Cluster:
-        names = [n.name for n in self.nodes]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"node names repeat: {', '.join(dupes)}; each node must be listed once")
-        if self.transport is not Transport.LOCAL:
-            addresses = [n.address for n in self.nodes]
-            same = sorted({a for a in addresses if addresses.count(a) > 1})
-            if same:
-                raise ValueError(f"several nodes share address {', '.join(same)}; each node of a "
-                                 "multi-host cluster needs its own address")
-        return self
+    @model_validator(mode="wrap")
+    @classmethod
+    def _across_nodes(cls, data: Any, handler: ModelWrapValidatorHandler[Cluster]) -> Cluster:
+        """Checks across nodes (names and addresses that repeat, namespace addresses) also run
+        on the raw input when a field is invalid, so one report holds both, each at its node."""
+        try:
+            cluster = handler(data)
+        except ValidationError as exc:
+            faults = node_faults(_raw(data))
+            if not faults:
+                raise
+            raise ValidationError.from_exception_data(cls.__name__, [
+                *(_details(e) for e in exc.errors()), *faults]) from None
+        faults = node_faults(cluster.model_dump(mode="json"))
+        if faults:
+            raise ValidationError.from_exception_data(cls.__name__, faults)
+        return cluster
 
     @property
     def leader(self) -> Node:
         return self.nodes[0]
+
+
+def _raw(data: Any) -> dict[str, Any]:
+    """The input of a Cluster as plain data (a caller may pass Node objects)."""
+    if isinstance(data, BaseModel):
+        return data.model_dump(mode="json")
+    if not isinstance(data, dict):
+        return {}
+    nodes = data.get("nodes")
+    if isinstance(nodes, list):
+        nodes = [n.model_dump(mode="json") if isinstance(n, BaseModel) else n for n in nodes]
+    local = data.get("local")
+    if isinstance(local, BaseModel):
+        local = local.model_dump(mode="json")
+    transport = data.get("transport", Transport.SSH)
+    return {**data, "nodes": nodes, "local": local, "transport": str(transport)}
+
+
+def node_faults(data: dict[str, Any]) -> list[InitErrorDetails]:
+    """Faults across the nodes of a (possibly invalid) cluster, each at the node it concerns."""
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list):
+        return []
+    faults: list[InitErrorDetails] = []
+
+    def fault(i: int, key: str, message: str, hint: str) -> None:
+        error = PydanticCustomError("value_error", "{message}", {"message": message, "hint": hint})
+        faults.append(InitErrorDetails(type=error, loc=("nodes", i, key), input=nodes[i].get(key)))
+
+    transport = data.get("transport")
+    local = data.get("local") if isinstance(data.get("local"), dict) else {}
+    first: dict[tuple[str, Any], int] = {}
+    for i, node in enumerate(nodes):
+        if not isinstance(node, dict):
+            continue
+        keys = ["name"] if transport == Transport.LOCAL.value else ["name", "address"]
+        for key in keys:
+            value = node.get(key)
+            if not isinstance(value, str) or not value:
+                continue
+            if (key, value) in first:
+                j = first[(key, value)]
+                fault(i, key, f"'{value}' is also nodes[{j}]'s {key}",
+                      "list each node once" if key == "name" else
+                      "give each node of a multi-host cluster its own address")
+            first.setdefault((key, value), i)
+    if transport == Transport.LOCAL.value and local.get("isolation", "auto") != "loopback":
+        try:
+            subnet = ipaddress.ip_network(local.get("subnet", LocalOptions().subnet))
+        except (TypeError, ValueError):
+            return faults
+        for i, node in enumerate(nodes):
+            address = node.get("address") if isinstance(node, dict) else None
+            if not isinstance(address, str) or not address:
+                continue
+            if not is_ip(address):
+                fault(i, "address", f"'{address}' is a host name, but the nodes of a local "
+                      f"cluster are network namespaces with addresses in {subnet}",
+                      f"use an address in {subnet}, or isolation: loopback (every node on "
+                      "127.0.0.1)")
+            elif ipaddress.ip_address(address) not in subnet:
+                fault(i, "address", f"{address} is outside local.subnet {subnet}",
+                      "use an address in it, or change local.subnet")
+    return faults
+
+
+def _details(error: Any) -> InitErrorDetails:
+    """A pydantic error as reported, turned back into one that can be raised again."""
+    details = InitErrorDetails(type=error["type"], loc=tuple(error["loc"]), input=error["input"])
+    if "ctx" in error:
+        details["ctx"] = error["ctx"]
+    return details

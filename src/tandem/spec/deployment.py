@@ -7,12 +7,14 @@ of this one machine, one per rank, as network namespaces (root) or on loopback.
 from __future__ import annotations
 
 import ipaddress
+import re
 
 from pydantic import BaseModel, ConfigDict
 
 from tandem import wire
+from tandem.errors import Problem, ProblemList
 from tandem.spec.cluster import Cluster, LocalIsolation, LocalOptions, Node, Transport
-from tandem.spec.recipe import Recipe
+from tandem.spec.recipe import DataPlaneTransport, ExecutorBackend, Recipe
 
 LOCAL_CLUSTER_NAME = "local"
 
@@ -24,10 +26,22 @@ class Deployment(BaseModel):
 
     recipe: Recipe
     cluster: Cluster
+    recipe_file: str | None = None
+    """Where the recipe was read from (a path, or `built-in recipe 'NAME'`), for messages."""
+    cluster_file: str | None = None
+    """Where the cluster was read from; None for this machine's own cluster."""
 
     @property
     def name(self) -> str:
         return self.recipe.name
+
+    def file_of(self, field_path: str) -> str | None:
+        """The file a dotted field path of a problem lives in: ``nodes[0].address`` is the
+        cluster's, ``engine.serve`` the recipe's."""
+        top = re.split(r"[.\[]", field_path, maxsplit=1)[0]
+        if top in Cluster.model_fields and top not in Recipe.model_fields:
+            return self.cluster_file or "this machine's cluster"
+        return self.recipe_file
 
     @property
     def world_size(self) -> int:
@@ -96,3 +110,69 @@ def resolve_isolation(cluster: Cluster, *, as_root: bool) -> Cluster:
                  for n in nodes]
     local = cluster.local.model_copy(update={"isolation": isolation})
     return cluster.model_copy(update={"nodes": nodes, "local": local})
+
+
+def deployment_problems(deployment: Deployment) -> list[Problem]:
+    """Every reason a valid recipe and a valid cluster cannot work together, each with its
+    field path (the rank plan refuses them with a ``PlanError``; the loader reports them with
+    the files' own problems)."""
+    recipe, cluster = deployment.recipe, deployment.cluster
+    serve = recipe.engine.serve
+    problems = ProblemList()
+    nnodes = len(cluster.nodes)
+    world = deployment.world_size
+    gpus = {n.gpus for n in cluster.nodes}
+
+    if recipe.engine.executor is ExecutorBackend.RAY and nnodes > 1 and min(gpus) < world:
+        problems.add(
+            "engine.executor", "Ray places all TP workers of a node on that node's GPUs and fails "
+            f"with 'local_world_size ({world}) must be less than or equal to the number of visible "
+            f"devices ({min(gpus)})' on nodes with {min(gpus)} GPU(s)",
+            "set engine.executor: mp (vLLM's multi-node mode without Ray)")
+    if world % nnodes:
+        problems.add(
+            "engine.serve", f"tensor_parallel_size x pipeline_parallel_size = {world} cannot be "
+            f"split evenly over {nnodes} nodes",
+            f"use a multiple of {nnodes} devices, or list {world} node(s) in the cluster")
+    elif len(gpus) > 1:
+        problems.add("nodes[].gpus", f"nodes have different GPU counts {sorted(gpus)}; vLLM "
+                     "starts the same number of workers on every node",
+                     "list only nodes with the same number of GPUs")
+    elif world != nnodes * min(gpus):
+        problems.add(
+            "engine.serve", f"tensor_parallel_size x pipeline_parallel_size = {world} does not "
+            f"match {nnodes} node(s) x {min(gpus)} GPU(s) = {nnodes * min(gpus)}",
+            f"set tensor_parallel_size x pipeline_parallel_size to {nnodes * min(gpus)}, or "
+            "change the nodes' gpus or the node list")
+    if cluster.transport is not Transport.LOCAL and nnodes > 1:
+        for i, node in enumerate(cluster.nodes):
+            if node.is_loopback:
+                problems.add(f"nodes[{i}].address", f"'{node.address}' is a loopback address in "
+                             "a multi-host cluster; the other nodes would connect to themselves "
+                             "and the rendezvous never completes",
+                             "use the node's management address that the other nodes can reach")
+    addresses = [(n.address, n.name) for n in cluster.nodes]
+    if cluster.transport is not Transport.LOCAL or cluster.local.isolation.value == "netns":
+        seen: dict[str, str] = {}
+        for address, name in addresses:
+            if address in seen:
+                problems.add("nodes", f"nodes {seen[address]} and {name} share address {address},"
+                             " so two ranks would claim one host", "give each node its own address")
+            seen.setdefault(address, name)
+    for var in wire.PER_NODE_VARS:
+        if var in recipe.env:
+            problems.add(f"env.{var}", f"{var} differs per node and cannot be set for all ranks",
+                         "remove it; tandem sets it from each node's address")
+    if (serve.enable_chunked_prefill is False and serve.max_num_batched_tokens and
+            serve.max_model_len and serve.max_num_batched_tokens < serve.max_model_len):
+        problems.add("engine.serve.max_num_batched_tokens",
+                     f"{serve.max_num_batched_tokens} is below max_model_len {serve.max_model_len} "
+                     "with chunked prefill off, so a long prompt can never be scheduled",
+                     "enable chunked prefill or raise max_num_batched_tokens")
+    dp = recipe.network.data_plane
+    if (dp.transport is DataPlaneTransport.IB and not dp.hcas
+            and not all(n.hcas for n in cluster.nodes)):
+        problems.add("network.data_plane.hcas", "transport ib without RDMA devices lets NCCL pick "
+                     "any HCA, often one twin only",
+                     "list the HCAs, e.g. [rocep1s0f1, roceP2p1s0f1]")
+    return problems.items

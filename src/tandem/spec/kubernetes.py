@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from tandem.spec.addresses import check_address
 from tandem.spec.recipe import StrictModel
 
 
@@ -66,6 +67,15 @@ class ServiceOptions(StrictModel):
                                                           "`Cluster`; NodePort/LoadBalancer only.")
     annotations: dict[str, str] = Field(default_factory=dict, description="Further Service "
                                         "annotations, e.g. Cilium BGP pool selectors.")
+
+    @field_validator("load_balancer_ip")
+    @classmethod
+    def _ips(cls, value: str | None) -> str | None:
+        """Cilium's annotation takes one address or several, comma-separated."""
+        if value is not None:
+            for part in value.split(","):
+                check_address(part, names=False)
+        return value
 
 
 class KubernetesOptions(StrictModel):

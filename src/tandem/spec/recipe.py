@@ -14,6 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tandem.errors import FieldFault
+from tandem.redact import is_secret, looks_like_secret_value
+from tandem.spec.addresses import check_address
+
 
 class StrictModel(BaseModel):
     """Base of every model read from a user: unknown keys are rejected."""
@@ -141,11 +145,61 @@ class ServeOptions(StrictModel):
 
     @field_validator("speculative_config")
     @classmethod
-    def _speculative_has_method(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None and "method" not in value:
-            raise ValueError("needs a 'method' key, e.g. {method: deepseek_mtp, "
-                             "num_speculative_tokens: 2}")
+    def _speculative_shape(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            check_speculative_config(value)
         return value
+
+
+SPECULATIVE_KEYS = frozenset((
+    "enforce_eager num_speculative_tokens model method draft_tensor_parallel_size "
+    "tensor_parallel_size quantization moe_backend attention_backend kv_cache_dtype "
+    "max_model_len revision code_revision index_share_for_mtp_iteration "
+    "disable_padded_drafter_batch disable_eagle_block_drop use_local_argmax_reduction "
+    "use_heterogeneous_vocab prompt_lookup_max prompt_lookup_min parallel_drafting "
+    "num_speculative_tokens_per_batch_size suffix_decoding_max_tree_depth "
+    "suffix_decoding_max_cached_requests suffix_decoding_max_spec_factor "
+    "suffix_decoding_min_token_prob draft_load_config rejection_sample_method "
+    "synthetic_acceptance_rates synthetic_acceptance_length enable_adaptive_verification "
+    "draft_sample_method dspark_draft_topk").split())
+"""Keys of vLLM's ``SpeculativeConfig`` (``vllm/config/speculative.py``, vLLM 0.32)."""
+_SPECULATIVE_COUNTS = ("num_speculative_tokens", "draft_tensor_parallel_size", "max_model_len",
+                       "prompt_lookup_max", "prompt_lookup_min", "dspark_draft_topk",
+                       "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests")
+_SPECULATIVE_FLAGS = ("enforce_eager", "disable_padded_drafter_batch", "parallel_drafting",
+                      "use_local_argmax_reduction", "enable_adaptive_verification")
+
+
+def check_speculative_config(value: dict[str, Any]) -> None:
+    """Refuse a ``--speculative-config`` vLLM would refuse at start-up, every fault at once."""
+    faults = []
+    unknown = sorted(str(k) for k in value if k not in SPECULATIVE_KEYS)
+    if unknown:
+        faults.append(f"unknown key(s) {', '.join(unknown)} (vLLM's SpeculativeConfig has "
+                      "method, num_speculative_tokens, model, draft_tensor_parallel_size, ...)")
+    method = value.get("method")
+    if method is None:
+        faults.append("needs a 'method' key, e.g. {method: deepseek_mtp, "
+                      "num_speculative_tokens: 2}")
+    elif not isinstance(method, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", method):
+        faults.append(f"method {method!r} is not a method name such as deepseek_mtp, mtp, "
+                      "eagle3, ngram, dspark")
+    for key in _SPECULATIVE_COUNTS:
+        if key in value and (isinstance(value[key], bool) or not isinstance(value[key], int)
+                             or value[key] < 1):
+            faults.append(f"{key} must be a whole number of at least 1, not {value[key]!r}")
+    for key in _SPECULATIVE_FLAGS:
+        if key in value and not isinstance(value[key], bool):
+            faults.append(f"{key} must be true or false, not {value[key]!r}")
+    for key in ("model", "revision", "quantization", "kv_cache_dtype"):
+        if key in value and (not isinstance(value[key], str) or not value[key]):
+            faults.append(f"{key} must be a non-empty text, not {value[key]!r}")
+    low, high = value.get("prompt_lookup_min"), value.get("prompt_lookup_max")
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        faults.append(f"prompt_lookup_min {low} is above prompt_lookup_max {high}")
+    if faults:
+        raise FieldFault("; ".join(faults), hint="write it as vLLM's --speculative-config "
+                         "takes it, e.g. {method: deepseek_mtp, num_speculative_tokens: 2}")
 
 
 # Flags that the rank plan owns: a recipe that passes them through extra_args would fight it.
@@ -153,6 +207,31 @@ RESERVED_FLAGS = (
     "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless",
     "--distributed-executor-backend", "--served-model-name", "--host", "--port",
 )
+
+
+def _typed_flags() -> dict[str, str]:
+    """`vllm serve` flag -> the recipe field that sets it: every ``engine.serve`` field is the
+    flag of its own name (``tensor_parallel_size`` -> ``--tensor-parallel-size``), booleans also
+    as ``--no-...``; plus vLLM's short aliases and the model's own flags."""
+    table = {}
+    for name, info in ServeOptions.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        table[flag] = f"engine.serve.{name}"
+        if info.annotation in (bool, bool | None):
+            table["--no-" + flag.removeprefix("--")] = f"engine.serve.{name}"
+    table |= {"-tp": "engine.serve.tensor_parallel_size",
+              "-pp": "engine.serve.pipeline_parallel_size",
+              "--model": "model.repo_id", "--revision": "model.revision",
+              "--api-key": "VLLM_API_KEY in the environment of `tandem up`",
+              "--hf-token": "HF_TOKEN in the environment of `tandem up`"}
+    return table
+
+
+def flag_name(arg: str) -> str:
+    """The flag of an argv item as vLLM's parser reads it: ``--max_model_len=5`` ->
+    ``--max-model-len``."""
+    name = arg.split("=", 1)[0]
+    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
 
 
 class Engine(StrictModel):
@@ -170,14 +249,27 @@ class Engine(StrictModel):
 
     @field_validator("extra_args")
     @classmethod
-    def _no_reserved_flags(cls, value: list[str]) -> list[str]:
-        clashes = [a for a in value if a.split("=", 1)[0] in RESERVED_FLAGS]
-        if clashes:
-            raise ValueError(
-                f"{', '.join(clashes)} is set by tandem from the cluster and ports; "
-                "remove it from extra_args"
-            )
+    def _no_flag_twice(cls, value: list[str]) -> list[str]:
+        """A flag tandem renders itself would be passed twice, and vLLM takes the last one
+        while tandem plans with the first: refuse it, naming the field to use instead."""
+        faults = []
+        for item in value:
+            flag = flag_name(item)
+            arg = flag if is_secret(flag) else item  # never echo a key given as --api-key=KEY
+            if flag in RESERVED_FLAGS:
+                faults.append(f"{arg} is set by tandem from the cluster and ports; remove it "
+                              "from extra_args")
+            elif flag in TYPED_FLAGS:
+                faults.append(f"{arg} repeats a typed setting; set {TYPED_FLAGS[flag]} instead")
+        if faults:
+            raise FieldFault("; ".join(faults), hint="remove these flags (and their values) "
+                             "from extra_args; vLLM would take the last of two, tandem plans "
+                             "with the typed field")
         return value
+
+
+TYPED_FLAGS = _typed_flags()
+"""The one table of `vllm serve` flags that a typed recipe field (or tandem itself) sets."""
 
 
 class DataPlaneTransport(StrEnum):
@@ -294,6 +386,16 @@ class Recipe(StrictModel):
             return {k: _env_str(v) for k, v in value.items()}
         return value
 
+    @field_validator("env")
+    @classmethod
+    def _env_without_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        return refuse_secrets(value)
+
+    @field_validator("host")
+    @classmethod
+    def _host_shape(cls, value: str) -> str:
+        return check_address(value)
+
     @field_validator("shm_size")
     @classmethod
     def _shm_shape(cls, value: str) -> str:
@@ -306,6 +408,21 @@ class Recipe(StrictModel):
         """``shm_size`` in bytes (binary units: 64g = 64 GiB)."""
         number, unit = _SHM.match(self.shm_size).groups()  # type: ignore[union-attr]
         return int(number) * 1024 ** {None: 0, "k": 1, "m": 2, "g": 3}[unit.lower() if unit else None]
+
+
+def refuse_secrets(env: dict[str, str]) -> dict[str, str]:
+    """Refuse secret-looking variables: a recipe or cluster is plain text that tandem prints,
+    renders and stores, so a credential written there would leave the machine in the clear."""
+    found = [f"{k} ({'its name' if is_secret(k) else 'its value'})" for k, v in env.items()
+             if is_secret(k) or looks_like_secret_value(v)]
+    if found:
+        raise FieldFault(
+            f"{', '.join(found)} looks like a secret, and this file is printed, rendered and "
+            "stored as plain text",
+            hint="remove it and export it in the environment of `tandem up` instead (local "
+                 "ranks inherit it; VLLM_API_KEY reaches the leader, on k8s as a Secret), put "
+                 "it in a Kubernetes Secret, or point at a file (e.g. HF_TOKEN_PATH)")
+    return env
 
 
 def _env_str(value: Any) -> Any:

@@ -17,17 +17,18 @@ from collections.abc import Iterable
 
 from tandem.check.findings import Finding, Severity
 from tandem.check.rules.context import CheckContext, Rule
-from tandem.check.rules.host import ClockSkewRule, GuiRule, MemoryHeadroomRule, ShmRule
+from tandem.check.rules.host import (ClockSkewRule, GuiRule, MemoryHeadroomRule, PlanFitRule,
+                                     ShmRule)
 from tandem.check.rules.network import (AddressOnNodeRule, InterfaceRule, LoopbackMasterRule,
-                                        MtuRule, PortsRule, RoceGidRule)
+                                        MtuRule, OpenApiRule, PortsRule, RoceGidRule)
 from tandem.check.rules.software import (ImagePresentRule, KnownBadEnvRule, ModelSnapshotRule,
                                          ProbeFailedRule, VersionSkewRule, VllmVersionRule)
 
 RULES: tuple[Rule, ...] = (
     ProbeFailedRule(), VersionSkewRule(), VllmVersionRule(), ImagePresentRule(),
     ModelSnapshotRule(), InterfaceRule(), AddressOnNodeRule(), MtuRule(), RoceGidRule(),
-    MemoryHeadroomRule(), GuiRule(), KnownBadEnvRule(), PortsRule(), ShmRule(),
-    LoopbackMasterRule(), ClockSkewRule(),
+    PlanFitRule(), MemoryHeadroomRule(), GuiRule(), KnownBadEnvRule(), PortsRule(), ShmRule(),
+    LoopbackMasterRule(), OpenApiRule(), ClockSkewRule(),
 )
 """Every rule, in report order."""
 

@@ -25,12 +25,19 @@ class CheckContext:
     ``facts``: node name -> the probe's facts (a node that could not be probed has
     ``{"probe_error": "..."}``). ``rank_env``: node name -> the environment its rank gets.
     ``memory_need_bytes``: node name -> memory the plan needs there, when ``tandem plan`` ran.
+    ``plan_fit``: the plan's verdict (``tandem.plan.memory.Fit``), when ``tandem plan`` ran.
+    ``api_key_set``: whether the caller's environment gives the leader ``VLLM_API_KEY``; None
+    when unknown.
     """
 
     deployment: Deployment
     facts: dict[str, dict[str, Any]]
     rank_env: dict[str, dict[str, str]] = field(default_factory=dict)
     memory_need_bytes: dict[str, int] | None = None
+    plan_fit: Any = None
+    plan_refused: Any = None
+    """The ``PlanError`` with which ``tandem plan`` refused the deployment, if it did."""
+    api_key_set: bool | None = None
 
     @property
     def nodes(self) -> list[Node]:

@@ -44,6 +44,28 @@ class MemoryHeadroomRule:
                         "engine.serve.gpu_memory_utilization / max_model_len")
 
 
+class PlanFitRule:
+    """``tandem plan``'s verdict DOES NOT FIT: vLLM would fail at KV cache sizing, or the
+    node would run out of memory; the preflight refuses it before anything starts."""
+
+    name = "plan-does-not-fit"
+
+    def check(self, ctx: CheckContext) -> Iterable[Finding]:
+        refused = ctx.plan_refused
+        if refused is not None:
+            yield Finding(rule=self.name, severity=Severity.ERROR, node=None,
+                          message=f"tandem plan refuses the deployment: {refused.message}",
+                          evidence=f"field {refused.field}" if refused.field else
+                          "tandem plan", fix=refused.hint or "see `tandem plan`")
+        fit = ctx.plan_fit
+        if fit is None or fit.fits:
+            return
+        yield Finding(rule=self.name, severity=Severity.ERROR, node=None,
+                      message="tandem plan says the deployment DOES NOT FIT",
+                      evidence="; ".join(fit.reasons),
+                      fix="; ".join(fit.changes) or "see `tandem plan` for the figures")
+
+
 class GuiRule:
     """A desktop session holds memory (unified memory on GB10) and GPU time."""
 

@@ -10,6 +10,8 @@ from typing import Any
 from tandem.check.findings import Finding, Severity
 from tandem.check.rules.context import (UP_STATES, CheckContext, fact, interfaces_of, listing,
                                         rdma_devices_of)
+from tandem.spec.addresses import is_ip
+from tandem.spec.deployment import Deployment
 
 
 class InterfaceRule:
@@ -228,6 +230,45 @@ class PortsRule:
                         f"another {field_name}")
 
 
+
+
+def open_api_finding(deployment: Deployment, api_key_set: bool) -> Finding | None:
+    """A warning when the leader's API answers beyond this host and asks no key.
+
+    ``host`` (``--host``) other than a loopback address binds every interface named by it, and
+    a Kubernetes NodePort or LoadBalancer Service exposes the API further; without
+    ``VLLM_API_KEY`` anyone who reaches it can use the model.
+    """
+    if api_key_set:
+        return None
+    recipe, cluster = deployment.recipe, deployment.cluster
+    host = recipe.host
+    loopback = host == "localhost" or (is_ip(host) and ipaddress.ip_address(host).is_loopback)
+    service = cluster.kubernetes.service.type.value if cluster.transport.value == "k8s" else None
+    exposed = service in ("NodePort", "LoadBalancer")
+    if loopback and not exposed:
+        return None
+    where = f"--host {host}" + (f" and a {service} Service" if exposed else "")
+    return Finding(
+        rule="api-without-key", severity=Severity.WARNING, node=cluster.leader.name,
+        message=f"the API on port {recipe.ports.api} answers beyond this host ({where}) and "
+                "asks no key",
+        evidence="VLLM_API_KEY is not set in the environment of tandem",
+        fix="export VLLM_API_KEY=... before `tandem up` (the leader then requires it), or set "
+            "the recipe's host: 127.0.0.1")
+
+
+class OpenApiRule:
+    """The API reachable beyond loopback without an API key is a warning."""
+
+    name = "api-without-key"
+
+    def check(self, ctx: CheckContext) -> Iterable[Finding]:
+        if ctx.api_key_set is None:
+            return
+        finding = open_api_finding(ctx.deployment, ctx.api_key_set)
+        if finding:
+            yield finding
 
 
 class LoopbackMasterRule:
