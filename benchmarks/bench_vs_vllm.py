@@ -4,7 +4,8 @@ For every round and every concurrency the two clients run one after the other ag
 server: vLLM's own client (`vllm bench serve`) and `tandem bench`, both with `ignore_eos` and the
 same output length. By default they send the same prompts in the same order: a JSONL file of
 `--input-len`-token texts (cut with the server's tokenizer) that vLLM reads as its unshuffled
-custom dataset and tandem as `--prompt-file`. Each client is a child process; its CPU time (user + sys, including Python start-up) comes from `os.wait4`.
+custom dataset and tandem as `--prompt-file`. Each client is a child process; its CPU time
+(user + sys, including Python start-up) comes from `os.wait4`.
 The CPU each streamed token costs, start-up excluded, is measured apart by
 `benchmarks/client_cpu.py` (here vLLM's client start-up, ~10 CPU-s, would swamp it).
 
@@ -21,7 +22,7 @@ Needs pandas in the venv for vLLM's custom dataset (`.venv/bin/pip install panda
 
 Usage:
     .venv/bin/python benchmarks/bench_vs_vllm.py --url http://127.0.0.1:8200 --model tiny-deepseek
-    .venv/bin/python benchmarks/bench_vs_vllm.py --start-server --hf-home /tmp/hf   # own tiny server
+    .venv/bin/python benchmarks/bench_vs_vllm.py --start-server --hf-home /tmp/hf  # own server
 """
 
 from __future__ import annotations
@@ -250,13 +251,13 @@ def print_table(runs: list[Run], levels: list[int], a) -> None:
         for client in ("vllm bench serve", "tandem bench"):
             mine = [p[client] for p in kept.values()]
 
-            def med(key: str) -> float:
+            def med(key: str, mine: list = mine) -> float:
                 return statistics.median(getattr(x, key) for x in mine)
             print(f"| {c} | {client} | {len(mine)} | {med('ttft_p50_ms'):.2f} | "
                   f"{med('tpot_p50_ms'):.2f} | {med('itl_p50_ms'):.2f} | {med('cpu_s'):.2f} | "
                   f"{med('cpu_s') / med('output_tokens') * 1000:.3f} |")
 
-        def ratio(key: str) -> float:
+        def ratio(key: str, kept: dict = kept) -> float:
             return statistics.median(getattr(p["tandem bench"], key)
                                      / getattr(p["vllm bench serve"], key)
                                      for p in kept.values())

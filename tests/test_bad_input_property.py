@@ -81,14 +81,14 @@ def fields_of(model: type[BaseModel], data: Any, path: tuple = ()):
         if info is None:
             continue
         annotation = _unwrap(info.annotation)
-        yield path + (key,), annotation, info
+        yield (*path, key), annotation, info
         if _is_model(annotation) and isinstance(value, dict):
-            yield from fields_of(annotation, value, path + (key,))
+            yield from fields_of(annotation, value, (*path, key))
         elif typing.get_origin(annotation) is list and isinstance(value, list):
             item = typing.get_args(annotation)[0]
             if _is_model(item):
                 for i, entry in enumerate(value):
-                    yield from fields_of(item, entry, path + (key, i))
+                    yield from fields_of(item, entry, (*path, key, i))
 
 
 def with_value(data: Any, path: tuple, value: Any) -> Any:
@@ -187,7 +187,7 @@ CLUSTERS = {str(ROOT / path): yaml.safe_load((ROOT / path).read_text())
 @given(data=st.data())
 def test_every_mutated_recipe_is_one_message(tmp_path_factory, data):
     name = data.draw(st.sampled_from(sorted(PAIRS)))
-    kind, raw, named = data.draw(mutated(Recipe, RECIPES[name]))
+    _kind, raw, named = data.draw(mutated(Recipe, RECIPES[name]))
     path = tmp_path_factory.mktemp("recipe") / "recipe.yaml"
     path.write_bytes(raw)
     code, output, seconds = run(["render", str(path), "--cluster", str(ROOT / PAIRS[name])])
@@ -198,7 +198,7 @@ def test_every_mutated_recipe_is_one_message(tmp_path_factory, data):
 @given(data=st.data())
 def test_every_mutated_cluster_is_one_message(tmp_path_factory, data):
     recipe = data.draw(st.sampled_from(sorted(PAIRS)))
-    kind, raw, named = data.draw(mutated(Cluster, CLUSTERS[str(ROOT / PAIRS[recipe])]))
+    _kind, raw, named = data.draw(mutated(Cluster, CLUSTERS[str(ROOT / PAIRS[recipe])]))
     path = tmp_path_factory.mktemp("cluster") / "cluster.yaml"
     path.write_bytes(raw)
     code, output, seconds = run(["render", recipe, "--cluster", str(path)])
@@ -215,7 +215,7 @@ def numeric_options() -> list[tuple[tuple[str, ...], click.Option]]:
         if isinstance(command, click.Group):
             ctx = click.Context(command)
             for name in command.list_commands(ctx):
-                walk(command.get_command(ctx, name), path + (name,))
+                walk(command.get_command(ctx, name), (*path, name))
             return
         for param in command.params:
             if isinstance(param, click.Option) and isinstance(
@@ -242,11 +242,11 @@ def out_of_range(option: click.Option) -> st.SearchStrategy[str]:
     integer = isinstance(kind, click.IntRange)
     if kind.min is not None:
         low = kind.min if kind.min_open else (kind.min - 1 if integer else kind.min - 1e-6)
-        bad.append(st.integers(-10**12, int(math.floor(low))).map(str) if integer else
+        bad.append(st.integers(-10**12, math.floor(low)).map(str) if integer else
                    st.floats(max_value=low, allow_nan=False).map(repr))
     if kind.max is not None:
         high = kind.max if kind.max_open else (kind.max + 1 if integer else kind.max + 1e-6)
-        bad.append(st.integers(int(math.ceil(high)), 10**12).map(str) if integer else
+        bad.append(st.integers(math.ceil(high), 10**12).map(str) if integer else
                    st.floats(min_value=high, allow_nan=False).map(repr))
     if not integer:
         bad.append(st.just("nan"))

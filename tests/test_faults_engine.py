@@ -44,7 +44,7 @@ def test_a_stopped_worker_is_stalled_within_10_s_and_healthy_again(tiny_deployme
     pid = next(p["pid"] for p in worker["processes"] if p["name"].startswith("VLLM::Worker"))
     os.kill(pid, signal.SIGSTOP)
     try:
-        took, code, report = wait_for(tiny_deployment, "stalled", 10)
+        _took, code, report = wait_for(tiny_deployment, "stalled", 10)
     finally:
         os.kill(pid, signal.SIGCONT)
     assert code == 5 and report["rank"] == 1 and f"pid {pid}" in report["reason"]

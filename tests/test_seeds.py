@@ -29,7 +29,8 @@ def env_file(name: str) -> dict[str, str]:
 
 def seed000_argv() -> list[str]:
     text = (SEEDS / "seed000-leader.sh").read_text()
-    body = "\n".join(l for l in text.splitlines() if not l.startswith("#")).replace("\\\n", " ")
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    body = body.replace("\\\n", " ")
     return shlex.split(body)
 
 
@@ -100,8 +101,8 @@ SEED002_FLAGS = {
 
 
 def test_seed002_configuration_table_setting_by_setting():
-    rows = [l.split("\t") for l in (SEEDS / "seed002-settings.tsv").read_text().splitlines()
-            if l and not l.startswith("#")]
+    rows = [line.split("\t") for line in (SEEDS / "seed002-settings.tsv").read_text().splitlines()
+            if line and not line.startswith("#")]
     for rank in seed002_plan().ranks:
         f = flags(rank.argv)
         for setting, value in rows:

@@ -110,7 +110,7 @@ def test_a_dead_worker_restarts_the_whole_group_workers_first(home, monkeypatch)
 
 def test_a_silent_leader_counts_after_three_misses(home, monkeypatch):
     backend = ScriptedBackend(deaths=[])
-    code, _, events = run(backend, home, monkeypatch, looks=5, answers=False)
+    _code, _, events = run(backend, home, monkeypatch, looks=5, answers=False)
     assert backend.calls == ["down", "up:1,0"]
     assert events.count("group broken") == 1
     assert "down: rank 0: the leader does not answer /health" in events

@@ -109,7 +109,7 @@ def boot(spec: str, out: Path, gpus: int, full: bool, limit_s: float) -> dict:
     t0 = time.monotonic()
     wall0 = time.time()
     for rank, command in commands.items():  # rank 1 (headless) first, as tp2_test.sh does
-        files[rank] = open(logdir / f"rank{rank}.log", "w")
+        files[rank] = open(logdir / f"rank{rank}.log", "w")  # noqa: SIM115 - closed below
         procs.append(subprocess.Popen(command, stdout=files[rank], stderr=subprocess.STDOUT,
                                       env=env, start_new_session=True))
         if tp_i > 1 and rank == 1:

@@ -89,7 +89,8 @@ CONTAINER_HF_HOME = "/cache/huggingface"
 # --- LeaderWorkerSet (kubernetes-sigs/lws, api/leaderworkerset/v1/leaderworkerset_types.go) -----
 LWS_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
 """Injected into every container: the leader pod's DNS name,
-``<lws-name>-<groupIndex>.<subdomain>.<namespace>``, e.g. ``dsv4-flash-tp2-0.dsv4-flash-tp2.default``."""
+``<lws-name>-<groupIndex>.<subdomain>.<namespace>``,
+e.g. ``dsv4-flash-tp2-0.dsv4-flash-tp2.default``."""
 LWS_GROUP_SIZE = "LWS_GROUP_SIZE"
 """Injected: pods per group, leader included (= ``--nnodes``)."""
 LWS_WORKER_INDEX = "LWS_WORKER_INDEX"

@@ -25,7 +25,7 @@ node0:1234:1300 [0] NCCL INFO NET/IB : Using [0]rocep1s0f1:1/RoCE [1]roceP2p1s0f
 node0:1234:1300 [0] NCCL INFO Using network IB
 node0:1234:1301 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA
 node0:1234:1301 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[0] [send] via NET/IB/1/GDRDMA
-"""
+"""  # noqa: E501 - NCCL's own log line, as printed
 SOCKET_LOG = """\
 gpu0:88:90 [0] NCCL INFO NET/Socket : Using [0]enP7s7:192.168.100.101<0>
 gpu0:88:90 [0] NCCL INFO Using network Socket

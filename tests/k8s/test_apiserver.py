@@ -336,7 +336,7 @@ def test_cluster_checks_crd_nodes_and_gpus(apiserver, namespace):
         apiserver.kubectl("delete", "node", "node-a", "node-b", check=False)
 
 
-# --- tandem check and the CLI's up/down, through the preflight -------------------------------------
+# --- tandem check and the CLI's up/down, through the preflight ---------------------------------
 
 IMAGE = "ghcr.io/anemll/dspark-vllm-gx10"
 DIGEST = "sha256:" + "ab" * 32

@@ -31,7 +31,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from tandem import wire
 from tandem.backends.base import RankObservation
@@ -506,14 +505,14 @@ class KubernetesBackend:
     def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
         pod = Kubectl.of_state(state).get_json("pod", rank.log.removeprefix("pod/"))
         state_of = (_container(pod).get("state") or {}) if pod else {}
-        return bool(pod) and (pod.get("status") or {}).get("phase") == "Running" \
+        return pod is not None and (pod.get("status") or {}).get("phase") == "Running" \
             and "running" in state_of
 
     def log_reader(self, state: DeploymentState, rank: RankState) -> PodLog:
         return PodLog(Kubectl.of_state(state), rank.log.removeprefix("pod/"))
 
 
-def status_of(name: str) -> dict[str, Any]:
+def status_of(name: str) -> dict[int, str]:
     """Each pod's one-line summary, for a deployment that runs on Kubernetes."""
     state = load_state(name)
     kubectl = Kubectl.of_state(state)

@@ -70,8 +70,9 @@ class KubernetesNodeTransport:
                     for messages in by_node.values():
                         messages.append(str(problem))
             items = (self.kubectl.get_json("nodes") or {}).get("items", [])
-            self._nodes = {(n["metadata"].get("labels") or {}).get(wire.K8S_HOSTNAME_LABEL): n
-                           for n in items}
+            self._nodes = {name: n for n in items
+                           if (name := (n["metadata"].get("labels") or {})
+                               .get(wire.K8S_HOSTNAME_LABEL))}
             self._problems = by_node
 
     def run_probe(self, node: Node) -> dict[str, Any]:

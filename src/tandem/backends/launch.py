@@ -1,8 +1,9 @@
 """What every backend does the same way when it launches ranks.
 
 The state record of a new deployment, the record of each launched rank, the recording of
-start-up phases as readiness reaches them, and the wait itself with the recipe's timeouts. Backends differ in how a rank is started and
-watched (a local process, a process or container over SSH, a pod); not in what is written down.
+start-up phases as readiness reaches them, and the wait itself with the recipe's timeouts.
+Backends differ in how a rank is started and watched (a local process, a process or container
+over SSH, a pod); not in what is written down.
 """
 
 from __future__ import annotations

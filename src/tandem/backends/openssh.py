@@ -133,7 +133,8 @@ class OpenSSH:
     def options(self) -> list[str]:
         """ssh options without the destination: config file, batch mode, reuse, keep-alives."""
         opts = ["-F", self.config_file] if self.config_file else []
-        return opts + [
+        return [
+            *opts,
             "-o", "BatchMode=yes",
             "-o", f"ConnectTimeout={int(self.connect_timeout_s)}",
             "-o", "ControlMaster=auto",

@@ -157,13 +157,13 @@ def plan_sync(snapshots: dict[str, SnapshotFacts], images: dict[str, ImageFacts]
     if image and images:
         reference = next((f for f in images.values() if f.node == leader and f.image_id), None)
         reference = reference or next((f for f in images.values() if f.image_id), None)
-        for facts in images.values():
-            if reference and facts.image_id == reference.image_id:
+        for held in images.values():
+            if reference and held.image_id == reference.image_id:
                 continue
             if is_pinned(image):
-                actions.append(SyncAction("pull-image", facts.node, None, image))
+                actions.append(SyncAction("pull-image", held.node, None, image))
             elif reference:
-                actions.append(SyncAction("copy-image", facts.node, reference.node, image))
+                actions.append(SyncAction("copy-image", held.node, reference.node, image))
             else:
                 raise BackendError(f"no node holds image {image} and it is not pinned by digest",
                                    field="engine.image",
@@ -254,8 +254,8 @@ def sync(deployment: Deployment, *, dry_run: bool = False,
     for facts in snapshots.values():
         on_event(f"{facts.node}: snapshot {facts.commit or '?'}, {len(facts.files)} file(s), "
                  f"{sum(facts.files.values()):,} bytes")
-    for facts in images.values():
-        on_event(f"{facts.node}: image {facts.image_id or 'missing'}")
+    for held in images.values():
+        on_event(f"{held.node}: image {held.image_id or 'missing'}")
     actions = plan_sync(snapshots, images, deployment.recipe.engine.image, leader)
     report = SyncReport(snapshots=snapshots, images=images, actions=actions)
     if dry_run or not actions:

@@ -87,7 +87,7 @@ def compare(a: BenchResult, b: BenchResult, a_name: str = "A", b_name: str = "B"
             va, vb = ha[key], hb[key]
             diff = vb - va if va is not None and vb is not None else None
             rel = diff / va if diff is not None and va else None
-            better = None
+            better: Literal["a", "b", "same"] | None = None
             if diff is not None:
                 better = "same" if diff == 0 else (
                     "b" if (diff < 0) == (good == "lower") else "a")

@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import pairwise
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -69,7 +70,7 @@ class LatencyStats(BaseModel):
     p99: float | None = None
 
     @classmethod
-    def of(cls, values: Iterable[float]) -> LatencyStats:
+    def of(cls, values: Iterable[float | None]) -> LatencyStats:
         data = sorted(v for v in values if v is not None and math.isfinite(v))
         if not data:
             return cls()
@@ -109,7 +110,7 @@ def tpot_s(record: RequestRecord) -> float | None:
 def itl_gaps_s(record: RequestRecord) -> list[float]:
     """Gaps between consecutive token chunks of one request."""
     times = record.chunk_times_s
-    return [b - a for a, b in zip(times, times[1:])]
+    return [b - a for a, b in pairwise(times)]
 
 
 def tokens_per_chunk(record: RequestRecord) -> float | None:
@@ -147,9 +148,7 @@ class Slo(BaseModel):
         if self.e2el_s is not None and (record.e2el_s is None or record.e2el_s > self.e2el_s):
             return False
         tpot = tpot_s(record)  # a one-token answer has no TPOT and cannot break a TPOT SLO
-        if self.tpot_s is not None and tpot is not None and tpot > self.tpot_s:
-            return False
-        return True
+        return self.tpot_s is None or tpot is None or tpot <= self.tpot_s
 
 
 class LoadPointMetrics(BaseModel):

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -71,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         device = torch.device("cpu")
     began = time.perf_counter()
-    init = {"device_id": device} if backend == "nccl" else {}
+    # device_id only for NCCL: a torch without the argument still runs the gloo test.
+    init: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(backend, init_method=f"tcp://{os.environ['MASTER_ADDR']}:"
                             f"{os.environ['MASTER_PORT']}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=args.timeout_s), **init)

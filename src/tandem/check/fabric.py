@@ -242,8 +242,9 @@ def fabric_findings(deployment: Deployment, result: FabricResult) -> list[Findin
         findings.append(Finding(
             rule="fabric-socket-fallback", severity=Severity.ERROR, node=None,
             message="NCCL did not use RoCE/IB between the nodes: it fell back to TCP sockets",
-            evidence=f"NCCL connections: {', '.join(result.transports) or 'none seen'}; network "
-                     f"plugin {result.nccl_network}; peak bus bandwidth {result.peak_busbw_gbps} GB/s",
+            evidence=f"NCCL connections: {', '.join(result.transports) or 'none seen'}; "
+                     f"network plugin {result.nccl_network}; "
+                     f"peak bus bandwidth {result.peak_busbw_gbps} GB/s",
             fix=f"check {wire.NCCL_IB_HCA}, the GID index and /dev/infiniband in the rank's "
                 "environment (a container needs the device and IPC_LOCK)"))
     biggest = result.sizes[-1] if result.sizes else None

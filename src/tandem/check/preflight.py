@@ -107,7 +107,7 @@ def memory_need(deployment: Deployment) -> tuple[dict[str, int] | None, str | No
     """Bytes each node needs according to ``tandem plan``, and why not when it cannot say."""
     plan, why_not, refused = memory_plan(deployment)
     if plan is None:
-        return None, why_not or (refused and refused.message)
+        return None, why_not or (refused.message if refused else None)
     return {n.name: plan.per_node_memory_bytes for n in deployment.cluster.nodes}, None
 
 

@@ -15,7 +15,8 @@ Every fact is read through two seams so that the same parsing runs on recorded f
 
 Usage:
     python3 probe.py --model deepseek-ai/DeepSeek-V4-Flash --cache-root /root/.cache/huggingface
-    python3 probe.py --root tests/fixtures/check/spark-101 --commands tests/fixtures/check/spark-101/commands
+    python3 probe.py --root tests/fixtures/check/spark-101 \
+        --commands tests/fixtures/check/spark-101/commands
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ class Node:
         if argv is None:
             return _python_packages()
         try:
-            result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    timeout=self.timeout_s, universal_newlines=True)
+            result = subprocess.run(argv, capture_output=True, timeout=self.timeout_s,
+                                    text=True)
         except (OSError, subprocess.SubprocessError):
             self._missing(key)
             return None

@@ -12,7 +12,8 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
+                           TimeElapsedColumn)
 
 from tandem.backends.state import load_state
 from tandem.bench.compare import compare, load_summary
@@ -203,7 +204,7 @@ class _LiveProgress:
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console,
             transient=False)
-        self.tasks: dict[str, int] = {}
+        self.tasks: dict[str, TaskID] = {}
 
     def __enter__(self) -> _LiveProgress:
         self.progress.__enter__()

@@ -1,4 +1,4 @@
-"""``tandem supervise``: gang restarts on bare hosts (LeaderWorkerSet's RecreateGroupOnPodRestart)."""
+"""``tandem supervise``: gang restarts on bare hosts (LWS's RecreateGroupOnPodRestart)."""
 
 from __future__ import annotations
 

@@ -102,9 +102,8 @@ def classify_tensor(name: str, num_hidden_layers: int) -> PartRole:
         return "embedding"
     if name.startswith("lm_head") or ".lm_head" in name:
         return "lm_head"
-    if m := _LAYER.search(name):
-        if int(m.group(1)) >= num_hidden_layers:
-            return "drafter"
+    if (m := _LAYER.search(name)) and int(m.group(1)) >= num_hidden_layers:
+        return "drafter"
     if "mtp" in name or "dspark" in name or "draft" in name:
         return "drafter"
     if "shared_expert" in name:

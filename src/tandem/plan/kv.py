@@ -164,7 +164,7 @@ def kv_layout(config: dict[str, Any], *, kv_cache_dtype: str | None, block_size:
         sparse = "index_topk" in config or config.get("model_type") == "deepseek_v32"
         if sparse and dtype == "fp8_ds_mla":
             index_dim = int(config.get("index_head_dim", 128))
-            per_layer = V32_RECORD_BYTES + index_dim + index_dim // 128 * 4
+            per_layer: float = V32_RECORD_BYTES + index_dim + index_dim // 128 * 4
             arch = "mla-sparse"
         else:
             per_layer = latent * size
@@ -188,8 +188,7 @@ def kv_layout(config: dict[str, Any], *, kv_cache_dtype: str | None, block_size:
                      "replicated head")
     per_layer = 2 * heads_per_rank * head_dim * size
     page = int(per_layer * block_size)
-    kinds = Counter(layer_kinds(config)[:layers] if pipeline_parallel_size == 1 else
-                    layer_kinds(config)[:layers])
+    kinds = Counter(layer_kinds(config)[:layers])
     window = int(config.get("sliding_window") or 0)
     full_blocks = cdiv(max_model_len, block_size)
     sliding_blocks = cdiv(min(window - 1 + max_in_flight_tokens, max_model_len), block_size) + 1

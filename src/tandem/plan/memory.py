@@ -19,6 +19,7 @@ its measured non-KV memory and this arithmetic is carried as a calibrated reserv
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -161,7 +162,7 @@ class MemoryPlan(BaseModel):
 def weights_per_rank(facts: ModelFacts, settings: ServeSettings) -> tuple[int, int]:
     """(bytes per rank, of which replicated): TP/PP split, replicated parts whole."""
     tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
-    total = replicated = 0
+    total = replicated = 0.0
     for part in facts.parts:
         if part.role == "drafter" and not uses_drafter(settings):
             continue
@@ -215,7 +216,8 @@ def reserves_for(facts: ModelFacts, settings: ServeSettings,
         if uses_drafter(settings):
             reserves.append(Reserve(
                 name="MTP hidden buffer", bytes=batched * int(config.get("hc_mult", 4)) * hidden * 2,
-                basis="derived: batched tokens x hc_mult x hidden x 2 B (model-physics.md §1.2)"))
+                basis="derived: batched tokens x hc_mult x hidden x 2 B "
+                      "(model-physics.md §1.2)"))
     return reserves
 
 
@@ -271,7 +273,7 @@ def _basis(source: str) -> str:
 
 
 def memory_plan(facts: ModelFacts, settings: ServeSettings, hardware: HardwareProfile,
-                extra_reserves: list[Reserve] = ()) -> MemoryPlan:
+                extra_reserves: Sequence[Reserve] = ()) -> MemoryPlan:
     """Budget, weights, reserves and KV pool of one rank."""
     total = int(hardware.memory_total_gib.value * GIB)
     weights, replicated = weights_per_rank(facts, settings)

@@ -131,7 +131,7 @@ def infer_hardware(deployment: Deployment, name: str | None) -> HardwareProfile:
 
 
 def _observation_settings(settings: ServeSettings, obs: dict[str, Any]) -> ServeSettings:
-    update = {k: obs[k] for k in ("gpu_memory_utilization", "max_model_len",
+    update: dict[str, Any] = {k: obs[k] for k in ("gpu_memory_utilization", "max_model_len",
                                   "max_num_batched_tokens", "async_scheduling") if k in obs}
     return settings.model_copy(update=update)
 
@@ -229,7 +229,7 @@ def plan_deployment(deployment: Deployment, facts: ModelFacts, hardware: Hardwar
         else:
             notes.append("CPU backend without VLLM_CPU_KVCACHE_SPACE: vLLM sizes the pool from the "
                          "node's free memory at boot; this plan's pool is a guess. Set it in env.")
-    if hardware.unified_memory and hardware.device == "cuda":
+    if hardware.unified_memory and hardware.device == "cuda" and hardware.outside_budget_gib:
         notes.append(
             f"unified memory: {memory.outside_budget_bytes / GIB:.1f} GiB outside vLLM's budget "
             f"({hardware.outside_budget_gib.source}); per node "

@@ -184,7 +184,7 @@ def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: 
     written: list[Path] = []
     ladder = [p for p in result.points if p.point.kind == "concurrency"]
     if ladder:
-        x = [p.point.concurrency for p in ladder]
+        x = [p.point.concurrency for p in ladder if p.point.concurrency is not None]
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for name, attr in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2EL", "e2el_s")):
             for q, style in (("p50", "-o"), ("p99", "--")):
@@ -225,7 +225,7 @@ def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: 
     return written
 
 
-def _save(fig, path: Path, plt) -> Path:  # type: ignore[no-untyped-def]
+def _save(fig, path: Path, plt) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

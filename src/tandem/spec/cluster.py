@@ -228,7 +228,9 @@ def node_faults(data: dict[str, Any]) -> list[InitErrorDetails]:
         faults.append(InitErrorDetails(type=error, loc=("nodes", i, key), input=nodes[i].get(key)))
 
     transport = data.get("transport")
-    local = data.get("local") if isinstance(data.get("local"), dict) else {}
+    local = data.get("local")
+    if not isinstance(local, dict):
+        local = {}
     first: dict[tuple[str, Any], int] = {}
     for i, node in enumerate(nodes):
         if not isinstance(node, dict):

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from tandem.errors import ClusterError, Problem, RecipeError, SpecError
 from tandem.spec.cluster import Cluster, LocalIsolation
@@ -255,7 +256,7 @@ def _dotted(loc: tuple) -> str:
     return ".".join(str(p) for p in loc)
 
 
-def _problem(err: dict[str, Any]) -> Problem:
+def _problem(err: ErrorDetails) -> Problem:
     """Turn one pydantic error into a Problem with a dotted path and a fix."""
     path = _dotted(tuple(err["loc"]))
     kind = err["type"]

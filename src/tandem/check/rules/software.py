@@ -4,7 +4,7 @@ the model snapshot, and environment variables known to break NCCL or vLLM."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from tandem.check.findings import Finding, Severity
 from tandem.check.known_env import EMPTY_NCCL_VARIABLE, KNOWN_BAD_ENV
@@ -30,7 +30,7 @@ class VersionSkewRule:
     """Kernel, DGX OS, driver, CUDA, NIC firmware, vLLM and image digest must match on all nodes."""
 
     name = "version-skew"
-    fixes = {
+    fixes: ClassVar[dict[str, str]] = {
         "kernel": "install the same kernel on every node (`apt install linux-image-VERSION`, "
                   "reboot) — NCCL and the GPU driver are built per kernel",
         "DGX OS": "bring every node to the same DGX OS release (`sudo apt update && sudo apt "
