@@ -34,15 +34,15 @@ def purge(name: str, cluster: Cluster | None, *,
         on_event(f"removed the compile caches of '{name}' ({folder})")
         return [str(folder)] if folder.exists() else []
     if cluster.transport is Transport.SSH:
-        folder = caches.remote_deployment_root(cluster.ssh.remote_dir, name)
-        quoted = shlex.quote(str(folder))
+        remote = caches.remote_deployment_root(cluster.ssh.remote_dir, name)
+        quoted = shlex.quote(str(remote))
         script = f"rm -rf {quoted} 2>/dev/null; if [ -e {quoted} ]; then echo left; fi\n"
         results = OpenSSH.for_cluster(cluster).run_all(
             {node.name: (SSHTarget.of(node), script) for node in cluster.nodes},
             timeout_s=120, check=False)
-        on_event(f"removed the compile caches of '{name}' ({folder}) on "
+        on_event(f"removed the compile caches of '{name}' ({remote}) on "
                  f"{len(cluster.nodes)} node(s)")
-        return [f"{folder} on {node}" for node, result in results.items()
+        return [f"{remote} on {node}" for node, result in results.items()
                 if not result.ok or "left" in result.stdout]
     raise BackendError(f"tandem cannot clear the hostPath caches of '{name}' on Kubernetes "
                        "nodes", hint=f"on each node: sudo rm -rf {caches.k8s_host_root(name)}")
