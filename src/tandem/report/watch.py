@@ -199,9 +199,10 @@ def write_plots(samples: list[Sample], out_dir: Path) -> list[Path]:
                 ax.plot(times, _nan(values), label=key)
             ax.set(ylabel=unit, title=title)
         for key, flags in cols.gpu_throttled.items():
-            hot = [t for t, f in zip(times, flags) if f]
+            hot = [(t, c) for t, f, c in zip(times, flags, cols.gpu_sm_clock_mhz[key])
+                   if f and c is not None]
             if hot:
-                axes[1].plot(hot, [0] * len(hot), "rv", label=f"{key} throttled")
+                axes[1].plot(*zip(*hot), "rv", label=f"{key} throttled")
         written.append(_finish(fig, list(axes), cols, out_dir / "gpu.png", plt))
     fig, ax = plt.subplots(figsize=(9, 4))
     ax.plot(times, _nan(cols.generation_tok_s), label="generation tok/s")
