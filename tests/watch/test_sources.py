@@ -58,7 +58,8 @@ def test_this_hosts_proc_gives_memory_and_a_marked_process(tmp_path):
 
 
 def test_rdma_port_counters_from_a_sysfs_tree(tmp_path):
-    """The layout of /sys/class/infiniband (kernel Documentation/ABI/stable/sysfs-class-infiniband)."""
+    """The layout of /sys/class/infiniband (the kernel's Documentation/ABI/stable/
+    sysfs-class-infiniband)."""
     port = tmp_path / "class" / "infiniband" / "rocep1s0f1" / "ports" / "1"
     (port / "counters").mkdir(parents=True)
     (port / "state").write_text("4: ACTIVE\n")

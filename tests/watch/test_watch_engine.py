@@ -8,6 +8,7 @@ runs after every test that needs the deployment whole (``breaks_deployment``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -96,6 +97,22 @@ def test_a_watch_under_load_killed_and_resumed_is_reported(tiny_deployment, tmp_
     assert len(beside) >= 2
     assert beside[-1].leader.generation_tokens > beside[0].leader.generation_tokens
     assert (bench_out / "watch" / "report.md").is_file()
+
+
+def test_eval_watch_records_the_telemetry_beside_the_responses(tiny_deployment, tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "gpqa_factory", Path(__file__).resolve().parent.parent / "eval" / "gpqa_factory.py")
+    factory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(factory)
+    csv = factory.write_csv(tmp_path / "gpqa.csv", factory.make_rows(2))
+    out = tmp_path / "eval"
+    done = tiny_deployment.tandem("eval", "gpqa", "tiny-local", "--csv", str(csv), "--out",
+                                  str(out), "--max-tokens", "8", "--no-fallback",
+                                  "--no-progress", "--watch", timeout=300)
+    assert "watch: PASS" in done.stdout or "watch: FAIL" in done.stdout
+    samples = read_samples(out / "watch")
+    assert samples and samples[0].verdict == "healthy"
+    assert (out / "watch" / "report.md").is_file() and (out / "responses.jsonl").is_file()
 
 
 def _free_port() -> int:

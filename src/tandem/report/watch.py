@@ -44,6 +44,10 @@ def _num(value: float | None, fmt: str = ".1f", unit: str = "") -> str:
     return "–" if value is None else f"{value:{fmt}}{unit}"
 
 
+def _pct(fraction: float | None) -> float | None:
+    return fraction * 100 if fraction is not None else None
+
+
 def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
     """The live terminal panel: verdict line, nodes and ranks, the leader's load, with trends."""
     window = list(window)
@@ -52,7 +56,8 @@ def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
     colour = _COLOURS.get(latest.verdict.value, "white")
     head = Text.assemble((f"{run.name}  ", "bold"), (latest.verdict.value, colour),
                          f"   sample {latest.seq}   {latest.time:%H:%M:%S} UTC"
-                         f"   restarts {latest.restarts}   sample cost {latest.cost_s * 1000:.0f} ms")
+                         f"   restarts {latest.restarts}"
+                         f"   sample cost {latest.cost_s * 1000:.0f} ms")
     nodes = Table(box=None, pad_edge=False)
     for title in ("node", "mem used", "available", "trend", "rank", "up", "RSS", "CPU",
                   "GPU °C / MHz / W"):
@@ -94,8 +99,7 @@ def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
         errors = finished_value(("error", "abort"))(latest)
         leader.add_row(
             _num(reading.requests_running, ".0f"), _num(reading.requests_waiting, ".0f"),
-            _num(reading.kv_cache_usage * 100 if reading.kv_cache_usage is not None else None,
-                 ".1f", " %"),
+            _num(_pct(reading.kv_cache_usage), ".1f", " %"),
             _num(counter_rate(prev, latest, leader_value("prompt_tokens")) if prev else None),
             _num(counter_rate(prev, latest, leader_value("generation_tokens")) if prev else None),
             sparkline(columns.generation_tok_s), _num(reading.preemptions, ".0f"),
@@ -132,8 +136,7 @@ def markdown(summary: WatchSummary) -> str:
               f"- requests finished: {summary.requests_finished} "
               f"({summary.request_errors} errors or aborts)",
               f"- generation tokens: {summary.generation_tokens}",
-              f"- peak KV cache usage: "
-              f"{_num(summary.peak_kv_cache_usage * 100 if summary.peak_kv_cache_usage is not None else None)} %",
+              f"- peak KV cache usage: {_num(_pct(summary.peak_kv_cache_usage))} %",
               f"- most requests waiting: {_num(summary.max_requests_waiting, '.0f')}",
               f"- preemptions: {summary.preemptions}",
               f"- GPUs: {summary.gpus}; peak temperature "
@@ -142,7 +145,8 @@ def markdown(summary: WatchSummary) -> str:
               f"- restarts: {summary.restarts}"
               + (" at " + ", ".join(f"{t:%H:%M:%S}" for t in summary.restart_times)
                  if summary.restart_times else ""),
-              "- samples per verdict: " + ", ".join(f"{k} {v}" for k, v in summary.verdicts.items()),
+              "- samples per verdict: "
+              + ", ".join(f"{k} {v}" for k, v in summary.verdicts.items()),
               f"- mean sample cost: {_num((summary.mean_sample_cost_s or 0) * 1000, '.0f')} ms",
               ""]
     return "\n".join(lines)

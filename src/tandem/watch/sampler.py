@@ -101,7 +101,7 @@ class Watcher:
         started = self.clock()
         try:
             with LeaderScraper(self.state.endpoint) as scraper:
-                while not self.should_stop():
+                while not self.should_stop() and (remaining is None or remaining > 0):
                     tick = self.clock()
                     sample = self.take(scraper, events, seq=seq, segment=segment)
                     log.append(sample)
