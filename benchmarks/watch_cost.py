@@ -46,7 +46,10 @@ def main() -> int:
         argv = [sys.executable, "-m", "tandem.cli", "watch", args.name, "--interval",
                 args.interval, "--out", out, *([] if args.live else ["--quiet"])]
         started = time.monotonic()
-        watch = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # --live renders as on a terminal (rich reads these), into /dev/null
+        env = {**os.environ, "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "120"}
+        watch = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 env=env)
         try:
             time.sleep(args.warmup)
             if watch.poll() is not None:

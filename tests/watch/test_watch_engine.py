@@ -51,8 +51,8 @@ def test_a_watch_under_load_killed_and_resumed_is_reported(tiny_deployment, tmp_
     watch = _spawn(tiny_deployment, "watch", "tiny-local", "--interval", "5s", "--duration",
                    "65s", "--out", str(out), "--quiet")
     load = _spawn(tiny_deployment, "bench", "tiny-local", "--watch", "--concurrency", "2",
-                  "--requests", "48", "--output-tokens", "48", "--warmup", "0", "--no-plots",
-                  "--quiet", "--out", str(bench_out))  # ~60 s at the ~40 tok/s of 2 cores
+                  "--requests", "72", "--output-tokens", "48", "--warmup", "0", "--no-plots",
+                  "--quiet", "--out", str(bench_out))  # ~60 s at the 40-60 tok/s of 2 cores
     try:
         time.sleep(32)
         watch.kill()  # SIGKILL: no chance to flush or clean up
