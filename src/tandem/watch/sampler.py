@@ -11,8 +11,10 @@ Algorithm (``Watcher.run``):
    ``lifecycle.status`` for the ranks' liveness and the verdict, every node through its
    backend's reader, the leader's ``/metrics``, the new lines of ``events.log``; append the
    sample and hand it to ``on_sample`` (the live view, the exporter);
-3. stop when the duration is covered, ``should_stop()`` says so, or on Ctrl-C; the file is
-   complete after every sample, so a kill loses at most the sample being taken.
+3. stop when the duration is covered, ``should_stop()`` says so, the deployment was taken
+   down (its state is gone), or on Ctrl-C; the file is complete after every sample, so a kill
+   loses at most the sample being taken. A node that cannot be reached is a sample with the
+   verdict ``down``, not an end of the watch.
 
 Clock and sleep are injected (``clock`` is wall time: samples carry UTC timestamps).
 """
@@ -26,13 +28,13 @@ from pathlib import Path
 
 from tandem import lifecycle
 from tandem.backends.state import load_state
-from tandem.errors import StateError
+from tandem.errors import StateError, TandemError
 from tandem.spec.recipe import Recipe
 from tandem.watch.events import EventReader
 from tandem.watch.folder import SampleLog, read_run, read_samples, write_run
 from tandem.watch.leader import LeaderScraper
 from tandem.watch.nodes import NodeReader, reader_for
-from tandem.watch.sample import RankInfo, Sample, WatchRun
+from tandem.watch.sample import RankInfo, Sample, Verdict, WatchRun
 from tandem.watch.series import covered_s
 from tandem.watch.verdict import deployment_verdict
 
@@ -103,7 +105,10 @@ class Watcher:
             with LeaderScraper(self.state.endpoint) as scraper:
                 while not self.should_stop() and (remaining is None or remaining > 0):
                     tick = self.clock()
-                    sample = self.take(scraper, events, seq=seq, segment=segment)
+                    try:
+                        sample = self.take(scraper, events, seq=seq, segment=segment)
+                    except StateError:  # `tandem down` removed the state: nothing to watch
+                        break
                     log.append(sample)
                     self.on_sample(sample)
                     seq += 1
@@ -119,12 +124,18 @@ class Watcher:
              segment: int) -> Sample:
         """One sample now."""
         begun = self.clock()
-        status = self.status(self.state.name)
-        up = {r.rank: r.state == "running" for r in status.ranks}
+        try:
+            status = self.status(self.state.name)
+            up = {r.rank: r.state == "running" for r in status.ranks}
+            verdict = deployment_verdict(status)
+        except StateError:
+            raise
+        except TandemError:  # a node unreachable: its ranks count as down
+            up, verdict = {}, Verdict.DOWN
         nodes = self.reader.read(up)
         leader = scraper.read()
         new, restarts = events.read()
         return Sample(seq=seq, segment=segment,
                       time=datetime.fromtimestamp(begun, timezone.utc),
-                      verdict=deployment_verdict(status), nodes=nodes, leader=leader,
+                      verdict=verdict, nodes=nodes, leader=leader,
                       restarts=restarts, events=new, cost_s=round(self.clock() - begun, 4))
