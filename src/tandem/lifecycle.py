@@ -83,8 +83,10 @@ class DeploymentStatus(BaseModel):
 @functools.cache
 def _http_client() -> httpx.Client:
     """One client for every ``status`` call: building one costs ~30 ms of CPU (it loads the
-    CA bundle into a TLS context), which ``tandem watch`` would pay at every sample."""
-    return httpx.Client()
+    CA bundle into a TLS context), which ``tandem watch`` would pay at every sample. No
+    keep-alive: vLLM's server closes an idle connection after 5 s, and a request racing that
+    close fails."""
+    return httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
 
 
 def status(name: str | None = None) -> DeploymentStatus:

@@ -76,7 +76,8 @@ def test_a_watch_under_load_killed_and_resumed_is_reported(tiny_deployment, tmp_
                for s in samples for n in s.nodes for r in n.ranks)
     assert [n.node for n in samples[-1].nodes] == ["node0", "node1"]
     generated = [s.leader.generation_tokens for s in samples if s.leader]
-    assert len(generated) == len(samples) and generated[-1] > generated[0]
+    assert len(generated) >= len(samples) - 1  # a scrape may time out on a loaded machine
+    assert generated[-1] > generated[0]
     assert max(s.leader.requests_running for s in samples if s.leader) >= 1
 
     used = max(n.mem_used_bytes for s in samples for n in s.nodes) / GIB

@@ -71,7 +71,7 @@ def _used_lines(text: str) -> str:
 
 
 class LeaderScraper:
-    """Scrapes one leader's ``/metrics`` over a kept-alive connection.
+    """Scrapes one leader's ``/metrics``, one short connection a sample.
 
     Usage:
         with LeaderScraper("http://10.77.0.1:8000") as scraper:
@@ -81,7 +81,11 @@ class LeaderScraper:
     def __init__(self, endpoint: str, *, timeout_s: float = 5.0,
                  clock=time.perf_counter) -> None:
         self.url = endpoint.rstrip("/") + "/metrics"
-        self.client = httpx.Client(timeout=timeout_s, headers={"Accept-Encoding": "identity"})
+        # no keep-alive: uvicorn closes an idle connection after 5 s (its default), so at a 5 s
+        # interval a kept connection races the close and the scrape fails; a new TCP
+        # connection per sample costs far less than the parse
+        self.client = httpx.Client(timeout=timeout_s, headers={"Accept-Encoding": "identity"},
+                                   limits=httpx.Limits(max_keepalive_connections=0))
         self.clock = clock
 
     def read(self) -> LeaderReading | None:
