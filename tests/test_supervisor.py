@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from factories import make_deployment
-from tandem.backends import supervisor
+from tandem import health, supervisor
+from tandem.backends.base import ProcessFact, RankObservation
 from tandem.backends.launch import new_state
 from tandem.backends.state import RankState
-from tandem.backends.supervisor import SupervisorPolicy, backoff_delay, supervise
+from tandem.health import ApiFacts
+from tandem.supervisor import SupervisorPolicy, backoff_delay, supervise
 from tandem.errors import RankFailed
 from tandem.rankplan import plan_ranks
 
@@ -23,9 +25,10 @@ class ScriptedBackend:
         self.fail_ups = fail_ups
         self.calls: list[str] = []
 
-    def ranks_running(self, state):
+    def observe(self, state):
         dead = self.deaths.pop(0) if self.deaths else set()
-        return {r.rank: r.rank not in dead for r in state.ranks}
+        return {r.rank: RankObservation(rank=r.rank, processes=[] if r.rank in dead else [
+            ProcessFact(pid=100 + r.rank, name="vllm", state="S")]) for r in state.ranks}
 
     def down(self, state, *, on_event):
         self.calls.append("down")
@@ -39,11 +42,21 @@ class ScriptedBackend:
         return state, None
 
 
+def scripted_judge(answers: bool):
+    """The real health model on the scripted backend's facts and a scripted leader API."""
+    def judge(state, *, backend, tracker, canary_mode, canary_timeout_s, stall_s):
+        api = ApiFacts(health_status=200 if answers else None,
+                       health_error=None if answers else "GET /health: ConnectError")
+        return health.judge(state, backend.observe(state), api, stall_s=stall_s)
+    return judge
+
+
 def saved_state():
     deployment = make_deployment()
     state = new_state(plan_ranks(deployment), deployment, backend="scripted")
     state.ranks = [RankState(rank=i, node=f"n{i}", role="leader" if i == 0 else "worker",
                              address=f"192.168.1.{10 + i}", log="-") for i in (0, 1)]
+    state.ready = True
     state.save()
     return state
 
@@ -68,12 +81,13 @@ def home(tmp_path, monkeypatch):
 
 
 def run(backend, home, monkeypatch, *, looks: int, policy=SupervisorPolicy(interval_s=5,
-        backoff_s=10, max_restarts=2), healthy=lambda url: True):
+        backoff_s=10, max_restarts=2), answers=True):
     monkeypatch.setattr(supervisor, "backend_for", lambda name: backend)
     saved_state()
     clock = Clock()
     budget = iter(range(looks))
-    code = supervise("test", policy, clock=clock, sleep=clock.sleep, healthy=healthy,
+    code = supervise("test", policy, clock=clock, sleep=clock.sleep,
+                     judge=scripted_judge(answers),
                      should_stop=lambda: next(budget, None) is None)
     events = (home / "deployments" / "test" / "events.log").read_text()
     return code, clock, events
@@ -89,16 +103,17 @@ def test_a_dead_worker_restarts_the_whole_group_workers_first(home, monkeypatch)
     code, clock, events = run(backend, home, monkeypatch, looks=4)
     assert code == 0
     assert backend.calls == ["down", "up:1,0"]
-    assert "rank 1 (worker on n1) is not running" in events
+    assert "group broken: degraded: rank 1: no process of rank 1 is alive" in events
     assert "restart 1/2 in 10 s" in events and "restart 1 done" in events
     assert 10 in clock.sleeps
 
 
 def test_a_silent_leader_counts_after_three_misses(home, monkeypatch):
     backend = ScriptedBackend(deaths=[])
-    code, _, events = run(backend, home, monkeypatch, looks=5, healthy=lambda url: False)
+    code, _, events = run(backend, home, monkeypatch, looks=5, answers=False)
     assert backend.calls == ["down", "up:1,0"]
-    assert "did not answer /health 3 times in a row" in events
+    assert events.count("group broken") == 1
+    assert "down: rank 0: the leader does not answer /health" in events
 
 
 def test_gives_up_after_max_restarts_and_stops_every_rank(home, monkeypatch):
@@ -113,7 +128,8 @@ def test_gives_up_after_max_restarts_and_stops_every_rank(home, monkeypatch):
 
 def test_exits_when_the_deployment_is_taken_down(home, monkeypatch):
     monkeypatch.setattr(supervisor, "backend_for", lambda name: ScriptedBackend([]))
-    code = supervise("absent", SupervisorPolicy(), sleep=lambda s: None)
+    code = supervise("absent", SupervisorPolicy(), sleep=lambda s: None,
+                     judge=scripted_judge(True))
     assert code == 0
     assert "was taken down" in (home / "deployments" / "absent" / "events.log").read_text()
     assert not (home / "deployments" / "absent" / "supervisor.pid").exists()

@@ -6,19 +6,21 @@ Each function picks the backend from the cluster's transport (at ``up``) or from
 
 from __future__ import annotations
 
-import functools
+import os
 import time
 from collections.abc import Callable, Iterator
 
-import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from tandem.backends.base import Backend, OnEvent, OnPhase, backend_for
+from tandem.backends import netns
+from tandem.backends.base import Backend, OnEvent, OnPhase, ProcessFact, backend_for
+from tandem.backends.launch import interrupted
 from tandem.backends.state import (
     BootFigures, DeploymentState, PhaseMark, list_deployments, load_state,
 )
-from tandem.backends.supervisor import stop_supervisor
-from tandem.errors import BackendError
+from tandem.errors import BackendError, StateError
+from tandem.health import Assessment, Health, Verdict, assess
+from tandem.supervisor import stop_supervisor
 from tandem.plan.status import PlannedVsActual, planned_vs_boot
 from tandem.rankplan import RankPlan, plan_ranks
 from tandem.readiness import Readiness
@@ -33,6 +35,8 @@ def refuse_if_running(deployment: Deployment) -> None:
     if deployment.name not in list_deployments():
         return
     state = load_state(deployment.name)
+    if interrupted(state):  # the backend's up clears what the killed launch left
+        return
     backend = backend_for(state.backend)
     if any(backend.rank_running(state, rank) for rank in state.ranks):
         raise BackendError(f"deployment '{state.name}' is already running at {state.endpoint}",
@@ -61,7 +65,9 @@ class RankStatus(BaseModel):
     address: str
     pid: int | None
     netns: str | None
-    state: str
+    state: str = Field(description="running (some process of the rank lives) or exited.")
+    health: Health
+    processes: list[ProcessFact] = Field(default_factory=list)
     log: str
 
 
@@ -73,38 +79,33 @@ class DeploymentStatus(BaseModel):
     endpoint: str
     model: str
     ready: bool
-    healthy: bool
+    verdict: Verdict
+    healthy: bool = Field(description="verdict == healthy.")
+    reason: str = ""
+    evidence: str = ""
+    rank: int | None = Field(default=None, description="The rank the verdict is about.")
     ranks: list[RankStatus]
     boot: BootFigures
     phases: list[PhaseMark]
     planned: PlannedVsActual | None = None
 
 
-@functools.cache
-def _http_client() -> httpx.Client:
-    """One client for every ``status`` call: building one costs ~30 ms of CPU (it loads the
-    CA bundle into a TLS context), which ``tandem watch`` would pay at every sample. No
-    keep-alive: vLLM's server closes an idle connection after 5 s, and a request racing that
-    close fails."""
-    return httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
-
-
-def status(name: str | None = None) -> DeploymentStatus:
-    """A deployment's endpoint, whether it answers /health, and each rank's state."""
+def status(name: str | None = None, *, canary_timeout_s: float = 5.0) -> DeploymentStatus:
+    """A deployment's verdict (``tandem.health``), endpoint, and each rank's health."""
     state = load_state(name)
-    backend = backend_for(state.backend)
-    try:
-        healthy = _http_client().get(f"{state.endpoint}/health", timeout=3).status_code == 200
-    except httpx.HTTPError:
-        healthy = False
+    report: Assessment = assess(state, canary_timeout_s=canary_timeout_s)
+    health = {r.rank: r for r in report.ranks}
     ranks = [
         RankStatus(rank=r.rank, node=r.node, role=r.role, address=r.address, pid=r.pid,
-                   netns=r.netns, log=r.log,
-                   state="running" if backend.rank_running(state, r) else "exited")
+                   netns=r.netns, log=r.log, health=health[r.rank].health,
+                   processes=health[r.rank].processes,
+                   state="exited" if health[r.rank].health.state == "dead" else "running")
         for r in sorted(state.ranks, key=lambda r: r.rank)
     ]
     return DeploymentStatus(name=state.name, backend=state.backend, endpoint=state.endpoint,
-                            model=state.model, ready=state.ready, healthy=healthy, ranks=ranks,
+                            model=state.model, ready=state.ready, verdict=report.verdict,
+                            healthy=report.verdict is Verdict.HEALTHY, reason=report.reason,
+                            evidence=report.evidence, rank=report.rank, ranks=ranks,
                             boot=state.boot, phases=state.phases,
                             planned=planned_vs_boot(state.recipe, state.cluster, state.boot))
 
@@ -131,9 +132,31 @@ def log_lines(name: str | None = None, *, rank: int | None = None, follow: bool 
                 yield r.rank, line
 
 
-def down(name: str | None = None, *, on_event: OnEvent = lambda text: None) -> DeploymentState:
-    """Stop every rank, remove what up created, and forget the deployment (logs are kept)."""
-    state = load_state(name)
+def sweep_leftovers(on_event: OnEvent = lambda text: None) -> int:
+    """Remove the networks killed commands left on this machine; how many there were."""
+    if os.geteuid() != 0:
+        return 0
+    before = len(netns.ledger())
+    leftovers = netns.sweep_orphans(on_event)
+    if leftovers:
+        raise BackendError("could not remove what a killed command left: " + "; ".join(leftovers))
+    return before - len(netns.ledger())
+
+
+def down(name: str | None = None, *, on_event: OnEvent = lambda text: None
+         ) -> DeploymentState | None:
+    """Stop every rank, remove what up created, and forget the deployment (logs are kept).
+
+    Networks that killed commands left behind are removed first, whichever deployment or check
+    made them; with no deployment to stop, that sweep alone is the result (None).
+    """
+    swept = sweep_leftovers(on_event)
+    try:
+        state = load_state(name)
+    except StateError:
+        if swept and name is None:
+            return None
+        raise
     stop_supervisor(state.name, on_event=on_event)  # or it would restart what we stop
     backend_for(state.backend).down(state, on_event=on_event)
     (state.directory / "state.json").unlink(missing_ok=True)

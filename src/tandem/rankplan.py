@@ -298,6 +298,7 @@ def rank_env(recipe: Recipe, node: Node, deployment: str, rank: int) -> dict[str
     env |= node.env
     env[wire.TANDEM_DEPLOYMENT] = deployment
     env[wire.TANDEM_RANK] = str(rank)
+    env[wire.SPT_NOENV] = "1"
     return env
 
 

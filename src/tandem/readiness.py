@@ -36,6 +36,7 @@ class Phase(StrEnum):
     LAUNCHED = "launched"
     RENDEZVOUS = "rendezvous"
     WEIGHTS_LOADED = "weights loaded"
+    COMPILED = "compiled"
     KV_CACHE = "kv cache sized"
     GRAPHS = "graphs captured"
     API_SERVER = "api server up"
@@ -50,6 +51,7 @@ _RENDEZVOUS = re.compile(r"world_size=(\d+) rank=(\d+)")
 _WEIGHTS = re.compile(r"(?:Model loading took|Loading weights took) ([\d.]+) (GiB|seconds)")
 _AVAILABLE_KV = re.compile(
     r"Available KV cache memory: ([\d.]+) GiB|Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache")
+_COMPILED = re.compile(r"torch\.compile took ([\d.]+) s in total")
 _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _GRAPHS = re.compile(r"Graph capturing finished|CUDA graph capture took|Capturing CUDA graphs.*100%")
@@ -77,6 +79,8 @@ class BootLog:
             found.append((Phase.RENDEZVOUS, f"world_size={m.group(1)} rank={m.group(2)}"))
         if m := _WEIGHTS.search(line):
             found.append((Phase.WEIGHTS_LOADED, f"{m.group(1)} {m.group(2)}"))
+        if m := _COMPILED.search(line):
+            found.append((Phase.COMPILED, f"{m.group(1)} s"))
         if m := _AVAILABLE_KV.search(line):
             self.figures.available_kv_cache_gib = float(m.group(1) or m.group(2))
         if m := _KV_TOKENS.search(line):
@@ -115,6 +119,12 @@ KNOWN_CAUSES: list[tuple[re.Pattern[str], str]] = [
      "remove VLLM_USE_B12X_MHC / _WO_PROJECTION / _FP8_GEMM from env; keep only VLLM_USE_B12X_MOE"),
     (re.compile(r"Address already in use"),
      "another process holds the API or master port on that node: stop it or change ports"),
+    (re.compile(r"NCCL error: invalid usage"),
+     "two ranks of one NCCL group on one GPU of one host: give each node its own NCCL_HOSTID "
+     "(node env) so NCCL treats them as two hosts, or give each rank its own GPU"),
+    (re.compile(r"No module named 'flashinfer'"),
+     "flashinfer is not installed: set VLLM_USE_FLASHINFER_SAMPLER: 0 in the recipe's env "
+     "(PyTorch's top-k/top-p sampler), or install flashinfer-python"),
     (re.compile(r"longer than 107 characters"),
      "TMPDIR is too long for vLLM's IPC sockets: point TMPDIR at a short path"),
 ]

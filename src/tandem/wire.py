@@ -47,6 +47,12 @@ CONTROL_PLANE_VARS = (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME)
 TANDEM_DEPLOYMENT = "TANDEM_DEPLOYMENT"
 """Set on every rank process; `tandem down` finds stray processes of a deployment by it."""
 TANDEM_RANK = "TANDEM_RANK"
+TANDEM_LAUNCH = "TANDEM_LAUNCH"
+"""A random id per `tandem up`, kept in the state: `down` stops only processes of its own launch,
+never a process that merely carries the same deployment name."""
+SPT_NOENV = "SPT_NOENV"
+"""setproctitle (which vLLM uses to rename its EngineCore and Worker processes) overwrites the
+memory `/proc/PID/environ` shows unless this is set; with it the marks above stay readable."""
 
 # Variables that describe one node and so belong in the cluster inventory, not the recipe.
 PER_NODE_VARS = (VLLM_HOST_IP,)

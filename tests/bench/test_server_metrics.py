@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.bench.server_metrics import counters_moved, parse_metrics, server_delta
+from tandem.bench.server_metrics import counters_moved, server_delta
+from tandem.vllm_metrics import parse_metrics
 
 
 def test_recorded_scrapes_difference_to_the_two_requests_between_them(fixture_bytes):

@@ -8,13 +8,16 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tandem.backends import netns
 from tandem.check import probe
-from tandem.check.transport import LocalTransport, parse_facts, probe_source
+from tandem.check.rules.host import ClockSkewRule
+from tandem.check.transport import LocalTransport, clock_offset, parse_facts, probe_source
+from tandem.spec.cluster import LocalIsolation
 from tandem.spec.deployment import Deployment, local_cluster
 from tests.check.conftest import FIXTURES, facts_of
 from tests.factories import make_recipe
@@ -104,10 +107,12 @@ def test_probe_script_runs_standalone_on_fixtures(python: str):
 
 def test_probe_runs_for_real_on_this_machine():
     """Piped to `python3 -` as the SSH and kubectl transports ship it."""
+    started = time.time()
     out = subprocess.run([sys.executable, "-", "--model", "org/absent"], input=probe_source(),
                          capture_output=True, text=True, check=True, timeout=60)
-    facts = parse_facts(out.stdout, "here", 0, 0)
+    facts = parse_facts(out.stdout, "here", started, time.time())
     assert facts["errors"] == {}
+    assert abs(facts["clock_offset_s"]) <= facts["clock_offset_bound_s"]  # one clock
     assert facts["system"]["kernel"] == os.uname().release
     assert any(i["name"] == "lo" for i in facts["interfaces"])
     assert facts["memory"]["total_bytes"] > 0 and facts["shm"]["total_bytes"] > 0
@@ -130,4 +135,58 @@ def test_probe_runs_inside_a_network_namespace_node():
     interfaces = {i["name"]: i for i in facts["interfaces"]}
     assert set(interfaces) == {"lo", "tdm1"}
     assert "10.79.41.2" in interfaces["tdm1"]["addresses"]
-    assert abs(facts["clock_offset_s"]) < 5
+    # the same clock: the offset is within its bound however long the probe took
+    assert abs(facts["clock_offset_s"]) <= facts["clock_offset_bound_s"]
+
+
+@pytest.mark.parametrize("stamp, work_s, offset_s, bound_s", [
+    (100.5, 0.0, 0.0, 0.5),  # the stamp somewhere in a one-second call
+    (100.0, 0.8, -0.1, 0.1),  # 0.8 s of the call was the probe's work, after its stamp
+    (130.0, 0.8, 29.9, 0.1),  # a node 30 s ahead
+    (100.0, 1.5, 0.0, 0.0),  # work longer than the call (clock rates differ): no window left
+], ids=["no work", "work after the stamp", "node ahead", "work longer than the call"])
+def test_clock_offset_leaves_the_probe_work_out_of_the_round_trip(stamp, work_s, offset_s,
+                                                                 bound_s):
+    assert clock_offset(stamp, work_s, 100.0, 101.0) == pytest.approx((offset_s, bound_s))
+
+
+def test_facts_of_an_older_probe_read_with_the_whole_call_as_bound():
+    """Facts stamped only at the end (``time_unix``) keep parsing; their bound is half the call."""
+    facts = parse_facts(json.dumps({"time_unix": 101.0}), "old", 100.0, 104.0)
+    assert (facts["clock_offset_s"], facts["clock_offset_bound_s"]) == (-1.0, 2.0)
+    new = parse_facts(json.dumps({"time_unix": 103.7, "started_unix": 100.25, "elapsed_s": 3.5}),
+                      "new", 100.0, 104.0)
+    assert (new["clock_offset_s"], new["clock_offset_bound_s"]) == (0.0, 0.25)
+
+
+SLOW_NVIDIA_SMI_S = 2.0
+"""Each of the probe's two nvidia-smi calls sleeps this long, as on a real host it can."""
+
+
+def test_a_slow_probe_does_not_read_as_a_clock_offset(tmp_path: Path):
+    """A real slow command in the probe's path: an ``nvidia-smi`` that takes two seconds before
+    it prints the recorded GB10 output. The probe's work (two calls, 4 s) leaves both the
+    offset and its bound; the old reading (end stamp against the call's midpoint) would have
+    been a 2 s offset, over the clock-skew limit."""
+    recorded = FIXTURES / "spark-101" / "commands"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\nsleep {SLOW_NVIDIA_SMI_S}\n'
+                   f'case "$1" in --query-gpu=*) cat {recorded / "nvidia-smi-query-gpu"};;\n'
+                   f'*) cat {recorded / "nvidia-smi"};; esac\n')
+    smi.chmod(0o755)
+    cluster = local_cluster(1, isolation=LocalIsolation.LOOPBACK)
+    node = cluster.nodes[0].model_copy(
+        update={"env": {"PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}})
+    transport = LocalTransport(Deployment(recipe=make_recipe(name="probe-slow"), cluster=cluster))
+    started = time.time()
+    facts = transport.run_probe(node)
+    round_trip_s = time.time() - started
+    assert facts["gpu"]["gpus"][0]["name"] == "NVIDIA GB10"  # the slow command really ran
+    assert facts["elapsed_s"] >= 2 * SLOW_NVIDIA_SMI_S
+    offset_s, bound_s = facts["clock_offset_s"], facts["clock_offset_bound_s"]
+    assert abs(offset_s) <= bound_s  # one clock
+    # the bound is half of what the round trip had besides the probe's work, not half of it all
+    assert bound_s <= (round_trip_s - facts["elapsed_s"]) / 2 + 0.001
+    assert abs(offset_s) - bound_s <= ClockSkewRule.limit_s
+    old_offset_s, _ = clock_offset(facts["time_unix"], 0.0, started, started + round_trip_s)
+    assert old_offset_s > ClockSkewRule.limit_s

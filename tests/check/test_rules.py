@@ -223,12 +223,30 @@ def test_loopback_master_address_on_several_hosts(healthy):
                                                          rank_env={}))
 
 
-def test_clock_skew(healthy):
-    healthy["spark-101"]["clock_offset_s"] = 0.01
-    healthy["spark-102"]["clock_offset_s"] = 2.5
-    assert "clock-skew" in rules_of(run(seed_deployment(), healthy))
-    healthy["spark-102"]["clock_offset_s"] = 0.2
-    assert "clock-skew" not in rules_of(run(seed_deployment(), healthy))
+@pytest.mark.parametrize("offsets, bounds, fires", [
+    ((0.01, 2.5), None, True),  # facts without a bound count as exact
+    ((0.01, 0.2), None, False),
+    ((0.01, 2.5), (0.01, 0.02), True),
+    ((0.0, -1.3), (0.05, 0.05), True),  # behind counts as much as ahead
+    ((0.0, 2.5), (0.05, 1.5), False),  # a slow reading: they may be only 0.95 s apart
+    ((0.0, 2.5), (0.05, 1.0), True),  # at least 1.45 s apart
+    ((0.0, 2.5), (0.8, 0.8), False),
+    ((0.0, 1.15), (0.1, 0.1), False),
+    ((0.0, 1.4), (0.1, 0.1), True),
+], ids=["2.5 s apart, no bound", "0.2 s apart, no bound", "2.5 s apart, tight bounds",
+        "1.3 s behind, tight bounds", "2.5 s apart, one bound 1.5 s",
+        "2.5 s apart, one bound 1 s", "2.5 s apart, both bounds 0.8 s",
+        "1.15 s apart, bounds 0.1 s", "1.4 s apart, bounds 0.1 s"])
+def test_clock_skew_counts_only_what_the_bounds_cannot_explain(healthy, offsets, bounds, fires):
+    for i, name in enumerate(("spark-101", "spark-102")):
+        healthy[name]["clock_offset_s"] = offsets[i]
+        if bounds is not None:
+            healthy[name]["clock_offset_bound_s"] = bounds[i]
+    fired = [f for f in run(seed_deployment(), healthy) if f.rule == "clock-skew"]
+    assert bool(fired) is fires
+    if fired and bounds:
+        assert fired[0].evidence == (f"spark-101 {offsets[0]:+.2f} s ± {bounds[0]:.2f} s, "
+                                     f"spark-102 {offsets[1]:+.2f} s ± {bounds[1]:.2f} s")
 
 
 def test_an_unreachable_node_is_an_error_and_other_rules_still_run(healthy):

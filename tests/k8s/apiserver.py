@@ -25,17 +25,12 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
 CACHE_ROOT = Path(os.environ.get("TANDEM_K8S_CACHE", "/var/cache/tandem-k8s"))
 LWS_CRD_NAME = "leaderworkersets.leaderworkerset.x-k8s.io"
 
 
-def lws_crd_path() -> Path:
-    """``$TANDEM_LWS_CRD``, else ``../shared/k8s/`` beside the repository."""
-    env = os.environ.get("TANDEM_LWS_CRD")
-    if env:
-        return Path(env)
-    return ROOT.parent / "shared" / "k8s" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+LWS_CRD = Path(__file__).parent / "crd" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+"""The LeaderWorkerSet CRD of LWS v0.10.0, kept in the repository (``crd/README.md``)."""
 
 
 def apiserver_binary() -> Path | None:

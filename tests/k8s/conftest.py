@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from k8s.apiserver import ApiServer, apiserver_binary, lws_crd_path
+from k8s.apiserver import LWS_CRD, ApiServer, apiserver_binary
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -25,12 +25,8 @@ def _missing(what: str, fix: str) -> None:
 
 @pytest.fixture(scope="session")
 def lws_crd() -> Path:
-    """The LeaderWorkerSet CRD YAML (kept outside the repository, in shared/k8s/)."""
-    path = lws_crd_path()
-    if not path.is_file():
-        _missing(f"no LeaderWorkerSet CRD at {path}",
-                 "set TANDEM_LWS_CRD to leaderworkerset.x-k8s.io_leaderworkersets.yaml")
-    return path
+    """The LeaderWorkerSet CRD YAML (LWS v0.10.0, in ``tests/k8s/crd/``)."""
+    return LWS_CRD
 
 
 @pytest.fixture(scope="session")

@@ -56,7 +56,9 @@ def seed_yaml(name: str) -> Any:
 
 def seed000_lws() -> dict:
     """The seed's LeaderWorkerSet with its shared pod spec in both templates; the readiness
-    probe stays on the leader only (the worker is headless and serves nothing)."""
+    probe stays on the leader only (the worker is headless and serves nothing), without the
+    seed's ``initialDelaySeconds: 600``: tandem's startup probe covers the cold start, and
+    readiness does not run before it succeeds (``tandem.render.kubernetes._probes``)."""
     lws = seed_yaml("seed000-lws.yaml")
     pod = seed_yaml("seed000-podspec.yaml")
     template = lws["spec"]["leaderWorkerTemplate"]
@@ -64,6 +66,8 @@ def seed000_lws() -> dict:
         spec = copy.deepcopy(pod)
         if key == "workerTemplate":
             spec["containers"][0].pop("readinessProbe")
+        else:
+            spec["containers"][0]["readinessProbe"].pop("initialDelaySeconds")
         template[key]["spec"] |= spec
     return lws
 

@@ -33,7 +33,7 @@ from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_recipe
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.apiserver, pytest.mark.timeout(300)]
 
 
 def as_list(objs: list[dict]) -> str:

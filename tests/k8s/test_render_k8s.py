@@ -3,6 +3,7 @@ rendered deployment, the Ray-free argument modes, and deliberately broken varian
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -13,13 +14,14 @@ from k8s.manifests import (
     BROKEN, Broken, broken_objects, deployments, rendered, seed000_deployment, seed000_lws,
     seed_yaml, stated_mismatches,
 )
-from tandem import wire
+from tandem import liveness, wire
 from tandem.errors import PlanError
 from tandem.rankplan import plan_ranks
 from tandem.render import kubernetes as k8s_render
 from tandem.render import renderer_for
 from tandem.render.k8s_validate import check_objects, schema_problems, service_link_collision
 from tandem.spec.cluster import Cluster
+from tandem.spec.deployment import Deployment
 
 
 def offline_problems(objs: list[dict], crd) -> list[str]:
@@ -62,16 +64,44 @@ def test_seed000_containers_run_the_rank_plan():
         # The HF cache mount's variable points at the mount inside the container.
         assert env[key] == (wire.CONTAINER_HF_HOME if key == wire.HF_HOME else value), key
     assert env[wire.HF_HUB_OFFLINE] == "1"
-    assert "readinessProbe" not in worker and "startupProbe" not in worker
+    assert "readinessProbe" not in worker  # a worker serves no traffic
 
 
-def test_seed000_probes_sized_from_the_cold_start():
-    leader = rendered(seed000_deployment())[0]["spec"]["leaderWorkerTemplate"][
+def test_liveness_probes_run_the_health_model_in_every_pod():
+    lws = rendered(seed000_deployment())[0]["spec"]["leaderWorkerTemplate"]
+    leader = lws["leaderTemplate"]["spec"]["containers"][0]
+    worker = lws["workerTemplate"]["spec"]["containers"][0]
+    source = inspect.getsource(liveness)
+    lead = leader["livenessProbe"]["exec"]["command"]
+    assert lead[:3] == ["python3", "-c", source] and lead[3] == "leader"
+    assert "--canary-timeout" in lead and "--stall" in lead
+    work = worker["livenessProbe"]["exec"]["command"]
+    assert work[:4] == ["python3", "-c", source, "worker"]
+    # A worker has no HTTP: it waits for its vLLM worker process within the start-up allowance.
+    assert worker["startupProbe"]["exec"]["command"][3] == "worker"
+    startup_s = seed000_deployment().recipe.timeouts.startup_s
+    assert worker["startupProbe"]["periodSeconds"] * worker["startupProbe"][
+        "failureThreshold"] >= startup_s
+    # The leader's liveness waits behind its startup probe, so no initial delay is needed.
+    assert "startupProbe" in leader and "initialDelaySeconds" not in leader["livenessProbe"]
+
+
+@pytest.mark.parametrize("startup_s", [900, 120, 3600])
+def test_the_startup_probe_covers_the_cold_start_and_readiness_does_not_wait_again(startup_s):
+    seed = seed000_deployment()
+    recipe = seed.recipe.model_copy(update={"timeouts": seed.recipe.timeouts.model_copy(
+        update={"startup_s": startup_s})})
+    deployment = Deployment(recipe=recipe, cluster=seed.cluster)
+    leader = rendered(deployment)[0]["spec"]["leaderWorkerTemplate"][
         "leaderTemplate"]["spec"]["containers"][0]
-    startup = leader["startupProbe"]
-    # timeouts.startup_s 900: the startup probe allows exactly that long, readiness waits 600 s.
-    assert startup["periodSeconds"] * startup["failureThreshold"] == 900
-    assert leader["readinessProbe"]["initialDelaySeconds"] == 600
+    startup, readiness = leader["startupProbe"], leader["readinessProbe"]
+    # the startup probe allows exactly timeouts.startup_s (seed 000: 900 s) ...
+    assert startup["periodSeconds"] * startup["failureThreshold"] == startup_s
+    # ... and the kubelet starts readiness only after it: no second wait (seed 000 had 600 s),
+    # and readiness asks the same /health, so no traffic before the model is up.
+    assert readiness["initialDelaySeconds"] == 0
+    assert readiness["httpGet"] == startup["httpGet"] == {
+        "path": "/health", "port": deployment.recipe.ports.api}
 
 
 def test_seed000_group_policy_and_secret_reference():

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from pydantic import BaseModel, Field
 
 from tandem.backends.state import DeploymentState, PhaseMark, RankState
 from tandem.errors import BackendError
@@ -17,8 +19,39 @@ from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import Readiness
 from tandem.spec.deployment import Deployment
 
+if TYPE_CHECKING:
+    from tandem.backends.processes import Process
+
 OnPhase = Callable[[PhaseMark], None]
 OnEvent = Callable[[str], None]
+
+
+class ProcessFact(BaseModel):
+    """One live process of a rank, as its node reports it."""
+
+    pid: int
+    name: str
+    state: str = Field(description="One letter as in /proc: R, S, D, T (stopped), Z, ...")
+    rss_bytes: int | None = None
+    cpu_s: float | None = None
+
+    @classmethod
+    def of(cls, process: Process) -> ProcessFact:
+        return cls(pid=process.pid, name=process.name, state=process.state,
+                   rss_bytes=process.rss_bytes, cpu_s=process.cpu_s)
+
+
+class RankObservation(BaseModel):
+    """What a backend sees of one rank right now: the facts the health model judges."""
+
+    rank: int
+    processes: list[ProcessFact] = Field(default_factory=list)
+    alive: bool | None = Field(default=None, description="Where processes cannot be listed "
+                               "(a pod): whether the rank's unit runs.")
+    unreachable: str | None = Field(default=None, description="Why its node could not be asked.")
+    problem: str | None = Field(default=None, description="Something the rank needs is gone "
+                                "although its processes live (its network namespace).")
+    log_since_ready: list[str] = Field(default_factory=list)
 
 
 class LogReader(Protocol):
@@ -45,6 +78,9 @@ class Backend(Protocol):
 
     def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
         """True while the rank's process (or pod) is alive."""
+
+    def observe(self, state: DeploymentState) -> dict[int, RankObservation]:
+        """Every rank's live processes and log lines since ready, all nodes at once."""
 
     def log_reader(self, state: DeploymentState, rank: RankState) -> LogReader:
         """A reader of the rank's log."""

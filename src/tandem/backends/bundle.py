@@ -32,8 +32,7 @@ from pathlib import Path
 import yaml
 
 from tandem.backends.base import backend_for
-from tandem.backends.state import load_state
-from tandem.backends.supervisor import EVENTS_FILE, deployment_of
+from tandem.backends.state import EVENTS_FILE, load_state
 from tandem.errors import TandemError
 from tandem.rankplan import plan_ranks
 from tandem.redact import REDACTED, is_secret, redact_argv, redact_env
@@ -76,7 +75,7 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = out or Path.cwd()
     path = out / f"{state.name}-bundle-{stamp}.tar.gz" if out.is_dir() else out
-    deployment = deployment_of(state)
+    deployment = state.deployment()
     plan = plan_ranks(deployment)
     secrets = [v for r in plan.ranks for k, v in r.env.items() if is_secret(k)]
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from tandem import wire
+from tandem.backends.base import RankObservation
 from tandem.backends.state import DeploymentState, PhaseMark, RankState, load_state
 from tandem.errors import BackendError, KubernetesError, Problem, RankFailed
 from tandem.rankplan import RankPlan, RankSpec
@@ -496,6 +497,11 @@ class KubernetesBackend:
 
     def down(self, state: DeploymentState, *, on_event: Callable[[str], None]) -> None:
         down(state, on_event=on_event)
+
+    def observe(self, state: DeploymentState) -> dict[int, RankObservation]:
+        """A pod's processes are the kubelet's business here: whether each rank's pod runs."""
+        return {r.rank: RankObservation(rank=r.rank, alive=self.rank_running(state, r))
+                for r in state.ranks}
 
     def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
         pod = Kubectl.of_state(state).get_json("pod", rank.log.removeprefix("pod/"))

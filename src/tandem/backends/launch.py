@@ -8,10 +8,12 @@ watched (a local process, a process or container over SSH, a pod); not in what i
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 from tandem import wire
+from tandem.backends.processes import read_process
 from tandem.backends.state import DeploymentState, PhaseMark, RankState
 from tandem.rankplan import RankPlan, RankSpec, Role
 from tandem.readiness import Readiness, WatchedRank, wait_ready
@@ -32,13 +34,38 @@ def with_caller_secrets(rank: RankSpec) -> RankSpec:
     return rank.model_copy(update={"env": {**rank.env, wire.VLLM_API_KEY: key}})
 
 
+def launch_marked(rank: RankSpec, state: DeploymentState) -> RankSpec:
+    """The rank with this launch's id in its environment (``TANDEM_LAUNCH``).
+
+    Like the API key, it is added at launch, so the plan and rendered commands stay the same
+    from one ``up`` to the next.
+    """
+    if not state.launch_id:
+        return rank
+    return rank.model_copy(update={"env": {**rank.env, wire.TANDEM_LAUNCH: state.launch_id}})
+
+
 def new_state(plan: RankPlan, deployment: Deployment, *, backend: str,
               network: dict | None = None, run_dir: str | None = None) -> DeploymentState:
     """The state of a deployment about to launch, with the resolved recipe and cluster."""
     return DeploymentState(
         name=deployment.name, backend=backend, recipe=deployment.recipe.model_dump(mode="json"),
         cluster=deployment.cluster.model_dump(mode="json"), endpoint=plan.endpoint,
-        model=plan.model, network=network or {}, run_dir=run_dir)
+        model=plan.model, network=network or {}, run_dir=run_dir,
+        launch_id=secrets.token_hex(8), launcher_pid=os.getpid(),
+        launcher_start_ticks=me.start_ticks if (me := read_process(os.getpid())) else None)
+
+
+def interrupted(state: DeploymentState) -> bool:
+    """Its launch never became ready and the command that launched it is gone (killed).
+
+    What such a launch left is no deployment to protect: the next ``up`` clears it.
+    """
+    if state.ready or state.launcher_pid is None:
+        return False
+    launcher = read_process(state.launcher_pid)
+    return launcher is None or not launcher.alive or (
+        launcher.start_ticks != state.launcher_start_ticks)
 
 
 def record_rank(state: DeploymentState, rank: RankSpec, *, log: str, pid: int | None = None,

@@ -6,12 +6,16 @@ pinned per rank exactly as on separate hosts; otherwise all ranks share loopback
 
 ``up`` runs these steps in order, each one logged as it happens:
 
-1. refuse if the deployment is already running; clear what a dead earlier run left;
-2. build the network (netns isolation only);
+1. remove what killed commands left (``netns.sweep_orphans``); refuse if the deployment is
+   already running; clear what a dead earlier run of it left;
+2. record state, then build the network (netns isolation only);
 3. start the workers, then the leader, each in its own session and process group, with its log
-   file, its own TMPDIR (vLLM leaves sockets and file stores there) and the rank's environment;
-4. record state, then wait for readiness (``tandem.readiness``), recording phases as reached;
-5. on failure stop every rank and remove the network, then raise the cause.
+   file, its own TMPDIR (vLLM leaves sockets and file stores there), the rank's environment
+   and the launch's marks (``tandem.backends.processes``);
+4. wait for readiness (``tandem.readiness``), recording phases as reached; then record each
+   rank's processes, the base the health model (``tandem.health``) compares against;
+5. on failure or a signal stop every rank and remove the network (a second Ctrl-C hurries that,
+   ``tandem.interrupts``), forget the state unless something survived, then raise the cause.
 
 The processes outlive the command; ``status``, ``logs`` and ``down`` find them from the state.
 """
@@ -30,11 +34,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tandem.backends import netns, processes
-from tandem.backends.launch import await_ready, new_state, record_rank, with_caller_secrets
+from tandem.backends.base import ProcessFact, RankObservation
+from tandem.backends.launch import (
+    await_ready, interrupted, launch_marked, new_state, record_rank, with_caller_secrets,
+)
 from tandem.backends.state import (
-    DeploymentState, PhaseMark, RankState, deployment_dir, load_state, list_deployments,
+    DeploymentState, PhaseMark, ProcessRecord, RankState, deployment_dir, load_state,
+    list_deployments,
 )
 from tandem.errors import BackendError
+from tandem.interrupts import Hurry, shielded
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import LogTail, Readiness
 from tandem.spec.cluster import LocalIsolation
@@ -147,18 +156,23 @@ def up(
         RankFailed: a rank exited or start-up timed out (every rank is stopped first).
     """
     name = deployment.name
-    if name in list_deployments():
-        previous = load_state(name)
-        if processes.marked_processes(name):
-            raise BackendError(f"deployment '{name}' is already running at {previous.endpoint}",
-                               hint=f"stop it first with `tandem down {name}`")
-        on_event(f"clearing what a stopped earlier run of '{name}' left")
-        _release(previous)
-
     use_netns = _uses_netns(deployment)
     if use_netns and os.geteuid() != 0:
         raise BackendError("network namespaces need root", field="local.isolation",
                            hint="run as root, or set local.isolation: loopback")
+    if use_netns:
+        netns.sweep_orphans(on_event)
+    if name in list_deployments():
+        previous = load_state(name)
+        if interrupted(previous):
+            on_event(f"clearing what an interrupted `up` of '{name}' (pid "
+                     f"{previous.launcher_pid}) left")
+        elif any(owned_processes(previous).values()):
+            raise BackendError(f"deployment '{name}' is already running at {previous.endpoint}",
+                               hint=f"stop it first with `tandem down {name}`")
+        else:
+            on_event(f"clearing what a stopped earlier run of '{name}' left")
+        _release(previous, on_event=on_event)
     if not use_netns:
         for port in (deployment.recipe.ports.api, deployment.recipe.ports.master):
             if _port_taken("127.0.0.1", port):
@@ -169,56 +183,120 @@ def up(
     directory = deployment_dir(name)
     run_dir = short_run_dir(directory)
     log_dir = directory / "logs"
-    for folder in (run_dir, log_dir):
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for old in log_dir.glob("rank*.log"):  # logs/restart-N/ of a supervisor stay
+        old.unlink()
 
     network = netns.network_plan(name, deployment.cluster) if use_netns else None
     state = new_state(plan, deployment, backend="local",
                       network=network.model_dump() if network else {}, run_dir=str(run_dir))
     state.save()
-    if network:
-        on_event(f"network: bridge {network.bridge} {network.bridge_address}/{network.prefix}, "
-                 + ", ".join(f"{n.netns} {n.interface} {n.address}" for n in network.nodes))
-        netns.create(network)
-
     launched: list[LaunchedRank] = []
     try:
+        if network:
+            on_event(f"network: bridge {network.bridge} {network.bridge_address}/"
+                     f"{network.prefix}, " + ", ".join(f"{n.netns} {n.interface} {n.address}"
+                                                       for n in network.nodes))
+            netns.create(network, state_file=directory / "state.json", purpose=f"up of '{name}'")
         for rank, argv in commands:
             log_path = log_dir / f"rank{rank.rank}.log"
             with log_path.open("ab") as log:
                 process = subprocess.Popen(
-                    argv, env=_process_env(with_caller_secrets(rank), run_dir),
+                    argv, env=_process_env(launch_marked(with_caller_secrets(rank), state),
+                                           run_dir),
                     stdin=subprocess.DEVNULL,
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             launched.append(LaunchedRank(rank.rank, log_path, process))
-            record_rank(state, rank, log=str(log_path), pid=process.pid,
-                        netns=network.netns_of(rank.node) if network else None)
+            namespace = network.netns_of(rank.node) if network else None
+            record = record_rank(state, rank, log=str(log_path), pid=process.pid,
+                                 netns=namespace)
+            record.netns_inode = netns.inode(namespace) if namespace else None
+            state.save()
             on_event(f"started rank {rank.rank} ({rank.role.value}) on {rank.node}, "
                      f"pid {process.pid}")
 
         readiness = await_ready(plan, deployment, launched, state, timeout_s=timeout_s,
                                 on_phase=on_phase)
+        _record_processes(state)
     except BaseException:
-        on_event("start-up failed: stopping every rank")
-        _release(state)
+        with shielded(on_event) as hurry:
+            on_event("start-up failed: stopping every rank")
+            if not _release(state, on_event=on_event, hurry=hurry):
+                (directory / "state.json").unlink(missing_ok=True)  # no phantom deployment
         raise
     return state, readiness
 
 
-def _release(state: DeploymentState, *, on_event: Callable[[str], None] = lambda t: None) -> list[str]:
+def owners(state: DeploymentState) -> list[processes.RankOwner]:
+    """What identifies each rank's processes (see ``tandem.backends.processes``)."""
+    return [processes.RankOwner(
+        deployment=state.name, rank=r.rank, launch=state.launch_id, session=r.pid,
+        started_after_s=r.started_at.timestamp() if r.started_at else None,
+        netns=r.netns_inode) for r in state.ranks]
+
+
+def owned_processes(state: DeploymentState) -> dict[int, list[processes.Process]]:
+    """Rank -> its live processes."""
+    return processes.owned(owners(state))
+
+
+def _record_processes(state: DeploymentState) -> None:
+    """Keep each rank's processes and log size as they are at ready (the health model's base)."""
+    found = owned_processes(state)
+    for record in state.ranks:
+        record.processes = [ProcessRecord(pid=p.pid, name=p.name, start_ticks=p.start_ticks)
+                            for p in found.get(record.rank, []) if not p.ignores_term]
+        try:
+            record.log_offset_ready = Path(record.log).stat().st_size
+        except OSError:
+            record.log_offset_ready = 0
+    state.save()
+
+
+def _release(state: DeploymentState, *, on_event: Callable[[str], None] = lambda t: None,
+             hurry: Hurry | None = None) -> list[str]:
     """Stop processes, remove the network and run dir; return what could not be removed."""
-    leaders = [r.pid for r in state.ranks if r.pid]
-    survivors = processes.stop(state.name, leaders)
-    on_event(f"stopped {len(leaders)} rank(s) of '{state.name}'")
-    leftovers = [f"process {pid} survived SIGKILL" for pid in survivors]
+    rank_owners = owners(state)
+    survivors = processes.stop(
+        lambda: [p for ps in processes.owned(rank_owners).values() for p in ps],
+        groups=[r.pid for r in state.ranks if r.pid], on_progress=on_event, hurry=hurry)
+    on_event(f"stopped {len(state.ranks)} rank(s) of '{state.name}'")
+    leftovers = [f"process {p.pid} ({p.name}) survived SIGKILL" for p in survivors]
     if state.network:
-        leftovers += netns.destroy(netns.NetworkPlan.model_validate(state.network))
-        on_event(f"removed bridge {state.network['bridge']} and "
-                 f"{len(state.network['nodes'])} namespace(s)")
-    if state.run_dir:
-        shutil.rmtree(state.run_dir, ignore_errors=True)
+        plan = netns.NetworkPlan.model_validate(state.network)
+        leftovers += netns.destroy(plan)
+        on_event(f"removed bridge {plan.bridge} and {len(plan.nodes)} namespace(s)")
+    # Only the run dir this deployment's own state folder maps to: never a path state.json names.
+    run_dir = short_run_dir(state.directory)
+    if state.run_dir and Path(state.run_dir) == run_dir:
+        shutil.rmtree(run_dir, ignore_errors=True)
     return leftovers
+
+
+def observe(state: DeploymentState) -> dict[int, RankObservation]:
+    """Each rank's live processes and the log lines it wrote since the deployment was ready."""
+    found = owned_processes(state)
+    return {r.rank: RankObservation(
+        rank=r.rank, processes=[ProcessFact.of(p) for p in found.get(r.rank, [])],
+        log_since_ready=read_since(Path(r.log), r.log_offset_ready),
+        problem=f"its network namespace {r.netns} was deleted"
+        if r.netns and not (netns.NETNS_DIR / r.netns).exists() else None)
+        for r in state.ranks}
+
+
+def read_since(path: Path, offset: int | None, max_bytes: int = 256_000) -> list[str]:
+    """Lines appended to a log after ``offset`` (the last ``max_bytes`` of them at most)."""
+    if offset is None:
+        return []
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            handle.seek(max(offset, size - max_bytes))
+            return handle.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 class LocalBackend:
@@ -235,14 +313,20 @@ class LocalBackend:
         return up(plan, deployment, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event)
 
     def down(self, state: DeploymentState, *, on_event: Callable[[str], None]) -> None:
-        leftovers = _release(state, on_event=on_event)
+        with shielded(on_event) as hurry:
+            if state.network:
+                netns.sweep_orphans(on_event)
+            leftovers = _release(state, on_event=on_event, hurry=hurry)
         if leftovers:
             raise BackendError(f"could not remove everything of '{state.name}': "
                                f"{'; '.join(leftovers)}")
 
     def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
-        """True while the rank's process (or one of its children) is alive."""
-        return rank.rank in processes.marked_processes(state.name).values()
+        """True while any process of the rank is alive."""
+        return bool(owned_processes(state).get(rank.rank))
+
+    def observe(self, state: DeploymentState) -> dict[int, RankObservation]:
+        return observe(state)
 
     def log_reader(self, state: DeploymentState, rank: RankState) -> LogTail:
         return LogTail(Path(rank.log))

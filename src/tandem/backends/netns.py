@@ -11,18 +11,36 @@ like a laptop on the same LAN as the hosts.
     namespace tdm-NAME-node1:                                tdm1 10.77.0.2/24
 
 ``network_plan`` is pure (names and ``ip`` commands); ``create`` and ``destroy`` run them.
+
+Nothing a killed command made may block the next one. So ``create`` first writes a ledger entry
+in ``/run/tandem/networks/`` (``/run`` is where ``ip netns`` keeps its namespaces, and like them
+the ledger is gone after a reboot): which command made the network (pid and start time) and, for
+a deployment, its state folder. ``sweep_orphans`` removes every network whose maker is dead and
+which no deployment state claims (what a SIGKILLed ``up`` preflight or ``check --fabric`` left),
+and ``destroy`` kills whatever still runs inside a namespace before deleting it, then checks that
+the veth ends and the bridge are really gone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
+import os
+import signal
 import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 from pydantic import BaseModel
 
+from tandem.backends.processes import read_process
 from tandem.errors import BackendError
 from tandem.spec.cluster import Cluster
+
+LEDGER_DIR = Path("/run/tandem/networks")
+NETNS_DIR = Path("/run/netns")
 
 
 class NodeNetwork(BaseModel):
@@ -98,8 +116,91 @@ def teardown_commands(plan: NetworkPlan) -> list[list[str]]:
         ["ip", "link", "del", plan.bridge]]
 
 
-def create(plan: NetworkPlan) -> None:
+class LedgerEntry(BaseModel):
+    """Who made a network, so a later command can tell a live one from an orphan."""
+
+    plan: NetworkPlan
+    maker_pid: int
+    maker_start_ticks: int
+    state_file: str | None = None
+    """The state.json of the deployment that uses the network; None for a throw-away one."""
+    purpose: str = ""
+
+    def maker_alive(self) -> bool:
+        process = read_process(self.maker_pid)
+        return process is not None and process.alive and (
+            process.start_ticks == self.maker_start_ticks)
+
+    def claimed(self) -> bool:
+        """A deployment state still names this network (its ``down`` will remove it)."""
+        if not self.state_file:
+            return False
+        try:
+            network = json.loads(Path(self.state_file).read_text()).get("network") or {}
+        except (OSError, ValueError):
+            return False
+        return network.get("bridge") == self.plan.bridge
+
+
+def _ledger_path(plan: NetworkPlan) -> Path:
+    return LEDGER_DIR / f"{plan.bridge}.json"
+
+
+def _write_ledger(plan: NetworkPlan, state_file: Path | None, purpose: str) -> None:
+    me = read_process(os.getpid())
+    entry = LedgerEntry(plan=plan, maker_pid=os.getpid(),
+                        maker_start_ticks=me.start_ticks if me else 0,
+                        state_file=str(state_file.resolve()) if state_file else None,
+                        purpose=purpose)
+    LEDGER_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = _ledger_path(plan).with_suffix(".tmp")
+    tmp.write_text(entry.model_dump_json())
+    tmp.replace(_ledger_path(plan))
+
+
+def ledger() -> list[LedgerEntry]:
+    entries = []
+    for path in sorted(LEDGER_DIR.glob("*.json")) if LEDGER_DIR.is_dir() else []:
+        try:
+            entries.append(LedgerEntry.model_validate_json(path.read_text()))
+        except (OSError, ValueError):
+            path.unlink(missing_ok=True)
+    return entries
+
+
+def _made_by(*names: str) -> str:
+    """`` (made by ...)`` for a network another command made, from the ledger."""
+    for entry in ledger():
+        mine = {entry.plan.bridge, *(n.netns for n in entry.plan.nodes),
+                *(n.host_end for n in entry.plan.nodes)}
+        if mine & set(names):
+            alive = "running" if entry.maker_alive() else "exited"
+            return (f" (made by {entry.purpose or 'a command'}, pid {entry.maker_pid} {alive}"
+                    + (f", state {entry.state_file}" if entry.state_file else "") + ")")
+    return ""
+
+
+def sweep_orphans(on_event: Callable[[str], None] = lambda text: None) -> list[str]:
+    """Remove the networks whose maker died and that no deployment claims; say what went.
+
+    Returns what could not be removed.
+    """
+    leftovers: list[str] = []
+    for entry in ledger():
+        if entry.maker_alive() or entry.claimed():
+            continue
+        what = ", ".join(n.netns for n in entry.plan.nodes)
+        on_event(f"removing what a killed {entry.purpose or 'command'} left: bridge "
+                 f"{entry.plan.bridge}, namespace(s) {what}")
+        leftovers += destroy(entry.plan)
+    return leftovers
+
+
+def create(plan: NetworkPlan, *, state_file: Path | None = None, purpose: str = "") -> None:
     """Build the network; on any failure remove what was made and say which step failed.
+
+    ``state_file`` is the state of the deployment that will use the network (None for a
+    throw-away one); ``purpose`` names the command in a later sweep's message.
 
     Raises:
         BackendError: the subnet is already in use on this machine (e.g. by another local
@@ -108,9 +209,18 @@ def create(plan: NetworkPlan) -> None:
     holder = _address_holder(plan.bridge_address)
     if holder:
         raise BackendError(f"address {plan.bridge_address} is already on interface {holder}, so "
-                           "this deployment's subnet would clash with another network",
-                           field="local.subnet", hint="stop the other local deployment, or give "
+                           "this deployment's subnet would clash with another network"
+                           + _made_by(holder), field="local.subnet",
+                           hint="stop the other local deployment, or give "
                            "this cluster another local.subnet (and node addresses in it)")
+    taken = [n.netns for n in plan.nodes if (NETNS_DIR / n.netns).exists()] + [
+        d for d in [plan.bridge, *(n.host_end for n in plan.nodes)] if _link_exists(d)]
+    if taken:  # never touch what another command made: refuse before making anything
+        raise BackendError(f"{', '.join(taken)} already exist(s) on this machine"
+                           + _made_by(*taken), field="local.subnet",
+                           hint="stop the deployment of the same name that runs from another "
+                           "TANDEM_HOME (`TANDEM_HOME=... tandem down NAME`), or rename this one")
+    _write_ledger(plan, state_file, purpose)
     for cmd in setup_commands(plan):
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode:
@@ -119,15 +229,59 @@ def create(plan: NetworkPlan) -> None:
                                hint="run as root; `tandem down` removes a half-made network")
 
 
+def inode(name: str) -> str | None:
+    """``net:[INODE]`` of a named namespace, as ``/proc/PID/ns/net`` of its processes reads."""
+    try:
+        return f"net:[{os.stat(NETNS_DIR / name).st_ino}]"
+    except OSError:
+        return None
+
+
+def namespace_pids(name: str) -> list[int]:
+    """Every process inside the named namespace (``ip netns pids``)."""
+    if not (NETNS_DIR / name).exists():
+        return []
+    result = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
+    return [int(word) for word in result.stdout.split() if word.isdigit()]
+
+
 def destroy(plan: NetworkPlan) -> list[str]:
-    """Remove the namespaces and bridge; returns what could not be removed (absent is fine)."""
+    """Kill what still runs inside, remove the namespaces and bridge, check that they are gone.
+
+    Returns what could not be removed (absent is fine). A namespace is only ever made by
+    ``create`` for one deployment or check, so every process in it is theirs.
+    """
+    for node in plan.nodes:
+        for pid in namespace_pids(node.netns):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
     leftovers = []
     for cmd in teardown_commands(plan):
         result = subprocess.run(cmd, capture_output=True, text=True)
         missing = "No such file" in result.stderr or "Cannot find device" in result.stderr
         if result.returncode and not missing:
             leftovers.append(f"{' '.join(cmd)}: {result.stderr.strip()}")
+    devices = [n.host_end for n in plan.nodes] + [plan.bridge]
+    deadline = time.monotonic() + 5  # a veth goes when the last process of its namespace has
+    while time.monotonic() < deadline and any(_link_exists(d) for d in devices):
+        time.sleep(0.2)
+    for device in devices:
+        if _link_exists(device):
+            subprocess.run(["ip", "link", "del", device], capture_output=True)
+            if _link_exists(device):
+                leftovers.append(f"interface {device} is still there")
+    leftovers += [f"namespace {n.netns} is still there" for n in plan.nodes
+                  if (NETNS_DIR / n.netns).exists()]
+    if not leftovers:
+        _ledger_path(plan).unlink(missing_ok=True)
     return leftovers
+
+
+def _link_exists(device: str) -> bool:
+    return subprocess.run(["ip", "link", "show", "dev", device],
+                          capture_output=True).returncode == 0
 
 
 def _address_holder(address: str) -> str | None:

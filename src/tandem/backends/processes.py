@@ -1,9 +1,18 @@
-"""Finding and stopping the processes of a deployment on this machine.
+"""Finding and stopping the processes of a deployment on this machine, whatever vLLM renames.
 
-Every rank is started as the leader of its own process group and with ``TANDEM_DEPLOYMENT`` in
-its environment, which its children inherit. So a deployment's processes are found by that
-mark in ``/proc/PID/environ`` even when vLLM's workers leave the group or the recorded PID was
-reused by an unrelated process — nothing of a deployment outlives ``down``.
+A rank is started as the leader of its own session and process group, with three marks in its
+environment: ``TANDEM_DEPLOYMENT``, ``TANDEM_RANK`` and ``TANDEM_LAUNCH`` (a random id per
+``up``, kept in the state). vLLM renames its engine and worker processes with setproctitle,
+which by default overwrites the memory that ``/proc/PID/environ`` shows, so the marks of
+``VLLM::EngineCore`` and ``VLLM::Worker_TP0`` would vanish; ``SPT_NOENV=1`` in every rank's
+environment keeps them. A process also still belongs to its rank when its environment cannot be
+read: it is in the session the rank's first process led (the session id survives that process's
+death, unlike its pid) and started after the rank. Within a network namespace that ``up`` made,
+every process is the deployment's by construction (``tandem.backends.netns``).
+
+So ``down`` finds every process of a rank even when the rank's main process is already dead, and
+touches nothing it does not own: a process with the same deployment name from another
+``TANDEM_HOME``, another launch or another user lacks the launch id.
 """
 
 from __future__ import annotations
@@ -11,66 +20,234 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tandem import wire
+from tandem.interrupts import Hurry
 
 _PROC = Path("/proc")
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Process:
+    """One process as ``/proc`` shows it now."""
+
+    pid: int
+    name: str
+    state: str
+    """One letter: R running, S sleeping, D disk wait, T stopped, Z zombie, ..."""
+    ppid: int
+    pgid: int
+    sid: int
+    start_ticks: int
+    """Start time in clock ticks after boot (tells a reused pid apart)."""
+    rss_bytes: int
+    cpu_s: float
+    marks: dict[str, str]
+    """``TANDEM_*`` variables of its environment ({} when unreadable)."""
+    cmdline: str = ""
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in ("Z", "X")
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped by a signal (SIGSTOP, SIGTSTP) or a tracer: it runs no code."""
+        return self.state in ("T", "t")
+
+    @property
+    def ignores_term(self) -> bool:
+        """multiprocessing's resource tracker ignores SIGTERM by design; waiting for it is waste."""
+        return "resource_tracker" in self.cmdline
+
+
+def read_process(pid: int) -> Process | None:
+    """The process ``pid`` now, or None if it is gone."""
+    base = _PROC / str(pid)
+    try:
+        stat = (base / "stat").read_text()
+    except OSError:
+        return None
+    name = stat[stat.index("(") + 1:stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2:].split()
+    try:
+        environ = (base / "environ").read_bytes().split(b"\0")
+    except OSError:
+        environ = []
+    marks = {}
+    for item in environ:
+        if item.startswith(b"TANDEM_"):
+            key, _, value = item.decode(errors="replace").partition("=")
+            marks[key] = value
+    try:
+        cmdline = (base / "cmdline").read_bytes()[:300].replace(b"\0", b" ").decode(
+            errors="replace").strip()
+    except OSError:
+        cmdline = ""
+    page = os.sysconf("SC_PAGE_SIZE")
+    return Process(pid=pid, name=name, state=fields[0], ppid=int(fields[1]), pgid=int(fields[2]),
+                   sid=int(fields[3]), start_ticks=int(fields[19]),
+                   rss_bytes=int(fields[21]) * page,
+                   cpu_s=(int(fields[11]) + int(fields[12])) / _TICKS, marks=marks,
+                   cmdline=cmdline)
+
+
+def all_processes() -> list[Process]:
+    found = []
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit() and (process := read_process(int(entry.name))):
+            found.append(process)
+    return found
+
+
+def boot_time_s() -> float:
+    """The machine's boot time, seconds since the epoch (to turn start ticks into times)."""
+    for line in (_PROC / "stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def started_at_s(process: Process) -> float:
+    return boot_time_s() + process.start_ticks / _TICKS
+
+
+def netns_inode(pid: int) -> str | None:
+    """The network namespace a process is in (``net:[4026532250]``), None if unreadable."""
+    try:
+        return os.readlink(_PROC / str(pid) / "ns" / "net")
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class RankOwner:
+    """What tells the processes of one launched rank apart from every other process."""
+
+    deployment: str
+    rank: int
+    launch: str | None
+    """The launch id of its ``up``; None for a state written before launch ids existed."""
+    session: int | None = None
+    """The pid of the rank's first process, which led its session."""
+    started_after_s: float | None = None
+    netns: str | None = None
+    """Inode of the rank's namespace when it runs in one that ``up`` made."""
+
+    def owns(self, process: Process, *, netns_of: Callable[[int], str | None] = netns_inode,
+             started: Callable[[Process], float] = started_at_s) -> bool:
+        marks = process.marks
+        if marks.get(wire.TANDEM_DEPLOYMENT) == self.deployment and (
+                marks.get(wire.TANDEM_RANK) == str(self.rank)):
+            return self.launch is None or marks.get(wire.TANDEM_LAUNCH) == self.launch
+        if marks or self.session is None or process.sid != self.session:
+            return False  # marked for something else, or no session to recognise it by
+        if self.started_after_s is not None and started(process) < self.started_after_s - 1:
+            return False
+        return self.netns is None or netns_of(process.pid) == self.netns
+
+
+def owned(owners: Iterable[RankOwner], processes: Iterable[Process] | None = None,
+          ) -> dict[int, list[Process]]:
+    """Rank -> its live processes, for every owner."""
+    owners = list(owners)
+    found: dict[int, list[Process]] = {o.rank: [] for o in owners}
+    for process in all_processes() if processes is None else processes:
+        if not process.alive:
+            continue
+        for owner in owners:
+            if owner.owns(process):
+                found[owner.rank].append(process)
+                break
+    return found
 
 
 def marked_processes(deployment: str) -> dict[int, int | None]:
-    """Live processes carrying ``TANDEM_DEPLOYMENT=deployment``: pid -> their TANDEM_RANK."""
-    wanted = f"{wire.TANDEM_DEPLOYMENT}={deployment}".encode()
-    found: dict[int, int | None] = {}
-    for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if wanted in environ and is_alive(int(entry.name)):
-            rank = next((v.split(b"=", 1)[1] for v in environ
-                         if v.startswith(wire.TANDEM_RANK.encode() + b"=")), None)
-            found[int(entry.name)] = int(rank) if rank and rank.isdigit() else None
+    """Every live process carrying ``TANDEM_DEPLOYMENT=deployment``: pid -> its TANDEM_RANK.
+
+    Any launch, any state folder: what a test asserts is gone after ``down``.
+    """
+    found = {}
+    for p in all_processes():
+        if p.alive and p.marks.get(wire.TANDEM_DEPLOYMENT) == deployment:
+            rank = p.marks.get(wire.TANDEM_RANK, "")
+            found[p.pid] = int(rank) if rank.isdigit() else None
     return found
 
 
 def is_alive(pid: int) -> bool:
     """True if ``pid`` exists and is not a zombie."""
-    try:
-        stat = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    process = read_process(pid)
+    return process is not None and process.alive
 
 
-def stop(deployment: str, group_leaders: list[int], *, grace_s: float = 30.0,
-         clock: Callable[[], float] = time.monotonic,
-         sleep: Callable[[float], None] = time.sleep) -> list[int]:
-    """Stop a deployment's processes: SIGTERM to each group, then SIGKILL after ``grace_s``.
+def _orphans(left: list[Process]) -> bool:
+    """Only processes whose rank lost its main process are left (or the resource tracker).
 
-    Only groups whose leader still carries the mark are signalled, so a reused PID is safe.
-    Returns the pids that were still there after SIGKILL (should be none).
+    Their parent is outside the set and they lead no session: nothing above them will shut
+    them down in order, so waiting the whole grace for them is waste.
     """
-    marked = marked_processes(deployment)
-    group_leaders = [pid for pid in group_leaders if pid in marked]
-    for pid in group_leaders:
-        _signal_group(pid, signal.SIGTERM)
-    for pid in marked_processes(deployment):
-        _signal(pid, signal.SIGTERM)
-    deadline = clock() + grace_s
-    while clock() < deadline and marked_processes(deployment):
-        sleep(0.5)
-    for pid in group_leaders:
-        _signal_group(pid, signal.SIGKILL)
-    for pid in marked_processes(deployment):
-        _signal(pid, signal.SIGKILL)
-    deadline = clock() + 5
-    while clock() < deadline and marked_processes(deployment):
+    pids = {p.pid for p in left}
+    return all(p.ignores_term or (p.ppid not in pids and p.pid != p.sid) for p in left)
+
+
+def stop(find: Callable[[], list[Process]], *, groups: Iterable[int] = (),
+         grace_s: float = 30.0, orphan_grace_s: float = 5.0,
+         on_progress: Callable[[str], None] = lambda text: None,
+         hurry: Hurry | None = None, clock: Callable[[], float] = time.monotonic,
+         sleep: Callable[[float], None] = time.sleep) -> list[Process]:
+    """Stop the processes ``find`` returns: SIGTERM, wait on evidence, SIGKILL; return survivors.
+
+    ``groups`` are the ranks' process groups, signalled as a whole even when their leader is
+    dead. Stopped processes are continued so they can act on SIGTERM. The wait ends as soon as
+    only processes that ignore SIGTERM are left (multiprocessing's resource tracker), after
+    ``orphan_grace_s`` when only orphans of a dead main process are left (a vLLM worker whose
+    parent was killed does not act on SIGTERM), after ``grace_s``, or when ``hurry`` is
+    requested; a progress line names what is still running every 5 s.
+    """
+    hurry = hurry or Hurry()
+    targets = find()
+    if not targets:
+        return []
+    # A group is signalled only while one of its members is ours: a pgid whose members are all
+    # gone may be reused by an unrelated process.
+    groups = sorted({p.pgid for p in targets} & set(groups))
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        for pgid in groups:
+            _signal_group(pgid, sig)
+        for process in targets:
+            _signal(process.pid, sig)
+    started = clock()
+    next_note = started + 5
+    while not hurry.requested and clock() - started < grace_s:
+        left = find()
+        if all(p.ignores_term for p in left) or (
+                _orphans(left) and clock() - started >= orphan_grace_s):
+            break
+        if clock() >= next_note:
+            on_progress(f"waiting for {len(left)} process(es) to exit after SIGTERM: "
+                        + ", ".join(f"{p.name} {p.pid}" for p in left[:6])
+                        + f" ({clock() - started:.0f}/{grace_s:.0f} s; Ctrl-C kills them now)")
+            next_note += 5
         sleep(0.2)
-    return sorted(marked_processes(deployment))
+    left = find()
+    if left:
+        if not all(p.ignores_term for p in left):
+            on_progress(f"sending SIGKILL to {len(left)} process(es) after "
+                        f"{clock() - started:.1f} s: "
+                        + ", ".join(f"{p.name} {p.pid}" for p in left[:6]))
+        for pgid in groups:
+            _signal_group(pgid, signal.SIGKILL)
+        for process in left:
+            _signal(process.pid, signal.SIGKILL)
+    deadline = clock() + 5
+    while clock() < deadline and (left := find()):
+        sleep(0.1)
+    return left
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -80,14 +80,46 @@ def _marked_pids(deployment: str, rank: int) -> str:
 
 
 def _sweep(deployment: str, rank: int, grace_s: float) -> str:
-    """TERM every marked process, wait up to ``grace_s``, KILL what is left, print survivors."""
+    """TERM (and CONT) every marked process, wait on evidence, KILL the rest, print survivors.
+
+    The wait ends once only processes that ignore SIGTERM are left (multiprocessing's resource
+    tracker), or after ``grace_s``.
+    """
     steps = max(1, int(grace_s * 2))
     return (_marked_pids(deployment, rank)
-            + "for p in $(marked); do kill -TERM \"$p\" 2>/dev/null || true; done\n"
-            + f"i=0; while [ $i -lt {steps} ] && [ -n \"$(marked)\" ]; do sleep 0.5; "
+            + "busy() { for p in $(marked); do grep -q resource_tracker /proc/$p/cmdline "
+              "2>/dev/null || echo \"$p\"; done; }\n"
+            + "for p in $(marked); do kill -TERM \"$p\" 2>/dev/null || true; "
+              "kill -CONT \"$p\" 2>/dev/null || true; done\n"
+            + f"i=0; while [ $i -lt {steps} ] && [ -n \"$(busy)\" ]; do sleep 0.5; "
               "i=$((i+1)); done\n"
             + "for p in $(marked); do kill -KILL \"$p\" 2>/dev/null || true; done\n"
             + "sleep 0.3; echo \"survivors: $(marked | tr '\\n' ' ')\"\n")
+
+
+def observe_script(deployment: str, rank: int, log: PurePosixPath, offset: int | None,
+                   max_bytes: int = 256_000) -> str:
+    """``proc PID STATE NAME`` for every marked process of the rank, then ``--log--`` and the
+    log's bytes after ``offset`` (the health model's facts, ``tandem.health``)."""
+    lg = shlex.quote(str(log))
+    script = (_marked_pids(deployment, rank)
+              + "for p in $(marked); do s=$(cat /proc/$p/stat 2>/dev/null) || continue; "
+                "rest=${s##*) }; c=${s#*(}; echo \"proc $p ${rest%% *} ${c%)*}\"; done\n"
+              + "echo --log--\n")
+    if offset is not None:
+        script += (f"tail -c +{int(offset) + 1} {lg} 2>/dev/null | tail -c {int(max_bytes)}\n")
+    return script
+
+
+def parse_observation(text: str) -> tuple[list[tuple[int, str, str]], list[str]]:
+    """(pid, state, name) triples and log lines from ``observe_script``'s output."""
+    head, _, log = text.partition("--log--\n")
+    procs = []
+    for line in head.splitlines():
+        words = line.split(" ", 3)
+        if len(words) == 4 and words[0] == "proc" and words[1].isdigit():
+            procs.append((int(words[1]), words[2], words[3]))
+    return procs, log.splitlines()
 
 
 @dataclass(frozen=True)

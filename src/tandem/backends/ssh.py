@@ -22,12 +22,18 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tandem.backends.launch import await_ready, new_state, record_rank, with_caller_secrets
+from tandem.backends.base import ProcessFact, RankObservation
+from tandem.backends.launch import (
+    await_ready, interrupted, launch_marked, new_state, record_rank, with_caller_secrets,
+)
 from tandem.backends.openssh import OpenSSH, SSHTarget
 from tandem.backends.runtimes import (
-    DockerRuntime, VenvRuntime, log_path, poll_script, resolve_runtime, tail_script,
+    DockerRuntime, VenvRuntime, log_path, observe_script, parse_observation, poll_script,
+    resolve_runtime, tail_script,
 )
-from tandem.backends.state import DeploymentState, RankState, deployment_dir, list_deployments
+from tandem.backends.state import (
+    DeploymentState, ProcessRecord, RankState, deployment_dir, list_deployments, load_state,
+)
 from tandem.errors import BackendError, SSHError
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import Readiness
@@ -141,6 +147,10 @@ class SSHBackend:
         targets = _targets(cluster)
         runtime = runtime_for(cluster, deployment.recipe)
         on_event(f"reaching {len(targets)} node(s) over ssh, runtime {runtime.name.value}")
+        if name in list_deployments() and interrupted(previous := load_state(name)):
+            on_event(f"clearing what an interrupted `up` of '{name}' (pid "
+                     f"{previous.launcher_pid}) left on the nodes")
+            self._stop_all(previous, on_event=on_event)
         self._preflight(ssh, targets, runtime, name)
         if isinstance(runtime, DockerRuntime):
             runtime = DockerRuntime(runtime.options, self._pin_image(ssh, targets, runtime,
@@ -159,8 +169,8 @@ class SSHBackend:
         try:
             for rank in plan.in_start_order():
                 target = targets[rank.node]
-                started = ssh.run(target, runtime.start_script(with_caller_secrets(rank),
-                                                               deployment),
+                started = ssh.run(target, runtime.start_script(
+                    launch_marked(with_caller_secrets(rank), state), deployment),
                                   timeout_s=120, program=runtime.program())
                 if not started.ok:
                     raise BackendError(f"could not start rank {rank.rank}: "
@@ -176,6 +186,7 @@ class SSHBackend:
                          + (f"pid {pid}" if pid else f"container {container_name(name, rank.rank)}"))
             readiness = await_ready(plan, deployment, watched, state, timeout_s=timeout_s,
                                     on_phase=on_phase)
+            self._record_processes(state, watched)
         except BaseException:
             on_event("start-up failed: stopping every rank on every node")
             self._stop_all(state, on_event=on_event)
@@ -284,6 +295,44 @@ class SSHBackend:
             {str(r.rank): (targets[r.node], runtime.status_script(state.name, r.rank))
              for r in state.ranks}, timeout_s=30)
         return {int(k): v.stdout.startswith("running") for k, v in results.items()}
+
+    def _record_processes(self, state: DeploymentState, watched: list[RemoteLog]) -> None:
+        """Each rank's processes and log size at ready, the health model's base."""
+        offsets = {w.rank: w.offset for w in watched}
+        for rank, seen in self.observe(state).items():
+            record = next(r for r in state.ranks if r.rank == rank)
+            record.processes = [ProcessRecord(pid=p.pid, name=p.name) for p in seen.processes]
+            record.log_offset_ready = offsets.get(rank)
+        state.save()
+
+    def observe(self, state: DeploymentState) -> dict[int, RankObservation]:
+        """Every rank's marked processes and log since ready, all nodes in parallel."""
+        cluster, runtime = _state_runtime(state)
+        targets = _targets(cluster)
+        ssh = OpenSSH.for_cluster(cluster)
+
+        def ask(record: RankState) -> str | SSHError:
+            script = observe_script(state.name, record.rank,
+                                    log_path(runtime.options, state.name, record.rank),
+                                    record.log_offset_ready)
+            try:
+                return ssh.run(targets[record.node], script, timeout_s=30, check=False).stdout
+            except SSHError as exc:  # one node down must not hide the others
+                return exc
+
+        with ThreadPoolExecutor(max_workers=max(1, len(state.ranks))) as pool:
+            answers = dict(zip([r.rank for r in state.ranks], pool.map(ask, state.ranks)))
+        observed = {}
+        for rank, answer in answers.items():
+            if isinstance(answer, SSHError):
+                observed[rank] = RankObservation(rank=rank, unreachable=answer.message[:300])
+                continue
+            procs, lines = parse_observation(answer)
+            observed[rank] = RankObservation(
+                rank=rank, log_since_ready=lines,
+                processes=[ProcessFact(pid=pid, name=name, state=st) for pid, st, name in procs
+                           if st not in ("Z", "X")])
+        return observed
 
     def log_reader(self, state: DeploymentState, rank: RankState) -> RemoteLog:
         cluster, runtime = _state_runtime(state)

@@ -18,14 +18,27 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from tandem.errors import StateError
+from tandem.spec.cluster import Cluster
+from tandem.spec.deployment import Deployment
+from tandem.spec.recipe import Recipe
 
 SCHEMA_VERSION = 1
+EVENTS_FILE = "events.log"
+"""The supervisor's events, beside state.json (read by the support bundle and watch)."""
 
 
 def state_root() -> Path:
     """Where tandem keeps deployment state: ``$TANDEM_HOME`` or ``~/.local/state/tandem``."""
     env = os.environ.get("TANDEM_HOME")
     return Path(env) if env else Path.home() / ".local" / "state" / "tandem"
+
+
+class ProcessRecord(BaseModel):
+    """A process of a rank as it was when the deployment became ready."""
+
+    pid: int
+    name: str = Field(description="As the kernel shows it (`VLLM::Worker_TP1`, `vllm`, ...).")
+    start_ticks: int = Field(default=0, description="Start time in clock ticks after boot.")
 
 
 class RankState(BaseModel):
@@ -39,6 +52,13 @@ class RankState(BaseModel):
     netns: str | None = Field(default=None, description="Network namespace, local netns only.")
     log: str = Field(description="Path of the rank's log file.")
     started_at: datetime | None = None
+    netns_inode: str | None = Field(default=None, description="`net:[INODE]` of its namespace.")
+    processes: list[ProcessRecord] = Field(
+        default_factory=list, description="Its processes when the deployment became ready: the "
+        "health model counts a rank broken when one of them is gone.")
+    log_offset_ready: int | None = Field(
+        default=None, description="Size of its log when the deployment became ready: error "
+        "signatures are looked for after it.")
 
 
 class PhaseMark(BaseModel):
@@ -76,11 +96,22 @@ class DeploymentState(BaseModel):
     phases: list[PhaseMark] = Field(default_factory=list)
     boot: BootFigures = Field(default_factory=BootFigures)
     ready: bool = False
+    launch_id: str | None = Field(default=None, description="The random id every process of "
+                                  "this launch carries as TANDEM_LAUNCH.")
+    launcher_pid: int | None = Field(default=None, description="The `up` (or supervisor) that "
+                                     "launched it; with ready false and this gone, the launch "
+                                     "was interrupted.")
+    launcher_start_ticks: int | None = None
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
     @property
     def directory(self) -> Path:
         return deployment_dir(self.name)
+
+    def deployment(self) -> Deployment:
+        """The deployment this state was launched from (resolved recipe and cluster)."""
+        return Deployment(recipe=Recipe.model_validate(self.recipe),
+                          cluster=Cluster.model_validate(self.cluster))
 
     def save(self) -> None:
         """Write atomically: a reader never sees half a file."""

@@ -49,7 +49,8 @@ from tandem.bench.client import (
 from tandem.bench.config import BenchConfig
 from tandem.bench.metrics import LoadPointMetrics, load_point_metrics
 from tandem.bench.records import RequestRecord
-from tandem.bench.server_metrics import MetricsSnapshot, ServerDelta
+from tandem.bench.server_metrics import ServerDelta
+from tandem.vllm_metrics import MetricsSnapshot
 from tandem.bench.transport import AiohttpTransport
 from tandem.bench.workload import (
     LoadPoint,

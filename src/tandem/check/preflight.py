@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from tandem.backends import netns
+from tandem.backends.state import list_deployments, load_state
 from tandem.check.fabric import DEFAULT_PORT, run_fabric
 from tandem.check.findings import CheckReport, Finding, Severity
 from tandem.check.rules import CheckContext, evaluate
 from tandem.check.transport import LocalTransport, NodeTransport, ProbeError, transport_for
 from tandem.errors import BackendError, PlanError, TandemError
+from tandem.interrupts import shielded
 from tandem.rankplan import RankPlan, plan_ranks
 from tandem.spec.cluster import LocalIsolation, Transport
 from tandem.spec.deployment import Deployment
@@ -46,7 +48,7 @@ def local_namespaces(deployment: Deployment, on_event: OnEvent) -> Iterator[dict
         yield {}
         return
     own = netns.network_plan(deployment.name, cluster)
-    if all(_netns_exists(n.netns) for n in own.nodes):
+    if _running_here(deployment.name, own) and all(_netns_exists(n.netns) for n in own.nodes):
         on_event(f"probing inside the running deployment's namespaces "
                  f"{', '.join(n.netns for n in own.nodes)}")
         yield {n.node: n.netns for n in own.nodes}
@@ -55,16 +57,30 @@ def local_namespaces(deployment: Deployment, on_event: OnEvent) -> Iterator[dict
         raise BackendError("a local cluster of network namespaces needs root and iproute2 "
                            "(`ip`) to be checked", field="local.isolation",
                            hint="run as root with iproute2 installed, or use isolation: loopback")
+    netns.sweep_orphans(on_event)
     temporary = netns.network_plan(f"chk{os.getpid()}", cluster)
     on_event("built throw-away namespaces " + ", ".join(
         f"{n.netns} ({n.interface} {n.address})" for n in temporary.nodes))
-    netns.create(temporary)
+    netns.create(temporary, purpose=f"check of '{deployment.name}'")
     try:
         yield {n.node: n.netns for n in temporary.nodes}
     finally:
-        leftovers = netns.destroy(temporary)
+        with shielded(on_event):  # a second signal cannot leave the namespaces behind
+            leftovers = netns.destroy(temporary)
         if leftovers:
             on_event("could not remove: " + "; ".join(leftovers))
+
+
+def _running_here(name: str, own: netns.NetworkPlan) -> bool:
+    """This state folder's deployment of that name runs on exactly this network (namespaces of
+    the same name from another TANDEM_HOME, or on another subnet, are not ours to enter)."""
+    if name not in list_deployments():
+        return False
+    try:
+        network = load_state(name).network
+    except TandemError:
+        return False
+    return network == own.model_dump()
 
 
 def _netns_exists(name: str) -> bool:

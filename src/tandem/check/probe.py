@@ -549,7 +549,15 @@ def _sha256(path):
 # --- entry point ---------------------------------------------------------------------------------
 
 def collect(node, args):
-    """Every section; a section that fails records its error and the rest still run."""
+    """Every section; a section that fails records its error and the rest still run.
+
+    The node's clock is stamped before any work (``started_unix``) and the work is timed on the
+    monotonic clock (``elapsed_s``), so that the caller can subtract the probe's own work from
+    the round trip (``tandem.check.transport.clock_offset``): a probe whose ``nvidia-smi`` takes
+    ten seconds must not read as a clock five seconds off. ``time_unix`` is the node's clock
+    when the facts were complete.
+    """
+    started_unix, started = time.time(), time.monotonic()
     sections = {
         "system": lambda: system_facts(node),
         "gpu": lambda: gpu_facts(node),
@@ -574,6 +582,8 @@ def collect(node, args):
             errors[name] = "%s: %s" % (type(exc).__name__, exc)
     facts["tools_missing"] = sorted(node.tools_missing)
     facts["errors"] = errors
+    facts["started_unix"] = started_unix
+    facts["elapsed_s"] = time.monotonic() - started
     facts["time_unix"] = time.time()
     return facts
 

@@ -3,7 +3,8 @@
 A ``NodeTransport`` does two things on one node, both with the standard library's subprocess:
 
 - ``run_probe(node) -> facts``: run ``probe.py`` there and return its JSON facts, with
-  ``clock_offset_s`` (the node's clock minus ours, from the midpoint of the call) added;
+  ``clock_offset_s`` (the node's clock minus ours) and ``clock_offset_bound_s`` (how far off
+  that figure can be) added by ``parse_facts``;
 - ``spawn(node, argv, env, output) -> Popen``: start a process there (a fabric rank) with
   exactly ``env`` and stdout/stderr into ``output``.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -88,14 +90,43 @@ def probe_args(deployment: Deployment, *, with_hashes: bool = False) -> list[str
     return args
 
 
+def clock_offset(node_stamp: float, node_work_s: float, started: float,
+                 finished: float) -> tuple[float, float]:
+    """The node's clock minus ours, and the most that figure can be off, in seconds.
+
+    The node read its clock (``node_stamp``) at some instant of our call, between ``started``
+    and ``finished - node_work_s``: after it, the node still worked ``node_work_s`` before the
+    call could return. The offset is taken against the middle of that window, so its error is
+    at most half the window: half the round trip *minus* the node's own work (NTP's delay/2).
+    What remains of the round trip is the cheap part (connection, interpreter start, output),
+    so a probe that spends seconds in ``nvidia-smi`` widens neither the offset nor its bound.
+
+    Returns ``(offset_s, bound_s)``, the offset rounded to the millisecond and the bound rounded
+    up, so that ``abs(offset_s) <= bound_s`` holds whenever both clocks are one clock.
+    """
+    window_end = max(started, finished - max(node_work_s, 0.0))
+    offset = node_stamp - (started + window_end) / 2
+    bound = (window_end - started) / 2
+    return round(offset, 3), math.ceil(bound * 1000 - 1e-6) / 1000  # float noise is not a ms
+
+
 def parse_facts(stdout: str, node: str, started: float, finished: float) -> dict[str, Any]:
-    """The probe's JSON with ``clock_offset_s``: node time minus the call's midpoint here."""
+    """The probe's JSON with ``clock_offset_s`` and ``clock_offset_bound_s`` (``clock_offset``).
+
+    ``started`` and ``finished`` are our clock (``time.time()``) around the whole call. Facts
+    of an older probe, which stamped only ``time_unix`` at its end, are read with no work
+    subtracted: the bound is then half the whole call, which is what their error really was.
+    """
     try:
         facts = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError) as exc:
         raise ProbeError(f"the probe printed no facts: {stdout[-300:]!r}", node=node) from exc
-    if isinstance(facts.get("time_unix"), (int, float)):
-        facts["clock_offset_s"] = round(facts["time_unix"] - (started + finished) / 2, 3)
+    stamp, work_s = facts.get("started_unix"), facts.get("elapsed_s")
+    if not (isinstance(stamp, (int, float)) and isinstance(work_s, (int, float))):
+        stamp, work_s = facts.get("time_unix"), 0.0
+    if isinstance(stamp, (int, float)):
+        facts["clock_offset_s"], facts["clock_offset_bound_s"] = clock_offset(
+            stamp, work_s, started, finished)
     return facts
 
 

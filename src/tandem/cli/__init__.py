@@ -15,12 +15,18 @@ from enum import IntEnum
 import click
 
 from tandem.errors import CheckFailed, TandemError
+from tandem.interrupts import Interrupted, raise_on_termination
 
 
 class ExitCode(IntEnum):
     SUCCESS = 0
     CHECK_FAILED = 1
     USER_ERROR = 2
+    # `tandem status`: the verdict when it is not healthy (tandem.health.Verdict)
+    STARTING = 3
+    DEGRADED = 4
+    STALLED = 5
+    DOWN = 6
     INTERRUPTED = 130
 
 
@@ -81,8 +87,11 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and turn tandem's errors into messages and exit codes."""
+    raise_on_termination()
     try:
-        cli.main(args=argv, prog_name="tandem", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="tandem", standalone_mode=False)
+        if isinstance(code, int) and code:  # a command's own exit status (`status`)
+            return code
     except CheckFailed as exc:
         click.echo(f"error: {exc}", err=True)
         return ExitCode.CHECK_FAILED
@@ -94,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         return ExitCode.USER_ERROR
+    except Interrupted as exc:
+        click.echo(f"interrupted ({exc})", err=True)
+        return 128 + exc.signum
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("interrupted", err=True)
         return ExitCode.INTERRUPTED

@@ -92,28 +92,62 @@ def _show_event(text: str) -> None:
 @click.command("status")
 @name_argument
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def status_command(name: str | None, as_json: bool) -> None:
-    """Show a deployment's endpoint, health and ranks.
+@click.option("--canary-timeout", "canary_timeout_s", type=click.FloatRange(min=0.1),
+              default=5.0, show_default=True, help="Seconds a 1-token canary completion may "
+              "take on an idle server before the engine counts as stalled.")
+def status_command(name: str | None, as_json: bool, canary_timeout_s: float) -> None:
+    """Show a deployment's verdict, endpoint and each rank's health.
 
-    NAME defaults to the only deployment there is.
+    NAME defaults to the only deployment there is. The verdict comes from the health model
+    (every process of every rank alive and running, the leader's /health, forward progress
+    or a 1-token canary, error lines in the rank logs) and names the rank and the evidence.
+
+    \b
+    Exit status:
+      0  healthy     every rank alive, the API answers, the engine makes progress
+      3  starting    not ready yet
+      4  degraded    the API answers but a rank lost a process or logged a fatal error
+      5  stalled     alive but no progress (a stopped process, a canary past its deadline)
+      6  down        the leader is gone or does not answer /health
+      2  error       no such deployment, unreadable state
 
     \b
     Examples:
       tandem status
       tandem status tiny-local --json
     """
-    status = lifecycle.status(name)
+    from tandem.cli import ExitCode
+
+    status = lifecycle.status(name, canary_timeout_s=canary_timeout_s)
     if as_json:
         click.echo(status.model_dump_json(indent=2))
-        return
-    health = "[green]healthy[/green]" if status.healthy else "[red]not answering[/red]"
+    else:
+        _print_status(status)
+    code = ExitCode[status.verdict.name] if status.verdict.name in ExitCode.__members__ else 0
+    if code:
+        raise click.exceptions.Exit(int(code))
+
+
+_VERDICT_COLOUR = {"healthy": "green", "starting": "yellow", "degraded": "red",
+                   "stalled": "red", "down": "red"}
+
+
+def _print_status(status: lifecycle.DeploymentStatus) -> None:
+    colour = _VERDICT_COLOUR[status.verdict.value]
     console.print(f"[bold]{status.name}[/bold] ({status.backend}) {status.endpoint}/v1 "
-                  f"model '{status.model}': {health}")
-    table = Table("rank", "role", "node", "address", "pid", "state")
+                  f"model '{status.model}': [{colour}]{status.verdict.value}[/{colour}]"
+                  + (f" — {'rank ' + str(status.rank) + ': ' if status.rank is not None else ''}"
+                     f"{status.reason}" if status.verdict.value != "healthy" else ""))
+    if status.evidence and status.verdict.value != "healthy":
+        console.print(f"  [dim]evidence: {status.evidence}[/dim]")
+    table = Table("rank", "role", "node", "address", "processes", "health")
     for r in status.ranks:
-        colour = "green" if r.state == "running" else "red"
-        table.add_row(str(r.rank), r.role, r.node, r.address, str(r.pid),
-                      f"[{colour}]{r.state}[/{colour}]")
+        shade = "green" if r.health.state == "healthy" else "red"
+        procs = ", ".join(f"{p.name} {p.pid}{' (' + p.state + ')' if p.state in 'TtDZ' else ''}"
+                          for p in r.processes) or "none"
+        table.add_row(str(r.rank), r.role, r.node, r.address, procs,
+                      f"[{shade}]{r.health.state}[/{shade}]"
+                      + (f" {r.health.reason}" if r.health.reason else ""))
     console.print(table)
     if status.planned and status.planned.comparison:
         for c in (status.planned.comparison.kv_pool_tokens, status.planned.comparison.kv_pool_gib,
@@ -164,6 +198,9 @@ def down_command(name: str | None) -> None:
       tandem down tiny-local
     """
     state = lifecycle.down(name, on_event=_show_event)
+    if state is None:
+        console.print("no deployment was running; removed what killed commands left")
+        return
     console.print(f"[bold]{state.name}[/bold] is down")
 
 

@@ -1,4 +1,4 @@
-"""``tandem model``: build the local models that the CPU build of vLLM serves in tests."""
+"""``tandem model``: build the local models vLLM serves (tiny ones, and real shapes for GPUs)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from transformers.utils import logging as transformers_logging
 
+from tandem.shapemodel import SHAPES, build_shape_model
 from tandem.tinymodel import ARCHITECTURES, DEFAULT_ARCH, TinyModel, build_tiny_model
 
 
@@ -65,3 +66,44 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
         )
         # soft_wrap: a path split over lines cannot be copied into a shell.
         console.print(f"  snapshot: {tiny.snapshot_path}", soft_wrap=True, highlight=False)
+
+
+@model_command.command("shape")
+@click.argument("preset", type=click.Choice(list(SHAPES)))
+@click.option("--layers", type=int, default=None,
+              help="Build this many decoder layers instead of the preset's (less disk).")
+@click.option("--scale-down", is_flag=True,
+              help="Tiny widths with the preset's kinds of layer (a test on a CPU).")
+@click.option("--device", default=None, help="Where torch builds the weights. Default: cuda "
+              "when available, else cpu.")
+@click.option(
+    "--hf-home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Hugging Face home to write into. Default: $HF_HOME, else ~/.cache/huggingface.",
+)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of weights and tokenizer.")
+def shape_command(preset: str, layers: int | None, scale_down: bool, device: str | None,
+                  hf_home: Path | None, seed: int) -> None:
+    """Build a random-weight model of a real checkpoint's shape (for GPU runs).
+
+    The config copies the checkpoint's memory- and compute-relevant fields; the tokenizer is
+    the local 2,050-id one (the vocabulary stays the checkpoint's). Built on the GPU, an 8 B
+    model takes about half a minute, most of it writing 16 GB.
+
+    \b
+    Examples:
+      tandem model shape llama-3.1-8b --hf-home /root/hf
+      tandem model shape deepseek-v2-lite --layers 13
+      tandem model shape gemma-3-4b --scale-down --device cpu
+    """
+    console = Console()
+    transformers_logging.disable_progress_bar()
+    with console.status(f"building {preset}"):
+        built = build_shape_model(hf_home or _default_hf_home(), preset, layers=layers,
+                                  scale_down=scale_down, device=device, seed=seed)
+    console.print(f"[bold]{built.repo_id}[/]  {built.num_hidden_layers} layers  "
+                  f"{built.parameter_count / 1e9:.2f} B parameters  "
+                  f"{built.size_bytes / 1e9:.2f} GB")
+    console.print(f"  snapshot: {built.snapshot_path}", soft_wrap=True, highlight=False)

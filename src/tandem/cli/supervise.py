@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 
 from tandem.backends.state import load_state
-from tandem.backends.supervisor import SupervisorPolicy, supervise
+from tandem.supervisor import SupervisorPolicy, supervise
 
 console = Console(highlight=False)
 
@@ -37,15 +37,23 @@ def run_supervisor(name: str, policy: SupervisorPolicy = SupervisorPolicy()) -> 
               help="Seconds before the first restart; each further one waits twice as long.")
 @click.option("--health-failures", type=int, default=3, show_default=True,
               help="Failed /health requests in a row that count as the leader not answering.")
+@click.option("--canary-interval", "canary_interval_s", type=float, default=30.0,
+              show_default=True, help="Seconds between 1-token canary completions on an idle "
+              "server (0: none; under load the token counters show progress instead).")
+@click.option("--stall", "stall_s", type=float, default=30.0, show_default=True,
+              help="Seconds with requests running and no token counted that mean stalled.")
 def supervise_command(name: str | None, interval_s: float, max_restarts: int, backoff_s: float,
-                      health_failures: int) -> None:
-    """Watch a deployment and restart the whole group when any rank dies or stops answering.
+                      health_failures: int, canary_interval_s: float, stall_s: float) -> None:
+    """Watch a deployment and restart the whole group when any rank faults.
 
-    A rank counts as dead when its process (or container) is gone on its node, checked over
-    ssh for remote nodes: a dead headless worker leaves the leader's /health at 200, so health
-    alone would not notice. A restart stops every rank, then starts the workers and the leader
-    again, in order, and waits for a real completion. Every event goes to the deployment's
-    events.log (included in `tandem logs --bundle`). Runs until `tandem down`.
+    A fault is what `tandem status` calls degraded, stalled or down: a process of any rank
+    gone or stopped (checked over ssh for remote nodes; a dead headless worker leaves the
+    leader's /health at 200, so health alone would not notice), the leader not answering, no
+    forward progress, or a fatal error in a rank's log. A restart stops every rank, keeps the
+    crashed group's logs in logs/restart-N/, starts the workers and the leader again, in order,
+    and waits for a real completion. Every event (verdict, rank, evidence, time to answer
+    again) goes to the deployment's events.log (included in `tandem logs --bundle`). Runs until
+    `tandem down`.
 
     \b
     Examples:
@@ -54,4 +62,5 @@ def supervise_command(name: str | None, interval_s: float, max_restarts: int, ba
     """
     name = name or load_state(None).name
     run_supervisor(name, SupervisorPolicy(interval_s=interval_s, max_restarts=max_restarts,
-                                          backoff_s=backoff_s, health_failures=health_failures))
+                                          backoff_s=backoff_s, health_failures=health_failures,
+                                          canary_interval_s=canary_interval_s, stall_s=stall_s))

@@ -46,6 +46,14 @@ class HardwareProfile(BaseModel):
     max_gpu_memory_utilization: Figure | None = None
     non_torch_gib: Figure | None = None
     cudagraph_gib: Figure | None = None
+    non_torch_tp_extra_gib: Figure | None = Field(default=None, description="More non-torch "
+                                                  "memory per rank once TP > 1 (NCCL buffers).")
+    default_max_num_batched_tokens: Figure | None = Field(default=None, description="vLLM's "
+                                                          "API-server default on this device.")
+    default_max_num_seqs: Figure | None = None
+    activation: Literal["scaled", "derived"] = Field(default="scaled", description="`scaled`: "
+        "65 B per batched token per hidden unit (GB10); `derived`: the profile run's buffers "
+        "(MLP/MoE intermediates, residual, sampler logits), checked on H200 boots.")
     kv_cache_space_env: str | None = Field(default=None, description="CPU only: the variable "
                                            "whose GiB become the KV pool.")
 

@@ -84,11 +84,18 @@ def resolve_settings(serve: Any, env: dict[str, str], config: dict[str, Any],
     elif hardware.device == "cpu" and "kv_lora_rank" in config:
         block = 16
     batched = serve.max_num_batched_tokens
+    if batched is None and hardware.default_max_num_batched_tokens:
+        batched = int(hardware.default_max_num_batched_tokens.value)
+        defaults.append(f"max_num_batched_tokens {batched} "
+                        f"({hardware.default_max_num_batched_tokens.source})")
     if batched is None:
         batched = 2048 * tp * pp if hardware.device == "cpu" else 2048
         if hardware.device == "cpu" and "kv_lora_rank" in config:
             batched = max(length, 8192)
         defaults.append(f"max_num_batched_tokens {batched} (vLLM's API-server default)")
+    seqs = serve.max_num_seqs
+    if seqs is None:
+        seqs = int(hardware.default_max_num_seqs.value) if hardware.default_max_num_seqs else 256
     async_scheduling = serve.async_scheduling
     if async_scheduling is None:
         async_scheduling = hardware.device == "cuda"
@@ -99,7 +106,7 @@ def resolve_settings(serve: Any, env: dict[str, str], config: dict[str, Any],
     return ServeSettings(
         tensor_parallel_size=tp, pipeline_parallel_size=pp, gpu_memory_utilization=util,
         max_model_len=length, block_size=block, kv_cache_dtype=serve.kv_cache_dtype,
-        max_num_batched_tokens=batched, max_num_seqs=serve.max_num_seqs or 256,
+        max_num_batched_tokens=batched, max_num_seqs=seqs,
         async_scheduling=async_scheduling, enforce_eager=serve.enforce_eager,
         speculative_method=spec.get("method"),
         num_speculative_tokens=int(spec.get("num_speculative_tokens", 0) or 0),
@@ -158,17 +165,26 @@ def reserves_for(facts: ModelFacts, settings: ServeSettings,
     config = facts.config
     hidden = int(config.get("hidden_size", 0))
     batched = settings.max_num_batched_tokens
-    reserves = [Reserve(
-        name="activation peak (profile run)",
-        bytes=int(batched * hidden * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN),
-        basis=f"estimate: {batched} batched tokens x hidden {hidden} x "
-              f"{ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN:.0f} B, scaled from 2.03 GiB measured "
-              "for DeepSeek-V4 on GB10 (model-physics.md §2.4, [R11])")]
+    if hardware.activation == "derived":
+        reserves = [derived_activation(config, settings)]
+    else:
+        reserves = [Reserve(
+            name="activation peak (profile run)",
+            bytes=int(batched * hidden * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN),
+            basis=f"estimate: {batched} batched tokens x hidden {hidden} x "
+                  f"{ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN:.0f} B, scaled from 2.03 GiB measured "
+                  "for DeepSeek-V4 on GB10 (model-physics.md §2.4, [R11])")]
     if hardware.non_torch_gib:
         reserves.append(Reserve(name="non-torch (NCCL, cuBLAS)",
                                 bytes=int(hardware.non_torch_gib.value * GIB),
                                 basis=_basis(hardware.non_torch_gib.source)))
-    if hardware.cudagraph_gib and not settings.enforce_eager:
+    if hardware.non_torch_tp_extra_gib and settings.tensor_parallel_size > 1:
+        reserves.append(Reserve(name="non-torch, TP > 1 (NCCL communicator)",
+                                bytes=int(hardware.non_torch_tp_extra_gib.value * GIB),
+                                basis=_basis(hardware.non_torch_tp_extra_gib.source)))
+    graphs_reserved = not (hardware.device == "cuda" and not hardware.unified_memory
+                           and v2_model_runner(config))
+    if hardware.cudagraph_gib and not settings.enforce_eager and graphs_reserved:
         reserves.append(Reserve(name="CUDA graphs", bytes=int(hardware.cudagraph_gib.value * GIB),
                                 basis=_basis(hardware.cudagraph_gib.source)))
     if is_deepseek_v4(config):
@@ -183,6 +199,52 @@ def reserves_for(facts: ModelFacts, settings: ServeSettings,
                 name="MTP hidden buffer", bytes=batched * int(config.get("hc_mult", 4)) * hidden * 2,
                 basis="derived: batched tokens x hc_mult x hidden x 2 B (model-physics.md §1.2)"))
     return reserves
+
+
+# vLLM 0.25.1 (config/vllm.py): architectures that run on the V2 model runner although MoE.
+V2_RUNNER_MOE_ARCHITECTURES = ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM",
+                               "GraniteMoeForCausalLM")
+
+
+def is_moe(config: dict[str, Any]) -> bool:
+    return any(config.get(k) for k in ("n_routed_experts", "num_local_experts", "num_experts"))
+
+
+def v2_model_runner(config: dict[str, Any]) -> bool:
+    """True when vLLM 0.25.1 runs the model on its V2 model runner (every dense model and a few
+    MoE ones, ``VllmConfig._is_default_v2_model_runner_model``). That runner's
+    ``profile_cudagraph_memory`` returns 0: its graphs are captured after the KV cache is
+    sized and take nothing from the pool (seen on every H200 boot of benchmarks/gpu)."""
+    architectures = config.get("architectures") or []
+    return any(a in V2_RUNNER_MOE_ARCHITECTURES for a in architectures) or not is_moe(config)
+
+
+def derived_activation(config: dict[str, Any], settings: ServeSettings) -> Reserve:
+    """The profile run's torch peak from the buffers it holds at once, per rank.
+
+    Largest MLP of a layer: ``batched x (gate_up 2I + act I) x 2 B`` over ``I / TP`` (a MoE
+    layer: ``batched x top_k x (2I + I + hidden) x 2 B`` of the fused-MoE workspace plus the
+    shared experts' MLP); two hidden-sized bf16 buffers (residual, normed input); the
+    sampler's fp32 logits for ``max_num_seqs`` rows of the full vocabulary.
+    """
+    tp = settings.tensor_parallel_size
+    batched = settings.max_num_batched_tokens
+    hidden = int(config.get("hidden_size", 0))
+    dense_i = int(config.get("intermediate_size", 0))
+    mlp = batched * 3 * dense_i // tp * 2
+    if is_moe(config):
+        moe_i = int(config.get("moe_intermediate_size") or dense_i)
+        top_k = int(config.get("num_experts_per_tok", 1) or 1)
+        shared = int(config.get("n_shared_experts") or 0) * moe_i
+        moe = batched * top_k * (3 * moe_i // tp + hidden) * 2 + batched * 3 * shared // tp * 2
+        mlp = max(mlp, moe)
+    residual = batched * hidden * 2 * 2
+    logits = settings.max_num_seqs * int(config.get("vocab_size", 0)) * 4
+    return Reserve(
+        name="activation peak (profile run)", bytes=mlp + residual + logits,
+        basis=f"derived: largest MLP {mlp / GIB:.2f} GiB + residual {residual / GIB:.2f} GiB + "
+              f"sampler logits {logits / GIB:.2f} GiB at {batched} batched tokens, "
+              f"{settings.max_num_seqs} seqs (benchmarks/gpu, docs/gpu.md)")
 
 
 def _basis(source: str) -> str:

@@ -17,6 +17,7 @@ Pure: no I/O besides what the caller passed in.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -24,7 +25,7 @@ from pydantic import BaseModel, Field
 from tandem.errors import PlanError
 from tandem.plan.calibrate import Calibration
 from tandem.plan.config import ModelFacts
-from tandem.plan.hardware import HardwareProfile, load_profile
+from tandem.plan.hardware import HardwareProfile, load_profile, profile_names
 from tandem.plan.kv import KVLayout
 from tandem.plan.memory import (
     GIB,
@@ -96,14 +97,29 @@ class Plan(BaseModel):
     calibration: Calibration | None = None
 
 
+def ranks_per_device(deployment: Deployment) -> int:
+    """How many ranks of the deployment run on one physical GPU: nodes of the local transport
+    (one machine) that name the same ``CUDA_VISIBLE_DEVICES``; 1 anywhere else."""
+    cluster = deployment.cluster
+    if cluster.transport is not Transport.LOCAL:
+        return 1
+    devices = [n.env.get("CUDA_VISIBLE_DEVICES") for n in cluster.nodes]
+    named = [d for d in devices if d]
+    return max((named.count(d) for d in named), default=1)
+
+
 def infer_hardware(deployment: Deployment, name: str | None) -> HardwareProfile:
-    """``--hardware``, else a hint in the cluster (DGX Spark, local CPU), else an error."""
+    """``--hardware``, else a hint in the cluster (DGX Spark, a GPU profile's name such as
+    ``h200`` as a word of the cluster's or a node's name, local CPU), else an error."""
     if name:
         return load_profile(name)
     cluster = deployment.cluster
     words = " ".join([cluster.name, *(n.name for n in cluster.nodes)]).lower()
     if "spark" in words or "gb10" in words:
         return load_profile("gb10")
+    named = set(re.split(r"[^a-z0-9]+", words)) & (set(profile_names()) - {"cpu"})
+    if len(named) == 1:
+        return load_profile(named.pop())
     env = deployment.recipe.env
     if "VLLM_CPU_KVCACHE_SPACE" in env or (cluster.transport is Transport.LOCAL and not any(
             "CUDA_VISIBLE_DEVICES" in n.env for n in cluster.nodes)):
@@ -171,6 +187,18 @@ def plan_deployment(deployment: Deployment, facts: ModelFacts, hardware: Hardwar
 
     layout = layout_for(facts, settings)
     memory = memory_plan(facts, settings, hardware, extra)
+    sharing = ranks_per_device(deployment)
+    if sharing > 1 and hardware.device == "cuda":
+        peer = memory.weights_bytes_per_rank + memory.reserve_bytes
+        extra = [*extra, Reserve(
+            name=f"{sharing - 1} other rank(s) on the same GPU", bytes=(sharing - 1) * peer,
+            basis="derived: vLLM counts what other processes allocate on its device during its "
+                  "profile run as its own non-torch memory, and sizes every rank's KV cache "
+                  "by the smallest rank; so the rank that profiles last loses the others' "
+                  "weights and reserves (seen on two TP ranks sharing one H200)")]
+        memory = memory_plan(facts, settings, hardware, extra)
+        notes.append(f"{sharing} ranks share one GPU (same CUDA_VISIBLE_DEVICES on nodes of one "
+                     "machine): one GPU stands in for several nodes")
     pool_for_tokens = max(memory.kv_pool_bytes, 0) * scale
     tokens = layout.pool_tokens(pool_for_tokens)
     concurrency_x = layout.max_concurrency(pool_for_tokens)

@@ -365,7 +365,8 @@ def schema_problems(objects: list[dict], crd_path: str | Path,
                     kubernetes_version: str = "1.34") -> list[Problem]:
     """Tier 2: the LWS against its CRD schema, the rest against Kubernetes' own schemas.
 
-    Needs ``pip install tandem[k8s]`` and the LeaderWorkerSet CRD YAML (``shared/k8s/``).
+    Needs ``pip install tandem[k8s]`` and the LeaderWorkerSet CRD YAML (the tests keep LWS
+    v0.10.0's in ``tests/k8s/crd/``).
     """
     import kubernetes.client as k8s
     import kubernetes_validate

@@ -13,7 +13,9 @@ Each template is the rank plan's rank with its node pinned (``nodeSelector`` on
 ``ClusterFirstWithHostNet``, privileged with ``IPC_LOCK``, ``nvidia.com/gpu`` limit,
 ``/dev/infiniband`` and the HF cache as hostPaths, ``/dev/shm`` as a memory emptyDir), its
 ``vllm serve`` argv as ``command`` and its environment. The leader alone gets the port, a
-startup probe that allows ``timeouts.startup_s``, and a readiness probe on ``/health``.
+startup probe that allows ``timeouts.startup_s``, and a readiness probe on ``/health`` with no
+initial delay: it runs only after the startup probe succeeded (``_probes`` says why seed 000's
+600 s delay is gone).
 
 How ranks learn the leader's address (``kubernetes.leader_address``):
 
@@ -30,13 +32,14 @@ API server checks is broken (``tandem.render.k8s_validate``).
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from typing import Any
 
 import yaml
 
-from tandem import wire
+from tandem import liveness, wire
 from tandem.errors import PlanError, Problem
 from tandem.rankplan import Mount, RankPlan, RankSpec, Role
 from tandem.spec.deployment import Deployment
@@ -48,9 +51,6 @@ API_PORT_NAME = "http"
 SECRET_KEY = "api-key"
 """Key of the API key inside the Secret ``<deployment>-api-key``."""
 PROBE_PERIOD_S = 10
-COLD_START_SHARE = 2 / 3
-"""The readiness probe's initial delay as a share of ``timeouts.startup_s``: the timeout leaves
-50% headroom over the expected cold start (seed 000: 900 s timeout, 600 s delay, 6-7 min start)."""
 MANAGED_BY = "tandem"
 
 _FROM_POD_IP = {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
@@ -224,15 +224,56 @@ def _placement(ranks: list[RankSpec], deployment: Deployment, role: Role) -> dic
 
 
 def _probes(deployment: Deployment) -> dict:
-    """Leader only: a startup probe that allows ``timeouts.startup_s``, then readiness."""
+    """Leader only: a startup probe that allows ``timeouts.startup_s``, then readiness.
+
+    Both ask ``/health``, which vLLM answers only once every rank has joined and the model is
+    loaded. The startup probe covers the cold start: the kubelet runs no readiness probe until
+    the startup probe has succeeded, so the readiness probe needs no initial delay of its own
+    (``initialDelaySeconds: 0``). Seed 000 had ``initialDelaySeconds: 600`` (its 6-7 minute
+    cold start) on readiness; the delay counts from the container's start, so behind a startup
+    probe it only kept a leader whose model was already up out of the Service until minute ten
+    (a warm restart, with the weights in page cache, waited most of that for nothing). No
+    traffic reaches the leader before the model is up either way: readiness still fails until
+    ``/health`` answers.
+    """
     startup_s = deployment.recipe.timeouts.startup_s
     http = {"path": "/health", "port": deployment.recipe.ports.api}
     return {
         "startupProbe": {"httpGet": dict(http), "periodSeconds": PROBE_PERIOD_S,
                          "failureThreshold": max(1, math.ceil(startup_s / PROBE_PERIOD_S))},
-        "readinessProbe": {"httpGet": dict(http),
-                           "initialDelaySeconds": int(round(startup_s * COLD_START_SHARE))},
+        "readinessProbe": {"httpGet": dict(http), "initialDelaySeconds": 0},
     }
+
+
+LIVENESS_PERIOD_S = 30
+LIVENESS_FAILURES = 3
+
+
+def _liveness(deployment: Deployment, role: Role) -> dict:
+    """Probes that mean the rank's engine is alive and, on the leader, makes progress.
+
+    The health model as a stdlib script (``tandem.liveness``) run in the pod. The leader's
+    liveness starts after its startup probe; a worker, which serves no HTTP, gets a startup
+    probe of its own that waits for its vLLM worker process within ``timeouts.startup_s``.
+    """
+    recipe = deployment.recipe
+    args = [role.value, "--deployment", deployment.name]
+    canary_s = max(10, min(60, recipe.timeouts.request_s))
+    if role is Role.LEADER:
+        args += ["--url", f"http://127.0.0.1:{recipe.ports.api}",
+                 "--model", recipe.model.name_for_clients, "--stall", "60",
+                 "--canary-timeout", str(canary_s)]
+    exec_ = {"command": ["python3", "-c", inspect.getsource(liveness), *args]}
+    probes = {"livenessProbe": {"exec": exec_, "periodSeconds": LIVENESS_PERIOD_S,
+                                "timeoutSeconds": canary_s + 10,
+                                "failureThreshold": LIVENESS_FAILURES}}
+    if role is Role.WORKER:
+        probes["startupProbe"] = {
+            "exec": {"command": ["python3", "-c", inspect.getsource(liveness), role.value,
+                                 "--deployment", deployment.name]},
+            "periodSeconds": PROBE_PERIOD_S,
+            "failureThreshold": max(1, math.ceil(recipe.timeouts.startup_s / PROBE_PERIOD_S))}
+    return probes
 
 
 def pod_template(deployment: Deployment, ranks: list[RankSpec], role: Role) -> dict:
@@ -258,6 +299,7 @@ def pod_template(deployment: Deployment, ranks: list[RankSpec], role: Role) -> d
     }
     if leader:
         container |= _probes(deployment)
+    container |= _liveness(deployment, role)
     spec: dict[str, Any] = {
         "hostNetwork": True,
         "hostIPC": True,

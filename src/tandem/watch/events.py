@@ -1,6 +1,6 @@
 """Group restarts from the deployment's ``events.log``, read incrementally.
 
-``tandem supervise`` (``tandem.backends.supervisor``) writes one line per event,
+``tandem supervise`` writes one line per event,
 ``2026-12-01T08:00:00Z  text``; a group restart is announced as ``restart N/MAX in D s: ...``.
 The reader keeps its byte offset, so a sample reads only what was appended since the last.
 """
@@ -11,8 +11,7 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tandem.backends.state import deployment_dir
-from tandem.backends.supervisor import EVENTS_FILE
+from tandem.backends.state import EVENTS_FILE, deployment_dir
 from tandem.watch.sample import Event
 
 _LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\s+(.*)$")

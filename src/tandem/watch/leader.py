@@ -18,7 +18,7 @@ import time
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tandem.bench import server_metrics as names
+from tandem import vllm_metrics as names
 from tandem.watch.sample import LeaderReading
 
 REQUEST_SUCCESS = "vllm:request_success_total"

@@ -15,31 +15,15 @@ Layout of a watch folder::
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tandem.health import Verdict
 from tandem.spec.recipe import Watch
 
 SCHEMA_VERSION = 1
 SAMPLES_FILE = "samples.jsonl"
 RUN_FILE = "watch.json"
-
-
-class Verdict(StrEnum):
-    """The deployment's health in one word, as ``tandem.health`` defines it.
-
-    - ``starting``: launched, not answering yet; ``healthy``: every rank up, the leader answers;
-    - ``degraded``: answering, with a fault (a slow canary, a rank's errors);
-    - ``stalled``: requests running but no token produced for too long;
-    - ``down``: a rank gone or the leader not answering.
-    """
-
-    STARTING = "starting"
-    HEALTHY = "healthy"
-    DEGRADED = "degraded"
-    STALLED = "stalled"
-    DOWN = "down"
 
 
 class _Model(BaseModel):
@@ -143,7 +127,8 @@ class Sample(_Model):
     seq: int = Field(description="0, 1, 2 ... over the whole folder, across resumes.")
     segment: int = Field(description="0 for the first watch of a folder, +1 per resume.")
     time: datetime
-    verdict: Verdict
+    verdict: Verdict = Field(description="tandem.health's: starting, healthy, degraded, stalled "
+                             "or down.")
     nodes: list[NodeReading]
     leader: LeaderReading | None = Field(default=None, description="None: /metrics unanswered.")
     restarts: int = Field(description="Group restarts in events.log so far (whole file).")

@@ -91,16 +91,30 @@ class ShmRule:
 
 
 class ClockSkewRule:
-    """Node clocks agree within a second (logs and timeouts are compared across nodes)."""
+    """Node clocks agree within a second (logs and timeouts are compared across nodes).
+
+    Each node's offset from tandem's clock is known only within its bound
+    (``clock_offset_bound_s``, see ``tandem.check.transport.clock_offset``), so two nodes
+    disagree for certain only by ``|offset_a - offset_b| - bound_a - bound_b``; the rule warns
+    when that exceeds the limit for some pair, never because a probe was slow. Facts without a
+    bound count as exact.
+    """
 
     name = "clock-skew"
     limit_s = 1.0
 
     def check(self, ctx: CheckContext) -> Iterable[Finding]:
-        offsets = {node.name: facts["clock_offset_s"] for node, facts in ctx.probed()
-                   if isinstance(facts.get("clock_offset_s"), (int, float))}
-        if offsets and max(offsets.values()) - min(offsets.values()) > self.limit_s:
+        clocks = {node.name: (facts["clock_offset_s"], facts.get("clock_offset_bound_s") or 0.0)
+                  for node, facts in ctx.probed()
+                  if isinstance(facts.get("clock_offset_s"), (int, float))}
+        if not clocks:
+            return
+        # the smallest spread the readings allow: the highest low end minus the lowest high end
+        spread_s = (max(o - b for o, b in clocks.values())
+                    - min(o + b for o, b in clocks.values()))
+        if spread_s > self.limit_s:
             yield Finding(rule=self.name, severity=Severity.WARNING, node=None,
                           message="node clocks disagree by more than a second",
-                          evidence=listing({n: f"{o:+.2f} s" for n, o in offsets.items()}),
+                          evidence=listing({n: f"{o:+.2f} s ± {b:.2f} s"
+                                            for n, (o, b) in clocks.items()}),
                           fix="enable NTP on every node (`timedatectl set-ntp true`)")

@@ -1,4 +1,4 @@
-"""Gang supervision: when any rank dies or the leader stops answering, restart the whole group.
+"""Gang supervision: when any rank faults, restart the whole group.
 
 This is the bare-host equivalent of LeaderWorkerSet's ``RecreateGroupOnPodRestart``. vLLM's
 multi-node mode cannot heal a group: a dead headless worker leaves the leader answering
@@ -8,17 +8,21 @@ waiting forever. So a partial group is never repaired; it is replaced.
 Algorithm (one loop, every ``interval_s``):
 
 1. read the deployment's state; if it is gone (``tandem down``), exit;
-2. ask the backend whether every rank's process is alive (over ssh for remote nodes), and the
-   leader's ``/health``; ``health_failures`` misses in a row count as "stopped answering";
-3. if all is well, continue; after ``stable_s`` of good health the restart count resets;
+2. judge it with the health model (``tandem.health``): every process of every rank alive and
+   running (on remote nodes too), the leader's ``/health``, forward progress under load, a
+   canary completion every ``canary_interval_s`` when idle, error signatures in the rank logs;
+3. ``healthy`` or ``starting``: continue; after ``stable_s`` of health the restart count resets.
+   A leader that only misses ``/health`` gets ``health_failures`` looks before it counts;
 4. otherwise, if ``max_restarts`` restarts in a row are used up, stop every rank and exit 1;
 5. else wait the back-off (``backoff_s * backoff_factor ** attempt``, at most
-   ``max_backoff_s``), stop every rank, start the group again workers first, and wait until a
-   real completion answers, exactly like ``tandem up``.
+   ``max_backoff_s``), stop every rank (which also removes leftovers: processes that lost their
+   main process, namespaces), move the crashed group's logs to ``logs/restart-N/``, start the
+   group again workers first, and wait until a real completion answers, exactly like ``up``.
 
 Every event is written with a UTC timestamp to ``deployments/NAME/events.log`` and passed to
-``on_event``. ``tandem down`` stops a running supervisor first (``stop_supervisor``), so the
-supervisor never fights a deliberate shutdown.
+``on_event``: the verdict, the rank, the evidence line, and how long the group took to answer
+again after the fault was seen. ``tandem down`` stops a running supervisor first
+(``stop_supervisor``), so the supervisor never fights a deliberate shutdown.
 """
 
 from __future__ import annotations
@@ -31,18 +35,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import httpx
-
 from tandem.backends.base import Backend, backend_for
 from tandem.backends.processes import is_alive
-from tandem.backends.state import DeploymentState, PhaseMark, deployment_dir, load_state
+from tandem.backends.state import (
+    EVENTS_FILE, DeploymentState, PhaseMark, deployment_dir, load_state,
+)
 from tandem.errors import StateError, TandemError
+from tandem.health import Assessment, ProgressTracker, Verdict, assess
 from tandem.rankplan import plan_ranks
-from tandem.spec.cluster import Cluster
-from tandem.spec.deployment import Deployment
-from tandem.spec.recipe import Recipe
 
-EVENTS_FILE = "events.log"
 PID_FILE = "supervisor.pid"
 
 
@@ -67,6 +68,12 @@ class SupervisorPolicy:
     """Consecutive failed ``/health`` requests that count as "the leader stopped answering"."""
     stable_s: float = 600.0
     """Healthy this long after a restart and the restart count starts over."""
+    canary_interval_s: float = 30.0
+    """Seconds between two canary completions on an idle server (0: never)."""
+    canary_timeout_s: float = 10.0
+    """A canary slower than this means the engine makes no progress."""
+    stall_s: float = 30.0
+    """Requests running and no token counted for this long means stalled."""
 
 
 def backoff_delay(policy: SupervisorPolicy, attempt: int) -> float:
@@ -89,36 +96,42 @@ class EventLog:
         self.on_event(text)
 
 
-def dead_ranks(state: DeploymentState, backend: Backend) -> list[int]:
-    """Ranks whose process (or container, or pod) is gone; all nodes at once where possible."""
-    many = getattr(backend, "ranks_running", None)
-    if many is not None:
-        alive = many(state)
-        return sorted(rank for rank, running in alive.items() if not running)
-    return sorted(r.rank for r in state.ranks if not backend.rank_running(state, r))
-
-
-def leader_answers(endpoint: str, timeout_s: float = 5.0) -> bool:
-    try:
-        return httpx.get(f"{endpoint}/health", timeout=timeout_s).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def deployment_of(state: DeploymentState) -> Deployment:
-    """The deployment a state was launched from (resolved recipe and cluster)."""
-    return Deployment(recipe=Recipe.model_validate(state.recipe),
-                      cluster=Cluster.model_validate(state.cluster))
+def archive_logs(name: str) -> Path | None:
+    """Move the ranks' logs into ``logs/restart-N/`` (N one more than the last); its path."""
+    logs = deployment_dir(name) / "logs"
+    current = sorted(logs.glob("rank*.log*"))
+    if not current:
+        return None
+    numbers = [int(p.name.split("-", 1)[1]) for p in logs.glob("restart-*")
+               if p.name.split("-", 1)[1].isdigit()]
+    folder = logs / f"restart-{max(numbers, default=0) + 1}"
+    folder.mkdir(parents=True)
+    for path in current:
+        path.rename(folder / path.name)
+    return folder
 
 
 def restart_group(state: DeploymentState, backend: Backend, *, on_event: Callable[[str], None],
                   on_phase: Callable[[PhaseMark], None]) -> DeploymentState:
-    """Stop every rank, then start the group again, workers first, and wait until it answers."""
+    """Stop every rank, keep the crashed group's logs, start the group again, wait for it."""
     backend.down(state, on_event=on_event)
-    deployment = deployment_of(state)
+    kept = archive_logs(state.name)
+    if kept:
+        on_event(f"kept the crashed group's logs in {kept}")
+    deployment = state.deployment()
     new_state, _ = backend.up(plan_ranks(deployment), deployment, timeout_s=None,
                               on_phase=on_phase, on_event=on_event)
     return new_state
+
+
+def describe(report: Assessment) -> str:
+    """One event line: verdict, rank, reason, evidence."""
+    who = f"rank {report.rank}: " if report.rank is not None else ""
+    return (f"{report.verdict.value}: {who}{report.reason}"
+            + (f" [evidence: {report.evidence}]" if report.evidence else ""))
+
+
+Assess = Callable[..., Assessment]
 
 
 def supervise(
@@ -128,10 +141,12 @@ def supervise(
     on_event: Callable[[str], None] = lambda text: None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    healthy: Callable[[str], bool] = leader_answers,
+    judge: Assess = assess,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> int:
-    """Watch deployment ``name`` until it is taken down; restart the group when it breaks.
+    """Watch deployment ``name`` until it is taken down; restart the group when it faults.
+
+    ``judge`` is ``tandem.health.assess`` (a test passes a scripted one).
 
     Returns:
         0 when the deployment was taken down, 1 after giving up (every rank is then stopped).
@@ -141,6 +156,8 @@ def supervise(
     pid_file.parent.mkdir(parents=True, exist_ok=True)
     pid_file.write_text(str(os.getpid()))
     restarts, last_restart, misses = 0, clock(), 0
+    tracker = ProgressTracker(clock=clock)
+    last_canary = -float("inf")
     log(f"supervising '{name}': every {policy.interval_s:g} s, at most {policy.max_restarts} "
         f"restart(s) in a row, back-off {policy.backoff_s:g} s x{policy.backoff_factor:g}")
     try:
@@ -151,23 +168,30 @@ def supervise(
                 log(f"'{name}' was taken down; the supervisor stops")
                 return 0
             backend = backend_for(state.backend)
+            canary_due = bool(policy.canary_interval_s) and (
+                clock() - last_canary >= policy.canary_interval_s)
             try:
-                dead = dead_ranks(state, backend)
+                report = judge(state, backend=backend, tracker=tracker,
+                               canary_mode="idle" if canary_due else "never",
+                               canary_timeout_s=policy.canary_timeout_s, stall_s=policy.stall_s)
             except TandemError as exc:  # a node unreachable counts as its rank being gone
-                log(f"cannot check the ranks: {exc.message}")
-                dead = [exc.rank] if exc.rank is not None else [r.rank for r in state.ranks
-                                                                 if r.node == exc.node]
-            misses = 0 if healthy(state.endpoint) else misses + 1
-            reasons = [f"rank {r} ({_where(state, r)}) is not running" for r in dead]
-            if misses >= policy.health_failures:
-                reasons.append(f"the leader did not answer /health {misses} times in a row")
-            if not reasons:
+                report = Assessment(name=name, verdict=Verdict.DEGRADED, rank=exc.rank,
+                                    reason=f"cannot check the ranks: {exc.message}")
+            if report.api.canary != "skipped":
+                last_canary = clock()
+            only_health = (report.verdict is Verdict.DOWN and report.rank is not None
+                           and all(r.health.state in ("healthy", "not-answering")
+                                   for r in report.ranks))
+            misses = misses + 1 if only_health else 0
+            if report.verdict in (Verdict.HEALTHY, Verdict.STARTING) or (
+                    only_health and misses < policy.health_failures):
                 if restarts and clock() - last_restart >= policy.stable_s:
                     log(f"healthy for {policy.stable_s:g} s: the restart count starts over")
                     restarts = 0
                 sleep(policy.interval_s)
                 continue
-            log("group broken: " + "; ".join(reasons))
+            seen_at = clock()
+            log("group broken: " + describe(report))
             if restarts >= policy.max_restarts:
                 log(f"giving up after {restarts} restart(s): stopping every rank "
                     f"(`tandem up` starts it again, `tandem down` clears it)")
@@ -182,14 +206,14 @@ def supervise(
             sleep(delay)
             if should_stop() or not (deployment_dir(name) / "state.json").exists():
                 continue
-            started = clock()
             try:
                 new_state = restart_group(state, backend, on_event=log, on_phase=lambda m: log(
                     f"  {m.elapsed_s:6.1f}s rank {m.rank if m.rank is not None else '-'} "
                     f"{m.phase} {m.detail}".rstrip()))
-                log(f"restart {restarts} done: {new_state.endpoint} answers again after "
-                    f"{clock() - started:.1f} s")
+                log(f"restart {restarts} done: {new_state.endpoint} answers again "
+                    f"{clock() - seen_at:.1f} s after the fault was seen")
                 misses = 0
+                tracker = ProgressTracker(clock=clock)
             except TandemError as exc:
                 log(f"restart {restarts} failed: {exc.message}")
             last_restart = clock()
@@ -197,11 +221,6 @@ def supervise(
     finally:
         if pid_file.exists() and pid_file.read_text().strip() == str(os.getpid()):
             pid_file.unlink()
-
-
-def _where(state: DeploymentState, rank: int) -> str:
-    record = next((r for r in state.ranks if r.rank == rank), None)
-    return f"{record.role} on {record.node}" if record else "unrecorded"
 
 
 def supervisor_pid(name: str) -> int | None:

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""`tandem plan` against the recorded CUDA vLLM boots: weights, KV memory, KV tokens, concurrency.
+
+Runs anywhere (no GPU): each boot of ``boots.jsonl`` (written on the device by ``boots.py``) is
+re-planned with the recipe and cluster it ran with, from the header-only model folders recorded
+there (config.json + safetensors headers), and compared with what vLLM logged.
+
+    python3 benchmarks/gpu/plan_vs_boots.py tests/fixtures/gpu > benchmarks/gpu/results/planner.md
+
+Split of the boots (the planner's H200 constants were read off the first set only):
+fitted = TP 1 at util 0.90 and TP 2 at util 0.35; judged = TP 1 at 0.50 and TP 2 at 0.45.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from tandem.plan.calibrate import figures_from_log
+from tandem.plan.config import facts_from_dir
+from tandem.plan.hardware import load_profile
+from tandem.plan.planner import plan_deployment
+from tandem.spec.loading import load_deployment
+
+GIB = 1024 ** 3
+MODEL_DIRS = {"llama-3.1-8b": "llama-3.1-8b", "deepseek-v2-lite": "deepseek-v2-lite-13l",
+              "gemma-3-4b": "gemma-3-4b"}
+FITTED = {(1, 0.90), (2, 0.35)}
+_WEIGHTS = re.compile(r"Model loading took ([\d.]+) GiB")
+
+RECIPE = """name: {name}
+model: {{repo_id: {repo}, served_name: {shape}, offline: true}}
+engine:
+  vllm_version: 0.25.1
+  executor: mp
+  serve:
+    tensor_parallel_size: {tp}
+    max_model_len: {max_model_len}
+    max_num_seqs: {max_num_seqs}
+    gpu_memory_utilization: {util}
+    enforce_eager: {eager}
+    generation_config: vllm
+"""
+CLUSTER_1 = """name: gpu-1
+transport: local
+local: {isolation: loopback}
+nodes:
+  - {name: node0, address: 127.0.0.1, gpus: 1, env: {CUDA_VISIBLE_DEVICES: "0"}}
+"""
+CLUSTER_2 = """name: gpu-netns
+transport: local
+local: {isolation: netns, subnet: 10.77.0.0/24}
+nodes:
+  - {name: node0, address: 10.77.0.1, gpus: 1, env: {CUDA_VISIBLE_DEVICES: "0", NCCL_HOSTID: node0}}
+  - {name: node1, address: 10.77.0.2, gpus: 1, env: {CUDA_VISIBLE_DEVICES: "0", NCCL_HOSTID: node1}}
+"""
+
+
+class Row(BaseModel):
+    """One boot: what vLLM logged and what the planner said."""
+
+    boot: str
+    judged: bool
+    weights_gib: float | None
+    planned_weights_gib: float
+    available_kv_gib: float | None
+    planned_kv_gib: float
+    kv_tokens: int
+    planned_kv_tokens: int
+    max_concurrency: float | None
+    planned_max_concurrency: float
+
+    @property
+    def kv_error_pct(self) -> float:
+        return (self.planned_kv_tokens - self.kv_tokens) / self.kv_tokens * 100
+
+
+def plan_boot(fixtures: Path, boot: dict) -> Row:
+    """Re-plan one recorded boot and read its log."""
+    with tempfile.TemporaryDirectory() as tmp:
+        recipe = Path(tmp) / "recipe.yaml"
+        cluster = Path(tmp) / "cluster.yaml"
+        recipe.write_text(RECIPE.format(
+            name=boot["boot"].replace(".", ""), repo=boot["repo_id"], shape=boot["shape"],
+            tp=boot["tp"], max_model_len=boot["max_model_len"],
+            max_num_seqs=boot["max_num_seqs"], util=boot["util"],
+            eager="true" if boot["mode"] == "eager" else "false"))
+        cluster.write_text(CLUSTER_1 if boot["tp"] == 1 else CLUSTER_2)
+        deployment = load_deployment(str(recipe), str(cluster), as_root=True, cpu_count=16,
+                                     gpu_count=1)
+    facts = facts_from_dir(fixtures / "models" / MODEL_DIRS[boot["shape"]], boot["repo_id"],
+                           "recorded headers")
+    plan = plan_deployment(deployment, facts, load_profile("h200"), use_shipped_boots=False)
+    leader = (fixtures / "boots" / f"{boot['boot']}-rank0.log").read_text(errors="replace")
+    figures = figures_from_log(leader)
+    weights = _WEIGHTS.search(leader)
+    return Row(boot=boot["boot"], judged=(boot["tp"], boot["util"]) not in FITTED,
+               weights_gib=float(weights.group(1)) if weights else None,
+               planned_weights_gib=plan.weights_gib_per_rank,
+               available_kv_gib=figures.available_kv_cache_gib, planned_kv_gib=plan.kv_pool_gib,
+               kv_tokens=figures.kv_cache_tokens, planned_kv_tokens=plan.kv_pool_tokens,
+               max_concurrency=figures.max_concurrency,
+               planned_max_concurrency=round(plan.max_concurrency, 2))
+
+
+def recorded_boots(fixtures: Path) -> list[dict]:
+    lines = (fixtures / "boots" / "boots.jsonl").read_text().splitlines()
+    return [b for b in map(json.loads, lines) if b["status"] == "ok"]
+
+
+def markdown(rows: list[Row]) -> str:
+    out = ["| boot | set | weights logged / planned GiB | available KV logged / planned GiB "
+           "| KV tokens logged | planned | error | max conc. logged / planned |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r.boot} | {'judged' if r.judged else 'fitted'} | {r.weights_gib} / "
+                   f"{r.planned_weights_gib:.2f} | {r.available_kv_gib} / {r.planned_kv_gib:.2f} "
+                   f"| {r.kv_tokens:,} | {r.planned_kv_tokens:,} | {r.kv_error_pct:+.2f} % "
+                   f"| {r.max_concurrency}x / {r.planned_max_concurrency}x |")
+    worst = max(rows, key=lambda r: abs(r.kv_error_pct))
+    out.append(f"\nWorst KV-token error: {worst.kv_error_pct:+.2f} % ({worst.boot}); "
+               f"{sum(abs(r.kv_error_pct) <= 2 for r in rows)} of {len(rows)} boots within 2 %.")
+    return "\n".join(out)
+
+
+def main() -> None:
+    fixtures = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/gpu")
+    rows = [plan_boot(fixtures, b) for b in recorded_boots(fixtures)]
+    print(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""Random-weight models of real shape (Llama-3.1-8B, DeepSeek-V2-Lite, Gemma-3-4B) for GPU runs.
+
+The tiny models of ``tandem.tinymodel`` measure vLLM's per-step overhead, not a GPU: their
+weights are megabytes and their KV cache is a rounding error. What the planner predicts on a GPU
+(weights memory, the KV pool, concurrency, the decode roofline) only means something for a model
+of the real shape, and the machines that have GPUs cannot download one. So a preset here copies
+the shape of a published checkpoint (every field that sets memory and compute: hidden size,
+layers, heads, KV heads, MLA ranks, experts, sliding window, vocabulary) and fills it with random
+bf16 weights, built where it runs, on the GPU when there is one.
+
+Algorithm of ``build_shape_model``:
+
+1. Make the preset's config (``SHAPES``); ``layers`` cuts the layer count (a smaller disk) and
+   ``scale_down`` shrinks every width for a test on a CPU. The vocabulary stays the preset's: the
+   local tokenizer of ``tandem.tinymodel`` (2,050 ids) uses its first ids only, as a real model's
+   tokenizer may leave ids of a padded vocabulary unused.
+2. Seed torch, build the model in bf16 directly on ``device`` (``torch.device`` as the default
+   device, so 8 B parameters are initialised by the GPU in a second), save it as safetensors
+   shards, config and generation_config beside the tokenizer.
+3. Store it in the Hugging Face cache exactly as ``tinymodel`` does (blobs by sha256, snapshot
+   of relative links, ``refs/main``); the files are hashed in parallel, since they are gigabytes.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+from huggingface_hub.file_download import repo_folder_name
+from pydantic import BaseModel, ConfigDict, Field
+from transformers import (
+    AutoModelForCausalLM,
+    DeepseekV2Config,
+    Gemma3TextConfig,
+    LlamaConfig,
+    PretrainedConfig,
+)
+
+from tandem.errors import SpecError
+from tandem.tinymodel import _commit_id, _sha256, _store, _train_tokenizer
+
+__all__ = ["SHAPES", "ShapeModel", "build_shape_model", "shape_repo_id"]
+
+REPO_ORG = "tandem-shapes"
+MAX_POSITION_EMBEDDINGS = 131072
+# scale_down: widths a CPU builds in seconds, with the preset's kinds of layer kept.
+_SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4}
+
+
+def _llama_3_1_8b(layers: int | None, small: bool, **common) -> PretrainedConfig:
+    """meta-llama/Llama-3.1-8B: GQA 32 heads / 8 KV heads, 128,256-token vocabulary."""
+    widths = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32)
+    if small:
+        widths = dict(_SMALL)
+    return LlamaConfig(
+        **widths, num_hidden_layers=layers or 32, num_key_value_heads=8 if not small else 2,
+        head_dim=128 if not small else 16, vocab_size=128256, rms_norm_eps=1e-5,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192},
+        **common)
+
+
+def _deepseek_v2_lite(layers: int | None, small: bool, **common) -> PretrainedConfig:
+    """deepseek-ai/DeepSeek-V2-Lite: MLA (latent 512 + rope 64, no q LoRA), 64 routed experts
+    + 2 shared, 6 per token, first layer dense, 102,400-token vocabulary. RoPE's YaRN scaling
+    is left out (it changes no memory and no FLOP count)."""
+    widths = dict(hidden_size=2048, intermediate_size=10944, num_attention_heads=16,
+                  moe_intermediate_size=1408, n_routed_experts=64)
+    if small:
+        widths = dict(_SMALL, moe_intermediate_size=32, n_routed_experts=8)
+    return DeepseekV2Config(
+        **widths, num_hidden_layers=layers or 27, num_key_value_heads=widths["num_attention_heads"],
+        q_lora_rank=None, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+        v_head_dim=128, n_shared_experts=2, num_experts_per_tok=6, first_k_dense_replace=1,
+        moe_layer_freq=1, topk_method="greedy", n_group=1, topk_group=1,
+        routed_scaling_factor=1.0, norm_topk_prob=False, scoring_func="softmax",
+        vocab_size=102400, rms_norm_eps=1e-6, max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        tie_word_embeddings=False, **common)
+
+
+def _gemma_3_4b(layers: int | None, small: bool, **common) -> PretrainedConfig:
+    """The text decoder of google/gemma-3-4b-it as ``Gemma3ForCausalLM``: hybrid attention, five
+    1,024-token sliding-window layers to one global layer, 8 heads / 4 KV heads of 256,
+    262,208-token vocabulary, tied embeddings."""
+    widths = dict(hidden_size=2560, intermediate_size=10240, num_attention_heads=8)
+    if small:
+        widths = dict(_SMALL)
+    return Gemma3TextConfig(
+        **widths, num_hidden_layers=layers or 34, num_key_value_heads=4 if not small else 2,
+        head_dim=256 if not small else 16, query_pre_attn_scalar=256, sliding_window=1024,
+        vocab_size=262208, rms_norm_eps=1e-6, max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        tie_word_embeddings=True, **common)
+
+
+SHAPES: dict[str, tuple[Callable[..., PretrainedConfig], str]] = {
+    "llama-3.1-8b": (_llama_3_1_8b, "LlamaForCausalLM"),
+    "deepseek-v2-lite": (_deepseek_v2_lite, "DeepseekV2ForCausalLM"),
+    "gemma-3-4b": (_gemma_3_4b, "Gemma3ForCausalLM"),
+}
+"""Preset name -> (config factory, architecture vLLM loads)."""
+
+
+class ShapeModel(BaseModel):
+    """What ``build_shape_model`` built and where it lies in the cache."""
+
+    model_config = ConfigDict(frozen=True)
+
+    repo_id: str = Field(description="Hub repo id vLLM is given, "
+                         "e.g. `tandem-shapes/llama-3.1-8b`.")
+    preset: str = Field(description="Key in SHAPES.")
+    commit: str = Field(description="40-hex snapshot id, a digest of the files' contents.")
+    snapshot_path: Path = Field(description="`.../hub/models--ORG--NAME/snapshots/<commit>`.")
+    parameter_count: int = Field(description="Number of model parameters.")
+    size_bytes: int = Field(description="Total size of the snapshot's files in bytes.")
+    num_hidden_layers: int = Field(description="Layers built (the preset's unless cut).")
+
+
+def shape_repo_id(preset: str, *, layers: int | None = None, scale_down: bool = False) -> str:
+    """``tandem-shapes/<preset>``, with ``-<N>l`` when layers are cut and ``-small`` scaled."""
+    name = preset + (f"-{layers}l" if layers else "") + ("-small" if scale_down else "")
+    return f"{REPO_ORG}/{name}"
+
+
+def build_shape_model(hf_home: Path, preset: str, *, layers: int | None = None,
+                      scale_down: bool = False, device: str | None = None, seed: int = 0,
+                      repo_id: str | None = None) -> ShapeModel:
+    """Build a random-weight model of a real checkpoint's shape into the HF cache under hf_home.
+
+    Usage:
+        built = build_shape_model(Path("/root/hf"), "llama-3.1-8b", device="cuda")
+        # HF_HOME=/root/hf HF_HUB_OFFLINE=1 vllm serve tandem-shapes/llama-3.1-8b
+
+    Args:
+        hf_home: the folder ``HF_HOME`` points at; files go under ``hf_home/hub``.
+        preset: a key of ``SHAPES``.
+        layers: build this many decoder layers instead of the preset's (to save disk).
+        scale_down: tiny widths, same kinds of layer (tests on a CPU).
+        device: where torch builds the weights; default ``cuda`` when available, else ``cpu``.
+        seed: seeds the weights and the tokenizer corpus.
+        repo_id: hub id to store it as; default ``shape_repo_id(preset, ...)``.
+
+    Returns:
+        The ``ShapeModel``.
+
+    Raises:
+        SpecError: ``preset`` is unknown or ``layers`` is below 2.
+    """
+    if preset not in SHAPES:
+        raise SpecError(f"unknown shape preset {preset!r}", field="preset",
+                        hint=f"use one of: {', '.join(SHAPES)}")
+    if layers is not None and layers < 2:
+        raise SpecError(f"layers {layers} is too few", field="layers",
+                        hint="use 2 or more (DeepSeek's first layer is dense, the rest MoE)")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    repo_id = repo_id or shape_repo_id(preset, layers=layers, scale_down=scale_down)
+    repo_dir = Path(hf_home) / "hub" / repo_folder_name(repo_id=repo_id, repo_type="model")
+    repo_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=repo_dir, prefix=".build-") as tmp:
+        staging = Path(tmp)
+        tokenizer = _train_tokenizer(seed)
+        tokenizer.save_pretrained(staging)
+        factory, architecture = SHAPES[preset]
+        config = factory(layers, scale_down, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        config.architectures = [architecture]
+        config.dtype = torch.bfloat16
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        model.save_pretrained(staging, safe_serialization=True)
+        parameter_count = model.num_parameters()
+        del model
+        generation = {"bos_token_id": tokenizer.bos_token_id,
+                      "eos_token_id": tokenizer.eos_token_id,
+                      "pad_token_id": tokenizer.pad_token_id}
+        (staging / "generation_config.json").write_text(
+            json.dumps(generation, indent=2, sort_keys=True) + "\n")
+        paths = sorted(staging.iterdir())
+        with ThreadPoolExecutor(max_workers=8) as pool:  # hashlib releases the GIL
+            digests = dict(zip([p.name for p in paths], pool.map(_sha256, paths)))
+        commit = _commit_id(digests)
+        snapshot = _store(repo_dir, staging, digests, commit)
+    size_bytes = sum((snapshot / name).stat().st_size for name in digests)
+    return ShapeModel(repo_id=repo_id, preset=preset, commit=commit, snapshot_path=snapshot,
+                      parameter_count=parameter_count, size_bytes=size_bytes,
+                      num_hidden_layers=config.num_hidden_layers)

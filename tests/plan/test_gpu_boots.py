@@ -1,0 +1,89 @@
+"""The planner and the log reader against recorded CUDA vLLM 0.25.1 boots on one H200.
+
+The fixtures under tests/fixtures/gpu are the real output of ``vllm serve`` (benchmarks/gpu/
+boots.py on the lent H200; ANSI colours stripped) and the config.json + safetensors headers of
+the random-weight models they served. No GPU is needed to check them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from tandem.plan.calibrate import figures_from_log
+from tandem.plan.planner import infer_hardware, ranks_per_device
+from tandem.readiness import BootLog, Phase, failure_cause, known_fix
+from tandem.spec.loading import load_deployment
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "gpu"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location(
+        "plan_vs_boots", ROOT / "benchmarks" / "gpu" / "plan_vs_boots.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SCRIPT = _script()
+BOOTS = SCRIPT.recorded_boots(FIXTURES)
+
+
+def test_at_least_fifteen_boots_reached_the_kv_line_across_shapes_modes_and_tp():
+    assert len(BOOTS) >= 15
+    assert {b["shape"] for b in BOOTS} == {"llama-3.1-8b", "deepseek-v2-lite", "gemma-3-4b"}
+    assert {b["mode"] for b in BOOTS} == {"eager", "graph"} and {b["tp"] for b in BOOTS} == {1, 2}
+
+
+@pytest.mark.parametrize("boot", BOOTS, ids=[b["boot"] for b in BOOTS])
+def test_planner_kv_tokens_within_two_percent(boot):
+    row = SCRIPT.plan_boot(FIXTURES, boot)
+    assert abs(row.kv_error_pct) <= 2.0, row
+    assert abs(row.planned_max_concurrency - row.max_concurrency) / row.max_concurrency <= 0.02
+    assert abs(row.planned_weights_gib - row.weights_gib) / row.weights_gib <= 0.03
+
+
+def test_tp2_on_one_gpu_counts_the_other_rank_and_the_smaller_rank_sets_the_pool():
+    boot = next(b for b in BOOTS if b["boot"] == "llama-3.1-8b-u0.35-eager-tp2")
+    rank0 = figures_from_log((FIXTURES / "boots" / f"{boot['boot']}-rank0.log").read_text())
+    rank1 = figures_from_log((FIXTURES / "boots" / f"{boot['boot']}-rank1.log").read_text())
+    # 65,536 B per token per rank (4 of 8 KV heads); the pool is the smaller rank's.
+    smaller = min(rank0.available_kv_cache_gib, rank1.available_kv_cache_gib)
+    assert abs(rank0.kv_cache_tokens * 65536 / 1024 ** 3 - smaller) < 0.01  # GiB, 2 decimals
+    assert rank1.available_kv_cache_gib < rank0.available_kv_cache_gib - 0.5
+    row = SCRIPT.plan_boot(FIXTURES, boot)
+    assert row.planned_kv_gib < 33.0  # without the other rank's 7.5 GiB it would be ~40 GiB
+
+
+def test_ranks_per_device_reads_the_cluster(tmp_path):
+    recipe = ROOT / "examples" / "recipes" / "gpu-llama8b.yaml"
+    one = load_deployment(recipe, ROOT / "examples" / "gpu-cluster-1gpu.yaml", as_root=True,
+                          cpu_count=16, gpu_count=1)
+    two = load_deployment(recipe, ROOT / "examples" / "gpu-cluster-2gpu.yaml", as_root=True,
+                          cpu_count=16, gpu_count=2)
+    assert (ranks_per_device(one), ranks_per_device(two)) == (2, 1)
+    assert infer_hardware(one, None).name == infer_hardware(two, None).name == "h200"
+
+
+def test_cuda_boot_phases_in_order_with_compile():
+    log = BootLog(rank=0)
+    text = (FIXTURES / "boots" / "llama-3.1-8b-u0.90-graph-tp1-rank0.log").read_text()
+    for line in text.splitlines():
+        log.feed(line)
+    phases = [p for p, _ in log.phases]
+    assert phases == [Phase.RENDEZVOUS, Phase.WEIGHTS_LOADED, Phase.COMPILED, Phase.KV_CACHE]
+    assert dict(log.phases)[Phase.COMPILED] == "21.09 s"
+    assert log.figures.kv_cache_tokens == 896_912 and log.figures.available_kv_cache_gib == 109.49
+
+
+@pytest.mark.parametrize("line, fix", [
+    ("(Worker pid=1) RuntimeError: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for "
+     "details)", "NCCL_HOSTID"),
+    ("ModuleNotFoundError: No module named 'flashinfer'", "VLLM_USE_FLASHINFER_SAMPLER"),
+])
+def test_gpu_failures_have_known_fixes(line, fix):
+    assert fix in known_fix(failure_cause(f"INFO booting\n{line}\n"))

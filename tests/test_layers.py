@@ -1,0 +1,176 @@
+"""Every import in ``tandem`` points down the layers of ARCHITECTURE.md, or is a known exception.
+
+The layers, bottom to top (a module may import its own layer and the layers below it):
+
+    foundation  errors, wire, redact,          names, errors and signal handling everything
+                interrupts, liveness,          shares; the stdlib-only liveness probe script;
+                vllm_metrics                   vLLM's /metrics names and parser
+    spec        spec/, recipes/                the user's input: models, loading, built-ins
+    core        rankplan, plan/, render/,      the Deployment's pure functions (and the check
+                check/                         probe and rules)
+    readiness   readiness                      what "ready" means, read from logs and HTTP
+    backends    backends/                      launching, state on disk, hosts, Kubernetes
+    lifecycle   lifecycle, health, supervisor  up / down / status, health and gang restarts
+                                               over any backend
+    tools       bench/, eval/, watch/,         consumers of an endpoint or a model folder
+                report/, tinymodel, shapemodel
+    surface     cli/, the ``tandem`` package   the command line and the public API
+
+Imports are read with ``ast`` from the source files, nothing is imported: ``import`` and
+``from`` statements anywhere in a module (function-local ones too), and string constants that
+name a tandem module (the ``"module:Name"`` registries loaded with ``importlib``, and
+``importlib.import_module("tandem.plan")``), since those are imports a reader cannot see.
+
+``KNOWN_UPWARD`` lists the arrows that run up today (``shared/research/aesthetics-review.md``
+section 1.2, and two the health model added; issue 18, step 1 removes them). A new upward import fails
+``test_no_new_import_points_up``; removing a known one fails the test that they still exist
+until its entry goes too, so the list stays the truth.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).parents[1] / "src"
+
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundation", ("tandem.errors", "tandem.wire", "tandem.redact", "tandem.interrupts",
+                    "tandem.liveness", "tandem.vllm_metrics")),
+    ("spec", ("tandem.spec", "tandem.recipes")),
+    ("core", ("tandem.rankplan", "tandem.plan", "tandem.render", "tandem.check")),
+    ("readiness", ("tandem.readiness",)),
+    ("backends", ("tandem.backends",)),
+    ("lifecycle", ("tandem.lifecycle", "tandem.health", "tandem.supervisor")),
+    ("tools", ("tandem.bench", "tandem.eval", "tandem.watch", "tandem.report",
+               "tandem.tinymodel", "tandem.shapemodel")),
+    ("surface", ("tandem.cli", "tandem")),
+]
+"""Layer name and the modules in it (a name covers its submodules; ``tandem`` alone is the
+package's ``__init__``, the public API)."""
+
+KNOWN_UPWARD: dict[tuple[str, str], str] = {
+    ("tandem.plan.calibrate", "tandem.backends.state"):
+        "BootFigures lives beside the state file's I/O (review 1.2, arrow 1)",
+    ("tandem.plan.status", "tandem.backends.state"):
+        "BootFigures lives beside the state file's I/O (review 1.2, arrow 1)",
+    ("tandem.plan.calibrate", "tandem.readiness"):
+        "the vLLM boot-log parser (BootLog) lives in readiness, with httpx (review 1.2, root "
+        "cause)",
+    ("tandem.readiness", "tandem.backends.state"):
+        "BootFigures and PhaseMark live beside the state file's I/O (review 1.2, arrow 2)",
+    ("tandem.check.preflight", "tandem.backends.netns"):
+        "run_check builds throw-away namespaces: an orchestrator, a peer of lifecycle.up, living "
+        "in check/ (review 1.2, arrow 3)",
+    ("tandem.check.transport", "tandem.backends.ssh_check"):
+        "the TRANSPORTS string registry names the ssh node transport (review 1.2, hidden imports)",
+    ("tandem.check.transport", "tandem.backends.k8s_check"):
+        "the TRANSPORTS string registry names the k8s node transport (review 1.2, hidden imports)",
+    # two more, from the health model (28ecd9a, after the review)
+    ("tandem.check.preflight", "tandem.backends.state"):
+        "run_check enters a running deployment's namespaces only when this state folder owns "
+        "them: the same orchestrator as arrow 3",
+}
+"""Upward arrows of today, each with why it exists; none may be added."""
+
+_DOTTED = re.compile(r"tandem(\.\w+)+")
+
+
+def module_files() -> dict[str, Path]:
+    """Module name -> source file, for every module of the package."""
+    found = {}
+    for path in sorted((SRC / "tandem").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = module_files()
+
+
+def imported_modules(module: str, source: str, known: set[str]) -> set[str]:
+    """The tandem modules that ``module`` imports (or names as an import string) in ``source``."""
+    is_package = MODULES.get(module, Path()).name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            # `from tandem import wire` imports the module tandem.wire, not the package
+            subs = {f"{base}.{alias.name}" for alias in node.names} & known
+            found |= subs or {base}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            name = node.value.partition(":")[0]
+            if _DOTTED.fullmatch(name) and name in known:
+                found.add(name)
+    return {name for name in found if name in known and name != module}
+
+
+def layer_of(module: str) -> int:
+    for index, (_, members) in enumerate(LAYERS):
+        for member in members:
+            if module == member or (member != "tandem" and module.startswith(member + ".")):
+                return index
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS in {Path(__file__).name}")
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = set(MODULES)
+    return {module: imported_modules(module, path.read_text(), known)
+            for module, path in MODULES.items()}
+
+
+def upward(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(src, dst) for src, targets in graph.items() for dst in targets
+            if layer_of(dst) > layer_of(src)}
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph()
+
+
+def test_every_module_is_in_a_layer():
+    for module in MODULES:
+        layer_of(module)
+
+
+def test_no_new_import_points_up(graph):
+    new = {arrow: f"{LAYERS[layer_of(arrow[0])][0]} -> {LAYERS[layer_of(arrow[1])][0]}"
+           for arrow in upward(graph) - set(KNOWN_UPWARD)}
+    assert new == {}, "imports that run from a lower layer to a higher one"
+
+
+def test_known_upward_imports_still_exist(graph):
+    gone = set(KNOWN_UPWARD) - upward(graph)
+    assert gone == set(), "fixed: remove these from KNOWN_UPWARD"
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from tandem import wire", {"tandem.wire"}),
+    ("from tandem.backends.state import BootFigures", {"tandem.backends.state"}),
+    ("import tandem.cli", {"tandem.cli"}),
+    ("def f():\n    from ...cli import main", {"tandem.cli"}),
+    ("TRANSPORTS = {'ssh': 'tandem.backends.ssh_check:SSHNodeTransport'}",
+     {"tandem.backends.ssh_check"}),
+    ("LABEL = 'tandem.deployment'", set()),  # a label, not a module
+], ids=["from the package", "from a module", "plain import", "relative, inside a function",
+        "a registry string", "a string that names no module"])
+def test_imports_are_read_from_the_source(source, expected):
+    assert imported_modules("tandem.check.rules", source, set(MODULES)) == expected
+
+
+def test_an_upward_import_is_caught():
+    graph = {"tandem.errors": imported_modules("tandem.errors", "from tandem.cli import main",
+                                               set(MODULES))}
+    assert upward(graph) == {("tandem.errors", "tandem.cli")}
