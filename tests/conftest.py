@@ -96,5 +96,10 @@ def tiny_endpoint(request: pytest.FixtureRequest) -> Endpoint:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``runs_last`` (taking the shared deployment down) run after all others."""
-    items.sort(key=lambda item: item.get_closest_marker("runs_last") is not None)
+    """Tests marked ``breaks_deployment`` (killing a rank of the shared deployment) run after
+    all others, and those marked ``runs_last`` (taking it down) after them."""
+    def order(item: pytest.Item) -> int:
+        if item.get_closest_marker("runs_last") is not None:
+            return 2
+        return 1 if item.get_closest_marker("breaks_deployment") is not None else 0
+    items.sort(key=order)

@@ -12,8 +12,8 @@ The layers, bottom to top (a module may import its own layer and the layers belo
     backends    backends/                      launching, state on disk, hosts, Kubernetes
     lifecycle   lifecycle, health, supervisor  up / down / status, health and gang restarts
                                                over any backend
-    tools       bench/, eval/, report/,        consumers of an endpoint or a model folder
-                tinymodel, shapemodel
+    tools       bench/, eval/, watch/,         consumers of an endpoint or a model folder
+                report/, tinymodel, shapemodel
     surface     cli/, the ``tandem`` package   the command line and the public API
 
 Imports are read with ``ast`` from the source files, nothing is imported: ``import`` and
@@ -46,8 +46,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("readiness", ("tandem.readiness",)),
     ("backends", ("tandem.backends",)),
     ("lifecycle", ("tandem.lifecycle", "tandem.health", "tandem.supervisor")),
-    ("tools", ("tandem.bench", "tandem.eval", "tandem.report", "tandem.tinymodel",
-               "tandem.shapemodel")),
+    ("tools", ("tandem.bench", "tandem.eval", "tandem.watch", "tandem.report",
+               "tandem.tinymodel", "tandem.shapemodel")),
     ("surface", ("tandem.cli", "tandem")),
 ]
 """Layer name and the modules in it (a name covers its submodules; ``tandem`` alone is the

@@ -153,6 +153,21 @@ def test_status_reads_liveness_over_ssh(deployment: SSHDeployment):
         (0, "host0", "running"), (1, "host1", "running")]
 
 
+def test_watch_reads_each_host_over_ssh(deployment: SSHDeployment):
+    """tandem watch runs its host reader on each node through ssh: each rank's processes are
+    found there by their mark, with the host's memory."""
+    out = deployment.folder / "watch"
+    deployment.tandem("watch", NAME, "--interval", "2s", "--duration", "4s", "--quiet",
+                      "--out", str(out), timeout=60)
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) >= 2 and all(s["verdict"] == "healthy" for s in samples)
+    for node in samples[-1]["nodes"]:
+        assert node["error"] is None and node["mem_total_bytes"] > node["mem_available_bytes"]
+        assert [(r["up"], r["processes"] >= 1, r["rss_bytes"] > 0) for r in node["ranks"]] == [
+            (True, True, True)]
+    assert [n["node"] for n in samples[-1]["nodes"]] == ["host0", "host1"]
+
+
 def test_logs_merge_ranks_and_follow(deployment: SSHDeployment):
     out = deployment.tandem("logs", NAME, "--tail", "5").stdout
     assert "[rank 0]" in out and "[rank 1]" in out

@@ -41,6 +41,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping
+import functools
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -243,11 +244,11 @@ class ProgressTracker:
         return now - self.last_moved_s if self.last_moved_s is not None else 0.0
 
 
-def _metrics(client: httpx.Client, endpoint: str) -> tuple[float | None, float | None,
-                                                            float | None]:
+def _metrics(client: httpx.Client, endpoint: str, headers: dict[str, str]
+             ) -> tuple[float | None, float | None, float | None]:
     """(running, waiting, prompt + generation tokens) from one scrape; Nones if it fails."""
     try:
-        response = client.get(f"{endpoint}/metrics", timeout=5)
+        response = client.get(f"{endpoint}/metrics", timeout=5, headers=headers)
         snapshot = parse_metrics(response.text) if response.status_code == 200 else None
     except httpx.HTTPError:
         snapshot = None
@@ -258,12 +259,13 @@ def _metrics(client: httpx.Client, endpoint: str) -> tuple[float | None, float |
     return snapshot.get(REQUESTS_RUNNING), snapshot.get(REQUESTS_WAITING), total
 
 
-def canary(client: httpx.Client, endpoint: str, model: str, *, timeout_s: float
-           ) -> tuple[str, float, str]:
+def canary(client: httpx.Client, endpoint: str, model: str, *, timeout_s: float,
+           headers: dict[str, str] | None = None) -> tuple[str, float, str]:
     """Send a 1-token completion; (ok|timeout|error, seconds, detail)."""
     started = time.monotonic()
     try:
-        response = client.post(f"{endpoint}/v1/completions", timeout=timeout_s, json={
+        response = client.post(f"{endpoint}/v1/completions", timeout=timeout_s, headers=headers,
+                               json={
             "model": model, "prompt": "health", "max_tokens": 1, "temperature": 0})
     except httpx.TimeoutException:
         return ("timeout", time.monotonic() - started,
@@ -277,6 +279,14 @@ def canary(client: httpx.Client, endpoint: str, model: str, *, timeout_s: float
     return "ok", took, f"1 token in {took:.2f} s"
 
 
+@functools.cache
+def _http() -> httpx.Client:
+    """One client per process: building one loads the CA bundle (~35 ms), which a watch or
+    supervisor would pay at every look. No keep-alive: vLLM closes idle connections after
+    5 s, the interval such callers look at, and a reused one can race that close."""
+    return httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+
+
 def probe_api(state: DeploymentState, *, canary_mode: str = "idle", canary_timeout_s: float = 5.0,
               window_s: float = 2.0, tracker: ProgressTracker | None = None,
               api_key: str | None = None) -> ApiFacts:
@@ -286,27 +296,28 @@ def probe_api(state: DeploymentState, *, canary_mode: str = "idle", canary_timeo
     across ``window_s``; ``always``; ``never``.
     """
     facts = ApiFacts()
-    with httpx.Client(headers=wire.bearer(api_key)) as client:
-        try:
-            facts.health_status = client.get(f"{state.endpoint}/health", timeout=3).status_code
-        except httpx.HTTPError as exc:
-            facts.health_error = f"GET /health: {type(exc).__name__} {exc}".strip()
-        if not facts.answers:
-            return facts
-        running, waiting, tokens = _metrics(client, state.endpoint)
-        facts.requests_running, facts.requests_waiting = running, waiting
-        if tracker is not None:
-            facts.stalled_for_s = tracker.update(running, tokens)
-        elif running:
-            time.sleep(window_s)
-            running2, _, tokens2 = _metrics(client, state.endpoint)
-            facts.tokens_moved = tokens2 != tokens
-            facts.requests_running = running2
-        busy_and_moving = bool(running) and (facts.tokens_moved or (
-            tracker is not None and facts.stalled_for_s is None))
-        if canary_mode == "always" or (canary_mode == "idle" and not busy_and_moving):
-            facts.canary, facts.canary_s, facts.canary_detail = canary(
-                client, state.endpoint, state.model, timeout_s=canary_timeout_s)
+    client, headers = _http(), wire.bearer(api_key)
+    try:
+        facts.health_status = client.get(f"{state.endpoint}/health", timeout=3,
+                                         headers=headers).status_code
+    except httpx.HTTPError as exc:
+        facts.health_error = f"GET /health: {type(exc).__name__} {exc}".strip()
+    if not facts.answers:
+        return facts
+    running, waiting, tokens = _metrics(client, state.endpoint, headers)
+    facts.requests_running, facts.requests_waiting = running, waiting
+    if tracker is not None:
+        facts.stalled_for_s = tracker.update(running, tokens)
+    elif running:
+        time.sleep(window_s)
+        running2, _, tokens2 = _metrics(client, state.endpoint, headers)
+        facts.tokens_moved = tokens2 != tokens
+        facts.requests_running = running2
+    busy_and_moving = bool(running) and (facts.tokens_moved or (
+        tracker is not None and facts.stalled_for_s is None))
+    if canary_mode == "always" or (canary_mode == "idle" and not busy_and_moving):
+        facts.canary, facts.canary_s, facts.canary_detail = canary(
+            client, state.endpoint, state.model, timeout_s=canary_timeout_s, headers=headers)
     return facts
 
 

@@ -19,7 +19,7 @@ from tandem.backends.state import (
     BootFigures, DeploymentState, PhaseMark, list_deployments, load_state,
 )
 from tandem.errors import BackendError, StateError
-from tandem.health import Assessment, Health, Verdict, assess
+from tandem.health import Assessment, Health, ProgressTracker, Verdict, assess
 from tandem.supervisor import stop_supervisor
 from tandem.plan.status import PlannedVsActual, planned_vs_boot
 from tandem.rankplan import RankPlan, plan_ranks
@@ -91,10 +91,16 @@ class DeploymentStatus(BaseModel):
     planned: PlannedVsActual | None = None
 
 
-def status(name: str | None = None, *, canary_timeout_s: float = 5.0) -> DeploymentStatus:
-    """A deployment's verdict (``tandem.health``), endpoint, and each rank's health."""
+def status(name: str | None = None, *, canary_timeout_s: float = 5.0, canary_mode: str = "idle",
+           tracker: ProgressTracker | None = None) -> DeploymentStatus:
+    """A deployment's verdict (``tandem.health``), endpoint, and each rank's health.
+
+    A caller that looks again and again (``tandem watch``) passes a ``tracker``, so a stall is
+    judged over time, and sends canaries only now and then (``canary_mode="never"`` between).
+    """
     state = load_state(name)
-    report: Assessment = assess(state, canary_timeout_s=canary_timeout_s)
+    report: Assessment = assess(state, canary_timeout_s=canary_timeout_s,
+                                canary_mode=canary_mode, tracker=tracker)
     health = {r.rank: r for r in report.ranks}
     ranks = [
         RankStatus(rank=r.rank, node=r.node, role=r.role, address=r.address, pid=r.pid,

@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("tandem.cli.lifecycle", "Send one chat message to a deployment and print the answer."),
     "bench": ("tandem.cli.bench", "Measure serving performance of an OpenAI-compatible endpoint."),
     "eval": ("tandem.cli.eval", "Evaluate answer quality (GPQA-Diamond) against an endpoint."),
+    "watch": ("tandem.cli.watch", "Sample a running deployment over time; judge the soak."),
     "model": ("tandem.cli.model", "Build local models (the tiny random-weight DeepSeek)."),
 }
 

@@ -7,6 +7,7 @@ is not one of its subcommands to ``run``, so the short form and the noun-verb fo
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from pathlib import Path
 
 import click
@@ -31,6 +32,8 @@ from tandem.report.bench import (
     summary_table,
     write_plots,
 )
+from tandem.report.watch import report_folder
+from tandem.watch.background import WATCH_DIR, BackgroundWatch
 
 
 class _BenchGroup(click.Group):
@@ -131,6 +134,9 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--resume", is_flag=True,
               help="Continue the run in --out: keep its finished load points, redo the one it "
                    "was stopped in. Same options as the first command.")
+@click.option("--watch", "watch", is_flag=True,
+              help="Record the DEPLOYMENT's telemetry (`tandem watch`) into OUT/watch for the "
+                   "run's duration, and judge it there.")
 @api_key_option
 def run_command(deployment: str | None, url: str | None, model: str | None, out_dir: str | None,
                 endpoint: str, concurrency: list[int], rates: list[float], burstiness: float,
@@ -140,7 +146,7 @@ def run_command(deployment: str | None, url: str | None, model: str | None, out_
                 slo_ttft_ms: float | None, slo_tpot_ms: float | None, slo_e2el_ms: float | None,
                 seed: int, no_server_metrics: bool, kv_sample_interval_s: float,
                 roofline_tok_s: float | None,
-                extra_body: dict, plots: bool, quiet: bool, resume: bool,
+                extra_body: dict, plots: bool, quiet: bool, resume: bool, watch: bool,
                 api_key: str | None) -> None:
     """Run a benchmark: each load point in turn, every request saved as it finishes.
 
@@ -149,6 +155,7 @@ def run_command(deployment: str | None, url: str | None, model: str | None, out_
       tandem bench run tiny-local --concurrency 1,2,4 --out runs/b1
       tandem bench run tiny-local --concurrency 1,2,4 --out runs/b1 --resume   # after a kill
       tandem bench run --url http://127.0.0.1:8000 --endpoint completions --rates 2,4 --out r1
+      tandem bench run tiny-local --concurrency 4 --requests 200 --out runs/soak --watch
     """
     if deployment and url:
         raise SpecError("give a DEPLOYMENT or --url, not both", field="url")
@@ -179,11 +186,15 @@ def run_command(deployment: str | None, url: str | None, model: str | None, out_
     out = Path(out_dir) if out_dir else None
     if resume and out is None:
         raise SpecError("--resume needs the --out of the run to continue", field="--resume")
-    if quiet:
-        result = run(config, out, resume=resume)
-    else:
-        with _LiveProgress(console) as progress:
-            result = run(config, out, progress.update, resume=resume)
+    if watch and (out is None or not deployment):
+        raise SpecError("--watch needs a DEPLOYMENT (its nodes) and --out (where the telemetry "
+                        "goes)", field="--watch")
+    with BackgroundWatch(deployment, out / WATCH_DIR) if watch and out else nullcontext():
+        if quiet:
+            result = run(config, out, resume=resume)
+        else:
+            with _LiveProgress(console) as progress:
+                result = run(config, out, progress.update, resume=resume)
     Console().print(summary_table(result))
     for warning in result.warnings + [w for p in result.points for w in p.warnings]:
         console.print(f"[yellow]warning:[/] {warning}")
@@ -192,6 +203,8 @@ def run_command(deployment: str | None, url: str | None, model: str | None, out_
         written = [out / REPORT_FILE]
         if plots:
             written += write_plots(result, read_records(out / REQUESTS_FILE), out)
+        if watch:
+            written += report_folder(out / WATCH_DIR, plots=plots)[1]
         console.print(f"wrote {out / REQUESTS_FILE}, {out / 'summary.json'}, "
                       + ", ".join(str(p) for p in written))
 

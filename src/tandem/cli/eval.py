@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import click
@@ -13,6 +14,8 @@ from tandem.errors import SpecError
 from tandem.eval.log import SamplingParams
 from tandem.eval.report import PUBLISHED_REFERENCE, EvalReport, render_markdown
 from tandem.eval.runner import GPQAConfig, rescore_log, run_gpqa
+from tandem.report.watch import report_folder
+from tandem.watch.background import WATCH_DIR, BackgroundWatch
 
 
 @click.group("eval", context_settings={"help_option_names": ["-h", "--help"]})
@@ -65,6 +68,9 @@ def eval_command() -> None:
 @click.option("--reference", "reference_accuracy", type=SHARE, default=PUBLISHED_REFERENCE,
               show_default=True, help="Published accuracy shown beside ours.")
 @click.option("--no-progress", is_flag=True, help="No live progress bar.")
+@click.option("--watch", "watch", is_flag=True,
+              help="Record the DEPLOYMENT's telemetry (`tandem watch`) into OUT/watch while the "
+                   "eval runs, and judge it there (seed 000's soak).")
 @api_key_option
 def gpqa_command(deployment: str | None, csv_path: str, url: str | None, model: str | None,
                  out_dir: str, limit: int | None, repeats: int, seed: int, temperature: float,
@@ -72,7 +78,8 @@ def gpqa_command(deployment: str | None, csv_path: str, url: str | None, model: 
                  concurrency: int, fallback: bool, fallback_max_tokens: int,
                  fallback_chat_template_kwargs: dict, fallback_context_chars: int,
                  request_timeout_s: float, retry_budget_s: float, resume: bool,
-                 reference_accuracy: float, no_progress: bool, api_key: str | None) -> None:
+                 reference_accuracy: float, no_progress: bool, watch: bool,
+                 api_key: str | None) -> None:
     """Run GPQA-Diamond (the seed's protocol) against a deployment or a URL.
 
     Zero-shot simple-evals prompt ending in 'ANSWER: $LETTER', thinking on, temperature 0,
@@ -85,6 +92,7 @@ def gpqa_command(deployment: str | None, csv_path: str, url: str | None, model: 
       tandem eval gpqa --csv gpqa_diamond.csv tiny-local --out runs/gpqa1
       tandem eval gpqa --csv gpqa_diamond.csv --url http://127.0.0.1:8000 --model tiny \\
           --limit 5 --max-tokens 64 --out runs/smoke
+      tandem eval gpqa --csv gpqa_diamond.csv tiny-local --out runs/soak --watch
     """
     if (deployment is None) == (url is None):
         raise SpecError("give either a DEPLOYMENT name or --url, not both and not neither",
@@ -104,7 +112,15 @@ def gpqa_command(deployment: str | None, csv_path: str, url: str | None, model: 
         fallback_context_chars=fallback_context_chars, request_timeout_s=request_timeout_s,
         retry_budget_s=retry_budget_s, resume=resume, reference_accuracy=reference_accuracy,
         progress=not no_progress)
-    _show(run_gpqa(config), Path(out_dir))
+    if watch and deployment is None:
+        raise SpecError("--watch needs a DEPLOYMENT name (its nodes), not --url", field="--watch")
+    with BackgroundWatch(deployment, Path(out_dir) / WATCH_DIR) if watch else nullcontext():
+        report = run_gpqa(config)
+    _show(report, Path(out_dir))
+    if watch:
+        summary, _ = report_folder(Path(out_dir) / WATCH_DIR)
+        click.echo(f"watch: {'PASS' if summary.passed else 'FAIL'}, "
+                   f"{Path(out_dir) / WATCH_DIR / 'report.md'}")
 
 
 @eval_command.command("rescore")

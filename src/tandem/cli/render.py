@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
 from tandem.rankplan import plan_ranks
-from tandem.render import TARGETS, check_format, renderer_for
+from tandem.render import TARGETS, check_format, files_renderer_for, renderer_for
 
 
 @click.command("render")
@@ -17,8 +19,13 @@ from tandem.render import TARGETS, check_format, renderer_for
               "(k8s only). Default: the target's own (shell, or yaml for k8s).")
 @click.option("--target", type=click.Choice(sorted(TARGETS)), default="process",
               show_default=True, help="What runs each rank: a plain process on the node, a "
-              "container, or a Kubernetes LeaderWorkerSet.")
-def render_command(recipe: str, cluster_path: str | None, fmt: str, target: str) -> None:
+              "container, a Kubernetes LeaderWorkerSet; prometheus: scrape config and alert "
+              "rules for the running deployment.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Write the target's files into this folder instead of printing them "
+              "(prometheus: prometheus.yml, tandem-rules.yml, README.md).")
+def render_command(recipe: str, cluster_path: str | None, fmt: str, target: str,
+                   out_dir: str | None) -> None:
     """Print each rank's exact command and environment, workers first.
 
     RECIPE is a built-in recipe name or a path to a recipe YAML.
@@ -28,8 +35,16 @@ def render_command(recipe: str, cluster_path: str | None, fmt: str, target: str)
       tandem render tiny-local
       tandem render deepseek-v4-flash-dspark --cluster examples/dgx-spark-eks.yaml
       tandem render deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml --format json
+      tandem render tiny-local --target prometheus --out prom/
     """
     fmt = check_format(target, fmt)  # before any file is read: a wrong flag is the first fault
     deployment = machine_deployment(recipe, cluster_path)
     plan = plan_ranks(deployment)
+    if out_dir:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files_renderer_for(target)(plan, deployment).items():
+            (out / name).write_text(text)
+            click.echo(f"wrote {out / name}")
+        return
     click.echo(renderer_for(target)(plan, deployment, fmt), nl=False)

@@ -24,13 +24,34 @@ TARGETS: dict[str, str] = {
     "process": "tandem.render.commands:render",
     "k8s": "tandem.render.kubernetes:render",
     "docker": "tandem.render.docker:render",
+    "prometheus": "tandem.render.prometheus:render",
 }
 FORMATS: dict[str, tuple[str, ...]] = {
     "process": ("shell", "json"),
     "docker": ("shell", "json"),
     "k8s": ("yaml", "json"),
+    "prometheus": ("yaml", "json"),
 }
 """The formats each target writes, its default first."""
+
+# target -> "module:function" returning {file name: text}, for ``tandem render --out DIR``
+FILE_TARGETS: dict[str, str] = {
+    "prometheus": "tandem.render.prometheus:files",
+}
+
+
+class FileRenderer(Protocol):
+    def __call__(self, plan: RankPlan, deployment: Deployment) -> dict[str, str]: ...
+
+
+def files_renderer_for(target: str) -> FileRenderer:
+    """The renderer of a target that writes several files into a folder."""
+    if target not in FILE_TARGETS:
+        raise SpecError(f"--target {target} prints to stdout; --out is for a target that "
+                        "writes several files", field="--out",
+                        hint=f"use --out with {', '.join(FILE_TARGETS)}")
+    module, _, function = FILE_TARGETS[target].partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def check_format(target: str, fmt: str | None) -> str:

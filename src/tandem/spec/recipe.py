@@ -351,6 +351,37 @@ class Timeouts(StrictModel):
     request_s: float = Field(default=120, gt=0, description="For the readiness completion, s.")
 
 
+class Watch(StrictModel):
+    """``watch:`` — what ``tandem watch report`` calls a good soak, and where watch exports.
+
+    Each ``max_*`` is the largest value that still passes (``null``: shown, not checked). The
+    defaults are seed 000's soak: no thermal throttling, no OOM, no restart.
+    """
+
+    interval_s: float = Field(default=5.0, gt=0, description="Seconds between two samples of "
+                              "`tandem watch`. A vLLM /metrics scrape stalls its API server "
+                              "~35 ms, so keep it at seconds. Default 5.")
+    max_temperature_c: float | None = Field(default=85.0, description="Peak GPU temperature, "
+                                            "degrees Celsius. Seed 000 never exceeded 65.")
+    max_throttle_events: int | None = Field(default=0, ge=0, description="Times a GPU entered "
+                                            "thermal or hardware slowdown. Default 0.")
+    max_memory_used_gib: float | None = Field(default=None, ge=0, description="Highest host "
+                                              "memory in use (MemTotal - MemAvailable) on any "
+                                              "node, GiB; the unified memory of a GB10.")
+    max_memory_drift_gib: float | None = Field(default=None, ge=0, description="Largest change "
+                                               "of a node's memory in use from the first to the "
+                                               "last sample, GiB (a leak shows as drift).")
+    max_oom_events: int | None = Field(default=0, ge=0, description="Processes the kernel's OOM "
+                                       "killer killed on any node (/proc/vmstat oom_kill).")
+    max_restarts: int | None = Field(default=0, ge=0, description="Group restarts by `tandem "
+                                     "supervise` (events.log) during the watch.")
+    max_error_rate: float | None = Field(default=0.01, ge=0, le=1, description="Requests that "
+                                         "finished with an error or abort, as a share of all "
+                                         "finished ones (vLLM's finished_reason).")
+    metrics_port: int = Field(default=9478, ge=1, le=65535, description="Port of `tandem watch "
+                              "--serve-metrics` in the rendered Prometheus config.")
+
+
 _SHM = re.compile(r"^(\d+)([kmgKMG])?[iI]?[bB]?$")
 
 
@@ -370,6 +401,7 @@ class Recipe(StrictModel):
     shm_size: str = Field(default="16g", description="Shared memory for each rank "
                           "(docker `--shm-size`, k8s memory emptyDir), e.g. `64g`.")
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    watch: Watch = Field(default_factory=Watch)
 
     @field_validator("name")
     @classmethod

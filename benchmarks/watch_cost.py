@@ -1,0 +1,92 @@
+"""The CPU that `tandem watch` costs at its default 5 s interval, on a real deployment.
+
+Starts `tandem watch NAME --interval 5s --quiet --out TMP` as its own process against a running
+deployment, lets it get past its start-up (imports, the first samples), then reads the
+process's CPU time (utime + stime from /proc/PID/stat, children included: nvidia-smi where
+there is one) at the start and the end of a measured window. The figure is CPU seconds per
+wall second, i.e. the share of one core; the issue's budget is 1 %. Also reported: the mean
+wall time of one sample (``cost_s`` in samples.jsonl), most of it waiting on the leader's
+/metrics and the rank liveness checks, and the start-up CPU that a long soak amortizes.
+
+Usage (a deployment must be up, e.g. `tandem up tiny-local`):
+    .venv/bin/python benchmarks/watch_cost.py tiny-local --window 120
+    .venv/bin/python benchmarks/watch_cost.py tiny-local --window 60 --live   # with the live view
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime + cutime + cstime of a process, seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:15]) / TICK
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("name", help="the running deployment")
+    parser.add_argument("--interval", default="5s")
+    parser.add_argument("--warmup", type=float, default=12.0, help="seconds before measuring")
+    parser.add_argument("--window", type=float, default=120.0, help="seconds measured")
+    parser.add_argument("--live", action="store_true", help="with the live terminal view")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="watch-cost-") as out:
+        argv = [sys.executable, "-m", "tandem.cli", "watch", args.name, "--interval",
+                args.interval, "--out", out, *([] if args.live else ["--quiet"])]
+        started = time.monotonic()
+        # --live renders as on a terminal (rich reads these), into /dev/null
+        env = {**os.environ, "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "120"}
+        watch = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 env=env)
+        try:
+            time.sleep(args.warmup)
+            if watch.poll() is not None:
+                print(f"tandem watch exited {watch.returncode}", file=sys.stderr)
+                return 1
+            cpu0, wall0 = cpu_s(watch.pid), time.monotonic()
+            time.sleep(args.window)
+            cpu1, wall1 = cpu_s(watch.pid), time.monotonic()
+        finally:
+            watch.terminate()
+            watch.wait(30)
+        samples = [json.loads(line) for line in (Path(out) / "samples.jsonl").read_text()
+                   .splitlines()]
+    measured = [s for s in samples if s["cost_s"] is not None]
+    figures = {
+        "interval": args.interval,
+        "window_s": round(wall1 - wall0, 1),
+        "samples": len(samples),
+        "cpu_share_of_one_core_pct": round((cpu1 - cpu0) / (wall1 - wall0) * 100, 3),
+        "cpu_per_sample_ms": round((cpu1 - cpu0) * 1000 / max(1, (wall1 - wall0)
+                                                              / _seconds(args.interval)), 1),
+        "startup_cpu_s": round(cpu0, 2),
+        "mean_sample_wall_ms": round(sum(s["cost_s"] for s in measured) / len(measured) * 1000,
+                                     1),
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        for key, value in figures.items():
+            print(f"{key:28} {value}")
+    return 0
+
+
+def _seconds(text: str) -> float:
+    return float(text.rstrip("s"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""``tandem watch``: soak telemetry of a running deployment, and its report.
+
+``tandem watch [NAME] [options]`` is ``tandem watch run``: the group routes anything that is not
+one of its subcommands to ``run``, as ``tandem bench`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.live import Live
+
+from tandem.backends.state import deployment_dir, load_state
+from tandem.cli.options import FloatIn
+from tandem.errors import CheckFailed
+from tandem.report.watch import live_view, markdown, report_folder
+from tandem.watch.exporter import SampleCollector, serve
+from tandem.watch.sample import Sample
+from tandem.watch.sampler import Watcher
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class Duration(click.ParamType):
+    """``5s``, ``90m``, ``3h``, ``1h30m`` or plain seconds -> seconds."""
+
+    name = "duration"
+
+    def convert(self, value, param, ctx) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        text = str(value).strip().lower()
+        parts = _DURATION.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            self.fail(f"'{value}' is not a duration; write e.g. 5s, 90m, 3h or 1h30m", param, ctx)
+        seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
+        if seconds <= 0:
+            self.fail("must be more than 0 s", param, ctx)
+        return seconds
+
+
+class _WatchGroup(click.Group):
+    """Sends ``tandem watch [NAME] [--options]`` to the ``run`` subcommand."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help")):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group("watch", cls=_WatchGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def watch_command() -> None:
+    """Soak telemetry of a running deployment: sample it over hours, then judge the run.
+
+    Every interval: host memory of each node (/proc/meminfo; the only memory figure on DGX
+    Spark), each rank's processes (RSS, CPU), GPUs (nvidia-smi), RDMA port counters, the
+    leader's /metrics (queue, KV cache, tokens, preemptions, request outcomes, speculative
+    acceptance), the health verdict and restarts from events.log. `tandem watch ...` without a
+    subcommand is `tandem watch run ...`.
+
+    \b
+    Examples:
+      tandem watch tiny-local --duration 3h --out runs/soak1
+      tandem watch tiny-local --out runs/soak1            # after a kill: resumes the folder
+      tandem watch tiny-local --serve-metrics 9478        # per-rank health for Prometheus
+      tandem watch report runs/soak1 --max-memory-used-gib 120
+    """
+
+
+@watch_command.command("run")
+@click.argument("name", required=False)
+@click.option("--interval", "interval_s", type=Duration(),
+              help="Between two samples, e.g. 5s. Default: the recipe's watch.interval_s (5 s). "
+                   "Each /metrics scrape stalls vLLM's API server ~35 ms.")
+@click.option("--duration", "duration_s", type=Duration(),
+              help="Sampled time in all, e.g. 3h; a resumed watch samples what is left. "
+                   "Default: until Ctrl-C.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Folder for watch.json and samples.jsonl; a folder that holds a watch is "
+                   "resumed. Default: the deployment's state folder, watch/.")
+@click.option("--serve-metrics", "metrics_port", type=click.IntRange(1, 65535),
+              help="Serve the latest sample as Prometheus metrics on this port (rank up, "
+                   "memory, GPU), for the rules of `tandem render --target prometheus`.")
+@click.option("--serve-address", default="0.0.0.0", show_default=True,
+              help="Address the metrics endpoint binds.")
+@click.option("--quiet", "-q", is_flag=True, help="No live view.")
+def run_command(name: str | None, interval_s: float | None, duration_s: float | None,
+                out_dir: str | None, metrics_port: int | None, serve_address: str,
+                quiet: bool) -> None:
+    """Sample a deployment every interval into a folder, with a live view.
+
+    \b
+    Examples:
+      tandem watch run tiny-local --interval 5s --duration 3h --out runs/soak1
+      tandem watch run --quiet --serve-metrics 9478
+    """
+    state = load_state(name)
+    out = Path(out_dir) if out_dir else deployment_dir(state.name) / "watch"
+    watcher = Watcher(state.name, out, interval_s=interval_s, duration_s=duration_s)
+    if watcher.resumed and (interval_s or duration_s):
+        Console(stderr=True).print(f"resuming {out}: its own interval "
+                                   f"({watcher.run_info.interval_s:g} s) and duration apply")
+    handlers = []
+    collector = None
+    if metrics_port:
+        collector = SampleCollector(state.name)
+        serve(collector, metrics_port, serve_address)
+        handlers.append(collector.update)
+    window: deque[Sample] = deque(maxlen=60)
+    console = Console(stderr=True)
+    live = None if quiet else Live(console=console, auto_refresh=False, transient=False)
+
+    def on_sample(sample: Sample) -> None:
+        window.append(sample)
+        for handler in handlers:
+            handler(sample)
+        if live is not None:
+            live.update(live_view(watcher.run_info, window), refresh=True)
+
+    watcher.on_sample = on_sample
+    try:
+        if live is not None:
+            with live:
+                watcher.run()
+        else:
+            watcher.run()
+    except KeyboardInterrupt:
+        pass
+    console.print(f"samples in {out / 'samples.jsonl'}; `tandem watch report {out}` judges them")
+
+
+def _threshold(flag: str, help_text: str, kind: type = float):
+    bounds = click.IntRange(min=0) if kind is int else FloatIn(min=0)
+    return click.option(flag, type=bounds, default=None, help=help_text)
+
+
+@watch_command.command("report")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of Markdown.")
+@click.option("--plots/--no-plots", default=True, show_default=True, help="Write PNG plots.")
+@_threshold("--max-temperature-c", "Peak GPU temperature that passes, °C.")
+@_threshold("--max-throttle-events", "GPU throttle events that pass.", int)
+@_threshold("--max-memory-used-gib", "Highest memory in use on a node that passes, GiB.")
+@_threshold("--max-memory-drift-gib", "Largest memory drift on a node that passes, GiB.")
+@_threshold("--max-oom-events", "OOM kills on a node that pass.", int)
+@_threshold("--max-restarts", "Group restarts that pass.", int)
+@_threshold("--max-error-rate", "Share of requests ending in error or abort that passes.")
+def report_command(run_dir: str, as_json: bool, plots: bool, **limits: float | None) -> None:
+    """Judge a watch folder: checks against thresholds (PASS/FAIL), report.md, plots.
+
+    Thresholds are the recipe's `watch:` section as the watch began, each overridden by its
+    flag. Exits 1 when a check fails.
+
+    \b
+    Examples:
+      tandem watch report runs/soak1
+      tandem watch report runs/soak1 --max-memory-used-gib 120 --max-temperature-c 70 --json
+    """
+    overrides = {k: v for k, v in limits.items() if v is not None}
+    summary, written = report_folder(Path(run_dir), overrides, plots=plots)
+    if as_json:
+        click.echo(json.dumps(summary.model_dump(mode="json"), indent=2))
+    else:
+        click.echo(markdown(summary))
+        click.echo("wrote " + ", ".join(str(p) for p in written))
+    if not summary.passed:
+        failed = [c.name for c in summary.checks if c.result.value == "FAIL"]
+        raise CheckFailed(f"the watch failed {len(failed)} check(s): {', '.join(failed)}")

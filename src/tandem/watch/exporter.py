@@ -1,0 +1,134 @@
+"""``tandem watch --serve-metrics PORT``: the latest sample as Prometheus metrics.
+
+Headless vLLM workers export no ``/metrics`` (kubernetes-sigs/lws #387), so Prometheus cannot
+tell that a worker rank died; the leader keeps answering ``/health``. The watcher already reads
+every rank's liveness and every node's memory, GPUs and RDMA counters, so it serves them on a
+small endpoint of its own (prometheus_client's HTTP server, one thread), and the rendered alert
+rules (``tandem render --target prometheus``) read them. Every value is the latest sample's;
+nothing is exported before the first sample, and ``tandem_watch_sample_timestamp_seconds``
+lets a rule see a watcher that stopped sampling.
+
+Metric names follow Prometheus' conventions: base units (bytes, seconds, hertz, celsius,
+watts), ``_total`` for counters; labels ``deployment``, ``node``, ``rank``, ``role``, ``gpu``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import CollectorRegistry
+
+from tandem.watch.sample import Sample, Verdict
+
+
+class SampleCollector:
+    """A prometheus_client collector over the latest sample (``update`` from the loop)."""
+
+    def __init__(self, deployment: str) -> None:
+        self.deployment = deployment
+        self._sample: Sample | None = None
+        self._lock = threading.Lock()
+
+    def update(self, sample: Sample) -> None:
+        with self._lock:
+            self._sample = sample
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            sample = self._sample
+        if sample is None:
+            return
+        d = self.deployment
+        stamp = GaugeMetricFamily("tandem_watch_sample_timestamp_seconds",
+                                  "Unix time of the latest sample.", labels=["deployment"])
+        stamp.add_metric([d], sample.unix)
+        yield stamp
+        verdict = GaugeMetricFamily("tandem_deployment_verdict", "1 for the deployment's "
+                                    "current verdict, 0 for the others.",
+                                    labels=["deployment", "verdict"])
+        for value in Verdict:
+            verdict.add_metric([d, value.value], float(sample.verdict == value))
+        yield verdict
+        restarts = CounterMetricFamily("tandem_restarts", "Group restarts in events.log.",
+                                       labels=["deployment"])
+        restarts.add_metric([d], sample.restarts)
+        yield restarts
+        yield from self._ranks(sample)
+        yield from self._nodes(sample)
+
+    def _ranks(self, sample: Sample) -> Iterator[Metric]:
+        labels = ["deployment", "rank", "node", "role"]
+        up = GaugeMetricFamily("tandem_rank_up", "1 while the rank's process (or pod) is alive.",
+                               labels=labels)
+        processes = GaugeMetricFamily("tandem_rank_processes", "Live processes of the rank.",
+                                      labels=labels)
+        rss = GaugeMetricFamily("tandem_rank_resident_memory_bytes", "Summed RSS of the rank's "
+                                "processes.", labels=labels)
+        cpu = CounterMetricFamily("tandem_rank_cpu_seconds", "CPU time of the rank's live "
+                                  "processes.", labels=labels)
+        for node in sample.nodes:
+            for r in node.ranks:
+                values = [self.deployment, str(r.rank), node.node, r.role]
+                up.add_metric(values, float(r.up))
+                processes.add_metric(values, r.processes)
+                if r.rss_bytes is not None:
+                    rss.add_metric(values, r.rss_bytes)
+                if r.cpu_s is not None:
+                    cpu.add_metric(values, r.cpu_s)
+        yield from (up, processes, rss, cpu)
+
+    def _nodes(self, sample: Sample) -> Iterator[Metric]:
+        node_labels = ["deployment", "node"]
+        gauges = {
+            "total": GaugeMetricFamily("tandem_node_memory_total_bytes", "MemTotal.",
+                                       labels=node_labels),
+            "available": GaugeMetricFamily("tandem_node_memory_available_bytes",
+                                           "MemAvailable.", labels=node_labels),
+        }
+        oom = CounterMetricFamily("tandem_node_oom_kills", "OOM kills since boot "
+                                  "(/proc/vmstat oom_kill).", labels=node_labels)
+        gpu_labels = ["deployment", "node", "gpu"]
+        temperature = GaugeMetricFamily("tandem_gpu_temperature_celsius", "GPU temperature.",
+                                        labels=gpu_labels)
+        clock = GaugeMetricFamily("tandem_gpu_sm_clock_hertz", "SM clock.", labels=gpu_labels)
+        power = GaugeMetricFamily("tandem_gpu_power_watts", "Board power draw.",
+                                  labels=gpu_labels)
+        throttled = GaugeMetricFamily("tandem_gpu_throttled", "1 while a thermal or hardware "
+                                      "slowdown holds the clocks down.", labels=gpu_labels)
+        port_labels = ["deployment", "node", "device", "port"]
+        xmit = CounterMetricFamily("tandem_rdma_transmit_bytes", "RDMA port data sent.",
+                                   labels=port_labels)
+        rcv = CounterMetricFamily("tandem_rdma_receive_bytes", "RDMA port data received.",
+                                  labels=port_labels)
+        for node in sample.nodes:
+            base = [self.deployment, node.node]
+            if node.mem_total_bytes is not None:
+                gauges["total"].add_metric(base, node.mem_total_bytes)
+            if node.mem_available_bytes is not None:
+                gauges["available"].add_metric(base, node.mem_available_bytes)
+            if node.oom_kills is not None:
+                oom.add_metric(base, node.oom_kills)
+            for g in node.gpus:
+                labels = [*base, str(g.index)]
+                for family, value in ((temperature, g.temperature_c), (power, g.power_w),
+                                      (clock, g.sm_clock_mhz * 1e6 if g.sm_clock_mhz else None)):
+                    if value is not None:
+                        family.add_metric(labels, value)
+                throttled.add_metric(labels, float(g.throttled))
+            for p in node.rdma:
+                labels = [*base, p.device, str(p.port)]
+                if p.xmit_bytes is not None:
+                    xmit.add_metric(labels, p.xmit_bytes)
+                if p.rcv_bytes is not None:
+                    rcv.add_metric(labels, p.rcv_bytes)
+        yield from (*gauges.values(), oom, temperature, clock, power, throttled, xmit, rcv)
+
+
+def serve(collector: SampleCollector, port: int, address: str = "0.0.0.0"):
+    """Serve the collector on ``http://ADDRESS:PORT/metrics``; returns (server, thread)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return start_http_server(port, addr=address, registry=registry)

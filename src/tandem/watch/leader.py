@@ -1,0 +1,111 @@
+"""The leader's vLLM ``/metrics`` -> ``LeaderReading``: queue, KV pool, token and request totals.
+
+Parsed with prometheus_client's parser, after dropping every line of a family tandem does not
+read (vLLM exports hundreds of histogram buckets; parsing them all costs the watcher ~13 ms a
+sample). Samples of one name are summed over their label sets (one per engine), except
+``vllm:request_success_total``, kept per ``finished_reason``: the error rate is
+``error + abort`` over all finished requests, ``length`` included (vllm-doctor's mistake was to
+leave it out, ``pypi-peers.md`` §3.3).
+
+Only the leader exports ``/metrics``; headless workers have no API server, so their health
+comes from their hosts (``tandem.watch.host``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tandem import vllm_metrics as names
+from tandem.watch.sample import LeaderReading
+
+REQUEST_SUCCESS = "vllm:request_success_total"
+
+_FIELDS = {
+    names.REQUESTS_RUNNING: "requests_running",
+    names.REQUESTS_WAITING: "requests_waiting",
+    names.KV_CACHE_USAGE: "kv_cache_usage",
+    names.PROMPT_TOKENS: "prompt_tokens",
+    names.GENERATION_TOKENS: "generation_tokens",
+    names.PREEMPTIONS: "preemptions",
+    names.SPEC_DRAFTS: "spec_drafts",
+    names.SPEC_DRAFT_TOKENS: "spec_draft_tokens",
+    names.SPEC_ACCEPTED: "spec_accepted_tokens",
+}
+_FAMILIES = {name.removesuffix("_total") for name in (*_FIELDS, REQUEST_SUCCESS)}
+
+
+def parse_leader_metrics(text: str, scrape_s: float = 0.0) -> LeaderReading:
+    """Prometheus exposition text -> the leader's reading. Pure.
+
+    Usage:
+        reading = parse_leader_metrics(httpx.get(url + "/metrics").text)
+        reading.kv_cache_usage, reading.finished.get("error", 0)
+    """
+    values: dict[str, float] = {}
+    finished: dict[str, float] = {}
+    for family in text_string_to_metric_families(_used_lines(text)):
+        for sample in family.samples:
+            if sample.name == REQUEST_SUCCESS:
+                reason = sample.labels.get("finished_reason", "unknown")
+                finished[reason] = finished.get(reason, 0.0) + sample.value
+            elif sample.name in _FIELDS:
+                field = _FIELDS[sample.name]
+                values[field] = values.get(field, 0.0) + sample.value
+    return LeaderReading(**values, finished=finished, scrape_s=round(scrape_s, 4))
+
+
+def _used_lines(text: str) -> str:
+    kept = []
+    for line in text.splitlines():
+        if line.startswith("# "):
+            parts = line.split(" ", 3)
+            name = parts[2] if len(parts) > 2 else ""
+        else:
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name.removesuffix("_total").removesuffix("_created") in _FAMILIES:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+class LeaderScraper:
+    """Scrapes one leader's ``/metrics``, one short connection a sample.
+
+    Usage:
+        with LeaderScraper("http://10.77.0.1:8000") as scraper:
+            reading = scraper.read()   # None when the leader does not answer
+    """
+
+    def __init__(self, endpoint: str, *, timeout_s: float = 5.0,
+                 clock=time.perf_counter) -> None:
+        self.url = endpoint.rstrip("/") + "/metrics"
+        # no keep-alive: uvicorn closes an idle connection after 5 s (its default), so at a 5 s
+        # interval a kept connection races the close and the scrape fails; a new TCP
+        # connection per sample costs far less than the parse
+        self.client = httpx.Client(timeout=timeout_s, headers={"Accept-Encoding": "identity"},
+                                   limits=httpx.Limits(max_keepalive_connections=0))
+        self.clock = clock
+
+    def read(self) -> LeaderReading | None:
+        started = self.clock()
+        try:
+            response = self.client.get(self.url)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        try:
+            return parse_leader_metrics(response.text, self.clock() - started)
+        except ValueError:
+            return None
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> LeaderScraper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

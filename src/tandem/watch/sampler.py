@@ -1,0 +1,159 @@
+"""The watch loop: one sample every interval, appended to the folder, until the duration is up.
+
+Algorithm (``Watcher.run``):
+
+1. read the deployment's state; open the folder. A folder with a ``watch.json`` is resumed:
+   it must watch the same deployment; its interval, duration and thresholds are kept, the
+   segment number goes up by one and the time already covered counts against the duration (the
+   gap while no watch ran does not). A new folder gets a ``watch.json`` from the state and the
+   recipe's ``watch:`` section;
+2. every ``interval_s`` (ticks on a fixed grid, so a slow sample does not shift the next):
+   ``lifecycle.status`` for the ranks' liveness and the verdict, every node through its
+   backend's reader, the leader's ``/metrics``, the new lines of ``events.log``; append the
+   sample and hand it to ``on_sample`` (the live view, the exporter);
+3. stop when the duration is covered, ``should_stop()`` says so, the deployment was taken
+   down (its state is gone), or on Ctrl-C; the file is complete after every sample, so a kill
+   loses at most the sample being taken. A node that cannot be reached is a sample with the
+   verdict ``down``, not an end of the watch.
+
+Clock and sleep are injected (``clock`` is wall time: samples carry UTC timestamps).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tandem import lifecycle
+from tandem.backends.state import load_state
+from tandem.errors import StateError, TandemError
+from tandem.health import ProgressTracker
+from tandem.spec.recipe import Recipe
+from tandem.watch.events import EventReader
+from tandem.watch.folder import SampleLog, read_run, read_samples, write_run
+from tandem.watch.leader import LeaderScraper
+from tandem.watch.nodes import NodeReader, reader_for
+from tandem.watch.sample import RankInfo, Sample, Verdict, WatchRun
+from tandem.watch.series import covered_s
+from tandem.watch.verdict import deployment_verdict
+
+CANARY_EVERY_S = 60.0
+"""At most one 1-token canary a minute from a watch (an idle engine that hangs shows then)."""
+
+
+class Watcher:
+    """Samples one deployment into one folder.
+
+    Usage:
+        Watcher("tiny-local", Path("runs/w1"), interval_s=5, duration_s=3 * 3600).run()
+
+    Args:
+        interval_s, duration_s: for a new folder (None: the recipe's interval; run until
+            stopped); a resumed folder keeps its own.
+        on_sample: called with each sample after it is written.
+        status: ``lifecycle.status`` (liveness and verdict); injected for tests of the loop.
+    """
+
+    def __init__(self, name: str | None, out: Path, *, interval_s: float | None = None,
+                 duration_s: float | None = None,
+                 on_sample: Callable[[Sample], None] = lambda sample: None,
+                 should_stop: Callable[[], bool] = lambda: False,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep,
+                 status: Callable[[str], lifecycle.DeploymentStatus] | None = None,
+                 reader: NodeReader | None = None) -> None:
+        self.state = load_state(name)
+        self.out = Path(out)
+        self.on_sample, self.should_stop = on_sample, should_stop
+        self.clock, self.sleep = clock, sleep
+        self.status = status or self._health
+        self._tracker = ProgressTracker()
+        self._last_canary = -CANARY_EVERY_S
+        previous = read_run(self.out)
+        if previous is not None and previous.name != self.state.name:
+            raise StateError(f"{self.out} holds a watch of '{previous.name}', not of "
+                             f"'{self.state.name}'", hint="point --out at a new folder")
+        self.samples_before = read_samples(self.out) if previous else []
+        self.run_info = previous or self._new_run(interval_s, duration_s)
+        self.reader = reader or reader_for(self.state)
+
+    def _new_run(self, interval_s: float | None, duration_s: float | None) -> WatchRun:
+        thresholds = Recipe.model_validate(self.state.recipe).watch
+        ranks = sorted(self.state.ranks, key=lambda r: r.rank)
+        run = WatchRun(name=self.state.name, backend=self.state.backend,
+                       endpoint=self.state.endpoint,
+                       interval_s=interval_s or thresholds.interval_s, duration_s=duration_s,
+                       nodes=list(dict.fromkeys(r.node for r in ranks)),
+                       ranks=[RankInfo(rank=r.rank, node=r.node, role=r.role) for r in ranks],
+                       thresholds=thresholds,
+                       started_at=datetime.fromtimestamp(self.clock(), timezone.utc))
+        write_run(self.out, run)
+        return run
+
+    @property
+    def resumed(self) -> bool:
+        return bool(self.samples_before)
+
+    def run(self) -> WatchRun:
+        """Sample until the duration is covered or ``should_stop``; returns the folder's run."""
+        before = self.samples_before
+        seq = before[-1].seq + 1 if before else 0
+        segment = before[-1].segment + 1 if before else 0
+        remaining = (self.run_info.duration_s - covered_s(before)
+                     if self.run_info.duration_s is not None else None)
+        interval = self.run_info.interval_s
+        since = before[-1].time if before else self.run_info.started_at
+        events = EventReader(self.state.name, since=since)
+        log = SampleLog(self.out)
+        started = self.clock()
+        try:
+            with LeaderScraper(self.state.endpoint) as scraper:
+                while not self.should_stop() and (remaining is None or remaining > 0):
+                    tick = self.clock()
+                    try:
+                        sample = self.take(scraper, events, seq=seq, segment=segment)
+                    except StateError:  # `tandem down` removed the state: nothing to watch
+                        break
+                    log.append(sample)
+                    self.on_sample(sample)
+                    seq += 1
+                    if remaining is not None and self.clock() - started >= remaining:
+                        break
+                    elapsed = self.clock() - tick
+                    self.sleep(max(0.0, interval - elapsed % interval))
+        finally:
+            log.close()
+        return self.run_info
+
+    def _health(self, name: str) -> lifecycle.DeploymentStatus:
+        """The health model's verdict; a canary completion at most every ``CANARY_EVERY_S``
+        (between them the token counters, tracked across samples, show progress), so the
+        watch does not add a request to the counters it records at every sample."""
+        due = self.clock() - self._last_canary >= CANARY_EVERY_S
+        status = lifecycle.status(name, canary_mode="idle" if due else "never",
+                                  tracker=self._tracker)
+        if due:
+            self._last_canary = self.clock()
+        return status
+
+    def take(self, scraper: LeaderScraper, events: EventReader, *, seq: int,
+             segment: int) -> Sample:
+        """One sample now."""
+        begun = self.clock()
+        try:
+            status = self.status(self.state.name)
+            up = {r.rank: r.state == "running" for r in status.ranks}
+            verdict = deployment_verdict(status)
+        except StateError:
+            raise
+        except TandemError:  # a node unreachable: its ranks count as down
+            up, verdict = {}, Verdict.DOWN
+        nodes = self.reader.read(up)
+        leader = scraper.read()
+        new, restarts = events.read()
+        return Sample(seq=seq, segment=segment,
+                      time=datetime.fromtimestamp(begun, timezone.utc),
+                      verdict=verdict, nodes=nodes, leader=leader,
+                      restarts=restarts, events=new, cost_s=round(self.clock() - begun, 4))
