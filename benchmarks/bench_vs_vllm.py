@@ -79,57 +79,156 @@ def same_prompts(a: argparse.Namespace, n: int, path: Path) -> Path:
     both clients read, in the same order (vLLM's custom dataset unshuffled, tandem's
     --prompt-file). Lengths are made with the server's own /tokenize and /detokenize."""
     rng = random.Random(a.seed)
-    words = ["tensor", "parallel", "rank", "leader", "worker", "cache", "decode", "prefill",
-             "token", "stream", "node", "cable", "latency", "memory", "expert", "layer"]
+    words = [
+        "tensor",
+        "parallel",
+        "rank",
+        "leader",
+        "worker",
+        "cache",
+        "decode",
+        "prefill",
+        "token",
+        "stream",
+        "node",
+        "cable",
+        "latency",
+        "memory",
+        "expert",
+        "layer",
+    ]
     lines = []
     for _ in range(n):
         text = " ".join(rng.choice(words) for _ in range(a.input_len * 2))
-        ids = httpx.post(a.url + "/tokenize", json={"model": a.model, "prompt": text,
-                                                   "add_special_tokens": False},
-                         timeout=30).json()["tokens"][:a.input_len]
-        text = httpx.post(a.url + "/detokenize", json={"model": a.model, "tokens": ids},
-                          timeout=30).json()["prompt"]
+        ids = httpx.post(
+            a.url + "/tokenize",
+            json={"model": a.model, "prompt": text, "add_special_tokens": False},
+            timeout=30,
+        ).json()["tokens"][: a.input_len]
+        text = httpx.post(
+            a.url + "/detokenize", json={"model": a.model, "tokens": ids}, timeout=30
+        ).json()["prompt"]
         lines.append(json.dumps({"prompt": text}))
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 
-def vllm_cmd(a: argparse.Namespace, tokenizer: str, c: int, n: int, out_len: int,
-             out: Path, prompts: Path | None) -> list[str]:
+def vllm_cmd(
+    a: argparse.Namespace,
+    tokenizer: str,
+    c: int,
+    n: int,
+    out_len: int,
+    out: Path,
+    prompts: Path | None,
+) -> list[str]:
     backend = "openai-chat" if a.endpoint == "chat" else "vllm"
     path = "/v1/chat/completions" if a.endpoint == "chat" else "/v1/completions"
-    dataset = (["--dataset-name", "custom", "--dataset-path", str(prompts), "--disable-shuffle",
-                "--skip-chat-template", "--custom-output-len", str(out_len)] if prompts else
-               ["--dataset-name", "random", "--random-input-len", str(a.input_len),
-                "--random-output-len", str(out_len)])
-    return [str(BIN / "vllm"), "bench", "serve", "--backend", backend, "--base-url", a.url,
-            "--endpoint", path, "--model", tokenizer, "--served-model-name", a.model,
-            *dataset, "--ignore-eos", "--num-prompts", str(n),
-            "--max-concurrency", str(c), "--seed", str(a.seed),
-            "--percentile-metrics", "ttft,tpot,itl,e2el", "--disable-tqdm",
-            "--save-result", "--save-detailed", "--result-dir", str(out.parent),
-            "--result-filename", out.name]
+    dataset = (
+        [
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            str(prompts),
+            "--disable-shuffle",
+            "--skip-chat-template",
+            "--custom-output-len",
+            str(out_len),
+        ]
+        if prompts
+        else [
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(a.input_len),
+            "--random-output-len",
+            str(out_len),
+        ]
+    )
+    return [
+        str(BIN / "vllm"),
+        "bench",
+        "serve",
+        "--backend",
+        backend,
+        "--base-url",
+        a.url,
+        "--endpoint",
+        path,
+        "--model",
+        tokenizer,
+        "--served-model-name",
+        a.model,
+        *dataset,
+        "--ignore-eos",
+        "--num-prompts",
+        str(n),
+        "--max-concurrency",
+        str(c),
+        "--seed",
+        str(a.seed),
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--disable-tqdm",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(out.parent),
+        "--result-filename",
+        out.name,
+    ]
 
 
-def tandem_cmd(a: argparse.Namespace, c: int, n: int, out_len: int, out: Path,
-               prompts: Path | None) -> list[str]:
-    dataset = (["--prompt-file", str(prompts)] if prompts else
-               ["--input-tokens", str(a.input_len)])
-    return [str(BIN / "tandem"), "bench", "--url", a.url, "--model", a.model,
-            "--endpoint", a.endpoint, "--concurrency", str(c), "--requests", str(n),
-            *dataset, "--output-tokens", str(out_len),
-            "--seed", str(a.seed), "--warmup", "1", "--no-plots", "--quiet", "--out", str(out)]
+def tandem_cmd(
+    a: argparse.Namespace, c: int, n: int, out_len: int, out: Path, prompts: Path | None
+) -> list[str]:
+    dataset = ["--prompt-file", str(prompts)] if prompts else ["--input-tokens", str(a.input_len)]
+    return [
+        str(BIN / "tandem"),
+        "bench",
+        "--url",
+        a.url,
+        "--model",
+        a.model,
+        "--endpoint",
+        a.endpoint,
+        "--concurrency",
+        str(c),
+        "--requests",
+        str(n),
+        *dataset,
+        "--output-tokens",
+        str(out_len),
+        "--seed",
+        str(a.seed),
+        "--warmup",
+        "1",
+        "--no-plots",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
 
 
-def run_vllm(a, tokenizer, c, n, work: Path, env, tag: str, out_len: int,
-             prompts: Path | None) -> Run:
+def run_vllm(
+    a, tokenizer, c, n, work: Path, env, tag: str, out_len: int, prompts: Path | None
+) -> Run:
     out = work / f"vllm-{tag}.json"
     cpu, wall = timed(vllm_cmd(a, tokenizer, c, n, out_len, out, prompts), env)
     r = json.loads(out.read_text())
     chunks = sum(len(itl) + 1 for itl in r["itls"])
-    return Run("vllm bench serve", c, r["median_ttft_ms"], r["median_tpot_ms"],
-               r["median_itl_ms"], int(r["total_output_tokens"]), cpu, wall,
-               int(r["total_output_tokens"]) / chunks, int(r["total_input_tokens"]))
+    return Run(
+        "vllm bench serve",
+        c,
+        r["median_ttft_ms"],
+        r["median_tpot_ms"],
+        r["median_itl_ms"],
+        int(r["total_output_tokens"]),
+        cpu,
+        wall,
+        int(r["total_output_tokens"]) / chunks,
+        int(r["total_input_tokens"]),
+    )
 
 
 def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int, prompts: Path | None) -> Run:
@@ -139,22 +238,54 @@ def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int, prompts: Path |
 
     def ms(stats: dict) -> float:  # a 1-token probe has no TPOT or ITL
         return stats["p50"] * 1000 if stats["p50"] is not None else float("nan")
-    return Run("tandem bench", c, ms(m["ttft_s"]), ms(m["tpot_s"]), ms(m["itl_s"]),
-               int(m["output_tokens_total"]), cpu, wall, m["tokens_per_chunk"]["mean"],
-               int(m["prompt_tokens_total"]))
+
+    return Run(
+        "tandem bench",
+        c,
+        ms(m["ttft_s"]),
+        ms(m["tpot_s"]),
+        ms(m["itl_s"]),
+        int(m["output_tokens_total"]),
+        cpu,
+        wall,
+        m["tokens_per_chunk"]["mean"],
+        int(m["prompt_tokens_total"]),
+    )
 
 
 def start_server(a: argparse.Namespace) -> subprocess.Popen:
     hf = Path(a.hf_home)
     subprocess.run([str(BIN / "tandem"), "model", "tiny", "--hf-home", str(hf)], check=True)
-    env = dict(os.environ, HF_HOME=str(hf), HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1",
-               VLLM_NO_USAGE_STATS="1")
+    env = dict(
+        os.environ,
+        HF_HOME=str(hf),
+        HF_HUB_OFFLINE="1",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_NO_USAGE_STATS="1",
+    )
     port = a.url.rsplit(":", 1)[1]
     proc = subprocess.Popen(
-        [str(BIN / "vllm"), "serve", "tandem-org/tiny-deepseek-v3", "--served-model-name",
-         a.model, "--host", "127.0.0.1", "--port", port, "--max-model-len", "1024",
-         "--enforce-eager", "--generation-config", "vllm"], env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            str(BIN / "vllm"),
+            "serve",
+            "tandem-org/tiny-deepseek-v3",
+            "--served-model-name",
+            a.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port,
+            "--max-model-len",
+            "1024",
+            "--enforce-eager",
+            "--generation-config",
+            "vllm",
+        ],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 300
     while time.time() < deadline:
         try:
@@ -181,11 +312,19 @@ def main() -> None:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--prompts", choices=["same", "own"], default="same",
-                   help="same: one prompt file both clients read in order (default); own: "
-                        "each client's random prompts of --input-len tokens")
-    p.add_argument("--merged-above", type=float, default=1.5,
-                   help="tokens per chunk above which a run counts as merged by the server")
+    p.add_argument(
+        "--prompts",
+        choices=["same", "own"],
+        default="same",
+        help="same: one prompt file both clients read in order (default); own: "
+        "each client's random prompts of --input-len tokens",
+    )
+    p.add_argument(
+        "--merged-above",
+        type=float,
+        default=1.5,
+        help="tokens per chunk above which a run counts as merged by the server",
+    )
     p.add_argument("--start-server", action="store_true")
     p.add_argument("--hf-home", default=os.environ.get("HF_HOME", "/tmp/bench-work/hf"))
     a = p.parse_args()
@@ -194,31 +333,55 @@ def main() -> None:
     try:
         models = httpx.get(a.url + "/v1/models", timeout=10).json()["data"]
         tokenizer = a.tokenizer or next(m["root"] for m in models if m["id"] == a.model)
-        env = dict(os.environ, HF_HOME=a.hf_home, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                   VLLM_NO_USAGE_STATS="1")
+        env = dict(
+            os.environ,
+            HF_HOME=a.hf_home,
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            VLLM_NO_USAGE_STATS="1",
+        )
         levels = [int(c) for c in a.concurrency.split(",")]
         runs: list[Run] = []
         with tempfile.TemporaryDirectory(prefix="bench-vs-vllm-") as tmp:
             work = Path(tmp)
-            prompts = (same_prompts(a, a.num_prompts, work / "prompts.jsonl")
-                       if a.prompts == "same" else None)
+            prompts = (
+                same_prompts(a, a.num_prompts, work / "prompts.jsonl")
+                if a.prompts == "same"
+                else None
+            )
             for r in range(a.rounds):
                 for c in levels:
                     first_vllm = (r + c) % 2 == 0  # alternate who goes first
                     order = ["vllm", "tandem"] if first_vllm else ["tandem", "vllm"]
                     for who in order:
                         tag = f"r{r}-c{c}"
-                        run = (run_vllm(a, tokenizer, c, a.num_prompts, work, env, tag,
-                                        a.output_len, prompts) if who == "vllm" else
-                               run_tandem(a, c, a.num_prompts, work, env, tag, a.output_len,
-                                          prompts))
+                        run = (
+                            run_vllm(
+                                a,
+                                tokenizer,
+                                c,
+                                a.num_prompts,
+                                work,
+                                env,
+                                tag,
+                                a.output_len,
+                                prompts,
+                            )
+                            if who == "vllm"
+                            else run_tandem(
+                                a, c, a.num_prompts, work, env, tag, a.output_len, prompts
+                            )
+                        )
                         run.round = r
                         runs.append(run)
-                        print(f"round {r} c={c} {run.client:17s} in {run.input_tokens} tok  "
-                              f"TTFT {run.ttft_p50_ms:7.2f} ms"
-                              f"  TPOT {run.tpot_p50_ms:6.2f} ms  tok/chunk "
-                              f"{run.tokens_per_chunk:5.2f}  CPU {run.cpu_s:5.2f} s  "
-                              f"wall {run.wall_s:5.1f} s", flush=True)
+                        print(
+                            f"round {r} c={c} {run.client:17s} in {run.input_tokens} tok  "
+                            f"TTFT {run.ttft_p50_ms:7.2f} ms"
+                            f"  TPOT {run.tpot_p50_ms:6.2f} ms  tok/chunk "
+                            f"{run.tokens_per_chunk:5.2f}  CPU {run.cpu_s:5.2f} s  "
+                            f"wall {run.wall_s:5.1f} s",
+                            flush=True,
+                        )
         print_table(runs, levels, a)
     finally:
         if server is not None:
@@ -228,23 +391,31 @@ def main() -> None:
 
 def print_table(runs: list[Run], levels: list[int], a) -> None:
     print()
-    print(f"endpoint {a.endpoint}, {a.input_len} in / {a.output_len} out, {a.num_prompts} "
-          f"requests per run, {a.rounds} interleaved rounds, prompts: {a.prompts}")
-    head = ("| c | client | rounds kept | TTFT p50 ms | TPOT p50 ms | ITL p50 ms | "
-            "CPU s | CPU ms/tok |")
+    print(
+        f"endpoint {a.endpoint}, {a.input_len} in / {a.output_len} out, {a.num_prompts} "
+        f"requests per run, {a.rounds} interleaved rounds, prompts: {a.prompts}"
+    )
+    head = (
+        "| c | client | rounds kept | TTFT p50 ms | TPOT p50 ms | ITL p50 ms | CPU s | CPU ms/tok |"
+    )
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for c in levels:
         pairs = {}
         for run in (r for r in runs if r.concurrency == c):
             pairs.setdefault(run.round, {})[run.client] = run
-        kept = {rnd: p for rnd, p in pairs.items()
-                if all(x.tokens_per_chunk <= a.merged_above for x in p.values()) and len(p) == 2}
+        kept = {
+            rnd: p
+            for rnd, p in pairs.items()
+            if all(x.tokens_per_chunk <= a.merged_above for x in p.values()) and len(p) == 2
+        }
         for rnd, p in sorted(pairs.items()):
             if rnd not in kept:
                 merged = ", ".join(f"{x.client} {x.tokens_per_chunk:.1f}" for x in p.values())
-                print(f"  c={c} round {rnd} left out: server merged its stream "
-                      f"(tokens per chunk: {merged})")
+                print(
+                    f"  c={c} round {rnd} left out: server merged its stream "
+                    f"(tokens per chunk: {merged})"
+                )
         if not kept:
             print(f"| {c} | (no round without merged streams) |")
             continue
@@ -253,17 +424,24 @@ def print_table(runs: list[Run], levels: list[int], a) -> None:
 
             def med(key: str, mine: list = mine) -> float:
                 return statistics.median(getattr(x, key) for x in mine)
-            print(f"| {c} | {client} | {len(mine)} | {med('ttft_p50_ms'):.2f} | "
-                  f"{med('tpot_p50_ms'):.2f} | {med('itl_p50_ms'):.2f} | {med('cpu_s'):.2f} | "
-                  f"{med('cpu_s') / med('output_tokens') * 1000:.3f} |")
+
+            print(
+                f"| {c} | {client} | {len(mine)} | {med('ttft_p50_ms'):.2f} | "
+                f"{med('tpot_p50_ms'):.2f} | {med('itl_p50_ms'):.2f} | {med('cpu_s'):.2f} | "
+                f"{med('cpu_s') / med('output_tokens') * 1000:.3f} |"
+            )
 
         def ratio(key: str, kept: dict = kept) -> float:
-            return statistics.median(getattr(p["tandem bench"], key)
-                                     / getattr(p["vllm bench serve"], key)
-                                     for p in kept.values())
-        print(f"| {c} | paired ratio tandem/vllm | {len(kept)} | {ratio('ttft_p50_ms'):.3f} | "
-              f"{ratio('tpot_p50_ms'):.3f} | {ratio('itl_p50_ms'):.3f} | {ratio('cpu_s'):.3f} |"
-              f" |")
+            return statistics.median(
+                getattr(p["tandem bench"], key) / getattr(p["vllm bench serve"], key)
+                for p in kept.values()
+            )
+
+        print(
+            f"| {c} | paired ratio tandem/vllm | {len(kept)} | {ratio('ttft_p50_ms'):.3f} | "
+            f"{ratio('tpot_p50_ms'):.3f} | {ratio('itl_p50_ms'):.3f} | {ratio('cpu_s'):.3f} |"
+            f" |"
+        )
 
 
 if __name__ == "__main__":

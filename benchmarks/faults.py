@@ -80,6 +80,7 @@ def recipe_text() -> str:
 
 def status():
     from tandem.lifecycle import status as read_status
+
     return read_status(NAME, canary_timeout_s=5)
 
 
@@ -98,9 +99,12 @@ def wait_healthy(timeout_s: float) -> float:
 
 def chat_answers(endpoint: str, model: str) -> bool:
     try:
-        response = httpx.post(f"{endpoint}/v1/chat/completions", timeout=30, headers={
-            "Authorization": f"Bearer {API_KEY}"}, json={
-            "model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+        response = httpx.post(
+            f"{endpoint}/v1/chat/completions",
+            timeout=30,
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            json={"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]},
+        )
     except httpx.HTTPError:
         return False
     return response.status_code == 200
@@ -126,6 +130,7 @@ def took_effect(pid: int, sig: int, timeout_s: float = 5.0) -> None:
     canary sent then crashes the leader for the wrong reason.
     """
     from tandem.backends.processes import read_process
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         process = read_process(pid)
@@ -140,38 +145,61 @@ def restart_folders(state_dir: Path) -> int:
 
 def leftovers(cluster: Path) -> list[str]:
     from tandem.backends.processes import marked_processes
+
     found = [f"process {pid}" for pid in marked_processes(NAME)]
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     found += [line.split()[0] for line in namespaces.splitlines() if f"tdm-{NAME}-" in line]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     from tandem.backends.netns import network_plan
     from tandem.spec.loading import load_cluster
+
     plan = network_plan(NAME, load_cluster(cluster))
     found += [d for d in [plan.bridge, *(n.host_end for n in plan.nodes)] if f" {d}" in links]
     return found
 
 
 def run(kinds: list[str], hf_home: Path, home: Path) -> tuple[list[Outcome], dict]:
-    env = {**os.environ, "HF_HOME": str(hf_home), "TANDEM_HOME": str(home),
-           "VLLM_API_KEY": API_KEY}
+    env = {**os.environ, "HF_HOME": str(hf_home), "TANDEM_HOME": str(home), "VLLM_API_KEY": API_KEY}
     os.environ.update(env)
-    subprocess.run([*TANDEM, "model", "tiny", "--hf-home", str(hf_home)], env=env, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [*TANDEM, "model", "tiny", "--hf-home", str(hf_home)],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     recipe, cluster = home / "faults.yaml", home / "cluster.yaml"
     home.mkdir(parents=True, exist_ok=True)
     recipe.write_text(recipe_text())
     cluster.write_text(CLUSTER)
     started = time.monotonic()
-    up = subprocess.run([*TANDEM, "up", str(recipe), "--cluster", str(cluster), "--skip-checks"],
-                        env=env, capture_output=True, text=True)
+    up = subprocess.run(
+        [*TANDEM, "up", str(recipe), "--cluster", str(cluster), "--skip-checks"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if up.returncode:
         raise SystemExit(f"up failed:\n{up.stdout}\n{up.stderr}")
     boot_s = time.monotonic() - started
     state_dir = home / "deployments" / NAME
     supervisor = subprocess.Popen(
-        [*TANDEM, "supervise", NAME, "--interval", "1", "--backoff", "1", "--max-restarts",
-         str(len(kinds) + 2), "--canary-interval", "5"], env=env,
-        stdout=(home / "supervise.out").open("w"), stderr=subprocess.STDOUT)
+        [
+            *TANDEM,
+            "supervise",
+            NAME,
+            "--interval",
+            "1",
+            "--backoff",
+            "1",
+            "--max-restarts",
+            str(len(kinds) + 2),
+            "--canary-interval",
+            "5",
+        ],
+        env=env,
+        stdout=(home / "supervise.out").open("w"),
+        stderr=subprocess.STDOUT,
+    )
     outcomes = []
     try:
         for kind in kinds:
@@ -194,29 +222,54 @@ def run(kinds: list[str], hf_home: Path, home: Path) -> tuple[list[Outcome], dic
             wait_healthy(900)
             answer_again_s = time.monotonic() - injected
             right = verdict in KINDS[kind][3] and rank == KINDS[kind][0]
-            outcomes.append(Outcome(kind, target, verdict, rank, right, detect_s, answer_again_s,
-                                    reason, restart_folders(state_dir) > before))
-            print(f"{kind:14} {verdict:9} rank {rank} detect {detect_s} s, "
-                  f"answers again after {answer_again_s:.1f} s: {reason}", flush=True)
+            outcomes.append(
+                Outcome(
+                    kind,
+                    target,
+                    verdict,
+                    rank,
+                    right,
+                    detect_s,
+                    answer_again_s,
+                    reason,
+                    restart_folders(state_dir) > before,
+                )
+            )
+            print(
+                f"{kind:14} {verdict:9} rank {rank} detect {detect_s} s, "
+                f"answers again after {answer_again_s:.1f} s: {reason}",
+                flush=True,
+            )
     finally:
         down = subprocess.run([*TANDEM, "down", NAME], env=env, capture_output=True, text=True)
         supervisor.wait(timeout=120)
     left = leftovers(cluster)
-    return outcomes, {"boot_s": boot_s, "down_rc": down.returncode, "leftovers": left,
-                      "down_output": down.stdout[-2000:]}
+    return outcomes, {
+        "boot_s": boot_s,
+        "down_rc": down.returncode,
+        "leftovers": left,
+        "down_output": down.stdout[-2000:],
+    }
 
 
 def table(outcomes: list[Outcome], extra: dict) -> str:
-    rows = ["| fault | injected | verdict | rank | right | detect s | answers again s | "
-            "logs kept | reason |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| fault | injected | verdict | rank | right | detect s | answers again s | "
+        "logs kept | reason |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for o in outcomes:
         detect = f"{o.detect_s:.1f}" if o.detect_s is not None else "not seen in 60 s"
-        rows.append(f"| {o.kind} | {o.target} | {o.verdict} | {o.rank} | "
-                    f"{'yes' if o.right else 'NO'} | {detect} | {o.answer_again_s:.1f} | "
-                    f"{'yes' if o.restart_logs_kept else 'no'} | {o.reason} |")
+        rows.append(
+            f"| {o.kind} | {o.target} | {o.verdict} | {o.rank} | "
+            f"{'yes' if o.right else 'NO'} | {detect} | {o.answer_again_s:.1f} | "
+            f"{'yes' if o.restart_logs_kept else 'no'} | {o.reason} |"
+        )
     rows.append("")
-    rows.append(f"first boot {extra['boot_s']:.1f} s; `tandem down` exit {extra['down_rc']}, "
-                f"left behind: {', '.join(extra['leftovers']) or 'nothing'}")
+    rows.append(
+        f"first boot {extra['boot_s']:.1f} s; `tandem down` exit {extra['down_rc']}, "
+        f"left behind: {', '.join(extra['leftovers']) or 'nothing'}"
+    )
     return "\n".join(rows)
 
 
@@ -224,8 +277,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--hf-home", type=Path, default=Path(tempfile.gettempdir()) / "tandem-hf")
-    parser.add_argument("--home", type=Path, default=None, help="TANDEM_HOME (default: a temp "
-                        "folder)")
+    parser.add_argument(
+        "--home", type=Path, default=None, help="TANDEM_HOME (default: a temp folder)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="Also write the outcomes here.")
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
@@ -236,8 +290,9 @@ def main() -> int:
     outcomes, extra = run(kinds, args.hf_home, home)
     print(table(outcomes, extra))
     if args.json:
-        args.json.write_text(json.dumps({"outcomes": [asdict(o) for o in outcomes], **extra},
-                                        indent=2))
+        args.json.write_text(
+            json.dumps({"outcomes": [asdict(o) for o in outcomes], **extra}, indent=2)
+        )
     ok = all(o.right and o.detect_s is not None and o.detect_s <= 10 for o in outcomes)
     return 0 if ok and not extra["leftovers"] and extra["down_rc"] == 0 else 1
 

@@ -47,8 +47,10 @@ try:
         WorkloadInput,
     )
 except ImportError:
-    sys.exit("vllm-wizard is not installed. It is not a tandem dependency; install it into the "
-             "venv for this benchmark:\n  .venv/bin/pip install vllm-wizard")
+    sys.exit(
+        "vllm-wizard is not installed. It is not a tandem dependency; install it into the "
+        "venv for this benchmark:\n  .venv/bin/pip install vllm-wizard"
+    )
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -60,7 +62,7 @@ from tandem.plan.planner import plan_deployment  # noqa: E402
 from tandem.spec.loading import load_deployment  # noqa: E402
 from tests.plan.tiny import CASES, TP2_CASE, config_only_facts, tiny_deployment  # noqa: E402
 
-GIB = 1024 ** 3
+GIB = 1024**3
 WIZARD_UTIL = 0.90
 
 
@@ -82,16 +84,29 @@ def err(predicted: float, measured: float | None) -> str:
     return f"{(predicted - measured) / measured * 100:+.1f}%"
 
 
-def wizard(model_dir: Path, *, tp: int, vram_gib: float, util: float, max_model_len: int,
-           quantization: Quantization = Quantization.NONE,
-           kv_dtype: KVCacheDType = KVCacheDType.AUTO):
+def wizard(
+    model_dir: Path,
+    *,
+    tp: int,
+    vram_gib: float,
+    util: float,
+    max_model_len: int,
+    quantization: Quantization = Quantization.NONE,
+    kv_dtype: KVCacheDType = KVCacheDType.AUTO,
+):
     request = PlanRequest(
-        model=ModelInput(model=str(model_dir), max_model_len=max_model_len,
-                         quantization=quantization, kv_cache_dtype=kv_dtype),
-        hardware=HardwareInput(gpu="benchmark device", gpus=tp, vram_gb=vram_gib,
-                               tensor_parallel_size=tp),
+        model=ModelInput(
+            model=str(model_dir),
+            max_model_len=max_model_len,
+            quantization=quantization,
+            kv_cache_dtype=kv_dtype,
+        ),
+        hardware=HardwareInput(
+            gpu="benchmark device", gpus=tp, vram_gb=vram_gib, tensor_parallel_size=tp
+        ),
         workload=WorkloadInput(concurrency=1),
-        policy=PolicyInput(gpu_memory_utilization=util))
+        policy=PolicyInput(gpu_memory_utilization=util),
+    )
     return run_plan(request).feasibility
 
 
@@ -118,10 +133,17 @@ def tiny_rows(work: Path) -> list[Row]:
         length = case.serve["max_model_len"]
         kv_bytes = measured.available_kv_cache_gib * GIB * case.tp
         f = wizard_with_kv_memory(model_dir, tp=case.tp, kv_bytes=kv_bytes, max_model_len=length)
-        rows.append(Row(f"tiny {case.name} (TP={case.tp}, {plan.kv.architecture})",
-                        measured.kv_cache_tokens, plan.kv_pool_tokens,
-                        f.max_context_at_concurrency, measured.max_concurrency,
-                        plan.max_concurrency, f.max_concurrency_at_context))
+        rows.append(
+            Row(
+                f"tiny {case.name} (TP={case.tp}, {plan.kv.architecture})",
+                measured.kv_cache_tokens,
+                plan.kv_pool_tokens,
+                f.max_context_at_concurrency,
+                measured.max_concurrency,
+                plan.max_concurrency,
+                f.max_concurrency_at_context,
+            )
+        )
     return rows
 
 
@@ -141,18 +163,46 @@ def v4_rows(work: Path) -> tuple[list[Row], list[tuple[str, float, float, float,
     gb10 = load_profile("gb10")
     rows, pools = [], []
     for util, length, gib, tokens, concurrency, note in V4_POINTS:
-        f = wizard(model_dir, tp=2, vram_gib=gb10.memory_total_gib.value, util=util,
-                   max_model_len=length, quantization=Quantization.FP8,
-                   kv_dtype=KVCacheDType.FP8_E4M3FN)
+        f = wizard(
+            model_dir,
+            tp=2,
+            vram_gib=gb10.memory_total_gib.value,
+            util=util,
+            max_model_len=length,
+            quantization=Quantization.FP8,
+            kv_dtype=KVCacheDType.FP8_E4M3FN,
+        )
         wizard_pool = (f.vram_target_alloc_gb - f.weights_gb - f.overhead_gb) / 2  # per GPU
         for label, shipped in (("layout model", False), ("calibrated", True)):
-            plan = plan_deployment(deployment, facts, gb10, max_model_len=length,
-                                   gpu_memory_utilization=util, use_shipped_boots=shipped)
-            rows.append(Row(f"DSV4 util {util} {label}", tokens, plan.kv_pool_tokens,
-                            f.max_context_at_concurrency, concurrency, plan.max_concurrency,
-                            f.max_concurrency_at_context, note))
-            pools.append((f"DSV4 util {util} {label}", gib, plan.kv_pool_gib, wizard_pool,
-                          plan.weights_gib_per_rank))
+            plan = plan_deployment(
+                deployment,
+                facts,
+                gb10,
+                max_model_len=length,
+                gpu_memory_utilization=util,
+                use_shipped_boots=shipped,
+            )
+            rows.append(
+                Row(
+                    f"DSV4 util {util} {label}",
+                    tokens,
+                    plan.kv_pool_tokens,
+                    f.max_context_at_concurrency,
+                    concurrency,
+                    plan.max_concurrency,
+                    f.max_concurrency_at_context,
+                    note,
+                )
+            )
+            pools.append(
+                (
+                    f"DSV4 util {util} {label}",
+                    gib,
+                    plan.kv_pool_gib,
+                    wizard_pool,
+                    plan.weights_gib_per_rank,
+                )
+            )
     return rows, pools
 
 
@@ -162,23 +212,50 @@ def main() -> None:
         rows = tiny_rows(Path(tmp))
         v4, pools = v4_rows(Path(tmp))
     table = Table(title="KV pool tokens and max concurrency: predicted vs vLLM-reported")
-    for col in ("case", "vLLM tokens", "tandem", "err", "vllm-wizard", "err",
-                "vLLM conc.", "tandem", "err", "wizard", "err"):
+    for col in (
+        "case",
+        "vLLM tokens",
+        "tandem",
+        "err",
+        "vllm-wizard",
+        "err",
+        "vLLM conc.",
+        "tandem",
+        "err",
+        "wizard",
+        "err",
+    ):
         table.add_column(col, justify="right" if col != "case" else "left")
     for r in rows + v4:
-        table.add_row(r.case, f"{r.measured_tokens:,.0f}", f"{r.tandem_tokens:,.0f}",
-                      err(r.tandem_tokens, r.measured_tokens), f"{r.wizard_tokens:,.0f}",
-                      err(r.wizard_tokens, r.measured_tokens),
-                      f"{r.measured_concurrency:.2f}" if r.measured_concurrency else "-",
-                      f"{r.tandem_concurrency:.2f}", err(r.tandem_concurrency, r.measured_concurrency),
-                      f"{r.wizard_concurrency}", err(r.wizard_concurrency, r.measured_concurrency))
+        table.add_row(
+            r.case,
+            f"{r.measured_tokens:,.0f}",
+            f"{r.tandem_tokens:,.0f}",
+            err(r.tandem_tokens, r.measured_tokens),
+            f"{r.wizard_tokens:,.0f}",
+            err(r.wizard_tokens, r.measured_tokens),
+            f"{r.measured_concurrency:.2f}" if r.measured_concurrency else "-",
+            f"{r.tandem_concurrency:.2f}",
+            err(r.tandem_concurrency, r.measured_concurrency),
+            f"{r.wizard_concurrency}",
+            err(r.wizard_concurrency, r.measured_concurrency),
+        )
     console.print(table)
-    pool_table = Table(title="DeepSeek-V4 KV pool per rank, GiB (vllm-wizard: its KV allotment / TP)")
+    pool_table = Table(
+        title="DeepSeek-V4 KV pool per rank, GiB (vllm-wizard: its KV allotment / TP)"
+    )
     for col in ("case", "vLLM", "tandem", "err", "vllm-wizard", "err", "tandem weights/rank"):
         pool_table.add_column(col, justify="right" if col != "case" else "left")
     for case, measured, ours, theirs, weights in pools:
-        pool_table.add_row(case, f"{measured:.2f}", f"{ours:.2f}", err(ours, measured),
-                           f"{theirs:.2f}", err(theirs, measured), f"{weights:.2f}")
+        pool_table.add_row(
+            case,
+            f"{measured:.2f}",
+            f"{ours:.2f}",
+            err(ours, measured),
+            f"{theirs:.2f}",
+            err(theirs, measured),
+            f"{weights:.2f}",
+        )
     console.print(pool_table)
 
     def mean_abs(values: list[tuple[float, float]]) -> float:
@@ -188,9 +265,11 @@ def main() -> None:
     tiny_w = [(r.wizard_tokens, r.measured_tokens) for r in rows]
     v4_t = [(r.tandem_tokens, r.measured_tokens) for r in v4 if "layout" in r.case]
     v4_w = [(r.wizard_tokens, r.measured_tokens) for r in v4 if "layout" in r.case]
-    console.print(f"mean |error| of KV tokens — tiny models: tandem {mean_abs(tiny_t):.2f}%, "
-                  f"vllm-wizard {mean_abs(tiny_w):.1f}%; DeepSeek-V4 (tandem uncalibrated): "
-                  f"tandem {mean_abs(v4_t):.1f}%, vllm-wizard {mean_abs(v4_w):.1f}%")
+    console.print(
+        f"mean |error| of KV tokens — tiny models: tandem {mean_abs(tiny_t):.2f}%, "
+        f"vllm-wizard {mean_abs(tiny_w):.1f}%; DeepSeek-V4 (tandem uncalibrated): "
+        f"tandem {mean_abs(v4_t):.1f}%, vllm-wizard {mean_abs(v4_w):.1f}%"
+    )
     for r in v4:
         if r.note and "layout" in r.case:
             console.print(f"  {r.case}: {r.note}")

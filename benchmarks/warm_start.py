@@ -46,20 +46,27 @@ from tandem.backends.processes import marked_processes
 NAME = "tiny-compiled"
 
 
-def tandem(*args: str, env: dict[str, str], timeout: float = 900,
-           check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "tandem.cli", *args], env=env,
-                            capture_output=True, text=True, timeout=timeout)
+def tandem(
+    *args: str, env: dict[str, str], timeout: float = 900, check: bool = True
+) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, "-m", "tandem.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and result.returncode:
-        raise SystemExit(f"tandem {' '.join(args)} failed ({result.returncode}):\n"
-                         f"{result.stdout}\n{result.stderr}")
+        raise SystemExit(
+            f"tandem {' '.join(args)} failed ({result.returncode}):\n"
+            f"{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
 def compiled_recipe(folder: Path) -> Path:
     """tiny-local with torch.compile on, under its own name."""
-    data = yaml.safe_load(resources.files("tandem.recipes").joinpath("tiny-local.yaml")
-                          .read_text())
+    data = yaml.safe_load(resources.files("tandem.recipes").joinpath("tiny-local.yaml").read_text())
     data["name"] = NAME
     data["engine"]["serve"]["enforce_eager"] = False
     data["timeouts"]["startup_s"] = 900  # a cold compile on two shared cores takes minutes
@@ -72,8 +79,11 @@ def start_figures(env: dict[str, str]) -> dict:
     """Ready time, engine init time and cache state of the running deployment."""
     status = json.loads(tandem("status", NAME, "--json", env=env).stdout)
     boot = status["boot"]
-    return {"ready_s": status["phases"][-1]["elapsed_s"], "init_s": boot["engine_init_s"],
-            "cache": boot["compile_cache"]}
+    return {
+        "ready_s": status["phases"][-1]["elapsed_s"],
+        "init_s": boot["engine_init_s"],
+        "cache": boot["compile_cache"],
+    }
 
 
 def up(recipe: Path, env: dict[str, str]) -> dict:
@@ -87,8 +97,21 @@ def supervised_restart(env: dict[str, str], timeout_s: float = 900) -> dict:
     events = home / "events.log"
     events.unlink(missing_ok=True)
     supervisor = subprocess.Popen(
-        [sys.executable, "-m", "tandem.cli", "supervise", NAME, "--interval", "2",
-         "--backoff", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "tandem.cli",
+            "supervise",
+            NAME,
+            "--interval",
+            "2",
+            "--backoff",
+            "1",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (events.exists() and "supervising" in events.read_text()):
@@ -119,13 +142,19 @@ def median(rows: list[dict], key: str) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--hf-home", default=None, help="HF cache holding the tiny model "
-                        "(default: a new one, built with `tandem model tiny`)")
+    parser.add_argument(
+        "--hf-home",
+        default=None,
+        help="HF cache holding the tiny model (default: a new one, built with `tandem model tiny`)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="warm-start-") as tmp:
         folder = Path(tmp)
-        env = {**os.environ, "TANDEM_HOME": str(folder / "home"),
-               "HF_HOME": args.hf_home or str(folder / "hf")}
+        env = {
+            **os.environ,
+            "TANDEM_HOME": str(folder / "home"),
+            "HF_HOME": args.hf_home or str(folder / "hf"),
+        }
         if not args.hf_home:
             tandem("model", "tiny", "--hf-home", env["HF_HOME"], env=env)
         recipe = compiled_recipe(folder)
@@ -147,14 +176,18 @@ def main() -> int:
     for i, (c, w) in enumerate(zip(cold, warm), 1):
         print(f"{f'round {i} cold':<22}{c['ready_s']:>9.1f}{c['init_s']:>15.1f}  {c['cache']}")
         print(f"{f'round {i} warm':<22}{w['ready_s']:>9.1f}{w['init_s']:>15.1f}  {w['cache']}")
-    print(f"{'supervised restart':<22}{restart['ready_s']:>9.1f}{restart['init_s']:>15.1f}  "
-          f"{restart['cache']}")
+    print(
+        f"{'supervised restart':<22}{restart['ready_s']:>9.1f}{restart['init_s']:>15.1f}  "
+        f"{restart['cache']}"
+    )
     print(f"{'median cold':<22}{median(cold, 'ready_s'):>9.1f}{median(cold, 'init_s'):>15.1f}")
     print(f"{'median warm':<22}{median(warm, 'ready_s'):>9.1f}{median(warm, 'init_s'):>15.1f}")
     saved = median(cold, "ready_s") - median(warm, "ready_s")
-    print(f"warm saves {saved:.1f} s of {median(cold, 'ready_s'):.1f} s "
-          f"({100 * saved / median(cold, 'ready_s'):.0f}%); the engine init (compile) share "
-          f"falls from {median(cold, 'init_s'):.1f} s to {median(warm, 'init_s'):.1f} s")
+    print(
+        f"warm saves {saved:.1f} s of {median(cold, 'ready_s'):.1f} s "
+        f"({100 * saved / median(cold, 'ready_s'):.0f}%); the engine init (compile) share "
+        f"falls from {median(cold, 'init_s'):.1f} s to {median(warm, 'init_s'):.1f} s"
+    )
     return 0
 
 

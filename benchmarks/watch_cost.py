@@ -43,13 +43,24 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="watch-cost-") as out:
-        argv = [sys.executable, "-m", "tandem.cli", "watch", args.name, "--interval",
-                args.interval, "--out", out, *([] if args.live else ["--quiet"])]
+        argv = [
+            sys.executable,
+            "-m",
+            "tandem.cli",
+            "watch",
+            args.name,
+            "--interval",
+            args.interval,
+            "--out",
+            out,
+            *([] if args.live else ["--quiet"]),
+        ]
         started = time.monotonic()
         # --live renders as on a terminal (rich reads these), into /dev/null
         env = {**os.environ, "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "120"}
-        watch = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                 env=env)
+        watch = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        )
         try:
             time.sleep(args.warmup)
             if watch.poll() is not None:
@@ -61,19 +72,20 @@ def main() -> int:
         finally:
             watch.terminate()
             watch.wait(30)
-        samples = [json.loads(line) for line in (Path(out) / "samples.jsonl").read_text()
-                   .splitlines()]
+        samples = [
+            json.loads(line) for line in (Path(out) / "samples.jsonl").read_text().splitlines()
+        ]
     measured = [s for s in samples if s["cost_s"] is not None]
     figures = {
         "interval": args.interval,
         "window_s": round(wall1 - wall0, 1),
         "samples": len(samples),
         "cpu_share_of_one_core_pct": round((cpu1 - cpu0) / (wall1 - wall0) * 100, 3),
-        "cpu_per_sample_ms": round((cpu1 - cpu0) * 1000 / max(1, (wall1 - wall0)
-                                                              / _seconds(args.interval)), 1),
+        "cpu_per_sample_ms": round(
+            (cpu1 - cpu0) * 1000 / max(1, (wall1 - wall0) / _seconds(args.interval)), 1
+        ),
         "startup_cpu_s": round(cpu0, 2),
-        "mean_sample_wall_ms": round(sum(s["cost_s"] for s in measured) / len(measured) * 1000,
-                                     1),
+        "mean_sample_wall_ms": round(sum(s["cost_s"] for s in measured) / len(measured) * 1000, 1),
         "elapsed_s": round(time.monotonic() - started, 1),
     }
     if args.json:

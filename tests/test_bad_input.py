@@ -91,6 +91,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
 
 # --- 1. extra_args that repeat a typed field or a flag tandem sets ------------------------------
 
+
 def extra_args_recipe(args: list[str]) -> str:
     quoted = ", ".join(f"'{a}'" for a in args)
     return RECIPE.replace("engine:\n", f"engine:\n  extra_args: [{quoted}]\n")
@@ -103,9 +104,16 @@ def test_extra_args_repeating_a_typed_field_names_the_field(tmp_path, flag):
     assert TYPED_FLAGS[flag] in message and "remove" in message
 
 
-@pytest.mark.parametrize("args", [["--tensor_parallel_size", "4"], ["--tensor-parallel-size=4"],
-                                  ["--MAX_MODEL_LEN=5".lower()], ["-tp", "4"]],
-                         ids=["underscores", "with equals", "underscores with equals", "short"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--tensor_parallel_size", "4"],
+        ["--tensor-parallel-size=4"],
+        ["--MAX_MODEL_LEN=5".lower()],
+        ["-tp", "4"],
+    ],
+    ids=["underscores", "with equals", "underscores with equals", "short"],
+)
 def test_extra_args_spellings_vllm_accepts_are_caught(tmp_path, args):
     assert "engine.extra_args" in problems_of(refused_recipe(tmp_path, extra_args_recipe(args)))
 
@@ -118,14 +126,27 @@ def test_extra_args_with_a_flag_tandem_sets(tmp_path, flag):
 
 def test_every_flag_the_plan_renders_is_in_the_one_table():
     """The table and rankplan cannot drift: a fully set ServeOptions renders only known flags."""
-    serve = {name: (True if info.annotation in (bool, bool | None) else None)
-             for name, info in ServeOptions.model_fields.items()}
-    serve |= {"kv_cache_dtype": "fp8", "block_size": 16, "max_model_len": 8, "max_num_seqs": 1,
-              "max_num_batched_tokens": 8, "max_cudagraph_capture_size": 1,
-              "gpu_memory_utilization": 0.5, "moe_backend": "x", "tokenizer_mode": "x",
-              "load_format": "x", "generation_config": "vllm", "reasoning_parser": "x",
-              "tool_call_parser": "x", "speculative_config": {"method": "mtp"},
-              "pipeline_parallel_size": 1}
+    serve = {
+        name: (True if info.annotation in (bool, bool | None) else None)
+        for name, info in ServeOptions.model_fields.items()
+    }
+    serve |= {
+        "kv_cache_dtype": "fp8",
+        "block_size": 16,
+        "max_model_len": 8,
+        "max_num_seqs": 1,
+        "max_num_batched_tokens": 8,
+        "max_cudagraph_capture_size": 1,
+        "gpu_memory_utilization": 0.5,
+        "moe_backend": "x",
+        "tokenizer_mode": "x",
+        "load_format": "x",
+        "generation_config": "vllm",
+        "reasoning_parser": "x",
+        "tool_call_parser": "x",
+        "speculative_config": {"method": "mtp"},
+        "pipeline_parallel_size": 1,
+    }
     deployment = make_deployment(make_recipe(engine__serve=serve | {"tensor_parallel_size": 2}))
     rendered = {a for a in serve_argv(deployment, 0) if a.startswith("-")}
     assert rendered - set(TYPED_FLAGS) - set(RESERVED_FLAGS) == set()
@@ -140,11 +161,27 @@ def test_a_secret_given_as_api_key_equals_is_not_echoed(tmp_path):
 
 # --- 3. secrets written into env -----------------------------------------------------------------
 
-SECRET_NAMES = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "OPENAI_API_KEY",
-                "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "MY_PASSWD", "GITHUB_TOKEN",
-                "WANDB_API_KEY", "HFTOKEN", "APIKEY", "CLIENT_SECRET", "ngc_api_key"]
-SECRET_VALUES = ["hf_abcdefghijklmnopqrstuvwx", "sk-abcdefghijklmnopqrstuv",
-                 "sk-proj-ABCDEFGHIJKLMNOPQRSTUV", "Bearer abcdefghijklmnop"]
+SECRET_NAMES = [
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "VLLM_API_KEY",
+    "OPENAI_API_KEY",
+    "AWS_SECRET_ACCESS_KEY",
+    "DB_PASSWORD",
+    "MY_PASSWD",
+    "GITHUB_TOKEN",
+    "WANDB_API_KEY",
+    "HFTOKEN",
+    "APIKEY",
+    "CLIENT_SECRET",
+    "ngc_api_key",
+]
+SECRET_VALUES = [
+    "hf_abcdefghijklmnopqrstuvwx",
+    "sk-abcdefghijklmnopqrstuv",
+    "sk-proj-ABCDEFGHIJKLMNOPQRSTUV",
+    "Bearer abcdefghijklmnop",
+]
 
 
 @pytest.mark.parametrize("name", SECRET_NAMES)
@@ -167,13 +204,23 @@ def test_secret_in_a_nodes_env_is_refused(tmp_path, name):
     assert "nodes.1.env" in problems_of(refused_cluster(tmp_path, text))
 
 
-@pytest.mark.parametrize("name", ["TOKENIZERS_PARALLELISM", "HF_TOKEN_PATH", "SSH_KEY_FILE",
-                                  "VLLM_CPU_KVCACHE_SPACE", "MAX_TOKENS", "KEYRING_DIR"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "TOKENIZERS_PARALLELISM",
+        "HF_TOKEN_PATH",
+        "SSH_KEY_FILE",
+        "VLLM_CPU_KVCACHE_SPACE",
+        "MAX_TOKENS",
+        "KEYRING_DIR",
+    ],
+)
 def test_ordinary_variables_are_not_mistaken_for_secrets(tmp_path, name):
     assert load_recipe(write(tmp_path, RECIPE + f"env: {{{name}: '1'}}\n")).env[name] == "1"
 
 
 # --- 5. impossible plans ----------------------------------------------------------------------
+
 
 def seed_plan(**changes):
     deployment = load_deployment("deepseek-v4-flash-dspark", EKS)
@@ -191,8 +238,9 @@ def test_plan_beyond_the_models_longest_context_is_refused(length):
 def test_recipe_max_model_len_beyond_the_model_names_the_file_and_field(tmp_path):
     deployment = load_deployment("deepseek-v4-flash-dspark", EKS)
     serve = deployment.recipe.engine.serve.model_copy(update={"max_model_len": 2_000_000})
-    recipe = deployment.recipe.model_copy(update={"engine": deployment.recipe.engine.model_copy(
-        update={"serve": serve})})
+    recipe = deployment.recipe.model_copy(
+        update={"engine": deployment.recipe.engine.model_copy(update={"serve": serve})}
+    )
     deployment = deployment.model_copy(update={"recipe": recipe})
     facts = load_model_facts(recipe.model.repo_id)
     with pytest.raises(PlanError) as info:
@@ -219,16 +267,20 @@ def test_preflight_refuses_a_plan_that_does_not_fit(utilization):
     fired = [f for f in findings if f.rule == "plan-does-not-fit"]
     assert fired and fired[0].severity == "error" and "gpu_memory_utilization" in fired[0].fix
     _, _, fitting = seed_plan()
-    assert "plan-does-not-fit" not in {f.rule for f in evaluate(CheckContext(
-        deployment=deployment, facts=facts, plan_fit=fitting.fit))}
+    assert "plan-does-not-fit" not in {
+        f.rule
+        for f in evaluate(CheckContext(deployment=deployment, facts=facts, plan_fit=fitting.fit))
+    }
 
 
 # --- 6. files that are not UTF-8 --------------------------------------------------------------
 
-NOT_UTF8 = {"latin-1 e acute": "name: d\xe9mo\n".encode("latin-1"),
-            "utf-16": RECIPE.encode("utf-16"),
-            "binary": bytes(range(256)),
-            "truncated multibyte": b"name: demo\ndescription: \xe2\x82\n"}
+NOT_UTF8 = {
+    "latin-1 e acute": "name: d\xe9mo\n".encode("latin-1"),
+    "utf-16": RECIPE.encode("utf-16"),
+    "binary": bytes(range(256)),
+    "truncated multibyte": b"name: demo\ndescription: \xe2\x82\n",
+}
 
 
 @pytest.mark.parametrize("raw", NOT_UTF8.values(), ids=NOT_UTF8.keys())
@@ -249,6 +301,7 @@ def test_prompt_file_not_utf8_is_one_message(tmp_path):
 
 # --- 7. every problem of recipe, cluster and plan at once --------------------------------------
 
+
 def test_recipe_cluster_and_plan_problems_come_in_one_report(tmp_path):
     recipe = write(tmp_path, RECIPE.replace("2}", "4}") + "colour: blue\n")
     cluster = write(tmp_path, CLUSTER.replace("{name: a,", "{name: a, gpu: 1,"), "cluster.yaml")
@@ -262,7 +315,8 @@ def test_recipe_cluster_and_plan_problems_come_in_one_report(tmp_path):
 def test_field_errors_do_not_hide_repeated_nodes(tmp_path):
     text = CLUSTER.replace("{name: b, address: 10.0.0.2}", "{name: a, address: 10.0.0.1, gpus: 0}")
     assert {"nodes.1.gpus", "nodes.1.name", "nodes.1.address"} <= set(
-        problems_of(refused_cluster(tmp_path, text)))
+        problems_of(refused_cluster(tmp_path, text))
+    )
 
 
 def test_plan_problems_name_the_file_they_are_in(tmp_path):
@@ -276,6 +330,7 @@ def test_plan_problems_name_the_file_they_are_in(tmp_path):
 
 # --- 8. supervise of an unknown name --------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["TYPO", "tiny-locall", "../etc"])
 def test_supervise_of_an_unknown_name_fails_and_writes_nothing(tmp_path, name):
     code, output = cli("supervise", name, env={"TANDEM_HOME": str(tmp_path / "home")})
@@ -285,8 +340,18 @@ def test_supervise_of_an_unknown_name_fails_and_writes_nothing(tmp_path, name):
 
 # --- 9. addresses ------------------------------------------------------------------------------
 
-BAD_ADDRESSES = ["10.0.0.300", "not an ip!", "", "999.1.1.1", "10.0.0", "-host", "a..b",
-                 "host_name", "10.0.0.1:22", "fe80::1::2"]
+BAD_ADDRESSES = [
+    "10.0.0.300",
+    "not an ip!",
+    "",
+    "999.1.1.1",
+    "10.0.0",
+    "-host",
+    "a..b",
+    "host_name",
+    "10.0.0.1:22",
+    "fe80::1::2",
+]
 
 
 @pytest.mark.parametrize("address", BAD_ADDRESSES)
@@ -303,7 +368,7 @@ def test_good_node_addresses_load(tmp_path, address):
 
 @pytest.mark.parametrize("host", ["", "has space", "a;rm -rf /", "x'y"])
 def test_bad_ssh_host_is_refused(tmp_path, host):
-    text = CLUSTER.replace("address: 10.0.0.2", f"address: 10.0.0.2, ssh_host: \"{host}\"")
+    text = CLUSTER.replace("address: 10.0.0.2", f'address: 10.0.0.2, ssh_host: "{host}"')
     assert "nodes.1.ssh_host" in problems_of(refused_cluster(tmp_path, text))
 
 
@@ -318,16 +383,23 @@ def test_bad_api_host_is_refused(tmp_path, host):
     assert "host" in problems_of(refused_recipe(tmp_path, RECIPE + f"host: '{host}'\n"))
 
 
-@pytest.mark.parametrize("isolation,address,message", [
-    ("netns", "node-a.example", "host name"), ("auto", "node-a", "host name"),
-    ("netns", "10.99.0.1", "outside local.subnet")])
-def test_local_namespace_cluster_needs_addresses_in_its_subnet(tmp_path, isolation, address,
-                                                               message):
-    text = (f"name: ns\ntransport: local\nlocal: {{isolation: {isolation}}}\nnodes:\n"
-            f"  - {{name: a, address: '{address}'}}\n  - {{name: b, address: 10.77.0.2}}\n")
+@pytest.mark.parametrize(
+    "isolation,address,message",
+    [
+        ("netns", "node-a.example", "host name"),
+        ("auto", "node-a", "host name"),
+        ("netns", "10.99.0.1", "outside local.subnet"),
+    ],
+)
+def test_local_namespace_cluster_needs_addresses_in_its_subnet(
+    tmp_path, isolation, address, message
+):
+    text = (
+        f"name: ns\ntransport: local\nlocal: {{isolation: {isolation}}}\nnodes:\n"
+        f"  - {{name: a, address: '{address}'}}\n  - {{name: b, address: 10.77.0.2}}\n"
+    )
     assert message in problems_of(refused_cluster(tmp_path, text))["nodes.0.address"]
-    code, output = cli("up", "tiny-local", "--cluster", str(tmp_path / "cluster.yaml"),
-                       "--dry-run")
+    code, output = cli("up", "tiny-local", "--cluster", str(tmp_path / "cluster.yaml"), "--dry-run")
     assert code == 2 and "Traceback" not in output and "nodes.0.address" in output
 
 
@@ -335,8 +407,9 @@ def test_local_namespace_cluster_needs_addresses_in_its_subnet(tmp_path, isolati
 
 DUPLICATE_KEYS = {
     "top level": RECIPE + "name: other\n",
-    "nested": RECIPE.replace("{tensor_parallel_size: 2}", "{tensor_parallel_size: 2, "
-                             "tensor_parallel_size: 4}"),
+    "nested": RECIPE.replace(
+        "{tensor_parallel_size: 2}", "{tensor_parallel_size: 2, tensor_parallel_size: 4}"
+    ),
     "env": RECIPE + "env:\n  A: '1'\n  A: '2'\n",
 }
 
@@ -348,8 +421,9 @@ def test_a_repeated_yaml_key_is_refused_with_its_line(tmp_path, text):
 
 
 def test_a_repeated_key_in_a_cluster_is_refused(tmp_path):
-    text = CLUSTER.replace("{name: a, address: 10.0.0.1}", "{name: a, address: 10.0.0.1, "
-                           "address: 10.0.0.9}")
+    text = CLUSTER.replace(
+        "{name: a, address: 10.0.0.1}", "{name: a, address: 10.0.0.1, address: 10.0.0.9}"
+    )
     assert "appears twice" in refused_cluster(tmp_path, text).message
 
 
@@ -370,19 +444,21 @@ def test_a_folder_as_recipe_is_one_message(tmp_path):
     assert "folder" in info.value.message
 
 
-@pytest.mark.parametrize("target,fmt", [("process", "yaml"), ("docker", "yaml"),
-                                        ("k8s", "shell")])
+@pytest.mark.parametrize("target,fmt", [("process", "yaml"), ("docker", "yaml"), ("k8s", "shell")])
 def test_a_format_the_target_does_not_write_is_refused(target, fmt):
-    code, output = cli("render", "deepseek-v4-flash-dspark", "--cluster", EKS, "--target",
-                       target, "--format", fmt)
+    code, output = cli(
+        "render", "deepseek-v4-flash-dspark", "--cluster", EKS, "--target", target, "--format", fmt
+    )
     assert code == 2 and "--format" in output and f"does not write {fmt}" in output
 
 
-@pytest.mark.parametrize("target,fmt", [("process", "json"), ("docker", "json"),
-                                        ("k8s", "json"), ("k8s", "yaml")])
+@pytest.mark.parametrize(
+    "target,fmt", [("process", "json"), ("docker", "json"), ("k8s", "json"), ("k8s", "yaml")]
+)
 def test_formats_that_fit_render(target, fmt):
-    code, output = cli("render", "deepseek-v4-flash-dspark", "--cluster", EKS, "--target",
-                       target, "--format", fmt)
+    code, output = cli(
+        "render", "deepseek-v4-flash-dspark", "--cluster", EKS, "--target", target, "--format", fmt
+    )
     assert code == 0, output
 
 
@@ -411,17 +487,29 @@ def test_speculative_config_contents_are_checked(tmp_path, value):
 def local_state(tmp_path: Path, lines: int) -> str:
     log = tmp_path / "rank0.log"
     log.write_text("".join(f"line {i}\n" for i in range(lines)))
-    state = DeploymentState(name="taildemo", backend="local", recipe={}, cluster={},
-                            endpoint="http://127.0.0.1:1", model="m",
-                            ranks=[RankState(rank=0, node="n", role="leader",
-                                             address="127.0.0.1", log=str(log))])
+    state = DeploymentState(
+        name="taildemo",
+        backend="local",
+        recipe={},
+        cluster={},
+        endpoint="http://127.0.0.1:1",
+        model="m",
+        ranks=[RankState(rank=0, node="n", role="leader", address="127.0.0.1", log=str(log))],
+    )
     state.save()
     return state.name
 
 
-@pytest.mark.parametrize("tail,expected", [(0, []), (1, ["line 4"]), (3, ["line 2", "line 3",
-                                           "line 4"]), (99, [f"line {i}" for i in range(5)]),
-                                           (None, [f"line {i}" for i in range(5)])])
+@pytest.mark.parametrize(
+    "tail,expected",
+    [
+        (0, []),
+        (1, ["line 4"]),
+        (3, ["line 2", "line 3", "line 4"]),
+        (99, [f"line {i}" for i in range(5)]),
+        (None, [f"line {i}" for i in range(5)]),
+    ],
+)
 def test_logs_tail_counts_lines_from_the_end(tmp_path, monkeypatch, tail, expected):
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
     name = local_state(tmp_path, 5)
@@ -431,27 +519,50 @@ def test_logs_tail_counts_lines_from_the_end(tmp_path, monkeypatch, tail, expect
 # --- 10. CLI numbers out of range -------------------------------------------------------------
 
 OUT_OF_RANGE = [
-    ("plan", "--max-model-len", "-5"), ("plan", "--max-model-len", "0"),
-    ("plan", "--gpu-memory-utilization", "-1"), ("plan", "--gpu-memory-utilization", "0"),
-    ("plan", "--gpu-memory-utilization", "1.5"), ("plan", "--gpu-memory-utilization", "nan"),
-    ("plan", "--acceptance", "-3"), ("plan", "--acceptance", "1.01"),
-    ("plan", "--context", "0"), ("plan", "--concurrency", "0"),
-    ("up", "--timeout", "-1"), ("up", "--timeout", "0"), ("up", "--timeout", "inf"),
-    ("up", "--timeout", "nan"), ("logs", "--tail", "-1"), ("logs", "--rank", "-1"),
-    ("chat", "--max-tokens", "0"), ("check", "--fabric-port", "0"),
-    ("check", "--fabric-port", "70000"), ("supervise", "--interval", "0"),
-    ("supervise", "--max-restarts", "-1"), ("supervise", "--backoff", "-1"),
-    ("supervise", "--health-failures", "0"), ("bench", "--timeout", "0"),
-    ("bench", "--burstiness", "0"), ("bench", "--seed", "-1"), ("bench", "--temperature", "-1"),
-    ("eval", "--top-p", "0"), ("eval", "--reference", "2"), ("model", "--seed", "-1"),
+    ("plan", "--max-model-len", "-5"),
+    ("plan", "--max-model-len", "0"),
+    ("plan", "--gpu-memory-utilization", "-1"),
+    ("plan", "--gpu-memory-utilization", "0"),
+    ("plan", "--gpu-memory-utilization", "1.5"),
+    ("plan", "--gpu-memory-utilization", "nan"),
+    ("plan", "--acceptance", "-3"),
+    ("plan", "--acceptance", "1.01"),
+    ("plan", "--context", "0"),
+    ("plan", "--concurrency", "0"),
+    ("up", "--timeout", "-1"),
+    ("up", "--timeout", "0"),
+    ("up", "--timeout", "inf"),
+    ("up", "--timeout", "nan"),
+    ("logs", "--tail", "-1"),
+    ("logs", "--rank", "-1"),
+    ("chat", "--max-tokens", "0"),
+    ("check", "--fabric-port", "0"),
+    ("check", "--fabric-port", "70000"),
+    ("supervise", "--interval", "0"),
+    ("supervise", "--max-restarts", "-1"),
+    ("supervise", "--backoff", "-1"),
+    ("supervise", "--health-failures", "0"),
+    ("bench", "--timeout", "0"),
+    ("bench", "--burstiness", "0"),
+    ("bench", "--seed", "-1"),
+    ("bench", "--temperature", "-1"),
+    ("eval", "--top-p", "0"),
+    ("eval", "--reference", "2"),
+    ("model", "--seed", "-1"),
 ]
 
 
-@pytest.mark.parametrize("command,option,value", OUT_OF_RANGE,
-                         ids=[" ".join(c) for c in OUT_OF_RANGE])
+@pytest.mark.parametrize(
+    "command,option,value", OUT_OF_RANGE, ids=[" ".join(c) for c in OUT_OF_RANGE]
+)
 def test_a_number_out_of_range_is_refused_naming_the_option(command, option, value):
-    args = [command, "gpqa", option, value] if command == "eval" else \
-        [command, "tiny", option, value] if command == "model" else [command, option, value]
+    args = (
+        [command, "gpqa", option, value]
+        if command == "eval"
+        else [command, "tiny", option, value]
+        if command == "model"
+        else [command, option, value]
+    )
     code, output = cli(*args)
     assert code == 2, output
     assert f"'{option}'" in output and "Traceback" not in output
@@ -459,9 +570,18 @@ def test_a_number_out_of_range_is_refused_naming_the_option(command, option, val
 
 # --- the API beyond loopback without a key ----------------------------------------------------
 
-@pytest.mark.parametrize("host,key,warned", [("0.0.0.0", False, True), ("10.0.0.1", False, True),
-                                             ("::", False, True), ("0.0.0.0", True, False),
-                                             ("127.0.0.1", False, False), ("::1", False, False)])
+
+@pytest.mark.parametrize(
+    "host,key,warned",
+    [
+        ("0.0.0.0", False, True),
+        ("10.0.0.1", False, True),
+        ("::", False, True),
+        ("0.0.0.0", True, False),
+        ("127.0.0.1", False, False),
+        ("::1", False, False),
+    ],
+)
 def test_api_beyond_loopback_without_a_key_is_a_warning(host, key, warned):
     deployment = make_deployment(make_recipe(host=host))
     finding = open_api_finding(deployment, key)
@@ -474,8 +594,9 @@ def test_check_reports_an_open_api(tmp_path):
     deployment = make_deployment(make_recipe())
     found = evaluate(CheckContext(deployment=deployment, facts={}, api_key_set=False))
     assert "api-without-key" in {f.rule for f in found}
-    assert "api-without-key" not in {f.rule for f in evaluate(CheckContext(
-        deployment=deployment, facts={}, api_key_set=True))}
+    assert "api-without-key" not in {
+        f.rule for f in evaluate(CheckContext(deployment=deployment, facts={}, api_key_set=True))
+    }
 
 
 def test_a_load_balancer_service_exposes_even_a_loopback_host(tmp_path):
@@ -492,13 +613,16 @@ def test_up_with_skipped_checks_still_warns_of_an_open_api(capsys, monkeypatch):
     assert "api-without-key" in capsys.readouterr().out
 
 
-
 def test_kubernetes_plan_errors_name_the_cluster_file(tmp_path):
     from tandem.render import renderer_for
 
-    cluster = write(tmp_path, "name: k\ntransport: k8s\nnodes:\n"
-                    "  - {name: a, address: 10.0.0.1}\n  - {name: b, address: 10.0.0.2}\n"
-                    "  - {name: c, address: 10.0.0.3, env: {NCCL_DEBUG: INFO}}\n", "k.yaml")
+    cluster = write(
+        tmp_path,
+        "name: k\ntransport: k8s\nnodes:\n"
+        "  - {name: a, address: 10.0.0.1}\n  - {name: b, address: 10.0.0.2}\n"
+        "  - {name: c, address: 10.0.0.3, env: {NCCL_DEBUG: INFO}}\n",
+        "k.yaml",
+    )
     recipe = write(tmp_path, RECIPE.replace("2}", "3}"))
     deployment = load_deployment(recipe, cluster)
     with pytest.raises(PlanError) as info:
@@ -514,23 +638,41 @@ def test_preflight_refuses_what_tandem_plan_refuses():
     plan, why_not, refused = memory_plan(deployment)
     assert plan is None and why_not is None and refused.field == "engine.serve.max_model_len"
     facts = {n.name: facts_of(n.name) for n in deployment.cluster.nodes}
-    fired = [f for f in evaluate(CheckContext(deployment=deployment, facts=facts,
-                                              plan_refused=refused))
-             if f.rule == "plan-does-not-fit"]
+    fired = [
+        f
+        for f in evaluate(CheckContext(deployment=deployment, facts=facts, plan_refused=refused))
+        if f.rule == "plan-does-not-fit"
+    ]
     assert fired and fired[0].severity == "error" and "1,048,576" in fired[0].message
 
 
 def test_up_refuses_to_launch_what_the_plan_refuses(tmp_path):
     """`tandem up` runs the preflight on this machine (loopback: no namespaces, no engine) and
     stops at the plan's refusal; `--timeout 1` bounds a regression that would launch."""
-    cluster = write(tmp_path, "name: here\ntransport: local\nlocal: {isolation: loopback}\n"
-                    "nodes:\n  - {name: n0, address: 127.0.0.1}\n"
-                    "  - {name: n1, address: 127.0.0.1}\n", "loopback.yaml")
-    recipe = write(tmp_path, (ROOT / "src/tandem/recipes/deepseek-v4-flash-dspark.yaml")
-                   .read_text().replace("max_model_len: 524288", "max_model_len: 2000000")
-                   .replace("api: 8888", "api: 18888").replace("master: 25000", "master: 35000"))
-    code, output = cli("up", str(recipe), "--cluster", str(cluster), "--timeout", "1",
-                       env={"TANDEM_HOME": str(tmp_path / "home"), "VLLM_API_KEY": "k" * 8})
+    cluster = write(
+        tmp_path,
+        "name: here\ntransport: local\nlocal: {isolation: loopback}\n"
+        "nodes:\n  - {name: n0, address: 127.0.0.1}\n"
+        "  - {name: n1, address: 127.0.0.1}\n",
+        "loopback.yaml",
+    )
+    recipe = write(
+        tmp_path,
+        (ROOT / "src/tandem/recipes/deepseek-v4-flash-dspark.yaml")
+        .read_text()
+        .replace("max_model_len: 524288", "max_model_len: 2000000")
+        .replace("api: 8888", "api: 18888")
+        .replace("master: 25000", "master: 35000"),
+    )
+    code, output = cli(
+        "up",
+        str(recipe),
+        "--cluster",
+        str(cluster),
+        "--timeout",
+        "1",
+        env={"TANDEM_HOME": str(tmp_path / "home"), "VLLM_API_KEY": "k" * 8},
+    )
     assert code == 1, output
     assert "plan-does-not-fit" in output and "1,048,576" in output
     assert "started rank" not in output

@@ -32,14 +32,20 @@ from tandem.spec.loading import builtin_recipe_names
 from tandem.spec.recipe import Recipe
 
 ROOT = Path(__file__).resolve().parents[1]
-PAIRS = {"deepseek-v4-flash-dspark": "examples/dgx-spark-eks.yaml",
-         "deepseek-v4-flash": "examples/dgx-spark-pair.yaml",
-         "tiny-local": "examples/local-netns.yaml"}
+PAIRS = {
+    "deepseek-v4-flash-dspark": "examples/dgx-spark-eks.yaml",
+    "deepseek-v4-flash": "examples/dgx-spark-pair.yaml",
+    "tiny-local": "examples/local-netns.yaml",
+}
 """Each built-in recipe with a cluster it renders on."""
 LIMIT_S = 5.0
-PROFILE = settings(max_examples=60, deadline=int(LIMIT_S * 1000), derandomize=True, database=None,
-                   suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                          HealthCheck.too_slow])
+PROFILE = settings(
+    max_examples=60,
+    deadline=int(LIMIT_S * 1000),
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def run(args: list[str]) -> tuple[int, str, float]:
@@ -61,6 +67,7 @@ def assert_one_message(code: int, output: str, seconds: float, *names: str) -> N
 
 
 # --- what a field at a path is -------------------------------------------------------------
+
 
 def _unwrap(annotation: Any) -> Any:
     """``X | None`` -> X."""
@@ -132,21 +139,30 @@ def mutated(draw, model: type[BaseModel], data: dict) -> tuple[str, bytes, str]:
     """(what, file bytes, a name the message must carry)."""
     fields = list(fields_of(model, data))
     bounded = [(p, v) for p, _, info in fields for v in beyond(info)]
-    kind = draw(st.sampled_from(["unknown key", "wrong shape", "secret", "repeated key",
-                                 "not utf-8"] + (["beyond"] if bounded else [])))
+    kind = draw(
+        st.sampled_from(
+            ["unknown key", "wrong shape", "secret", "repeated key", "not utf-8"]
+            + (["beyond"] if bounded else [])
+        )
+    )
     if kind == "unknown key":
-        parents = [p for p, a, _ in fields if _is_model(a) and isinstance(
-            _get(data, p), dict)] + [()]
+        parents = [p for p, a, _ in fields if _is_model(a) and isinstance(_get(data, p), dict)] + [
+            ()
+        ]
         parent = draw(st.sampled_from(parents))
         key = "zz_" + draw(st.text("abcdefgh_", min_size=1, max_size=8))
         target = _get(data, parent)
-        text = yaml.safe_dump(with_value(data, parent, {**target, key: 1}) if parent
-                              else {**data, key: 1})
+        text = yaml.safe_dump(
+            with_value(data, parent, {**target, key: 1}) if parent else {**data, key: 1}
+        )
         return kind, text.encode(), key
     if kind == "wrong shape":
         path, annotation, _ = draw(st.sampled_from(fields))
-        return kind, yaml.safe_dump(with_value(data, path, wrong_shape(annotation))).encode(), \
-            str(path[0])
+        return (
+            kind,
+            yaml.safe_dump(with_value(data, path, wrong_shape(annotation))).encode(),
+            str(path[0]),
+        )
     if kind == "beyond":
         path, value = draw(st.sampled_from(bounded))
         return kind, yaml.safe_dump(with_value(data, path, value)).encode(), str(path[0])
@@ -156,16 +172,22 @@ def mutated(draw, model: type[BaseModel], data: dict) -> tuple[str, bytes, str]:
             i = draw(st.integers(0, len(data["nodes"]) - 1))
             node = {**data["nodes"][i], "env": {name: "x"}}
             return kind, yaml.safe_dump(with_value(data, ("nodes", i), node)).encode(), name
-        return kind, yaml.safe_dump({**data, "env": {**data.get("env", {}), name: "x"}}).encode(), \
-            name
+        return (
+            kind,
+            yaml.safe_dump({**data, "env": {**data.get("env", {}), name: "x"}}).encode(),
+            name,
+        )
     text = yaml.safe_dump(data)
     if kind == "repeated key":
         key = draw(st.sampled_from(sorted(data)))
         return kind, (text + yaml.safe_dump({key: data[key]})).encode(), "appears twice"
     raw = text.encode()
     at = draw(st.integers(0, len(raw)))
-    return kind, raw[:at] + draw(st.sampled_from([b"\xff", b"\xe9", b"\xc3\x28"])) + raw[at:], \
-        "UTF-8"
+    return (
+        kind,
+        raw[:at] + draw(st.sampled_from([b"\xff", b"\xe9", b"\xc3\x28"])) + raw[at:],
+        "UTF-8",
+    )
 
 
 def _get(data: Any, path: tuple) -> Any:
@@ -179,8 +201,7 @@ def builtin(name: str) -> dict:
 
 
 RECIPES = {name: builtin(name) for name in builtin_recipe_names()}
-CLUSTERS = {str(ROOT / path): yaml.safe_load((ROOT / path).read_text())
-            for path in PAIRS.values()}
+CLUSTERS = {str(ROOT / path): yaml.safe_load((ROOT / path).read_text()) for path in PAIRS.values()}
 
 
 @PROFILE
@@ -207,6 +228,7 @@ def test_every_mutated_cluster_is_one_message(tmp_path_factory, data):
 
 # --- every CLI numeric option --------------------------------------------------------------
 
+
 def numeric_options() -> list[tuple[tuple[str, ...], click.Option]]:
     """(command path, option) of every option of every command that takes a number."""
     found = []
@@ -219,7 +241,8 @@ def numeric_options() -> list[tuple[tuple[str, ...], click.Option]]:
             return
         for param in command.params:
             if isinstance(param, click.Option) and isinstance(
-                    param.type, click.types.IntParamType | click.types.FloatParamType):
+                param.type, click.types.IntParamType | click.types.FloatParamType
+            ):
                 found.append((path, param))
 
     walk(cli, ())
@@ -230,8 +253,11 @@ NUMERIC = numeric_options()
 
 
 def test_every_numeric_option_declares_its_range():
-    bare = [f"{' '.join(p)} {o.opts[0]}" for p, o in NUMERIC
-            if not isinstance(o.type, click.IntRange | click.FloatRange)]
+    bare = [
+        f"{' '.join(p)} {o.opts[0]}"
+        for p, o in NUMERIC
+        if not isinstance(o.type, click.IntRange | click.FloatRange)
+    ]
     assert bare == [], "give these a click.IntRange or tandem.cli.options.FloatIn"
     assert len(NUMERIC) >= 40
 
@@ -242,12 +268,18 @@ def out_of_range(option: click.Option) -> st.SearchStrategy[str]:
     integer = isinstance(kind, click.IntRange)
     if kind.min is not None:
         low = kind.min if kind.min_open else (kind.min - 1 if integer else kind.min - 1e-6)
-        bad.append(st.integers(-10**12, math.floor(low)).map(str) if integer else
-                   st.floats(max_value=low, allow_nan=False).map(repr))
+        bad.append(
+            st.integers(-(10**12), math.floor(low)).map(str)
+            if integer
+            else st.floats(max_value=low, allow_nan=False).map(repr)
+        )
     if kind.max is not None:
         high = kind.max if kind.max_open else (kind.max + 1 if integer else kind.max + 1e-6)
-        bad.append(st.integers(math.ceil(high), 10**12).map(str) if integer else
-                   st.floats(min_value=high, allow_nan=False).map(repr))
+        bad.append(
+            st.integers(math.ceil(high), 10**12).map(str)
+            if integer
+            else st.floats(min_value=high, allow_nan=False).map(repr)
+        )
     if not integer:
         bad.append(st.just("nan"))
     if integer:
@@ -265,8 +297,9 @@ def test_every_numeric_option_out_of_range_is_one_message(data):
     assert_one_message(code, output, seconds, f"'{option.opts[0]}'")
 
 
-@pytest.mark.parametrize("path,option", NUMERIC, ids=[f"{' '.join(p)} {o.opts[0]}"
-                                                      for p, o in NUMERIC])
+@pytest.mark.parametrize(
+    "path,option", NUMERIC, ids=[f"{' '.join(p)} {o.opts[0]}" for p, o in NUMERIC]
+)
 def test_each_numeric_option_refuses_text(path, option):
     code, output, seconds = run([*path, option.opts[0], "lots"])
     assert_one_message(code, output, seconds, f"'{option.opts[0]}'")

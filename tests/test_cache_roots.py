@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from factories import make_deployment
+
 from tandem import caches
 from tandem.backends.runtimes import VenvRuntime
 from tandem.rankplan import plan_ranks
@@ -24,8 +25,12 @@ def test_purge_of_a_stopped_deployment_removes_every_ranks_root(tmp_path: Path):
         (folder / "m.json").write_text("{}")
     other = caches.local_root(tmp_path, "other", 0)
     other.mkdir(parents=True)
-    result = subprocess.run([*TANDEM, "down", "tiny-local", "--purge-caches"], text=True,
-                            capture_output=True, env={**os.environ, "TANDEM_HOME": str(tmp_path)})
+    result = subprocess.run(
+        [*TANDEM, "down", "tiny-local", "--purge-caches"],
+        text=True,
+        capture_output=True,
+        env={**os.environ, "TANDEM_HOME": str(tmp_path)},
+    )
     assert result.returncode == 0, result.stderr
     assert "compile caches removed" in result.stdout
     assert not (tmp_path / "caches" / "tiny-local").exists() and other.is_dir()

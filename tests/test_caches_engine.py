@@ -42,8 +42,9 @@ def test_each_rank_writes_its_own_cache_root_kept_apart_from_the_run_dir(tiny_de
 def test_check_finds_a_cache_planted_on_one_rank_with_the_fix(tiny_deployment):
     findings = parity_findings(tiny_deployment)
     assert [f["severity"] for f in findings] == ["info"], findings
-    planted = roots(tiny_deployment)[1] / "vllm" / "torch_compile_cache" / "torch_aot_compile" \
-        / DIGEST
+    planted = (
+        roots(tiny_deployment)[1] / "vllm" / "torch_compile_cache" / "torch_aot_compile" / DIGEST
+    )
     (planted / "rank_1_0").mkdir(parents=True)
     try:
         findings = parity_findings(tiny_deployment)

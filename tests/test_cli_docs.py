@@ -12,11 +12,24 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 
 def test_the_checked_in_cli_reference_is_current():
     assert DOCS.read_text(encoding="utf-8") == cli_reference(), (
-        "docs/cli.md is stale: run `.venv/bin/python -m tandem.cli.helpdoc` and commit it")
+        "docs/cli.md is stale: run `.venv/bin/python -m tandem.cli.helpdoc` and commit it"
+    )
 
 
 def test_the_reference_covers_every_command_and_subcommand():
     text = DOCS.read_text(encoding="utf-8")
-    for command in ("plan", "check", "render", "up", "status", "logs", "down", "bench",
-                    "bench run", "bench compare", "eval gpqa", "model tiny"):
+    for command in (
+        "plan",
+        "check",
+        "render",
+        "up",
+        "status",
+        "logs",
+        "down",
+        "bench",
+        "bench run",
+        "bench compare",
+        "eval gpqa",
+        "model tiny",
+    ):
         assert f"## `tandem {command}`" in text

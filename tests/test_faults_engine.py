@@ -59,9 +59,23 @@ def test_a_stopped_worker_is_stalled_within_10_s_and_healthy_again(tiny_deployme
 def test_killed_processes_and_a_deleted_namespace_under_supervise(tmp_path, tiny_hf_home):
     out = tmp_path / "faults.json"
     kinds = "worker-main,leader-engine,worker-netns"
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks/faults.py"), "--kinds", kinds,
-                          "--hf-home", str(tiny_hf_home), "--home", str(tmp_path / "home"),
-                          "--json", str(out)], capture_output=True, text=True, timeout=2400)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks/faults.py"),
+            "--kinds",
+            kinds,
+            "--hf-home",
+            str(tiny_hf_home),
+            "--home",
+            str(tmp_path / "home"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     assert out.exists(), run.stdout + run.stderr
     result = json.loads(out.read_text())
     for outcome in result["outcomes"]:

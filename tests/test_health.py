@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import pytest
-
 from factories import make_deployment
+
 from tandem.backends.base import ProcessFact, RankObservation
 from tandem.backends.launch import new_state
 from tandem.backends.state import ProcessRecord, RankState
 from tandem.health import ApiFacts, ProgressTracker, Verdict, error_signature, judge
 from tandem.rankplan import plan_ranks
 
-LEADER = [ProcessRecord(pid=10, name="vllm"), ProcessRecord(pid=11, name="VLLM::EngineCore"),
-          ProcessRecord(pid=12, name="VLLM::Worker_TP0")]
+LEADER = [
+    ProcessRecord(pid=10, name="vllm"),
+    ProcessRecord(pid=11, name="VLLM::EngineCore"),
+    ProcessRecord(pid=12, name="VLLM::Worker_TP0"),
+]
 WORKER = [ProcessRecord(pid=20, name="vllm"), ProcessRecord(pid=21, name="VLLM::Worker_TP1")]
 ANSWERS = ApiFacts(health_status=200, canary="ok")
 
@@ -20,19 +23,31 @@ ANSWERS = ApiFacts(health_status=200, canary="ok")
 def state(ready: bool = True):
     deployment = make_deployment()
     s = new_state(plan_ranks(deployment), deployment, backend="local")
-    s.ranks = [RankState(rank=0, node="n0", role="leader", address="a", pid=10, log="-",
-                         processes=LEADER),
-               RankState(rank=1, node="n1", role="worker", address="b", pid=20, log="-",
-                         processes=WORKER)]
+    s.ranks = [
+        RankState(rank=0, node="n0", role="leader", address="a", pid=10, log="-", processes=LEADER),
+        RankState(rank=1, node="n1", role="worker", address="b", pid=20, log="-", processes=WORKER),
+    ]
     s.ready = ready
     return s
 
 
-def seen(rank: int, records: list[ProcessRecord], *, drop: int | None = None,
-         stop: int | None = None, log: list[str] | None = None) -> RankObservation:
-    return RankObservation(rank=rank, log_since_ready=log or [], processes=[
-        ProcessFact(pid=p.pid, name=p.name, state="T" if p.pid == stop else "S")
-        for p in records if p.pid != drop])
+def seen(
+    rank: int,
+    records: list[ProcessRecord],
+    *,
+    drop: int | None = None,
+    stop: int | None = None,
+    log: list[str] | None = None,
+) -> RankObservation:
+    return RankObservation(
+        rank=rank,
+        log_since_ready=log or [],
+        processes=[
+            ProcessFact(pid=p.pid, name=p.name, state="T" if p.pid == stop else "S")
+            for p in records
+            if p.pid != drop
+        ],
+    )
 
 
 def facts():
@@ -45,11 +60,13 @@ def test_all_alive_and_answering_is_healthy():
     assert [r.health.state for r in report.ranks] == ["healthy", "healthy"]
 
 
-@pytest.mark.parametrize("rank, records, pid", [
-    (1, WORKER, 20), (1, WORKER, 21), (0, LEADER, 11), (0, LEADER, 12)])
+@pytest.mark.parametrize(
+    "rank, records, pid", [(1, WORKER, 20), (1, WORKER, 21), (0, LEADER, 11), (0, LEADER, 12)]
+)
 def test_a_lost_process_under_a_200_health_is_degraded_and_names_it(rank, records, pid):
-    report = judge(state(), facts() | {rank: seen(rank, records, drop=pid)},
-                   ApiFacts(health_status=200))
+    report = judge(
+        state(), facts() | {rank: seen(rank, records, drop=pid)}, ApiFacts(health_status=200)
+    )
     assert report.verdict is Verdict.DEGRADED and report.rank == rank
     name = next(p.name for p in records if p.pid == pid)
     assert f"{name} (pid {pid})" in report.reason and "gone" in report.reason
@@ -63,8 +80,11 @@ def test_a_dead_worker_rank_is_degraded_while_the_leader_answers():
 
 
 def test_a_dead_leader_main_process_is_down():
-    report = judge(state(), facts() | {0: RankObservation(rank=0)},
-                   ApiFacts(health_error="GET /health: ConnectError"))
+    report = judge(
+        state(),
+        facts() | {0: RankObservation(rank=0)},
+        ApiFacts(health_error="GET /health: ConnectError"),
+    )
     assert report.verdict is Verdict.DOWN and report.rank == 0
 
 
@@ -96,15 +116,23 @@ def test_frozen_counters_under_load_are_stalled_only_after_the_stall_time():
     assert report.verdict is Verdict.STALLED and "3 request(s) running" in report.reason
 
 
-@pytest.mark.parametrize("line, meaning", [
-    ("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
-     "the engine died"),
-    ("[rank1]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: "
-     "WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds", "NCCL"),
-    ("RuntimeError: CUDA error: an illegal memory access was encountered", "CUDA"),
-    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out of memory"),
-    ("[kernel] Out of memory: Killed process 4242 (VLLM::Worker_TP)", "out of memory"),
-])
+@pytest.mark.parametrize(
+    "line, meaning",
+    [
+        (
+            "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+            "the engine died",
+        ),
+        (
+            "[rank1]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds",
+            "NCCL",
+        ),
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", "CUDA"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out of memory"),
+        ("[kernel] Out of memory: Killed process 4242 (VLLM::Worker_TP)", "out of memory"),
+    ],
+)
 def test_error_signatures_in_a_rank_log_are_named_with_the_line(line, meaning):
     found = error_signature(["INFO all fine", line])
     assert found and meaning in found[0] and found[1] == line
@@ -113,8 +141,15 @@ def test_error_signatures_in_a_rank_log_are_named_with_the_line(line, meaning):
 
 
 def test_ordinary_log_lines_are_no_error():
-    assert error_signature(["INFO 12-01 Avg prompt throughput: 0.0 tokens/s",
-                            "WARNING max_num_batched_tokens is small"]) is None
+    assert (
+        error_signature(
+            [
+                "INFO 12-01 Avg prompt throughput: 0.0 tokens/s",
+                "WARNING max_num_batched_tokens is small",
+            ]
+        )
+        is None
+    )
 
 
 def test_not_ready_with_processes_is_starting_and_with_a_dead_rank_down():
@@ -129,8 +164,9 @@ def test_no_rank_running_is_down():
 
 
 def test_an_unreachable_node_degrades_with_the_ssh_error():
-    report = judge(state(), facts() | {1: RankObservation(rank=1, unreachable="no route to host")},
-                   ANSWERS)
+    report = judge(
+        state(), facts() | {1: RankObservation(rank=1, unreachable="no route to host")}, ANSWERS
+    )
     assert report.verdict is Verdict.DEGRADED and report.rank == 1
     assert report.evidence == "no route to host"
 

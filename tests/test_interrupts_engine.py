@@ -19,8 +19,11 @@ import pytest
 
 from tandem.backends.processes import marked_processes
 
-pytestmark = [pytest.mark.engine, pytest.mark.netns,
-              pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")]
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+]
 
 NAME = "interrupted"
 CLUSTER = """\
@@ -40,9 +43,15 @@ def files(tmp_path_factory, tiny_hf_home):
     folder = tmp_path_factory.mktemp("interrupts")
     recipe = Path(__file__).parents[1] / "src/tandem/recipes/tiny-local.yaml"
     (folder / "recipe.yaml").write_text(
-        recipe.read_text().replace("name: tiny-local", f"name: {NAME}", 1))
+        recipe.read_text().replace("name: tiny-local", f"name: {NAME}", 1)
+    )
     (folder / "cluster.yaml").write_text(CLUSTER)
-    env = {**os.environ, "HF_HOME": str(tiny_hf_home), "TANDEM_HOME": str(folder / "home")}
+    env = {
+        **os.environ,
+        "HF_HOME": str(tiny_hf_home),
+        "TANDEM_HOME": str(folder / "home"),
+        "PYTHONUNBUFFERED": "1",
+    }  # each line as it is printed: the test acts on them
     env.pop("VLLM_API_KEY", None)
     return folder, env
 
@@ -52,11 +61,17 @@ def namespaces(prefix: str) -> list[str]:
     return [line.split()[0] for line in listed.splitlines() if line.startswith(prefix)]
 
 
-def interrupt(argv: list[str], env: dict, *, when: str, sig: int, timeout_s: float = 300
-              ) -> tuple[int, str, int]:
+def interrupt(
+    argv: list[str], env: dict, *, when: str, sig: int, timeout_s: float = 300
+) -> tuple[int, str, int]:
     """Run a tandem command, send ``sig`` once its output shows ``when``; (code, output, pid)."""
-    proc = subprocess.Popen([sys.executable, "-m", "tandem.cli", *argv], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tandem.cli", *argv],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     seen = []
     deadline = time.monotonic() + timeout_s
     for line in proc.stdout:
@@ -87,8 +102,7 @@ def test_a_signal_in_the_preflight_removes_its_namespaces_before_exit(files, sig
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_while_the_ranks_boot_stops_them_and_forgets_the_state(files, sig):
     folder, env = files
-    code, out, _ = interrupt(up_argv(folder, "--skip-checks"), env, when="started rank 0",
-                             sig=sig)
+    code, out, _ = interrupt(up_argv(folder, "--skip-checks"), env, when="started rank 0", sig=sig)
     assert code != 0 and "start-up failed: stopping every rank" in out, out
     assert marked_processes(NAME) == {}
     assert namespaces(f"tdm-{NAME}-") == []
@@ -98,8 +112,13 @@ def test_a_signal_while_the_ranks_boot_stops_them_and_forgets_the_state(files, s
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_during_check_fabric_removes_its_namespaces(files, sig):
     folder, env = files
-    argv = ["check", str(folder / "recipe.yaml"), "--cluster", str(folder / "cluster.yaml"),
-            "--fabric"]
+    argv = [
+        "check",
+        str(folder / "recipe.yaml"),
+        "--cluster",
+        str(folder / "cluster.yaml"),
+        "--fabric",
+    ]
     code, out, pid = interrupt(argv, env, when="built throw-away namespaces", sig=sig)
     assert code != 0, out
     assert namespaces(f"tdm-chk{pid}-") == []
@@ -108,26 +127,47 @@ def test_a_signal_during_check_fabric_removes_its_namespaces(files, sig):
 def test_what_sigkill_leaves_the_next_command_removes_and_up_comes_up(files):
     folder, env = files
     removed = f"removing what a killed check of '{NAME}' left"
-    _, _, check_pid = interrupt(["check", str(folder / "recipe.yaml"), "--cluster",
-                                 str(folder / "cluster.yaml"), "--fabric"], env,
-                                when="built throw-away namespaces", sig=signal.SIGKILL)
+    _, _, check_pid = interrupt(
+        [
+            "check",
+            str(folder / "recipe.yaml"),
+            "--cluster",
+            str(folder / "cluster.yaml"),
+            "--fabric",
+        ],
+        env,
+        when="built throw-away namespaces",
+        sig=signal.SIGKILL,
+    )
     assert namespaces(f"tdm-chk{check_pid}-")
-    _, out, preflight_pid = interrupt(up_argv(folder), env, when="built throw-away namespaces",
-                                      sig=signal.SIGKILL)
+    _, out, preflight_pid = interrupt(
+        up_argv(folder), env, when="built throw-away namespaces", sig=signal.SIGKILL
+    )
     assert removed in out and namespaces(f"tdm-chk{check_pid}-") == [], out
     assert namespaces(f"tdm-chk{preflight_pid}-")
-    _, out, up_pid = interrupt(up_argv(folder, "--skip-checks"), env, when="started rank 0",
-                               sig=signal.SIGKILL)
+    _, out, up_pid = interrupt(
+        up_argv(folder, "--skip-checks"), env, when="started rank 0", sig=signal.SIGKILL
+    )
     assert removed in out and namespaces(f"tdm-chk{preflight_pid}-") == [], out
     assert marked_processes(NAME)  # the killed up's ranks boot on
-    up = subprocess.run([sys.executable, "-m", "tandem.cli", *up_argv(folder)], env=env,
-                        capture_output=True, text=True, timeout=900)
+    up = subprocess.run(
+        [sys.executable, "-m", "tandem.cli", *up_argv(folder)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert f"clearing what an interrupted `up` of '{NAME}' (pid {up_pid}) left" in up.stdout
         assert "ready at" in up.stdout
     finally:
-        down = subprocess.run([sys.executable, "-m", "tandem.cli", "down", NAME], env=env,
-                              capture_output=True, text=True, timeout=300)
+        down = subprocess.run(
+            [sys.executable, "-m", "tandem.cli", "down", NAME],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert down.returncode == 0, down.stdout + down.stderr
     assert marked_processes(NAME) == {} and namespaces(f"tdm-{NAME}-") == []

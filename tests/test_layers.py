@@ -22,7 +22,7 @@ name a tandem module (the ``"module:Name"`` registries loaded with ``importlib``
 ``importlib.import_module("tandem.plan")``), since those are imports a reader cannot see.
 
 ``KNOWN_UPWARD`` lists the arrows that run up today (``shared/research/aesthetics-review.md``
-section 1.2, and two the health model added; issue 18, step 1 removes them). A new upward import fails
+section 1.2, and those added since; issue 18, step 1 removes them). A new upward import fails
 ``test_no_new_import_points_up``; removing a known one fails the test that they still exist
 until its entry goes too, so the list stays the truth.
 """
@@ -38,42 +38,74 @@ import pytest
 SRC = Path(__file__).parents[1] / "src"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("tandem.errors", "tandem.wire", "tandem.redact", "tandem.interrupts",
-                    "tandem.liveness", "tandem.vllm_metrics")),
+    (
+        "foundation",
+        (
+            "tandem.errors",
+            "tandem.wire",
+            "tandem.redact",
+            "tandem.interrupts",
+            "tandem.liveness",
+            "tandem.vllm_metrics",
+        ),
+    ),
     ("spec", ("tandem.spec", "tandem.recipes")),
-    ("core", ("tandem.rankplan", "tandem.caches", "tandem.plan", "tandem.render",
-              "tandem.check")),
+    ("core", ("tandem.rankplan", "tandem.caches", "tandem.plan", "tandem.render", "tandem.check")),
     ("readiness", ("tandem.readiness",)),
     ("backends", ("tandem.backends",)),
     ("lifecycle", ("tandem.lifecycle", "tandem.health", "tandem.supervisor")),
-    ("tools", ("tandem.bench", "tandem.eval", "tandem.watch", "tandem.report",
-               "tandem.tinymodel", "tandem.shapemodel")),
+    (
+        "tools",
+        (
+            "tandem.bench",
+            "tandem.eval",
+            "tandem.watch",
+            "tandem.report",
+            "tandem.tinymodel",
+            "tandem.shapemodel",
+        ),
+    ),
     ("surface", ("tandem.cli", "tandem")),
 ]
 """Layer name and the modules in it (a name covers its submodules; ``tandem`` alone is the
 package's ``__init__``, the public API)."""
 
 KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("tandem.plan.calibrate", "tandem.backends.state"):
-        "BootFigures lives beside the state file's I/O (review 1.2, arrow 1)",
-    ("tandem.plan.status", "tandem.backends.state"):
-        "BootFigures lives beside the state file's I/O (review 1.2, arrow 1)",
-    ("tandem.plan.calibrate", "tandem.readiness"):
-        "the vLLM boot-log parser (BootLog) lives in readiness, with httpx (review 1.2, root "
-        "cause)",
-    ("tandem.readiness", "tandem.backends.state"):
-        "BootFigures and PhaseMark live beside the state file's I/O (review 1.2, arrow 2)",
-    ("tandem.check.preflight", "tandem.backends.netns"):
-        "run_check builds throw-away namespaces: an orchestrator, a peer of lifecycle.up, living "
-        "in check/ (review 1.2, arrow 3)",
-    ("tandem.check.transport", "tandem.backends.ssh_check"):
-        "the TRANSPORTS string registry names the ssh node transport (review 1.2, hidden imports)",
-    ("tandem.check.transport", "tandem.backends.k8s_check"):
-        "the TRANSPORTS string registry names the k8s node transport (review 1.2, hidden imports)",
+    (
+        "tandem.plan.calibrate",
+        "tandem.backends.state",
+    ): "BootFigures lives beside the state file's I/O (review 1.2, arrow 1)",
+    (
+        "tandem.plan.status",
+        "tandem.backends.state",
+    ): "BootFigures lives beside the state file's I/O (review 1.2, arrow 1)",
+    (
+        "tandem.plan.calibrate",
+        "tandem.readiness",
+    ): "the vLLM boot-log parser (BootLog) lives in readiness, with httpx (review 1.2, root cause)",
+    (
+        "tandem.readiness",
+        "tandem.backends.state",
+    ): "BootFigures and PhaseMark live beside the state file's I/O (review 1.2, arrow 2)",
+    (
+        "tandem.check.preflight",
+        "tandem.backends.netns",
+    ): "run_check builds throw-away namespaces: an orchestrator, a peer of lifecycle.up, living "
+    "in check/ (review 1.2, arrow 3)",
+    (
+        "tandem.check.transport",
+        "tandem.backends.ssh_check",
+    ): "the TRANSPORTS string registry names the ssh node transport (review 1.2, hidden imports)",
+    (
+        "tandem.check.transport",
+        "tandem.backends.k8s_check",
+    ): "the TRANSPORTS string registry names the k8s node transport (review 1.2, hidden imports)",
     # two more, from the health model (28ecd9a, after the review)
-    ("tandem.check.preflight", "tandem.backends.state"):
-        "run_check enters a running deployment's namespaces only when this state folder owns "
-        "them: the same orchestrator as arrow 3",
+    (
+        "tandem.check.preflight",
+        "tandem.backends.state",
+    ): "run_check enters a running deployment's namespaces only when this state folder owns "
+    "them: the same orchestrator as arrow 3",
 }
 """Upward arrows of today, each with why it exists; none may be added."""
 
@@ -127,13 +159,19 @@ def layer_of(module: str) -> int:
 
 def import_graph() -> dict[str, set[str]]:
     known = set(MODULES)
-    return {module: imported_modules(module, path.read_text(), known)
-            for module, path in MODULES.items()}
+    return {
+        module: imported_modules(module, path.read_text(), known)
+        for module, path in MODULES.items()
+    }
 
 
 def upward(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
-    return {(src, dst) for src, targets in graph.items() for dst in targets
-            if layer_of(dst) > layer_of(src)}
+    return {
+        (src, dst)
+        for src, targets in graph.items()
+        for dst in targets
+        if layer_of(dst) > layer_of(src)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -147,8 +185,10 @@ def test_every_module_is_in_a_layer():
 
 
 def test_no_new_import_points_up(graph):
-    new = {arrow: f"{LAYERS[layer_of(arrow[0])][0]} -> {LAYERS[layer_of(arrow[1])][0]}"
-           for arrow in upward(graph) - set(KNOWN_UPWARD)}
+    new = {
+        arrow: f"{LAYERS[layer_of(arrow[0])][0]} -> {LAYERS[layer_of(arrow[1])][0]}"
+        for arrow in upward(graph) - set(KNOWN_UPWARD)
+    }
     assert new == {}, "imports that run from a lower layer to a higher one"
 
 
@@ -157,21 +197,36 @@ def test_known_upward_imports_still_exist(graph):
     assert gone == set(), "fixed: remove these from KNOWN_UPWARD"
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("from tandem import wire", {"tandem.wire"}),
-    ("from tandem.backends.state import BootFigures", {"tandem.backends.state"}),
-    ("import tandem.cli", {"tandem.cli"}),
-    ("def f():\n    from ...cli import main", {"tandem.cli"}),
-    ("TRANSPORTS = {'ssh': 'tandem.backends.ssh_check:SSHNodeTransport'}",
-     {"tandem.backends.ssh_check"}),
-    ("LABEL = 'tandem.deployment'", set()),  # a label, not a module
-], ids=["from the package", "from a module", "plain import", "relative, inside a function",
-        "a registry string", "a string that names no module"])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("from tandem import wire", {"tandem.wire"}),
+        ("from tandem.backends.state import BootFigures", {"tandem.backends.state"}),
+        ("import tandem.cli", {"tandem.cli"}),
+        ("def f():\n    from ...cli import main", {"tandem.cli"}),
+        (
+            "TRANSPORTS = {'ssh': 'tandem.backends.ssh_check:SSHNodeTransport'}",
+            {"tandem.backends.ssh_check"},
+        ),
+        ("LABEL = 'tandem.deployment'", set()),  # a label, not a module
+    ],
+    ids=[
+        "from the package",
+        "from a module",
+        "plain import",
+        "relative, inside a function",
+        "a registry string",
+        "a string that names no module",
+    ],
+)
 def test_imports_are_read_from_the_source(source, expected):
     assert imported_modules("tandem.check.rules", source, set(MODULES)) == expected
 
 
 def test_an_upward_import_is_caught():
-    graph = {"tandem.errors": imported_modules("tandem.errors", "from tandem.cli import main",
-                                               set(MODULES))}
+    graph = {
+        "tandem.errors": imported_modules(
+            "tandem.errors", "from tandem.cli import main", set(MODULES)
+        )
+    }
     assert upward(graph) == {("tandem.errors", "tandem.cli")}

@@ -16,17 +16,28 @@ from tandem import liveness, wire
 
 
 def probe(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", inspect.getsource(liveness), *args],
-                          capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-c", inspect.getsource(liveness), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 @pytest.fixture
 def worker_process():
     """A process renamed like vLLM's worker, marked as a rank's processes are."""
     env = {**os.environ, wire.TANDEM_DEPLOYMENT: "probe-test", wire.SPT_NOENV: "1"}
-    proc = subprocess.Popen([sys.executable, "-c", "import setproctitle, time; "
-                             "setproctitle.setproctitle('VLLM::Worker_TP1'); time.sleep(60)"],
-                            env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import setproctitle, time; "
+            "setproctitle.setproctitle('VLLM::Worker_TP1'); time.sleep(60)",
+        ],
+        env=env,
+    )
     time.sleep(1)
     yield proc
     proc.kill()
@@ -50,21 +61,34 @@ def test_a_pod_without_its_worker_process_is_not_alive():
 
 
 def test_metrics_sum_the_token_counters_over_engines():
-    text = ('# HELP vllm:prompt_tokens_total x\nvllm:prompt_tokens_total{engine="0"} 10.0\n'
-            'vllm:prompt_tokens_total{engine="1"} 5.0\nvllm:generation_tokens_total 7.0\n'
-            'vllm:num_requests_running{engine="0"} 2.0\nvllm:other 1\n')
-    assert liveness.metrics(text) == {"vllm:prompt_tokens_total": 15.0,
-                                      "vllm:generation_tokens_total": 7.0,
-                                      "vllm:num_requests_running": 2.0}
+    text = (
+        '# HELP vllm:prompt_tokens_total x\nvllm:prompt_tokens_total{engine="0"} 10.0\n'
+        'vllm:prompt_tokens_total{engine="1"} 5.0\nvllm:generation_tokens_total 7.0\n'
+        'vllm:num_requests_running{engine="0"} 2.0\nvllm:other 1\n'
+    )
+    assert liveness.metrics(text) == {
+        "vllm:prompt_tokens_total": 15.0,
+        "vllm:generation_tokens_total": 7.0,
+        "vllm:num_requests_running": 2.0,
+    }
 
 
 @pytest.mark.engine
 def test_the_leader_probe_passes_on_the_real_deployment(tiny_deployment, tmp_path):
     status = json.loads(tiny_deployment.tandem("status", "--json").stdout)
     env = {**tiny_deployment.env}
-    result = probe("leader", "--deployment", tiny_deployment.name, "--url",
-                   tiny_deployment.endpoint, "--model", status["model"], "--state-file",
-                   str(tmp_path / "state.json"), env=env)
+    result = probe(
+        "leader",
+        "--deployment",
+        tiny_deployment.name,
+        "--url",
+        tiny_deployment.endpoint,
+        "--model",
+        status["model"],
+        "--state-file",
+        str(tmp_path / "state.json"),
+        env=env,
+    )
     assert result.returncode == 0 and result.stdout.strip() == "alive", result.stdout
     worker = probe("worker", "--deployment", tiny_deployment.name, env=env)
     assert worker.returncode == 0, worker.stdout

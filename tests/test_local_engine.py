@@ -20,18 +20,32 @@ pytestmark = pytest.mark.engine
 
 
 def chat(deployment, *, stream: bool, max_tokens: int = 12):
-    body = {"model": deployment.model, "max_tokens": max_tokens, "temperature": 0,
-            "messages": [{"role": "user", "content": "Name two planets."}]}
+    body = {
+        "model": deployment.model,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": "Name two planets."}],
+    }
     if stream:
         body |= {"stream": True, "stream_options": {"include_usage": True}}
-    return httpx.post(f"{deployment.endpoint}/v1/chat/completions", json=body, timeout=120,
-                      headers={"Authorization": f"Bearer {deployment.env['VLLM_API_KEY']}"})
+    return httpx.post(
+        f"{deployment.endpoint}/v1/chat/completions",
+        json=body,
+        timeout=120,
+        headers={"Authorization": f"Bearer {deployment.env['VLLM_API_KEY']}"},
+    )
 
 
 def test_up_shows_phases_and_a_real_answer(tiny_deployment):
     out = tiny_deployment.up_output
-    for phase in ("rendezvous", "weights loaded", "kv cache sized", "health 200",
-                  "model listed", "answered"):
+    for phase in (
+        "rendezvous",
+        "weights loaded",
+        "kv cache sized",
+        "health 200",
+        "model listed",
+        "answered",
+    ):
         assert phase in out, out
     assert "ready at" in out and "first answer" in out
 
@@ -49,8 +63,11 @@ def test_non_streaming_chat_completion(tiny_deployment):
 def test_streaming_chat_completion(tiny_deployment):
     response = chat(tiny_deployment, stream=True)
     assert response.status_code == 200
-    events = [line.removeprefix("data: ") for line in response.text.splitlines()
-              if line.startswith("data: ")]
+    events = [
+        line.removeprefix("data: ")
+        for line in response.text.splitlines()
+        if line.startswith("data: ")
+    ]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
@@ -70,7 +87,9 @@ def test_status_json_has_endpoint_and_rank_states(tiny_deployment):
     status = json.loads(tiny_deployment.tandem("status", "--json").stdout)
     assert status["endpoint"] == tiny_deployment.endpoint and status["healthy"] is True
     assert [(r["rank"], r["role"], r["state"]) for r in status["ranks"]] == [
-        (0, "leader", "running"), (1, "worker", "running")]
+        (0, "leader", "running"),
+        (1, "worker", "running"),
+    ]
     assert status["boot"]["kv_cache_tokens"] > 0
 
 

@@ -40,9 +40,24 @@ def test_rank_failing_at_start_stops_every_rank_and_prints_the_cause(tmp_path, t
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(CLUSTER)
     env = {**os.environ, "HF_HOME": str(tiny_hf_home), "TANDEM_HOME": str(tmp_path / "home")}
-    result = subprocess.run([sys.executable, "-m", "tandem.cli", "up", str(recipe), "--cluster", str(cluster),
-                             "--timeout", "400", "--skip-checks"], env=env, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tandem.cli",
+            "up",
+            str(recipe),
+            "--cluster",
+            str(cluster),
+            "--timeout",
+            "400",
+            "--skip-checks",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 2
     assert "exited with status" in result.stderr
     assert "LocalEntryNotFoundError" in result.stderr

@@ -30,21 +30,32 @@ time.sleep(120)
 
 
 def start_rank(tmp_path, *, launch="L1", noenv=True, script=RENAMED_CHILD, extra_env=None):
-    env = {**os.environ, wire.TANDEM_DEPLOYMENT: "dep", wire.TANDEM_RANK: "1",
-           wire.TANDEM_LAUNCH: launch, **(extra_env or {})}
+    env = {
+        **os.environ,
+        wire.TANDEM_DEPLOYMENT: "dep",
+        wire.TANDEM_RANK: "1",
+        wire.TANDEM_LAUNCH: launch,
+        **(extra_env or {}),
+    }
     env.pop(wire.SPT_NOENV, None)
     if noenv:
         env[wire.SPT_NOENV] = "1"
-    main = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    main = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     child = int(main.stdout.readline())
     time.sleep(0.5)  # the renames are done
     return main, child
 
 
 def owner(main, launch="L1"):
-    return RankOwner(deployment="dep", rank=1, launch=launch, session=main.pid,
-                     started_after_s=time.time() - 60)
+    return RankOwner(
+        deployment="dep", rank=1, launch=launch, session=main.pid, started_after_s=time.time() - 60
+    )
 
 
 @pytest.fixture
@@ -83,9 +94,16 @@ def test_a_renamed_child_is_found_by_its_session_after_the_main_process_died(tmp
 
 def test_a_decoy_with_the_same_name_but_another_launch_is_not_touched(tmp_path, cleanup):
     mine, _ = start_rank(tmp_path, launch="L1")
-    decoy = subprocess.Popen(["sleep", "60"], start_new_session=True, env={
-        **os.environ, wire.TANDEM_DEPLOYMENT: "dep", wire.TANDEM_RANK: "1",
-        wire.TANDEM_LAUNCH: "other"})
+    decoy = subprocess.Popen(
+        ["sleep", "60"],
+        start_new_session=True,
+        env={
+            **os.environ,
+            wire.TANDEM_DEPLOYMENT: "dep",
+            wire.TANDEM_RANK: "1",
+            wire.TANDEM_LAUNCH: "other",
+        },
+    )
     cleanup += [mine, decoy]
     found = {p.pid for p in processes.owned([owner(mine)])[1]}
     assert mine.pid in found and decoy.pid not in found
@@ -102,14 +120,17 @@ time.sleep(120)
 """
 
 
-def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_with_progress(tmp_path,
-                                                                                cleanup):
+def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_with_progress(tmp_path, cleanup):
     main, _ = start_rank(tmp_path, script=IGNORES_TERM)
     cleanup.append(main)
     notes: list[str] = []
     started = time.monotonic()
-    survivors = processes.stop(lambda: processes.owned([owner(main)])[1], groups=[main.pid],
-                               grace_s=6, on_progress=notes.append)
+    survivors = processes.stop(
+        lambda: processes.owned([owner(main)])[1],
+        groups=[main.pid],
+        grace_s=6,
+        on_progress=notes.append,
+    )
     assert survivors == [] and time.monotonic() - started >= 6
     assert any("waiting for 1 process(es)" in n for n in notes)
     assert any("sending SIGKILL" in n for n in notes)
@@ -118,15 +139,24 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_with_progress(
 def test_only_the_resource_tracker_left_means_no_waiting(tmp_path, cleanup):
     # multiprocessing's resource tracker ignores SIGTERM; its cmdline names it.
     script = IGNORES_TERM.replace("import signal", "import signal  # resource_tracker")
-    main = subprocess.Popen([sys.executable, "-c", script + "\n# resource_tracker"],
-                            start_new_session=True, stdout=subprocess.PIPE, env={
-                                **os.environ, wire.TANDEM_DEPLOYMENT: "dep",
-                                wire.TANDEM_RANK: "1", wire.TANDEM_LAUNCH: "L1"})
+    main = subprocess.Popen(
+        [sys.executable, "-c", script + "\n# resource_tracker"],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        env={
+            **os.environ,
+            wire.TANDEM_DEPLOYMENT: "dep",
+            wire.TANDEM_RANK: "1",
+            wire.TANDEM_LAUNCH: "L1",
+        },
+    )
     cleanup.append(main)
     main.stdout.readline()
     started = time.monotonic()
-    assert processes.stop(lambda: processes.owned([owner(main)])[1], groups=[main.pid],
-                          grace_s=30) == []
+    assert (
+        processes.stop(lambda: processes.owned([owner(main)])[1], groups=[main.pid], grace_s=30)
+        == []
+    )
     assert time.monotonic() - started < 5
 
 
@@ -143,11 +173,16 @@ def test_a_stopped_process_is_continued_so_sigterm_ends_it(tmp_path, cleanup):
 
 def test_hurry_skips_the_grace(tmp_path, cleanup):
     from tandem.interrupts import Hurry
+
     main, _ = start_rank(tmp_path, script=IGNORES_TERM)
     cleanup.append(main)
     started = time.monotonic()
-    processes.stop(lambda: processes.owned([owner(main)])[1], groups=[main.pid], grace_s=30,
-                   hurry=Hurry(requested=True))
+    processes.stop(
+        lambda: processes.owned([owner(main)])[1],
+        groups=[main.pid],
+        grace_s=30,
+        hurry=Hurry(requested=True),
+    )
     assert time.monotonic() - started < 5
 
 
@@ -167,6 +202,13 @@ def test_orphans_of_a_dead_main_process_get_only_the_short_grace(tmp_path, clean
     os.kill(main.pid, signal.SIGKILL)
     main.wait(timeout=10)
     started = time.monotonic()
-    assert processes.stop(lambda: processes.owned([owner(main)])[1], groups=[main.pid],
-                          grace_s=30, orphan_grace_s=2) == []
+    assert (
+        processes.stop(
+            lambda: processes.owned([owner(main)])[1],
+            groups=[main.pid],
+            grace_s=30,
+            orphan_grace_s=2,
+        )
+        == []
+    )
     assert time.monotonic() - started < 8 and not processes.is_alive(child)

@@ -8,8 +8,11 @@ import tandem.eval
 
 
 def public_names(module) -> list[str]:
-    return sorted(n for n in vars(module) if not n.startswith("_") and not
-                  isinstance(vars(module)[n], type(tandem)))
+    return sorted(
+        n
+        for n in vars(module)
+        if not n.startswith("_") and not isinstance(vars(module)[n], type(tandem))
+    )
 
 
 def test_all_is_sorted_and_complete():

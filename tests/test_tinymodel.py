@@ -16,12 +16,12 @@ from click.testing import CliRunner
 
 pytest.importorskip("transformers")
 
-from huggingface_hub import snapshot_download  # noqa: E402
-from transformers import AutoConfig, AutoTokenizer  # noqa: E402
+from huggingface_hub import snapshot_download
+from transformers import AutoConfig, AutoTokenizer
 
-from tandem.cli.model import model_command  # noqa: E402
-from tandem.errors import SpecError  # noqa: E402
-from tandem.tinymodel import ARCHITECTURES, TinyModel, build_tiny_model  # noqa: E402
+from tandem.cli.model import model_command
+from tandem.errors import SpecError
+from tandem.tinymodel import ARCHITECTURES, TinyModel, build_tiny_model
 
 REPO_DIR = Path("hub") / "models--tandem-org--tiny-deepseek-v3"
 MESSAGES = [
@@ -47,12 +47,12 @@ def offline(hf_home: Path, tiny: TinyModel) -> Path:
     huggingface_hub reads HF_HOME and HF_HUB_OFFLINE once, at import, so setting them here
     would not take; ``local_files_only`` is the same lookup without the network.
     """
-    return Path(
-        snapshot_download(tiny.repo_id, cache_dir=hf_home / "hub", local_files_only=True)
-    )
+    return Path(snapshot_download(tiny.repo_id, cache_dir=hf_home / "hub", local_files_only=True))
 
 
-def test_same_inputs_give_the_same_commit_in_another_folder(tiny: TinyModel, tmp_path: Path) -> None:
+def test_same_inputs_give_the_same_commit_in_another_folder(
+    tiny: TinyModel, tmp_path: Path
+) -> None:
     again = build_tiny_model(tmp_path)
     assert again.commit == tiny.commit
     assert again.size_bytes == tiny.size_bytes

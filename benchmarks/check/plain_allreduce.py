@@ -24,7 +24,9 @@ def timed(tensor, iters, warmup):
     for _ in range(iters):
         dist.all_reduce(tensor)
     torch.cuda.synchronize()
-    elapsed = torch.tensor([(time.perf_counter() - start) / iters], device="cuda", dtype=torch.float64)
+    elapsed = torch.tensor(
+        [(time.perf_counter() - start) / iters], device="cuda", dtype=torch.float64
+    )
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     return elapsed.item()
 
@@ -40,13 +42,26 @@ def main():
         iters = 20 if (1 << k) <= (1 << 22) else 5
         seconds = timed(tensor, iters, 2)
         algbw = (1 << k) / seconds / 1e9
-        rows.append({"bytes": 1 << k, "time_us": round(seconds * 1e6, 2),
-                     "busbw_gbps": round(algbw * 2 * (world - 1) / world, 3)})
+        rows.append(
+            {
+                "bytes": 1 << k,
+                "time_us": round(seconds * 1e6, 2),
+                "busbw_gbps": round(algbw * 2 * (world - 1) / world, 3),
+            }
+        )
     latency = timed(torch.zeros(2, device="cuda"), 100, 5)
     if rank == 0:
-        print("PLAIN_ALLREDUCE " + json.dumps({"world_size": world, "sizes": rows,
-                                                "small_message_latency_us": round(latency * 1e6, 2),
-                                                "peak_busbw_gbps": max(r["busbw_gbps"] for r in rows)}))
+        print(
+            "PLAIN_ALLREDUCE "
+            + json.dumps(
+                {
+                    "world_size": world,
+                    "sizes": rows,
+                    "small_message_latency_us": round(latency * 1e6, 2),
+                    "peak_busbw_gbps": max(r["busbw_gbps"] for r in rows),
+                }
+            )
+        )
     dist.destroy_process_group()
 
 

@@ -27,9 +27,11 @@ import subprocess
 import time
 from pathlib import Path
 
-REPOS = {"llama-3.1-8b": "tandem-shapes/llama-3.1-8b",
-         "deepseek-v2-lite": "tandem-shapes/deepseek-v2-lite-13l",
-         "gemma-3-4b": "tandem-shapes/gemma-3-4b"}
+REPOS = {
+    "llama-3.1-8b": "tandem-shapes/llama-3.1-8b",
+    "deepseek-v2-lite": "tandem-shapes/deepseek-v2-lite-13l",
+    "gemma-3-4b": "tandem-shapes/gemma-3-4b",
+}
 MAX_MODEL_LEN = 8192
 MAX_NUM_SEQS = 256
 DONE = re.compile(r"Maximum concurrency for [\d,]+ tokens per request")
@@ -39,33 +41,69 @@ NS = {0: ("gpu-n0", "10.77.0.1", "tdm0"), 1: ("gpu-n1", "10.77.0.2", "tdm1")}
 
 
 def serve_args(shape: str, util: float, mode: str, tp: int) -> list[str]:
-    args = ["vllm", "serve", REPOS[shape], "--served-model-name", shape, "--max-model-len",
-            str(MAX_MODEL_LEN), "--max-num-seqs", str(MAX_NUM_SEQS), "--gpu-memory-utilization",
-            str(util), "--generation-config", "vllm", "--tensor-parallel-size", str(tp)]
+    args = [
+        "vllm",
+        "serve",
+        REPOS[shape],
+        "--served-model-name",
+        shape,
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--max-num-seqs",
+        str(MAX_NUM_SEQS),
+        "--gpu-memory-utilization",
+        str(util),
+        "--generation-config",
+        "vllm",
+        "--tensor-parallel-size",
+        str(tp),
+    ]
     if mode == "eager":
         args.append("--enforce-eager")
     if tp > 1:
-        args += ["--distributed-executor-backend", "mp", "--nnodes", str(tp), "--master-port",
-                 "29501", "--master-addr", NS[0][1], "--disable-custom-all-reduce"]
+        args += [
+            "--distributed-executor-backend",
+            "mp",
+            "--nnodes",
+            str(tp),
+            "--master-port",
+            "29501",
+            "--master-addr",
+            NS[0][1],
+            "--disable-custom-all-reduce",
+        ]
     return args
 
 
 def rank_command(args: list[str], rank: int, gpus: int) -> list[str]:
     """TP > 1: the rank's namespace, private /dev/shm, own NCCL_HOSTID and interfaces."""
     ns, ip, ifc = NS[rank]
-    extra = ["--node-rank", str(rank)] + (["--headless"] if rank else ["--host", "0.0.0.0",
-                                                                        "--port", "8000"])
-    env = {"CUDA_VISIBLE_DEVICES": str(rank if gpus > 1 else 0), "NCCL_HOSTID": f"node{rank}",
-           "VLLM_HOST_IP": ip, "GLOO_SOCKET_IFNAME": ifc, "NCCL_SOCKET_IFNAME": ifc,
-           "TP_SOCKET_IFNAME": ifc}
-    inner = "mount -t tmpfs -o size=16g tmpfs /dev/shm && exec env " + " ".join(
-        f"{k}={v}" for k, v in env.items()) + " " + shlex.join(args + extra)
+    extra = ["--node-rank", str(rank)] + (
+        ["--headless"] if rank else ["--host", "0.0.0.0", "--port", "8000"]
+    )
+    env = {
+        "CUDA_VISIBLE_DEVICES": str(rank if gpus > 1 else 0),
+        "NCCL_HOSTID": f"node{rank}",
+        "VLLM_HOST_IP": ip,
+        "GLOO_SOCKET_IFNAME": ifc,
+        "NCCL_SOCKET_IFNAME": ifc,
+        "TP_SOCKET_IFNAME": ifc,
+    }
+    inner = (
+        "mount -t tmpfs -o size=16g tmpfs /dev/shm && exec env "
+        + " ".join(f"{k}={v}" for k, v in env.items())
+        + " "
+        + shlex.join(args + extra)
+    )
     return ["nsenter", f"--net=/run/netns/{ns}", "unshare", "-m", "sh", "-c", inner]
 
 
 def gpu_used_mib() -> int:
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+    ).stdout
     return sum(int(x) for x in out.split() if x.strip().isdigit())
 
 
@@ -103,15 +141,23 @@ def boot(spec: str, out: Path, gpus: int, full: bool, limit_s: float) -> dict:
         commands = {0: args}
     else:
         commands = {1: rank_command(args, 1, gpus), 0: rank_command(args, 0, gpus)}
-    (logdir / "command.txt").write_text("".join(
-        f"rank{r}: {shlex.join(c)}\n" for r, c in commands.items()))
+    (logdir / "command.txt").write_text(
+        "".join(f"rank{r}: {shlex.join(c)}\n" for r, c in commands.items())
+    )
     procs, files = [], {}
     t0 = time.monotonic()
     wall0 = time.time()
     for rank, command in commands.items():  # rank 1 (headless) first, as tp2_test.sh does
         files[rank] = open(logdir / f"rank{rank}.log", "w")  # noqa: SIM115 - closed below
-        procs.append(subprocess.Popen(command, stdout=files[rank], stderr=subprocess.STDOUT,
-                                      env=env, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                command,
+                stdout=files[rank],
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        )
         if tp_i > 1 and rank == 1:
             time.sleep(2)
     target = READY if full else DONE
@@ -135,10 +181,22 @@ def boot(spec: str, out: Path, gpus: int, full: bool, limit_s: float) -> dict:
         found = FAILED.findall(text)
         match = FAILED.search(text)
         error = match.group(0) if match else f"{len(found)} errors"
-    return {"boot": name, "shape": shape, "util": util_f, "mode": mode, "tp": tp_i,
-            "gpus": gpus, "status": status, "seconds_to_line": seen_s, "started": wall0,
-            "idle_wait_s": round(idle_s, 1), "error": error, "repo_id": REPOS[shape],
-            "max_model_len": MAX_MODEL_LEN, "max_num_seqs": MAX_NUM_SEQS}
+    return {
+        "boot": name,
+        "shape": shape,
+        "util": util_f,
+        "mode": mode,
+        "tp": tp_i,
+        "gpus": gpus,
+        "status": status,
+        "seconds_to_line": seen_s,
+        "started": wall0,
+        "idle_wait_s": round(idle_s, 1),
+        "error": error,
+        "repo_id": REPOS[shape],
+        "max_model_len": MAX_MODEL_LEN,
+        "max_num_seqs": MAX_NUM_SEQS,
+    }
 
 
 def main() -> None:
@@ -154,8 +212,9 @@ def main() -> None:
     t0 = time.monotonic()
     opts.out.mkdir(parents=True, exist_ok=True)
     opts.state.mkdir(parents=True, exist_ok=True)
-    gpus = int(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-               .stdout.count("GPU "))
+    gpus = int(
+        subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ")
+    )
     done_file = opts.state / "boots.jsonl"
     done = set()
     if done_file.exists():

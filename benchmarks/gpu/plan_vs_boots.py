@@ -27,9 +27,12 @@ from tandem.plan.hardware import load_profile
 from tandem.plan.planner import plan_deployment
 from tandem.spec.loading import load_deployment
 
-GIB = 1024 ** 3
-MODEL_DIRS = {"llama-3.1-8b": "llama-3.1-8b", "deepseek-v2-lite": "deepseek-v2-lite-13l",
-              "gemma-3-4b": "gemma-3-4b"}
+GIB = 1024**3
+MODEL_DIRS = {
+    "llama-3.1-8b": "llama-3.1-8b",
+    "deepseek-v2-lite": "deepseek-v2-lite-13l",
+    "gemma-3-4b": "gemma-3-4b",
+}
 FITTED = {(1, 0.90), (2, 0.35)}
 _WEIGHTS = re.compile(r"Model loading took ([\d.]+) GiB")
 
@@ -85,27 +88,41 @@ def plan_boot(fixtures: Path, boot: dict) -> Row:
     with tempfile.TemporaryDirectory() as tmp:
         recipe = Path(tmp) / "recipe.yaml"
         cluster = Path(tmp) / "cluster.yaml"
-        recipe.write_text(RECIPE.format(
-            name=boot["boot"].replace(".", ""), repo=boot["repo_id"], shape=boot["shape"],
-            tp=boot["tp"], max_model_len=boot["max_model_len"],
-            max_num_seqs=boot["max_num_seqs"], util=boot["util"],
-            eager="true" if boot["mode"] == "eager" else "false"))
+        recipe.write_text(
+            RECIPE.format(
+                name=boot["boot"].replace(".", ""),
+                repo=boot["repo_id"],
+                shape=boot["shape"],
+                tp=boot["tp"],
+                max_model_len=boot["max_model_len"],
+                max_num_seqs=boot["max_num_seqs"],
+                util=boot["util"],
+                eager="true" if boot["mode"] == "eager" else "false",
+            )
+        )
         cluster.write_text(CLUSTER_1 if boot["tp"] == 1 else CLUSTER_2)
-        deployment = load_deployment(str(recipe), str(cluster), as_root=True, cpu_count=16,
-                                     gpu_count=1)
-    facts = facts_from_dir(fixtures / "models" / MODEL_DIRS[boot["shape"]], boot["repo_id"],
-                           "recorded headers")
+        deployment = load_deployment(
+            str(recipe), str(cluster), as_root=True, cpu_count=16, gpu_count=1
+        )
+    facts = facts_from_dir(
+        fixtures / "models" / MODEL_DIRS[boot["shape"]], boot["repo_id"], "recorded headers"
+    )
     plan = plan_deployment(deployment, facts, load_profile("h200"), use_shipped_boots=False)
     leader = (fixtures / "boots" / f"{boot['boot']}-rank0.log").read_text(errors="replace")
     figures = figures_from_log(leader)
     weights = _WEIGHTS.search(leader)
-    return Row(boot=boot["boot"], judged=(boot["tp"], boot["util"]) not in FITTED,
-               weights_gib=float(weights.group(1)) if weights else None,
-               planned_weights_gib=plan.weights_gib_per_rank,
-               available_kv_gib=figures.available_kv_cache_gib, planned_kv_gib=plan.kv_pool_gib,
-               kv_tokens=figures.kv_cache_tokens, planned_kv_tokens=plan.kv_pool_tokens,
-               max_concurrency=figures.max_concurrency,
-               planned_max_concurrency=round(plan.max_concurrency, 2))
+    return Row(
+        boot=boot["boot"],
+        judged=(boot["tp"], boot["util"]) not in FITTED,
+        weights_gib=float(weights.group(1)) if weights else None,
+        planned_weights_gib=plan.weights_gib_per_rank,
+        available_kv_gib=figures.available_kv_cache_gib,
+        planned_kv_gib=plan.kv_pool_gib,
+        kv_tokens=figures.kv_cache_tokens,
+        planned_kv_tokens=plan.kv_pool_tokens,
+        max_concurrency=figures.max_concurrency,
+        planned_max_concurrency=round(plan.max_concurrency, 2),
+    )
 
 
 def recorded_boots(fixtures: Path) -> list[dict]:
@@ -114,17 +131,23 @@ def recorded_boots(fixtures: Path) -> list[dict]:
 
 
 def markdown(rows: list[Row]) -> str:
-    out = ["| boot | set | weights logged / planned GiB | available KV logged / planned GiB "
-           "| KV tokens logged | planned | error | max conc. logged / planned |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "| boot | set | weights logged / planned GiB | available KV logged / planned GiB "
+        "| KV tokens logged | planned | error | max conc. logged / planned |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        out.append(f"| {r.boot} | {'judged' if r.judged else 'fitted'} | {r.weights_gib} / "
-                   f"{r.planned_weights_gib:.2f} | {r.available_kv_gib} / {r.planned_kv_gib:.2f} "
-                   f"| {r.kv_tokens:,} | {r.planned_kv_tokens:,} | {r.kv_error_pct:+.2f} % "
-                   f"| {r.max_concurrency}x / {r.planned_max_concurrency}x |")
+        out.append(
+            f"| {r.boot} | {'judged' if r.judged else 'fitted'} | {r.weights_gib} / "
+            f"{r.planned_weights_gib:.2f} | {r.available_kv_gib} / {r.planned_kv_gib:.2f} "
+            f"| {r.kv_tokens:,} | {r.planned_kv_tokens:,} | {r.kv_error_pct:+.2f} % "
+            f"| {r.max_concurrency}x / {r.planned_max_concurrency}x |"
+        )
     worst = max(rows, key=lambda r: abs(r.kv_error_pct))
-    out.append(f"\nWorst KV-token error: {worst.kv_error_pct:+.2f} % ({worst.boot}); "
-               f"{sum(abs(r.kv_error_pct) <= 2 for r in rows)} of {len(rows)} boots within 2 %.")
+    out.append(
+        f"\nWorst KV-token error: {worst.kv_error_pct:+.2f} % ({worst.boot}); "
+        f"{sum(abs(r.kv_error_pct) <= 2 for r in rows)} of {len(rows)} boots within 2 %."
+    )
     return "\n".join(out)
 
 

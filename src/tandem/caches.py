@@ -140,8 +140,9 @@ def normalized(entry: str) -> str | None:
 def _counted(cache: dict[str, Any]) -> Counter[str]:
     """A cache root's probe facts as the key sees them: named entries, and each store that
     holds files as ``NAME/``."""
-    names: Counter[str] = Counter(n for n in (normalized(e) for e in cache.get("entries") or [])
-                                  if n)
+    names: Counter[str] = Counter(
+        n for n in (normalized(e) for e in cache.get("entries") or []) if n
+    )
     for folder, seen in (cache.get("folders") or {}).items():
         if folder not in NAMED_FOLDERS and (seen or {}).get("files"):
             names[f"{folder}/"] += 1
@@ -170,5 +171,8 @@ def differences(cache: dict[str, Any], reference: dict[str, Any]) -> tuple[list[
 
 def _deepest(names: Counter[str]) -> list[str]:
     """The names that are not a folder of another one (``a/b`` stands for ``a``)."""
-    return sorted(n for n in names.elements()
-                  if not any(o.startswith(n.rstrip("/") + "/") and o != n for o in names))
+    return sorted(
+        n
+        for n in names.elements()
+        if not any(o.startswith(n.rstrip("/") + "/") and o != n for o in names)
+    )

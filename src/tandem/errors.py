@@ -87,8 +87,9 @@ class TandemError(Exception):
             where.append(self.field)
         head = f"{': '.join(where)}: {self.message}" if where else self.message
         lines = [head]
-        lines += [f"  - {replace(p, file=None) if p.file == self.file else p}"
-                  for p in self.problems]
+        lines += [
+            f"  - {replace(p, file=None) if p.file == self.file else p}" for p in self.problems
+        ]
         if self.hint:
             lines.append(f"  fix: {self.hint}")
         return "\n".join(lines)
@@ -181,7 +182,8 @@ class Unauthorized(EndpointError):
     def __init__(self, url: str) -> None:
         super().__init__(
             f"{url} answered 401 Unauthorized: the server requires an API key",
-            hint="pass --api-key or set VLLM_API_KEY to the key the server was started with")
+            hint="pass --api-key or set VLLM_API_KEY to the key the server was started with",
+        )
 
 
 class CheckFailed(TandemError):

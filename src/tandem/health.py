@@ -38,13 +38,13 @@ Usage::
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
-import functools
-import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 
 import httpx
@@ -54,7 +54,11 @@ from tandem import wire
 from tandem.backends.base import Backend, ProcessFact, RankObservation, backend_for
 from tandem.backends.state import DeploymentState, RankState
 from tandem.vllm_metrics import (
-    GENERATION_TOKENS, PROMPT_TOKENS, REQUESTS_RUNNING, REQUESTS_WAITING, parse_metrics,
+    GENERATION_TOKENS,
+    PROMPT_TOKENS,
+    REQUESTS_RUNNING,
+    REQUESTS_WAITING,
+    parse_metrics,
 )
 
 
@@ -69,8 +73,9 @@ class Verdict(StrEnum):
 class Health(BaseModel):
     """One rank's health."""
 
-    state: str = Field(description="healthy, starting, dead, broken, stalled, error, "
-                       "unreachable or not-answering.")
+    state: str = Field(
+        description="healthy, starting, dead, broken, stalled, error, unreachable or not-answering."
+    )
     reason: str = ""
     evidence: str = Field(default="", description="The fact or log line that shows it.")
 
@@ -90,10 +95,16 @@ class ApiFacts(BaseModel):
     health_error: str | None = None
     requests_running: float | None = None
     requests_waiting: float | None = None
-    tokens_moved: bool | None = Field(default=None, description="Prompt or generation tokens "
-                                      "counted between two scrapes; None with one scrape.")
-    stalled_for_s: float | None = Field(default=None, description="How long counters have not "
-                                        "moved under load (from a tracker that keeps history).")
+    tokens_moved: bool | None = Field(
+        default=None,
+        description="Prompt or generation tokens "
+        "counted between two scrapes; None with one scrape.",
+    )
+    stalled_for_s: float | None = Field(
+        default=None,
+        description="How long counters have not "
+        "moved under load (from a tracker that keeps history).",
+    )
     canary: str = Field(default="skipped", description="ok, timeout, error or skipped.")
     canary_s: float | None = None
     canary_detail: str = ""
@@ -113,23 +124,36 @@ class Assessment(BaseModel):
     evidence: str = ""
     ranks: list[RankHealth] = Field(default_factory=list)
     api: ApiFacts = Field(default_factory=ApiFacts)
-    checked_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    checked_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
 
 # Log lines that mean a rank's engine is broken even while its processes live.
 ERROR_SIGNATURES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"EngineDeadError|EngineCore encountered a fatal error|Engine core.*died"),
-     "the engine died"),
-    (re.compile(r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imed? ?out|"
-                r"NCCL (?:error|timeout)|ncclUnhandledCudaError|ncclSystemError"),
-     "an NCCL collective failed or timed out"),
+    (
+        re.compile(r"EngineDeadError|EngineCore encountered a fatal error|Engine core.*died"),
+        "the engine died",
+    ),
+    (
+        re.compile(
+            r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imed? ?out|"
+            r"NCCL (?:error|timeout)|ncclUnhandledCudaError|ncclSystemError"
+        ),
+        "an NCCL collective failed or timed out",
+    ),
     (re.compile(r"CUDA error|cudaError\w+|an illegal memory access"), "a CUDA error"),
-    (re.compile(r"OutOfMemoryError|CUDA out of memory|Out of memory: Killed process|oom-kill"),
-     "out of memory"),
-    (re.compile(r"Worker(?:Proc)? .*died unexpectedly|RuntimeError: .*Connection closed by peer|"
-                r"Gloo.*(?:Connection reset|Connection closed)"),
-     "a peer rank went away"),
+    (
+        re.compile(r"OutOfMemoryError|CUDA out of memory|Out of memory: Killed process|oom-kill"),
+        "out of memory",
+    ),
+    (
+        re.compile(
+            r"Worker(?:Proc)? .*died unexpectedly|RuntimeError: .*Connection closed by peer|"
+            r"Gloo.*(?:Connection reset|Connection closed)"
+        ),
+        "a peer rank went away",
+    ),
 ]
+
 
 def error_signature(lines: list[str]) -> tuple[str, str] | None:
     """(what it means, the line) of the first fatal-looking line, or None."""
@@ -143,27 +167,42 @@ def error_signature(lines: list[str]) -> tuple[str, str] | None:
 def rank_health(record: RankState, seen: RankObservation, *, ready: bool) -> Health:
     """One rank's health from its recorded processes and what its node shows now (pure)."""
     if seen.unreachable:
-        return Health(state="unreachable", reason=f"node {record.node} could not be asked",
-                      evidence=seen.unreachable)
+        return Health(
+            state="unreachable",
+            reason=f"node {record.node} could not be asked",
+            evidence=seen.unreachable,
+        )
     alive = {p.pid: p for p in seen.processes}
     if not alive and seen.alive is not True:
         expected = ", ".join(f"{p.name} {p.pid}" for p in record.processes) or f"pid {record.pid}"
-        return Health(state="dead", reason=f"no process of rank {record.rank} is alive",
-                      evidence=f"expected: {expected}")
+        return Health(
+            state="dead",
+            reason=f"no process of rank {record.rank} is alive",
+            evidence=f"expected: {expected}",
+        )
     stopped = [p for p in seen.processes if p.state in ("T", "t")]
     if stopped:
         p = stopped[0]
-        return Health(state="stalled", reason=f"{p.name} (pid {p.pid}) is stopped and runs no "
-                      "code", evidence=f"/proc/{p.pid}/stat state {p.state}")
+        return Health(
+            state="stalled",
+            reason=f"{p.name} (pid {p.pid}) is stopped and runs no code",
+            evidence=f"/proc/{p.pid}/stat state {p.state}",
+        )
     if seen.problem:
-        return Health(state="broken", reason=seen.problem, evidence=", ".join(
-            f"{p.name} {p.pid}" for p in seen.processes))
+        return Health(
+            state="broken",
+            reason=seen.problem,
+            evidence=", ".join(f"{p.name} {p.pid}" for p in seen.processes),
+        )
     missing = [p for p in record.processes if p.pid not in alive]
     if missing:
         gone = ", ".join(f"{p.name} (pid {p.pid})" for p in missing)
         left = ", ".join(f"{p.name} {p.pid}" for p in seen.processes) or "none"
-        return Health(state="broken", reason=f"{gone} of rank {record.rank} "
-                      f"{'is' if len(missing) == 1 else 'are'} gone", evidence=f"left: {left}")
+        return Health(
+            state="broken",
+            reason=f"{gone} of rank {record.rank} {'is' if len(missing) == 1 else 'are'} gone",
+            evidence=f"left: {left}",
+        )
     found = error_signature(seen.log_since_ready)
     if found:
         return Health(state="error", reason=found[0], evidence=found[1])
@@ -172,18 +211,37 @@ def rank_health(record: RankState, seen: RankObservation, *, ready: bool) -> Hea
     return Health(state="healthy")
 
 
-def judge(state: DeploymentState, observed: Mapping[int, RankObservation],
-          api: ApiFacts, *, stall_s: float = 30.0) -> Assessment:
+def judge(
+    state: DeploymentState,
+    observed: Mapping[int, RankObservation],
+    api: ApiFacts,
+    *,
+    stall_s: float = 30.0,
+) -> Assessment:
     """The verdict from the facts (pure)."""
-    ranks = [RankHealth(rank=r.rank, role=r.role, node=r.node,
-                        health=rank_health(r, observed.get(r.rank, RankObservation(rank=r.rank)),
-                                           ready=state.ready),
-                        processes=observed.get(r.rank, RankObservation(rank=r.rank)).processes)
-             for r in sorted(state.ranks, key=lambda r: r.rank)]
+    ranks = [
+        RankHealth(
+            rank=r.rank,
+            role=r.role,
+            node=r.node,
+            health=rank_health(
+                r, observed.get(r.rank, RankObservation(rank=r.rank)), ready=state.ready
+            ),
+            processes=observed.get(r.rank, RankObservation(rank=r.rank)).processes,
+        )
+        for r in sorted(state.ranks, key=lambda r: r.rank)
+    ]
 
     def verdict(v: Verdict, rank: int | None, reason: str, evidence: str = "") -> Assessment:
-        return Assessment(name=state.name, verdict=v, rank=rank, reason=reason,
-                          evidence=evidence, ranks=ranks, api=api)
+        return Assessment(
+            name=state.name,
+            verdict=v,
+            rank=rank,
+            reason=reason,
+            evidence=evidence,
+            ranks=ranks,
+            api=api,
+        )
 
     leader = next((r for r in ranks if r.role == "leader"), ranks[0] if ranks else None)
     if leader is None or all(r.health.state == "dead" for r in ranks):
@@ -191,39 +249,60 @@ def judge(state: DeploymentState, observed: Mapping[int, RankObservation],
     if not state.ready:
         dead = next((r for r in ranks if r.health.state in ("dead", "broken")), None)
         if dead:
-            return verdict(Verdict.DOWN, dead.rank, f"start-up broke: {dead.health.reason}",
-                           dead.health.evidence)
+            return verdict(
+                Verdict.DOWN,
+                dead.rank,
+                f"start-up broke: {dead.health.reason}",
+                dead.health.evidence,
+            )
         return verdict(Verdict.STARTING, None, "start-up in progress")
     if leader.health.state == "dead":
         return verdict(Verdict.DOWN, leader.rank, leader.health.reason, leader.health.evidence)
     if not api.answers:
-        leader.health = Health(state="not-answering", reason="the leader does not answer /health",
-                               evidence=api.health_error or f"HTTP {api.health_status}")
+        leader.health = Health(
+            state="not-answering",
+            reason="the leader does not answer /health",
+            evidence=api.health_error or f"HTTP {api.health_status}",
+        )
         return verdict(Verdict.DOWN, leader.rank, leader.health.reason, leader.health.evidence)
     stalled = next((r for r in ranks if r.health.state == "stalled"), None)
     if stalled:
-        return verdict(Verdict.STALLED, stalled.rank, stalled.health.reason,
-                       stalled.health.evidence)
+        return verdict(
+            Verdict.STALLED, stalled.rank, stalled.health.reason, stalled.health.evidence
+        )
     if api.canary == "timeout":
-        return verdict(Verdict.STALLED, None, "the engine makes no progress: a 1-token "
-                       "completion did not finish in time", api.canary_detail)
+        return verdict(
+            Verdict.STALLED,
+            None,
+            "the engine makes no progress: a 1-token completion did not finish in time",
+            api.canary_detail,
+        )
     if api.stalled_for_s is not None and api.stalled_for_s >= stall_s:
-        return verdict(Verdict.STALLED, None, f"{api.requests_running:g} request(s) running "
-                       f"but no token counted for {api.stalled_for_s:.0f} s",
-                       f"{REQUESTS_RUNNING} {api.requests_running:g}")
+        return verdict(
+            Verdict.STALLED,
+            None,
+            f"{api.requests_running:g} request(s) running "
+            f"but no token counted for {api.stalled_for_s:.0f} s",
+            f"{REQUESTS_RUNNING} {api.requests_running:g}",
+        )
     broken = next((r for r in ranks if r.health.state not in ("healthy", "starting")), None)
     if broken:
-        return verdict(Verdict.DEGRADED, broken.rank, broken.health.reason,
-                       broken.health.evidence)
+        return verdict(Verdict.DEGRADED, broken.rank, broken.health.reason, broken.health.evidence)
     if api.canary == "error":
-        return verdict(Verdict.DEGRADED, leader.rank, "a 1-token completion failed",
-                       api.canary_detail)
-    return verdict(Verdict.HEALTHY, None, "every rank alive, the API answers"
-                   + (", tokens move" if api.tokens_moved else "")
-                   + (", a canary answered" if api.canary == "ok" else ""))
+        return verdict(
+            Verdict.DEGRADED, leader.rank, "a 1-token completion failed", api.canary_detail
+        )
+    return verdict(
+        Verdict.HEALTHY,
+        None,
+        "every rank alive, the API answers"
+        + (", tokens move" if api.tokens_moved else "")
+        + (", a canary answered" if api.canary == "ok" else ""),
+    )
 
 
 # --- gathering the facts ------------------------------------------------------------------
+
 
 @dataclass
 class ProgressTracker:
@@ -244,8 +323,9 @@ class ProgressTracker:
         return now - self.last_moved_s if self.last_moved_s is not None else 0.0
 
 
-def _metrics(client: httpx.Client, endpoint: str, headers: dict[str, str]
-             ) -> tuple[float | None, float | None, float | None]:
+def _metrics(
+    client: httpx.Client, endpoint: str, headers: dict[str, str]
+) -> tuple[float | None, float | None, float | None]:
     """(running, waiting, prompt + generation tokens) from one scrape; Nones if it fails."""
     try:
         response = client.get(f"{endpoint}/metrics", timeout=5, headers=headers)
@@ -259,23 +339,38 @@ def _metrics(client: httpx.Client, endpoint: str, headers: dict[str, str]
     return snapshot.get(REQUESTS_RUNNING), snapshot.get(REQUESTS_WAITING), total
 
 
-def canary(client: httpx.Client, endpoint: str, model: str, *, timeout_s: float,
-           headers: dict[str, str] | None = None) -> tuple[str, float, str]:
+def canary(
+    client: httpx.Client,
+    endpoint: str,
+    model: str,
+    *,
+    timeout_s: float,
+    headers: dict[str, str] | None = None,
+) -> tuple[str, float, str]:
     """Send a 1-token completion; (ok|timeout|error, seconds, detail)."""
     started = time.monotonic()
     try:
-        response = client.post(f"{endpoint}/v1/completions", timeout=timeout_s, headers=headers,
-                               json={
-            "model": model, "prompt": "health", "max_tokens": 1, "temperature": 0})
+        response = client.post(
+            f"{endpoint}/v1/completions",
+            timeout=timeout_s,
+            headers=headers,
+            json={"model": model, "prompt": "health", "max_tokens": 1, "temperature": 0},
+        )
     except httpx.TimeoutException:
-        return ("timeout", time.monotonic() - started,
-                f"POST /v1/completions max_tokens=1: no answer in {timeout_s:g} s")
+        return (
+            "timeout",
+            time.monotonic() - started,
+            f"POST /v1/completions max_tokens=1: no answer in {timeout_s:g} s",
+        )
     except httpx.HTTPError as exc:
         return "error", time.monotonic() - started, f"POST /v1/completions: {exc}"
     took = time.monotonic() - started
     if response.status_code != 200:
-        return "error", took, f"POST /v1/completions: HTTP {response.status_code} " \
-                              f"{response.text[:200]}"
+        return (
+            "error",
+            took,
+            f"POST /v1/completions: HTTP {response.status_code} {response.text[:200]}",
+        )
     return "ok", took, f"1 token in {took:.2f} s"
 
 
@@ -287,9 +382,15 @@ def _http() -> httpx.Client:
     return httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
 
 
-def probe_api(state: DeploymentState, *, canary_mode: str = "idle", canary_timeout_s: float = 5.0,
-              window_s: float = 2.0, tracker: ProgressTracker | None = None,
-              api_key: str | None = None) -> ApiFacts:
+def probe_api(
+    state: DeploymentState,
+    *,
+    canary_mode: str = "idle",
+    canary_timeout_s: float = 5.0,
+    window_s: float = 2.0,
+    tracker: ProgressTracker | None = None,
+    api_key: str | None = None,
+) -> ApiFacts:
     """Ask the leader: /health, /metrics and, when it helps, a canary.
 
     ``canary_mode``: ``idle`` sends one only when no request runs or the counters did not move
@@ -298,8 +399,9 @@ def probe_api(state: DeploymentState, *, canary_mode: str = "idle", canary_timeo
     facts = ApiFacts()
     client, headers = _http(), wire.bearer(api_key)
     try:
-        facts.health_status = client.get(f"{state.endpoint}/health", timeout=3,
-                                         headers=headers).status_code
+        facts.health_status = client.get(
+            f"{state.endpoint}/health", timeout=3, headers=headers
+        ).status_code
     except httpx.HTTPError as exc:
         facts.health_error = f"GET /health: {type(exc).__name__} {exc}".strip()
     if not facts.answers:
@@ -313,32 +415,47 @@ def probe_api(state: DeploymentState, *, canary_mode: str = "idle", canary_timeo
         running2, _, tokens2 = _metrics(client, state.endpoint, headers)
         facts.tokens_moved = tokens2 != tokens
         facts.requests_running = running2
-    busy_and_moving = bool(running) and (facts.tokens_moved or (
-        tracker is not None and facts.stalled_for_s is None))
+    busy_and_moving = bool(running) and (
+        facts.tokens_moved or (tracker is not None and facts.stalled_for_s is None)
+    )
     if canary_mode == "always" or (canary_mode == "idle" and not busy_and_moving):
         facts.canary, facts.canary_s, facts.canary_detail = canary(
-            client, state.endpoint, state.model, timeout_s=canary_timeout_s, headers=headers)
+            client, state.endpoint, state.model, timeout_s=canary_timeout_s, headers=headers
+        )
     return facts
 
 
-def observe(state: DeploymentState, backend: Backend | None = None
-            ) -> dict[int, RankObservation]:
+def observe(state: DeploymentState, backend: Backend | None = None) -> dict[int, RankObservation]:
     """Every rank's processes and recent log, from the deployment's backend."""
     return (backend or backend_for(state.backend)).observe(state)
 
 
-def assess(state: DeploymentState, *, backend: Backend | None = None, canary_mode: str = "idle",
-           canary_timeout_s: float = 5.0, tracker: ProgressTracker | None = None,
-           stall_s: float = 30.0, api_key: str | None = None) -> Assessment:
+def assess(
+    state: DeploymentState,
+    *,
+    backend: Backend | None = None,
+    canary_mode: str = "idle",
+    canary_timeout_s: float = 5.0,
+    tracker: ProgressTracker | None = None,
+    stall_s: float = 30.0,
+    api_key: str | None = None,
+) -> Assessment:
     """Gather the facts of a deployment and judge them.
 
     The canary runs only when the ranks' processes look right (a request into a group with a
     dead worker would itself crash the leader) and the server is idle or not moving.
     """
     observed = observe(state, backend)
-    suspicious = any(rank_health(r, observed.get(r.rank, RankObservation(rank=r.rank)),
-                                 ready=True).state != "healthy" for r in state.ranks)
-    api = probe_api(state, canary_mode="never" if suspicious or not state.ready else canary_mode,
-                    canary_timeout_s=canary_timeout_s, tracker=tracker,
-                    api_key=api_key or os.environ.get(wire.VLLM_API_KEY))
+    suspicious = any(
+        rank_health(r, observed.get(r.rank, RankObservation(rank=r.rank)), ready=True).state
+        != "healthy"
+        for r in state.ranks
+    )
+    api = probe_api(
+        state,
+        canary_mode="never" if suspicious or not state.ready else canary_mode,
+        canary_timeout_s=canary_timeout_s,
+        tracker=tracker,
+        api_key=api_key or os.environ.get(wire.VLLM_API_KEY),
+    )
     return judge(state, observed, api, stall_s=stall_s)

@@ -27,7 +27,7 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-def _raise(signum: int, frame: object) -> None:  # noqa: ARG001 - handler signature
+def _raise(signum: int, frame: object) -> None:
     raise Interrupted(signum)
 
 
@@ -53,7 +53,7 @@ def shielded(on_event: Callable[[str], None] = lambda text: None) -> Iterator[Hu
         yield hurry
         return
 
-    def hurry_up(signum: int, frame: object) -> None:  # noqa: ARG001
+    def hurry_up(signum: int, frame: object) -> None:
         if not hurry.requested:
             on_event(f"{signal.Signals(signum).name} during cleanup: killing what is left now")
         hurry.requested = True

@@ -16,16 +16,20 @@ from tandem.backends import cache_roots, netns
 from tandem.backends.base import Backend, OnEvent, OnPhase, ProcessFact, backend_for
 from tandem.backends.launch import interrupted
 from tandem.backends.state import (
-    BootFigures, DeploymentState, PhaseMark, list_deployments, load_state,
+    BootFigures,
+    DeploymentState,
+    PhaseMark,
+    list_deployments,
+    load_state,
 )
 from tandem.errors import BackendError, StateError
 from tandem.health import Assessment, Health, ProgressTracker, Verdict, assess
-from tandem.supervisor import stop_supervisor
 from tandem.plan.status import PlannedVsActual, planned_vs_boot
 from tandem.rankplan import RankPlan, plan_ranks
 from tandem.readiness import Readiness
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
+from tandem.supervisor import stop_supervisor
 
 
 def refuse_if_running(deployment: Deployment) -> None:
@@ -40,13 +44,19 @@ def refuse_if_running(deployment: Deployment) -> None:
         return
     backend = backend_for(state.backend)
     if any(backend.rank_running(state, rank) for rank in state.ranks):
-        raise BackendError(f"deployment '{state.name}' is already running at {state.endpoint}",
-                           hint=f"stop it first with `tandem down {state.name}`")
+        raise BackendError(
+            f"deployment '{state.name}' is already running at {state.endpoint}",
+            hint=f"stop it first with `tandem down {state.name}`",
+        )
 
 
-def up(deployment: Deployment, *, timeout_s: float | None = None,
-       on_phase: OnPhase = lambda mark: None,
-       on_event: OnEvent = lambda text: None) -> tuple[DeploymentState, Readiness]:
+def up(
+    deployment: Deployment,
+    *,
+    timeout_s: float | None = None,
+    on_phase: OnPhase = lambda mark: None,
+    on_event: OnEvent = lambda text: None,
+) -> tuple[DeploymentState, Readiness]:
     """Plan the ranks, launch them on the cluster's backend and wait until the model answers."""
     plan = plan_ranks(deployment)
     backend = backend_for(deployment.cluster.transport.value)
@@ -91,46 +101,77 @@ class DeploymentStatus(BaseModel):
     planned: PlannedVsActual | None = None
 
 
-def status(name: str | None = None, *, canary_timeout_s: float = 5.0, canary_mode: str = "idle",
-           tracker: ProgressTracker | None = None) -> DeploymentStatus:
+def status(
+    name: str | None = None,
+    *,
+    canary_timeout_s: float = 5.0,
+    canary_mode: str = "idle",
+    tracker: ProgressTracker | None = None,
+) -> DeploymentStatus:
     """A deployment's verdict (``tandem.health``), endpoint, and each rank's health.
 
     A caller that looks again and again (``tandem watch``) passes a ``tracker``, so a stall is
     judged over time, and sends canaries only now and then (``canary_mode="never"`` between).
     """
     state = load_state(name)
-    report: Assessment = assess(state, canary_timeout_s=canary_timeout_s,
-                                canary_mode=canary_mode, tracker=tracker)
+    report: Assessment = assess(
+        state, canary_timeout_s=canary_timeout_s, canary_mode=canary_mode, tracker=tracker
+    )
     health = {r.rank: r for r in report.ranks}
     ranks = [
-        RankStatus(rank=r.rank, node=r.node, role=r.role, address=r.address, pid=r.pid,
-                   netns=r.netns, log=r.log, health=health[r.rank].health,
-                   processes=health[r.rank].processes,
-                   state="exited" if health[r.rank].health.state == "dead" else "running")
+        RankStatus(
+            rank=r.rank,
+            node=r.node,
+            role=r.role,
+            address=r.address,
+            pid=r.pid,
+            netns=r.netns,
+            log=r.log,
+            health=health[r.rank].health,
+            processes=health[r.rank].processes,
+            state="exited" if health[r.rank].health.state == "dead" else "running",
+        )
         for r in sorted(state.ranks, key=lambda r: r.rank)
     ]
-    return DeploymentStatus(name=state.name, backend=state.backend, endpoint=state.endpoint,
-                            model=state.model, ready=state.ready, verdict=report.verdict,
-                            healthy=report.verdict is Verdict.HEALTHY, reason=report.reason,
-                            evidence=report.evidence, rank=report.rank, ranks=ranks,
-                            boot=state.boot, phases=state.phases,
-                            planned=planned_vs_boot(state.recipe, state.cluster, state.boot))
+    return DeploymentStatus(
+        name=state.name,
+        backend=state.backend,
+        endpoint=state.endpoint,
+        model=state.model,
+        ready=state.ready,
+        verdict=report.verdict,
+        healthy=report.verdict is Verdict.HEALTHY,
+        reason=report.reason,
+        evidence=report.evidence,
+        rank=report.rank,
+        ranks=ranks,
+        boot=state.boot,
+        phases=state.phases,
+        planned=planned_vs_boot(state.recipe, state.cluster, state.boot),
+    )
 
 
-def log_lines(name: str | None = None, *, rank: int | None = None, follow: bool = False,
-              tail: int | None = None, sleep: Callable[[float], None] | None = None,
-              ) -> Iterator[tuple[int, str]]:
+def log_lines(
+    name: str | None = None,
+    *,
+    rank: int | None = None,
+    follow: bool = False,
+    tail: int | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> Iterator[tuple[int, str]]:
     """(rank, line) pairs of the ranks' logs; with ``follow``, keeps yielding new lines."""
     state = load_state(name)
     backend: Backend = backend_for(state.backend)
     ranks = [r for r in sorted(state.ranks, key=lambda r: r.rank) if rank is None or r.rank == rank]
     if not ranks:
-        raise BackendError(f"deployment '{state.name}' has no rank {rank}",
-                           hint=f"ranks are 0..{len(state.ranks) - 1}")
+        raise BackendError(
+            f"deployment '{state.name}' has no rank {rank}",
+            hint=f"ranks are 0..{len(state.ranks) - 1}",
+        )
     readers = {r.rank: backend.log_reader(state, r) for r in ranks}
     for r in ranks:
         lines = readers[r.rank].new_lines()
-        for line in lines if tail is None else lines[len(lines) - tail:]:
+        for line in lines if tail is None else lines[len(lines) - tail :]:
             yield r.rank, line
     while follow:
         (sleep or time.sleep)(0.5)
@@ -150,8 +191,9 @@ def sweep_leftovers(on_event: OnEvent = lambda text: None) -> int:
     return before - len(netns.ledger())
 
 
-def down(name: str | None = None, *, purge_caches: bool = False,
-         on_event: OnEvent = lambda text: None) -> DeploymentState | None:
+def down(
+    name: str | None = None, *, purge_caches: bool = False, on_event: OnEvent = lambda text: None
+) -> DeploymentState | None:
     """Stop every rank, remove what up created, and forget the deployment (logs are kept).
 
     Networks that killed commands left behind are removed first, whichever deployment or check
@@ -174,8 +216,9 @@ def down(name: str | None = None, *, purge_caches: bool = False,
     return state
 
 
-def purge_compile_caches(name: str, cluster: Cluster | None, *,
-                         on_event: OnEvent = lambda text: None) -> None:
+def purge_compile_caches(
+    name: str, cluster: Cluster | None, *, on_event: OnEvent = lambda text: None
+) -> None:
     """Remove every rank's compile cache root of deployment ``name`` on the cluster's nodes
     (None: this machine).
 
@@ -183,9 +226,13 @@ def purge_compile_caches(name: str, cluster: Cluster | None, *,
         BackendError: a root could not be removed, or the deployment is still running.
     """
     if name in list_deployments():
-        raise BackendError(f"deployment '{name}' is running; its caches are in use",
-                           hint=f"`tandem down {name} --purge-caches` stops it first")
+        raise BackendError(
+            f"deployment '{name}' is running; its caches are in use",
+            hint=f"`tandem down {name} --purge-caches` stops it first",
+        )
     leftovers = cache_roots.purge(name, cluster, on_event=on_event)
     if leftovers:
-        raise BackendError(f"could not remove the compile caches {', '.join(leftovers)}",
-                           hint="remove them by hand (a container may have written them as root)")
+        raise BackendError(
+            f"could not remove the compile caches {', '.join(leftovers)}",
+            hint="remove them by hand (a container may have written them as root)",
+        )

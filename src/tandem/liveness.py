@@ -46,8 +46,8 @@ def processes(deployment):
                 stat = handle.read()
         except OSError:
             continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        state = stat[stat.rindex(")") + 2:].split()[0]
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        state = stat[stat.rindex(")") + 2 :].split()[0]
         if state not in ("Z", "X"):
             found.append((int(entry), name, state))
     return found
@@ -112,16 +112,22 @@ def check_leader(args, key):
         last = {}
     if values.get(RUNNING, 0) > 0:
         if last.get("tokens") == tokens and now - last.get("since", now) >= args.stall:
-            return (f"{values[RUNNING]:g} request(s) running and no token counted for "
-                    f"{now - last['since']:.0f} s")
+            return (
+                f"{values[RUNNING]:g} request(s) running and no token counted for "
+                f"{now - last['since']:.0f} s"
+            )
         if last.get("tokens") != tokens:
             last = {"tokens": tokens, "since": now}
     else:
         last = {"tokens": tokens, "since": now}
         started = time.monotonic()
         try:
-            _get(f"{args.url}/v1/completions", key, args.canary_timeout, body={
-                "model": args.model, "prompt": "health", "max_tokens": 1, "temperature": 0})
+            _get(
+                f"{args.url}/v1/completions",
+                key,
+                args.canary_timeout,
+                body={"model": args.model, "prompt": "health", "max_tokens": 1, "temperature": 0},
+            )
         except (OSError, urllib.error.URLError) as exc:
             return f"a 1-token canary failed after {time.monotonic() - started:.1f} s: {exc}"
     with open(args.state_file, "w") as handle:

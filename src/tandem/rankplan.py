@@ -127,16 +127,22 @@ def validate(deployment: Deployment) -> None:
     (``tandem.spec.deployment.deployment_problems``)."""
     problems = deployment_problems(deployment)
     if problems:
-        raise in_files(PlanError(f"deployment '{deployment.name}' on cluster "
-                                 f"'{deployment.cluster.name}' cannot work", problems=problems),
-                       deployment)
+        raise in_files(
+            PlanError(
+                f"deployment '{deployment.name}' on cluster "
+                f"'{deployment.cluster.name}' cannot work",
+                problems=problems,
+            ),
+            deployment,
+        )
 
 
 def in_files(error: PlanError, deployment: Deployment) -> PlanError:
     """``error`` with each problem naming the file its field is in (recipe or cluster), and the
     error itself naming the file when there is one."""
-    error.problems = [replace(p, file=p.file or deployment.file_of(p.field))
-                      for p in error.problems]
+    error.problems = [
+        replace(p, file=p.file or deployment.file_of(p.field)) for p in error.problems
+    ]
     files = sorted({p.file for p in error.problems if p.file})
     if error.file is None and error.field:
         error.file = deployment.file_of(error.field)
@@ -146,8 +152,12 @@ def in_files(error: PlanError, deployment: Deployment) -> PlanError:
 
 
 def _parallel_flags(serve: ServeOptions) -> list[str]:
-    return ["--tensor-parallel-size", str(serve.tensor_parallel_size),
-            "--pipeline-parallel-size", str(serve.pipeline_parallel_size)]
+    return [
+        "--tensor-parallel-size",
+        str(serve.tensor_parallel_size),
+        "--pipeline-parallel-size",
+        str(serve.pipeline_parallel_size),
+    ]
 
 
 def _tuning_flags(serve: ServeOptions) -> list[str]:
@@ -170,7 +180,10 @@ def _tuning_flags(serve: ServeOptions) -> list[str]:
         if value is not None:
             args += [flag, str(value)]
     if serve.speculative_config is not None:
-        args += ["--speculative-config", json.dumps(serve.speculative_config, separators=(",", ":"))]
+        args += [
+            "--speculative-config",
+            json.dumps(serve.speculative_config, separators=(",", ":")),
+        ]
     toggles = [
         ("--enable-prefix-caching", serve.enable_prefix_caching),
         ("--async-scheduling", serve.async_scheduling),
@@ -182,14 +195,18 @@ def _tuning_flags(serve: ServeOptions) -> list[str]:
             args.append(flag)
         elif value is False:
             args.append("--no-" + flag.removeprefix("--"))
-    for flag, value in [("--reasoning-parser", serve.reasoning_parser),
-                        ("--tool-call-parser", serve.tool_call_parser)]:
+    for flag, value in [
+        ("--reasoning-parser", serve.reasoning_parser),
+        ("--tool-call-parser", serve.tool_call_parser),
+    ]:
         if value is not None:
             args += [flag, value]
-    for flag, on in [("--enable-auto-tool-choice", serve.enable_auto_tool_choice),
-                     ("--enable-expert-parallel", serve.enable_expert_parallel),
-                     ("--enforce-eager", serve.enforce_eager),
-                     ("--trust-remote-code", serve.trust_remote_code)]:
+    for flag, on in [
+        ("--enable-auto-tool-choice", serve.enable_auto_tool_choice),
+        ("--enable-expert-parallel", serve.enable_expert_parallel),
+        ("--enforce-eager", serve.enforce_eager),
+        ("--trust-remote-code", serve.trust_remote_code),
+    ]:
         if on:
             args.append(flag)
     return args
@@ -202,13 +219,27 @@ def serve_argv(deployment: Deployment, rank: int) -> list[str]:
     argv = ["vllm", "serve", model.path or model.repo_id]
     if model.path is None and model.revision != "main":
         argv += ["--revision", model.revision]
-    argv += ["--served-model-name", model.name_for_clients,
-             "--host", recipe.host, "--port", str(recipe.ports.api)]
+    argv += [
+        "--served-model-name",
+        model.name_for_clients,
+        "--host",
+        recipe.host,
+        "--port",
+        str(recipe.ports.api),
+    ]
     argv += _parallel_flags(recipe.engine.serve)
     argv += ["--distributed-executor-backend", recipe.engine.executor.value]
     if len(cluster.nodes) > 1:
-        argv += ["--nnodes", str(len(cluster.nodes)), "--node-rank", str(rank),
-                 "--master-addr", cluster.leader.address, "--master-port", str(recipe.ports.master)]
+        argv += [
+            "--nnodes",
+            str(len(cluster.nodes)),
+            "--node-rank",
+            str(rank),
+            "--master-addr",
+            cluster.leader.address,
+            "--master-port",
+            str(recipe.ports.master),
+        ]
         if rank > 0:
             argv.append("--headless")
     argv += _tuning_flags(recipe.engine.serve)
@@ -241,7 +272,7 @@ def data_plane_env(recipe: Recipe, node: Node) -> dict[str, str]:
 def control_plane_env(recipe: Recipe, node: Node) -> dict[str, str]:
     """The three socket selectors, all pinned to the node's control-plane interface."""
     interface = node.control_plane_interface or recipe.network.control_plane.interface
-    return {var: interface for var in wire.CONTROL_PLANE_VARS} if interface else {}
+    return dict.fromkeys(wire.CONTROL_PLANE_VARS, interface) if interface else {}
 
 
 def rank_env(recipe: Recipe, node: Node, deployment: str, rank: int) -> dict[str, str]:
@@ -264,8 +295,14 @@ def rank_env(recipe: Recipe, node: Node, deployment: str, rank: int) -> dict[str
 
 def rank_mounts(recipe: Recipe) -> list[Mount]:
     """Host paths a containerised rank needs: the HF cache and, for RDMA, /dev/infiniband."""
-    mounts = [Mount(kind="cache", source=recipe.model.cache_root or "~/.cache/huggingface",
-                    target=wire.CONTAINER_HF_HOME, env=wire.HF_HOME)]
+    mounts = [
+        Mount(
+            kind="cache",
+            source=recipe.model.cache_root or "~/.cache/huggingface",
+            target=wire.CONTAINER_HF_HOME,
+            env=wire.HF_HOME,
+        )
+    ]
     if recipe.network.data_plane.transport is DataPlaneTransport.IB:
         mounts.append(Mount(kind="device", source="/dev/infiniband", target="/dev/infiniband"))
     return mounts

@@ -53,18 +53,27 @@ class Phase(StrEnum):
 _RENDEZVOUS = re.compile(r"world_size=(\d+) rank=(\d+)")
 _WEIGHTS = re.compile(r"(?:Model loading took|Loading weights took) ([\d.]+) (GiB|seconds)")
 _AVAILABLE_KV = re.compile(
-    r"Available KV cache memory: ([\d.]+) GiB|Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache")
+    r"Available KV cache memory: ([\d.]+) GiB|Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache"
+)
 _COMPILED = re.compile(r"torch\.compile took ([\d.]+) s in total")
 _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
-_GRAPHS = re.compile(r"Graph capturing finished|CUDA graph capture took|Capturing CUDA graphs.*100%")
-_COMPILE_WARM = re.compile(r"Directly load AOT compilation from path|"
-                           r"Directly load the compiled graph\(s\)")
-_COMPILE_RELOAD_FAILED = re.compile(r"Compiling model again due to a load failure from \S+, "
-                                    r"reason: (.*)$")
+_GRAPHS = re.compile(
+    r"Graph capturing finished|CUDA graph capture took|Capturing CUDA graphs.*100%"
+)
+_COMPILE_WARM = re.compile(
+    r"Directly load AOT compilation from path|"
+    r"Directly load the compiled graph\(s\)"
+)
+_COMPILE_RELOAD_FAILED = re.compile(
+    r"Compiling model again due to a load failure from \S+, "
+    r"reason: (.*)$"
+)
 _COMPILE_COLD = re.compile(r"saved AOT compiled function to|Compiling a graph for compile range")
-_ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took "
-                          r"([\d.]+) s")
+_ENGINE_INIT = re.compile(
+    r"init engine \(profile, create kv cache, warmup model\) took "
+    r"([\d.]+) s"
+)
 _API = re.compile(r"Starting vLLM (?:API )?server|Uvicorn running on|Application startup complete")
 _ERROR_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Timeout)\b:.*)$")
 
@@ -101,13 +110,24 @@ class BootLog:
             self.figures.max_concurrency = float(m.group(2))
         if m := _COMPILE_RELOAD_FAILED.search(line):
             self.figures.compile_cache = self.figures.compile_cache or "recompiled"
-            found.append((Phase.COMPILED, f"recompiled: vLLM could not load its compile cache "
-                          f"({m.group(1).strip()}); kernel caches reused"))
+            found.append(
+                (
+                    Phase.COMPILED,
+                    f"recompiled: vLLM could not load its compile cache "
+                    f"({m.group(1).strip()}); kernel caches reused",
+                )
+            )
         elif _COMPILE_WARM.search(line) or _COMPILE_COLD.search(line):
             state = "warm" if _COMPILE_WARM.search(line) else "cold"
             self.figures.compile_cache = self.figures.compile_cache or state
-            found.append((Phase.COMPILED, "warm: loaded from the compile cache" if state == "warm"
-                          else "cold: compiled, saved to the compile cache"))
+            found.append(
+                (
+                    Phase.COMPILED,
+                    "warm: loaded from the compile cache"
+                    if state == "warm"
+                    else "cold: compiled, saved to the compile cache",
+                )
+            )
         if m := _ENGINE_INIT.search(line):
             self.figures.engine_init_s = float(m.group(1))
         if _GRAPHS.search(line):
@@ -122,32 +142,53 @@ class BootLog:
 
 # Known start-up failures: a pattern of the cause line, and the fix a user needs.
 KNOWN_CAUSES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"LocalEntryNotFoundError|Cannot find an appropriate cached snapshot"),
-     "the model is not in this node's Hugging Face cache and offline mode forbids a download: "
-     "put the snapshot in HF_HOME on every node (`tandem model tiny` for the tiny model, "
-     "`hf download REPO` for others) or set model.offline: false"),
-    (re.compile(r"Gloo connectFullMesh failed|remote=\[127\.0\.0\.1\]"),
-     "Gloo bound to the wrong interface: pin network.control_plane.interface (or the node's "
-     "control_plane_interface) to the NIC the nodes share"),
-    (re.compile(r"Available memory on node .* less than desired CPU memory"),
-     "set VLLM_CPU_KVCACHE_SPACE (GiB of KV cache per worker) in the recipe's env"),
-    (re.compile(r"less than desired GPU memory utilization"),
-     "lower engine.serve.gpu_memory_utilization, or free device memory (stop the desktop: "
-     "`systemctl stop display-manager`; drop page cache)"),
-    (re.compile(r"local_world_size \(\d+\) must be less than or equal"),
-     "use engine.executor: mp; Ray cannot place a TP group on one-GPU nodes"),
-    (re.compile(r"cannot import name 'b12x_"),
-     "remove VLLM_USE_B12X_MHC / _WO_PROJECTION / _FP8_GEMM from env; keep only VLLM_USE_B12X_MOE"),
-    (re.compile(r"Address already in use"),
-     "another process holds the API or master port on that node: stop it or change ports"),
-    (re.compile(r"NCCL error: invalid usage"),
-     "two ranks of one NCCL group on one GPU of one host: give each node its own NCCL_HOSTID "
-     "(node env) so NCCL treats them as two hosts, or give each rank its own GPU"),
-    (re.compile(r"No module named 'flashinfer'"),
-     "flashinfer is not installed: set VLLM_USE_FLASHINFER_SAMPLER: 0 in the recipe's env "
-     "(PyTorch's top-k/top-p sampler), or install flashinfer-python"),
-    (re.compile(r"longer than 107 characters"),
-     "TMPDIR is too long for vLLM's IPC sockets: point TMPDIR at a short path"),
+    (
+        re.compile(r"LocalEntryNotFoundError|Cannot find an appropriate cached snapshot"),
+        "the model is not in this node's Hugging Face cache and offline mode forbids a download: "
+        "put the snapshot in HF_HOME on every node (`tandem model tiny` for the tiny model, "
+        "`hf download REPO` for others) or set model.offline: false",
+    ),
+    (
+        re.compile(r"Gloo connectFullMesh failed|remote=\[127\.0\.0\.1\]"),
+        "Gloo bound to the wrong interface: pin network.control_plane.interface (or the node's "
+        "control_plane_interface) to the NIC the nodes share",
+    ),
+    (
+        re.compile(r"Available memory on node .* less than desired CPU memory"),
+        "set VLLM_CPU_KVCACHE_SPACE (GiB of KV cache per worker) in the recipe's env",
+    ),
+    (
+        re.compile(r"less than desired GPU memory utilization"),
+        "lower engine.serve.gpu_memory_utilization, or free device memory (stop the desktop: "
+        "`systemctl stop display-manager`; drop page cache)",
+    ),
+    (
+        re.compile(r"local_world_size \(\d+\) must be less than or equal"),
+        "use engine.executor: mp; Ray cannot place a TP group on one-GPU nodes",
+    ),
+    (
+        re.compile(r"cannot import name 'b12x_"),
+        "remove VLLM_USE_B12X_MHC / _WO_PROJECTION / _FP8_GEMM from env; "
+        "keep only VLLM_USE_B12X_MOE",
+    ),
+    (
+        re.compile(r"Address already in use"),
+        "another process holds the API or master port on that node: stop it or change ports",
+    ),
+    (
+        re.compile(r"NCCL error: invalid usage"),
+        "two ranks of one NCCL group on one GPU of one host: give each node its own NCCL_HOSTID "
+        "(node env) so NCCL treats them as two hosts, or give each rank its own GPU",
+    ),
+    (
+        re.compile(r"No module named 'flashinfer'"),
+        "flashinfer is not installed: set VLLM_USE_FLASHINFER_SAMPLER: 0 in the recipe's env "
+        "(PyTorch's top-k/top-p sampler), or install flashinfer-python",
+    ),
+    (
+        re.compile(r"longer than 107 characters"),
+        "TMPDIR is too long for vLLM's IPC sockets: point TMPDIR at a short path",
+    ),
 ]
 
 
@@ -246,8 +287,9 @@ def wait_ready(
     leader = min(r.rank for r in ranks)
 
     def mark(phase: Phase, rank: int | None = None, detail: str = "") -> None:
-        pm = PhaseMark(phase=phase.value, elapsed_s=round(clock() - start, 2), rank=rank,
-                       detail=detail)
+        pm = PhaseMark(
+            phase=phase.value, elapsed_s=round(clock() - start, 2), rank=rank, detail=detail
+        )
         marks.append(pm)
         on_phase(pm)
 
@@ -273,35 +315,47 @@ def wait_ready(
                     cause = failure_cause(r.recent_text())
                     see = f"see the whole log with `tandem logs --rank {r.rank}`"
                     fix = known_fix(cause)
-                    raise RankFailed(f"exited with status {code} during start-up: {cause}",
-                                     rank=r.rank, hint=f"{fix}; {see}" if fix else see)
+                    raise RankFailed(
+                        f"exited with status {code} during start-up: {cause}",
+                        rank=r.rank,
+                        hint=f"{fix}; {see}" if fix else see,
+                    )
             if clock() - start > timeout_s:
                 last = marks[-1].phase if marks else Phase.LAUNCHED.value
                 causes = "; ".join(
-                    f"rank {r.rank}: {failure_cause(r.recent_text())}" for r in ranks)
+                    f"rank {r.rank}: {failure_cause(r.recent_text())}" for r in ranks
+                )
                 raise RankFailed(
                     f"not ready after {timeout_s:.0f} s (last phase: {last}); {causes}",
                     hint="raise timeouts.startup_s if the logs show progress, else read "
-                         "`tandem logs` for a rank stuck at the rendezvous")
+                    "`tandem logs` for a rank stuck at the rendezvous",
+                )
             if Phase.PORT_OPEN not in reached and _port_open(url.hostname or "", url.port or 80):
                 reached.add(Phase.PORT_OPEN)
                 mark(Phase.PORT_OPEN, leader)
-            if Phase.PORT_OPEN in reached and Phase.HEALTHY not in reached:
-                if _get_ok(client, "/health"):
-                    reached.add(Phase.HEALTHY)
-                    mark(Phase.HEALTHY, leader)
-            if Phase.HEALTHY in reached and Phase.MODEL_LISTED not in reached:
-                if _lists_model(client, model):
-                    reached.add(Phase.MODEL_LISTED)
-                    mark(Phase.MODEL_LISTED, leader, model)
+            if (
+                Phase.PORT_OPEN in reached
+                and Phase.HEALTHY not in reached
+                and _get_ok(client, "/health")
+            ):
+                reached.add(Phase.HEALTHY)
+                mark(Phase.HEALTHY, leader)
+            if (
+                Phase.HEALTHY in reached
+                and Phase.MODEL_LISTED not in reached
+                and _lists_model(client, model)
+            ):
+                reached.add(Phase.MODEL_LISTED)
+                mark(Phase.MODEL_LISTED, leader, model)
             if Phase.MODEL_LISTED in reached:
                 answer = _try_completion(client, model, request_timeout_s)
                 if answer is not None:
                     text, tokens = answer
                     mark(Phase.ANSWERED, leader, f"{tokens} tokens")
                     read_logs()
-                    return Readiness(phases=marks, boot=boot(), answer=text,
-                                     completion_tokens=tokens)
+                    return Readiness(
+                        phases=marks, boot=boot(), answer=text, completion_tokens=tokens
+                    )
             sleep(poll_s)
 
 
@@ -324,15 +378,20 @@ def _lists_model(client: httpx.Client, model: str) -> bool:
     try:
         response = client.get("/v1/models")
         return response.status_code == 200 and any(
-            m.get("id") == model for m in response.json().get("data", []))
+            m.get("id") == model for m in response.json().get("data", [])
+        )
     except (httpx.HTTPError, ValueError):
         return False
 
 
 def _try_completion(client: httpx.Client, model: str, timeout_s: float) -> tuple[str, int] | None:
     """One short real completion; None while the engine cannot answer yet."""
-    body = {"model": model, "messages": [{"role": "user", "content": "Say hello."}],
-            "max_tokens": 8, "temperature": 0}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
     try:
         response = client.post("/v1/chat/completions", json=body, timeout=timeout_s)
         if response.status_code != 200:

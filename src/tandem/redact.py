@@ -37,7 +37,9 @@ _BEARER = re.compile(r"(\bBearer\s+)" + _WORD + r"[A-Za-z0-9._~+/=\-]+", re.IGNO
 _KEY_IN_TEXT = re.compile(
     r"((?:--(?:api|hf)[-_](?:key|token)(?:=|\s+" + _WORD + r"))"
     r"|\b(?:api|hf)[-_](?:key|token)(?:['\"]?\s*:\s*\[?\s*['\"]?|=))"
-    r"(?![.$<])[^\s'\",\]]+", re.IGNORECASE)
+    r"(?![.$<])[^\s'\",\]]+",
+    re.IGNORECASE,
+)
 """``--api-key KEY``, ``--api-key=KEY``, ``'api_key': 'KEY'`` (vLLM's "non-default args"); a
 placeholder (``...``, ``$VAR``, ``<key>``) stays."""
 MIN_SECRET_CHARS = 6
@@ -82,8 +84,9 @@ class Redactor:
     """
 
     def __init__(self, values: list[str] | None = None) -> None:
-        self.values = sorted({v for v in values or [] if len(v) >= MIN_SECRET_CHARS},
-                             key=len, reverse=True)
+        self.values = sorted(
+            {v for v in values or [] if len(v) >= MIN_SECRET_CHARS}, key=len, reverse=True
+        )
 
     @classmethod
     def for_caller(cls, extra: list[str] | None = None) -> Redactor:
@@ -128,11 +131,20 @@ class Redactor:
     def data(self, data: object) -> object:
         """A JSON-like structure with secret keys' values and secret-looking strings hidden."""
         if isinstance(data, dict):
-            return {k: (REDACTED if isinstance(k, str) and is_secret(k) and isinstance(v, str)
-                        else self.data(v)) for k, v in data.items()}
+            return {
+                k: (
+                    REDACTED
+                    if isinstance(k, str) and is_secret(k) and isinstance(v, str)
+                    else self.data(v)
+                )
+                for k, v in data.items()
+            }
         if isinstance(data, list):
-            return self.argv(data) if all(isinstance(v, str) for v in data) else \
-                [self.data(v) for v in data]
+            return (
+                self.argv(data)
+                if all(isinstance(v, str) for v in data)
+                else [self.data(v) for v in data]
+            )
         if isinstance(data, str):
             return self.text(data)
         return data

@@ -57,31 +57,64 @@ def _llama_3_1_8b(layers: int | None, small: bool, **common) -> PretrainedConfig
     if small:
         widths = dict(_SMALL)
     return LlamaConfig(
-        **widths, num_hidden_layers=layers or 32, num_key_value_heads=8 if not small else 2,
-        head_dim=128 if not small else 16, vocab_size=128256, rms_norm_eps=1e-5,
-        max_position_embeddings=MAX_POSITION_EMBEDDINGS, tie_word_embeddings=False,
-        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                         "original_max_position_embeddings": 8192},
-        **common)
+        **widths,
+        num_hidden_layers=layers or 32,
+        num_key_value_heads=8 if not small else 2,
+        head_dim=128 if not small else 16,
+        vocab_size=128256,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        **common,
+    )
 
 
 def _deepseek_v2_lite(layers: int | None, small: bool, **common) -> PretrainedConfig:
     """deepseek-ai/DeepSeek-V2-Lite: MLA (latent 512 + rope 64, no q LoRA), 64 routed experts
     + 2 shared, 6 per token, first layer dense, 102,400-token vocabulary. RoPE's YaRN scaling
     is left out (it changes no memory and no FLOP count)."""
-    widths = dict(hidden_size=2048, intermediate_size=10944, num_attention_heads=16,
-                  moe_intermediate_size=1408, n_routed_experts=64)
+    widths = dict(
+        hidden_size=2048,
+        intermediate_size=10944,
+        num_attention_heads=16,
+        moe_intermediate_size=1408,
+        n_routed_experts=64,
+    )
     if small:
         widths = dict(_SMALL, moe_intermediate_size=32, n_routed_experts=8)
     return DeepseekV2Config(
-        **widths, num_hidden_layers=layers or 27, num_key_value_heads=widths["num_attention_heads"],
-        q_lora_rank=None, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
-        v_head_dim=128, n_shared_experts=2, num_experts_per_tok=6, first_k_dense_replace=1,
-        moe_layer_freq=1, topk_method="greedy", n_group=1, topk_group=1,
-        routed_scaling_factor=1.0, norm_topk_prob=False, scoring_func="softmax",
-        vocab_size=102400, rms_norm_eps=1e-6, max_position_embeddings=MAX_POSITION_EMBEDDINGS,
-        tie_word_embeddings=False, **common)
+        **widths,
+        num_hidden_layers=layers or 27,
+        num_key_value_heads=widths["num_attention_heads"],
+        q_lora_rank=None,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        qk_nope_head_dim=128,
+        v_head_dim=128,
+        n_shared_experts=2,
+        num_experts_per_tok=6,
+        first_k_dense_replace=1,
+        moe_layer_freq=1,
+        topk_method="greedy",
+        n_group=1,
+        topk_group=1,
+        routed_scaling_factor=1.0,
+        norm_topk_prob=False,
+        scoring_func="softmax",
+        vocab_size=102400,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        tie_word_embeddings=False,
+        **common,
+    )
 
 
 def _gemma_3_4b(layers: int | None, small: bool, **common) -> PretrainedConfig:
@@ -92,10 +125,18 @@ def _gemma_3_4b(layers: int | None, small: bool, **common) -> PretrainedConfig:
     if small:
         widths = dict(_SMALL)
     return Gemma3TextConfig(
-        **widths, num_hidden_layers=layers or 34, num_key_value_heads=4 if not small else 2,
-        head_dim=256 if not small else 16, query_pre_attn_scalar=256, sliding_window=1024,
-        vocab_size=262208, rms_norm_eps=1e-6, max_position_embeddings=MAX_POSITION_EMBEDDINGS,
-        tie_word_embeddings=True, **common)
+        **widths,
+        num_hidden_layers=layers or 34,
+        num_key_value_heads=4 if not small else 2,
+        head_dim=256 if not small else 16,
+        query_pre_attn_scalar=256,
+        sliding_window=1024,
+        vocab_size=262208,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        tie_word_embeddings=True,
+        **common,
+    )
 
 
 SHAPES: dict[str, tuple[Callable[..., PretrainedConfig], str]] = {
@@ -111,8 +152,9 @@ class ShapeModel(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    repo_id: str = Field(description="Hub repo id vLLM is given, "
-                         "e.g. `tandem-shapes/llama-3.1-8b`.")
+    repo_id: str = Field(
+        description="Hub repo id vLLM is given, e.g. `tandem-shapes/llama-3.1-8b`."
+    )
     preset: str = Field(description="Key in SHAPES.")
     commit: str = Field(description="40-hex snapshot id, a digest of the files' contents.")
     snapshot_path: Path = Field(description="`.../hub/models--ORG--NAME/snapshots/<commit>`.")
@@ -127,9 +169,16 @@ def shape_repo_id(preset: str, *, layers: int | None = None, scale_down: bool = 
     return f"{REPO_ORG}/{name}"
 
 
-def build_shape_model(hf_home: Path, preset: str, *, layers: int | None = None,
-                      scale_down: bool = False, device: str | None = None, seed: int = 0,
-                      repo_id: str | None = None) -> ShapeModel:
+def build_shape_model(
+    hf_home: Path,
+    preset: str,
+    *,
+    layers: int | None = None,
+    scale_down: bool = False,
+    device: str | None = None,
+    seed: int = 0,
+    repo_id: str | None = None,
+) -> ShapeModel:
     """Build a random-weight model of a real checkpoint's shape into the HF cache under hf_home.
 
     Usage:
@@ -152,11 +201,17 @@ def build_shape_model(hf_home: Path, preset: str, *, layers: int | None = None,
         SpecError: ``preset`` is unknown or ``layers`` is below 2.
     """
     if preset not in SHAPES:
-        raise SpecError(f"unknown shape preset {preset!r}", field="preset",
-                        hint=f"use one of: {', '.join(SHAPES)}")
+        raise SpecError(
+            f"unknown shape preset {preset!r}",
+            field="preset",
+            hint=f"use one of: {', '.join(SHAPES)}",
+        )
     if layers is not None and layers < 2:
-        raise SpecError(f"layers {layers} is too few", field="layers",
-                        hint="use 2 or more (DeepSeek's first layer is dense, the rest MoE)")
+        raise SpecError(
+            f"layers {layers} is too few",
+            field="layers",
+            hint="use 2 or more (DeepSeek's first layer is dense, the rest MoE)",
+        )
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     repo_id = repo_id or shape_repo_id(preset, layers=layers, scale_down=scale_down)
     repo_dir = Path(hf_home) / "hub" / repo_folder_name(repo_id=repo_id, repo_type="model")
@@ -166,8 +221,13 @@ def build_shape_model(hf_home: Path, preset: str, *, layers: int | None = None,
         tokenizer = _train_tokenizer(seed)
         tokenizer.save_pretrained(staging)
         factory, architecture = SHAPES[preset]
-        config = factory(layers, scale_down, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        config = factory(
+            layers,
+            scale_down,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         config.architectures = [architecture]
         config.dtype = torch.bfloat16
         torch.manual_seed(seed)
@@ -176,17 +236,26 @@ def build_shape_model(hf_home: Path, preset: str, *, layers: int | None = None,
         model.save_pretrained(staging, safe_serialization=True)
         parameter_count = model.num_parameters()
         del model
-        generation = {"bos_token_id": tokenizer.bos_token_id,
-                      "eos_token_id": tokenizer.eos_token_id,
-                      "pad_token_id": tokenizer.pad_token_id}
+        generation = {
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        }
         (staging / "generation_config.json").write_text(
-            json.dumps(generation, indent=2, sort_keys=True) + "\n")
+            json.dumps(generation, indent=2, sort_keys=True) + "\n"
+        )
         paths = sorted(staging.iterdir())
         with ThreadPoolExecutor(max_workers=8) as pool:  # hashlib releases the GIL
             digests = dict(zip([p.name for p in paths], pool.map(_sha256, paths)))
         commit = _commit_id(digests)
         snapshot = _store(repo_dir, staging, digests, commit)
     size_bytes = sum((snapshot / name).stat().st_size for name in digests)
-    return ShapeModel(repo_id=repo_id, preset=preset, commit=commit, snapshot_path=snapshot,
-                      parameter_count=parameter_count, size_bytes=size_bytes,
-                      num_hidden_layers=config.num_hidden_layers)
+    return ShapeModel(
+        repo_id=repo_id,
+        preset=preset,
+        commit=commit,
+        snapshot_path=snapshot,
+        parameter_count=parameter_count,
+        size_bytes=size_bytes,
+        num_hidden_layers=config.num_hidden_layers,
+    )

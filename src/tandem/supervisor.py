@@ -32,13 +32,18 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tandem.backends.base import Backend, backend_for
 from tandem.backends.processes import is_alive
 from tandem.backends.state import (
-    EVENTS_FILE, DeploymentState, PhaseMark, deployment_dir, load_state, open_private,
+    EVENTS_FILE,
+    DeploymentState,
+    PhaseMark,
+    deployment_dir,
+    load_state,
+    open_private,
     private_dir,
 )
 from tandem.errors import StateError, TandemError
@@ -79,7 +84,7 @@ class SupervisorPolicy:
 
 def backoff_delay(policy: SupervisorPolicy, attempt: int) -> float:
     """Seconds to wait before restart number ``attempt + 1`` (attempt counts from 0)."""
-    return min(policy.max_backoff_s, policy.backoff_s * policy.backoff_factor ** attempt)
+    return min(policy.max_backoff_s, policy.backoff_s * policy.backoff_factor**attempt)
 
 
 class EventLog:
@@ -90,7 +95,7 @@ class EventLog:
         self.on_event = on_event
 
     def __call__(self, text: str) -> None:
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         private_dir(self.path.parent)
         with open_private(self.path, "a") as handle:
             handle.write(f"{stamp}  {text}\n")
@@ -103,8 +108,11 @@ def archive_logs(name: str) -> Path | None:
     current = sorted(logs.glob("rank*.log*"))
     if not current:
         return None
-    numbers = [int(p.name.split("-", 1)[1]) for p in logs.glob("restart-*")
-               if p.name.split("-", 1)[1].isdigit()]
+    numbers = [
+        int(p.name.split("-", 1)[1])
+        for p in logs.glob("restart-*")
+        if p.name.split("-", 1)[1].isdigit()
+    ]
     folder = logs / f"restart-{max(numbers, default=0) + 1}"
     folder.mkdir(parents=True)
     for path in current:
@@ -112,24 +120,31 @@ def archive_logs(name: str) -> Path | None:
     return folder
 
 
-def restart_group(state: DeploymentState, backend: Backend, *, on_event: Callable[[str], None],
-                  on_phase: Callable[[PhaseMark], None]) -> DeploymentState:
+def restart_group(
+    state: DeploymentState,
+    backend: Backend,
+    *,
+    on_event: Callable[[str], None],
+    on_phase: Callable[[PhaseMark], None],
+) -> DeploymentState:
     """Stop every rank, keep the crashed group's logs, start the group again, wait for it."""
     backend.down(state, on_event=on_event)
     kept = archive_logs(state.name)
     if kept:
         on_event(f"kept the crashed group's logs in {kept}")
     deployment = state.deployment()
-    new_state, _ = backend.up(plan_ranks(deployment), deployment, timeout_s=None,
-                              on_phase=on_phase, on_event=on_event)
+    new_state, _ = backend.up(
+        plan_ranks(deployment), deployment, timeout_s=None, on_phase=on_phase, on_event=on_event
+    )
     return new_state
 
 
 def describe(report: Assessment) -> str:
     """One event line: verdict, rank, reason, evidence."""
     who = f"rank {report.rank}: " if report.rank is not None else ""
-    return (f"{report.verdict.value}: {who}{report.reason}"
-            + (f" [evidence: {report.evidence}]" if report.evidence else ""))
+    return f"{report.verdict.value}: {who}{report.reason}" + (
+        f" [evidence: {report.evidence}]" if report.evidence else ""
+    )
 
 
 Assess = Callable[..., Assessment]
@@ -159,8 +174,10 @@ def supervise(
     restarts, last_restart, misses = 0, clock(), 0
     tracker = ProgressTracker(clock=clock)
     last_canary = -float("inf")
-    log(f"supervising '{name}': every {policy.interval_s:g} s, at most {policy.max_restarts} "
-        f"restart(s) in a row, back-off {policy.backoff_s:g} s x{policy.backoff_factor:g}")
+    log(
+        f"supervising '{name}': every {policy.interval_s:g} s, at most {policy.max_restarts} "
+        f"restart(s) in a row, back-off {policy.backoff_s:g} s x{policy.backoff_factor:g}"
+    )
     try:
         while not should_stop():
             try:
@@ -170,22 +187,35 @@ def supervise(
                 return 0
             backend = backend_for(state.backend)
             canary_due = bool(policy.canary_interval_s) and (
-                clock() - last_canary >= policy.canary_interval_s)
+                clock() - last_canary >= policy.canary_interval_s
+            )
             try:
-                report = judge(state, backend=backend, tracker=tracker,
-                               canary_mode="idle" if canary_due else "never",
-                               canary_timeout_s=policy.canary_timeout_s, stall_s=policy.stall_s)
+                report = judge(
+                    state,
+                    backend=backend,
+                    tracker=tracker,
+                    canary_mode="idle" if canary_due else "never",
+                    canary_timeout_s=policy.canary_timeout_s,
+                    stall_s=policy.stall_s,
+                )
             except TandemError as exc:  # a node unreachable counts as its rank being gone
-                report = Assessment(name=name, verdict=Verdict.DEGRADED, rank=exc.rank,
-                                    reason=f"cannot check the ranks: {exc.message}")
+                report = Assessment(
+                    name=name,
+                    verdict=Verdict.DEGRADED,
+                    rank=exc.rank,
+                    reason=f"cannot check the ranks: {exc.message}",
+                )
             if report.api.canary != "skipped":
                 last_canary = clock()
-            only_health = (report.verdict is Verdict.DOWN and report.rank is not None
-                           and all(r.health.state in ("healthy", "not-answering")
-                                   for r in report.ranks))
+            only_health = (
+                report.verdict is Verdict.DOWN
+                and report.rank is not None
+                and all(r.health.state in ("healthy", "not-answering") for r in report.ranks)
+            )
             misses = misses + 1 if only_health else 0
             if report.verdict in (Verdict.HEALTHY, Verdict.STARTING) or (
-                    only_health and misses < policy.health_failures):
+                only_health and misses < policy.health_failures
+            ):
                 if restarts and clock() - last_restart >= policy.stable_s:
                     log(f"healthy for {policy.stable_s:g} s: the restart count starts over")
                     restarts = 0
@@ -194,25 +224,37 @@ def supervise(
             seen_at = clock()
             log("group broken: " + describe(report))
             if restarts >= policy.max_restarts:
-                log(f"giving up after {restarts} restart(s): stopping every rank "
-                    f"(`tandem up` starts it again, `tandem down` clears it)")
+                log(
+                    f"giving up after {restarts} restart(s): stopping every rank "
+                    f"(`tandem up` starts it again, `tandem down` clears it)"
+                )
                 backend.down(state, on_event=log)
                 state.ready = False
                 state.save()
                 return 1
             delay = backoff_delay(policy, restarts)
             restarts += 1
-            log(f"restart {restarts}/{policy.max_restarts} in {delay:g} s: stopping every rank, "
-                "then starting workers first, then the leader")
+            log(
+                f"restart {restarts}/{policy.max_restarts} in {delay:g} s: stopping every rank, "
+                "then starting workers first, then the leader"
+            )
             sleep(delay)
             if should_stop() or not (deployment_dir(name) / "state.json").exists():
                 continue
             try:
-                new_state = restart_group(state, backend, on_event=log, on_phase=lambda m: log(
-                    f"  {m.elapsed_s:6.1f}s rank {m.rank if m.rank is not None else '-'} "
-                    f"{m.phase} {m.detail}".rstrip()))
-                log(f"restart {restarts} done: {new_state.endpoint} answers again "
-                    f"{clock() - seen_at:.1f} s after the fault was seen")
+                new_state = restart_group(
+                    state,
+                    backend,
+                    on_event=log,
+                    on_phase=lambda m: log(
+                        f"  {m.elapsed_s:6.1f}s rank {m.rank if m.rank is not None else '-'} "
+                        f"{m.phase} {m.detail}".rstrip()
+                    ),
+                )
+                log(
+                    f"restart {restarts} done: {new_state.endpoint} answers again "
+                    f"{clock() - seen_at:.1f} s after the fault was seen"
+                )
                 misses = 0
                 tracker = ProgressTracker(clock=clock)
             except TandemError as exc:
@@ -235,8 +277,9 @@ def supervisor_pid(name: str) -> int | None:
     return pid if is_alive(pid) and b"tandem" in cmdline else None
 
 
-def stop_supervisor(name: str, *, timeout_s: float = 120.0,
-                    on_event: Callable[[str], None] = lambda text: None) -> bool:
+def stop_supervisor(
+    name: str, *, timeout_s: float = 120.0, on_event: Callable[[str], None] = lambda text: None
+) -> bool:
     """Stop the supervisor of ``name`` (SIGTERM, then wait); True if one was running.
 
     A supervisor in the middle of a restart stops the ranks it started before it exits.

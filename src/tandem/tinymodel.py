@@ -73,11 +73,16 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- for message in messages %}"
     "{%- if message['role'] == 'user' %}" + USER + "{{ message['content'] }}"
-    "{%- elif message['role'] == 'assistant' %}" + ASSISTANT + THINK_CLOSE + "{{ message['content'] }}"
+    "{%- elif message['role'] == 'assistant' %}"
+    + ASSISTANT
+    + THINK_CLOSE
+    + "{{ message['content'] }}"
     "{{ eos_token }}"
     "{%- endif %}"
     "{%- endfor %}"
-    "{%- if add_generation_prompt %}" + ASSISTANT + "{%- if thinking is defined and thinking %}"
+    "{%- if add_generation_prompt %}"
+    + ASSISTANT
+    + "{%- if thinking is defined and thinking %}"
     + THINK_OPEN
     + "{%- else %}"
     + THINK_CLOSE
@@ -86,21 +91,197 @@ CHAT_TEMPLATE = (
 
 # Words the corpus is made of; syllables make up invented words so that BPE has enough
 # distinct pieces to fill 2048 entries.
-_WORDS = (
-    "the a an of to in on for with by from at as is are was were be been has have had do does "
-    "did not no yes and or but if then else when while because so that this these those it its "
-    "model node rank leader worker token cache memory tensor parallel pipeline expert layer head "
-    "attention latent query key value weight bias vector matrix batch request response server "
-    "client engine kernel thread process network socket address port host device chip core "
-    "number answer question reason think step first second third last next small large fast "
-    "slow good bad true false open close start stop run wait send read write load save build "
-    "test check plan render launch serve measure report time second minute hour day year "
-    "water river mountain city house garden tree flower bird fish stone light dark warm cold "
-    "red green blue yellow white black north south east west left right up down inside outside"
-).split()
-_SYLLABLES = (
-    "ka ri to mu se na lo vi pe da zu fo gi ha ne ro sa ti ku me bo ya wu xe qi ju la"
-).split()
+_WORDS = [
+    "the",
+    "a",
+    "an",
+    "of",
+    "to",
+    "in",
+    "on",
+    "for",
+    "with",
+    "by",
+    "from",
+    "at",
+    "as",
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "has",
+    "have",
+    "had",
+    "do",
+    "does",
+    "did",
+    "not",
+    "no",
+    "yes",
+    "and",
+    "or",
+    "but",
+    "if",
+    "then",
+    "else",
+    "when",
+    "while",
+    "because",
+    "so",
+    "that",
+    "this",
+    "these",
+    "those",
+    "it",
+    "its",
+    "model",
+    "node",
+    "rank",
+    "leader",
+    "worker",
+    "token",
+    "cache",
+    "memory",
+    "tensor",
+    "parallel",
+    "pipeline",
+    "expert",
+    "layer",
+    "head",
+    "attention",
+    "latent",
+    "query",
+    "key",
+    "value",
+    "weight",
+    "bias",
+    "vector",
+    "matrix",
+    "batch",
+    "request",
+    "response",
+    "server",
+    "client",
+    "engine",
+    "kernel",
+    "thread",
+    "process",
+    "network",
+    "socket",
+    "address",
+    "port",
+    "host",
+    "device",
+    "chip",
+    "core",
+    "number",
+    "answer",
+    "question",
+    "reason",
+    "think",
+    "step",
+    "first",
+    "second",
+    "third",
+    "last",
+    "next",
+    "small",
+    "large",
+    "fast",
+    "slow",
+    "good",
+    "bad",
+    "true",
+    "false",
+    "open",
+    "close",
+    "start",
+    "stop",
+    "run",
+    "wait",
+    "send",
+    "read",
+    "write",
+    "load",
+    "save",
+    "build",
+    "test",
+    "check",
+    "plan",
+    "render",
+    "launch",
+    "serve",
+    "measure",
+    "report",
+    "time",
+    "second",
+    "minute",
+    "hour",
+    "day",
+    "year",
+    "water",
+    "river",
+    "mountain",
+    "city",
+    "house",
+    "garden",
+    "tree",
+    "flower",
+    "bird",
+    "fish",
+    "stone",
+    "light",
+    "dark",
+    "warm",
+    "cold",
+    "red",
+    "green",
+    "blue",
+    "yellow",
+    "white",
+    "black",
+    "north",
+    "south",
+    "east",
+    "west",
+    "left",
+    "right",
+    "up",
+    "down",
+    "inside",
+    "outside",
+]
+_SYLLABLES = [
+    "ka",
+    "ri",
+    "to",
+    "mu",
+    "se",
+    "na",
+    "lo",
+    "vi",
+    "pe",
+    "da",
+    "zu",
+    "fo",
+    "gi",
+    "ha",
+    "ne",
+    "ro",
+    "sa",
+    "ti",
+    "ku",
+    "me",
+    "bo",
+    "ya",
+    "wu",
+    "xe",
+    "qi",
+    "ju",
+    "la",
+]
 _PUNCTUATION = [".", ".", ".", "?", "!", ",", ";", ":"]
 
 
@@ -324,9 +505,7 @@ def _train_tokenizer(seed: int) -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def _save_model(
-    arch: str, tokenizer: PreTrainedTokenizerFast, seed: int, staging: Path
-) -> int:
+def _save_model(arch: str, tokenizer: PreTrainedTokenizerFast, seed: int, staging: Path) -> int:
     """Write config, weights and generation_config into ``staging``; return the parameter count."""
     vocab_size = -(-len(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
     config = ARCHITECTURES[arch](

@@ -22,8 +22,14 @@ SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
-_TOTALS = (PROMPT_TOKENS, GENERATION_TOKENS, PREEMPTIONS, SPEC_DRAFTS, SPEC_DRAFT_TOKENS,
-           SPEC_ACCEPTED)
+_TOTALS = (
+    PROMPT_TOKENS,
+    GENERATION_TOKENS,
+    PREEMPTIONS,
+    SPEC_DRAFTS,
+    SPEC_DRAFT_TOKENS,
+    SPEC_ACCEPTED,
+)
 _GAUGES = (KV_CACHE_USAGE, REQUESTS_RUNNING, REQUESTS_WAITING)
 
 
@@ -32,10 +38,12 @@ class MetricsSnapshot(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    values: dict[str, float] = Field(default_factory=dict,
-                                     description="Sample name -> value, summed over label sets.")
+    values: dict[str, float] = Field(
+        default_factory=dict, description="Sample name -> value, summed over label sets."
+    )
     per_position: dict[int, float] = Field(
-        default_factory=dict, description="Speculative position -> accepted tokens.")
+        default_factory=dict, description="Speculative position -> accepted tokens."
+    )
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
@@ -63,8 +71,9 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     return MetricsSnapshot(values=values, per_position=per_position)
 
 
-_FAMILY_PREFIXES = tuple({name.removesuffix("_total") for name in (*_TOTALS, *_GAUGES,
-                                                                   SPEC_ACCEPTED_PER_POS)})
+_FAMILY_PREFIXES = tuple(
+    {name.removesuffix("_total") for name in (*_TOTALS, *_GAUGES, SPEC_ACCEPTED_PER_POS)}
+)
 
 
 def _only_used_families(text: str) -> str:

@@ -13,4 +13,5 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "bench"
 def fixture_bytes():
     def read(name: str) -> bytes:
         return (FIXTURES / name).read_bytes()
+
     return read

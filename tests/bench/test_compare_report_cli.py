@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from click.testing import CliRunner
 
 from tandem.bench.compare import compare, load_summary
@@ -21,18 +20,27 @@ from .test_metrics import rec
 
 def result(ttft: float, gap: float) -> BenchResult:
     records = [rec(i, ttft=ttft, gaps=(gap, gap, gap), start=i * 0.5) for i in range(4)]
-    point = LoadPoint(label="c1", kind="concurrency", concurrency=1, requests=4, input_tokens=10,
-                      output_tokens=4)
-    return BenchResult(config=BenchConfig(url="http://h:8000"),
-                       server=ServerInfo(url="http://h:8000", model="tiny"), finished=True,
-                       points=[LoadPointResult(point=point, metrics=load_point_metrics(records))])
+    point = LoadPoint(
+        label="c1", kind="concurrency", concurrency=1, requests=4, input_tokens=10, output_tokens=4
+    )
+    return BenchResult(
+        config=BenchConfig(url="http://h:8000"),
+        server=ServerInfo(url="http://h:8000", model="tiny"),
+        finished=True,
+        points=[LoadPointResult(point=point, metrics=load_point_metrics(records))],
+    )
 
 
 def test_compare_gives_relative_change_and_the_better_side():
     comp = compare(result(0.1, 0.01), result(0.05, 0.02))
     figures = {f.key: f for f in comp.points[0].figures}
-    assert figures["ttft_p50_s"].relative == pytest.approx(-0.5) and figures["ttft_p50_s"].better == "b"
-    assert figures["tpot_p50_s"].relative == pytest.approx(1.0) and figures["tpot_p50_s"].better == "a"
+    assert (
+        figures["ttft_p50_s"].relative == pytest.approx(-0.5)
+        and figures["ttft_p50_s"].better == "b"
+    )
+    assert (
+        figures["tpot_p50_s"].relative == pytest.approx(1.0) and figures["tpot_p50_s"].better == "a"
+    )
     assert comp.only_in_a == [] and comp.only_in_b == []
     assert "| c1 | TTFT p50 (ms) | 100.0 | 50.0 | -50.0% | B |" in comparison_markdown(comp)
 
@@ -48,8 +56,16 @@ def test_cli_compare_reads_run_folders_and_summary_paths(tmp_path):
     for name, r in (("a", result(0.1, 0.01)), ("b", result(0.2, 0.01))):
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.json").write_text(r.model_dump_json())
-    out = CliRunner().invoke(cli, ["bench", "compare", str(tmp_path / "a"),
-                                   str(tmp_path / "b" / "summary.json"), "--markdown"])
+    out = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            "compare",
+            str(tmp_path / "a"),
+            str(tmp_path / "b" / "summary.json"),
+            "--markdown",
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert "| c1 | TTFT p50 (ms) | 100.0 | 200.0 | +100.0% | A |" in out.output
 
@@ -78,8 +94,14 @@ def test_bench_deployment_takes_url_and_model_from_its_state(tmp_path, monkeypat
     from tandem.errors import EndpointError
 
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
-    DeploymentState(name="d1", backend="local", recipe={}, cluster={},
-                    endpoint="http://127.0.0.1:9", model="tiny").save()
+    DeploymentState(
+        name="d1",
+        backend="local",
+        recipe={},
+        cluster={},
+        endpoint="http://127.0.0.1:9",
+        model="tiny",
+    ).save()
     out = CliRunner().invoke(cli, ["bench", "d1", "--quiet"])
     assert isinstance(out.exception, EndpointError)
     assert "http://127.0.0.1:9/v1/models" in out.exception.message

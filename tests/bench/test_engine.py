@@ -23,10 +23,19 @@ TANDEM = [sys.executable, "-m", "tandem.cli"]
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_tokens_match_the_servers_counters(tiny_endpoint, tmp_path, endpoint):
-    config = BenchConfig(url=tiny_endpoint.url, model=tiny_endpoint.model, endpoint=endpoint,
-                         api_key=tiny_endpoint.api_key,
-                         concurrency=[1, 2], requests=3, input_tokens=32, output_tokens=16,
-                         warmup_requests=1, kv_sample_interval_s=0.2, idle_check_s=0.2)
+    config = BenchConfig(
+        url=tiny_endpoint.url,
+        model=tiny_endpoint.model,
+        endpoint=endpoint,
+        api_key=tiny_endpoint.api_key,
+        concurrency=[1, 2],
+        requests=3,
+        input_tokens=32,
+        output_tokens=16,
+        warmup_requests=1,
+        kv_sample_interval_s=0.2,
+        idle_check_s=0.2,
+    )
     result = asyncio.run(LoadGenerator(config, tmp_path).arun())
 
     assert result.finished and [p.point.label for p in result.points] == ["c1", "c2"]
@@ -53,8 +62,15 @@ def test_the_api_key_is_sent_and_never_saved(tiny_endpoint, tmp_path):
     with it, the key reaches the server but neither the summary nor the records keep it."""
     if not tiny_endpoint.api_key:
         pytest.skip("the endpoint under test has no API key")
-    config = BenchConfig(url=tiny_endpoint.url, model=tiny_endpoint.model, concurrency=[1],
-                         requests=1, output_tokens=4, warmup_requests=0, idle_check_s=0)
+    config = BenchConfig(
+        url=tiny_endpoint.url,
+        model=tiny_endpoint.model,
+        concurrency=[1],
+        requests=1,
+        output_tokens=4,
+        warmup_requests=0,
+        idle_check_s=0,
+    )
     with pytest.raises(Unauthorized, match="401") as caught:
         asyncio.run(LoadGenerator(config, tmp_path / "nokey").arun())
     assert "--api-key" in caught.value.hint
@@ -68,9 +84,23 @@ def test_the_api_key_is_sent_and_never_saved(tiny_endpoint, tmp_path):
 
 def test_a_deployment_is_measured_against_its_plans_roofline(tiny_deployment, tmp_path):
     out = tmp_path / "b"
-    tiny_deployment.tandem("bench", "tiny-local", "--concurrency", "1", "--requests", "2",
-                           "--output-tokens", "8", "--warmup", "0", "--no-plots", "--quiet",
-                           "--out", str(out), timeout=300)
+    tiny_deployment.tandem(
+        "bench",
+        "tiny-local",
+        "--concurrency",
+        "1",
+        "--requests",
+        "2",
+        "--output-tokens",
+        "8",
+        "--warmup",
+        "0",
+        "--no-plots",
+        "--quiet",
+        "--out",
+        str(out),
+        timeout=300,
+    )
     point = json.loads((out / "summary.json").read_text())["points"][0]
     roofline = json.loads((out / "summary.json").read_text())["config"]["roofline_decode_tok_s"]
     assert roofline and roofline > 0
@@ -82,10 +112,25 @@ def test_a_killed_run_is_refused_then_resumed_without_losing_a_record(tiny_deplo
     """Kill `tandem bench` inside its second load point: the first point's records and summary
     survive; rerunning into the same --out is refused; --resume redoes only the second point."""
     out = tmp_path / "b"
-    args = ["bench", "tiny-local", "--concurrency", "1,2", "--requests", "4",
-            "--output-tokens", "48", "--warmup", "0", "--no-plots", "--quiet", "--out", str(out)]
-    proc = subprocess.Popen([*TANDEM, *args], env=tiny_deployment.env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    args = [
+        "bench",
+        "tiny-local",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "4",
+        "--output-tokens",
+        "48",
+        "--warmup",
+        "0",
+        "--no-plots",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        [*TANDEM, *args], env=tiny_deployment.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     requests = out / "requests.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:

@@ -17,30 +17,66 @@ from tandem.bench.runner import coalescing_warnings
 from tandem.bench.server_metrics import ServerDelta
 
 
-def rec(index: int = 0, *, ttft: float = 0.1, gaps: tuple[float, ...] = (0.01, 0.01, 0.01),
-        tokens: int | None = 4, start: float = 0.0, scheduled: float = 0.0, ok: bool = True,
-        prompt: int = 10) -> RequestRecord:
+def rec(
+    index: int = 0,
+    *,
+    ttft: float = 0.1,
+    gaps: tuple[float, ...] = (0.01, 0.01, 0.01),
+    tokens: int | None = 4,
+    start: float = 0.0,
+    scheduled: float = 0.0,
+    ok: bool = True,
+    prompt: int = 10,
+) -> RequestRecord:
     times, t = [ttft], ttft
     for g in gaps:
         t += g
         times.append(t)
     if not ok:
-        return RequestRecord(index=index, load_point="c1", endpoint="chat", scheduled_s=scheduled,
-                             start_s=start, ok=False, error=ErrorCategory.HTTP_STATUS)
-    return RequestRecord(index=index, load_point="c1", endpoint="chat", scheduled_s=scheduled,
-                         start_s=start, ok=True, ttft_s=ttft, ttfat_s=ttft, e2el_s=times[-1],
-                         chunk_times_s=times, prompt_tokens=prompt, output_tokens=tokens)
+        return RequestRecord(
+            index=index,
+            load_point="c1",
+            endpoint="chat",
+            scheduled_s=scheduled,
+            start_s=start,
+            ok=False,
+            error=ErrorCategory.HTTP_STATUS,
+        )
+    return RequestRecord(
+        index=index,
+        load_point="c1",
+        endpoint="chat",
+        scheduled_s=scheduled,
+        start_s=start,
+        ok=True,
+        ttft_s=ttft,
+        ttfat_s=ttft,
+        e2el_s=times[-1],
+        chunk_times_s=times,
+        prompt_tokens=prompt,
+        output_tokens=tokens,
+    )
 
 
-@pytest.mark.parametrize(("values", "q", "expected"), [
-    ([1.0], 50, 1.0),
-    ([1.0, 2.0], 50, 1.5),
-    ([1.0, 2.0, 3.0, 4.0], 90, 3.7),
-    ([1.0, 2.0, 3.0, 4.0], 99, 3.97),
-    ([0.0, 10.0], 0, 0.0),
-    ([0.0, 10.0], 100, 10.0),
-], ids=["one value", "median of two interpolates", "p90 of four like numpy",
-        "p99 of four like numpy", "p0 is the minimum", "p100 is the maximum"])
+@pytest.mark.parametrize(
+    ("values", "q", "expected"),
+    [
+        ([1.0], 50, 1.0),
+        ([1.0, 2.0], 50, 1.5),
+        ([1.0, 2.0, 3.0, 4.0], 90, 3.7),
+        ([1.0, 2.0, 3.0, 4.0], 99, 3.97),
+        ([0.0, 10.0], 0, 0.0),
+        ([0.0, 10.0], 100, 10.0),
+    ],
+    ids=[
+        "one value",
+        "median of two interpolates",
+        "p90 of four like numpy",
+        "p99 of four like numpy",
+        "p0 is the minimum",
+        "p100 is the maximum",
+    ],
+)
 def test_percentile_matches_numpy_linear(values, q, expected):
     assert percentile(values, q) == pytest.approx(expected)
 
@@ -56,13 +92,21 @@ def test_stats_use_population_std():
     assert (stats.mean, stats.std, stats.min, stats.max) == (2.0, 1.0, 1.0, 3.0)
 
 
-@pytest.mark.parametrize(("record", "expected"), [
-    (rec(ttft=0.1, gaps=(0.02, 0.02, 0.02), tokens=4), 0.02),
-    (rec(ttft=0.1, gaps=(0.06,), tokens=4), 0.02),  # 2 chunks carried 4 tokens (spec decode)
-    (rec(ttft=0.1, gaps=(), tokens=1), None),
-    (rec(ok=False), None),
-], ids=["one token per chunk", "several tokens per chunk divide by tokens not chunks",
-        "one token has no TPOT", "failed request has no TPOT"])
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        (rec(ttft=0.1, gaps=(0.02, 0.02, 0.02), tokens=4), 0.02),
+        (rec(ttft=0.1, gaps=(0.06,), tokens=4), 0.02),  # 2 chunks carried 4 tokens (spec decode)
+        (rec(ttft=0.1, gaps=(), tokens=1), None),
+        (rec(ok=False), None),
+    ],
+    ids=[
+        "one token per chunk",
+        "several tokens per chunk divide by tokens not chunks",
+        "one token has no TPOT",
+        "failed request has no TPOT",
+    ],
+)
 def test_tpot_is_decode_time_over_tokens_after_the_first(record, expected):
     assert tpot_s(record) == (pytest.approx(expected) if expected is not None else None)
 
@@ -91,12 +135,16 @@ def test_client_queue_is_reported_apart_from_latency():
     assert m.ttft_s.p50 == pytest.approx(0.1)  # TTFT is measured from the send, not the schedule
 
 
-@pytest.mark.parametrize(("starts", "expected"), [
-    ([0.0, 1.0, 2.0], 1),
-    ([0.0, 0.0, 0.0], 3),
-    ([0.0, 0.05, 0.2], 2),
-    ([], 0),
-], ids=["back to back", "all at once", "two overlap", "no requests"])
+@pytest.mark.parametrize(
+    ("starts", "expected"),
+    [
+        ([0.0, 1.0, 2.0], 1),
+        ([0.0, 0.0, 0.0], 3),
+        ([0.0, 0.05, 0.2], 2),
+        ([], 0),
+    ],
+    ids=["back to back", "all at once", "two overlap", "no requests"],
+)
 def test_max_concurrency_sweeps_request_intervals(starts, expected):
     # each request lasts 0.13 s (ttft 0.1 + three gaps of 0.01)
     assert max_concurrency([rec(i, start=s) for i, s in enumerate(starts)]) == expected
@@ -104,17 +152,31 @@ def test_max_concurrency_sweeps_request_intervals(starts, expected):
 
 def _streamed(tokens: int, chunks: int) -> RequestRecord:
     times = [0.1 + 0.01 * i for i in range(chunks)]
-    return RequestRecord(index=0, load_point="c1", endpoint="completions", scheduled_s=0.0,
-                         start_s=0.0, ok=True, ttft_s=times[0], e2el_s=times[-1],
-                         chunk_times_s=times, output_tokens=tokens, output_tokens_from_usage=True)
+    return RequestRecord(
+        index=0,
+        load_point="c1",
+        endpoint="completions",
+        scheduled_s=0.0,
+        start_s=0.0,
+        ok=True,
+        ttft_s=times[0],
+        e2el_s=times[-1],
+        chunk_times_s=times,
+        output_tokens=tokens,
+        output_tokens_from_usage=True,
+    )
 
 
-@pytest.mark.parametrize(("tokens", "chunks", "acceptance", "warned"), [
-    (128, 128, None, False),
-    (128, 1, None, True),          # the whole answer in one chunk: the API process fell behind
-    (128, 40, 3.2, False),         # speculative decoding: ~3.2 tokens per step is expected
-    (128, 8, 3.2, True),           # 16 per chunk is far beyond the accepted length
-], ids=["one token per chunk", "one chunk per answer", "spec decode", "spec decode merged"])
+@pytest.mark.parametrize(
+    ("tokens", "chunks", "acceptance", "warned"),
+    [
+        (128, 128, None, False),
+        (128, 1, None, True),  # the whole answer in one chunk: the API process fell behind
+        (128, 40, 3.2, False),  # speculative decoding: ~3.2 tokens per step is expected
+        (128, 8, 3.2, True),  # 16 per chunk is far beyond the accepted length
+    ],
+    ids=["one token per chunk", "one chunk per answer", "spec decode", "spec decode merged"],
+)
 def test_merged_chunks_are_warned_about(tokens, chunks, acceptance, warned):
     metrics = load_point_metrics([_streamed(tokens, chunks)], Slo())
     delta = ServerDelta(spec_acceptance_length=acceptance) if acceptance else None

@@ -38,10 +38,12 @@ vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {kv}
 
 def test_spec_decode_acceptance_sums_engines_and_uses_vllms_definitions():
     before = parse_metrics(SPEC.format(drafts=10, draft_tokens=20, accepted=5, p0=5, p1=0, kv=0.1))
-    during = parse_metrics(SPEC.format(drafts=50, draft_tokens=100, accepted=60, p0=40, p1=20,
-                                       kv=0.75))
-    after = parse_metrics(SPEC.format(drafts=110, draft_tokens=220, accepted=155, p0=95, p1=60,
-                                      kv=0.2))
+    during = parse_metrics(
+        SPEC.format(drafts=50, draft_tokens=100, accepted=60, p0=40, p1=20, kv=0.75)
+    )
+    after = parse_metrics(
+        SPEC.format(drafts=110, draft_tokens=220, accepted=155, p0=95, p1=60, kv=0.2)
+    )
     d = server_delta(before, after, [during])
     assert (d.spec_drafts, d.spec_draft_tokens, d.spec_accepted_tokens) == (200, 400, 300)
     assert d.spec_acceptance_rate == pytest.approx(0.75)

@@ -9,7 +9,7 @@ from tandem.bench.records import ErrorCategory
 
 
 def split_every(data: bytes, size: int) -> list[bytes]:
-    return [data[i:i + size] for i in range(0, len(data), size)]
+    return [data[i : i + size] for i in range(0, len(data), size)]
 
 
 def replay(endpoint: str, data: bytes, read_size: int = 64, *, clean_end: bool = True) -> dict:
@@ -30,32 +30,46 @@ def test_decoder_gives_the_same_events_whatever_the_read_boundaries(fixture_byte
     assert decoder.close() == []
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    (b": ping\n\ndata: x\n\n", [(None, "x")]),
-    (b"data: a\r\ndata: b\r\n\r\n", [(None, "a\nb")]),
-    (b"event: error\ndata: {}\n\n", [("error", "{}")]),
-    (b"data:nospace\n\n", [(None, "nospace")]),
-    (b"id: 3\n\n", []),
-], ids=["comment skipped", "crlf and two data lines joined", "named event", "no space after colon",
-        "event without data ignored"])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b": ping\n\ndata: x\n\n", [(None, "x")]),
+        (b"data: a\r\ndata: b\r\n\r\n", [(None, "a\nb")]),
+        (b"event: error\ndata: {}\n\n", [("error", "{}")]),
+        (b"data:nospace\n\n", [(None, "nospace")]),
+        (b"id: 3\n\n", []),
+    ],
+    ids=[
+        "comment skipped",
+        "crlf and two data lines joined",
+        "named event",
+        "no space after colon",
+        "event without data ignored",
+    ],
+)
 def test_decoder_follows_the_sse_rules(raw, expected):
     assert [(e.event, e.data) for e in SSEDecoder().feed(raw)] == expected
 
 
 def test_decoder_keeps_a_utf8_character_split_across_reads():
-    data = "data: {\"t\": \"é\"}\n\n".encode()
+    data = 'data: {"t": "é"}\n\n'.encode()
     cut = data.index("é".encode()) + 1
     decoder = SSEDecoder()
     events = decoder.feed(data[:cut]) + decoder.feed(data[cut:])
     assert events[0].data == '{"t": "é"}'
 
 
-@pytest.mark.parametrize(("endpoint", "fixture", "prompt_tokens"), [
-    ("chat", "sse_chat_ok.txt", 17),
-    ("completions", "sse_completions_ok.txt", 11),
-], ids=["chat", "completions"])
-def test_recorded_stream_gives_eight_tokens_from_usage(fixture_bytes, endpoint, fixture,
-                                                       prompt_tokens):
+@pytest.mark.parametrize(
+    ("endpoint", "fixture", "prompt_tokens"),
+    [
+        ("chat", "sse_chat_ok.txt", 17),
+        ("completions", "sse_completions_ok.txt", 11),
+    ],
+    ids=["chat", "completions"],
+)
+def test_recorded_stream_gives_eight_tokens_from_usage(
+    fixture_bytes, endpoint, fixture, prompt_tokens
+):
     fields = replay(endpoint, fixture_bytes(fixture), read_size=100_000)
     assert fields["ok"] and fields["error"] is None
     assert fields["output_tokens"] == 8 and fields["output_tokens_from_usage"]

@@ -20,8 +20,14 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 async def read_request(reader: asyncio.StreamReader) -> bytes:
     head = await reader.readuntil(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
+    length = next(
+        (
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
     return await reader.readexactly(length)
 
 
@@ -29,8 +35,9 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-SSE_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-            b"transfer-encoding: chunked\r\n\r\n")
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
 
 
 def free_port() -> int:
@@ -43,18 +50,25 @@ def send(handler: Handler | None, *, timeout_s: float = 5.0, port: int | None = 
     """One completions request to a server running ``handler`` (None: nothing listens)."""
 
     async def go():
-        server = (await asyncio.start_server(handler, "127.0.0.1", 0) if handler else None)
+        server = await asyncio.start_server(handler, "127.0.0.1", 0) if handler else None
         where = server.sockets[0].getsockname()[1] if server else (port or free_port())
         try:
             async with httpx.AsyncClient(transport=AiohttpTransport()) as client:
                 ep = ENDPOINTS["completions"]
                 payload = ep.payload("tiny", Prompt("hi", (1, 2, 3)), Sampling(max_tokens=8))
-                return await send_request(client, f"http://127.0.0.1:{where}", ep, payload,
-                                          RequestSlot(0, "c1", 0.0), origin=0.0,
-                                          timeout_s=timeout_s)
+                return await send_request(
+                    client,
+                    f"http://127.0.0.1:{where}",
+                    ep,
+                    payload,
+                    RequestSlot(0, "c1", 0.0),
+                    origin=0.0,
+                    timeout_s=timeout_s,
+                )
         finally:
             if server:
                 server.close()
+
     return asyncio.run(go())
 
 
@@ -131,8 +145,10 @@ def test_an_error_status_carries_the_servers_message(fixture_bytes):
 
     async def serve(reader, writer):
         await read_request(reader)
-        writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n"
-                     b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        writer.write(
+            b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(body), body)
+        )
         await writer.drain()
         writer.close()
 
@@ -157,8 +173,7 @@ def test_the_client_never_queues_requests_behind_a_connection_limit():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(all_open.wait(), 10)
         payload = b'{"choices":[{"text":"x","index":0}]}'
-        writer.write(SSE_HEAD + chunk(b"data: " + payload + b"\n\ndata: [DONE]\n\n")
-                     + b"0\r\n\r\n")
+        writer.write(SSE_HEAD + chunk(b"data: " + payload + b"\n\ndata: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
         writer.close()
         open_now -= 1
@@ -169,9 +184,20 @@ def test_the_client_never_queues_requests_behind_a_connection_limit():
         ep = ENDPOINTS["completions"]
         payload = ep.payload("tiny", Prompt("hi"), Sampling(max_tokens=1))
         async with httpx.AsyncClient(transport=AiohttpTransport()) as client:
-            records = await asyncio.gather(*[
-                send_request(client, url, ep, payload, RequestSlot(i, "c150", 0.0),
-                             origin=0.0, timeout_s=30) for i in range(150)])
+            records = await asyncio.gather(
+                *[
+                    send_request(
+                        client,
+                        url,
+                        ep,
+                        payload,
+                        RequestSlot(i, "c150", 0.0),
+                        origin=0.0,
+                        timeout_s=30,
+                    )
+                    for i in range(150)
+                ]
+            )
         server.close()
         return records
 
@@ -195,4 +221,5 @@ def test_an_aiohttp_error_leaves_as_the_httpx_class_with_its_cause():
         finally:
             server.close()
         return caught.value
+
     assert type(asyncio.run(go()).__cause__).__name__ == "ServerDisconnectedError"

@@ -16,11 +16,15 @@ from tandem.bench.workload import (
 from tandem.errors import SpecError
 
 
-@pytest.mark.parametrize(("rate", "burst", "expected"), [
-    (None, 1.0, [0.0, 0.0, 0.0]),
-    (math.inf, 1.0, [0.0, 0.0, 0.0]),
-    (2.0, math.inf, [0.5, 1.0, 1.5]),
-], ids=["no rate: all at once", "infinite rate: all at once", "constant rate: even spacing"])
+@pytest.mark.parametrize(
+    ("rate", "burst", "expected"),
+    [
+        (None, 1.0, [0.0, 0.0, 0.0]),
+        (math.inf, 1.0, [0.0, 0.0, 0.0]),
+        (2.0, math.inf, [0.5, 1.0, 1.5]),
+    ],
+    ids=["no rate: all at once", "infinite rate: all at once", "constant rate: even spacing"],
+)
 def test_deterministic_schedules(rate, burst, expected):
     assert arrival_offsets_s(3, rate, burst) == pytest.approx(expected)
 
@@ -41,8 +45,13 @@ def test_token_ids_differ_per_request_and_repeat_per_seed():
 
 
 def test_load_points_of_a_ladder_a_rate_and_the_long_context_case():
-    config = BenchConfig(url="http://h:8000/v1/", concurrency=[1, 4], rates_rps=[2.0],
-                         long_context=True, output_tokens=32)
+    config = BenchConfig(
+        url="http://h:8000/v1/",
+        concurrency=[1, 4],
+        rates_rps=[2.0],
+        long_context=True,
+        output_tokens=32,
+    )
     points = plan_load_points(config, max_model_len=1024)
     assert config.url == "http://h:8000"
     assert [p.label for p in points] == ["c1", "c4", "r2", "long"]
@@ -50,10 +59,14 @@ def test_load_points_of_a_ladder_a_rate_and_the_long_context_case():
     assert points[-1].input_tokens == 1024 - 32 - 64  # room left for the chat template
 
 
-@pytest.mark.parametrize(("kwargs", "max_len", "field"), [
-    ({"input_tokens": 1000, "output_tokens": 100}, 1024, "input_tokens"),
-    ({"long_context": True}, None, "long_context"),
-], ids=["lengths beyond max_model_len", "long context without a known max_model_len"])
+@pytest.mark.parametrize(
+    ("kwargs", "max_len", "field"),
+    [
+        ({"input_tokens": 1000, "output_tokens": 100}, 1024, "input_tokens"),
+        ({"long_context": True}, None, "long_context"),
+    ],
+    ids=["lengths beyond max_model_len", "long context without a known max_model_len"],
+)
 def test_impossible_workloads_name_the_field(kwargs, max_len, field):
     with pytest.raises(SpecError) as info:
         plan_load_points(BenchConfig(url="http://h", **kwargs), max_len)

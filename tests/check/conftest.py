@@ -17,13 +17,19 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "check"
 SEED_REPO = "deepseek-ai/DeepSeek-V4-Flash-DSpark"
 
 
-def fixture_facts(name: str, *, repo: str = SEED_REPO, cache_root: str = "/root/.cache/huggingface",
-                  model_path: str | None = None) -> dict:
+def fixture_facts(
+    name: str,
+    *,
+    repo: str = SEED_REPO,
+    cache_root: str = "/root/.cache/huggingface",
+    model_path: str | None = None,
+) -> dict:
     """What probe.py prints for fixture node ``name`` (parsed in-process, same code)."""
     root = FIXTURES / name
     node = probe.Node(root=str(root), commands=str(root / "commands"))
-    args = argparse.Namespace(model=repo, revision="main", cache_root=cache_root,
-                              model_path=model_path, hash=False)
+    args = argparse.Namespace(
+        model=repo, revision="main", cache_root=cache_root, model_path=model_path, hash=False
+    )
     return probe.collect(node, args)
 
 
@@ -39,11 +45,15 @@ def facts_of(name: str) -> dict:
 
 def spark_cluster(first: str = "spark-101", second: str = "spark-102", **node_fields) -> Cluster:
     """Seed 000's two nodes over SSH; management NIC enP7s7 (as the recipe pins)."""
-    nodes = [{"name": first, "address": "192.168.100.101"},
-             {"name": second, "address": "192.168.100.102"}]
+    nodes = [
+        {"name": first, "address": "192.168.100.101"},
+        {"name": second, "address": "192.168.100.102"},
+    ]
     if first == "spark-102":
-        nodes = [{"name": "spark-102", "address": "192.168.100.102"},
-                 {"name": "spark-101", "address": "192.168.100.101"}]
+        nodes = [
+            {"name": "spark-102", "address": "192.168.100.102"},
+            {"name": "spark-101", "address": "192.168.100.101"},
+        ]
     for node in nodes:
         node.update(node_fields)
     return Cluster.model_validate({"name": "sparks", "transport": "ssh", "nodes": nodes})

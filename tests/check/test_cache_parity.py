@@ -23,15 +23,22 @@ def compiled(root: Path, rank: int) -> None:
     """What one rank of the same deployment writes: kernels named differently on each rank."""
     graphs = f"vllm/torch_compile_cache/3f9a1c0b2d/rank_{rank}_0"
     aot = "vllm/torch_compile_cache/torch_aot_compile/" + ("202b059a", "0145e560")[rank] * 8
-    plant(root, f"{graphs}/backbone/cache_key_factors.json",
-          f"{graphs}/inductor_cache/k{rank}/c{rank}x.py", f"{aot}/rank_{rank}_0/model",
-          f"{aot}/inductor_cache/fxgraph/f{rank}/entry", f"inductor/u{rank}/c{rank}.main.so",
-          "vllm/modelinfos/DeepseekV3ForCausalLM.json", "vllm/tmpk2j3/partial")
+    plant(
+        root,
+        f"{graphs}/backbone/cache_key_factors.json",
+        f"{graphs}/inductor_cache/k{rank}/c{rank}x.py",
+        f"{aot}/rank_{rank}_0/model",
+        f"{aot}/inductor_cache/fxgraph/f{rank}/entry",
+        f"inductor/u{rank}/c{rank}.main.so",
+        "vllm/modelinfos/DeepseekV3ForCausalLM.json",
+        "vllm/tmpk2j3/partial",
+    )
 
 
 def cache_facts(root: Path) -> dict:
-    return probe.compile_cache_facts(probe.Node(), str(root), named=caches.NAMED_FOLDERS,
-                                     opaque=caches.OPAQUE_FOLDERS)
+    return probe.compile_cache_facts(
+        probe.Node(), str(root), named=caches.NAMED_FOLDERS, opaque=caches.OPAQUE_FOLDERS
+    )
 
 
 def facts_with_cache(node: str, root: Path) -> dict:
@@ -43,8 +50,11 @@ def facts_with_cache(node: str, root: Path) -> dict:
 def parity(tmp_path: Path) -> list:
     deployment = seed_deployment()
     facts = {n: facts_with_cache(n, tmp_path / n) for n in ("spark-101", "spark-102")}
-    return [f for f in evaluate(CheckContext(deployment=deployment, facts=facts))
-            if f.rule == "cache-parity"]
+    return [
+        f
+        for f in evaluate(CheckContext(deployment=deployment, facts=facts))
+        if f.rule == "cache-parity"
+    ]
 
 
 def test_cold_on_every_rank_is_fine_and_said(tmp_path: Path):
@@ -66,8 +76,7 @@ def test_a_cache_planted_on_one_rank_is_an_error_with_the_fix(tmp_path: Path):
     plant(tmp_path / "spark-102", "vllm/flashinfer_autotune_cache/x/autotune_configs.json")
     (finding,) = parity(tmp_path)
     assert finding.severity is Severity.ERROR and finding.node == "spark-102"
-    assert "only here: vllm/flashinfer_autotune_cache/x/autotune_configs.json" in \
-        finding.evidence
+    assert "only here: vllm/flashinfer_autotune_cache/x/autotune_configs.json" in finding.evidence
     assert "--purge-caches" in finding.fix and f"{tmp_path}/spark-101/" in finding.fix
 
 
@@ -92,8 +101,14 @@ def test_every_rank_has_its_own_root_outside_what_down_removes(tmp_path: Path):
     assert caches.local_root(tmp_path, "tiny", 1) == tmp_path / "caches" / "tiny" / "rank1"
     assert str(caches.remote_root("/srv/tandem", "tiny", 0)) == "/srv/tandem/tiny/caches/rank0"
     env = caches.cache_env("/cache/tandem")
-    assert set(env) == {"VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
-                        "FLASHINFER_WORKSPACE_BASE", "DG_JIT_CACHE_DIR", "TILELANG_CACHE_DIR"}
+    assert set(env) == {
+        "VLLM_CACHE_ROOT",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TRITON_CACHE_DIR",
+        "FLASHINFER_WORKSPACE_BASE",
+        "DG_JIT_CACHE_DIR",
+        "TILELANG_CACHE_DIR",
+    }
     assert len(set(env.values())) == len(env)
     assert all(v.startswith("/cache/tandem/") for v in env.values())
 
@@ -101,8 +116,10 @@ def test_every_rank_has_its_own_root_outside_what_down_removes(tmp_path: Path):
 def test_a_second_aot_digest_on_one_rank_changes_its_key(tmp_path: Path):
     compiled(tmp_path / "r0", 0)
     compiled(tmp_path / "r1", 1)
-    plant(tmp_path / "r1", "vllm/torch_compile_cache/torch_aot_compile/" + "5eeded00" * 8
-          + "/rank_1_0/model")
+    plant(
+        tmp_path / "r1",
+        "vllm/torch_compile_cache/torch_aot_compile/" + "5eeded00" * 8 + "/rank_1_0/model",
+    )
     here, there = caches.differences(cache_facts(tmp_path / "r1"), cache_facts(tmp_path / "r0"))
     assert here == ["vllm/torch_compile_cache/torch_aot_compile/<digest>/rank_*/model"]
     assert there == []
@@ -113,4 +130,6 @@ def test_a_kernel_store_on_one_rank_only_changes_its_key(tmp_path: Path):
     compiled(tmp_path / "r1", 1)
     plant(tmp_path / "r1", "triton/abc/kernel.json")
     assert caches.differences(cache_facts(tmp_path / "r1"), cache_facts(tmp_path / "r0")) == (
-        ["triton/"], [])
+        ["triton/"],
+        [],
+    )

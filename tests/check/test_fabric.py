@@ -41,17 +41,27 @@ def test_nccl_transport_is_read_from_the_debug_log():
 
 
 def test_rank_environment_is_the_plans_plus_the_rendezvous():
-    base = {"PATH": "/usr/bin", "NCCL_IB_HCA": "stale", "GLOO_SOCKET_IFNAME": "eth0",
-            "NCCL_NVLS_ENABLE": "0", "VLLM_HOST_IP": "1.2.3.4"}
+    base = {
+        "PATH": "/usr/bin",
+        "NCCL_IB_HCA": "stale",
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "NCCL_NVLS_ENABLE": "0",
+        "VLLM_HOST_IP": "1.2.3.4",
+    }
     plan = {"GLOO_SOCKET_IFNAME": "tdm1", "VLLM_HOST_IP": "10.0.0.2", "NCCL_DEBUG": "WARN"}
-    env = rank_environment(base, plan, master="10.0.0.1", port=29600, rank=1, world=2,
-                           local_rank=0, nccl=True)
+    env = rank_environment(
+        base, plan, master="10.0.0.1", port=29600, rank=1, world=2, local_rank=0, nccl=True
+    )
     assert env["GLOO_SOCKET_IFNAME"] == "tdm1" and env["VLLM_HOST_IP"] == "10.0.0.2"
     assert "NCCL_IB_HCA" not in env  # the caller's leftovers never leak into a rank
     assert env["NCCL_NVLS_ENABLE"] == "0"  # host safety switch kept
     assert env["NCCL_DEBUG"] == "INFO"  # the fabric test reads NCCL's transport from its log
     assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["RANK"], env["WORLD_SIZE"]) == (
-        "10.0.0.1", "29600", "1", "2")
+        "10.0.0.1",
+        "29600",
+        "1",
+        "2",
+    )
 
 
 def _need_netns():
@@ -67,8 +77,13 @@ def test_gloo_all_reduce_across_two_namespace_ranks():
     cluster = local_cluster(2, subnet="10.79.42.0/24", cpu_count=os.cpu_count() or 1)
     deployment = Deployment(recipe=recipe, cluster=cluster)
     before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-    report = run_check(deployment, fabric=True, fabric_port=29611,
-                       fabric_sizes=[1024, 65536, 1 << 20], fabric_timeout_s=180)
+    report = run_check(
+        deployment,
+        fabric=True,
+        fabric_port=29611,
+        fabric_sizes=[1024, 65536, 1 << 20],
+        fabric_timeout_s=180,
+    )
     after = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
     assert after <= before  # the throw-away namespaces are gone
 
@@ -99,19 +114,29 @@ def test_a_broken_rank_fails_the_fabric_with_a_finding():
     recipe = make_recipe(name="fabric-bad", model__offline=False, shm_size="64m")
     cluster = local_cluster(2, subnet="10.79.43.0/24")
     # rank 1 pinned to an interface its node does not have: Gloo cannot start there
-    nodes = [cluster.nodes[0], cluster.nodes[1].model_copy(
-        update={"env": {**cluster.nodes[1].env, "GLOO_SOCKET_IFNAME": "eth9"}})]
+    nodes = [
+        cluster.nodes[0],
+        cluster.nodes[1].model_copy(
+            update={"env": {**cluster.nodes[1].env, "GLOO_SOCKET_IFNAME": "eth9"}}
+        ),
+    ]
     deployment = Deployment(recipe=recipe, cluster=cluster.model_copy(update={"nodes": nodes}))
-    report = run_check(deployment, fabric=True, fabric_port=29612, fabric_sizes=[1024],
-                       fabric_timeout_s=60)
+    report = run_check(
+        deployment, fabric=True, fabric_port=29612, fabric_sizes=[1024], fabric_timeout_s=60
+    )
     assert not report.fabric["ok"]
     assert [f.rule for f in report.errors] == ["fabric-failed"]
     assert "rank 1 on node1 exited" in report.errors[0].message
 
 
 def _tandem(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tandem.cli", *args], capture_output=True,
-                          text=True, timeout=200, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "tandem.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -132,19 +157,28 @@ nodes:
 
 def test_cli_json_interface_and_exit_status(tmp_path: Path):
     cluster = _write(tmp_path, "cluster.yaml", LOOPBACK_CLUSTER)
-    good = _write(tmp_path, "good.yaml", "name: good\nmodel: {repo_id: org/absent, offline: false}\n"
-                  "engine: {serve: {tensor_parallel_size: 2}}\nports: {api: 29620, master: 29621}\n"
-                  "shm_size: 64m\n")
+    good = _write(
+        tmp_path,
+        "good.yaml",
+        "name: good\nmodel: {repo_id: org/absent, offline: false}\n"
+        "engine: {serve: {tensor_parallel_size: 2}}\nports: {api: 29620, master: 29621}\n"
+        "shm_size: 64m\n",
+    )
     out = _tandem("check", str(good), "--cluster", str(cluster), "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert set(report) == {"nodes", "findings", "fabric"}
     assert set(report["nodes"]) == {"node0", "node1"}
     assert report["fabric"] == {}
-    assert all(set(f) >= {"rule", "severity", "node", "evidence", "fix"} for f in report["findings"])
+    assert all(
+        set(f) >= {"rule", "severity", "node", "evidence", "fix"} for f in report["findings"]
+    )
 
-    bad = _write(tmp_path, "bad.yaml", good.read_text().replace(
-        "shm_size: 64m\n", "shm_size: 64m\nenv: {VLLM_USE_B12X_MHC: 1}\n"))
+    bad = _write(
+        tmp_path,
+        "bad.yaml",
+        good.read_text().replace("shm_size: 64m\n", "shm_size: 64m\nenv: {VLLM_USE_B12X_MHC: 1}\n"),
+    )
     out = _tandem("check", str(bad), "--cluster", str(cluster), "--json")
     assert out.returncode == 1
     findings = json.loads(out.stdout)["findings"]
@@ -153,9 +187,13 @@ def test_cli_json_interface_and_exit_status(tmp_path: Path):
 
 def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path):
     cluster = _write(tmp_path, "cluster.yaml", LOOPBACK_CLUSTER)
-    bad = _write(tmp_path, "bad.yaml", "name: refused\nmodel: {repo_id: org/absent}\n"
-                 "engine: {serve: {tensor_parallel_size: 2}}\nports: {api: 29622, master: 29623}\n"
-                 "shm_size: 64m\n")
+    bad = _write(
+        tmp_path,
+        "bad.yaml",
+        "name: refused\nmodel: {repo_id: org/absent}\n"
+        "engine: {serve: {tensor_parallel_size: 2}}\nports: {api: 29622, master: 29623}\n"
+        "shm_size: 64m\n",
+    )
     home = {"TANDEM_HOME": str(tmp_path / "home")}
     out = _tandem("up", str(bad), "--cluster", str(cluster), env=home)
     assert out.returncode == 1
@@ -164,7 +202,15 @@ def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path):
     assert not (tmp_path / "home" / "deployments" / "refused").exists()  # nothing was started
     dry = _tandem("up", str(bad), "--cluster", str(cluster), "--dry-run", env=home)
     assert dry.returncode == 0  # a dry run only prints
-    skipped = _tandem("up", str(bad), "--cluster", str(cluster), "--skip-checks", "--timeout", "1",
-                      env={**home, "PATH": "/nonexistent"})
+    skipped = _tandem(
+        "up",
+        str(bad),
+        "--cluster",
+        str(cluster),
+        "--skip-checks",
+        "--timeout",
+        "1",
+        env={**home, "PATH": "/nonexistent"},
+    )
     assert "preflight checks skipped for 'refused' (--skip-checks)" in skipped.stderr
     assert "preflight skipped" in skipped.stdout

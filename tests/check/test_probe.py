@@ -46,7 +46,9 @@ def test_fixture_node_facts_parse_like_a_real_gb10():
     assert twin["ibv_devinfo"]["ports"]["1"]["state"] == "PORT_ACTIVE"
     gids = twin["ports"][0]["gids"]
     assert [(g["index"], g["type"], g["ipv4"]) for g in gids][2:] == [
-        (2, "IB/RoCE v1", "192.168.200.101"), (3, "RoCE v2", "192.168.200.101")]
+        (2, "IB/RoCE v1", "192.168.200.101"),
+        (3, "RoCE v2", "192.168.200.101"),
+    ]
     assert "uverbs0" in facts["rdma"]["dev_infiniband"]
     assert [p["port"] for p in facts["ports"]["listening"]] == [22, 53]
     model = facts["model"]
@@ -62,7 +64,9 @@ def test_drifted_node_shows_shifted_gid_gui_and_partial_download():
     assert v2 == [(1, None), (3, None), (5, "192.168.201.102")]
     assert facts["display"]["gui_rss_bytes"] == (318204 + 421776) * 1024
     assert [p["name"] for p in facts["gpu"]["graphics_processes"]] == [
-        "/usr/lib/xorg/Xorg", "/usr/bin/gnome-shell"]
+        "/usr/lib/xorg/Xorg",
+        "/usr/bin/gnome-shell",
+    ]
     assert facts["model"]["missing_shards"] == ["model-00003-of-00003.safetensors"]
     assert facts["model"]["incomplete_blobs"][0].endswith(".incomplete")
     assert {"port": 8888, "addresses": ["0.0.0.0"]} in facts["ports"]["listening"]
@@ -71,11 +75,16 @@ def test_drifted_node_shows_shifted_gid_gui_and_partial_download():
 def test_missing_tools_are_facts_not_crashes(tmp_path: Path):
     (tmp_path / "commands").mkdir()
     node = probe.Node(root=str(tmp_path), commands=str(tmp_path / "commands"))
-    facts = probe.collect(node, argparse.Namespace(model="org/m", revision="main",
-                                                   cache_root="/hf", model_path=None, hash=False))
+    facts = probe.collect(
+        node,
+        argparse.Namespace(
+            model="org/m", revision="main", cache_root="/hf", model_path=None, hash=False
+        ),
+    )
     assert facts["errors"] == {}
     assert {"nvidia-smi", "ibv_devinfo", "ip", "df", "systemctl", "docker", "ctr"} <= set(
-        facts["tools_missing"])
+        facts["tools_missing"]
+    )
     assert facts["gpu"]["present"] is False and facts["rdma"]["devices"] == []
     assert facts["model"]["exists"] is False
 
@@ -85,9 +94,16 @@ def test_plain_directory_is_not_the_cache_layout(tmp_path: Path):
     flat.mkdir(parents=True)
     (flat / "config.json").write_text("{}")
     node = probe.Node(root=str(tmp_path), commands=str(tmp_path))
-    facts = probe.collect(node, argparse.Namespace(
-        model="deepseek-ai/DeepSeek-V4-Flash-DSpark", revision="main", cache_root="/hf",
-        model_path=None, hash=False))
+    facts = probe.collect(
+        node,
+        argparse.Namespace(
+            model="deepseek-ai/DeepSeek-V4-Flash-DSpark",
+            revision="main",
+            cache_root="/hf",
+            model_path=None,
+            hash=False,
+        ),
+    )
     assert facts["model"]["layout"] == "plain-directory"
 
 
@@ -96,10 +112,24 @@ def test_probe_script_runs_standalone_on_fixtures(python: str):
     if not Path(python).exists():
         pytest.skip(f"{python} not installed")
     root = FIXTURES / "spark-101"
-    out = subprocess.run([python, str(PROBE), "--root", str(root), "--commands",
-                          str(root / "commands"), "--model", "deepseek-ai/DeepSeek-V4-Flash-DSpark",
-                          "--cache-root", "/root/.cache/huggingface", "--hash"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            python,
+            str(PROBE),
+            "--root",
+            str(root),
+            "--commands",
+            str(root / "commands"),
+            "--model",
+            "deepseek-ai/DeepSeek-V4-Flash-DSpark",
+            "--cache-root",
+            "/root/.cache/huggingface",
+            "--hash",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     facts = json.loads(out.stdout)
     assert facts["system"]["kernel"] == "6.17.0-1026-nvidia"
     assert all(len(f["sha256"]) == 64 for f in facts["model"]["files"])
@@ -108,8 +138,14 @@ def test_probe_script_runs_standalone_on_fixtures(python: str):
 def test_probe_runs_for_real_on_this_machine():
     """Piped to `python3 -` as the SSH and kubectl transports ship it."""
     started = time.time()
-    out = subprocess.run([sys.executable, "-", "--model", "org/absent"], input=probe_source(),
-                         capture_output=True, text=True, check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-", "--model", "org/absent"],
+        input=probe_source(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     facts = parse_facts(out.stdout, "here", started, time.time())
     assert facts["errors"] == {}
     assert abs(facts["clock_offset_s"]) <= facts["clock_offset_bound_s"]  # one clock
@@ -139,14 +175,17 @@ def test_probe_runs_inside_a_network_namespace_node():
     assert abs(facts["clock_offset_s"]) <= facts["clock_offset_bound_s"]
 
 
-@pytest.mark.parametrize("stamp, work_s, offset_s, bound_s", [
-    (100.5, 0.0, 0.0, 0.5),  # the stamp somewhere in a one-second call
-    (100.0, 0.8, -0.1, 0.1),  # 0.8 s of the call was the probe's work, after its stamp
-    (130.0, 0.8, 29.9, 0.1),  # a node 30 s ahead
-    (100.0, 1.5, 0.0, 0.0),  # work longer than the call (clock rates differ): no window left
-], ids=["no work", "work after the stamp", "node ahead", "work longer than the call"])
-def test_clock_offset_leaves_the_probe_work_out_of_the_round_trip(stamp, work_s, offset_s,
-                                                                 bound_s):
+@pytest.mark.parametrize(
+    "stamp, work_s, offset_s, bound_s",
+    [
+        (100.5, 0.0, 0.0, 0.5),  # the stamp somewhere in a one-second call
+        (100.0, 0.8, -0.1, 0.1),  # 0.8 s of the call was the probe's work, after its stamp
+        (130.0, 0.8, 29.9, 0.1),  # a node 30 s ahead
+        (100.0, 1.5, 0.0, 0.0),  # work longer than the call (clock rates differ): no window left
+    ],
+    ids=["no work", "work after the stamp", "node ahead", "work longer than the call"],
+)
+def test_clock_offset_leaves_the_probe_work_out_of_the_round_trip(stamp, work_s, offset_s, bound_s):
     assert clock_offset(stamp, work_s, 100.0, 101.0) == pytest.approx((offset_s, bound_s))
 
 
@@ -154,8 +193,12 @@ def test_facts_of_an_older_probe_read_with_the_whole_call_as_bound():
     """Facts stamped only at the end (``time_unix``) keep parsing; their bound is half the call."""
     facts = parse_facts(json.dumps({"time_unix": 101.0}), "old", 100.0, 104.0)
     assert (facts["clock_offset_s"], facts["clock_offset_bound_s"]) == (-1.0, 2.0)
-    new = parse_facts(json.dumps({"time_unix": 103.7, "started_unix": 100.25, "elapsed_s": 3.5}),
-                      "new", 100.0, 104.0)
+    new = parse_facts(
+        json.dumps({"time_unix": 103.7, "started_unix": 100.25, "elapsed_s": 3.5}),
+        "new",
+        100.0,
+        104.0,
+    )
     assert (new["clock_offset_s"], new["clock_offset_bound_s"]) == (0.0, 0.25)
 
 
@@ -170,13 +213,16 @@ def test_a_slow_probe_does_not_read_as_a_clock_offset(tmp_path: Path):
     been a 2 s offset, over the clock-skew limit."""
     recorded = FIXTURES / "spark-101" / "commands"
     smi = tmp_path / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\nsleep {SLOW_NVIDIA_SMI_S}\n'
-                   f'case "$1" in --query-gpu=*) cat {recorded / "nvidia-smi-query-gpu"};;\n'
-                   f'*) cat {recorded / "nvidia-smi"};; esac\n')
+    smi.write_text(
+        f"#!/bin/sh\nsleep {SLOW_NVIDIA_SMI_S}\n"
+        f'case "$1" in --query-gpu=*) cat {recorded / "nvidia-smi-query-gpu"};;\n'
+        f"*) cat {recorded / 'nvidia-smi'};; esac\n"
+    )
     smi.chmod(0o755)
     cluster = local_cluster(1, isolation=LocalIsolation.LOOPBACK)
     node = cluster.nodes[0].model_copy(
-        update={"env": {"PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}})
+        update={"env": {"PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}}
+    )
     transport = LocalTransport(Deployment(recipe=make_recipe(name="probe-slow"), cluster=cluster))
     started = time.time()
     facts = transport.run_probe(node)

@@ -19,8 +19,9 @@ GIB = 2**30
 
 def run(deployment, facts, **context):
     env = {r.node: r.env for r in plan_ranks(deployment).ranks} if "rank_env" not in context else {}
-    ctx = CheckContext(deployment=deployment, facts=facts, rank_env=context.pop("rank_env", env),
-                       **context)
+    ctx = CheckContext(
+        deployment=deployment, facts=facts, rank_env=context.pop("rank_env", env), **context
+    )
     return evaluate(ctx)
 
 
@@ -34,15 +35,24 @@ def test_healthy_pair_passes_every_rule(healthy):
 
 def test_drifted_pair_is_refused_with_every_fault(drifted):
     errors = rules_of(run(seed_deployment(), drifted), Severity.ERROR)
-    assert errors == {"version-skew", "model-snapshot-incomplete", "interface-down",
-                      "address-not-on-node", "mtu-mismatch", "roce-gid-index", "shm-too-small"}
+    assert errors == {
+        "version-skew",
+        "model-snapshot-incomplete",
+        "interface-down",
+        "address-not-on-node",
+        "mtu-mismatch",
+        "roce-gid-index",
+        "shm-too-small",
+    }
 
 
 def test_version_skew_names_each_differing_version(drifted, healthy):
     findings = [f for f in run(seed_deployment(), drifted) if f.rule == "version-skew"]
-    assert {f.message for f in findings} == {"kernel differs between nodes",
-                                             "NIC firmware differs between nodes",
-                                             "image digest differs between nodes"}
+    assert {f.message for f in findings} == {
+        "kernel differs between nodes",
+        "NIC firmware differs between nodes",
+        "image digest differs between nodes",
+    }
     kernel = next(f for f in findings if f.message.startswith("kernel"))
     assert kernel.evidence == "spark-101 6.17.0-1026-nvidia, spark-102 6.17.0-1028-nvidia"
     assert "version-skew" not in rules_of(run(seed_deployment(), healthy))
@@ -52,7 +62,8 @@ def test_vllm_version_against_the_recipe_on_bare_hosts(drifted, healthy):
     bare = seed_deployment(engine__image=None)
     fired = [f for f in run(bare, drifted) if f.rule == "vllm-version"]
     assert [(f.node, f.message) for f in fired] == [
-        ("spark-102", "vLLM 0.25.0; the recipe needs 0.25.1")]
+        ("spark-102", "vLLM 0.25.0; the recipe needs 0.25.1")
+    ]
     assert "vllm-version" not in rules_of(run(bare, healthy))
 
 
@@ -63,12 +74,15 @@ def test_image_missing_on_a_node(healthy):
     assert "ctr -n k8s.io images pull" in fired[0].fix
 
 
-@pytest.mark.parametrize("change, rule", [
-    ("missing", "model-snapshot-missing"),
-    ("other-commit", "model-snapshot-differs"),
-    ("other-blob", "model-snapshot-differs"),
-    ("plain-dir", "model-not-cache-layout"),
-])
+@pytest.mark.parametrize(
+    "change, rule",
+    [
+        ("missing", "model-snapshot-missing"),
+        ("other-commit", "model-snapshot-differs"),
+        ("other-blob", "model-snapshot-differs"),
+        ("plain-dir", "model-not-cache-layout"),
+    ],
+)
 def test_model_snapshot_faults(healthy, change, rule):
     snap = healthy["spark-102"]["model"]
     if change == "missing":
@@ -93,28 +107,42 @@ def test_model_incomplete_lists_the_missing_shard(drifted):
 
 def test_a_missing_snapshot_is_only_a_warning_when_ranks_may_download(healthy):
     healthy["spark-102"]["model"].update(exists=False, files=[])
-    fired = [f for f in run(seed_deployment(model__offline=False), healthy)
-             if f.rule == "model-snapshot-missing"]
+    fired = [
+        f
+        for f in run(seed_deployment(model__offline=False), healthy)
+        if f.rule == "model-snapshot-missing"
+    ]
     assert fired[0].severity is Severity.WARNING
 
 
 def test_interfaces_missing_and_down(drifted, healthy):
     down = [f for f in run(seed_deployment(), drifted) if f.rule == "interface-down"]
     assert [(f.node, f.message) for f in down] == [
-        ("spark-102", "control-plane interface enP7s7 is DOWN")]
+        ("spark-102", "control-plane interface enP7s7 is DOWN")
+    ]
     cluster = spark_cluster(control_plane_interface="eth9")
     missing = [f for f in run(seed_deployment(cluster), healthy) if f.rule == "interface-missing"]
     assert [f.node for f in missing] == ["spark-101", "spark-102"]
     wrong_hca = seed_deployment(network__data_plane__hcas=["mlx5_9"])
     assert "hca-missing" in rules_of(run(wrong_hca, healthy))
     assert not rules_of(run(seed_deployment(), healthy)) & {
-        "interface-down", "interface-missing", "hca-missing"}
+        "interface-down",
+        "interface-missing",
+        "hca-missing",
+    }
 
 
 def test_address_not_on_the_node(healthy):
-    cluster = Cluster.model_validate({"name": "s", "transport": "ssh", "nodes": [
-        {"name": "spark-101", "address": "192.168.100.101"},
-        {"name": "spark-102", "address": "192.168.100.202"}]})
+    cluster = Cluster.model_validate(
+        {
+            "name": "s",
+            "transport": "ssh",
+            "nodes": [
+                {"name": "spark-101", "address": "192.168.100.101"},
+                {"name": "spark-102", "address": "192.168.100.202"},
+            ],
+        }
+    )
     fired = [f for f in run(seed_deployment(cluster), healthy) if f.rule == "address-not-on-node"]
     assert [f.node for f in fired] == ["spark-102"]
 
@@ -129,32 +157,46 @@ def test_mtu_mismatch_on_the_data_plane(drifted, healthy):
 def test_pinned_gid_index_is_checked_per_hca_and_the_right_one_reported(drifted, healthy):
     fired = [f for f in run(seed_deployment(), drifted) if f.rule == "roce-gid-index"]
     assert [(f.node, f.message) for f in fired] == [
-        ("spark-102", "gid_index 3 is not a RoCE v2 GID of roceP2p1s0f1; the right index there is 5")]
+        (
+            "spark-102",
+            "gid_index 3 is not a RoCE v2 GID of roceP2p1s0f1; the right index there is 5",
+        )
+    ]
     assert "gid_index: auto" in fired[0].fix  # 3 on three HCAs, 5 on one: no single index fits
     assert "roce-gid-index" not in rules_of(run(seed_deployment(), healthy))
 
 
 def test_a_wrong_pin_on_identical_nodes_gets_the_index_to_set(healthy):
-    fired = [f for f in run(seed_deployment(network__data_plane__gid_index=1), healthy)
-             if f.rule == "roce-gid-index"]
+    fired = [
+        f
+        for f in run(seed_deployment(network__data_plane__gid_index=1), healthy)
+        if f.rule == "roce-gid-index"
+    ]
     assert len(fired) == 4  # two HCAs on two nodes
     assert {f.fix for f in fired} == {"set network.data_plane.gid_index: 3"}
 
 
 def test_auto_gid_index_reports_differing_indices_as_info(drifted):
-    fired = [f for f in run(seed_deployment(network__data_plane__gid_index="auto"), drifted)
-             if f.rule == "roce-gid-index"]
+    fired = [
+        f
+        for f in run(seed_deployment(network__data_plane__gid_index="auto"), drifted)
+        if f.rule == "roce-gid-index"
+    ]
     assert [f.severity for f in fired] == [Severity.INFO]
 
 
 def test_memory_headroom_against_the_plan(healthy):
     tight = run(seed_deployment(), healthy, memory_need_bytes={"spark-101": 114 * GIB})
     assert [(f.rule, f.node, f.severity) for f in tight if f.rule == "memory-headroom"] == [
-        ("memory-headroom", "spark-101", Severity.WARNING)]
+        ("memory-headroom", "spark-101", Severity.WARNING)
+    ]
     over = run(seed_deployment(), healthy, memory_need_bytes={"spark-101": 130 * GIB})
     assert [f.severity for f in over if f.rule == "memory-headroom"] == [Severity.ERROR]
-    fits = run(seed_deployment(), healthy, memory_need_bytes={"spark-101": 100 * GIB,
-                                                               "spark-102": 100 * GIB})
+    fits = run(
+        seed_deployment(),
+        healthy,
+        memory_need_bytes={"spark-101": 100 * GIB, "spark-102": 100 * GIB},
+    )
     assert "memory-headroom" not in rules_of(fits)
 
 
@@ -167,10 +209,17 @@ def test_gui_running_with_the_memory_it_holds(drifted, healthy):
 
 
 def test_known_bad_env_from_the_data_table(healthy):
-    env = {**seed_deployment().recipe.env, "VLLM_USE_B12X_MHC": "1",
-           "VLLM_USE_B12X_WO_PROJECTION": "1", "NCCL_SOCKET_NTHREADS": ""}
-    fired = {f.message.split("=")[0]: f for f in run(seed_deployment(env=env), healthy)
-             if f.rule == "known-bad-env"}
+    env = {
+        **seed_deployment().recipe.env,
+        "VLLM_USE_B12X_MHC": "1",
+        "VLLM_USE_B12X_WO_PROJECTION": "1",
+        "NCCL_SOCKET_NTHREADS": "",
+    }
+    fired = {
+        f.message.split("=")[0]: f
+        for f in run(seed_deployment(env=env), healthy)
+        if f.rule == "known-bad-env"
+    }
     assert fired["VLLM_USE_B12X_MHC"].severity is Severity.ERROR
     assert "b12x_mhc_pre" in fired["VLLM_USE_B12X_MHC"].message
     assert fired["VLLM_USE_B12X_MHC"].node is None  # recipe-wide, reported once
@@ -178,13 +227,17 @@ def test_known_bad_env_from_the_data_table(healthy):
     assert fired["NCCL_SOCKET_NTHREADS"].severity is Severity.WARNING
     on_026 = seed_deployment(env=env, engine__vllm_version="0.26.0")
     assert {f.severity for f in run(on_026, healthy) if "WO_PROJECTION" in f.message} == {
-        Severity.ERROR}
+        Severity.ERROR
+    }
     assert "known-bad-env" not in rules_of(run(seed_deployment(), healthy))
 
 
 def test_known_bad_env_set_on_one_node_only(healthy):
     cluster = spark_cluster()
-    nodes = [cluster.nodes[0], cluster.nodes[1].model_copy(update={"env": {"NCCL_IB_DISABLE": "1"}})]
+    nodes = [
+        cluster.nodes[0],
+        cluster.nodes[1].model_copy(update={"env": {"NCCL_IB_DISABLE": "1"}}),
+    ]
     cluster = cluster.model_copy(update={"nodes": nodes})
     fired = [f for f in run(seed_deployment(cluster), healthy) if f.rule == "known-bad-env"]
     assert [(f.node, f.severity) for f in fired] == [("spark-102", Severity.ERROR)]
@@ -197,8 +250,9 @@ def test_port_taken_on_the_leader(drifted):
     assert "8888" in fired[0].message
     as_worker = [f for f in run(seed_deployment(), drifted) if f.rule == "port-taken"]
     assert [f.severity for f in as_worker] == [Severity.WARNING]  # a stale server on a worker
-    assert "port-taken" not in rules_of(run(seed_deployment(ports={"api": 8000, "master": 25000}),
-                                            drifted))
+    assert "port-taken" not in rules_of(
+        run(seed_deployment(ports={"api": 8000, "master": 25000}), drifted)
+    )
 
 
 def test_shm_smaller_than_the_recipe(drifted, healthy):
@@ -209,34 +263,61 @@ def test_shm_smaller_than_the_recipe(drifted, healthy):
 
 
 def test_loopback_master_address_on_several_hosts(healthy):
-    cluster = Cluster.model_validate({"name": "s", "transport": "ssh", "nodes": [
-        {"name": "spark-101", "address": "127.0.0.1"},
-        {"name": "spark-102", "address": "192.168.100.102"}]})
+    cluster = Cluster.model_validate(
+        {
+            "name": "s",
+            "transport": "ssh",
+            "nodes": [
+                {"name": "spark-101", "address": "127.0.0.1"},
+                {"name": "spark-102", "address": "192.168.100.102"},
+            ],
+        }
+    )
     findings = run(seed_deployment(cluster), healthy, rank_env={})
     fired = [f for f in findings if f.rule == "loopback-master-address"]
     assert [f.node for f in fired] == ["spark-101"]
     assert "--master-addr" in fired[0].message
-    local = Cluster.model_validate({"name": "l", "transport": "local", "nodes": [
-        {"name": "spark-101", "address": "127.0.0.1"},
-        {"name": "spark-102", "address": "127.0.0.1"}], "local": {"isolation": "loopback"}})
-    assert "loopback-master-address" not in rules_of(run(seed_deployment(local), healthy,
-                                                         rank_env={}))
+    local = Cluster.model_validate(
+        {
+            "name": "l",
+            "transport": "local",
+            "nodes": [
+                {"name": "spark-101", "address": "127.0.0.1"},
+                {"name": "spark-102", "address": "127.0.0.1"},
+            ],
+            "local": {"isolation": "loopback"},
+        }
+    )
+    assert "loopback-master-address" not in rules_of(
+        run(seed_deployment(local), healthy, rank_env={})
+    )
 
 
-@pytest.mark.parametrize("offsets, bounds, fires", [
-    ((0.01, 2.5), None, True),  # facts without a bound count as exact
-    ((0.01, 0.2), None, False),
-    ((0.01, 2.5), (0.01, 0.02), True),
-    ((0.0, -1.3), (0.05, 0.05), True),  # behind counts as much as ahead
-    ((0.0, 2.5), (0.05, 1.5), False),  # a slow reading: they may be only 0.95 s apart
-    ((0.0, 2.5), (0.05, 1.0), True),  # at least 1.45 s apart
-    ((0.0, 2.5), (0.8, 0.8), False),
-    ((0.0, 1.15), (0.1, 0.1), False),
-    ((0.0, 1.4), (0.1, 0.1), True),
-], ids=["2.5 s apart, no bound", "0.2 s apart, no bound", "2.5 s apart, tight bounds",
-        "1.3 s behind, tight bounds", "2.5 s apart, one bound 1.5 s",
-        "2.5 s apart, one bound 1 s", "2.5 s apart, both bounds 0.8 s",
-        "1.15 s apart, bounds 0.1 s", "1.4 s apart, bounds 0.1 s"])
+@pytest.mark.parametrize(
+    "offsets, bounds, fires",
+    [
+        ((0.01, 2.5), None, True),  # facts without a bound count as exact
+        ((0.01, 0.2), None, False),
+        ((0.01, 2.5), (0.01, 0.02), True),
+        ((0.0, -1.3), (0.05, 0.05), True),  # behind counts as much as ahead
+        ((0.0, 2.5), (0.05, 1.5), False),  # a slow reading: they may be only 0.95 s apart
+        ((0.0, 2.5), (0.05, 1.0), True),  # at least 1.45 s apart
+        ((0.0, 2.5), (0.8, 0.8), False),
+        ((0.0, 1.15), (0.1, 0.1), False),
+        ((0.0, 1.4), (0.1, 0.1), True),
+    ],
+    ids=[
+        "2.5 s apart, no bound",
+        "0.2 s apart, no bound",
+        "2.5 s apart, tight bounds",
+        "1.3 s behind, tight bounds",
+        "2.5 s apart, one bound 1.5 s",
+        "2.5 s apart, one bound 1 s",
+        "2.5 s apart, both bounds 0.8 s",
+        "1.15 s apart, bounds 0.1 s",
+        "1.4 s apart, bounds 0.1 s",
+    ],
+)
 def test_clock_skew_counts_only_what_the_bounds_cannot_explain(healthy, offsets, bounds, fires):
     for i, name in enumerate(("spark-101", "spark-102")):
         healthy[name]["clock_offset_s"] = offsets[i]
@@ -245,8 +326,10 @@ def test_clock_skew_counts_only_what_the_bounds_cannot_explain(healthy, offsets,
     fired = [f for f in run(seed_deployment(), healthy) if f.rule == "clock-skew"]
     assert bool(fired) is fires
     if fired and bounds:
-        assert fired[0].evidence == (f"spark-101 {offsets[0]:+.2f} s ± {bounds[0]:.2f} s, "
-                                     f"spark-102 {offsets[1]:+.2f} s ± {bounds[1]:.2f} s")
+        assert fired[0].evidence == (
+            f"spark-101 {offsets[0]:+.2f} s ± {bounds[0]:.2f} s, "
+            f"spark-102 {offsets[1]:+.2f} s ± {bounds[1]:.2f} s"
+        )
 
 
 def test_an_unreachable_node_is_an_error_and_other_rules_still_run(healthy):
@@ -268,7 +351,12 @@ def test_memory_headroom_with_tandem_plans_own_figure(healthy, drifted):
     if need is None:
         pytest.skip(f"tandem plan unavailable: {why_not}")
     assert 100 * 10**9 < need["spark-101"] < 125 * 10**9  # the seed saw 115-117 GB per node
-    assert "memory-headroom" not in rules_of(run(seed_deployment(), healthy, memory_need_bytes=need))
-    fired = [f for f in run(seed_deployment(), drifted, memory_need_bytes=need)
-             if f.rule == "memory-headroom"]
+    assert "memory-headroom" not in rules_of(
+        run(seed_deployment(), healthy, memory_need_bytes=need)
+    )
+    fired = [
+        f
+        for f in run(seed_deployment(), drifted, memory_need_bytes=need)
+        if f.rule == "memory-headroom"
+    ]
     assert [f.node for f in fired] == ["spark-102"]  # the desktop and a stale server ate it

@@ -5,23 +5,43 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-HEADER = ["Pre-Revision Question", "Question", "Correct Answer", "Incorrect Answer 1",
-          "Incorrect Answer 2", "Incorrect Answer 3", "Subdomain", "Record ID",
-          "High-level domain"]
+HEADER = [
+    "Pre-Revision Question",
+    "Question",
+    "Correct Answer",
+    "Incorrect Answer 1",
+    "Incorrect Answer 2",
+    "Incorrect Answer 3",
+    "Subdomain",
+    "Record ID",
+    "High-level domain",
+]
 
-DOMAINS = [("Physics", "Quantum Mechanics"), ("Chemistry", "Organic Chemistry"),
-           ("Biology", "Genetics"), ("Physics", "Electromagnetism")]
+DOMAINS = [
+    ("Physics", "Quantum Mechanics"),
+    ("Chemistry", "Organic Chemistry"),
+    ("Biology", "Genetics"),
+    ("Physics", "Electromagnetism"),
+]
 
 
 def make_rows(n: int) -> list[dict[str, str]]:
     rows = []
     for i in range(n):
         domain, subdomain = DOMAINS[i % len(DOMAINS)]
-        rows.append({"Pre-Revision Question": "", "Question": f"Question number {i}: pick {i}.",
-                     "Correct Answer": f"right {i}", "Incorrect Answer 1": f"wrong {i}a",
-                     "Incorrect Answer 2": f"wrong {i}b\n", "Incorrect Answer 3": f"wrong {i}c",
-                     "Subdomain": subdomain, "Record ID": f"rec{i:03d}",
-                     "High-level domain": domain})
+        rows.append(
+            {
+                "Pre-Revision Question": "",
+                "Question": f"Question number {i}: pick {i}.",
+                "Correct Answer": f"right {i}",
+                "Incorrect Answer 1": f"wrong {i}a",
+                "Incorrect Answer 2": f"wrong {i}b\n",
+                "Incorrect Answer 3": f"wrong {i}c",
+                "Subdomain": subdomain,
+                "Record ID": f"rec{i:03d}",
+                "High-level domain": domain,
+            }
+        )
     return rows
 
 

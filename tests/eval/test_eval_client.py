@@ -11,16 +11,24 @@ from tandem.errors import EndpointError, Unauthorized
 from tandem.eval.client import ChatClient, RetryPolicy
 
 FAST = RetryPolicy(budget_s=5.0, first_delay_s=0.001, max_delay_s=0.002)
-OK_BODY = {"choices": [{"message": {"content": "<think>hmm B</think>ANSWER: C",
-                                    "reasoning": None}, "finish_reason": "stop"}],
-           "usage": {"prompt_tokens": 5, "completion_tokens": 7}}
+OK_BODY = {
+    "choices": [
+        {
+            "message": {"content": "<think>hmm B</think>ANSWER: C", "reasoning": None},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 7},
+}
 
 
 def run_chat(handler, retry: RetryPolicy = FAST):  # type: ignore[no-untyped-def]
     async def go():  # type: ignore[no-untyped-def]
-        async with ChatClient("http://x", "m", retry=retry,
-                              transport=httpx.MockTransport(handler)) as client:
+        async with ChatClient(
+            "http://x", "m", retry=retry, transport=httpx.MockTransport(handler)
+        ) as client:
             return await client.chat([{"role": "user", "content": "q"}], {"max_tokens": 8})
+
     return asyncio.run(go())
 
 
@@ -65,8 +73,12 @@ def test_gives_up_after_the_retry_budget() -> None:
 
 @pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
 def test_reasoning_fields_are_read(field: str) -> None:
-    body = {"choices": [{"message": {"content": "ANSWER: A", field: "think think"},
-                         "finish_reason": "stop"}], "usage": {}}
+    body = {
+        "choices": [
+            {"message": {"content": "ANSWER: A", field: "think think"}, "finish_reason": "stop"}
+        ],
+        "usage": {},
+    }
     response = run_chat(lambda request: httpx.Response(200, json=body))
     assert (response.reasoning, response.content) == ("think think", "ANSWER: A")
 
@@ -78,8 +90,9 @@ def test_the_key_is_sent_as_a_bearer_token_and_a_401_names_the_fix() -> None:
         return httpx.Response(200, json={"data": [{"id": "m"}]})
 
     async def models(key: str | None) -> list[str]:
-        async with ChatClient("http://x", "m", api_key=key,
-                              transport=httpx.MockTransport(handler)) as client:
+        async with ChatClient(
+            "http://x", "m", api_key=key, transport=httpx.MockTransport(handler)
+        ) as client:
             return await client.served_models()
 
     assert asyncio.run(models("s3cret")) == ["m"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gpqa_factory import HEADER, make_rows, write_csv
 
 from tandem.errors import SpecError
 from tandem.eval.dataset import load_gpqa_csv, make_samples, permutation
-from gpqa_factory import HEADER, make_rows, write_csv
 
 
 def test_reads_official_columns_and_strips_options(tmp_path: Path) -> None:
@@ -55,8 +55,11 @@ def test_empty_option_and_every_problem_listed(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load_gpqa_csv(write_csv(tmp_path / "q.csv", rows))
     fields = [p.field for p in info.value.problems]
-    assert fields == ["row 2, column 'Incorrect Answer 3'", "row 3, column 'Question'",
-                      "row 4, column 'Record ID'"]
+    assert fields == [
+        "row 2, column 'Incorrect Answer 3'",
+        "row 3, column 'Question'",
+        "row 4, column 'Record ID'",
+    ]
     assert all(p.message == "is empty" for p in info.value.problems)
     assert "3 problem(s)" in str(info.value)
 
@@ -79,8 +82,9 @@ def test_permutation_is_a_pure_function() -> None:
     assert permutation("rec000", 0, 0) == permutation("rec000", 0, 0)
     orders = {permutation("recX", r, 0) for r in range(20)}
     assert len(orders) > 5, "repeats see different orders"
-    assert permutation("recX", 0, 1) != permutation("recX", 0, 0) or \
-        permutation("recX", 1, 1) != permutation("recX", 1, 0)
+    assert permutation("recX", 0, 1) != permutation("recX", 0, 0) or permutation(
+        "recX", 1, 1
+    ) != permutation("recX", 1, 0)
 
 
 def test_permutation_balances_the_correct_position() -> None:
@@ -96,6 +100,10 @@ def test_samples_do_not_depend_on_limit_or_order(tmp_path: Path) -> None:
     by_key = {(s.question.record_id, s.repeat): s.permutation for s in full}
     assert all(by_key[(s.question.record_id, s.repeat)] == s.permutation for s in limited)
     assert [(s.question.record_id, s.repeat) for s in limited] == [
-        ("rec000", 0), ("rec001", 0), ("rec000", 1), ("rec001", 1)]
+        ("rec000", 0),
+        ("rec001", 0),
+        ("rec000", 1),
+        ("rec001", 1),
+    ]
     sample = full[0]
     assert sample.shown_options[" ABCD".index(sample.correct_letter) - 1] == "right 0"

@@ -20,7 +20,12 @@ CASES = [
     ("strict final answer phrase", "Final Answer: B", "B", "strict"),
     ("strict tabs", "ANSWER:\tA", "A", "strict"),
     # --- several markers: last one wins
-    ("two strict markers, last wins", "ANSWER: A\nWait, I made an error.\nANSWER: C", "C", "strict"),
+    (
+        "two strict markers, last wins",
+        "ANSWER: A\nWait, I made an error.\nANSWER: C",
+        "C",
+        "strict",
+    ),
     ("three strict markers", "Answer: B ... Answer: D ... ANSWER: A", "A", "strict"),
     ("strict beats a later tolerant form", "ANSWER: B\n\\boxed{C}", "B", "strict"),
     ("strict beats a later bold form", "ANSWER: A\n**Answer:** D", "A", "strict"),
@@ -74,8 +79,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("text", "letter", "rule"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("text", "letter", "rule"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_extract_answer(text: str, letter: str | None, rule: str) -> None:
     assert extract_answer(text) == (letter, rule)
 
@@ -89,12 +95,16 @@ def test_extract_strict_ignores_tolerant_forms() -> None:
     assert extract_strict("x\nANSWER: C") == "C"
 
 
-@pytest.mark.parametrize(("text", "reasoning", "answer"), [
-    ("<think>a</think>b", "a", "b"),
-    ("a</think>b", "a", "b"),
-    ("<think>a", "a", ""),
-    ("plain", "", "plain"),
-    ("<think>a</think>b<think>c</think>d", "a\nc", "bd"),
-], ids=["block", "lone close", "unclosed", "none", "two blocks"])
+@pytest.mark.parametrize(
+    ("text", "reasoning", "answer"),
+    [
+        ("<think>a</think>b", "a", "b"),
+        ("a</think>b", "a", "b"),
+        ("<think>a", "a", ""),
+        ("plain", "", "plain"),
+        ("<think>a</think>b<think>c</think>d", "a\nc", "bd"),
+    ],
+    ids=["block", "lone close", "unclosed", "none", "two blocks"],
+)
 def test_split_reasoning(text: str, reasoning: str, answer: str) -> None:
     assert split_reasoning(text) == (reasoning, answer)

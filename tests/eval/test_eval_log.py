@@ -8,33 +8,59 @@ from pathlib import Path
 import pytest
 
 from tandem.errors import SpecError
-from tandem.eval.log import (Protocol, ResponseLog, ResponseRecord, SampleRecord, SamplingParams,
-                             read_log, sample_key)
+from tandem.eval.log import (
+    Protocol,
+    ResponseLog,
+    ResponseRecord,
+    SampleRecord,
+    SamplingParams,
+    read_log,
+    sample_key,
+)
 from tandem.eval.prompt import QUERY_TEMPLATE
 from tandem.eval.runner import rescore_log
 
 
 def make_protocol(**changes: object) -> Protocol:
-    base = dict(endpoint="http://127.0.0.1:8300", model="tiny", dataset_sha256="ab" * 32,
-                template=QUERY_TEMPLATE, sampling=SamplingParams(max_tokens=32),
-                fallback_sampling=SamplingParams(max_tokens=8, chat_template_kwargs={}))
+    base = dict(
+        endpoint="http://127.0.0.1:8300",
+        model="tiny",
+        dataset_sha256="ab" * 32,
+        template=QUERY_TEMPLATE,
+        sampling=SamplingParams(max_tokens=32),
+        fallback_sampling=SamplingParams(max_tokens=8, chat_template_kwargs={}),
+    )
     base.update(changes)
     return Protocol(**base)  # type: ignore[arg-type]
 
 
-def make_record(protocol: Protocol, record_id: str, content: str, correct: str = "B",
-                fallback: str | None = None) -> SampleRecord:
+def make_record(
+    protocol: Protocol,
+    record_id: str,
+    content: str,
+    correct: str = "B",
+    fallback: str | None = None,
+) -> SampleRecord:
     prompt = f"question {record_id}"
     return SampleRecord(
-        key=sample_key(protocol, prompt=prompt, permutation=[1, 0, 2, 3], record_id=record_id,
-                       repeat=0),
-        record_id=record_id, repeat=0, domain="Physics", subdomain="Optics",
-        permutation=[1, 0, 2, 3], correct_letter=correct, prompt=prompt,
-        response=ResponseRecord(raw_content=content, content=content, finish_reason="stop",
-                                completion_tokens=10),
-        fallback=None if fallback is None else ResponseRecord(raw_content=fallback,
-                                                              content=fallback),
-        finished_at=1.0)
+        key=sample_key(
+            protocol, prompt=prompt, permutation=[1, 0, 2, 3], record_id=record_id, repeat=0
+        ),
+        record_id=record_id,
+        repeat=0,
+        domain="Physics",
+        subdomain="Optics",
+        permutation=[1, 0, 2, 3],
+        correct_letter=correct,
+        prompt=prompt,
+        response=ResponseRecord(
+            raw_content=content, content=content, finish_reason="stop", completion_tokens=10
+        ),
+        fallback=None
+        if fallback is None
+        else ResponseRecord(raw_content=fallback, content=fallback),
+        finished_at=1.0,
+    )
 
 
 def test_append_and_resume_keeps_done_samples(tmp_path: Path) -> None:
@@ -60,15 +86,21 @@ def test_existing_log_needs_resume(tmp_path: Path) -> None:
     assert "--resume" in (info.value.hint or "")
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"model": "other-model"}, "protocol.model"),
-    ({"endpoint": "http://10.0.0.1:8000"}, "protocol.endpoint"),
-    ({"dataset_sha256": "cd" * 32}, "protocol.dataset_sha256"),
-    ({"seed": 7}, "protocol.seed"),
-    ({"sampling": SamplingParams(max_tokens=64)}, "protocol.sampling.max_tokens"),
-    ({"sampling": SamplingParams(max_tokens=32, temperature=0.6)},
-     "protocol.sampling.temperature"),
-], ids=["model", "endpoint", "data set", "seed", "max tokens", "temperature"])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"model": "other-model"}, "protocol.model"),
+        ({"endpoint": "http://10.0.0.1:8000"}, "protocol.endpoint"),
+        ({"dataset_sha256": "cd" * 32}, "protocol.dataset_sha256"),
+        ({"seed": 7}, "protocol.seed"),
+        ({"sampling": SamplingParams(max_tokens=64)}, "protocol.sampling.max_tokens"),
+        (
+            {"sampling": SamplingParams(max_tokens=32, temperature=0.6)},
+            "protocol.sampling.temperature",
+        ),
+    ],
+    ids=["model", "endpoint", "data set", "seed", "max tokens", "temperature"],
+)
 def test_resume_refuses_a_mismatched_log(tmp_path: Path, change: dict, field: str) -> None:
     path = tmp_path / "responses.jsonl"
     ResponseLog.open(path, make_protocol(), "q.csv", resume=False, now=0.0).close()
@@ -107,18 +139,19 @@ def test_key_depends_on_what_is_asked() -> None:
     assert key != sample_key(p, prompt="x", permutation=[1, 0, 2, 3], record_id="r", repeat=0)
     assert key != sample_key(p, prompt="y", permutation=[0, 1, 2, 3], record_id="r", repeat=0)
     assert key != sample_key(p, prompt="x", permutation=[0, 1, 2, 3], record_id="r", repeat=1)
-    assert key != sample_key(make_protocol(model="m2"), prompt="x", permutation=[0, 1, 2, 3],
-                             record_id="r", repeat=0)
+    assert key != sample_key(
+        make_protocol(model="m2"), prompt="x", permutation=[0, 1, 2, 3], record_id="r", repeat=0
+    )
 
 
 def test_rescore_reextracts_from_saved_texts(tmp_path: Path) -> None:
     path = tmp_path / "responses.jsonl"
     protocol = make_protocol()
     log = ResponseLog.open(path, protocol, "q.csv", resume=False, now=0.0)
-    log.append(make_record(protocol, "r1", "ANSWER: B"))                  # strict, right
-    log.append(make_record(protocol, "r2", "**Answer:** B"))              # marked, right
+    log.append(make_record(protocol, "r1", "ANSWER: B"))  # strict, right
+    log.append(make_record(protocol, "r2", "**Answer:** B"))  # marked, right
     log.append(make_record(protocol, "r3", "garbage", fallback="ANSWER: B"))  # via re-ask
-    log.append(make_record(protocol, "r4", "Answer: Because"))            # unparsed
+    log.append(make_record(protocol, "r4", "Answer: Because"))  # unparsed
     log.close()
     report = rescore_log(path)
     assert report.n_questions == 4

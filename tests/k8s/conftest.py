@@ -35,8 +35,10 @@ def apiserver(lws_crd: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     for the session so that tandem's own kubectl calls reach it."""
     binary = apiserver_binary()
     if binary is None:
-        _missing("kube-apiserver is not built",
-                 "run scripts/build-kube-apiserver.sh (about 6 min once, then cached)")
+        _missing(
+            "kube-apiserver is not built",
+            "run scripts/build-kube-apiserver.sh (about 6 min once, then cached)",
+        )
     server = ApiServer(workdir=tmp_path_factory.mktemp("apiserver"), binary=binary)
     old = os.environ.get("KUBECONFIG")
     try:

@@ -13,8 +13,8 @@ import yaml
 
 from tandem.rankplan import plan_ranks
 from tandem.render import kubernetes as k8s_render
-from tandem.spec.deployment import Deployment, local_cluster
 from tandem.spec.cluster import LocalIsolation
+from tandem.spec.deployment import Deployment, local_cluster
 from tandem.spec.loading import load_cluster, load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,18 +23,24 @@ SEED000_NODES = {"<leader-node-name>": "spark-101", "<worker-node-name>": "spark
 
 
 def seed000_deployment() -> Deployment:
-    return Deployment(recipe=load_recipe("deepseek-v4-flash-dspark"),
-                      cluster=load_cluster(ROOT / "examples" / "dgx-spark-eks.yaml"))
+    return Deployment(
+        recipe=load_recipe("deepseek-v4-flash-dspark"),
+        cluster=load_cluster(ROOT / "examples" / "dgx-spark-eks.yaml"),
+    )
 
 
 def deployments() -> dict[str, Deployment]:
     """Both seed deployments and the tiny one, each on its example cluster."""
     return {
         "seed000": seed000_deployment(),
-        "seed002": Deployment(recipe=load_recipe("deepseek-v4-flash"),
-                              cluster=load_cluster(ROOT / "examples" / "dgx-spark-pair.yaml")),
-        "tiny": Deployment(recipe=load_recipe("tiny-local"),
-                           cluster=local_cluster(2, isolation=LocalIsolation.NETNS)),
+        "seed002": Deployment(
+            recipe=load_recipe("deepseek-v4-flash"),
+            cluster=load_cluster(ROOT / "examples" / "dgx-spark-pair.yaml"),
+        ),
+        "tiny": Deployment(
+            recipe=load_recipe("tiny-local"),
+            cluster=local_cluster(2, isolation=LocalIsolation.NETNS),
+        ),
     }
 
 
@@ -51,6 +57,7 @@ def seed_yaml(name: str) -> Any:
         if isinstance(node, list):
             return [fill(v) for v in node]
         return SEED000_NODES.get(node, node)
+
     return fill(data)
 
 
@@ -70,10 +77,18 @@ def seed000_lws() -> dict:
             spec["containers"][0].pop("readinessProbe")
         else:
             spec["containers"][0]["readinessProbe"].pop("initialDelaySeconds")
-        spec["volumes"].append({"name": "compile-cache", "hostPath": {
-            "path": "/var/cache/tandem/" + lws["metadata"]["name"], "type": "DirectoryOrCreate"}})
+        spec["volumes"].append(
+            {
+                "name": "compile-cache",
+                "hostPath": {
+                    "path": "/var/cache/tandem/" + lws["metadata"]["name"],
+                    "type": "DirectoryOrCreate",
+                },
+            }
+        )
         spec["containers"][0]["volumeMounts"].append(
-            {"name": "compile-cache", "mountPath": "/cache/tandem"})
+            {"name": "compile-cache", "mountPath": "/cache/tandem"}
+        )
         template[key]["spec"] |= spec
     return lws
 
@@ -93,17 +108,27 @@ def stated_mismatches(stated: Any, ours: Any, path: str = "") -> list[str]:
         return out
     if isinstance(stated, list) and stated and all(isinstance(s, dict) for s in stated):
         if not isinstance(ours, list) or len(ours) != len(stated):
-            return [f"{path}: {len(ours) if isinstance(ours, list) else ours!r} items, seed "
-                    f"{len(stated)}"]
+            return [
+                f"{path}: {len(ours) if isinstance(ours, list) else ours!r} items, seed "
+                f"{len(stated)}"
+            ]
         if all("name" in s for s in stated):
             by_name = {o.get("name"): o for o in ours}
             if [s["name"] for s in stated] != [o.get("name") for o in ours]:
-                return [f"{path}: names {[o.get('name') for o in ours]}, seed "
-                        f"{[s['name'] for s in stated]}"]
-            return [m for s in stated for m in stated_mismatches(s, by_name[s["name"]],
-                                                                   f"{path}[{s['name']}]")]
-        return [m for i, (s, o) in enumerate(zip(stated, ours))
-                for m in stated_mismatches(s, o, f"{path}[{i}]")]
+                return [
+                    f"{path}: names {[o.get('name') for o in ours]}, seed "
+                    f"{[s['name'] for s in stated]}"
+                ]
+            return [
+                m
+                for s in stated
+                for m in stated_mismatches(s, by_name[s["name"]], f"{path}[{s['name']}]")
+            ]
+        return [
+            m
+            for i, (s, o) in enumerate(zip(stated, ours))
+            for m in stated_mismatches(s, o, f"{path}[{i}]")
+        ]
     return [] if stated == ours else [f"{path}: {ours!r}, seed {stated!r}"]
 
 
@@ -136,6 +161,7 @@ def _set(path: tuple, value: Any) -> Callable[[list[dict]], None]:
         for key in keys[:-1]:
             target = target[key]
         target[keys[-1]] = value
+
     return mutate
 
 
@@ -169,8 +195,10 @@ def _unknown_service_field(objs: list[dict]) -> None:
 
 
 def _no_surge(objs: list[dict]) -> None:
-    objs[0]["spec"]["rolloutStrategy"] = {"type": "RollingUpdate", "rollingUpdateConfiguration": {
-        "maxUnavailable": 0, "maxSurge": 0}}
+    objs[0]["spec"]["rolloutStrategy"] = {
+        "type": "RollingUpdate",
+        "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": 0},
+    }
 
 
 def _leader_ready(objs: list[dict]) -> None:
@@ -190,31 +218,64 @@ def _lws_env(objs: list[dict]) -> None:
 
 
 BROKEN = [
-    Broken("container-name-underscore", _rename_container, "'worker_0' is not a DNS-1123 label",
-           server="worker_0", pod_template=True),
-    Broken("volume-mount-without-volume", _missing_volume, "'models' names no volume",
-           server="models", pod_template=True),
+    Broken(
+        "container-name-underscore",
+        _rename_container,
+        "'worker_0' is not a DNS-1123 label",
+        server="worker_0",
+        pod_template=True,
+    ),
+    Broken(
+        "volume-mount-without-volume",
+        _missing_volume,
+        "'models' names no volume",
+        server="models",
+        pod_template=True,
+    ),
     Broken("gpu-limit-not-a-quantity", _gpu_eight, "'eight' is not a quantity", server="eight"),
     Broken("hostpath-without-path", _del_path, "'path' is a required property", server="path"),
-    Broken("readiness-probe-without-port", _del_probe_port, "'port' is a required property",
-           server="port"),
-    Broken("restart-policy-not-in-enum", _set((0, "spec", "leaderWorkerTemplate", "restartPolicy"),
-                                              "Always"), "'Always' is not one of",
-           server="restartPolicy"),
+    Broken(
+        "readiness-probe-without-port",
+        _del_probe_port,
+        "'port' is a required property",
+        server="port",
+    ),
+    Broken(
+        "restart-policy-not-in-enum",
+        _set((0, "spec", "leaderWorkerTemplate", "restartPolicy"), "Always"),
+        "'Always' is not one of",
+        server="restartPolicy",
+    ),
     Broken("lws-unknown-field", _unknown_lws_field, "'sizee' was unexpected", server="sizee"),
-    Broken("size-as-string", _set((0, "spec", "leaderWorkerTemplate", "size"), "2"),
-           "'2' is not of type 'integer'", server="size"),
-    Broken("name-not-dns", _set((0, "metadata", "name"), "LLM_Serve"),
-           "'LLM_Serve' is not a DNS-1035 label", server="LLM_Serve"),
-    Broken("service-port-out-of-range", _set((1, "spec", "ports", 0, "port"), 70000),
-           "70000 is not a port 1-65535", server="70000"),
-    Broken("service-type-typo", _set((1, "spec", "type"), "LoadBalancr"),
-           "'LoadBalancr' is not a Service type", server="LoadBalancr"),
+    Broken(
+        "size-as-string",
+        _set((0, "spec", "leaderWorkerTemplate", "size"), "2"),
+        "'2' is not of type 'integer'",
+        server="size",
+    ),
+    Broken(
+        "name-not-dns",
+        _set((0, "metadata", "name"), "LLM_Serve"),
+        "'LLM_Serve' is not a DNS-1035 label",
+        server="LLM_Serve",
+    ),
+    Broken(
+        "service-port-out-of-range",
+        _set((1, "spec", "ports", 0, "port"), 70000),
+        "70000 is not a port 1-65535",
+        server="70000",
+    ),
+    Broken(
+        "service-type-typo",
+        _set((1, "spec", "type"), "LoadBalancr"),
+        "'LoadBalancr' is not a Service type",
+        server="LoadBalancr",
+    ),
     Broken("service-unknown-field", _unknown_service_field, "protocl", server="protocl"),
-    Broken("size-zero", _set((0, "spec", "leaderWorkerTemplate", "size"), 0),
-           "0 must be at least 1"),
-    Broken("service-named-vllm", _set((1, "metadata", "name"), "vllm"),
-           "VLLM_PORT"),
+    Broken(
+        "size-zero", _set((0, "spec", "leaderWorkerTemplate", "size"), 0), "0 must be at least 1"
+    ),
+    Broken("service-named-vllm", _set((1, "metadata", "name"), "vllm"), "VLLM_PORT"),
     Broken("service-selects-worker", _select_worker, "does not match the leader pod's labels"),
     Broken("host-network-cluster-first", _dns_policy, "use ClusterFirstWithHostNet"),
     Broken("startup-leader-ready-deadlock", _leader_ready, "deadlocks"),
@@ -247,9 +308,15 @@ def pod_templates(lws: dict) -> list[dict]:
     for key in ("leaderTemplate", "workerTemplate"):
         template = lws["spec"]["leaderWorkerTemplate"].get(key)
         if template is not None:
-            result.append({"apiVersion": "v1", "kind": "PodTemplate",
-                           "metadata": {"name": f"{name.lower().replace('_', '-')}-"
-                                                f"{key.removesuffix('Template')}",
-                                        "namespace": lws["metadata"].get("namespace", "default")},
-                           "template": template})
+            result.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PodTemplate",
+                    "metadata": {
+                        "name": f"{name.lower().replace('_', '-')}-{key.removesuffix('Template')}",
+                        "namespace": lws["metadata"].get("namespace", "default"),
+                    },
+                    "template": template,
+                }
+            )
     return result

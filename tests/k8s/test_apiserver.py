@@ -14,15 +14,25 @@ import json
 import subprocess
 import sys
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
 
 from k8s.apiserver import ApiServer
 from k8s.manifests import (
-    BROKEN, ROOT, Broken, broken_objects, deployments, for_server_1_20, pod_templates, rendered,
-    seed000_deployment, seed000_lws, seed_yaml, stated_mismatches,
+    BROKEN,
+    ROOT,
+    Broken,
+    broken_objects,
+    deployments,
+    for_server_1_20,
+    pod_templates,
+    rendered,
+    seed000_deployment,
+    seed000_lws,
+    seed_yaml,
+    stated_mismatches,
 )
 from tandem import lifecycle
 from tandem.backends import k8s as backend
@@ -41,8 +51,9 @@ def as_list(objs: list[dict]) -> str:
 
 
 def dry_run(server: ApiServer, objs: list[dict]) -> subprocess.CompletedProcess:
-    return server.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-",
-                          stdin=as_list(objs), check=False)
+    return server.kubectl(
+        "apply", "--server-side", "--dry-run=server", "-f", "-", stdin=as_list(objs), check=False
+    )
 
 
 def in_namespace(objs: list[dict], namespace: str) -> list[dict]:
@@ -68,6 +79,7 @@ def state_home(tmp_path, monkeypatch):
 
 # --- the rendered objects ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["seed000", "seed002", "tiny"])
 def test_server_dry_run_accepts_rendered_deployment(apiserver, name):
     objs = for_server_1_20(rendered(deployments()[name]))
@@ -80,8 +92,9 @@ def test_server_dry_run_accepts_rendered_deployment(apiserver, name):
 
 def test_seed000_apply_and_read_back_field_by_field(apiserver, namespace):
     objs = in_namespace(for_server_1_20(rendered(seed000_deployment())), namespace)
-    kubectl = backend.Kubectl(backend.kubectl_program(Cluster.model_fields["kubernetes"]
-                                                      .default_factory()), namespace)
+    kubectl = backend.Kubectl(
+        backend.kubectl_program(Cluster.model_fields["kubernetes"].default_factory()), namespace
+    )
     kubectl.apply(objs)
     lws = kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", "dsv4-flash-tp2")
     svc = kubectl.get_json("service", "dsv4-flash-tp2-external")
@@ -92,22 +105,47 @@ def test_seed000_apply_and_read_back_field_by_field(apiserver, namespace):
     # What the server filled in: a cluster IP, a node port, our field manager.
     assert svc["spec"]["clusterIP"].startswith("10.96.")
     assert 30000 <= svc["spec"]["ports"][0]["nodePort"] <= 32767
-    managed = json.loads(apiserver.kubectl(
-        "-n", namespace, "get", "leaderworkersets", "dsv4-flash-tp2", "-o", "json",
-        "--show-managed-fields").stdout)["metadata"]["managedFields"]
+    managed = json.loads(
+        apiserver.kubectl(
+            "-n",
+            namespace,
+            "get",
+            "leaderworkersets",
+            "dsv4-flash-tp2",
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ).stdout
+    )["metadata"]["managedFields"]
     assert [(m["manager"], m["operation"]) for m in managed] == [(backend.FIELD_MANAGER, "Apply")]
     # The whole rendered object survives the round trip (the CRD schema pruned nothing).
     assert stated_mismatches(objs[0]["spec"], lws["spec"]) == []
-    kubectl.delete(["leaderworkersets.leaderworkerset.x-k8s.io/dsv4-flash-tp2",
-                    "service/dsv4-flash-tp2-external"])
+    kubectl.delete(
+        [
+            "leaderworkersets.leaderworkerset.x-k8s.io/dsv4-flash-tp2",
+            "service/dsv4-flash-tp2-external",
+        ]
+    )
     assert kubectl.get_json("service", "dsv4-flash-tp2-external") is None
 
 
 def test_cli_render_output_applies_server_side(apiserver):
     rendered_text = subprocess.run(
-        [sys.executable, "-m", "tandem.cli", "render", "deepseek-v4-flash-dspark", "--cluster",
-         str(ROOT / "examples" / "dgx-spark-eks.yaml"), "--target", "k8s"],
-        capture_output=True, text=True, check=True).stdout
+        [
+            sys.executable,
+            "-m",
+            "tandem.cli",
+            "render",
+            "deepseek-v4-flash-dspark",
+            "--cluster",
+            str(ROOT / "examples" / "dgx-spark-eks.yaml"),
+            "--target",
+            "k8s",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     objs = for_server_1_20(list(yaml.safe_load_all(rendered_text)))
     done = dry_run(apiserver, objs)
     assert done.returncode == 0, done.stderr
@@ -140,17 +178,24 @@ def test_webhook_only_rules_pass_the_server_but_not_tandem(apiserver):
 
 # --- tandem up / status / down on transport: k8s -----------------------------------------------
 
+
 def k8s_deployment(namespace: str, name: str = "tdm-lws") -> Deployment:
     recipe = load_recipe("tiny-local").model_copy(update={"name": name})
-    cluster = Cluster.model_validate({
-        "name": "test-k8s", "transport": "k8s", "namespace": namespace,
-        "nodes": [{"name": "node-a", "address": "192.0.2.10"},
-                  {"name": "node-b", "address": "192.0.2.11"}]})
+    cluster = Cluster.model_validate(
+        {
+            "name": "test-k8s",
+            "transport": "k8s",
+            "namespace": namespace,
+            "nodes": [
+                {"name": "node-a", "address": "192.0.2.10"},
+                {"name": "node-b", "address": "192.0.2.11"},
+            ],
+        }
+    )
     return Deployment(recipe=recipe, cluster=cluster)
 
 
-def test_up_applies_reports_no_pods_and_down_deletes(apiserver, namespace, state_home,
-                                                     monkeypatch):
+def test_up_applies_reports_no_pods_and_down_deletes(apiserver, namespace, state_home, monkeypatch):
     deployment = k8s_deployment(namespace)
     monkeypatch.setenv("VLLM_API_KEY", "sk-test-key")
     events: list[str] = []
@@ -160,8 +205,11 @@ def test_up_applies_reports_no_pods_and_down_deletes(apiserver, namespace, state
     message = str(caught.value)
     assert "LeaderWorkerSet controller did not create it" in message, message
     assert "tandem down tdm-lws" in message
-    assert any("applied (server-side) Secret/tdm-lws-api-key, LeaderWorkerSet/tdm-lws, "
-               "Service/tdm-lws-api" in e for e in events), events
+    assert any(
+        "applied (server-side) Secret/tdm-lws-api-key, LeaderWorkerSet/tdm-lws, "
+        "Service/tdm-lws-api" in e
+        for e in events
+    ), events
     assert any("pod tdm-lws-0-1: not created" in e for e in events), events
 
     # Read back what up applied: the objects stay for inspection after a failed start.
@@ -170,11 +218,15 @@ def test_up_applies_reports_no_pods_and_down_deletes(apiserver, namespace, state
     assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     secret = kubectl.get_json("secret", "tdm-lws-api-key")
     assert base64.b64decode(secret["data"]["api-key"]) == b"sk-test-key"
-    assert "sk-test-key" not in (state_home / "state" / "deployments" / "tdm-lws" /
-                                 "state.json").read_text()
+    assert (
+        "sk-test-key"
+        not in (state_home / "state" / "deployments" / "tdm-lws" / "state.json").read_text()
+    )
     state = load_state("tdm-lws")
-    assert state.backend == "k8s" and [r.log for r in state.ranks] == ["pod/tdm-lws-0",
-                                                                       "pod/tdm-lws-0-1"]
+    assert state.backend == "k8s" and [r.log for r in state.ranks] == [
+        "pod/tdm-lws-0",
+        "pod/tdm-lws-0-1",
+    ]
     status = lifecycle.status("tdm-lws")
     assert [r.state for r in status.ranks] == ["exited", "exited"]
     # No pod, no log: `tandem logs` reads nothing rather than failing.
@@ -186,8 +238,11 @@ def test_up_applies_reports_no_pods_and_down_deletes(apiserver, namespace, state
 
     gone: list[str] = []
     lifecycle.down("tdm-lws", on_event=gone.append)
-    for ref in ("leaderworkersets.leaderworkerset.x-k8s.io/tdm-lws", "service/tdm-lws-api",
-                "secret/tdm-lws-api-key"):
+    for ref in (
+        "leaderworkersets.leaderworkerset.x-k8s.io/tdm-lws",
+        "service/tdm-lws-api",
+        "secret/tdm-lws-api-key",
+    ):
         assert kubectl.get_json(ref) is None, ref
     assert any("no pod of 'tdm-lws' is left" in g for g in gone)
 
@@ -203,40 +258,84 @@ def test_up_refused_by_the_server_names_the_field(apiserver, namespace, state_ho
 def test_cli_up_dispatches_on_the_transport(apiserver, namespace, state_home, tmp_path):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(yaml.safe_dump(k8s_deployment(namespace).cluster.model_dump(mode="json")))
-    done = subprocess.run([sys.executable, "-m", "tandem.cli", "up", "tiny-local", "--cluster",
-                           str(cluster), "--dry-run"], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tandem.cli",
+            "up",
+            "tiny-local",
+            "--cluster",
+            str(cluster),
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert "apply --server-side" in done.stdout
 
 
 # --- pods: phases and failures on real Pod objects ----------------------------------------------
 
-def create_pod(server: ApiServer, namespace: str, deployment: Deployment, worker_index: int,
-               status: dict | None = None, node: str | None = None) -> None:
+
+def create_pod(
+    server: ApiServer,
+    namespace: str,
+    deployment: Deployment,
+    worker_index: int,
+    status: dict | None = None,
+    node: str | None = None,
+) -> None:
     """A pod as the LWS controller would create it: its template, its name and labels."""
     lws = rendered(deployment)[0]
     key = "leaderTemplate" if worker_index == 0 else "workerTemplate"
     template = lws["spec"]["leaderWorkerTemplate"][key]
     name = k8s_render.pod_name(deployment, worker_index)
-    labels = {**template["metadata"]["labels"], "leaderworkerset.sigs.k8s.io/name": deployment.name,
-              "leaderworkerset.sigs.k8s.io/worker-index": str(worker_index),
-              "leaderworkerset.sigs.k8s.io/group-index": "0"}
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": name, "namespace": namespace, "labels": labels},
-           "spec": {**template["spec"], **({"nodeName": node} if node else {})}}
+    labels = {
+        **template["metadata"]["labels"],
+        "leaderworkerset.sigs.k8s.io/name": deployment.name,
+        "leaderworkerset.sigs.k8s.io/worker-index": str(worker_index),
+        "leaderworkerset.sigs.k8s.io/group-index": "0",
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {**template["spec"], **({"nodeName": node} if node else {})},
+    }
     server.kubectl("create", "-f", "-", stdin=json.dumps(pod))
     if status:
-        server.kubectl("-n", namespace, "patch", "pod", name, "--subresource=status",
-                       "--type=merge", "-p", json.dumps({"status": status}))
+        server.kubectl(
+            "-n",
+            namespace,
+            "patch",
+            "pod",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": status}),
+        )
 
 
 def _now(delta_s: float = 0) -> str:
-    return (datetime.now(timezone.utc) + timedelta(seconds=delta_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (datetime.now(UTC) + timedelta(seconds=delta_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _container_status(**state) -> dict:
-    return {"containerStatuses": [{"name": "vllm", "image": "img", "imageID": "", "ready": False,
-                                   "restartCount": state.pop("restarts", 0), **state}]}
+    return {
+        "containerStatuses": [
+            {
+                "name": "vllm",
+                "image": "img",
+                "imageID": "",
+                "ready": False,
+                "restartCount": state.pop("restarts", 0),
+                **state,
+            }
+        ]
+    }
 
 
 def test_pod_phases_and_failures_from_real_pods(apiserver, namespace):
@@ -253,61 +352,146 @@ def test_pod_phases_and_failures_from_real_pods(apiserver, namespace):
     assert seen[-1] == "rank 0 pod phases-0: Pending on node-a"
 
     # Unschedulable for longer than the grace period: a wrong node label never heals.
-    create_pod(apiserver, namespace, deployment, 1, status={"phase": "Pending", "conditions": [{
-        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-        "lastTransitionTime": _now(-600),
-        "message": "0/2 nodes are available: 2 node(s) didn't match node selector."}]})
+    create_pod(
+        apiserver,
+        namespace,
+        deployment,
+        1,
+        status={
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "lastTransitionTime": _now(-600),
+                    "message": "0/2 nodes are available: 2 node(s) didn't match node selector.",
+                }
+            ],
+        },
+    )
     assert worker.exit_code() == 1
     assert seen[-1] == "rank 1 pod phases-0-1: Pending (unscheduled)"
     assert "Unschedulable: 0/2 nodes are available" in worker.recent_text()
 
     # Running and ready: the leader is up and rank_running says so.
-    apiserver.kubectl("-n", namespace, "patch", "pod", "phases-0", "--subresource=status",
-                      "--type=merge", "-p", json.dumps({"status": {
-                          "phase": "Running", **_container_status(
-                              ready=True, state={"running": {"startedAt": _now()}})}}))
+    apiserver.kubectl(
+        "-n",
+        namespace,
+        "patch",
+        "pod",
+        "phases-0",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(
+            {
+                "status": {
+                    "phase": "Running",
+                    **_container_status(ready=True, state={"running": {"startedAt": _now()}}),
+                }
+            }
+        ),
+    )
     assert leader.exit_code() is None
     assert seen[-1] == "rank 0 pod phases-0: Running on node-a, ready"
-    state = type("S", (), {"network": {"namespace": namespace, "kubectl": kubectl.program,
-                                       "kubeconfig": None, "context": None}})()
+    state = type(
+        "S",
+        (),
+        {
+            "network": {
+                "namespace": namespace,
+                "kubectl": kubectl.program,
+                "kubeconfig": None,
+                "context": None,
+            }
+        },
+    )()
     rank = type("R", (), {"log": "pod/phases-0"})()
     assert backend.KubernetesBackend().rank_running(state, rank)
 
     # A crash: restarted after exit 1 -> the group is being recreated, up gives up with the cause.
-    apiserver.kubectl("-n", namespace, "patch", "pod", "phases-0", "--subresource=status",
-                      "--type=merge", "-p", json.dumps({"status": _container_status(
-                          restarts=1, state={"waiting": {"reason": "CrashLoopBackOff"}},
-                          lastState={"terminated": {"exitCode": 1, "reason": "Error",
-                                                    "message": "RuntimeError: NCCL error"}})}))
+    apiserver.kubectl(
+        "-n",
+        namespace,
+        "patch",
+        "pod",
+        "phases-0",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(
+            {
+                "status": _container_status(
+                    restarts=1,
+                    state={"waiting": {"reason": "CrashLoopBackOff"}},
+                    lastState={
+                        "terminated": {
+                            "exitCode": 1,
+                            "reason": "Error",
+                            "message": "RuntimeError: NCCL error",
+                        }
+                    },
+                )
+            }
+        ),
+    )
     assert leader.exit_code() == 1
     assert "exited with status 1 (Error): RuntimeError: NCCL error" in leader.failure[1]
     assert seen[-1] == "rank 0 pod phases-0: Running on node-a: CrashLoopBackOff, restarts 1"
 
     # The pod's events are reported with the failure.
-    apiserver.kubectl("create", "-f", "-", stdin=json.dumps({
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": "phases-0.1", "namespace": namespace},
-        "involvedObject": {"kind": "Pod", "name": "phases-0", "namespace": namespace},
-        "type": "Warning", "reason": "BackOff", "count": 3, "lastTimestamp": _now(),
-        "message": "Back-off restarting failed container vllm"}))
+    apiserver.kubectl(
+        "create",
+        "-f",
+        "-",
+        stdin=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": "phases-0.1", "namespace": namespace},
+                "involvedObject": {"kind": "Pod", "name": "phases-0", "namespace": namespace},
+                "type": "Warning",
+                "reason": "BackOff",
+                "count": 3,
+                "lastTimestamp": _now(),
+                "message": "Back-off restarting failed container vllm",
+            }
+        ),
+    )
     assert backend.event_lines(kubectl.events("phases-0")) == [
-        "Warning BackOff: Back-off restarting failed container vllm (x3)"]
+        "Warning BackOff: Back-off restarting failed container vllm (x3)"
+    ]
     assert "event Warning BackOff" in leader.recent_text()
     assert "PodError: the container exited with status 1" in leader.recent_text()
 
 
 def test_image_pull_back_off_fails_at_once(apiserver, namespace):
     deployment = k8s_deployment(namespace, name="pull")
-    create_pod(apiserver, namespace, deployment, 0, status={"phase": "Pending", **_container_status(
-        state={"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}})})
+    create_pod(
+        apiserver,
+        namespace,
+        deployment,
+        0,
+        status={
+            "phase": "Pending",
+            **_container_status(
+                state={
+                    "waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}
+                }
+            ),
+        },
+    )
     kubectl = backend.Kubectl.of(deployment.cluster)
     rank = backend.PodRank(0, "pull-0", backend.GroupView(kubectl, "pull", max_age_s=0))
     assert rank.exit_code() == 1
-    assert rank.failure[1] == ("ImagePullBackOff: the image cannot be pulled: "
-                               "Back-off pulling image")
+    assert rank.failure[1] == (
+        "ImagePullBackOff: the image cannot be pulled: Back-off pulling image"
+    )
 
 
 # --- tandem check on Kubernetes ----------------------------------------------------------------
+
 
 def test_cluster_checks_crd_nodes_and_gpus(apiserver, namespace):
     cluster = k8s_deployment(namespace).cluster
@@ -316,20 +500,44 @@ def test_cluster_checks_crd_nodes_and_gpus(apiserver, namespace):
         "nodes[0].name: no Kubernetes node is labelled kubernetes.io/hostname=node-a (fix: use "
         "the NAME column of `kubectl get nodes`)",
         "nodes[1].name: no Kubernetes node is labelled kubernetes.io/hostname=node-b (fix: use "
-        "the NAME column of `kubectl get nodes`)"]
+        "the NAME column of `kubectl get nodes`)",
+    ]
     for name, gpus in (("node-a", "1"), ("node-b", None)):
-        apiserver.kubectl("create", "-f", "-", stdin=json.dumps({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
+        apiserver.kubectl(
+            "create",
+            "-f",
+            "-",
+            stdin=json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                }
+            ),
+        )
         if gpus:
-            apiserver.kubectl("patch", "node", name, "--subresource=status", "--type=merge",
-                              "-p", json.dumps({"status": {
-                                  "capacity": {"nvidia.com/gpu": gpus},
-                                  "allocatable": {"nvidia.com/gpu": gpus}}}))
+            apiserver.kubectl(
+                "patch",
+                "node",
+                name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps(
+                    {
+                        "status": {
+                            "capacity": {"nvidia.com/gpu": gpus},
+                            "allocatable": {"nvidia.com/gpu": gpus},
+                        }
+                    }
+                ),
+            )
     try:
         problems = [str(p) for p in backend.cluster_problems(cluster)]
-        assert problems == ["nodes[1]: node node-b advertises no nvidia.com/gpu (fix: install "
-                            "the NVIDIA GPU Operator (device plugin))"]
+        assert problems == [
+            "nodes[1]: node node-b advertises no nvidia.com/gpu (fix: install "
+            "the NVIDIA GPU Operator (device plugin))"
+        ]
         missing = cluster.model_copy(update={"namespace": "nowhere"})
         assert "namespace 'nowhere' does not exist" in str(backend.cluster_problems(missing)[0])
     finally:
@@ -344,48 +552,88 @@ DIGEST = "sha256:" + "ab" * 32
 
 def add_node(server: ApiServer, name: str, gpus: str | None) -> None:
     """A Node as a kubelet and the NVIDIA device plugin would report it."""
-    server.kubectl("create", "-f", "-", stdin=json.dumps({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
-    status: dict = {"nodeInfo": {
-        "kernelVersion": "6.17.0-1026-nvidia", "osImage": "Ubuntu 24.04.3 LTS",
-        "architecture": "arm64", "kubeletVersion": "v1.33.5", "containerRuntimeVersion":
-        "containerd://1.7.27", "machineID": "", "systemUUID": "", "bootID": "",
-        "kubeProxyVersion": "", "operatingSystem": "linux"},
-        "images": [{"names": [f"{IMAGE}@{DIGEST}", f"{IMAGE}:0.1.1"], "sizeBytes": 9_000_000_000}]}
+    server.kubectl(
+        "create",
+        "-f",
+        "-",
+        stdin=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            }
+        ),
+    )
+    status: dict = {
+        "nodeInfo": {
+            "kernelVersion": "6.17.0-1026-nvidia",
+            "osImage": "Ubuntu 24.04.3 LTS",
+            "architecture": "arm64",
+            "kubeletVersion": "v1.33.5",
+            "containerRuntimeVersion": "containerd://1.7.27",
+            "machineID": "",
+            "systemUUID": "",
+            "bootID": "",
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+        },
+        "images": [{"names": [f"{IMAGE}@{DIGEST}", f"{IMAGE}:0.1.1"], "sizeBytes": 9_000_000_000}],
+    }
     if gpus:
         status |= {"capacity": {"nvidia.com/gpu": gpus}, "allocatable": {"nvidia.com/gpu": gpus}}
-    server.kubectl("patch", "node", name, "--subresource=status", "--type=merge",
-                   "-p", json.dumps({"status": status}))
+    server.kubectl(
+        "patch",
+        "node",
+        name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
 
 
 def test_tandem_check_reads_the_nodes_from_the_api(apiserver, namespace):
     from tandem.check.preflight import run_check
 
     deployment = k8s_deployment(namespace)
-    recipe = deployment.recipe.model_copy(update={"engine": deployment.recipe.engine.model_copy(
-        update={"image": f"{IMAGE}:0.1.1"})})
+    recipe = deployment.recipe.model_copy(
+        update={"engine": deployment.recipe.engine.model_copy(update={"image": f"{IMAGE}:0.1.1"})}
+    )
     deployment = Deployment(recipe=recipe, cluster=deployment.cluster)
     add_node(apiserver, "node-a", "1")
     add_node(apiserver, "node-b", None)
     try:
         report = run_check(deployment)
         errors = [(f.node, f.evidence) for f in report.errors]
-        assert errors == [("node-b", "nodes[1]: node node-b advertises no nvidia.com/gpu (fix: "
-                                     "install the NVIDIA GPU Operator (device plugin))")], errors
+        assert errors == [
+            (
+                "node-b",
+                "nodes[1]: node node-b advertises no nvidia.com/gpu (fix: "
+                "install the NVIDIA GPU Operator (device plugin))",
+            )
+        ], errors
         facts = report.nodes["node-a"]
         assert facts["system"]["kernel"] == "6.17.0-1026-nvidia"
-        assert facts["images"]["images"] == [{"ref": f"{IMAGE}:0.1.1", "id": None,
-                                              "digest": DIGEST}]
-        apiserver.kubectl("patch", "node", "node-b", "--subresource=status", "--type=merge", "-p",
-                          json.dumps({"status": {"allocatable": {"nvidia.com/gpu": "1"}}}))
+        assert facts["images"]["images"] == [
+            {"ref": f"{IMAGE}:0.1.1", "id": None, "digest": DIGEST}
+        ]
+        apiserver.kubectl(
+            "patch",
+            "node",
+            "node-b",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": {"allocatable": {"nvidia.com/gpu": "1"}}}),
+        )
         assert run_check(deployment).errors == []
     finally:
         apiserver.kubectl("delete", "node", "node-a", "node-b", check=False)
 
 
-def test_cli_up_runs_the_preflight_applies_and_down_deletes(apiserver, namespace, state_home,
-                                                            tmp_path):
+def test_cli_up_runs_the_preflight_applies_and_down_deletes(
+    apiserver, namespace, state_home, tmp_path
+):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(yaml.safe_dump(k8s_deployment(namespace).cluster.model_dump(mode="json")))
     # The tiny recipe with an image the nodes have (the preflight checks the image, not a
@@ -396,8 +644,11 @@ def test_cli_up_runs_the_preflight_applies_and_down_deletes(apiserver, namespace
     recipe_file.write_text(yaml.safe_dump(recipe))
     tandem = [sys.executable, "-m", "tandem.cli"]
     # No nodes yet: the preflight refuses, nothing is applied.
-    refused = subprocess.run([*tandem, "up", str(recipe_file), "--cluster", str(cluster),
-                              "--timeout", "5"], capture_output=True, text=True)
+    refused = subprocess.run(
+        [*tandem, "up", str(recipe_file), "--cluster", str(cluster), "--timeout", "5"],
+        capture_output=True,
+        text=True,
+    )
     assert refused.returncode != 0
     said = " ".join((refused.stdout + refused.stderr).split())  # rich wraps long lines
     assert "no Kubernetes node is labelled kubernetes.io/hostname=node-a" in said, said
@@ -407,8 +658,11 @@ def test_cli_up_runs_the_preflight_applies_and_down_deletes(apiserver, namespace
     add_node(apiserver, "node-a", "1")
     add_node(apiserver, "node-b", "1")
     try:
-        up = subprocess.run([*tandem, "up", str(recipe_file), "--cluster", str(cluster),
-                             "--timeout", "5"], capture_output=True, text=True)
+        up = subprocess.run(
+            [*tandem, "up", str(recipe_file), "--cluster", str(cluster), "--timeout", "5"],
+            capture_output=True,
+            text=True,
+        )
         out = " ".join((up.stdout + up.stderr).split())
         assert up.returncode != 0, out
         assert "applied (server-side) LeaderWorkerSet/tiny-local, Service/tiny-local-api" in out

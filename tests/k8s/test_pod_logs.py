@@ -27,7 +27,7 @@ class ReplayKubectl(backend.Kubectl):
     def logs(self, pod: str, *extra: str) -> str | None:
         self.calls.append(extra)
         since = next((e.split("=", 1)[1] for e in extra if e.startswith("--since-time=")), "")
-        lines = [ln for ln in RECORDED[:self.available] if ln.split(" ", 1)[0] >= since]
+        lines = [ln for ln in RECORDED[: self.available] if ln.split(" ", 1)[0] >= since]
         return "\n".join(lines) + ("\n" if lines else "")
 
 

@@ -8,11 +8,18 @@ import json
 
 import pytest
 import yaml
-
 from factories import make_cluster, make_deployment, make_recipe
+
 from k8s.manifests import (
-    BROKEN, Broken, broken_objects, deployments, rendered, seed000_deployment, seed000_lws,
-    seed_yaml, stated_mismatches,
+    BROKEN,
+    Broken,
+    broken_objects,
+    deployments,
+    rendered,
+    seed000_deployment,
+    seed000_lws,
+    seed_yaml,
+    stated_mismatches,
 )
 from tandem import liveness, wire
 from tandem.errors import PlanError
@@ -30,6 +37,7 @@ def offline_problems(objs: list[dict], crd) -> list[str]:
 
 # --- seed 000 ----------------------------------------------------------------------------------
 
+
 def test_seed000_leaderworkerset_matches_the_seed_field_by_field():
     lws = rendered(seed000_deployment())[0]
     assert stated_mismatches(seed000_lws(), lws) == []
@@ -44,10 +52,12 @@ def test_stated_mismatches_finds_a_difference():
     # The comparison itself must be able to fail.
     lws = rendered(seed000_deployment())[0]
     lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["volumes"][1]["emptyDir"][
-        "sizeLimit"] = "16Gi"
+        "sizeLimit"
+    ] = "16Gi"
     assert stated_mismatches(seed000_lws(), lws) == [
         ".spec.leaderWorkerTemplate.workerTemplate.spec.volumes[dshm].emptyDir.sizeLimit: "
-        "'16Gi', seed '64Gi'"]
+        "'16Gi', seed '64Gi'"
+    ]
 
 
 def test_seed000_containers_run_the_rank_plan():
@@ -80,8 +90,10 @@ def test_liveness_probes_run_the_health_model_in_every_pod():
     # A worker has no HTTP: it waits for its vLLM worker process within the start-up allowance.
     assert worker["startupProbe"]["exec"]["command"][3] == "worker"
     startup_s = seed000_deployment().recipe.timeouts.startup_s
-    assert worker["startupProbe"]["periodSeconds"] * worker["startupProbe"][
-        "failureThreshold"] >= startup_s
+    assert (
+        worker["startupProbe"]["periodSeconds"] * worker["startupProbe"]["failureThreshold"]
+        >= startup_s
+    )
     # The leader's liveness waits behind its startup probe, so no initial delay is needed.
     assert "startupProbe" in leader and "initialDelaySeconds" not in leader["livenessProbe"]
 
@@ -89,19 +101,24 @@ def test_liveness_probes_run_the_health_model_in_every_pod():
 @pytest.mark.parametrize("startup_s", [900, 120, 3600])
 def test_the_startup_probe_covers_the_cold_start_and_readiness_does_not_wait_again(startup_s):
     seed = seed000_deployment()
-    recipe = seed.recipe.model_copy(update={"timeouts": seed.recipe.timeouts.model_copy(
-        update={"startup_s": startup_s})})
+    recipe = seed.recipe.model_copy(
+        update={"timeouts": seed.recipe.timeouts.model_copy(update={"startup_s": startup_s})}
+    )
     deployment = Deployment(recipe=recipe, cluster=seed.cluster)
-    leader = rendered(deployment)[0]["spec"]["leaderWorkerTemplate"][
-        "leaderTemplate"]["spec"]["containers"][0]
+    leader = rendered(deployment)[0]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"][
+        "containers"
+    ][0]
     startup, readiness = leader["startupProbe"], leader["readinessProbe"]
     # the startup probe allows exactly timeouts.startup_s (seed 000: 900 s) ...
     assert startup["periodSeconds"] * startup["failureThreshold"] == startup_s
     # ... and the kubelet starts readiness only after it: no second wait (seed 000 had 600 s),
     # and readiness asks the same /health, so no traffic before the model is up.
     assert readiness["initialDelaySeconds"] == 0
-    assert readiness["httpGet"] == startup["httpGet"] == {
-        "path": "/health", "port": deployment.recipe.ports.api}
+    assert (
+        readiness["httpGet"]
+        == startup["httpGet"]
+        == {"path": "/health", "port": deployment.recipe.ports.api}
+    )
 
 
 def test_seed000_group_policy_and_secret_reference():
@@ -110,8 +127,18 @@ def test_seed000_group_policy_and_secret_reference():
     leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
     assert leader["metadata"]["labels"]["role"] == "leader"
     key = [e for e in leader["spec"]["containers"][0]["env"] if e["name"] == wire.VLLM_API_KEY]
-    assert key == [{"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {
-        "name": "dsv4-flash-tp2-api-key", "key": "api-key", "optional": True}}}]
+    assert key == [
+        {
+            "name": "VLLM_API_KEY",
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": "dsv4-flash-tp2-api-key",
+                    "key": "api-key",
+                    "optional": True,
+                }
+            },
+        }
+    ]
     assert leader["spec"]["enableServiceLinks"] is False
 
 
@@ -137,6 +164,7 @@ def test_api_key_never_in_the_rendered_file(monkeypatch):
 
 # --- every deployment validates offline ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["seed000", "seed002", "tiny"])
 def test_rendered_deployment_validates_offline(name, lws_crd):
     objs = rendered(deployments()[name])
@@ -144,6 +172,7 @@ def test_rendered_deployment_validates_offline(name, lws_crd):
 
 
 # --- the argument modes --------------------------------------------------------------------------
+
 
 def _cluster(nodes: int, leader_address: str = "pinned") -> Cluster:
     data = make_cluster(nodes=nodes, transport="k8s").model_dump(mode="json")
@@ -161,8 +190,10 @@ def test_lws_mode_takes_the_group_from_the_injected_variables(lws_crd):
         assert argv[argv.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
         assert argv[argv.index("--master-addr") + 1] == "$(LWS_LEADER_ADDRESS)"
         host_ip = next(e for e in container["env"] if e["name"] == wire.VLLM_HOST_IP)
-        assert host_ip == {"name": "VLLM_HOST_IP",
-                           "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        assert host_ip == {
+            "name": "VLLM_HOST_IP",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+        }
     assert offline_problems(objs, lws_crd) == []
 
 
@@ -204,14 +235,23 @@ def test_recipe_named_vllm_is_refused_before_rendering():
     assert "VLLM_SERVICE_HOST" in str(caught.value)
 
 
-@pytest.mark.parametrize("name,prefix", [("vllm", "VLLM_"), ("vllm-api", "VLLM_"),
-                                         ("hf", "HF_"), ("nccl-x", "NCCL_"), ("llm-api", None),
-                                         ("dsv4-flash-tp2-external", None)])
+@pytest.mark.parametrize(
+    "name,prefix",
+    [
+        ("vllm", "VLLM_"),
+        ("vllm-api", "VLLM_"),
+        ("hf", "HF_"),
+        ("nccl-x", "NCCL_"),
+        ("llm-api", None),
+        ("dsv4-flash-tp2-external", None),
+    ],
+)
 def test_service_link_collisions(name, prefix):
     assert service_link_collision(name) == prefix
 
 
 # --- broken variants -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("case", BROKEN, ids=[c.id for c in BROKEN])
 def test_broken_variant_rejected_offline(case: Broken, lws_crd):

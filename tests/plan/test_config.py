@@ -16,8 +16,14 @@ from tandem.plan.config import (
     shipped_model_names,
 )
 
-CONFIG = {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 8,
-          "num_attention_heads": 2, "num_key_value_heads": 1, "torch_dtype": "bfloat16"}
+CONFIG = {
+    "model_type": "mixtral",
+    "num_hidden_layers": 2,
+    "hidden_size": 8,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "torch_dtype": "bfloat16",
+}
 
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int], int]]) -> None:
@@ -33,17 +39,23 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int], int]]
 @pytest.fixture
 def snapshot(tmp_path: Path) -> Path:
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
-    write_safetensors(tmp_path / "model-00001-of-00002.safetensors", {
-        "model.embed_tokens.weight": ("BF16", [16, 8], 256),
-        "model.layers.0.self_attn.q_proj.weight": ("BF16", [8, 8], 128),
-        "model.layers.0.input_layernorm.weight": ("BF16", [8], 16),
-        "model.layers.0.block_sparse_moe.gate.weight": ("BF16", [4, 8], 64),
-        "model.layers.0.block_sparse_moe.experts.0.w1.weight": ("F8_E4M3", [8, 8], 64),
-    })
-    write_safetensors(tmp_path / "model-00002-of-00002.safetensors", {
-        "model.layers.2.eh_proj.weight": ("BF16", [8, 16], 256),
-        "lm_head.weight": ("BF16", [16, 8], 256),
-    })
+    write_safetensors(
+        tmp_path / "model-00001-of-00002.safetensors",
+        {
+            "model.embed_tokens.weight": ("BF16", [16, 8], 256),
+            "model.layers.0.self_attn.q_proj.weight": ("BF16", [8, 8], 128),
+            "model.layers.0.input_layernorm.weight": ("BF16", [8], 16),
+            "model.layers.0.block_sparse_moe.gate.weight": ("BF16", [4, 8], 64),
+            "model.layers.0.block_sparse_moe.experts.0.w1.weight": ("F8_E4M3", [8, 8], 64),
+        },
+    )
+    write_safetensors(
+        tmp_path / "model-00002-of-00002.safetensors",
+        {
+            "model.layers.2.eh_proj.weight": ("BF16", [8, 16], 256),
+            "lm_head.weight": ("BF16", [16, 8], 256),
+        },
+    )
     return tmp_path
 
 
@@ -52,16 +64,19 @@ def test_header_gives_exact_bytes_without_loading(snapshot: Path) -> None:
     assert header["lm_head.weight"]["data_offsets"] == [256, 512]
 
 
-@pytest.mark.parametrize(("name", "role"), [
-    ("model.embed_tokens.weight", "embedding"),
-    ("lm_head.weight", "lm_head"),
-    ("model.layers.3.mlp.experts.17.down_proj.weight", "routed_experts"),
-    ("model.layers.3.mlp.shared_experts.up_proj.weight", "shared_experts"),
-    ("model.layers.3.self_attn.kv_a_proj_with_mqa.weight", "attention"),
-    ("model.layers.0.mlp.down_proj.weight", "dense_mlp"),
-    ("model.layers.61.eh_proj.weight", "drafter"),
-    ("model.norm.weight", "other"),
-])
+@pytest.mark.parametrize(
+    ("name", "role"),
+    [
+        ("model.embed_tokens.weight", "embedding"),
+        ("lm_head.weight", "lm_head"),
+        ("model.layers.3.mlp.experts.17.down_proj.weight", "routed_experts"),
+        ("model.layers.3.mlp.shared_experts.up_proj.weight", "shared_experts"),
+        ("model.layers.3.self_attn.kv_a_proj_with_mqa.weight", "attention"),
+        ("model.layers.0.mlp.down_proj.weight", "dense_mlp"),
+        ("model.layers.61.eh_proj.weight", "drafter"),
+        ("model.norm.weight", "other"),
+    ],
+)
 def test_tensors_are_sorted_into_parts_by_name(name: str, role: str) -> None:
     assert classify_tensor(name, num_hidden_layers=61) == role
 
@@ -72,7 +87,7 @@ def test_model_dir_wins_and_replicated_bytes_are_counted(snapshot: Path) -> None
     assert facts.total_bytes == 256 + 128 + 16 + 64 + 64 + 256 + 256
     assert parts["routed_experts"].bytes == 64
     assert parts["drafter"].bytes == 256
-    assert parts["other"].replicated_bytes == 16 + 64   # norm and router
+    assert parts["other"].replicated_bytes == 16 + 64  # norm and router
     assert facts.source.startswith("model-dir")
 
 
@@ -92,7 +107,8 @@ def test_a_local_snapshot_wins_over_shipped_data(snapshot: Path, tmp_path_factor
 
 def test_both_seed_models_ship() -> None:
     assert {"deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Flash-DSpark"} <= set(
-        shipped_model_names())
+        shipped_model_names()
+    )
     dspark = load_model_facts("deepseek-ai/DeepSeek-V4-Flash-DSpark", cache_roots=[])
     assert dspark.total_bytes == 166_886_535_336
     assert sum(p.bytes for p in dspark.parts) == dspark.total_bytes

@@ -17,11 +17,11 @@ from click.testing import CliRunner
 from tandem.cli.plan import plan_command
 from tandem.plan.config import load_model_facts
 from tandem.plan.hardware import load_profile
-from tandem.plan.planner import Plan, infer_hardware, plan_deployment
 from tandem.plan.kv import kv_layout
+from tandem.plan.planner import Plan, infer_hardware, plan_deployment
 from tandem.spec.loading import load_deployment
 
-GIB = 1024 ** 3
+GIB = 1024**3
 SEED = ("deepseek-v4-flash-dspark", "examples/dgx-spark-eks.yaml")
 
 
@@ -45,8 +45,9 @@ def test_the_seed_cluster_is_planned_as_gb10(seed_plan: Plan) -> None:
 
 def test_weights_per_rank_are_half_the_checkpoint_plus_what_is_replicated(seed_plan: Plan) -> None:
     # 166,886,535,336 B checkpoint; 0.76 GB replicated on both ranks.
-    assert seed_plan.weights_bytes_per_rank == pytest.approx((166_886_535_336 - 0.76e9) / 2 + 0.76e9,
-                                                             rel=1e-6)
+    assert seed_plan.weights_bytes_per_rank == pytest.approx(
+        (166_886_535_336 - 0.76e9) / 2 + 0.76e9, rel=1e-6
+    )
     assert 77.7 <= seed_plan.weights_gib_per_rank <= 80.4
 
 
@@ -64,8 +65,13 @@ def test_a_reported_token_costs_about_7_8_kb_at_1m() -> None:
 def test_the_layout_model_alone_is_within_the_derived_range_at_1m() -> None:
     config = load_model_facts("deepseek-ai/DeepSeek-V4-Flash-DSpark", cache_roots=[]).config
     for in_flight in (8192, 16384):
-        layout = kv_layout(config, kv_cache_dtype="nvfp4_ds_mla", block_size=256,
-                           max_model_len=1_048_576, max_in_flight_tokens=in_flight)
+        layout = kv_layout(
+            config,
+            kv_cache_dtype="nvfp4_ds_mla",
+            block_size=256,
+            max_model_len=1_048_576,
+            max_in_flight_tokens=in_flight,
+        )
         assert 7_700 <= layout.kv_bytes_per_token <= 8_450
         assert layout.bytes_per_block == 21 * (64 * 584 + 64 * 132 + 2 * 584)
 
@@ -125,12 +131,13 @@ def test_no_speculation_bound_is_about_47_steps_per_s_before_all_reduce() -> Non
     engine = deployment.recipe.engine.model_copy(update={"serve": serve})
     recipe = deployment.recipe.model_copy(update={"engine": engine})
     facts = load_model_facts(recipe.model.repo_id, cache_roots=[])
-    plan = plan_deployment(deployment.model_copy(update={"recipe": recipe}), facts,
-                           load_profile("gb10"))
+    plan = plan_deployment(
+        deployment.model_copy(update={"recipe": recipe}), facts, load_profile("gb10")
+    )
     point = plan.roofline.single_stream
     bandwidth_only = 1 / (point.step_s - point.allreduce_s_per_step)
-    assert 44 <= bandwidth_only <= 50          # model-physics.md §5.2: 47.3 at 8K
-    assert plan.weights_bytes_per_rank < 80 * GIB   # no drafter loaded without speculation
+    assert 44 <= bandwidth_only <= 50  # model-physics.md §5.2: 47.3 at 8K
+    assert plan.weights_bytes_per_rank < 80 * GIB  # no drafter loaded without speculation
 
 
 def test_too_long_a_context_does_not_fit_and_says_what_to_change() -> None:
@@ -145,15 +152,20 @@ def test_cli_json_has_the_interface_fields_with_units() -> None:
     result = CliRunner().invoke(plan_command, [SEED[0], "--cluster", SEED[1], "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    for key in ("weights_bytes_per_rank", "kv_bytes_per_token", "kv_pool_tokens",
-                "max_concurrency", "fits", "decode_roofline_tok_s"):
+    for key in (
+        "weights_bytes_per_rank",
+        "kv_bytes_per_token",
+        "kv_pool_tokens",
+        "max_concurrency",
+        "fits",
+        "decode_roofline_tok_s",
+    ):
         assert key in data
     assert data["fits"] is True
 
 
 def test_cli_table_shows_the_verdict_and_the_explanation() -> None:
-    result = CliRunner().invoke(plan_command, [SEED[0], "--cluster", SEED[1]],
-                                terminal_width=120)
+    result = CliRunner().invoke(plan_command, [SEED[0], "--cluster", SEED[1]], terminal_width=120)
     assert result.exit_code == 0, result.output
     assert "FITS" in result.output
     assert "explained:" in result.output

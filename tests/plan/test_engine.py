@@ -20,23 +20,28 @@ from tandem.plan.calibrate import figures_from_log
 from tandem.plan.config import hf_cache_snapshot, load_model_facts
 from tandem.plan.hardware import load_profile
 from tandem.plan.planner import plan_deployment
-
 from tests.plan.tiny import CASES, TinyCase, tiny_deployment
 
 pytestmark = pytest.mark.engine
 
 VLLM = Path(sys.executable).parent / "vllm"
 # Five architectures: GQA dense, MLA + MoE (DeepSeek-V3), sliding window, MoE GQA, qwen3.
-ENGINE_CASES = [c for c in CASES if c.name in ("llama", "deepseek-v3", "mistral", "mixtral",
-                                               "qwen3")]
+ENGINE_CASES = [
+    c for c in CASES if c.name in ("llama", "deepseek-v3", "mistral", "mixtral", "qwen3")
+]
 
 
 @pytest.fixture(scope="session")
 def tiny_hf_home_all(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every tiny architecture, built once into one HF home."""
     home = tmp_path_factory.mktemp("hf-all")
-    subprocess.run([sys.executable, "-m", "tandem.cli", "model", "tiny", "--all", "--hf-home",
-                    str(home)], check=True, capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "tandem.cli", "model", "tiny", "--all", "--hf-home", str(home)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return home
 
 
@@ -46,15 +51,34 @@ def serve_until_kv_line(case: TinyCase, hf_home: Path, log: Path, timeout_s: flo
         pytest.skip("vllm is not installed beside this Python (make install)")
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / "tandem-plan-test"
     tmp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1",
-           "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "TMPDIR": str(tmp)}
+    env = {
+        **os.environ,
+        "HF_HOME": str(hf_home),
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "TMPDIR": str(tmp),
+    }
     port = os.environ.get("TANDEM_PLAN_TEST_PORT", "8400")
-    argv = [str(VLLM), "serve", case.repo_id, "--served-model-name", "tiny", "--host",
-            "127.0.0.1", "--port", port, "--enforce-eager", "--generation-config", "vllm",
-            *case.vllm_args()]
+    argv = [
+        str(VLLM),
+        "serve",
+        case.repo_id,
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        port,
+        "--enforce-eager",
+        "--generation-config",
+        "vllm",
+        *case.vllm_args(),
+    ]
     with log.open("w") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -76,8 +100,9 @@ def serve_until_kv_line(case: TinyCase, hf_home: Path, log: Path, timeout_s: flo
 
 
 @pytest.mark.parametrize("case", ENGINE_CASES, ids=[c.name for c in ENGINE_CASES])
-def test_planned_kv_pool_equals_what_vllm_cpu_reports(case: TinyCase, tiny_hf_home_all: Path,
-                                                       tmp_path: Path) -> None:
+def test_planned_kv_pool_equals_what_vllm_cpu_reports(
+    case: TinyCase, tiny_hf_home_all: Path, tmp_path: Path
+) -> None:
     snapshot = hf_cache_snapshot(case.repo_id, "main", [tiny_hf_home_all])
     assert snapshot is not None
     facts = load_model_facts(case.repo_id, model_dir=snapshot)

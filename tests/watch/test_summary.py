@@ -2,48 +2,98 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tandem.spec.recipe import Watch
 from tandem.watch.gpu import parse_nvidia_smi
 from tandem.watch.sample import (
-    Event, LeaderReading, NodeReading, RankInfo, RankUsage, Sample, Verdict, WatchRun,
+    Event,
+    LeaderReading,
+    NodeReading,
+    RankInfo,
+    RankUsage,
+    Sample,
+    Verdict,
+    WatchRun,
 )
 from tandem.watch.series import counter_rate, covered_s, series
 from tandem.watch.summary import Result, summarize
 
-GIB = 1024 ** 3
-T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
-GB10 = ("index, uuid, name, temperature.gpu, clocks.current.sm [MHz], clocks.max.sm [MHz], "
-        "power.draw [W], utilization.gpu [%], memory.used [MiB], memory.total [MiB], "
-        "clocks_event_reasons.active\n0, GPU-1, NVIDIA GB10, {t}, 2418, 3003, 40.0, 90, [N/A], "
-        "[N/A], {mask}\n")
+GIB = 1024**3
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+GB10 = (
+    "index, uuid, name, temperature.gpu, clocks.current.sm [MHz], clocks.max.sm [MHz], "
+    "power.draw [W], utilization.gpu [%], memory.used [MiB], memory.total [MiB], "
+    "clocks_event_reasons.active\n0, GPU-1, NVIDIA GB10, {t}, 2418, 3003, 40.0, 90, [N/A], "
+    "[N/A], {mask}\n"
+)
 
 
 def make_run(**thresholds) -> WatchRun:
-    return WatchRun(name="pair", backend="ssh", endpoint="http://h:8000", interval_s=5,
-                    duration_s=None, nodes=["spark-101", "spark-102"],
-                    ranks=[RankInfo(rank=0, node="spark-101", role="leader"),
-                           RankInfo(rank=1, node="spark-102", role="worker")],
-                    thresholds=Watch(**thresholds))
+    return WatchRun(
+        name="pair",
+        backend="ssh",
+        endpoint="http://h:8000",
+        interval_s=5,
+        duration_s=None,
+        nodes=["spark-101", "spark-102"],
+        ranks=[
+            RankInfo(rank=0, node="spark-101", role="leader"),
+            RankInfo(rank=1, node="spark-102", role="worker"),
+        ],
+        thresholds=Watch(**thresholds),
+    )
 
 
-def make_sample(seq: int, *, used_gib: float = 116.0, temp: float = 60, mask: str = "0x0",
-                finished: dict | None = None, tokens: float = 0, segment: int = 0,
-                oom: int = 0, events: list[Event] | None = None, restarts: int = 0) -> Sample:
-    nodes = [NodeReading(node=node, mem_total_bytes=int(128 * GIB),
-                         mem_available_bytes=int((128 - used_gib) * GIB), oom_kills=oom,
-                         ranks=[RankUsage(rank=rank, role=role, up=True, processes=3,
-                                          rss_bytes=GIB, cpu_s=seq * 2.0)],
-                         gpus=parse_nvidia_smi(GB10.format(t=temp, mask=mask)))
-             for node, rank, role in (("spark-101", 0, "leader"), ("spark-102", 1, "worker"))]
-    leader = LeaderReading(requests_running=2, requests_waiting=0, kv_cache_usage=0.3,
-                           generation_tokens=tokens, finished=finished or {}, scrape_s=0.01)
-    return Sample(seq=seq, segment=segment, time=T0 + timedelta(seconds=5 * seq),
-                  verdict=Verdict.HEALTHY, nodes=nodes, leader=leader, restarts=restarts,
-                  events=events or [], cost_s=0.02)
+def make_sample(
+    seq: int,
+    *,
+    used_gib: float = 116.0,
+    temp: float = 60,
+    mask: str = "0x0",
+    finished: dict | None = None,
+    tokens: float = 0,
+    segment: int = 0,
+    oom: int = 0,
+    events: list[Event] | None = None,
+    restarts: int = 0,
+) -> Sample:
+    nodes = [
+        NodeReading(
+            node=node,
+            mem_total_bytes=int(128 * GIB),
+            mem_available_bytes=int((128 - used_gib) * GIB),
+            oom_kills=oom,
+            ranks=[
+                RankUsage(
+                    rank=rank, role=role, up=True, processes=3, rss_bytes=GIB, cpu_s=seq * 2.0
+                )
+            ],
+            gpus=parse_nvidia_smi(GB10.format(t=temp, mask=mask)),
+        )
+        for node, rank, role in (("spark-101", 0, "leader"), ("spark-102", 1, "worker"))
+    ]
+    leader = LeaderReading(
+        requests_running=2,
+        requests_waiting=0,
+        kv_cache_usage=0.3,
+        generation_tokens=tokens,
+        finished=finished or {},
+        scrape_s=0.01,
+    )
+    return Sample(
+        seq=seq,
+        segment=segment,
+        time=T0 + timedelta(seconds=5 * seq),
+        verdict=Verdict.HEALTHY,
+        nodes=nodes,
+        leader=leader,
+        restarts=restarts,
+        events=events or [],
+        cost_s=0.02,
+    )
 
 
 def results(summary) -> dict[str, Result]:
@@ -51,11 +101,19 @@ def results(summary) -> dict[str, Result]:
 
 
 def test_seed_000s_soak_passes_its_own_claims():
-    samples = [make_sample(i, used_gib=115 + (i % 3) * 0.5, temp=55 + i, tokens=100.0 * i,
-                           finished={"length": 10.0 * i, "stop": 0.0, "error": 0.0})
-               for i in range(10)]
-    summary = summarize(make_run(max_memory_used_gib=117, max_memory_drift_gib=2,
-                                 max_temperature_c=65), samples)
+    samples = [
+        make_sample(
+            i,
+            used_gib=115 + (i % 3) * 0.5,
+            temp=55 + i,
+            tokens=100.0 * i,
+            finished={"length": 10.0 * i, "stop": 0.0, "error": 0.0},
+        )
+        for i in range(10)
+    ]
+    summary = summarize(
+        make_run(max_memory_used_gib=117, max_memory_drift_gib=2, max_temperature_c=65), samples
+    )
     assert summary.passed and set(results(summary).values()) == {Result.PASS}
     assert summary.peak_temperature_c == 64 and summary.throttle_events == 0
     assert summary.nodes[0].min_used_gib == pytest.approx(115)
@@ -64,8 +122,9 @@ def test_seed_000s_soak_passes_its_own_claims():
     assert summary.generation_tokens == 900
 
 
-@pytest.mark.parametrize("limit, result", [(100.0, Result.FAIL), (120.0, Result.PASS),
-                                           (None, Result.SKIP)])
+@pytest.mark.parametrize(
+    "limit, result", [(100.0, Result.FAIL), (120.0, Result.PASS), (None, Result.SKIP)]
+)
 def test_a_memory_threshold_below_the_observed_fails_and_above_passes(limit, result):
     summary = summarize(make_run(max_memory_used_gib=limit), [make_sample(0), make_sample(1)])
     assert results(summary)["memory used spark-101"] is result
@@ -83,15 +142,22 @@ def test_throttling_counts_each_entry_and_heat_fails():
 
 def test_errors_restarts_and_oom_kills_fail_their_checks():
     restart = Event(time=T0, text="restart 1/3 in 10 s: stopping every rank", restart=True)
-    samples = [make_sample(0, finished={"stop": 0.0, "error": 0.0}),
-               make_sample(1, finished={"stop": 90.0, "error": 5.0, "abort": 5.0}, oom=1,
-                           events=[restart], restarts=1)]
+    samples = [
+        make_sample(0, finished={"stop": 0.0, "error": 0.0}),
+        make_sample(
+            1,
+            finished={"stop": 90.0, "error": 5.0, "abort": 5.0},
+            oom=1,
+            events=[restart],
+            restarts=1,
+        ),
+    ]
     summary = summarize(make_run(), samples)
     assert summary.error_rate == pytest.approx(0.1)
     assert summary.restarts == 1 and summary.nodes[0].oom_kills == 1
-    assert {k: v for k, v in results(summary).items()
-            if k in ("error rate", "restarts", "OOM events")} == {
-        "error rate": Result.FAIL, "restarts": Result.FAIL, "OOM events": Result.FAIL}
+    assert {
+        k: v for k, v in results(summary).items() if k in ("error rate", "restarts", "OOM events")
+    } == {"error rate": Result.FAIL, "restarts": Result.FAIL, "OOM events": Result.FAIL}
 
 
 def test_no_gpu_and_no_request_skip_instead_of_passing():

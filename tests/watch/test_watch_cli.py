@@ -15,8 +15,10 @@ from tandem.watch.folder import SampleLog, read_samples, write_run
 from .test_summary import make_run, make_sample
 
 
-@pytest.mark.parametrize("text, seconds", [("5s", 5), ("5", 5), ("90m", 5400), ("3h", 10800),
-                                           ("1h30m", 5400), ("0.5s", 0.5)])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("5s", 5), ("5", 5), ("90m", 5400), ("3h", 10800), ("1h30m", 5400), ("0.5s", 0.5)],
+)
 def test_durations_read_as_people_write_them(text, seconds):
     assert Duration().convert(text, None, None) == seconds
 
@@ -39,12 +41,16 @@ def test_report_judges_a_folder_and_exits_1_on_a_failed_check(tmp_path, capsys):
     SampleLog(tmp_path).close()  # a resumed watch cuts the torn line before appending
     assert (tmp_path / "samples.jsonl").read_text().endswith("}\n")
 
-    assert main(["watch", "report", str(tmp_path), "--json", "--max-memory-used-gib", "200"]) \
+    assert (
+        main(["watch", "report", str(tmp_path), "--json", "--max-memory-used-gib", "200"])
         == ExitCode.SUCCESS
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["passed"] and summary["samples"] == 6
-    assert main(["watch", "report", str(tmp_path), "--max-memory-used-gib", "100",
-                 "--no-plots"]) == ExitCode.CHECK_FAILED
+    assert (
+        main(["watch", "report", str(tmp_path), "--max-memory-used-gib", "100", "--no-plots"])
+        == ExitCode.CHECK_FAILED
+    )
     out = capsys.readouterr()
     assert "| memory used spark-101 | 116.50 GiB | 100 | **FAIL** |" in out.out
     assert "memory used spark-101" in out.err

@@ -29,12 +29,17 @@ from tandem.watch.folder import read_samples
 pytestmark = pytest.mark.engine
 
 TANDEM = [sys.executable, "-m", "tandem.cli"]
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def _spawn(deployment, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([*TANDEM, *args], env=deployment.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [*TANDEM, *args],
+        env=deployment.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _report(deployment, folder: Path, *flags: str) -> tuple[int, dict]:
@@ -48,11 +53,36 @@ def _check(summary: dict, prefix: str) -> list[dict]:
 
 def test_a_watch_under_load_killed_and_resumed_is_reported(tiny_deployment, tmp_path):
     out, bench_out = tmp_path / "watch", tmp_path / "bench"
-    watch = _spawn(tiny_deployment, "watch", "tiny-local", "--interval", "5s", "--duration",
-                   "65s", "--out", str(out), "--quiet")
-    load = _spawn(tiny_deployment, "bench", "tiny-local", "--watch", "--concurrency", "2",
-                  "--requests", "72", "--output-tokens", "48", "--warmup", "0", "--no-plots",
-                  "--quiet", "--out", str(bench_out))  # ~60 s at the 40-60 tok/s of 2 cores
+    watch = _spawn(
+        tiny_deployment,
+        "watch",
+        "tiny-local",
+        "--interval",
+        "5s",
+        "--duration",
+        "65s",
+        "--out",
+        str(out),
+        "--quiet",
+    )
+    load = _spawn(
+        tiny_deployment,
+        "bench",
+        "tiny-local",
+        "--watch",
+        "--concurrency",
+        "2",
+        "--requests",
+        "72",
+        "--output-tokens",
+        "48",
+        "--warmup",
+        "0",
+        "--no-plots",
+        "--quiet",
+        "--out",
+        str(bench_out),
+    )  # ~60 s at the 40-60 tok/s of 2 cores
     try:
         time.sleep(32)
         watch.kill()  # SIGKILL: no chance to flush or clean up
@@ -68,12 +98,19 @@ def test_a_watch_under_load_killed_and_resumed_is_reported(tiny_deployment, tmp_
     samples = read_samples(out)
     assert [s.seq for s in samples] == list(range(len(samples)))
     assert {s.segment for s in samples} == {0, 1}
-    covered = sum(max(s.unix for s in samples if s.segment == k)
-                  - min(s.unix for s in samples if s.segment == k) for k in (0, 1))
+    covered = sum(
+        max(s.unix for s in samples if s.segment == k)
+        - min(s.unix for s in samples if s.segment == k)
+        for k in (0, 1)
+    )
     assert covered >= 60 - 5
     assert all(s.verdict == "healthy" for s in samples)
-    assert all(r.up and r.processes >= 1 and r.rss_bytes > 0
-               for s in samples for n in s.nodes for r in n.ranks)
+    assert all(
+        r.up and r.processes >= 1 and r.rss_bytes > 0
+        for s in samples
+        for n in s.nodes
+        for r in n.ranks
+    )
     assert [n.node for n in samples[-1].nodes] == ["node0", "node1"]
     generated = [s.leader.generation_tokens for s in samples if s.leader]
     assert len(generated) >= len(samples) - 1  # a scrape may time out on a loaded machine
@@ -102,14 +139,27 @@ def test_a_watch_under_load_killed_and_resumed_is_reported(tiny_deployment, tmp_
 
 def test_eval_watch_records_the_telemetry_beside_the_responses(tiny_deployment, tmp_path):
     spec = importlib.util.spec_from_file_location(
-        "gpqa_factory", Path(__file__).resolve().parent.parent / "eval" / "gpqa_factory.py")
+        "gpqa_factory", Path(__file__).resolve().parent.parent / "eval" / "gpqa_factory.py"
+    )
     factory = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(factory)
     csv = factory.write_csv(tmp_path / "gpqa.csv", factory.make_rows(2))
     out = tmp_path / "eval"
-    done = tiny_deployment.tandem("eval", "gpqa", "tiny-local", "--csv", str(csv), "--out",
-                                  str(out), "--max-tokens", "8", "--no-fallback",
-                                  "--no-progress", "--watch", timeout=300)
+    done = tiny_deployment.tandem(
+        "eval",
+        "gpqa",
+        "tiny-local",
+        "--csv",
+        str(csv),
+        "--out",
+        str(out),
+        "--max-tokens",
+        "8",
+        "--no-fallback",
+        "--no-progress",
+        "--watch",
+        timeout=300,
+    )
     assert "watch: PASS" in done.stdout or "watch: FAIL" in done.stdout
     samples = read_samples(out / "watch")
     assert samples and samples[0].verdict == "healthy"
@@ -140,37 +190,66 @@ def _wait(what: str, predicate, timeout_s: float) -> None:
 
 
 @pytest.mark.breaks_deployment
-def test_prometheus_scrapes_the_deployment_and_fires_when_a_rank_dies(tiny_deployment,
-                                                                       tmp_path):
+def test_prometheus_scrapes_the_deployment_and_fires_when_a_rank_dies(tiny_deployment, tmp_path):
     metrics_port, web_port = _free_port(), _free_port()
-    recipe = yaml.safe_load(resources.files("tandem.recipes").joinpath("tiny-local.yaml")
-                            .read_text())
+    recipe = yaml.safe_load(
+        resources.files("tandem.recipes").joinpath("tiny-local.yaml").read_text()
+    )
     recipe["watch"] = {"interval_s": 2, "metrics_port": metrics_port}
     (tmp_path / "tiny-local.yaml").write_text(yaml.safe_dump(recipe))
     config = tmp_path / "prom"
-    tiny_deployment.tandem("render", str(tmp_path / "tiny-local.yaml"), "--target",
-                           "prometheus", "--out", str(config))
+    tiny_deployment.tandem(
+        "render", str(tmp_path / "tiny-local.yaml"), "--target", "prometheus", "--out", str(config)
+    )
     for kind, name in (("config", "prometheus.yml"), ("rules", "tandem-rules.yml")):
-        checked = subprocess.run(["promtool", "check", kind, str(config / name)],
-                                 capture_output=True, text=True)
+        checked = subprocess.run(
+            ["promtool", "check", kind, str(config / name)], capture_output=True, text=True
+        )
         assert checked.returncode == 0, checked.stdout + checked.stderr
-    watch = _spawn(tiny_deployment, "watch", "tiny-local", "--interval", "2s", "--quiet",
-                   "--out", str(tmp_path / "watch"), "--serve-metrics", str(metrics_port),
-                   "--serve-address", "127.0.0.1")
+    watch = _spawn(
+        tiny_deployment,
+        "watch",
+        "tiny-local",
+        "--interval",
+        "2s",
+        "--quiet",
+        "--out",
+        str(tmp_path / "watch"),
+        "--serve-metrics",
+        str(metrics_port),
+        "--serve-address",
+        "127.0.0.1",
+    )
     server = subprocess.Popen(
-        ["prometheus", f"--config.file={config / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{web_port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            "prometheus",
+            f"--config.file={config / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{web_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     prometheus = f"http://127.0.0.1:{web_port}"
     try:
-        _wait("both targets up", lambda: sorted(
-            r["metric"]["job"] for r in _query(prometheus, "up == 1")) == ["tandem-watch", "vllm"],
-            60)
-        _wait("vLLM's own series", lambda: _query(
-            prometheus, 'vllm:kv_cache_usage_perc{deployment="tiny-local"}'), 30)
+        _wait(
+            "both targets up",
+            lambda: (
+                sorted(r["metric"]["job"] for r in _query(prometheus, "up == 1"))
+                == ["tandem-watch", "vllm"]
+            ),
+            60,
+        )
+        _wait(
+            "vLLM's own series",
+            lambda: _query(prometheus, 'vllm:kv_cache_usage_perc{deployment="tiny-local"}'),
+            30,
+        )
         ranks = _query(prometheus, 'tandem_rank_up{deployment="tiny-local"}')
         assert sorted((r["metric"]["rank"], r["value"][1]) for r in ranks) == [
-            ("0", "1"), ("1", "1")]
+            ("0", "1"),
+            ("1", "1"),
+        ]
 
         rank1 = [pid for pid, rank in marked_processes("tiny-local").items() if rank == 1]
         assert rank1
@@ -179,13 +258,20 @@ def test_prometheus_scrapes_the_deployment_and_fires_when_a_rank_dies(tiny_deplo
 
         def firing() -> bool:
             alerts = httpx.get(f"{prometheus}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
-            return any(a["labels"]["alertname"] == "TandemRankDown" and a["state"] == "firing"
-                       and a["labels"]["rank"] == "1" for a in alerts)
+            return any(
+                a["labels"]["alertname"] == "TandemRankDown"
+                and a["state"] == "firing"
+                and a["labels"]["rank"] == "1"
+                for a in alerts
+            )
 
         _wait("TandemRankDown firing for rank 1", firing, 60)
         alerts = httpx.get(f"{prometheus}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
-        assert not [a for a in alerts if a["labels"]["alertname"] == "TandemRankDown"
-                    and a["labels"]["rank"] == "0"]
+        assert not [
+            a
+            for a in alerts
+            if a["labels"]["alertname"] == "TandemRankDown" and a["labels"]["rank"] == "0"
+        ]
     finally:
         server.terminate()
         watch.terminate()

@@ -37,8 +37,13 @@ class ProcessFact(BaseModel):
 
     @classmethod
     def of(cls, process: Process) -> ProcessFact:
-        return cls(pid=process.pid, name=process.name, state=process.state,
-                   rss_bytes=process.rss_bytes, cpu_s=process.cpu_s)
+        return cls(
+            pid=process.pid,
+            name=process.name,
+            state=process.state,
+            rss_bytes=process.rss_bytes,
+            cpu_s=process.cpu_s,
+        )
 
 
 class RankObservation(BaseModel):
@@ -46,11 +51,16 @@ class RankObservation(BaseModel):
 
     rank: int
     processes: list[ProcessFact] = Field(default_factory=list)
-    alive: bool | None = Field(default=None, description="Where processes cannot be listed "
-                               "(a pod): whether the rank's unit runs.")
+    alive: bool | None = Field(
+        default=None,
+        description="Where processes cannot be listed (a pod): whether the rank's unit runs.",
+    )
     unreachable: str | None = Field(default=None, description="Why its node could not be asked.")
-    problem: str | None = Field(default=None, description="Something the rank needs is gone "
-                                "although its processes live (its network namespace).")
+    problem: str | None = Field(
+        default=None,
+        description="Something the rank needs is gone "
+        "although its processes live (its network namespace).",
+    )
     log_since_ready: list[str] = Field(default_factory=list)
 
 
@@ -66,11 +76,20 @@ class Backend(Protocol):
 
     name: str
 
-    def launch_commands(self, plan: RankPlan, deployment: Deployment) -> list[tuple[RankSpec, list[str]]]:
+    def launch_commands(
+        self, plan: RankPlan, deployment: Deployment
+    ) -> list[tuple[RankSpec, list[str]]]:
         """What ``up`` would run for each rank, in start order (for ``--dry-run``)."""
 
-    def up(self, plan: RankPlan, deployment: Deployment, *, timeout_s: float | None,
-           on_phase: OnPhase, on_event: OnEvent) -> tuple[DeploymentState, Readiness]:
+    def up(
+        self,
+        plan: RankPlan,
+        deployment: Deployment,
+        *,
+        timeout_s: float | None,
+        on_phase: OnPhase,
+        on_event: OnEvent,
+    ) -> tuple[DeploymentState, Readiness]:
         """Start every rank, workers first, and wait until the model answers."""
 
     def down(self, state: DeploymentState, *, on_event: OnEvent) -> None:
@@ -97,8 +116,11 @@ BACKENDS: dict[str, str] = {
 def backend_for(transport: str) -> Backend:
     """The backend of a cluster transport (``local``, ``ssh``, ``k8s``)."""
     if transport not in BACKENDS:
-        raise BackendError(f"no backend for transport '{transport}' in this version",
-                           field="transport", hint=f"use one of {', '.join(BACKENDS)}, or "
-                           "`tandem render` to get the per-node commands")
+        raise BackendError(
+            f"no backend for transport '{transport}' in this version",
+            field="transport",
+            hint=f"use one of {', '.join(BACKENDS)}, or "
+            "`tandem render` to get the per-node commands",
+        )
     module, _, cls = BACKENDS[transport].partition(":")
     return getattr(importlib.import_module(module), cls)()

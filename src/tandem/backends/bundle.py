@@ -27,7 +27,7 @@ import shlex
 import sys
 import tarfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -58,20 +58,24 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
     """
     state = load_state(name)
     backend = backend_for(state.backend)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out or Path.cwd()
     path = out / f"{state.name}-bundle-{stamp}.tar.gz" if out.is_dir() else out
     deployment = state.deployment()
     plan = plan_ranks(deployment)
-    redactor = Redactor.for_caller([v for r in plan.ranks for k, v in r.env.items()
-                                    if is_secret(k)])
+    redactor = Redactor.for_caller(
+        [v for r in plan.ranks for k, v in r.env.items() if is_secret(k)]
+    )
 
     files: dict[str, str] = {}
     files["recipe.yaml"] = yaml.safe_dump(redactor.data(state.recipe), sort_keys=False)
     files["cluster.yaml"] = yaml.safe_dump(redactor.data(state.cluster), sort_keys=False)
     files["state.json"] = json.dumps(redactor.data(state.model_dump(mode="json")), indent=2)
-    versions = [f"tandem {_tandem_version()}", f"python {sys.version.split()[0]}",
-                f"control machine {platform.platform()}"]
+    versions = [
+        f"tandem {_tandem_version()}",
+        f"python {sys.version.split()[0]}",
+        f"control machine {platform.platform()}",
+    ]
     node_versions = getattr(backend, "node_versions", None)
     if node_versions is not None:
         try:
@@ -87,7 +91,8 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
         env = redactor.env(rank.env)
         files[f"ranks/rank{rank.rank}.env"] = (
             "\n".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-            + f"\n\n# command\n{shlex.join(redactor.argv(rank.argv))}\n")
+            + f"\n\n# command\n{shlex.join(redactor.argv(rank.argv))}\n"
+        )
     for record in state.ranks:
         try:
             lines = backend.log_reader(state, record).new_lines()
@@ -95,12 +100,16 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
         except TandemError as exc:
             text = f"(log unavailable: {exc.message})\n"
         files[f"ranks/rank{record.rank}.log"] = redactor.text(text)
-    files["README.txt"] = (f"tandem support bundle of deployment '{state.name}' "
-                           f"({state.backend}), made {stamp}\n\n" + __doc__.split("::", 1)[1])
+    files["README.txt"] = (
+        f"tandem support bundle of deployment '{state.name}' "
+        f"({state.backend}), made {stamp}\n\n" + __doc__.split("::", 1)[1]
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)  # a file of another mode would keep it
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as raw, \
-            tarfile.open(fileobj=raw, mode="w:gz") as archive:
+    with (
+        os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as raw,
+        tarfile.open(fileobj=raw, mode="w:gz") as archive,
+    ):
         for member, text in files.items():
             data = text.encode()
             info = tarfile.TarInfo(f"{state.name}-bundle/{member}")

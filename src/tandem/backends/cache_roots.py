@@ -19,8 +19,9 @@ from tandem.errors import BackendError
 from tandem.spec.cluster import Cluster, Transport
 
 
-def purge(name: str, cluster: Cluster | None, *,
-          on_event: Callable[[str], None] = lambda text: None) -> list[str]:
+def purge(
+    name: str, cluster: Cluster | None, *, on_event: Callable[[str], None] = lambda text: None
+) -> list[str]:
     """Remove every rank's cache root of deployment ``name``; return what could not be removed.
 
     ``cluster`` None means this machine (the local transport).
@@ -39,10 +40,18 @@ def purge(name: str, cluster: Cluster | None, *,
         script = f"rm -rf {quoted} 2>/dev/null; if [ -e {quoted} ]; then echo left; fi\n"
         results = OpenSSH.for_cluster(cluster).run_all(
             {node.name: (SSHTarget.of(node), script) for node in cluster.nodes},
-            timeout_s=120, check=False)
-        on_event(f"removed the compile caches of '{name}' ({remote}) on "
-                 f"{len(cluster.nodes)} node(s)")
-        return [f"{remote} on {node}" for node, result in results.items()
-                if not result.ok or "left" in result.stdout]
-    raise BackendError(f"tandem cannot clear the hostPath caches of '{name}' on Kubernetes "
-                       "nodes", hint=f"on each node: sudo rm -rf {caches.k8s_host_root(name)}")
+            timeout_s=120,
+            check=False,
+        )
+        on_event(
+            f"removed the compile caches of '{name}' ({remote}) on {len(cluster.nodes)} node(s)"
+        )
+        return [
+            f"{remote} on {node}"
+            for node, result in results.items()
+            if not result.ok or "left" in result.stdout
+        ]
+    raise BackendError(
+        f"tandem cannot clear the hostPath caches of '{name}' on Kubernetes nodes",
+        hint=f"on each node: sudo rm -rf {caches.k8s_host_root(name)}",
+    )

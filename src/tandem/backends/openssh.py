@@ -31,11 +31,22 @@ from tandem.spec.cluster import Cluster, Node
 SSH_CONFIG_ENV = "TANDEM_SSH_CONFIG"
 """An ssh_config file for every ssh tandem runs, when the cluster names none."""
 
-_UNREACHABLE = ("Connection refused", "No route to host", "Connection timed out",
-                "Could not resolve hostname", "Network is unreachable", "Connection closed",
-                "Connection reset", "timed out", "Name or service not known")
-_KEY_REFUSED = ("Permission denied", "Too many authentication failures",
-                "no mutual signature algorithm")
+_UNREACHABLE = (
+    "Connection refused",
+    "No route to host",
+    "Connection timed out",
+    "Could not resolve hostname",
+    "Network is unreachable",
+    "Connection closed",
+    "Connection reset",
+    "timed out",
+    "Name or service not known",
+)
+_KEY_REFUSED = (
+    "Permission denied",
+    "Too many authentication failures",
+    "no mutual signature algorithm",
+)
 
 
 @dataclass(frozen=True)
@@ -49,8 +60,12 @@ class SSHTarget:
 
     @classmethod
     def of(cls, node: Node) -> SSHTarget:
-        return cls(node=node.name, host=node.ssh_host or node.address, user=node.ssh_user,
-                   port=node.ssh_port)
+        return cls(
+            node=node.name,
+            host=node.ssh_host or node.address,
+            user=node.ssh_user,
+            port=node.ssh_port,
+        )
 
     @property
     def destination(self) -> str:
@@ -73,7 +88,9 @@ class Result:
         return self.returncode == 0
 
 
-def classify(target: SSHTarget, returncode: int, stderr: str, *, program: str = "") -> SSHError | None:
+def classify(
+    target: SSHTarget, returncode: int, stderr: str, *, program: str = ""
+) -> SSHError | None:
     """The ``SSHError`` an ssh exit means, or None when the remote command itself ran.
 
     ssh exits 255 when it could not run the command; a shell exits 127 for a missing program.
@@ -82,23 +99,36 @@ def classify(target: SSHTarget, returncode: int, stderr: str, *, program: str = 
     last = text.splitlines()[-1] if text else ""
     if returncode == 255:
         if any(s in text for s in _KEY_REFUSED):
-            return SSHError(f"{target.destination} refused our key: {last}",
-                            reason=SSHError.KEY_REFUSED, node=target.node,
-                            hint="add your public key to the node's authorized_keys "
-                                 f"(`ssh-copy-id {target.destination}`) or load it in ssh-agent")
+            return SSHError(
+                f"{target.destination} refused our key: {last}",
+                reason=SSHError.KEY_REFUSED,
+                node=target.node,
+                hint="add your public key to the node's authorized_keys "
+                f"(`ssh-copy-id {target.destination}`) or load it in ssh-agent",
+            )
         if any(s in text for s in _UNREACHABLE) or not text:
-            return SSHError(f"cannot reach {target.destination}: {last or 'ssh exited 255'}",
-                            reason=SSHError.UNREACHABLE, node=target.node,
-                            hint=f"check that `ssh {target.destination} true` works from here "
-                                 "(address, port, firewall, ssh_host in the cluster file)")
-        return SSHError(f"ssh to {target.destination} failed: {last}", reason=SSHError.UNREACHABLE,
-                        node=target.node, hint=f"run `ssh -v {target.destination} true` to see why")
+            return SSHError(
+                f"cannot reach {target.destination}: {last or 'ssh exited 255'}",
+                reason=SSHError.UNREACHABLE,
+                node=target.node,
+                hint=f"check that `ssh {target.destination} true` works from here "
+                "(address, port, firewall, ssh_host in the cluster file)",
+            )
+        return SSHError(
+            f"ssh to {target.destination} failed: {last}",
+            reason=SSHError.UNREACHABLE,
+            node=target.node,
+            hint=f"run `ssh -v {target.destination} true` to see why",
+        )
     if returncode == 127:
         what = program or (last.split(":")[0] if last else "a command")
-        return SSHError(f"{what} is not installed on {target.node} (or not on the login PATH): "
-                        f"{last}", reason=SSHError.COMMAND_MISSING, node=target.node,
-                        hint="install it on the node, or give its full path in the cluster's "
-                             "ssh section (vllm_command, docker_command)")
+        return SSHError(
+            f"{what} is not installed on {target.node} (or not on the login PATH): {last}",
+            reason=SSHError.COMMAND_MISSING,
+            node=target.node,
+            hint="install it on the node, or give its full path in the cluster's "
+            "ssh section (vllm_command, docker_command)",
+        )
     return None
 
 
@@ -118,8 +148,13 @@ class OpenSSH:
       private folder in the system temp dir (socket paths must stay under 108 bytes).
     """
 
-    def __init__(self, *, config_file: str | None = None, connect_timeout_s: float = 10,
-                 control_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        config_file: str | None = None,
+        connect_timeout_s: float = 10,
+        control_dir: Path | None = None,
+    ) -> None:
         self.config_file = config_file
         self.connect_timeout_s = connect_timeout_s
         self.control_dir = control_dir or Path(tempfile.gettempdir()) / f"tandem-ssh-{os.getuid()}"
@@ -135,14 +170,22 @@ class OpenSSH:
         opts = ["-F", self.config_file] if self.config_file else []
         return [
             *opts,
-            "-o", "BatchMode=yes",
-            "-o", f"ConnectTimeout={int(self.connect_timeout_s)}",
-            "-o", "ControlMaster=auto",
-            "-o", f"ControlPath={self.control_dir}/{self._config_tag()}-%C",
-            "-o", "ControlPersist=120",
-            "-o", "ServerAliveInterval=5",
-            "-o", "ServerAliveCountMax=3",
-            "-o", "LogLevel=ERROR",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"ConnectTimeout={int(self.connect_timeout_s)}",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={self.control_dir}/{self._config_tag()}-%C",
+            "-o",
+            "ControlPersist=120",
+            "-o",
+            "ServerAliveInterval=5",
+            "-o",
+            "ServerAliveCountMax=3",
+            "-o",
+            "LogLevel=ERROR",
         ]
 
     def _config_tag(self) -> str:
@@ -160,8 +203,15 @@ class OpenSSH:
         port = ["-p", str(target.port)] if target.port else []
         return shlex.join(["ssh", *self.options(), *port])
 
-    def run(self, target: SSHTarget, script: str, *, timeout_s: float = 60, check: bool = True,
-            program: str = "") -> Result:
+    def run(
+        self,
+        target: SSHTarget,
+        script: str,
+        *,
+        timeout_s: float = 60,
+        check: bool = True,
+        program: str = "",
+    ) -> Result:
         """Run a POSIX shell script on a node (sent on stdin to ``sh -s``).
 
         Raises:
@@ -170,27 +220,40 @@ class OpenSSH:
         """
         self.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
-            done = subprocess.run(self.argv(target, ["sh", "-s"]), input=script.encode(),
-                                  capture_output=True, timeout=timeout_s)
+            done = subprocess.run(
+                self.argv(target, ["sh", "-s"]),
+                input=script.encode(),
+                capture_output=True,
+                timeout=timeout_s,
+            )
         except subprocess.TimeoutExpired as exc:
-            raise SSHError(f"no answer from {target.destination} within {timeout_s:.0f} s",
-                           reason=SSHError.UNREACHABLE, node=target.node,
-                           hint="the node is overloaded or the network drops packets; "
-                                f"check `ssh {target.destination} uptime`") from exc
-        result = Result(done.returncode, done.stdout.decode(errors="replace"),
-                        done.stderr.decode(errors="replace"), done.stdout)
+            raise SSHError(
+                f"no answer from {target.destination} within {timeout_s:.0f} s",
+                reason=SSHError.UNREACHABLE,
+                node=target.node,
+                hint="the node is overloaded or the network drops packets; "
+                f"check `ssh {target.destination} uptime`",
+            ) from exc
+        result = Result(
+            done.returncode,
+            done.stdout.decode(errors="replace"),
+            done.stderr.decode(errors="replace"),
+            done.stdout,
+        )
         error = classify(target, result.returncode, result.stderr, program=program)
         if error and (check or error.reason != SSHError.COMMAND_MISSING):
             raise error
         return result
 
-    def run_all(self, jobs: dict[str, tuple[SSHTarget, str]], *, timeout_s: float = 60,
-                check: bool = True) -> dict[str, Result]:
+    def run_all(
+        self, jobs: dict[str, tuple[SSHTarget, str]], *, timeout_s: float = 60, check: bool = True
+    ) -> dict[str, Result]:
         """Run one script per key in parallel; raise the first node's error, if any."""
         if not jobs:
             return {}
         with ThreadPoolExecutor(max_workers=min(16, len(jobs))) as pool:
-            futures = {key: pool.submit(self.run, target, script, timeout_s=timeout_s,
-                                        check=check)
-                       for key, (target, script) in jobs.items()}
+            futures = {
+                key: pool.submit(self.run, target, script, timeout_s=timeout_s, check=check)
+                for key, (target, script) in jobs.items()
+            }
             return {key: future.result() for key, future in futures.items()}

@@ -72,8 +72,8 @@ def read_process(pid: int) -> Process | None:
         stat = (base / "stat").read_text()
     except OSError:
         return None
-    name = stat[stat.index("(") + 1:stat.rindex(")")]
-    fields = stat[stat.rindex(")") + 2:].split()
+    name = stat[stat.index("(") + 1 : stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2 :].split()
     try:
         environ = (base / "environ").read_bytes().split(b"\0")
     except OSError:
@@ -84,16 +84,29 @@ def read_process(pid: int) -> Process | None:
             key, _, value = item.decode(errors="replace").partition("=")
             marks[key] = value
     try:
-        cmdline = (base / "cmdline").read_bytes()[:300].replace(b"\0", b" ").decode(
-            errors="replace").strip()
+        cmdline = (
+            (base / "cmdline")
+            .read_bytes()[:300]
+            .replace(b"\0", b" ")
+            .decode(errors="replace")
+            .strip()
+        )
     except OSError:
         cmdline = ""
     page = os.sysconf("SC_PAGE_SIZE")
-    return Process(pid=pid, name=name, state=fields[0], ppid=int(fields[1]), pgid=int(fields[2]),
-                   sid=int(fields[3]), start_ticks=int(fields[19]),
-                   rss_bytes=int(fields[21]) * page,
-                   cpu_s=(int(fields[11]) + int(fields[12])) / _TICKS, marks=marks,
-                   cmdline=cmdline)
+    return Process(
+        pid=pid,
+        name=name,
+        state=fields[0],
+        ppid=int(fields[1]),
+        pgid=int(fields[2]),
+        sid=int(fields[3]),
+        start_ticks=int(fields[19]),
+        rss_bytes=int(fields[21]) * page,
+        cpu_s=(int(fields[11]) + int(fields[12])) / _TICKS,
+        marks=marks,
+        cmdline=cmdline,
+    )
 
 
 def all_processes() -> list[Process]:
@@ -138,11 +151,17 @@ class RankOwner:
     netns: str | None = None
     """Inode of the rank's namespace when it runs in one that ``up`` made."""
 
-    def owns(self, process: Process, *, netns_of: Callable[[int], str | None] = netns_inode,
-             started: Callable[[Process], float] = started_at_s) -> bool:
+    def owns(
+        self,
+        process: Process,
+        *,
+        netns_of: Callable[[int], str | None] = netns_inode,
+        started: Callable[[Process], float] = started_at_s,
+    ) -> bool:
         marks = process.marks
         if marks.get(wire.TANDEM_DEPLOYMENT) == self.deployment and (
-                marks.get(wire.TANDEM_RANK) == str(self.rank)):
+            marks.get(wire.TANDEM_RANK) == str(self.rank)
+        ):
             return self.launch is None or marks.get(wire.TANDEM_LAUNCH) == self.launch
         if marks or self.session is None or process.sid != self.session:
             return False  # marked for something else, or no session to recognise it by
@@ -151,8 +170,10 @@ class RankOwner:
         return self.netns is None or netns_of(process.pid) == self.netns
 
 
-def owned(owners: Iterable[RankOwner], processes: Iterable[Process] | None = None,
-          ) -> dict[int, list[Process]]:
+def owned(
+    owners: Iterable[RankOwner],
+    processes: Iterable[Process] | None = None,
+) -> dict[int, list[Process]]:
     """Rank -> its live processes, for every owner."""
     owners = list(owners)
     found: dict[int, list[Process]] = {o.rank: [] for o in owners}
@@ -195,11 +216,17 @@ def _orphans(left: list[Process]) -> bool:
     return all(p.ignores_term or (p.ppid not in pids and p.pid != p.sid) for p in left)
 
 
-def stop(find: Callable[[], list[Process]], *, groups: Iterable[int] = (),
-         grace_s: float = 30.0, orphan_grace_s: float = 5.0,
-         on_progress: Callable[[str], None] = lambda text: None,
-         hurry: Hurry | None = None, clock: Callable[[], float] = time.monotonic,
-         sleep: Callable[[float], None] = time.sleep) -> list[Process]:
+def stop(
+    find: Callable[[], list[Process]],
+    *,
+    groups: Iterable[int] = (),
+    grace_s: float = 30.0,
+    orphan_grace_s: float = 5.0,
+    on_progress: Callable[[str], None] = lambda text: None,
+    hurry: Hurry | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Process]:
     """Stop the processes ``find`` returns: SIGTERM, wait on evidence, SIGKILL; return survivors.
 
     ``groups`` are the ranks' process groups, signalled as a whole even when their leader is
@@ -226,20 +253,24 @@ def stop(find: Callable[[], list[Process]], *, groups: Iterable[int] = (),
     while not hurry.requested and clock() - started < grace_s:
         left = find()
         if all(p.ignores_term for p in left) or (
-                _orphans(left) and clock() - started >= orphan_grace_s):
+            _orphans(left) and clock() - started >= orphan_grace_s
+        ):
             break
         if clock() >= next_note:
-            on_progress(f"waiting for {len(left)} process(es) to exit after SIGTERM: "
-                        + ", ".join(f"{p.name} {p.pid}" for p in left[:6])
-                        + f" ({clock() - started:.0f}/{grace_s:.0f} s; Ctrl-C kills them now)")
+            on_progress(
+                f"waiting for {len(left)} process(es) to exit after SIGTERM: "
+                + ", ".join(f"{p.name} {p.pid}" for p in left[:6])
+                + f" ({clock() - started:.0f}/{grace_s:.0f} s; Ctrl-C kills them now)"
+            )
             next_note += 5
         sleep(0.2)
     left = find()
     if left:
         if not all(p.ignores_term for p in left):
-            on_progress(f"sending SIGKILL to {len(left)} process(es) after "
-                        f"{clock() - started:.1f} s: "
-                        + ", ".join(f"{p.name} {p.pid}" for p in left[:6]))
+            on_progress(
+                f"sending SIGKILL to {len(left)} process(es) after "
+                f"{clock() - started:.1f} s: " + ", ".join(f"{p.name} {p.pid}" for p in left[:6])
+            )
         for pgid in groups:
             _signal_group(pgid, signal.SIGKILL)
         for process in left:

@@ -76,18 +76,22 @@ def _prepare(directory: PurePosixPath, log: PurePosixPath, cache: PurePosixPath)
     lg = shlex.quote(str(log))
     # The rank's folder and log are the user's only (0700, 0600); the rank itself keeps the
     # node's umask, so what it writes to a shared HF cache stays readable by others.
-    return (f"(umask 077 && mkdir -p {d}/tmp {shlex.quote(str(cache))})\n"
-            f"if [ -f {lg} ]; then mv -f {lg} {lg}.1; fi\n"
-            f"rm -f {d}/pid {d}/exit\n"
-            f"(umask 077 && : > {lg})\n")
+    return (
+        f"(umask 077 && mkdir -p {d}/tmp {shlex.quote(str(cache))})\n"
+        f"if [ -f {lg} ]; then mv -f {lg} {lg}.1; fi\n"
+        f"rm -f {d}/pid {d}/exit\n"
+        f"(umask 077 && : > {lg})\n"
+    )
 
 
 def _marked_pids(deployment: str, rank: int) -> str:
     """A shell function ``marked`` printing the pids carrying both of the rank's marks."""
     m1 = shlex.quote(f"{wire.TANDEM_DEPLOYMENT}={deployment}")
     m2 = shlex.quote(f"{wire.TANDEM_RANK}={rank}")
-    return ("marked() { grep -lzxF " + m1 + " /proc/[0-9]*/environ 2>/dev/null | "
-            "xargs -r grep -lzxF " + m2 + " 2>/dev/null | cut -d/ -f3; }\n")
+    return (
+        "marked() { grep -lzxF " + m1 + " /proc/[0-9]*/environ 2>/dev/null | "
+        "xargs -r grep -lzxF " + m2 + " 2>/dev/null | cut -d/ -f3; }\n"
+    )
 
 
 def _sweep(deployment: str, rank: int, grace_s: float) -> str:
@@ -97,28 +101,32 @@ def _sweep(deployment: str, rank: int, grace_s: float) -> str:
     tracker), or after ``grace_s``.
     """
     steps = max(1, int(grace_s * 2))
-    return (_marked_pids(deployment, rank)
-            + "busy() { for p in $(marked); do grep -q resource_tracker /proc/$p/cmdline "
-              "2>/dev/null || echo \"$p\"; done; }\n"
-            + "for p in $(marked); do kill -TERM \"$p\" 2>/dev/null || true; "
-              "kill -CONT \"$p\" 2>/dev/null || true; done\n"
-            + f"i=0; while [ $i -lt {steps} ] && [ -n \"$(busy)\" ]; do sleep 0.5; "
-              "i=$((i+1)); done\n"
-            + "for p in $(marked); do kill -KILL \"$p\" 2>/dev/null || true; done\n"
-            + "sleep 0.3; echo \"survivors: $(marked | tr '\\n' ' ')\"\n")
+    return (
+        _marked_pids(deployment, rank)
+        + "busy() { for p in $(marked); do grep -q resource_tracker /proc/$p/cmdline "
+        '2>/dev/null || echo "$p"; done; }\n'
+        + 'for p in $(marked); do kill -TERM "$p" 2>/dev/null || true; '
+        'kill -CONT "$p" 2>/dev/null || true; done\n'
+        + f'i=0; while [ $i -lt {steps} ] && [ -n "$(busy)" ]; do sleep 0.5; '
+        "i=$((i+1)); done\n"
+        + 'for p in $(marked); do kill -KILL "$p" 2>/dev/null || true; done\n'
+        + "sleep 0.3; echo \"survivors: $(marked | tr '\\n' ' ')\"\n"
+    )
 
 
-def observe_script(deployment: str, rank: int, log: PurePosixPath, offset: int | None,
-                   max_bytes: int = 256_000) -> str:
+def observe_script(
+    deployment: str, rank: int, log: PurePosixPath, offset: int | None, max_bytes: int = 256_000
+) -> str:
     """``proc PID STATE NAME`` for every marked process of the rank, then ``--log--`` and the
     log's bytes after ``offset`` (the health model's facts, ``tandem.health``)."""
     lg = shlex.quote(str(log))
-    script = (_marked_pids(deployment, rank)
-              + "for p in $(marked); do s=$(cat /proc/$p/stat 2>/dev/null) || continue; "
-                "rest=${s##*) }; c=${s#*(}; echo \"proc $p ${rest%% *} ${c%)*}\"; done\n"
-              + "echo --log--\n")
+    script = (
+        _marked_pids(deployment, rank)
+        + "for p in $(marked); do s=$(cat /proc/$p/stat 2>/dev/null) || continue; "
+        'rest=${s##*) }; c=${s#*(}; echo "proc $p ${rest%% *} ${c%)*}"; done\n' + "echo --log--\n"
+    )
     if offset is not None:
-        script += (f"tail -c +{int(offset) + 1} {lg} 2>/dev/null | tail -c {int(max_bytes)}\n")
+        script += f"tail -c +{int(offset) + 1} {lg} 2>/dev/null | tail -c {int(max_bytes)}\n"
     return script
 
 
@@ -154,32 +162,43 @@ class VenvRuntime:
             f"command -v {shlex.quote(vllm[0])} >/dev/null 2>&1 || "
             f"{{ echo '{vllm[0]}: command not found' >&2; exit 127; }}\n"
             + _prepare(directory, log, cache_root(self.options, deployment.name, rank.rank))
-            + _exports({**caches.cache_env(cache_root(self.options, deployment.name, rank.rank)),
-                        **rank.env, **run_env(directory)}) + "\n"
+            + _exports(
+                {
+                    **caches.cache_env(cache_root(self.options, deployment.name, rank.rank)),
+                    **rank.env,
+                    **run_env(directory),
+                }
+            )
+            + "\n"
             # The wrapper shell leads the new session; it records its pid, runs vLLM and, if vLLM
             # ends by itself, its exit status.
-            + f"setsid sh -c 'd=$1; shift; echo $$ > \"$d/pid\"; \"$@\"; echo $? > \"$d/exit\"'"
+            + f'setsid sh -c \'d=$1; shift; echo $$ > "$d/pid"; "$@"; echo $? > "$d/exit"\''
             f" rank {d} {argv} > {shlex.quote(str(log))} 2>&1 < /dev/null &\n"
             f"i=0; while [ ! -s {d}/pid ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done\n"
-            f"cat {d}/pid\n")
+            f"cat {d}/pid\n"
+        )
 
     def status_script(self, deployment: str, rank: int) -> str:
         d = shlex.quote(str(rank_dir(self.options, deployment, rank)))
         mark = shlex.quote(f"{wire.TANDEM_DEPLOYMENT}={deployment}")
-        return (f"pid=$(cat {d}/pid 2>/dev/null || true)\n"
-                f"if [ -n \"$pid\" ] && grep -qzxF {mark} /proc/$pid/environ 2>/dev/null; "
-                "then echo running; "
-                f"else echo \"exited $(cat {d}/exit 2>/dev/null || echo unknown)\"; fi\n")
+        return (
+            f"pid=$(cat {d}/pid 2>/dev/null || true)\n"
+            f'if [ -n "$pid" ] && grep -qzxF {mark} /proc/$pid/environ 2>/dev/null; '
+            "then echo running; "
+            f'else echo "exited $(cat {d}/exit 2>/dev/null || echo unknown)"; fi\n'
+        )
 
     def stop_script(self, deployment: str, rank: int, grace_s: float = 30) -> str:
         d = shlex.quote(str(rank_dir(self.options, deployment, rank)))
         mark = shlex.quote(f"{wire.TANDEM_DEPLOYMENT}={deployment}")
         # The recorded group first (only if its leader still carries the mark), then the sweep.
-        return (f"pid=$(cat {d}/pid 2>/dev/null || true)\n"
-                f"if [ -n \"$pid\" ] && grep -qzxF {mark} /proc/$pid/environ 2>/dev/null; "
-                "then kill -TERM -- \"-$pid\" 2>/dev/null || true; fi\n"
-                + _sweep(deployment, rank, grace_s)
-                + f"rm -rf {d}/tmp\n")
+        return (
+            f"pid=$(cat {d}/pid 2>/dev/null || true)\n"
+            f'if [ -n "$pid" ] && grep -qzxF {mark} /proc/$pid/environ 2>/dev/null; '
+            'then kill -TERM -- "-$pid" 2>/dev/null || true; fi\n'
+            + _sweep(deployment, rank, grace_s)
+            + f"rm -rf {d}/tmp\n"
+        )
 
 
 @dataclass(frozen=True)
@@ -194,7 +213,9 @@ class DockerRuntime:
         return self.options.docker_command
 
     def run_argv(self, rank: RankSpec, deployment: Deployment) -> list[str]:
-        return docker_run_argv(rank, deployment, image=self.image, docker=self.options.docker_command)
+        return docker_run_argv(
+            rank, deployment, image=self.image, docker=self.options.docker_command
+        )
 
     def start_script(self, rank: RankSpec, deployment: Deployment) -> str:
         directory = rank_dir(self.options, deployment.name, rank.rank)
@@ -207,30 +228,40 @@ class DockerRuntime:
             "set -e\n"
             f"command -v {shlex.quote(docker[0])} >/dev/null 2>&1 || "
             f"{{ echo '{docker[0]}: command not found' >&2; exit 127; }}\n"
-            + _prepare(directory, log_path(self.options, deployment.name, rank.rank),
-                       cache_root(self.options, deployment.name, rank.rank))
+            + _prepare(
+                directory,
+                log_path(self.options, deployment.name, rank.rank),
+                cache_root(self.options, deployment.name, rank.rank),
+            )
             + f"{shlex.join([*docker, 'rm', '--force', name])} >/dev/null 2>&1 || true\n"
-            + _exports(secrets) + ("\n" if secrets else "")
+            + _exports(secrets)
+            + ("\n" if secrets else "")
             + f"{shlex.join(self.run_argv(rank, deployment))} > {shlex.quote(str(directory))}/cid\n"
-            + _exports(_marks(deployment.name, rank.rank)) + "\n"
+            + _exports(_marks(deployment.name, rank.rank))
+            + "\n"
             + f"setsid {logs_argv} > {log} 2>&1 < /dev/null &\n"
-            + f"cat {shlex.quote(str(directory))}/cid\n")
+            + f"cat {shlex.quote(str(directory))}/cid\n"
+        )
 
     def status_script(self, deployment: str, rank: int) -> str:
         docker = self.options.docker_command
         name = shlex.quote(container_name(deployment, rank))
-        return (f"s=$({docker} inspect --format '{{{{.State.Running}}}} {{{{.State.ExitCode}}}}' "
-                f"{name} 2>/dev/null || echo 'false unknown')\n"
-                "case \"$s\" in true*) echo running;; *) echo \"exited ${s#* }\";; esac\n")
+        return (
+            f"s=$({docker} inspect --format '{{{{.State.Running}}}} {{{{.State.ExitCode}}}}' "
+            f"{name} 2>/dev/null || echo 'false unknown')\n"
+            'case "$s" in true*) echo running;; *) echo "exited ${s#* }";; esac\n'
+        )
 
     def stop_script(self, deployment: str, rank: int, grace_s: float = 30) -> str:
         docker = self.options.docker_command
         name = shlex.quote(container_name(deployment, rank))
         d = shlex.quote(str(rank_dir(self.options, deployment, rank)))
-        return (f"{docker} stop --time {int(grace_s)} {name} >/dev/null 2>&1 || true\n"
-                f"{docker} rm --force {name} >/dev/null 2>&1 || true\n"
-                + _sweep(deployment, rank, 5)
-                + f"rm -rf {d}/tmp\n")
+        return (
+            f"{docker} stop --time {int(grace_s)} {name} >/dev/null 2>&1 || true\n"
+            f"{docker} rm --force {name} >/dev/null 2>&1 || true\n"
+            + _sweep(deployment, rank, 5)
+            + f"rm -rf {d}/tmp\n"
+        )
 
 
 def poll_script(status_script: str, log: PurePosixPath, offset: int) -> str:
@@ -239,12 +270,14 @@ def poll_script(status_script: str, log: PurePosixPath, offset: int) -> str:
     A log shorter than ``offset`` was rotated by a restart; reading starts over at 0.
     """
     lg = shlex.quote(str(log))
-    return (status_script
-            + f"s=$(stat -c %s {lg} 2>/dev/null || echo 0); off={offset}\n"
-            + "if [ \"$s\" -lt \"$off\" ]; then off=0; fi\n"
-            + "echo \"$s $off\"\n"
-            + f"if [ \"$s\" -gt \"$off\" ]; then tail -c +$((off+1)) {lg} | "
-              f"head -c {LOG_MAX_BYTES}; fi\n")
+    return (
+        status_script
+        + f"s=$(stat -c %s {lg} 2>/dev/null || echo 0); off={offset}\n"
+        + 'if [ "$s" -lt "$off" ]; then off=0; fi\n'
+        + 'echo "$s $off"\n'
+        + f'if [ "$s" -gt "$off" ]; then tail -c +$((off+1)) {lg} | '
+        f"head -c {LOG_MAX_BYTES}; fi\n"
+    )
 
 
 def tail_script(log: PurePosixPath, lines: int) -> str:

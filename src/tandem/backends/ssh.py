@@ -24,16 +24,33 @@ from pathlib import Path
 
 from tandem.backends.base import ProcessFact, RankObservation
 from tandem.backends.launch import (
-    await_ready, interrupted, launch_marked, new_state, record_rank, with_caller_secrets,
+    await_ready,
+    interrupted,
+    launch_marked,
+    new_state,
+    record_rank,
+    with_caller_secrets,
 )
 from tandem.backends.openssh import OpenSSH, SSHTarget
 from tandem.backends.runtimes import (
-    DockerRuntime, VenvRuntime, log_path, observe_script, parse_observation, poll_script,
-    resolve_runtime, tail_script,
+    DockerRuntime,
+    VenvRuntime,
+    log_path,
+    observe_script,
+    parse_observation,
+    poll_script,
+    resolve_runtime,
+    tail_script,
 )
 from tandem.backends.state import (
-    DeploymentState, ProcessRecord, RankState, deployment_dir, list_deployments, load_state,
-    open_private, private_dir,
+    DeploymentState,
+    ProcessRecord,
+    RankState,
+    deployment_dir,
+    list_deployments,
+    load_state,
+    open_private,
+    private_dir,
 )
 from tandem.errors import BackendError, SSHError
 from tandem.rankplan import RankPlan, RankSpec
@@ -71,8 +88,16 @@ class RemoteLog:
     ``first_bytes`` before the end, so a long log is not copied whole.
     """
 
-    def __init__(self, ssh: OpenSSH, target: SSHTarget, runtime: Runtimes, deployment: str,
-                 rank: int, *, first_bytes: int = 4_000_000) -> None:
+    def __init__(
+        self,
+        ssh: OpenSSH,
+        target: SSHTarget,
+        runtime: Runtimes,
+        deployment: str,
+        rank: int,
+        *,
+        first_bytes: int = 4_000_000,
+    ) -> None:
         self.rank = rank
         self.ssh, self.target, self.runtime = ssh, target, runtime
         self.deployment = deployment
@@ -117,7 +142,9 @@ class SSHBackend:
 
     name = "ssh"
 
-    def launch_commands(self, plan: RankPlan, deployment: Deployment) -> list[tuple[RankSpec, list[str]]]:
+    def launch_commands(
+        self, plan: RankPlan, deployment: Deployment
+    ) -> list[tuple[RankSpec, list[str]]]:
         """What runs on each node, in start order: ``ssh NODE`` followed by the rank's command."""
         ssh = OpenSSH.for_cluster(deployment.cluster)
         runtime = runtime_for(deployment.cluster, deployment.recipe)
@@ -127,16 +154,26 @@ class SSHBackend:
             if isinstance(runtime, DockerRuntime):
                 command = runtime.run_argv(rank, deployment)
             else:
-                command = ["env", *(f"{k}={v}" for k, v in rank.env.items()),
-                           *runtime.program().split(), *rank.argv[1:]]
+                command = [
+                    "env",
+                    *(f"{k}={v}" for k, v in rank.env.items()),
+                    *runtime.program().split(),
+                    *rank.argv[1:],
+                ]
             result.append((rank, ssh.argv(targets[rank.node], command)))
         return result
 
     # --- up ---------------------------------------------------------------------------------
 
-    def up(self, plan: RankPlan, deployment: Deployment, *, timeout_s: float | None,
-           on_phase=lambda mark: None, on_event=lambda text: None,
-           ) -> tuple[DeploymentState, Readiness]:
+    def up(
+        self,
+        plan: RankPlan,
+        deployment: Deployment,
+        *,
+        timeout_s: float | None,
+        on_phase=lambda mark: None,
+        on_event=lambda text: None,
+    ) -> tuple[DeploymentState, Readiness]:
         """Launch every rank, workers first, and wait until the model answers.
 
         Raises:
@@ -150,16 +187,21 @@ class SSHBackend:
         runtime = runtime_for(cluster, deployment.recipe)
         on_event(f"reaching {len(targets)} node(s) over ssh, runtime {runtime.name.value}")
         if name in list_deployments() and interrupted(previous := load_state(name)):
-            on_event(f"clearing what an interrupted `up` of '{name}' (pid "
-                     f"{previous.launcher_pid}) left on the nodes")
+            on_event(
+                f"clearing what an interrupted `up` of '{name}' (pid "
+                f"{previous.launcher_pid}) left on the nodes"
+            )
             self._stop_all(previous, on_event=on_event)
         self._preflight(ssh, targets, runtime, name)
         if isinstance(runtime, DockerRuntime):
-            runtime = DockerRuntime(runtime.options, self._pin_image(ssh, targets, runtime,
-                                                                    deployment, on_event))
+            runtime = DockerRuntime(
+                runtime.options, self._pin_image(ssh, targets, runtime, deployment, on_event)
+            )
             recipe = deployment.recipe.model_copy(
-                update={"engine": deployment.recipe.engine.model_copy(
-                    update={"image": runtime.image})})
+                update={
+                    "engine": deployment.recipe.engine.model_copy(update={"image": runtime.image})
+                }
+            )
             deployment = Deployment(recipe=recipe, cluster=cluster)
         if name in list_deployments():
             on_event(f"replacing the record of a stopped earlier run of '{name}'")
@@ -170,23 +212,38 @@ class SSHBackend:
         try:
             for rank in plan.in_start_order():
                 target = targets[rank.node]
-                started = ssh.run(target, runtime.start_script(
-                    launch_marked(with_caller_secrets(rank), state), deployment),
-                                  timeout_s=120, program=runtime.program())
+                started = ssh.run(
+                    target,
+                    runtime.start_script(
+                        launch_marked(with_caller_secrets(rank), state), deployment
+                    ),
+                    timeout_s=120,
+                    program=runtime.program(),
+                )
                 if not started.ok:
-                    raise BackendError(f"could not start rank {rank.rank}: "
-                                       f"{started.stderr.strip() or started.stdout.strip()}",
-                                       node=rank.node, rank=rank.rank)
+                    raise BackendError(
+                        f"could not start rank {rank.rank}: "
+                        f"{started.stderr.strip() or started.stdout.strip()}",
+                        node=rank.node,
+                        rank=rank.rank,
+                    )
                 handle = started.stdout.strip().splitlines()[-1] if started.stdout.strip() else ""
                 pid = int(handle) if handle.isdigit() else None
-                record_rank(state, rank, pid=pid,
-                            log=f"{target.destination}:{log_path(runtime.options, name, rank.rank)}")
+                record_rank(
+                    state,
+                    rank,
+                    pid=pid,
+                    log=f"{target.destination}:{log_path(runtime.options, name, rank.rank)}",
+                )
                 watched.append(RemoteLog(ssh, target, runtime, name, rank.rank, first_bytes=0))
-                on_event(f"started rank {rank.rank} ({rank.role.value}) on {rank.node} "
-                         f"[{target.destination}], "
-                         + (f"pid {pid}" if pid else f"container {container_name(name, rank.rank)}"))
-            readiness = await_ready(plan, deployment, watched, state, timeout_s=timeout_s,
-                                    on_phase=on_phase)
+                on_event(
+                    f"started rank {rank.rank} ({rank.role.value}) on {rank.node} "
+                    f"[{target.destination}], "
+                    + (f"pid {pid}" if pid else f"container {container_name(name, rank.rank)}")
+                )
+            readiness = await_ready(
+                plan, deployment, watched, state, timeout_s=timeout_s, on_phase=on_phase
+            )
             self._record_processes(state, watched)
         except BaseException:
             on_event("start-up failed: stopping every rank on every node")
@@ -194,38 +251,70 @@ class SSHBackend:
             raise
         return state, readiness
 
-    def _preflight(self, ssh: OpenSSH, targets: dict[str, SSHTarget], runtime: Runtimes,
-                   name: str) -> None:
+    def _preflight(
+        self, ssh: OpenSSH, targets: dict[str, SSHTarget], runtime: Runtimes, name: str
+    ) -> None:
         program = runtime.program().split()[0]
-        checks = {node: (t, f"command -v {program} >/dev/null 2>&1 || "
-                            f"{{ echo '{program}: command not found' >&2; exit 127; }}\n")
-                  for node, t in targets.items()}
+        checks = {
+            node: (
+                t,
+                f"command -v {program} >/dev/null 2>&1 || "
+                f"{{ echo '{program}: command not found' >&2; exit 127; }}\n",
+            )
+            for node, t in targets.items()
+        }
         ssh.run_all(checks, timeout_s=60)
-        status = ssh.run_all({f"{node}": (t, runtime.status_script(name, rank))
-                              for rank, (node, t) in enumerate(targets.items())}, timeout_s=60)
+        status = ssh.run_all(
+            {
+                f"{node}": (t, runtime.status_script(name, rank))
+                for rank, (node, t) in enumerate(targets.items())
+            },
+            timeout_s=60,
+        )
         running = [node for node, result in status.items() if result.stdout.startswith("running")]
         if running:
-            raise BackendError(f"deployment '{name}' is already running on {', '.join(running)}",
-                               hint=f"stop it first with `tandem down {name}`")
+            raise BackendError(
+                f"deployment '{name}' is already running on {', '.join(running)}",
+                hint=f"stop it first with `tandem down {name}`",
+            )
 
-    def _pin_image(self, ssh: OpenSSH, targets: dict[str, SSHTarget], runtime: DockerRuntime,
-                   deployment: Deployment, on_event) -> str:
+    def _pin_image(
+        self,
+        ssh: OpenSSH,
+        targets: dict[str, SSHTarget],
+        runtime: DockerRuntime,
+        deployment: Deployment,
+        on_event,
+    ) -> str:
         """The image as ``repo@sha256:...`` (or its image id), the same on every node."""
         image = image_of(deployment)
         docker = runtime.options.docker_command
-        script = (f"{docker} image inspect --format "
-                  "'{{.Id}} {{join .RepoDigests \" \"}}' " f"'{image}' 2>/dev/null || echo missing\n")
-        found = {node: r.stdout.split() for node, r in ssh.run_all(
-            {node: (t, script) for node, t in targets.items()}, timeout_s=60).items()}
+        script = (
+            f"{docker} image inspect --format "
+            "'{{.Id}} {{join .RepoDigests \" \"}}' "
+            f"'{image}' 2>/dev/null || echo missing\n"
+        )
+        found = {
+            node: r.stdout.split()
+            for node, r in ssh.run_all(
+                {node: (t, script) for node, t in targets.items()}, timeout_s=60
+            ).items()
+        }
         missing = sorted(node for node, words in found.items() if words[:1] == ["missing"])
         ids = {words[0] for words in found.values() if words[:1] != ["missing"]}
         if missing or len(ids) != 1:
-            detail = (f"missing on {', '.join(missing)}" if missing else
-                      "different image ids: " + ", ".join(f"{n} {w[0][:19]}" for n, w in found.items()))
-            raise BackendError(f"image {image} is not the same on every node ({detail})",
-                               field="engine.image",
-                               hint=f"run `tandem sync {deployment.name} --cluster FILE` to copy "
-                                    "or pull it, then start again")
+            detail = (
+                f"missing on {', '.join(missing)}"
+                if missing
+                else "different image ids: "
+                + ", ".join(f"{n} {w[0][:19]}" for n, w in found.items())
+            )
+            raise BackendError(
+                f"image {image} is not the same on every node ({detail})",
+                field="engine.image",
+                hint=f"run `tandem sync {deployment.name} --cluster FILE` to copy "
+                "or pull it, then start again",
+            )
         if is_pinned(image):
             return image
         digests = found[next(iter(found))][1:]
@@ -244,17 +333,22 @@ class SSHBackend:
         ranks = {r.rank: r.node for r in state.ranks}
         for i, node in enumerate(cluster.nodes):  # a rank that crashed before it was recorded
             ranks.setdefault(i, node.name)
-        jobs = {str(rank): (targets[node], runtime.stop_script(state.name, rank))
-                for rank, node in ranks.items()}
+        jobs = {
+            str(rank): (targets[node], runtime.stop_script(state.name, rank))
+            for rank, node in ranks.items()
+        }
         results = ssh.run_all(jobs, timeout_s=90, check=False)
         leftovers = []
         for rank, result in results.items():
             survivors = result.stdout.rsplit("survivors:", 1)[-1].split()
             if survivors:
-                leftovers.append(f"rank {rank} on {ranks[int(rank)]}: process(es) "
-                                 f"{' '.join(survivors)} survived SIGKILL")
-        on_event(f"stopped {len(ranks)} rank(s) of '{state.name}' on "
-                 f"{len(set(ranks.values()))} node(s)")
+                leftovers.append(
+                    f"rank {rank} on {ranks[int(rank)]}: process(es) "
+                    f"{' '.join(survivors)} survived SIGKILL"
+                )
+        on_event(
+            f"stopped {len(ranks)} rank(s) of '{state.name}' on {len(set(ranks.values()))} node(s)"
+        )
         return leftovers
 
     def _keep_logs(self, state: DeploymentState) -> None:
@@ -263,9 +357,17 @@ class SSHBackend:
         ssh = OpenSSH.for_cluster(cluster)
         targets = _targets(cluster)
         folder = private_dir(deployment_dir(state.name) / "logs")
-        results = ssh.run_all({str(r.rank): (targets[r.node], tail_script(
-            log_path(runtime.options, state.name, r.rank), 5000)) for r in state.ranks},
-            timeout_s=60, check=False)
+        results = ssh.run_all(
+            {
+                str(r.rank): (
+                    targets[r.node],
+                    tail_script(log_path(runtime.options, state.name, r.rank), 5000),
+                )
+                for r in state.ranks
+            },
+            timeout_s=60,
+            check=False,
+        )
         redactor = Redactor.for_caller()
         for rank, result in results.items():
             with open_private(folder / f"rank{rank}.log", "w") as handle:
@@ -278,15 +380,17 @@ class SSHBackend:
             on_event(f"could not copy the logs: {exc.message}")
         leftovers = self._stop_all(state, on_event=on_event)
         if leftovers:
-            raise BackendError(f"could not stop everything of '{state.name}': "
-                               f"{'; '.join(leftovers)}")
+            raise BackendError(
+                f"could not stop everything of '{state.name}': {'; '.join(leftovers)}"
+            )
 
     def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
         """True while the rank's process or container is alive on its node."""
         cluster, runtime = _state_runtime(state)
         target = _targets(cluster)[rank.node]
         result = OpenSSH.for_cluster(cluster).run(
-            target, runtime.status_script(state.name, rank.rank), timeout_s=30)
+            target, runtime.status_script(state.name, rank.rank), timeout_s=30
+        )
         return result.stdout.startswith("running")
 
     def ranks_running(self, state: DeploymentState) -> dict[int, bool]:
@@ -294,8 +398,12 @@ class SSHBackend:
         cluster, runtime = _state_runtime(state)
         targets = _targets(cluster)
         results = OpenSSH.for_cluster(cluster).run_all(
-            {str(r.rank): (targets[r.node], runtime.status_script(state.name, r.rank))
-             for r in state.ranks}, timeout_s=30)
+            {
+                str(r.rank): (targets[r.node], runtime.status_script(state.name, r.rank))
+                for r in state.ranks
+            },
+            timeout_s=30,
+        )
         return {int(k): v.stdout.startswith("running") for k, v in results.items()}
 
     def _record_processes(self, state: DeploymentState, watched: list[RemoteLog]) -> None:
@@ -314,9 +422,12 @@ class SSHBackend:
         ssh = OpenSSH.for_cluster(cluster)
 
         def ask(record: RankState) -> str | SSHError:
-            script = observe_script(state.name, record.rank,
-                                    log_path(runtime.options, state.name, record.rank),
-                                    record.log_offset_ready)
+            script = observe_script(
+                state.name,
+                record.rank,
+                log_path(runtime.options, state.name, record.rank),
+                record.log_offset_ready,
+            )
             try:
                 return ssh.run(targets[record.node], script, timeout_s=30, check=False).stdout
             except SSHError as exc:  # one node down must not hide the others
@@ -331,41 +442,56 @@ class SSHBackend:
                 continue
             procs, lines = parse_observation(answer)
             observed[rank] = RankObservation(
-                rank=rank, log_since_ready=lines,
-                processes=[ProcessFact(pid=pid, name=name, state=st) for pid, st, name in procs
-                           if st not in ("Z", "X")])
+                rank=rank,
+                log_since_ready=lines,
+                processes=[
+                    ProcessFact(pid=pid, name=name, state=st)
+                    for pid, st, name in procs
+                    if st not in ("Z", "X")
+                ],
+            )
         return observed
 
     def log_reader(self, state: DeploymentState, rank: RankState) -> RemoteLog:
         cluster, runtime = _state_runtime(state)
-        return RemoteLog(OpenSSH.for_cluster(cluster), _targets(cluster)[rank.node], runtime,
-                         state.name, rank.rank)
+        return RemoteLog(
+            OpenSSH.for_cluster(cluster),
+            _targets(cluster)[rank.node],
+            runtime,
+            state.name,
+            rank.rank,
+        )
 
     def node_versions(self, state: DeploymentState) -> dict[str, str]:
         """Kernel, Python and vLLM (venv) or docker and image (docker) of every node."""
         cluster, runtime = _state_runtime(state)
         if isinstance(runtime, DockerRuntime):
-            what = (f"{runtime.options.docker_command} version --format "
-                    "'docker {{.Server.Version}}' 2>&1; echo image "
-                    f"'{Recipe.model_validate(state.recipe).engine.image}'")
+            what = (
+                f"{runtime.options.docker_command} version --format "
+                "'docker {{.Server.Version}}' 2>&1; echo image "
+                f"'{Recipe.model_validate(state.recipe).engine.image}'"
+            )
         else:
             # The version from the package metadata beside the vllm script: `vllm --version`
             # imports torch and takes tens of seconds.
             vllm = runtime.options.vllm_command
-            what = (f"py=$(head -n 1 \"$(command -v {vllm})\" 2>/dev/null | "
-                    "sed -n 's/^#!\\(.*python[0-9.]*\\)$/\\1/p'); if [ -n \"$py\" ]; then "
-                    "\"$py\" -c 'from importlib.metadata import version; "
-                    "print(\"vllm\", version(\"vllm\"))' 2>&1; "
-                    f"else echo \"vllm $({vllm} --version 2>/dev/null | tail -n 1)\"; fi")
+            what = (
+                f'py=$(head -n 1 "$(command -v {vllm})" 2>/dev/null | '
+                "sed -n 's/^#!\\(.*python[0-9.]*\\)$/\\1/p'); if [ -n \"$py\" ]; then "
+                '"$py" -c \'from importlib.metadata import version; '
+                'print("vllm", version("vllm"))\' 2>&1; '
+                f'else echo "vllm $({vllm} --version 2>/dev/null | tail -n 1)"; fi'
+            )
         script = f"uname -srm; python3 --version 2>&1 || true; {what}\n"
         with ThreadPoolExecutor() as pool:
             ssh = OpenSSH.for_cluster(cluster)
-            futures = {n: pool.submit(ssh.run, t, script, timeout_s=120, check=False)
-                       for n, t in _targets(cluster).items()}
+            futures = {
+                n: pool.submit(ssh.run, t, script, timeout_s=120, check=False)
+                for n, t in _targets(cluster).items()
+            }
             return {n: f.result().stdout.strip() for n, f in futures.items()}
 
 
 def local_log_copy(state: DeploymentState, rank: int) -> Path:
     """Where ``down`` leaves the end of a rank's log on this machine."""
     return deployment_dir(state.name) / "logs" / f"rank{rank}.log"
-

@@ -18,7 +18,13 @@ from pathlib import PurePosixPath
 from typing import IO, Any
 
 from tandem.backends.openssh import OpenSSH, SSHTarget
-from tandem.check.transport import PROBE_TIMEOUT_S, ProbeError, parse_facts, probe_args, probe_source
+from tandem.check.transport import (
+    PROBE_TIMEOUT_S,
+    ProbeError,
+    parse_facts,
+    probe_args,
+    probe_source,
+)
 from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment
 
@@ -36,8 +42,14 @@ def node_python(deployment: Deployment) -> str:
 class SSHNodeTransport:
     """Probe and spawn on ssh nodes (``check.transport.NodeTransport``)."""
 
-    def __init__(self, deployment: Deployment, *, python: str | None = None,
-                 with_hashes: bool = False, compile_caches: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        *,
+        python: str | None = None,
+        with_hashes: bool = False,
+        compile_caches: dict[str, str] | None = None,
+    ) -> None:
         self.deployment = deployment
         self.ssh = OpenSSH.for_cluster(deployment.cluster)
         self.python = python or node_python(deployment)
@@ -45,27 +57,41 @@ class SSHNodeTransport:
         self.compile_caches = compile_caches or {}
 
     def run_probe(self, node: Node) -> dict[str, Any]:
-        args = shlex.join(probe_args(self.deployment, with_hashes=self.with_hashes,
-                                     compile_cache=self.compile_caches.get(node.name)))
+        args = shlex.join(
+            probe_args(
+                self.deployment,
+                with_hashes=self.with_hashes,
+                compile_cache=self.compile_caches.get(node.name),
+            )
+        )
         exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in node.env.items())
         # the engine's Python when it is there, else the node's python3
-        script = (f"{exports}py={shlex.quote(self.python)}; [ -x \"$py\" ] || py=python3\n"
-                  f"\"$py\" - {args} <<'{_EOF}'\n"
-                  f"{probe_source()}\n{_EOF}\n")
+        script = (
+            f'{exports}py={shlex.quote(self.python)}; [ -x "$py" ] || py=python3\n'
+            f"\"$py\" - {args} <<'{_EOF}'\n"
+            f"{probe_source()}\n{_EOF}\n"
+        )
         started = time.time()
-        result = self.ssh.run(SSHTarget.of(node), script, timeout_s=PROBE_TIMEOUT_S,
-                              program="python3")
+        result = self.ssh.run(
+            SSHTarget.of(node), script, timeout_s=PROBE_TIMEOUT_S, program="python3"
+        )
         if not result.ok:
-            raise ProbeError(f"the probe exited {result.returncode}: {result.stderr[-300:]}",
-                             node=node.name)
+            raise ProbeError(
+                f"the probe exited {result.returncode}: {result.stderr[-300:]}", node=node.name
+            )
         return parse_facts(result.stdout, node.name, started, time.time())
 
-    def spawn(self, node: Node, argv: list[str], env: dict[str, str],
-              output: IO[bytes]) -> subprocess.Popen:
+    def spawn(
+        self, node: Node, argv: list[str], env: dict[str, str], output: IO[bytes]
+    ) -> subprocess.Popen:
         if argv and argv[0] == "python3":
             argv = [self.python, *argv[1:]]
         remote = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
         self.ssh.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return subprocess.Popen(self.ssh.argv(SSHTarget.of(node), remote),
-                                stdin=subprocess.DEVNULL, stdout=output,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            self.ssh.argv(SSHTarget.of(node), remote),
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

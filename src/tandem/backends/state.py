@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
@@ -58,11 +58,15 @@ class RankState(BaseModel):
     started_at: datetime | None = None
     netns_inode: str | None = Field(default=None, description="`net:[INODE]` of its namespace.")
     processes: list[ProcessRecord] = Field(
-        default_factory=list, description="Its processes when the deployment became ready: the "
-        "health model counts a rank broken when one of them is gone.")
+        default_factory=list,
+        description="Its processes when the deployment became ready: the "
+        "health model counts a rank broken when one of them is gone.",
+    )
     log_offset_ready: int | None = Field(
-        default=None, description="Size of its log when the deployment became ready: error "
-        "signatures are looked for after it.")
+        default=None,
+        description="Size of its log when the deployment became ready: error "
+        "signatures are looked for after it.",
+    )
 
 
 class PhaseMark(BaseModel):
@@ -82,14 +86,20 @@ class BootFigures(BaseModel):
     max_concurrency: float | None = None
     max_concurrency_tokens_per_request: int | None = None
     world_size: int | None = None
-    compile_cache: str | None = Field(default=None, description="`warm` when vLLM loaded its "
-                                      "compiled graphs from the cache, `cold` when it compiled "
-                                      "them, `recompiled` when it found them but could not "
-                                      "load them (the kernel caches still count), None "
-                                      "without torch.compile (enforce_eager).")
-    engine_init_s: float | None = Field(default=None, description="vLLM's own `init engine "
-                                        "(profile, create kv cache, warmup model)` time: the "
-                                        "share of the boot a warm cache shortens.")
+    compile_cache: str | None = Field(
+        default=None,
+        description="`warm` when vLLM loaded its "
+        "compiled graphs from the cache, `cold` when it compiled "
+        "them, `recompiled` when it found them but could not "
+        "load them (the kernel caches still count), None "
+        "without torch.compile (enforce_eager).",
+    )
+    engine_init_s: float | None = Field(
+        default=None,
+        description="vLLM's own `init engine "
+        "(profile, create kv cache, warmup model)` time: the "
+        "share of the boot a warm cache shortens.",
+    )
 
 
 class DeploymentState(BaseModel):
@@ -108,13 +118,18 @@ class DeploymentState(BaseModel):
     phases: list[PhaseMark] = Field(default_factory=list)
     boot: BootFigures = Field(default_factory=BootFigures)
     ready: bool = False
-    launch_id: str | None = Field(default=None, description="The random id every process of "
-                                  "this launch carries as TANDEM_LAUNCH.")
-    launcher_pid: int | None = Field(default=None, description="The `up` (or supervisor) that "
-                                     "launched it; with ready false and this gone, the launch "
-                                     "was interrupted.")
+    launch_id: str | None = Field(
+        default=None,
+        description="The random id every process of this launch carries as TANDEM_LAUNCH.",
+    )
+    launcher_pid: int | None = Field(
+        default=None,
+        description="The `up` (or supervisor) that "
+        "launched it; with ready false and this gone, the launch "
+        "was interrupted.",
+    )
     launcher_start_ticks: int | None = None
-    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def directory(self) -> Path:
@@ -122,8 +137,9 @@ class DeploymentState(BaseModel):
 
     def deployment(self) -> Deployment:
         """The deployment this state was launched from (resolved recipe and cluster)."""
-        return Deployment(recipe=Recipe.model_validate(self.recipe),
-                          cluster=Cluster.model_validate(self.cluster))
+        return Deployment(
+            recipe=Recipe.model_validate(self.recipe), cluster=Cluster.model_validate(self.cluster)
+        )
 
     def save(self) -> None:
         """Write atomically (a reader never sees half a file), private to the user (folder
@@ -175,17 +191,24 @@ def load_state(name: str | None = None) -> DeploymentState:
         names = list_deployments()
         if len(names) != 1:
             raise StateError(
-                "no deployment is running" if not names else
-                f"several deployments exist ({', '.join(names)}); name one",
-                hint="start one with `tandem up RECIPE`" if not names else "pass its name")
+                "no deployment is running"
+                if not names
+                else f"several deployments exist ({', '.join(names)}); name one",
+                hint="start one with `tandem up RECIPE`" if not names else "pass its name",
+            )
         name = names[0]
     path = deployment_dir(name) / "state.json"
     if not path.is_file():
         known = ", ".join(list_deployments()) or "none"
-        raise StateError(f"no deployment named '{name}' (known: {known})",
-                         hint="check the name with `tandem status`")
+        raise StateError(
+            f"no deployment named '{name}' (known: {known})",
+            hint="check the name with `tandem status`",
+        )
     try:
         return DeploymentState.model_validate(json.loads(path.read_text()))
     except (OSError, ValueError) as exc:
-        raise StateError(f"state file is unreadable: {exc}", file=str(path),
-                         hint="remove the folder if the deployment is gone") from exc
+        raise StateError(
+            f"state file is unreadable: {exc}",
+            file=str(path),
+            hint="remove the folder if the deployment is gone",
+        ) from exc

@@ -84,7 +84,9 @@ class SyncReport:
 
 def hf_home_of(node: Node, deployment: Deployment) -> str:
     """The node's Hugging Face home as the remote shell should write it."""
-    home = node.env.get(wire.HF_HOME) or deployment.recipe.model.cache_root or "~/.cache/huggingface"
+    home = (
+        node.env.get(wire.HF_HOME) or deployment.recipe.model.cache_root or "~/.cache/huggingface"
+    )
     return home
 
 
@@ -105,15 +107,19 @@ def snapshot_probe(deployment: Deployment, node: Node) -> str:
     """A script printing ``commit REV`` and then ``PATH SIZE`` per file of the snapshot."""
     folder = _shell_path(model_folder(deployment, node))
     revision = shlex.quote(deployment.recipe.model.revision)
-    return (f"m={folder}; rev=$(cat \"$m\"/refs/{revision} 2>/dev/null || echo {revision})\n"
-            "echo \"commit $rev\"\n"
-            "if [ -d \"$m/snapshots/$rev\" ]; then cd \"$m/snapshots/$rev\" && "
-            "find -L . -type f -printf '%P %s\\n' | sort; fi\n")
+    return (
+        f'm={folder}; rev=$(cat "$m"/refs/{revision} 2>/dev/null || echo {revision})\n'
+        'echo "commit $rev"\n'
+        'if [ -d "$m/snapshots/$rev" ]; then cd "$m/snapshots/$rev" && '
+        "find -L . -type f -printf '%P %s\\n' | sort; fi\n"
+    )
 
 
 def image_probe(image: str, docker: str) -> str:
-    return (f"{docker} image inspect --format '{{{{.Id}}}} {{{{join .RepoDigests \" \"}}}}' "
-            f"{shlex.quote(image)} 2>/dev/null || echo missing\n")
+    return (
+        f"{docker} image inspect --format '{{{{.Id}}}} {{{{join .RepoDigests \" \"}}}}' "
+        f"{shlex.quote(image)} 2>/dev/null || echo missing\n"
+    )
 
 
 def parse_snapshot(node: str, text: str) -> SnapshotFacts:
@@ -134,8 +140,12 @@ def parse_image(node: str, text: str) -> ImageFacts:
     return ImageFacts(node=node, image_id=words[0], digests=tuple(words[1:]))
 
 
-def plan_sync(snapshots: dict[str, SnapshotFacts], images: dict[str, ImageFacts],
-              image: str | None, leader: str) -> list[SyncAction]:
+def plan_sync(
+    snapshots: dict[str, SnapshotFacts],
+    images: dict[str, ImageFacts],
+    image: str | None,
+    leader: str,
+) -> list[SyncAction]:
     """The repairs that make every node match the best node (pure).
 
     Raises:
@@ -145,15 +155,23 @@ def plan_sync(snapshots: dict[str, SnapshotFacts], images: dict[str, ImageFacts]
     if snapshots:
         best = max(snapshots.values(), key=lambda s: (len(s.files), s.node == leader))
         if not best.present:
-            raise BackendError("no node holds the model snapshot",
-                               hint="download it on one node (`hf download REPO` with HF_HOME "
-                                    "set as the node's), then run `tandem sync` again")
+            raise BackendError(
+                "no node holds the model snapshot",
+                hint="download it on one node (`hf download REPO` with HF_HOME "
+                "set as the node's), then run `tandem sync` again",
+            )
         for facts in snapshots.values():
             if facts.files != best.files:
                 missing = len(set(best.files) - set(facts.files))
                 differ = sum(1 for f, s in facts.files.items() if best.files.get(f, s) != s)
-                actions.append(SyncAction("copy-snapshot", facts.node, best.node,
-                                          f"{missing} file(s) missing, {differ} of another size"))
+                actions.append(
+                    SyncAction(
+                        "copy-snapshot",
+                        facts.node,
+                        best.node,
+                        f"{missing} file(s) missing, {differ} of another size",
+                    )
+                )
     if image and images:
         reference = next((f for f in images.values() if f.node == leader and f.image_id), None)
         reference = reference or next((f for f in images.values() if f.image_id), None)
@@ -165,10 +183,12 @@ def plan_sync(snapshots: dict[str, SnapshotFacts], images: dict[str, ImageFacts]
             elif reference:
                 actions.append(SyncAction("copy-image", held.node, reference.node, image))
             else:
-                raise BackendError(f"no node holds image {image} and it is not pinned by digest",
-                                   field="engine.image",
-                                   hint="pin it (repo@sha256:...) so nodes can pull it, or "
-                                        "load it on one node first")
+                raise BackendError(
+                    f"no node holds image {image} and it is not pinned by digest",
+                    field="engine.image",
+                    hint="pin it (repo@sha256:...) so nodes can pull it, or "
+                    "load it on one node first",
+                )
     return actions
 
 
@@ -176,19 +196,27 @@ def _targets(deployment: Deployment) -> dict[str, tuple[Node, SSHTarget]]:
     return {n.name: (n, SSHTarget.of(n)) for n in deployment.cluster.nodes}
 
 
-def probe(deployment: Deployment, ssh: OpenSSH) -> tuple[dict[str, SnapshotFacts],
-                                                         dict[str, ImageFacts]]:
+def probe(
+    deployment: Deployment, ssh: OpenSSH
+) -> tuple[dict[str, SnapshotFacts], dict[str, ImageFacts]]:
     """The snapshot and image facts of every node, probed in parallel."""
     nodes = _targets(deployment)
-    found = ssh.run_all({name: (target, snapshot_probe(deployment, node))
-                         for name, (node, target) in nodes.items()}, timeout_s=120)
+    found = ssh.run_all(
+        {
+            name: (target, snapshot_probe(deployment, node))
+            for name, (node, target) in nodes.items()
+        },
+        timeout_s=120,
+    )
     snapshots = {name: parse_snapshot(name, r.stdout) for name, r in found.items()}
     images: dict[str, ImageFacts] = {}
     image = deployment.recipe.engine.image
     if image and resolve_runtime(deployment.cluster.ssh, image) is Runtime.DOCKER:
         docker = deployment.cluster.ssh.docker_command
-        found = ssh.run_all({name: (target, image_probe(image, docker))
-                             for name, (_, target) in nodes.items()}, timeout_s=120)
+        found = ssh.run_all(
+            {name: (target, image_probe(image, docker)) for name, (_, target) in nodes.items()},
+            timeout_s=120,
+        )
         images = {name: parse_image(name, r.stdout) for name, r in found.items()}
     return snapshots, images
 
@@ -197,16 +225,19 @@ def _rsync(argv: list[str], ssh: OpenSSH) -> None:
     ssh.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode:
-        raise BackendError(f"`{shlex.join(argv)}` failed: {done.stderr.strip()[-500:]}",
-                           hint="is rsync installed on the nodes and on this machine?")
+        raise BackendError(
+            f"`{shlex.join(argv)}` failed: {done.stderr.strip()[-500:]}",
+            hint="is rsync installed on the nodes and on this machine?",
+        )
 
 
 def _remote_path(target: SSHTarget, path: str) -> str:
     return f"{target.destination}:{path}"
 
 
-def copy_snapshot(deployment: Deployment, ssh: OpenSSH, action: SyncAction,
-                  on_event: Callable[[str], None]) -> None:
+def copy_snapshot(
+    deployment: Deployment, ssh: OpenSSH, action: SyncAction, on_event: Callable[[str], None]
+) -> None:
     """rsync the model folder from the source node through this machine to the target node."""
     nodes = _targets(deployment)
     source_node, source = nodes[action.source or ""]
@@ -216,33 +247,63 @@ def copy_snapshot(deployment: Deployment, ssh: OpenSSH, action: SyncAction,
     src = model_folder(deployment, source_node)
     dst = model_folder(deployment, target_node)
     on_event(f"rsync {source.node}:{src} -> {target.node}:{dst} (staged in {staging})")
-    _rsync(["rsync", "-a", "-e", ssh.rsync_shell(source), _remote_path(source, src) + "/",
-            f"{staging}/"], ssh)
+    _rsync(
+        [
+            "rsync",
+            "-a",
+            "-e",
+            ssh.rsync_shell(source),
+            _remote_path(source, src) + "/",
+            f"{staging}/",
+        ],
+        ssh,
+    )
     ssh.run(target, f"mkdir -p {_shell_path(dst)}\n")
-    _rsync(["rsync", "-a", "-e", ssh.rsync_shell(target), f"{staging}/",
-            _remote_path(target, dst) + "/"], ssh)
+    _rsync(
+        [
+            "rsync",
+            "-a",
+            "-e",
+            ssh.rsync_shell(target),
+            f"{staging}/",
+            _remote_path(target, dst) + "/",
+        ],
+        ssh,
+    )
 
 
-def copy_image(deployment: Deployment, ssh: OpenSSH, action: SyncAction,
-               on_event: Callable[[str], None]) -> None:
+def copy_image(
+    deployment: Deployment, ssh: OpenSSH, action: SyncAction, on_event: Callable[[str], None]
+) -> None:
     """``docker save`` on the source node piped into ``docker load`` on the target node."""
     nodes = _targets(deployment)
     docker = deployment.cluster.ssh.docker_command
     _, source = nodes[action.source or ""]
     _, target = nodes[action.target]
     on_event(f"docker save {action.detail} on {source.node} | docker load on {target.node}")
-    save = subprocess.Popen(ssh.argv(source, [*shlex.split(docker), "save", action.detail]),
-                            stdout=subprocess.PIPE)
-    load = subprocess.run(ssh.argv(target, [*shlex.split(docker), "load"]), stdin=save.stdout,
-                          capture_output=True, text=True)
+    save = subprocess.Popen(
+        ssh.argv(source, [*shlex.split(docker), "save", action.detail]), stdout=subprocess.PIPE
+    )
+    load = subprocess.run(
+        ssh.argv(target, [*shlex.split(docker), "load"]),
+        stdin=save.stdout,
+        capture_output=True,
+        text=True,
+    )
     save.wait()
     if save.returncode or load.returncode:
-        raise BackendError(f"copying image {action.detail} to {target.node} failed: "
-                           f"{load.stderr.strip()[-300:]}", node=target.node)
+        raise BackendError(
+            f"copying image {action.detail} to {target.node} failed: {load.stderr.strip()[-300:]}",
+            node=target.node,
+        )
 
 
-def sync(deployment: Deployment, *, dry_run: bool = False,
-         on_event: Callable[[str], None] = lambda text: None) -> SyncReport:
+def sync(
+    deployment: Deployment,
+    *,
+    dry_run: bool = False,
+    on_event: Callable[[str], None] = lambda text: None,
+) -> SyncReport:
     """Probe, repair and verify every node's image and model snapshot.
 
     Raises:
@@ -252,8 +313,10 @@ def sync(deployment: Deployment, *, dry_run: bool = False,
     leader = deployment.cluster.leader.name
     snapshots, images = probe(deployment, ssh)
     for facts in snapshots.values():
-        on_event(f"{facts.node}: snapshot {facts.commit or '?'}, {len(facts.files)} file(s), "
-                 f"{sum(facts.files.values()):,} bytes")
+        on_event(
+            f"{facts.node}: snapshot {facts.commit or '?'}, {len(facts.files)} file(s), "
+            f"{sum(facts.files.values()):,} bytes"
+        )
     for held in images.values():
         on_event(f"{held.node}: image {held.image_id or 'missing'}")
     actions = plan_sync(snapshots, images, deployment.recipe.engine.image, leader)
@@ -270,8 +333,11 @@ def sync(deployment: Deployment, *, dry_run: bool = False,
         elif action.kind == "copy-image":
             copy_image(deployment, ssh, action, on_event)
         else:
-            ssh.run(nodes[action.target][1], f"{docker} pull {shlex.quote(action.detail)}\n",
-                    timeout_s=3600)
+            ssh.run(
+                nodes[action.target][1],
+                f"{docker} pull {shlex.quote(action.detail)}\n",
+                timeout_s=3600,
+            )
     after, after_images = probe(deployment, ssh)
     left = plan_sync(after, after_images, deployment.recipe.engine.image, leader)
     if left:

@@ -19,14 +19,29 @@ from pydantic import BaseModel, Field
 
 from tandem.backends.state import state_root
 from tandem.errors import BackendError
-from tandem.render.systemd import (PASSED_VARS, SECRET_VARS, UNIT_DIR, ServiceSpec, env_file,
-                                   render_env_file, render_unit, unit_name)
+from tandem.render.systemd import (
+    PASSED_VARS,
+    SECRET_VARS,
+    UNIT_DIR,
+    ServiceSpec,
+    env_file,
+    render_env_file,
+    render_unit,
+    unit_name,
+)
 from tandem.spec.loading import builtin_recipe_names
 
 SYSTEMD_RUNTIME_DIR = Path("/run/systemd/system")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-SHOWN_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "NRestarts",
-                    "ExecMainPID", "ExecMainStartTimestamp")
+SHOWN_PROPERTIES = (
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "UnitFileState",
+    "NRestarts",
+    "ExecMainPID",
+    "ExecMainStartTimestamp",
+)
 
 
 class ServiceStatus(BaseModel):
@@ -36,8 +51,10 @@ class ServiceStatus(BaseModel):
     unit_path: str
     installed: bool = Field(description="The unit file exists.")
     systemd: bool = Field(description="systemd is this machine's init system.")
-    properties: dict[str, str] = Field(default_factory=dict, description="`systemctl show` "
-                                       "values: ActiveState, SubState, NRestarts, ...")
+    properties: dict[str, str] = Field(
+        default_factory=dict,
+        description="`systemctl show` values: ActiveState, SubState, NRestarts, ...",
+    )
 
 
 def systemd_running() -> bool:
@@ -62,24 +79,32 @@ def tandem_program() -> Path:
     beside = Path(sys.executable).parent / "tandem"
     found = beside if beside.exists() else Path(shutil.which("tandem") or "")
     if not found.name:
-        raise BackendError("no `tandem` program beside this Python or on PATH for the unit to run",
-                           hint="install tandem into this environment (`pip install -e .`)")
+        raise BackendError(
+            "no `tandem` program beside this Python or on PATH for the unit to run",
+            hint="install tandem into this environment (`pip install -e .`)",
+        )
     return found.absolute()
 
 
-def spec_for(deployment: str, recipe: str, cluster_path: str | None,
-             up_args: list[str] | None = None) -> ServiceSpec:
+def spec_for(
+    deployment: str, recipe: str, cluster_path: str | None, up_args: list[str] | None = None
+) -> ServiceSpec:
     """The unit of a deployment as this shell would run it: this environment's tandem, its
     state folder, and the recipe and cluster by absolute path (a built-in recipe by name)."""
     program = tandem_program()
-    environment = {"TANDEM_HOME": str(state_root().resolve()),
-                   "PATH": f"{program.parent}:{DEFAULT_PATH}"}
+    environment = {
+        "TANDEM_HOME": str(state_root().resolve()),
+        "PATH": f"{program.parent}:{DEFAULT_PATH}",
+    }
     environment |= {k: os.environ[k] for k in PASSED_VARS if os.environ.get(k)}
     return ServiceSpec(
-        deployment=deployment, tandem=[str(program)],
+        deployment=deployment,
+        tandem=[str(program)],
         recipe=recipe if recipe in builtin_recipe_names() else str(Path(recipe).resolve()),
         cluster=str(Path(cluster_path).resolve()) if cluster_path else None,
-        environment=environment, supervise_args=list(up_args or []))
+        environment=environment,
+        supervise_args=list(up_args or []),
+    )
 
 
 def _systemctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -88,21 +113,30 @@ def _systemctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BackendError(f"systemctl {' '.join(args)} did not run: {exc}") from exc
     if check and result.returncode:
-        raise BackendError(f"systemctl {' '.join(args)} failed: "
-                           f"{(result.stderr or result.stdout).strip()}")
+        raise BackendError(
+            f"systemctl {' '.join(args)} failed: {(result.stderr or result.stdout).strip()}"
+        )
     return result
 
 
 def _require_systemd(action: str) -> None:
     if not systemd_running():
-        raise BackendError(f"cannot {action}: systemd is not the init system here (PID 1 is "
-                           f"'{init_process()}')", hint="on a systemd host run it again; here "
-                           "`tandem service install --no-enable` only writes the unit")
+        raise BackendError(
+            f"cannot {action}: systemd is not the init system here (PID 1 is '{init_process()}')",
+            hint="on a systemd host run it again; here "
+            "`tandem service install --no-enable` only writes the unit",
+        )
 
 
-def install(spec: ServiceSpec, *, unit_dir: Path = Path(UNIT_DIR), enable: bool = True,
-            start: bool = False, secrets: dict[str, str] | None = None,
-            env_path: Path | None = None) -> tuple[Path, Path | None]:
+def install(
+    spec: ServiceSpec,
+    *,
+    unit_dir: Path = Path(UNIT_DIR),
+    enable: bool = True,
+    start: bool = False,
+    secrets: dict[str, str] | None = None,
+    env_path: Path | None = None,
+) -> tuple[Path, Path | None]:
     """Write the unit (and the secrets file when secrets are given), then enable it.
 
     Returns:
@@ -136,17 +170,20 @@ def status(deployment: str, *, unit_dir: Path = Path(UNIT_DIR)) -> ServiceStatus
     """The unit's file and, under systemd, its state as ``systemctl show`` reports it."""
     unit = unit_name(deployment)
     path = unit_dir / unit
-    result = ServiceStatus(unit=unit, unit_path=str(path), installed=path.is_file(),
-                           systemd=systemd_running())
+    result = ServiceStatus(
+        unit=unit, unit_path=str(path), installed=path.is_file(), systemd=systemd_running()
+    )
     if result.systemd:
-        shown = _systemctl("show", unit, "--property=" + ",".join(SHOWN_PROPERTIES),
-                           check=False).stdout
+        shown = _systemctl(
+            "show", unit, "--property=" + ",".join(SHOWN_PROPERTIES), check=False
+        ).stdout
         result.properties = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
     return result
 
 
-def uninstall(deployment: str, *, unit_dir: Path = Path(UNIT_DIR),
-              env_path: Path | None = None) -> list[Path]:
+def uninstall(
+    deployment: str, *, unit_dir: Path = Path(UNIT_DIR), env_path: Path | None = None
+) -> list[Path]:
     """Stop and disable the unit (under systemd), then remove it and its secrets file.
 
     Stopping runs the unit's ``ExecStop`` (``tandem down``), so no rank outlives the service.

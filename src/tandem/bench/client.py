@@ -33,6 +33,7 @@ _DETAIL_CHARS = 300
 
 # --- Server-Sent Events -------------------------------------------------------------------
 
+
 class SSEEvent(NamedTuple):
     """One server-sent event: its ``event:`` name (None for the default) and joined ``data:``."""
 
@@ -67,7 +68,7 @@ class SSEDecoder:
             end = buffer.find(b"\n\n")
             if end < 0:
                 break
-            block, buffer = buffer[:end], buffer[end + 2:]
+            block, buffer = buffer[:end], buffer[end + 2 :]
             event = _parse_block(block)
             if event is not None:
                 events.append(event)
@@ -101,6 +102,7 @@ def _parse_block(block: bytes) -> SSEEvent | None:
 
 
 # --- endpoint kinds -------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Prompt:
@@ -167,8 +169,14 @@ class ChatEndpoint:
     path = "/v1/chat/completions"
 
     def payload(self, model: str, prompt: Prompt, sampling: Sampling) -> dict[str, Any]:
-        return _common({"model": model, "messages": [{"role": "user", "content": prompt.text}],
-                        "max_completion_tokens": sampling.max_tokens}, sampling)
+        return _common(
+            {
+                "model": model,
+                "messages": [{"role": "user", "content": prompt.text}],
+                "max_completion_tokens": sampling.max_tokens,
+            },
+            sampling,
+        )
 
     def read_choice(self, choice: dict[str, Any]) -> ChoiceText:
         delta = choice.get("delta") or {}
@@ -178,8 +186,9 @@ class ChatEndpoint:
             return ChoiceText(True, answer, reasoning)
         # vLLM's first chunk only announces the role ({"role": "assistant", "content": ""});
         # a later chunk with an empty string stands for a token whose text is not complete yet.
-        has_text_field = any(isinstance(delta.get(k), str)
-                             for k in ("content", "reasoning", "reasoning_content"))
+        has_text_field = any(
+            isinstance(delta.get(k), str) for k in ("content", "reasoning", "reasoning_content")
+        )
         return ChoiceText(has_text_field and "role" not in delta, "", "")
 
 
@@ -191,8 +200,9 @@ class CompletionsEndpoint:
 
     def payload(self, model: str, prompt: Prompt, sampling: Sampling) -> dict[str, Any]:
         body = list(prompt.token_ids) if prompt.token_ids is not None else prompt.text
-        return _common({"model": model, "prompt": body, "max_tokens": sampling.max_tokens},
-                       sampling)
+        return _common(
+            {"model": model, "prompt": body, "max_tokens": sampling.max_tokens}, sampling
+        )
 
     def read_choice(self, choice: dict[str, Any]) -> ChoiceText:
         text = choice.get("text")
@@ -204,6 +214,7 @@ ENDPOINTS: dict[str, Endpoint] = {"chat": ChatEndpoint(), "completions": Complet
 
 
 # --- timing one stream ------------------------------------------------------------------------
+
 
 class StreamAccumulator:
     """Turns a stream's raw reads and their arrival times into a request's measurements.
@@ -285,8 +296,10 @@ class StreamAccumulator:
         details = usage.get("completion_tokens_details") or {}
         error = self.error
         if error is None and not (clean_end and self.done):
-            error = (ErrorCategory.TRUNCATED,
-                     "stream ended before data: [DONE]" if clean_end else "connection broke off")
+            error = (
+                ErrorCategory.TRUNCATED,
+                "stream ended before data: [DONE]" if clean_end else "connection broke off",
+            )
         if error is None and not self.chunk_times_s:
             error = (ErrorCategory.EMPTY, "the stream carried no token")
         return {
@@ -359,8 +372,10 @@ async def send_request(
                 status = response.status_code
                 if status >= 300:
                     body = await response.aread()
-                    fields = _failure(ErrorCategory.HTTP_STATUS,
-                                      f"HTTP {status}: {_error_message(_json_or_text(body))}")
+                    fields = _failure(
+                        ErrorCategory.HTTP_STATUS,
+                        f"HTTP {status}: {_error_message(_json_or_text(body))}",
+                    )
                 else:
                     clean = True
                     try:
@@ -377,9 +392,15 @@ async def send_request(
         fields = _failure(ErrorCategory.CONNECTION, f"{type(exc).__name__}: {exc}")
     except httpx.TransportError as exc:
         fields = _partial(acc, ErrorCategory.TRUNCATED, f"{type(exc).__name__}: {exc}")
-    return RequestRecord(index=slot.index, load_point=slot.load_point, endpoint=endpoint.name,
-                         scheduled_s=slot.scheduled_s, start_s=start - origin,
-                         http_status=status, **fields)
+    return RequestRecord(
+        index=slot.index,
+        load_point=slot.load_point,
+        endpoint=endpoint.name,
+        scheduled_s=slot.scheduled_s,
+        start_s=start - origin,
+        http_status=status,
+        **fields,
+    )
 
 
 def _failure(category: ErrorCategory, detail: str) -> dict[str, Any]:
@@ -401,6 +422,7 @@ def _json_or_text(body: bytes) -> Any:
 
 
 # --- server facts -----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ServedModel:
@@ -427,15 +449,21 @@ async def served_models(client: httpx.AsyncClient, base_url: str) -> list[Served
         raise EndpointError(
             f"cannot list models at {base_url}/v1/models: {exc}",
             hint="check that 1. the server is running (`curl URL/health`), 2. the URL is the "
-                 "server root without /v1, 3. nothing blocks the port") from exc
+            "server root without /v1, 3. nothing blocks the port",
+        ) from exc
     return [ServedModel(m["id"], m.get("max_model_len"), m.get("root")) for m in data]
 
 
-async def tokenize(client: httpx.AsyncClient, base_url: str, model: str, text: str) -> list[int] | None:
+async def tokenize(
+    client: httpx.AsyncClient, base_url: str, model: str, text: str
+) -> list[int] | None:
     """Token ids of ``text`` from vLLM's ``/tokenize``; None when the server has no such route."""
     try:
-        response = await client.post(base_url + "/tokenize", timeout=30, json={
-            "model": model, "prompt": text, "add_special_tokens": False})
+        response = await client.post(
+            base_url + "/tokenize",
+            timeout=30,
+            json={"model": model, "prompt": text, "add_special_tokens": False},
+        )
         if response.status_code != 200:
             return None
         return list(response.json()["tokens"])
@@ -443,12 +471,14 @@ async def tokenize(client: httpx.AsyncClient, base_url: str, model: str, text: s
         return None
 
 
-async def detokenize(client: httpx.AsyncClient, base_url: str, model: str,
-                     token_ids: list[int]) -> str | None:
+async def detokenize(
+    client: httpx.AsyncClient, base_url: str, model: str, token_ids: list[int]
+) -> str | None:
     """Text of ``token_ids`` from vLLM's ``/detokenize``; None when unavailable."""
     try:
-        response = await client.post(base_url + "/detokenize", timeout=30, json={
-            "model": model, "tokens": token_ids})
+        response = await client.post(
+            base_url + "/detokenize", timeout=30, json={"model": model, "tokens": token_ids}
+        )
         if response.status_code != 200:
             return None
         return str(response.json()["prompt"])

@@ -33,11 +33,15 @@ def headline(point: LoadPointResult) -> dict[str, float | None]:
     """The figures compared, by key of ``HEADLINE``."""
     m = point.metrics
     return {
-        "ttft_p50_s": m.ttft_s.p50, "ttft_p99_s": m.ttft_s.p99,
-        "tpot_p50_s": m.tpot_s.p50, "tpot_p99_s": m.tpot_s.p99,
-        "itl_p50_s": m.itl_s.p50, "e2el_p50_s": m.e2el_s.p50,
+        "ttft_p50_s": m.ttft_s.p50,
+        "ttft_p99_s": m.ttft_s.p99,
+        "tpot_p50_s": m.tpot_s.p50,
+        "tpot_p99_s": m.tpot_s.p99,
+        "itl_p50_s": m.itl_s.p50,
+        "e2el_p50_s": m.e2el_s.p50,
         "output_throughput_tok_s": m.output_throughput_tok_s,
-        "request_throughput_rps": m.request_throughput_rps, "failed": float(m.failed),
+        "request_throughput_rps": m.request_throughput_rps,
+        "failed": float(m.failed),
     }
 
 
@@ -89,13 +93,18 @@ def compare(a: BenchResult, b: BenchResult, a_name: str = "A", b_name: str = "B"
             rel = diff / va if diff is not None and va else None
             better: Literal["a", "b", "same"] | None = None
             if diff is not None:
-                better = "same" if diff == 0 else (
-                    "b" if (diff < 0) == (good == "lower") else "a")
-            figures.append(FigureDiff(key=key, name=name, a=va, b=vb, diff=diff, relative=rel,
-                                      better=better))
+                better = "same" if diff == 0 else ("b" if (diff < 0) == (good == "lower") else "a")
+            figures.append(
+                FigureDiff(key=key, name=name, a=va, b=vb, diff=diff, relative=rel, better=better)
+            )
         points.append(PointDiff(label=pa.point.label, figures=figures))
-    return Comparison(a=a_name, b=b_name, points=points,
-                      only_in_a=sorted(labels_a - labels_b), only_in_b=sorted(labels_b - labels_a))
+    return Comparison(
+        a=a_name,
+        b=b_name,
+        points=points,
+        only_in_a=sorted(labels_a - labels_b),
+        only_in_b=sorted(labels_b - labels_a),
+    )
 
 
 def load_summary(path: str | Path) -> BenchResult:
@@ -110,13 +119,16 @@ def load_summary(path: str | Path) -> BenchResult:
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise SpecError(f"cannot read the bench summary: {exc.strerror}", file=str(p),
-                        hint="pass a run folder written by `tandem bench --out DIR` or its "
-                             "summary.json") from exc
+        raise SpecError(
+            f"cannot read the bench summary: {exc.strerror}",
+            file=str(p),
+            hint="pass a run folder written by `tandem bench --out DIR` or its summary.json",
+        ) from exc
     except ValueError as exc:
         raise SpecError(f"not JSON: {exc}", file=str(p)) from exc
     try:
         return BenchResult.model_validate(data)
     except ValueError as exc:
-        raise SpecError(f"not a tandem bench summary: {str(exc).splitlines()[0]}",
-                        file=str(p)) from exc
+        raise SpecError(
+            f"not a tandem bench summary: {str(exc).splitlines()[0]}", file=str(p)
+        ) from exc

@@ -22,65 +22,95 @@ class BenchConfig(BaseModel):
 
     url: str = Field(description="Server root, e.g. `http://10.77.0.1:8000` (no `/v1`).")
     model: str | None = Field(
-        default=None, description="Model name sent in requests; default: the only one served.")
+        default=None, description="Model name sent in requests; default: the only one served."
+    )
     api_key: SecretStr | None = Field(
-        default=None, exclude=True,
+        default=None,
+        exclude=True,
         description="Bearer token the server requires (vLLM's `--api-key`); never written "
-                    "to the summary.")
+        "to the summary.",
+    )
     endpoint: Literal["chat", "completions"] = Field(
-        default="chat", description="`chat` = /v1/chat/completions, `completions` = "
-                                    "/v1/completions (prompt sent as token ids when known).")
+        default="chat",
+        description="`chat` = /v1/chat/completions, `completions` = "
+        "/v1/completions (prompt sent as token ids when known).",
+    )
     concurrency: list[int] = Field(
         default_factory=lambda: [1],
         description="Concurrency ladder: one closed-loop load point per value (1 = single "
-                    "stream, the figure single-user decode speeds quote).")
+        "stream, the figure single-user decode speeds quote).",
+    )
     rates_rps: list[float] = Field(
         default_factory=list,
-        description="Request-rate ladder, requests/s: one open-loop load point per value.")
+        description="Request-rate ladder, requests/s: one open-loop load point per value.",
+    )
     burstiness: float = Field(
-        default=1.0, gt=0,
+        default=1.0,
+        gt=0,
         description="Shape of the gamma inter-arrival times of rate points: 1 = Poisson, "
-                    "`inf` = constant rate, < 1 burstier.")
+        "`inf` = constant rate, < 1 burstier.",
+    )
     max_concurrency: int | None = Field(
-        default=None, ge=1, description="Cap on requests in flight at rate points; the wait "
-                                        "shows up as client queue time, not latency.")
+        default=None,
+        ge=1,
+        description="Cap on requests in flight at rate points; the wait "
+        "shows up as client queue time, not latency.",
+    )
     requests: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="Requests per load point; default max(8, 4 × concurrency) for concurrency "
-                    "points and 16 for rate points.")
+        "points and 16 for rate points.",
+    )
     input_tokens: int = Field(default=128, ge=1, description="Prompt length, tokens.")
     output_tokens: int = Field(default=128, ge=1, description="max_tokens of every request.")
-    ignore_eos: bool = Field(default=True,
-                             description="Ask for exactly output_tokens (vLLM `ignore_eos`).")
-    temperature: float | None = Field(default=None, ge=0,
-                                      description="Sampling temperature; default: server's.")
+    ignore_eos: bool = Field(
+        default=True, description="Ask for exactly output_tokens (vLLM `ignore_eos`)."
+    )
+    temperature: float | None = Field(
+        default=None, ge=0, description="Sampling temperature; default: server's."
+    )
     prompt_file: str | None = Field(
-        default=None, description="Prompts to use instead of synthetic fixed-length ones: "
-                                  "JSONL with a `prompt` field, or plain text one per line.")
+        default=None,
+        description="Prompts to use instead of synthetic fixed-length ones: "
+        "JSONL with a `prompt` field, or plain text one per line.",
+    )
     long_context: bool = Field(
-        default=False, description="Add a single-stream prefill point whose prompt fills the "
-                                   "model's max_model_len (minus output_tokens).")
+        default=False,
+        description="Add a single-stream prefill point whose prompt fills the "
+        "model's max_model_len (minus output_tokens).",
+    )
     long_context_requests: int = Field(default=2, ge=1)
-    warmup_requests: int = Field(default=2, ge=0,
-                                 description="Requests sent and discarded before measuring.")
+    warmup_requests: int = Field(
+        default=2, ge=0, description="Requests sent and discarded before measuring."
+    )
     request_timeout_s: float = Field(default=600.0, gt=0, description="Per request, seconds.")
     slo: Slo = Field(default_factory=Slo, description="SLOs for goodput; none by default.")
     seed: int = Field(default=0, description="Seeds the prompts and arrival schedules.")
     scrape_metrics: bool = Field(default=True, description="Difference /metrics per point.")
     kv_sample_interval_s: float = Field(
-        default=5.0, ge=0,
+        default=5.0,
+        ge=0,
         description="How often /metrics is sampled during a point for the KV cache peak; 0 "
-                    "samples only before and after. Each scrape stalls vLLM's API process while "
-                    "it renders the page (~35 ms measured on vLLM-CPU), so sampling often "
-                    "slows the streams it measures.")
+        "samples only before and after. Each scrape stalls vLLM's API process while "
+        "it renders the page (~35 ms measured on vLLM-CPU), so sampling often "
+        "slows the streams it measures.",
+    )
     idle_check_s: float = Field(
-        default=0.5, ge=0, description="Idle window before the run: counters that move in it "
-                                       "mean foreign traffic (a warning).")
+        default=0.5,
+        ge=0,
+        description="Idle window before the run: counters that move in it "
+        "mean foreign traffic (a warning).",
+    )
     roofline_decode_tok_s: float | None = Field(
-        default=None, gt=0, description="The planner's single-stream decode roofline, tok/s; "
-                                         "when given, decode speed is reported as a fraction.")
-    extra_body: dict[str, Any] = Field(default_factory=dict,
-                                       description="Merged into every request's JSON body.")
+        default=None,
+        gt=0,
+        description="The planner's single-stream decode roofline, tok/s; "
+        "when given, decode speed is reported as a fraction.",
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="Merged into every request's JSON body."
+    )
 
     @field_validator("url")
     @classmethod

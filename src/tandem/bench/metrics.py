@@ -77,8 +77,16 @@ class LatencyStats(BaseModel):
         n = len(data)
         mean = math.fsum(data) / n
         var = math.fsum((v - mean) ** 2 for v in data) / n
-        return cls(count=n, mean=mean, std=math.sqrt(var), min=data[0], max=data[-1],
-                   p50=percentile(data, 50), p90=percentile(data, 90), p99=percentile(data, 99))
+        return cls(
+            count=n,
+            mean=mean,
+            std=math.sqrt(var),
+            min=data[0],
+            max=data[-1],
+            p50=percentile(data, 50),
+            p90=percentile(data, 90),
+            p99=percentile(data, 99),
+        )
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -96,6 +104,7 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 
 
 # --- per-request figures ----------------------------------------------------------------------
+
 
 def tpot_s(record: RequestRecord) -> float | None:
     """(E2EL − TTFT) / (output_tokens − 1); None for a failed request or one with ≤ 1 token."""
@@ -159,8 +168,9 @@ class LoadPointMetrics(BaseModel):
     requests: int = Field(description="Requests sent, warm-up excluded.")
     completed: int
     failed: int
-    errors: dict[str, int] = Field(default_factory=dict,
-                                   description="Failed requests by ErrorCategory value.")
+    errors: dict[str, int] = Field(
+        default_factory=dict, description="Failed requests by ErrorCategory value."
+    )
     duration_s: float | None = None
     request_throughput_rps: float | None = None
     output_throughput_tok_s: float | None = None
@@ -170,7 +180,8 @@ class LoadPointMetrics(BaseModel):
     output_tokens_total: int = 0
     reasoning_tokens_total: int | None = None
     max_concurrent_requests: int = Field(
-        default=0, description="Most requests in flight at once (sweep over [start, end]).")
+        default=0, description="Most requests in flight at once (sweep over [start, end])."
+    )
     ttft_s: LatencyStats = Field(default_factory=LatencyStats)
     ttfat_s: LatencyStats = Field(default_factory=LatencyStats)
     tpot_s: LatencyStats = Field(default_factory=LatencyStats)
@@ -178,11 +189,14 @@ class LoadPointMetrics(BaseModel):
     e2el_s: LatencyStats = Field(default_factory=LatencyStats)
     queue_s: LatencyStats = Field(default_factory=LatencyStats)
     tokens_per_chunk: LatencyStats = Field(default_factory=LatencyStats)
-    output_tokens: LatencyStats = Field(default_factory=LatencyStats,
-                                        description="Output tokens per completed request.")
+    output_tokens: LatencyStats = Field(
+        default_factory=LatencyStats, description="Output tokens per completed request."
+    )
 
 
-def load_point_metrics(records: Sequence[RequestRecord], slo: Slo | None = None) -> LoadPointMetrics:
+def load_point_metrics(
+    records: Sequence[RequestRecord], slo: Slo | None = None
+) -> LoadPointMetrics:
     """Aggregate one load point's records. Pure: same records, same figures.
 
     Usage:
@@ -229,8 +243,9 @@ def load_point_metrics(records: Sequence[RequestRecord], slo: Slo | None = None)
         e2el_s=LatencyStats.of(r.e2el_s for r in done),
         queue_s=LatencyStats.of(r.queue_s for r in records),
         tokens_per_chunk=LatencyStats.of(tokens_per_chunk(r) for r in done),
-        output_tokens=LatencyStats.of(float(r.output_tokens) for r in done
-                                      if r.output_tokens is not None),
+        output_tokens=LatencyStats.of(
+            float(r.output_tokens) for r in done if r.output_tokens is not None
+        ),
     )
 
 
@@ -250,5 +265,15 @@ def max_concurrency(records: Iterable[RequestRecord]) -> int:
     return peak
 
 
-__all__ = ["ErrorCategory", "LatencyStats", "LoadPointMetrics", "Slo", "itl_gaps_s",
-           "load_point_metrics", "max_concurrency", "percentile", "tokens_per_chunk", "tpot_s"]
+__all__ = [
+    "ErrorCategory",
+    "LatencyStats",
+    "LoadPointMetrics",
+    "Slo",
+    "itl_gaps_s",
+    "load_point_metrics",
+    "max_concurrency",
+    "percentile",
+    "tokens_per_chunk",
+    "tpot_s",
+]

@@ -52,36 +52,49 @@ class RequestRecord(BaseModel):
     load_point: str = Field(description="Label of the load point, e.g. `c4` or `r2.0`.")
     endpoint: str = Field(description="`chat` (/v1/chat/completions) or `completions`.")
     scheduled_s: float = Field(
-        description="When the arrival schedule wanted the request sent, from the load point start.")
+        description="When the arrival schedule wanted the request sent, from the load point start."
+    )
     start_s: float = Field(
         description="When it was sent, from the load point start. `start_s - scheduled_s` is the "
-                    "client queue time (waiting for a concurrency slot or for the event loop).")
+        "client queue time (waiting for a concurrency slot or for the event loop)."
+    )
     ok: bool = Field(description="True when the stream finished and carried at least one token.")
     error: ErrorCategory | None = Field(default=None, description="Why it failed; None when ok.")
     error_detail: str | None = Field(
-        default=None, description="The server's message or the exception text, shortened.")
+        default=None, description="The server's message or the exception text, shortened."
+    )
     http_status: int | None = Field(default=None, description="HTTP status of the response.")
     ttft_s: float | None = Field(
-        default=None, description="Time to first token of any kind (reasoning or answer).")
+        default=None, description="Time to first token of any kind (reasoning or answer)."
+    )
     ttfat_s: float | None = Field(
-        default=None, description="Time to first answer token: the first non-reasoning content. "
-                                  "Equals ttft_s for a model that does not reason.")
+        default=None,
+        description="Time to first answer token: the first non-reasoning content. "
+        "Equals ttft_s for a model that does not reason.",
+    )
     e2el_s: float | None = Field(
-        default=None, description="End-to-end latency: arrival of the last token chunk. The "
-                                  "trailing usage chunk and `[DONE]` are not counted.")
+        default=None,
+        description="End-to-end latency: arrival of the last token chunk. The "
+        "trailing usage chunk and `[DONE]` are not counted.",
+    )
     chunk_times_s: list[float] = Field(
         default_factory=list,
         description="Arrival time of every token-bearing chunk, from start_s. The inter-chunk "
-                    "gaps (ITL) are the differences of consecutive entries.")
+        "gaps (ITL) are the differences of consecutive entries.",
+    )
     reasoning_chunks: int = Field(default=0, description="How many chunks carried reasoning text.")
     prompt_tokens: int | None = Field(default=None, description="`usage.prompt_tokens`.")
     output_tokens: int | None = Field(
-        default=None, description="`usage.completion_tokens` (includes reasoning tokens); when "
-                                  "the server sends no usage, the number of token chunks.")
+        default=None,
+        description="`usage.completion_tokens` (includes reasoning tokens); when "
+        "the server sends no usage, the number of token chunks.",
+    )
     output_tokens_from_usage: bool = Field(
-        default=True, description="False when output_tokens was counted from chunks.")
+        default=True, description="False when output_tokens was counted from chunks."
+    )
     reasoning_tokens: int | None = Field(
-        default=None, description="`usage.completion_tokens_details.reasoning_tokens`, if sent.")
+        default=None, description="`usage.completion_tokens_details.reasoning_tokens`, if sent."
+    )
     finish_reason: str | None = Field(default=None, description="`length`, `stop`, …")
     output_chars: int = Field(default=0, description="Characters of answer text received.")
     reasoning_chars: int = Field(default=0, description="Characters of reasoning text received.")

@@ -24,7 +24,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import IO, Literal
@@ -50,7 +50,6 @@ from tandem.bench.config import BenchConfig
 from tandem.bench.metrics import LoadPointMetrics, load_point_metrics
 from tandem.bench.records import RequestRecord
 from tandem.bench.server_metrics import ServerDelta
-from tandem.vllm_metrics import MetricsSnapshot
 from tandem.bench.transport import AiohttpTransport
 from tandem.bench.workload import (
     LoadPoint,
@@ -61,6 +60,7 @@ from tandem.bench.workload import (
     synthetic_text,
 )
 from tandem.errors import EndpointError, Problem, SpecError
+from tandem.vllm_metrics import MetricsSnapshot
 
 SCHEMA_VERSION = 1
 REQUESTS_FILE = "requests.jsonl"
@@ -85,8 +85,10 @@ class LoadPointResult(BaseModel):
     metrics: LoadPointMetrics
     server: ServerDelta | None = None
     decode_roofline_fraction: float | None = Field(
-        default=None, description="Single-stream decode speed (1 / median TPOT) over the "
-                                  "planner's roofline; only for concurrency-1 points.")
+        default=None,
+        description="Single-stream decode speed (1 / median TPOT) over the "
+        "planner's roofline; only for concurrency-1 points.",
+    )
     warnings: list[str] = Field(default_factory=list)
 
 
@@ -98,7 +100,7 @@ class BenchResult(BaseModel):
     schema_version: int = SCHEMA_VERSION
     tool: Literal["tandem bench"] = "tandem bench"
     tandem_version: str | None = None
-    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     finished: bool = Field(default=False, description="False while running or when killed.")
     config: BenchConfig
     server: ServerInfo
@@ -148,9 +150,15 @@ class LoadGenerator:
             Without it, an ``out_dir`` holding a run is refused, never overwritten.
     """
 
-    def __init__(self, config: BenchConfig, out_dir: Path | None = None,
-                 on_progress: ProgressCallback | None = None,
-                 clock: Clock = time.perf_counter, *, resume: bool = False) -> None:
+    def __init__(
+        self,
+        config: BenchConfig,
+        out_dir: Path | None = None,
+        on_progress: ProgressCallback | None = None,
+        clock: Clock = time.perf_counter,
+        *,
+        resume: bool = False,
+    ) -> None:
         self.config = config
         self.out_dir = out_dir
         self.resume = resume
@@ -171,17 +179,22 @@ class LoadGenerator:
         key = config.api_key.get_secret_value() if config.api_key else None
         # identity: the SSE parser reads raw bytes, so a proxy must not compress the stream
         headers = {"Accept-Encoding": "identity", **wire.bearer(key)}
-        async with httpx.AsyncClient(transport=transport, timeout=timeout,
-                                     headers=headers) as client:
+        async with httpx.AsyncClient(
+            transport=transport, timeout=timeout, headers=headers
+        ) as client:
             self.client = client
             server = await self._server_info()
             points = plan_load_points(config, server.max_model_len)
-            result = previous or BenchResult(config=config, server=server,
-                                             tandem_version=_tandem_version())
+            result = previous or BenchResult(
+                config=config, server=server, tandem_version=_tandem_version()
+            )
             if previous is not None and previous.server.model != server.model:
-                raise SpecError(f"the run in {self.out_dir} measured '{previous.server.model}', "
-                                f"the server now serves '{server.model}'", field="model",
-                                hint="resume against the same model, or choose another --out")
+                raise SpecError(
+                    f"the run in {self.out_dir} measured '{previous.server.model}', "
+                    f"the server now serves '{server.model}'",
+                    field="model",
+                    hint="resume against the same model, or choose another --out",
+                )
             done = {p.point.label for p in result.points}
             self._emit("prepare", None, 0, len(points))
             warnings = []
@@ -195,8 +208,9 @@ class LoadGenerator:
                 todo = [(i, p) for i, p in enumerate(points) if p.label not in done]
                 await self._warmup(todo[0][1] if todo else None, server.model, len(points))
                 for i, point in todo:
-                    result.points.append(await self._run_point(point, i, len(points),
-                                                               server.model, jsonl))
+                    result.points.append(
+                        await self._run_point(point, i, len(points), server.model, jsonl)
+                    )
                     self._write_summary(result)
             finally:
                 if jsonl is not None:
@@ -214,18 +228,27 @@ class LoadGenerator:
         wanted = self.config.model
         if wanted is None:
             if len(models) != 1:
-                raise EndpointError(f"the server serves {len(models)} models ({', '.join(names)})",
-                                    hint="name one with --model")
+                raise EndpointError(
+                    f"the server serves {len(models)} models ({', '.join(names)})",
+                    hint="name one with --model",
+                )
             chosen = models[0]
         else:
             match = [m for m in models if m.id == wanted]
             if not match:
-                raise EndpointError(f"the server does not serve '{wanted}' (it serves: "
-                                    f"{', '.join(names) or 'nothing'})",
-                                    field="model", hint="pass one of those names to --model")
+                raise EndpointError(
+                    f"the server does not serve '{wanted}' (it serves: "
+                    f"{', '.join(names) or 'nothing'})",
+                    field="model",
+                    hint="pass one of those names to --model",
+                )
             chosen = match[0]
-        return ServerInfo(url=self.config.url, model=chosen.id, max_model_len=chosen.max_model_len,
-                          version=await server_version(self.client, self.config.url))
+        return ServerInfo(
+            url=self.config.url,
+            model=chosen.id,
+            max_model_len=chosen.max_model_len,
+            version=await server_version(self.client, self.config.url),
+        )
 
     async def _idle_check(self) -> list[str]:
         before = await server_metrics.scrape(self.client, self.config.url)
@@ -236,16 +259,20 @@ class LoadGenerator:
         moved = server_metrics.counters_moved(before, after)
         if not moved:
             return []
-        return [f"server counters moved while the benchmark was idle ({', '.join(moved)} in "
-                f"{self.config.idle_check_s:g} s): another client uses this server, so "
-                "latencies and server deltas include its load"]
+        return [
+            f"server counters moved while the benchmark was idle ({', '.join(moved)} in "
+            f"{self.config.idle_check_s:g} s): another client uses this server, so "
+            "latencies and server deltas include its load"
+        ]
 
     async def _fill_token_pool(self, model: str) -> list[str]:
         text = synthetic_text(self.config.seed, 2000)
         ids = await tokenize(self.client, self.config.url, model, text)
         if not ids:
-            return ["the server has no /tokenize, so prompt lengths are approximate "
-                    "(one word per token); prompt tokens are still read from usage"]
+            return [
+                "the server has no /tokenize, so prompt lengths are approximate "
+                "(one word per token); prompt tokens are still read from usage"
+            ]
         self._token_pool = sorted(set(ids))
         return []
 
@@ -256,10 +283,14 @@ class LoadGenerator:
             return [Prompt(fp[(first_index + i) % len(fp)]) for i in range(n)]
         seed = self.config.seed
         if self._token_pool is None:
-            return [Prompt(synthetic_text(seed * 7919 + first_index + i, point.input_tokens))
-                    for i in range(n)]
-        ids = [sample_token_ids(self._token_pool, point.input_tokens, seed, first_index + i)
-               for i in range(n)]
+            return [
+                Prompt(synthetic_text(seed * 7919 + first_index + i, point.input_tokens))
+                for i in range(n)
+            ]
+        ids = [
+            sample_token_ids(self._token_pool, point.input_tokens, seed, first_index + i)
+            for i in range(n)
+        ]
         if self.endpoint.name == "completions":
             return [Prompt("", tuple(x)) for x in ids]
         gate = asyncio.Semaphore(8)
@@ -267,8 +298,9 @@ class LoadGenerator:
         async def text_of(token_ids: list[int]) -> Prompt:
             async with gate:
                 text = await detokenize(self.client, self.config.url, model, token_ids)
-            return Prompt(text if text is not None else synthetic_text(seed, len(token_ids)),
-                          tuple(token_ids))
+            return Prompt(
+                text if text is not None else synthetic_text(seed, len(token_ids)), tuple(token_ids)
+            )
 
         return list(await asyncio.gather(*(text_of(x) for x in ids)))
 
@@ -276,33 +308,53 @@ class LoadGenerator:
         if first is None or self.config.warmup_requests == 0:
             return
         self._emit("warmup", first, 0, points, total=self.config.warmup_requests)
-        shape = first.model_copy(update={"requests": self.config.warmup_requests,
-                                         "output_tokens": min(first.output_tokens, 16)})
+        shape = first.model_copy(
+            update={
+                "requests": self.config.warmup_requests,
+                "output_tokens": min(first.output_tokens, 16),
+            }
+        )
         prompts = await self._prompts(shape, model, first_index=10_000_000)
         sampling = self._sampling(shape)
         for i, prompt in enumerate(prompts):
             payload = self.endpoint.payload(model, prompt, sampling)
-            await send_request(self.client, self.config.url, self.endpoint, payload,
-                               RequestSlot(i, "warmup", 0.0), origin=self.clock(),
-                               timeout_s=self.config.request_timeout_s, clock=self.clock)
+            await send_request(
+                self.client,
+                self.config.url,
+                self.endpoint,
+                payload,
+                RequestSlot(i, "warmup", 0.0),
+                origin=self.clock(),
+                timeout_s=self.config.request_timeout_s,
+                clock=self.clock,
+            )
             self._emit("warmup", first, 0, points, done=i + 1, total=len(prompts))
 
     def _sampling(self, point: LoadPoint) -> Sampling:
         c = self.config
-        return Sampling(max_tokens=point.output_tokens, ignore_eos=c.ignore_eos,
-                        temperature=c.temperature, extra_body=c.extra_body)
+        return Sampling(
+            max_tokens=point.output_tokens,
+            ignore_eos=c.ignore_eos,
+            temperature=c.temperature,
+            extra_body=c.extra_body,
+        )
 
-    async def _run_point(self, point: LoadPoint, index: int, points: int, model: str,
-                         jsonl: IO[str] | None) -> LoadPointResult:
+    async def _run_point(
+        self, point: LoadPoint, index: int, points: int, model: str, jsonl: IO[str] | None
+    ) -> LoadPointResult:
         config = self.config
         prompts = await self._prompts(point, model, first_index=index * 1_000_000)
         sampling = self._sampling(point)
         payloads = [self.endpoint.payload(model, p, sampling) for p in prompts]
-        offsets = arrival_offsets_s(point.requests, point.rate_rps,
-                                    point.burstiness if point.burstiness is not None else 1.0,
-                                    seed=config.seed + index)
-        before = await server_metrics.scrape(self.client, config.url) \
-            if config.scrape_metrics else None
+        offsets = arrival_offsets_s(
+            point.requests,
+            point.rate_rps,
+            point.burstiness if point.burstiness is not None else 1.0,
+            seed=config.seed + index,
+        )
+        before = (
+            await server_metrics.scrape(self.client, config.url) if config.scrape_metrics else None
+        )
         samples: list[MetricsSnapshot] = []
         sampler = None
         if before is not None and config.kv_sample_interval_s > 0:
@@ -316,9 +368,15 @@ class LoadGenerator:
         async def one(i: int, scheduled: float) -> None:
             try:
                 record = await send_request(
-                    self.client, config.url, self.endpoint, payloads[i],
-                    RequestSlot(i, point.label, scheduled), origin=origin,
-                    timeout_s=config.request_timeout_s, clock=self.clock)
+                    self.client,
+                    config.url,
+                    self.endpoint,
+                    payloads[i],
+                    RequestSlot(i, point.label, scheduled),
+                    origin=origin,
+                    timeout_s=config.request_timeout_s,
+                    clock=self.clock,
+                )
             finally:
                 if slots is not None:
                     slots.release()
@@ -329,9 +387,17 @@ class LoadGenerator:
             counts["errors"] += not record.ok
             if record.ok:
                 counts["tokens"] += record.output_tokens or 0
-            self._emit("run", point, index, points, done=len(records), total=point.requests,
-                       errors=counts["errors"], output_tokens=counts["tokens"],
-                       elapsed_s=self.clock() - origin)
+            self._emit(
+                "run",
+                point,
+                index,
+                points,
+                done=len(records),
+                total=point.requests,
+                errors=counts["errors"],
+                output_tokens=counts["tokens"],
+                elapsed_s=self.clock() - origin,
+            )
 
         self._emit("run", point, index, points, total=point.requests)
         tasks = []
@@ -353,10 +419,13 @@ class LoadGenerator:
         self.records += records
         metrics = load_point_metrics(records, config.slo)
         delta = server_metrics.server_delta(before, after, samples) if before and after else None
-        return LoadPointResult(point=point, metrics=metrics, server=delta,
-                               decode_roofline_fraction=_roofline_fraction(point, metrics, config),
-                               warnings=_consistency_warnings(records, delta)
-                               + coalescing_warnings(metrics, delta))
+        return LoadPointResult(
+            point=point,
+            metrics=metrics,
+            server=delta,
+            decode_roofline_fraction=_roofline_fraction(point, metrics, config),
+            warnings=_consistency_warnings(records, delta) + coalescing_warnings(metrics, delta),
+        )
 
     async def _sample(self, into: list[MetricsSnapshot]) -> None:
         while True:
@@ -380,24 +449,34 @@ class LoadGenerator:
         if not summary.exists() and not requests.exists():
             return None
         if not self.resume:
-            raise SpecError(f"{self.out_dir} already holds a benchmark run", field="--out",
-                            file=str(self.out_dir),
-                            hint="pass --resume to continue it (finished load points are "
-                                 "kept), or choose another --out")
+            raise SpecError(
+                f"{self.out_dir} already holds a benchmark run",
+                field="--out",
+                file=str(self.out_dir),
+                hint="pass --resume to continue it (finished load points are "
+                "kept), or choose another --out",
+            )
         if not summary.exists():  # killed during the first point: nothing finished yet
             return None
         try:
             previous = BenchResult.model_validate_json(summary.read_text(encoding="utf-8"))
         except ValueError as exc:
-            raise SpecError("not a tandem bench summary", file=str(summary),
-                            hint="choose another --out") from exc
+            raise SpecError(
+                "not a tandem bench summary", file=str(summary), hint="choose another --out"
+            ) from exc
         theirs, ours = previous.config.model_dump(), self.config.model_dump()
-        problems = [Problem(name, f"the run used {theirs.get(name)!r}, now {value!r}")
-                    for name, value in ours.items() if theirs.get(name) != value]
+        problems = [
+            Problem(name, f"the run used {theirs.get(name)!r}, now {value!r}")
+            for name, value in ours.items()
+            if theirs.get(name) != value
+        ]
         if problems:
-            raise SpecError("a run resumes only with the options it started with",
-                            file=str(summary), problems=problems,
-                            hint="repeat the first command with --resume")
+            raise SpecError(
+                "a run resumes only with the options it started with",
+                file=str(summary),
+                problems=problems,
+                hint="repeat the first command with --resume",
+            )
         previous.finished = False
         return previous
 
@@ -413,7 +492,7 @@ class LoadGenerator:
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(r.model_dump_json() + "\n" for r in kept), encoding="utf-8")
         tmp.replace(path)
-        return open(path, "a", encoding="utf-8")  # noqa: SIM115
+        return open(path, "a", encoding="utf-8")
 
     def _write_summary(self, result: BenchResult) -> None:
         if self.out_dir is None:
@@ -423,8 +502,14 @@ class LoadGenerator:
         tmp.write_text(result.model_dump_json(indent=2), encoding="utf-8")
         tmp.replace(path)
 
-    def _emit(self, phase: Literal["prepare", "warmup", "run", "done"], point: LoadPoint | None,
-              index: int, points: int, **counts: float) -> None:
+    def _emit(
+        self,
+        phase: Literal["prepare", "warmup", "run", "done"],
+        point: LoadPoint | None,
+        index: int,
+        points: int,
+        **counts: float,
+    ) -> None:
         self.on_progress(ProgressEvent(phase, point, index, points, **counts))  # type: ignore[arg-type]
 
 
@@ -439,10 +524,14 @@ def _consistency_warnings(records: list[RequestRecord], delta: ServerDelta | Non
     pairs = (("generation", out, delta.generation_tokens), ("prompt", prompt, delta.prompt_tokens))
     for name, ours, theirs in pairs:
         if theirs is not None and theirs != ours:
-            why = (f"{failed} failed requests may have used tokens without reporting usage"
-                   if failed else "another client probably used the server meanwhile")
-            warnings.append(f"server counted {theirs} {name} tokens, requests' usage sums to "
-                            f"{ours} ({why})")
+            why = (
+                f"{failed} failed requests may have used tokens without reporting usage"
+                if failed
+                else "another client probably used the server meanwhile"
+            )
+            warnings.append(
+                f"server counted {theirs} {name} tokens, requests' usage sums to {ours} ({why})"
+            )
     return warnings
 
 
@@ -456,16 +545,19 @@ def coalescing_warnings(metrics: LoadPointMetrics, delta: ServerDelta | None) ->
     speed, so the point's TTFT, ITL and TPOT describe the API process, not the model.
     """
     per_chunk = metrics.tokens_per_chunk.p50
-    per_step = (delta.spec_acceptance_length if delta and delta.spec_acceptance_length else 1.0)
+    per_step = delta.spec_acceptance_length if delta and delta.spec_acceptance_length else 1.0
     if per_chunk is None or per_chunk <= max(2.0, 2 * per_step):
         return []
-    return [f"the server sent {per_chunk:.1f} tokens per chunk (median) for {per_step:.2f} per "
-            f"decode step: it merged steps, so TTFT, ITL and TPOT here measure its API process "
-            f"falling behind, not decoding; rerun with the server's host less loaded"]
+    return [
+        f"the server sent {per_chunk:.1f} tokens per chunk (median) for {per_step:.2f} per "
+        f"decode step: it merged steps, so TTFT, ITL and TPOT here measure its API process "
+        f"falling behind, not decoding; rerun with the server's host less loaded"
+    ]
 
 
-def _roofline_fraction(point: LoadPoint, metrics: LoadPointMetrics,
-                       config: BenchConfig) -> float | None:
+def _roofline_fraction(
+    point: LoadPoint, metrics: LoadPointMetrics, config: BenchConfig
+) -> float | None:
     tpot = metrics.tpot_s.p50
     if config.roofline_decode_tok_s is None or point.concurrency != 1 or not tpot:
         return None
@@ -479,8 +571,13 @@ def _tandem_version() -> str | None:
         return None
 
 
-def run(config: BenchConfig, out_dir: Path | None = None,
-        on_progress: ProgressCallback | None = None, *, resume: bool = False) -> BenchResult:
+def run(
+    config: BenchConfig,
+    out_dir: Path | None = None,
+    on_progress: ProgressCallback | None = None,
+    *,
+    resume: bool = False,
+) -> BenchResult:
     """Run (or, with ``resume``, continue) a benchmark to the end and return its summary.
 
     Usage:
@@ -513,4 +610,3 @@ def read_records(path: Path) -> list[RequestRecord]:
                 break
             records.append(RequestRecord.model_validate_json(line))
     return records
-

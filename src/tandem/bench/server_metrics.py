@@ -27,9 +27,17 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from tandem.vllm_metrics import (
-    GENERATION_TOKENS, KV_CACHE_USAGE, PREEMPTIONS, PROMPT_TOKENS, SPEC_ACCEPTED,
-    SPEC_DRAFT_TOKENS, SPEC_DRAFTS, MetricsSnapshot, parse_metrics,
+    GENERATION_TOKENS,
+    KV_CACHE_USAGE,
+    PREEMPTIONS,
+    PROMPT_TOKENS,
+    SPEC_ACCEPTED,
+    SPEC_DRAFT_TOKENS,
+    SPEC_DRAFTS,
+    MetricsSnapshot,
+    parse_metrics,
 )
+
 
 async def scrape(client: httpx.AsyncClient, base_url: str) -> MetricsSnapshot | None:
     """GET /metrics and parse it; None when the server exports none (not an error)."""
@@ -54,13 +62,15 @@ class ServerDelta(BaseModel):
     generation_tokens: int | None = None
     preemptions: int | None = None
     kv_cache_usage_peak: float | None = Field(
-        default=None, description="Highest KV cache usage seen, fraction 0..1.")
+        default=None, description="Highest KV cache usage seen, fraction 0..1."
+    )
     spec_drafts: int | None = None
     spec_draft_tokens: int | None = None
     spec_accepted_tokens: int | None = None
     spec_acceptance_rate: float | None = Field(default=None, description="accepted / drafted.")
     spec_acceptance_length: float | None = Field(
-        default=None, description="1 + accepted / drafts: tokens per decode step.")
+        default=None, description="1 + accepted / drafts: tokens per decode step."
+    )
     spec_per_position_rate: list[float] | None = None
 
 
@@ -71,8 +81,9 @@ def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int | 
     return round(b - a)
 
 
-def server_delta(before: MetricsSnapshot, after: MetricsSnapshot,
-                 during: Iterable[MetricsSnapshot] = ()) -> ServerDelta:
+def server_delta(
+    before: MetricsSnapshot, after: MetricsSnapshot, during: Iterable[MetricsSnapshot] = ()
+) -> ServerDelta:
     """Difference two snapshots; ``during`` are the snapshots sampled in between (KV peak)."""
     drafts = _delta(before, after, SPEC_DRAFTS)
     draft_tokens = _delta(before, after, SPEC_DRAFT_TOKENS)
@@ -81,8 +92,10 @@ def server_delta(before: MetricsSnapshot, after: MetricsSnapshot,
     length = 1 + accepted / drafts if accepted is not None and drafts else None
     per_pos = None
     if drafts and after.per_position:
-        per_pos = [(after.per_position[p] - before.per_position.get(p, 0.0)) / drafts
-                   for p in sorted(after.per_position)]
+        per_pos = [
+            (after.per_position[p] - before.per_position.get(p, 0.0)) / drafts
+            for p in sorted(after.per_position)
+        ]
     kv = [s.get(KV_CACHE_USAGE) for s in (before, *during, after)]
     kv_seen = [v for v in kv if v is not None]
     return ServerDelta(
@@ -90,12 +103,18 @@ def server_delta(before: MetricsSnapshot, after: MetricsSnapshot,
         generation_tokens=_delta(before, after, GENERATION_TOKENS),
         preemptions=_delta(before, after, PREEMPTIONS),
         kv_cache_usage_peak=max(kv_seen) if kv_seen else None,
-        spec_drafts=drafts, spec_draft_tokens=draft_tokens, spec_accepted_tokens=accepted,
-        spec_acceptance_rate=rate, spec_acceptance_length=length, spec_per_position_rate=per_pos)
+        spec_drafts=drafts,
+        spec_draft_tokens=draft_tokens,
+        spec_accepted_tokens=accepted,
+        spec_acceptance_rate=rate,
+        spec_acceptance_length=length,
+        spec_per_position_rate=per_pos,
+    )
 
 
-def counters_moved(before: MetricsSnapshot, after: MetricsSnapshot,
-                   names: Mapping[str, str] | None = None) -> list[str]:
+def counters_moved(
+    before: MetricsSnapshot, after: MetricsSnapshot, names: Mapping[str, str] | None = None
+) -> list[str]:
     """Counters that changed between two snapshots taken while the benchmark sent nothing.
 
     Returns a description per moved counter, e.g. ``generation tokens +37``; empty when idle.

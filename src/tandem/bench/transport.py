@@ -93,8 +93,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._max_connections or 0, limit_per_host=0)
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=self._trust_env,
-                                                  auto_decompress=False)
+            self._session = aiohttp.ClientSession(
+                connector=connector, trust_env=self._trust_env, auto_decompress=False
+            )
         return self._session
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -103,16 +104,26 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         body = await request.aread()
         with _mapped(request):
             response = await session.request(
-                request.method, str(request.url), headers=request.headers.multi_items(),
-                data=body or None, allow_redirects=False, compress=None,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout.get("connect"),
-                                              sock_read=timeout.get("read")))
+                request.method,
+                str(request.url),
+                headers=request.headers.multi_items(),
+                data=body or None,
+                allow_redirects=False,
+                compress=None,
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=timeout.get("connect"), sock_read=timeout.get("read")
+                ),
+            )
         extensions = {"http_version": b"HTTP/1.1"}
         if response.reason:
             extensions["reason_phrase"] = response.reason.encode()
-        return httpx.Response(status_code=response.status, headers=response.raw_headers,
-                              stream=_Body(response, request), request=request,
-                              extensions=extensions)
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.raw_headers,
+            stream=_Body(response, request),
+            request=request,
+            extensions=extensions,
+        )
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -31,10 +31,54 @@ from tandem.errors import SpecError
 CHAT_TEMPLATE_MARGIN_TOKENS = 64
 """Tokens left free for the chat template when a prompt is sized to fill the context."""
 
-_WORDS = ("serve model node rank leader worker cache token prefill decode batch queue engine "
-          "tensor expert layer kernel memory network latency stream window budget schedule "
-          "river mountain garden window silver orange marble quiet rapid gentle hollow amber "
-          "lantern harbor meadow canyon pebble thunder velvet compass falcon meridian").split()
+_WORDS = [
+    "serve",
+    "model",
+    "node",
+    "rank",
+    "leader",
+    "worker",
+    "cache",
+    "token",
+    "prefill",
+    "decode",
+    "batch",
+    "queue",
+    "engine",
+    "tensor",
+    "expert",
+    "layer",
+    "kernel",
+    "memory",
+    "network",
+    "latency",
+    "stream",
+    "window",
+    "budget",
+    "schedule",
+    "river",
+    "mountain",
+    "garden",
+    "window",
+    "silver",
+    "orange",
+    "marble",
+    "quiet",
+    "rapid",
+    "gentle",
+    "hollow",
+    "amber",
+    "lantern",
+    "harbor",
+    "meadow",
+    "canyon",
+    "pebble",
+    "thunder",
+    "velvet",
+    "compass",
+    "falcon",
+    "meridian",
+]
 
 
 class LoadPoint(BaseModel):
@@ -65,33 +109,64 @@ def plan_load_points(config: BenchConfig, max_model_len: int | None) -> list[Loa
     if max_model_len is not None and config.input_tokens + config.output_tokens > max_model_len:
         raise SpecError(
             f"input_tokens + output_tokens = {config.input_tokens + config.output_tokens} does not "
-            f"fit the model's max_model_len {max_model_len}", field="input_tokens",
-            hint="lower --input-tokens or --output-tokens")
+            f"fit the model's max_model_len {max_model_len}",
+            field="input_tokens",
+            hint="lower --input-tokens or --output-tokens",
+        )
     for c in config.concurrency:
-        points.append(LoadPoint(label=f"c{c}", kind="concurrency", concurrency=c,
-                                requests=config.requests or max(8, 4 * c), **io))
+        points.append(
+            LoadPoint(
+                label=f"c{c}",
+                kind="concurrency",
+                concurrency=c,
+                requests=config.requests or max(8, 4 * c),
+                **io,
+            )
+        )
     for rate in config.rates_rps:
-        points.append(LoadPoint(label=f"r{rate:g}", kind="rate", rate_rps=rate,
-                                burstiness=config.burstiness, concurrency=config.max_concurrency,
-                                requests=config.requests or 16, **io))
+        points.append(
+            LoadPoint(
+                label=f"r{rate:g}",
+                kind="rate",
+                rate_rps=rate,
+                burstiness=config.burstiness,
+                concurrency=config.max_concurrency,
+                requests=config.requests or 16,
+                **io,
+            )
+        )
     if config.long_context:
         if max_model_len is None:
-            raise SpecError("the server does not report max_model_len, so the long-context "
-                            "prompt cannot be sized", field="long_context",
-                            hint="drop --long-context, or give --input-tokens yourself")
+            raise SpecError(
+                "the server does not report max_model_len, so the long-context "
+                "prompt cannot be sized",
+                field="long_context",
+                hint="drop --long-context, or give --input-tokens yourself",
+            )
         margin = CHAT_TEMPLATE_MARGIN_TOKENS if config.endpoint == "chat" else 1
         long_in = max_model_len - config.output_tokens - margin
         if long_in < 1:
-            raise SpecError(f"output_tokens {config.output_tokens} leaves no room for a prompt "
-                            f"in max_model_len {max_model_len}", field="output_tokens")
-        points.append(LoadPoint(label="long", kind="long-context", concurrency=1,
-                                requests=config.long_context_requests, input_tokens=long_in,
-                                output_tokens=config.output_tokens))
+            raise SpecError(
+                f"output_tokens {config.output_tokens} leaves no room for a prompt "
+                f"in max_model_len {max_model_len}",
+                field="output_tokens",
+            )
+        points.append(
+            LoadPoint(
+                label="long",
+                kind="long-context",
+                concurrency=1,
+                requests=config.long_context_requests,
+                input_tokens=long_in,
+                output_tokens=config.output_tokens,
+            )
+        )
     return points
 
 
-def arrival_offsets_s(n: int, rate_rps: float | None, burstiness: float = 1.0,
-                      seed: int = 0) -> list[float]:
+def arrival_offsets_s(
+    n: int, rate_rps: float | None, burstiness: float = 1.0, seed: int = 0
+) -> list[float]:
     """When each of n requests should be sent, seconds from the load point start.
 
     ``rate_rps`` None or inf: all at 0. ``burstiness`` inf: constant spacing 1/rate.
@@ -140,12 +215,16 @@ def load_prompt_file(path: str | Path) -> list[str]:
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise SpecError(f"cannot read prompt file: {exc.strerror}", file=str(p),
-                        field="prompt_file") from exc
+        raise SpecError(
+            f"cannot read prompt file: {exc.strerror}", file=str(p), field="prompt_file"
+        ) from exc
     except UnicodeDecodeError as exc:
-        raise SpecError(f"the prompt file is not UTF-8 text (byte offset {exc.start})",
-                        file=str(p), field="prompt_file",
-                        hint="save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)") from None
+        raise SpecError(
+            f"the prompt file is not UTF-8 text (byte offset {exc.start})",
+            file=str(p),
+            field="prompt_file",
+            hint="save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)",
+        ) from None
     prompts: list[str] = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -155,9 +234,12 @@ def load_prompt_file(path: str | Path) -> list[str]:
                 obj = json.loads(line)
                 prompts.append(str(obj["prompt"]))
             except (ValueError, KeyError, TypeError) as exc:
-                raise SpecError(f"line {number} is not a JSON object with a `prompt` string",
-                                file=str(p), field="prompt_file",
-                                hint='write one {"prompt": "..."} per line') from exc
+                raise SpecError(
+                    f"line {number} is not a JSON object with a `prompt` string",
+                    file=str(p),
+                    field="prompt_file",
+                    hint='write one {"prompt": "..."} per line',
+                ) from exc
         else:
             prompts.append(line)
     if not prompts:

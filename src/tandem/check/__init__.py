@@ -10,5 +10,14 @@ from tandem.check.preflight import run_check
 from tandem.check.rules import RULES, CheckContext, evaluate
 from tandem.check.transport import NodeTransport, ProbeError
 
-__all__ = ["RULES", "CheckContext", "CheckReport", "Finding", "NodeTransport", "ProbeError",
-           "Severity", "evaluate", "run_check"]
+__all__ = [
+    "RULES",
+    "CheckContext",
+    "CheckReport",
+    "Finding",
+    "NodeTransport",
+    "ProbeError",
+    "Severity",
+    "evaluate",
+    "run_check",
+]

@@ -46,8 +46,9 @@ def _timed(tensor: torch.Tensor, iters: int, warmup: int, device: torch.device) 
     for _ in range(iters):
         dist.all_reduce(tensor)
     _sync(device)
-    elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64,
-                           device=device)
+    elapsed = torch.tensor(
+        [(time.perf_counter() - start) / iters], dtype=torch.float64, device=device
+    )
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     return float(elapsed.item())
 
@@ -74,9 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     # device_id only for NCCL: a torch without the argument still runs the gloo test.
     init: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(backend, init_method=f"tcp://{os.environ['MASTER_ADDR']}:"
-                            f"{os.environ['MASTER_PORT']}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=args.timeout_s), **init)
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=args.timeout_s),
+        **init,
+    )
     rendezvous_s = time.perf_counter() - began
 
     check = torch.full((4,), float(rank + 1), device=device)
@@ -84,8 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     expected = world * (world + 1) / 2
     correct = bool(torch.all(check == expected).item())
 
-    default = ([1 << k for k in range(10, 29, 2)] if backend == "nccl"
-               else [1 << k for k in range(10, 25, 2)])
+    default = (
+        [1 << k for k in range(10, 29, 2)]
+        if backend == "nccl"
+        else [1 << k for k in range(10, 25, 2)]
+    )
     results = []
     for size in _sizes(args.sizes) or default:
         tensor = torch.zeros(max(1, size // 4), dtype=torch.float32, device=device)
@@ -93,21 +102,39 @@ def main(argv: list[str] | None = None) -> int:
         iters = args.iters if nbytes <= (1 << 22) else max(3, args.iters // 4)
         seconds = _timed(tensor, iters, warmup=2, device=device)
         algbw = nbytes / seconds / 1e9
-        results.append({"bytes": nbytes, "iters": iters, "time_us": round(seconds * 1e6, 2),
-                        "algbw_gbps": round(algbw, 6),
-                        "busbw_gbps": round(algbw * 2 * (world - 1) / world, 6)})
+        results.append(
+            {
+                "bytes": nbytes,
+                "iters": iters,
+                "time_us": round(seconds * 1e6, 2),
+                "algbw_gbps": round(algbw, 6),
+                "busbw_gbps": round(algbw * 2 * (world - 1) / world, 6),
+            }
+        )
     small = torch.zeros(LATENCY_BYTES // 4, dtype=torch.float32, device=device)
     latency_s = _timed(small, args.latency_iters, warmup=5, device=device)
 
     if rank == 0:
-        print("TANDEM_FABRIC " + json.dumps({
-            "backend": backend, "world_size": world, "device": str(device),
-            "torch_version": torch.__version__,
-            "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None,
-            "correct": correct, "rendezvous_s": round(rendezvous_s, 3),
-            "sizes": results, "small_message_bytes": LATENCY_BYTES,
-            "small_message_latency_us": round(latency_s * 1e6, 2),
-        }), flush=True)
+        print(
+            "TANDEM_FABRIC "
+            + json.dumps(
+                {
+                    "backend": backend,
+                    "world_size": world,
+                    "device": str(device),
+                    "torch_version": torch.__version__,
+                    "nccl_version": ".".join(map(str, torch.cuda.nccl.version()))
+                    if backend == "nccl"
+                    else None,
+                    "correct": correct,
+                    "rendezvous_s": round(rendezvous_s, 3),
+                    "sizes": results,
+                    "small_message_bytes": LATENCY_BYTES,
+                    "small_message_latency_us": round(latency_s * 1e6, 2),
+                }
+            ),
+            flush=True,
+        )
     dist.destroy_process_group()
     return 0 if correct else 3
 

@@ -36,13 +36,24 @@ from tandem.spec.deployment import Deployment
 from tandem.spec.recipe import DataPlaneTransport
 
 DEFAULT_PORT = 29600
-STRIPPED_PREFIXES = ("VLLM_", "NCCL_", "GLOO_", "TP_SOCKET", "TANDEM_", "MASTER_", "RANK",
-                     "WORLD_SIZE", "LOCAL_RANK")
+STRIPPED_PREFIXES = (
+    "VLLM_",
+    "NCCL_",
+    "GLOO_",
+    "TP_SOCKET",
+    "TANDEM_",
+    "MASTER_",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+)
 """Caller variables dropped before the rank's own are applied, as the local backend does."""
 KEPT_HOST_VARS = ("NCCL_NVLS_ENABLE",)
 """Host-level safety switches kept from the caller (NVLink multicast off on shared hosts)."""
-SHOWN_VARS = re.compile(r"^(NCCL_|GLOO_|TP_SOCKET|VLLM_HOST_IP|CUDA_VISIBLE|MASTER_|RANK|"
-                        r"WORLD_SIZE|LOCAL_RANK|VLLM_CPU_OMP)")
+SHOWN_VARS = re.compile(
+    r"^(NCCL_|GLOO_|TP_SOCKET|VLLM_HOST_IP|CUDA_VISIBLE|MASTER_|RANK|"
+    r"WORLD_SIZE|LOCAL_RANK|VLLM_CPU_OMP)"
+)
 _VIA = re.compile(r"via (NET/[A-Za-z]+|P2P|SHM|CollNet|NVLS)[^\s]*")
 _USING_NET = re.compile(r"NCCL INFO Using network (\w+)")
 
@@ -64,8 +75,9 @@ class FabricResult(BaseModel):
     ranks: list[dict[str, Any]] = Field(description="rank, node, address, local_rank.")
     master: str
     error: str | None = None
-    correct: bool | None = Field(default=None, description="The sum of a test all-reduce "
-                                 "was right on rank 0.")
+    correct: bool | None = Field(
+        default=None, description="The sum of a test all-reduce was right on rank 0."
+    )
     sizes: list[FabricSize] = Field(default_factory=list)
     peak_busbw_gbps: float | None = None
     small_message_bytes: int | None = None
@@ -73,12 +85,17 @@ class FabricResult(BaseModel):
     rendezvous_s: float | None = None
     nccl_version: str | None = None
     torch_version: str | None = None
-    transports: list[str] = Field(default_factory=list, description="NCCL connection kinds "
-                                  "seen in the logs, e.g. P2P, SHM, NET/IB, NET/Socket.")
-    nccl_network: str | None = Field(default=None, description="`IB` or `Socket`: the "
-                                     "network plugin NCCL loaded ('Using network ...').")
-    rank_env: dict[str, dict[str, str]] = Field(default_factory=dict, description="Per rank, "
-                                                "the fabric-relevant variables it ran with.")
+    transports: list[str] = Field(
+        default_factory=list,
+        description="NCCL connection kinds seen in the logs, e.g. P2P, SHM, NET/IB, NET/Socket.",
+    )
+    nccl_network: str | None = Field(
+        default=None,
+        description="`IB` or `Socket`: the network plugin NCCL loaded ('Using network ...').",
+    )
+    rank_env: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="Per rank, the fabric-relevant variables it ran with."
+    )
     log_tail: dict[str, str] = Field(default_factory=dict)
     elapsed_s: float = 0.0
 
@@ -87,15 +104,32 @@ def script_path() -> str:
     return str(resources.files("tandem.check").joinpath("allreduce.py"))
 
 
-def rank_environment(base: dict[str, str], plan_env: dict[str, str], *, master: str, port: int,
-                     rank: int, world: int, local_rank: int, nccl: bool) -> dict[str, str]:
+def rank_environment(
+    base: dict[str, str],
+    plan_env: dict[str, str],
+    *,
+    master: str,
+    port: int,
+    rank: int,
+    world: int,
+    local_rank: int,
+    nccl: bool,
+) -> dict[str, str]:
     """The caller's environment less what the plan owns, then the plan's, then the rendezvous."""
-    env = {k: v for k, v in base.items()
-           if not k.startswith(STRIPPED_PREFIXES) or k in KEPT_HOST_VARS}
+    env = {
+        k: v for k, v in base.items() if not k.startswith(STRIPPED_PREFIXES) or k in KEPT_HOST_VARS
+    }
     env.update(plan_env)
-    env.update({"MASTER_ADDR": master, "MASTER_PORT": str(port), "RANK": str(rank),
-                "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank),
-                "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "MASTER_ADDR": master,
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(local_rank),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     if nccl:
         env["NCCL_DEBUG"] = "INFO"
     return env
@@ -141,8 +175,16 @@ def run_fabric(
     per_node = {r.node: (nodes[r.node].gpus if gpu_nodes else 1) for r in plan.ranks}
     world = sum(per_node.values())
     master = plan.leader.address
-    argv = ["python3", script_path(), "--backend", backend, "--iters", str(iters),
-            "--timeout-s", str(max(30.0, timeout_s - 30))]
+    argv = [
+        "python3",
+        script_path(),
+        "--backend",
+        backend,
+        "--iters",
+        str(iters),
+        "--timeout-s",
+        str(max(30.0, timeout_s - 30)),
+    ]
     if sizes:
         argv += ["--sizes", ",".join(map(str, sizes))]
     workdir = Path(tempfile.mkdtemp(prefix="tandem-fabric-"))
@@ -154,16 +196,31 @@ def run_fabric(
     try:
         for spec in plan.ranks:  # rank order: rank 0 on the leader
             for local in range(per_node[spec.node]):
-                env = rank_environment(base, spec.env, master=master, port=port, rank=global_rank,
-                                       world=world, local_rank=local, nccl=gpu_nodes)
+                env = rank_environment(
+                    base,
+                    spec.env,
+                    master=master,
+                    port=port,
+                    rank=global_rank,
+                    world=world,
+                    local_rank=local,
+                    nccl=gpu_nodes,
+                )
                 log = workdir / f"rank{global_rank}.log"
                 with log.open("wb") as output:
                     process = transport.spawn(nodes[spec.node], argv, env, output)
                 launched.append((global_rank, spec.node, process, log))
-                ranks_info.append({"rank": global_rank, "node": spec.node,
-                                   "address": spec.address, "local_rank": local})
-                rank_env[str(global_rank)] = {k: v for k, v in sorted(env.items())
-                                              if SHOWN_VARS.match(k)}
+                ranks_info.append(
+                    {
+                        "rank": global_rank,
+                        "node": spec.node,
+                        "address": spec.address,
+                        "local_rank": local,
+                    }
+                )
+                rank_env[str(global_rank)] = {
+                    k: v for k, v in sorted(env.items()) if SHOWN_VARS.match(k)
+                }
                 global_rank += 1
         error = _wait(launched, started + timeout_s, clock)
     finally:
@@ -171,9 +228,15 @@ def run_fabric(
             if process.poll() is None:
                 _kill_group(process)
     logs = {rank: log.read_text(errors="replace") for rank, _, _, log in launched}
-    result = FabricResult(ok=False, backend=backend, world_size=world, ranks=ranks_info,
-                          master=f"{master}:{port}", rank_env=rank_env,
-                          elapsed_s=round(clock() - started, 2))
+    result = FabricResult(
+        ok=False,
+        backend=backend,
+        world_size=world,
+        ranks=ranks_info,
+        master=f"{master}:{port}",
+        rank_env=rank_env,
+        elapsed_s=round(clock() - started, 2),
+    )
     if gpu_nodes:
         result.transports, result.nccl_network = parse_nccl_transports("\n".join(logs.values()))
     data = parse_rank0(logs.get(0, ""))
@@ -186,8 +249,13 @@ def run_fabric(
         result.correct = data.get("correct")
         result.sizes = [FabricSize(**s) for s in data["sizes"]]
         result.peak_busbw_gbps = max((s.busbw_gbps for s in result.sizes), default=None)
-        for key in ("small_message_bytes", "small_message_latency_us", "rendezvous_s",
-                    "nccl_version", "torch_version"):
+        for key in (
+            "small_message_bytes",
+            "small_message_latency_us",
+            "rendezvous_s",
+            "nccl_version",
+            "torch_version",
+        ):
             setattr(result, key, data.get(key))
         if not result.ok:
             result.log_tail = {str(r): text[-2000:] for r, text in logs.items()}
@@ -197,8 +265,11 @@ def run_fabric(
     return result, fabric_findings(deployment, result)
 
 
-def _wait(launched: list[tuple[int, str, subprocess.Popen, Path]], deadline: float,
-          clock: Callable[[], float]) -> str | None:
+def _wait(
+    launched: list[tuple[int, str, subprocess.Popen, Path]],
+    deadline: float,
+    clock: Callable[[], float],
+) -> str | None:
     """Wait for every rank; the first failure (exit code or timeout) as text, else None."""
     while clock() < deadline:
         codes = [(rank, node, p.poll()) for rank, node, p, _ in launched]
@@ -211,8 +282,10 @@ def _wait(launched: list[tuple[int, str, subprocess.Popen, Path]], deadline: flo
             return None
         time.sleep(0.2)
     waiting = [f"rank {r} on {n}" for r, n, p, _ in launched if p.poll() is None]
-    return f"timed out; still running: {', '.join(waiting)} (a rendezvous that never completes " \
-           "means a rank cannot reach the leader's address and port)"
+    return (
+        f"timed out; still running: {', '.join(waiting)} (a rendezvous that never completes "
+        "means a rank cannot reach the leader's address and port)"
+    )
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -227,33 +300,58 @@ def fabric_findings(deployment: Deployment, result: FabricResult) -> list[Findin
     """Errors for a fabric that failed or fell back to TCP; an info line for what it measured."""
     if not result.ok:
         tail = next(iter(result.log_tail.values()), "")[-600:]
-        return [Finding(rule="fabric-failed", severity=Severity.ERROR, node=None,
-                        message=f"the {result.backend} all-reduce across {result.world_size} "
-                                f"rank(s) failed: {result.error}",
-                        evidence=f"rendezvous {result.master}; rank 0 log tail: {tail!r}",
-                        fix="check that every node reaches the leader's address on the control "
-                            "plane (firewall, interface pins), then rerun `tandem check --fabric`")]
+        return [
+            Finding(
+                rule="fabric-failed",
+                severity=Severity.ERROR,
+                node=None,
+                message=f"the {result.backend} all-reduce across {result.world_size} "
+                f"rank(s) failed: {result.error}",
+                evidence=f"rendezvous {result.master}; rank 0 log tail: {tail!r}",
+                fix="check that every node reaches the leader's address on the control "
+                "plane (firewall, interface pins), then rerun `tandem check --fabric`",
+            )
+        ]
     findings = []
     ib = deployment.recipe.network.data_plane.transport is DataPlaneTransport.IB
     hosts = len({r["node"] for r in result.ranks})
-    if result.backend == "nccl" and ib and hosts > 1 and (
-            "NET/Socket" in result.transports or result.nccl_network == "Socket"
-            or "NET/IB" not in result.transports):
-        findings.append(Finding(
-            rule="fabric-socket-fallback", severity=Severity.ERROR, node=None,
-            message="NCCL did not use RoCE/IB between the nodes: it fell back to TCP sockets",
-            evidence=f"NCCL connections: {', '.join(result.transports) or 'none seen'}; "
-                     f"network plugin {result.nccl_network}; "
-                     f"peak bus bandwidth {result.peak_busbw_gbps} GB/s",
-            fix=f"check {wire.NCCL_IB_HCA}, the GID index and /dev/infiniband in the rank's "
-                "environment (a container needs the device and IPC_LOCK)"))
+    if (
+        result.backend == "nccl"
+        and ib
+        and hosts > 1
+        and (
+            "NET/Socket" in result.transports
+            or result.nccl_network == "Socket"
+            or "NET/IB" not in result.transports
+        )
+    ):
+        findings.append(
+            Finding(
+                rule="fabric-socket-fallback",
+                severity=Severity.ERROR,
+                node=None,
+                message="NCCL did not use RoCE/IB between the nodes: it fell back to TCP sockets",
+                evidence=f"NCCL connections: {', '.join(result.transports) or 'none seen'}; "
+                f"network plugin {result.nccl_network}; "
+                f"peak bus bandwidth {result.peak_busbw_gbps} GB/s",
+                fix=f"check {wire.NCCL_IB_HCA}, the GID index and /dev/infiniband in the rank's "
+                "environment (a container needs the device and IPC_LOCK)",
+            )
+        )
     biggest = result.sizes[-1] if result.sizes else None
-    findings.append(Finding(
-        rule="fabric", severity=Severity.INFO, node=None,
-        message=f"{result.backend} all-reduce over {result.world_size} rank(s): peak bus "
-                f"bandwidth {result.peak_busbw_gbps} GB/s, {result.small_message_bytes}-byte "
-                f"latency {result.small_message_latency_us} us",
-        evidence=(f"transports {', '.join(result.transports) or 'n/a'}; " if result.transports
-                  else "") + (f"at {biggest.bytes} bytes: {biggest.busbw_gbps} GB/s" if biggest else ""),
-        fix="nothing to do"))
+    findings.append(
+        Finding(
+            rule="fabric",
+            severity=Severity.INFO,
+            node=None,
+            message=f"{result.backend} all-reduce over {result.world_size} rank(s): peak bus "
+            f"bandwidth {result.peak_busbw_gbps} GB/s, {result.small_message_bytes}-byte "
+            f"latency {result.small_message_latency_us} us",
+            evidence=(
+                f"transports {', '.join(result.transports) or 'n/a'}; " if result.transports else ""
+            )
+            + (f"at {biggest.bytes} bytes: {biggest.busbw_gbps} GB/s" if biggest else ""),
+            fix="nothing to do",
+        )
+    )
     return findings

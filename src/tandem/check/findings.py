@@ -32,8 +32,11 @@ class Finding(BaseModel):
 
     rule: str = Field(description="Stable kebab-case id of the rule, e.g. `roce-gid-index`.")
     severity: Severity
-    node: str | None = Field(default=None, description="The node it concerns; null for the "
-                             "cluster as a whole (e.g. a version that differs between nodes).")
+    node: str | None = Field(
+        default=None,
+        description="The node it concerns; null for the "
+        "cluster as a whole (e.g. a version that differs between nodes).",
+    )
     message: str = Field(description="One line: what is wrong.")
     evidence: str = Field(description="The facts that show it, as read from the nodes.")
     fix: str = Field(description="What to do about it.")
@@ -41,8 +44,10 @@ class Finding(BaseModel):
     def render(self) -> str:
         """pip-style text: ``error[rule]: message`` then evidence and fix, indented."""
         where = f" on {self.node}" if self.node else ""
-        return (f"{self.severity.value}[{self.rule}]{where}: {self.message}\n"
-                f"  evidence: {self.evidence}\n  fix: {self.fix}")
+        return (
+            f"{self.severity.value}[{self.rule}]{where}: {self.message}\n"
+            f"  evidence: {self.evidence}\n  fix: {self.fix}"
+        )
 
 
 class CheckReport(BaseModel):
@@ -52,8 +57,10 @@ class CheckReport(BaseModel):
     deployment: str
     nodes: dict[str, dict[str, Any]] = Field(description="Node name -> the probe's facts.")
     findings: list[Finding] = Field(default_factory=list)
-    fabric: dict[str, Any] = Field(default_factory=dict, description="The fabric test's result "
-                                   "(`FabricResult`), empty when it did not run.")
+    fabric: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The fabric test's result (`FabricResult`), empty when it did not run.",
+    )
 
     @property
     def errors(self) -> list[Finding]:

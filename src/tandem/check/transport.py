@@ -41,8 +41,9 @@ class NodeTransport(Protocol):
     def run_probe(self, node: Node) -> dict[str, Any]:
         """The node's facts; raises ``ProbeError`` when the node cannot be probed."""
 
-    def spawn(self, node: Node, argv: list[str], env: dict[str, str],
-              output: IO[bytes]) -> subprocess.Popen:
+    def spawn(
+        self, node: Node, argv: list[str], env: dict[str, str], output: IO[bytes]
+    ) -> subprocess.Popen:
         """Start ``argv`` on the node with exactly ``env``; stdout and stderr into ``output``.
 
         ``argv[0]`` may be ``python3``: the transport substitutes the node's Python.
@@ -67,8 +68,11 @@ def transport_for(deployment: Deployment, **options: Any) -> NodeTransport:
     """The node transport of the deployment's cluster (``local``, ``ssh``, ``k8s``)."""
     name = deployment.cluster.transport.value
     if name not in TRANSPORTS:
-        raise ProbeError(f"tandem check cannot reach '{name}' nodes in this version",
-                         field="transport", hint=f"use one of {', '.join(TRANSPORTS)}")
+        raise ProbeError(
+            f"tandem check cannot reach '{name}' nodes in this version",
+            field="transport",
+            hint=f"use one of {', '.join(TRANSPORTS)}",
+        )
     module, _, cls = TRANSPORTS[name].partition(":")
     return getattr(importlib.import_module(module), cls)(deployment, **options)
 
@@ -78,15 +82,22 @@ def probe_source() -> str:
     return resources.files("tandem.check").joinpath("probe.py").read_text()
 
 
-def probe_args(deployment: Deployment, *, with_hashes: bool = False,
-               compile_cache: str | None = None) -> list[str]:
+def probe_args(
+    deployment: Deployment, *, with_hashes: bool = False, compile_cache: str | None = None
+) -> list[str]:
     """The probe's arguments for this deployment's model and, when given, the node's compile
     cache root (``tandem.caches.rank_root``)."""
     model = deployment.recipe.model
     args = ["--model", model.repo_id, "--revision", model.revision]
     if compile_cache:
-        args += ["--compile-cache", compile_cache, "--cache-named", ",".join(caches.NAMED_FOLDERS),
-                 "--cache-opaque", ",".join(caches.OPAQUE_FOLDERS)]
+        args += [
+            "--compile-cache",
+            compile_cache,
+            "--cache-named",
+            ",".join(caches.NAMED_FOLDERS),
+            "--cache-opaque",
+            ",".join(caches.OPAQUE_FOLDERS),
+        ]
     if model.cache_root:
         args += ["--cache-root", model.cache_root]
     if model.path:
@@ -96,8 +107,9 @@ def probe_args(deployment: Deployment, *, with_hashes: bool = False,
     return args
 
 
-def clock_offset(node_stamp: float, node_work_s: float, started: float,
-                 finished: float) -> tuple[float, float]:
+def clock_offset(
+    node_stamp: float, node_work_s: float, started: float, finished: float
+) -> tuple[float, float]:
     """The node's clock minus ours, and the most that figure can be off, in seconds.
 
     The node read its clock (``node_stamp``) at some instant of our call, between ``started``
@@ -132,7 +144,8 @@ def parse_facts(stdout: str, node: str, started: float, finished: float) -> dict
         stamp, work_s = facts.get("time_unix"), 0.0
     if isinstance(stamp, (int, float)):
         facts["clock_offset_s"], facts["clock_offset_bound_s"] = clock_offset(
-            stamp, work_s, started, finished)
+            stamp, work_s, started, finished
+        )
     return facts
 
 
@@ -146,9 +159,15 @@ class LocalTransport:
     that also runs vLLM).
     """
 
-    def __init__(self, deployment: Deployment, *, netns: dict[str, str] | None = None,
-                 python: str | None = None, with_hashes: bool = False,
-                 compile_caches: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        *,
+        netns: dict[str, str] | None = None,
+        python: str | None = None,
+        with_hashes: bool = False,
+        compile_caches: dict[str, str] | None = None,
+    ) -> None:
         self.deployment = deployment
         self.netns = netns or {}
         self.compile_caches = compile_caches or {}
@@ -163,21 +182,43 @@ class LocalTransport:
 
     def run_probe(self, node: Node) -> dict[str, Any]:
         script = str(resources.files("tandem.check").joinpath("probe.py"))
-        argv = self._wrap(node, ["python3", script,
-                                 *probe_args(self.deployment, with_hashes=self.with_hashes,
-                                             compile_cache=self.compile_caches.get(node.name))])
+        argv = self._wrap(
+            node,
+            [
+                "python3",
+                script,
+                *probe_args(
+                    self.deployment,
+                    with_hashes=self.with_hashes,
+                    compile_cache=self.compile_caches.get(node.name),
+                ),
+            ],
+        )
         started = time.time()
         try:
-            result = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                                    env={**os.environ, **node.env})
+            result = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=PROBE_TIMEOUT_S,
+                env={**os.environ, **node.env},
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ProbeError(f"the probe did not run: {exc}", node=node.name) from exc
         if result.returncode:
-            raise ProbeError(f"the probe exited {result.returncode}: {result.stderr[-300:]}",
-                             node=node.name)
+            raise ProbeError(
+                f"the probe exited {result.returncode}: {result.stderr[-300:]}", node=node.name
+            )
         return parse_facts(result.stdout, node.name, started, time.time())
 
-    def spawn(self, node: Node, argv: list[str], env: dict[str, str],
-              output: IO[bytes]) -> subprocess.Popen:
-        return subprocess.Popen(self._wrap(node, argv), env=env, stdin=subprocess.DEVNULL,
-                                stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+    def spawn(
+        self, node: Node, argv: list[str], env: dict[str, str], output: IO[bytes]
+    ) -> subprocess.Popen:
+        return subprocess.Popen(
+            self._wrap(node, argv),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

@@ -33,7 +33,10 @@ class ExitCode(IntEnum):
 
 # name -> (module, one-line summary); the order is the order of `tandem --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("tandem.cli.plan", "Memory, KV pool, concurrency and decode roofline of a deployment."),
+    "plan": (
+        "tandem.cli.plan",
+        "Memory, KV pool, concurrency and decode roofline of a deployment.",
+    ),
     "check": ("tandem.cli.check", "Preflight the nodes; refuse to launch on a real fault."),
     "render": ("tandem.cli.render", "Print each rank's exact command and environment."),
     "up": ("tandem.cli.lifecycle", "Launch every rank, workers first, and wait until it answers."),

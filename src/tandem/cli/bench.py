@@ -13,8 +13,14 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
-                           TimeElapsedColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from tandem.backends.state import load_state
 from tandem.bench.compare import compare, load_summary
@@ -84,70 +90,164 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 @bench_command.command("run")
 @click.argument("deployment", required=False)
-@click.option("--url", envvar="TANDEM_BENCH_URL", show_envvar=True,
-              help="Server root (no /v1), instead of a DEPLOYMENT name.")
-@click.option("--model", help="Model name to send. Default: the deployment's, or the only one "
-              "the server lists.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Folder for requests.jsonl, summary.json, report.md and plots.")
-@click.option("--endpoint", type=click.Choice(["chat", "completions"]), default="chat",
-              show_default=True, help="/v1/chat/completions or /v1/completions.")
-@click.option("--concurrency", callback=_int_list, default="1", show_default=True,
-              help="Concurrency ladder, comma-separated; empty for none.")
-@click.option("--rates", callback=_float_list, default="",
-              help="Request-rate ladder in requests/s, comma-separated.")
-@click.option("--burstiness", type=FloatIn(min=0, min_open=True, infinite=True), default=1.0,
-              show_default=True,
-              help="Arrival shape of rate points: 1 = Poisson, inf = constant.")
-@click.option("--max-concurrency", type=click.IntRange(min=1),
-              help="Cap on requests in flight at rate points.")
-@click.option("--requests", "requests_", type=click.IntRange(min=1),
-              help="Requests per load point. Default max(8, 4 × concurrency); 16 at rate points.")
+@click.option(
+    "--url",
+    envvar="TANDEM_BENCH_URL",
+    show_envvar=True,
+    help="Server root (no /v1), instead of a DEPLOYMENT name.",
+)
+@click.option(
+    "--model",
+    help="Model name to send. Default: the deployment's, or the only one the server lists.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    help="Folder for requests.jsonl, summary.json, report.md and plots.",
+)
+@click.option(
+    "--endpoint",
+    type=click.Choice(["chat", "completions"]),
+    default="chat",
+    show_default=True,
+    help="/v1/chat/completions or /v1/completions.",
+)
+@click.option(
+    "--concurrency",
+    callback=_int_list,
+    default="1",
+    show_default=True,
+    help="Concurrency ladder, comma-separated; empty for none.",
+)
+@click.option(
+    "--rates",
+    callback=_float_list,
+    default="",
+    help="Request-rate ladder in requests/s, comma-separated.",
+)
+@click.option(
+    "--burstiness",
+    type=FloatIn(min=0, min_open=True, infinite=True),
+    default=1.0,
+    show_default=True,
+    help="Arrival shape of rate points: 1 = Poisson, inf = constant.",
+)
+@click.option(
+    "--max-concurrency",
+    type=click.IntRange(min=1),
+    help="Cap on requests in flight at rate points.",
+)
+@click.option(
+    "--requests",
+    "requests_",
+    type=click.IntRange(min=1),
+    help="Requests per load point. Default max(8, 4 × concurrency); 16 at rate points.",
+)
 @click.option("--input-tokens", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--output-tokens", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
-              help="Generate exactly --output-tokens (vLLM extension).")
+@click.option(
+    "--ignore-eos/--no-ignore-eos",
+    default=True,
+    show_default=True,
+    help="Generate exactly --output-tokens (vLLM extension).",
+)
 @click.option("--temperature", type=NOT_NEGATIVE, help="Default: the server's.")
-@click.option("--prompt-file", type=click.Path(dir_okay=False, exists=True),
-              help="JSONL with a `prompt` field per line, or plain text one prompt per line.")
-@click.option("--long-context", is_flag=True,
-              help="Add a single-stream point whose prompt fills max_model_len.")
-@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
-              help="Requests sent and discarded first.")
-@click.option("--timeout", "timeout_s", type=POSITIVE, default=600.0, show_default=True,
-              help="Seconds per request.")
+@click.option(
+    "--prompt-file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="JSONL with a `prompt` field per line, or plain text one prompt per line.",
+)
+@click.option(
+    "--long-context",
+    is_flag=True,
+    help="Add a single-stream point whose prompt fills max_model_len.",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Requests sent and discarded first.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=POSITIVE,
+    default=600.0,
+    show_default=True,
+    help="Seconds per request.",
+)
 @click.option("--slo-ttft-ms", type=POSITIVE, help="Goodput SLO: maximum TTFT.")
 @click.option("--slo-tpot-ms", type=POSITIVE, help="Goodput SLO: maximum TPOT.")
 @click.option("--slo-e2el-ms", type=POSITIVE, help="Goodput SLO: maximum E2EL.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--no-server-metrics", is_flag=True, help="Do not scrape /metrics.")
-@click.option("--kv-sample-interval", "kv_sample_interval_s", type=NOT_NEGATIVE,
-              default=5.0, show_default=True,
-              help="Seconds between /metrics samples during a point (KV cache peak); 0: before "
-                   "and after only. Each scrape briefly stalls vLLM's API server.")
-@click.option("--roofline-tok-s", type=POSITIVE,
-              help="Single-stream decode roofline to compare with. Default for a DEPLOYMENT: "
-                   "its plan's (`tandem plan`).")
+@click.option(
+    "--kv-sample-interval",
+    "kv_sample_interval_s",
+    type=NOT_NEGATIVE,
+    default=5.0,
+    show_default=True,
+    help="Seconds between /metrics samples during a point (KV cache peak); 0: before "
+    "and after only. Each scrape briefly stalls vLLM's API server.",
+)
+@click.option(
+    "--roofline-tok-s",
+    type=POSITIVE,
+    help="Single-stream decode roofline to compare with. Default for a DEPLOYMENT: "
+    "its plan's (`tandem plan`).",
+)
 @click.option("--extra-body", callback=json_object, help="JSON merged into every request.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Write PNG plots.")
 @click.option("--quiet", "-q", is_flag=True, help="No live progress.")
-@click.option("--resume", is_flag=True,
-              help="Continue the run in --out: keep its finished load points, redo the one it "
-                   "was stopped in. Same options as the first command.")
-@click.option("--watch", "watch", is_flag=True,
-              help="Record the DEPLOYMENT's telemetry (`tandem watch`) into OUT/watch for the "
-                   "run's duration, and judge it there.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the run in --out: keep its finished load points, redo the one it "
+    "was stopped in. Same options as the first command.",
+)
+@click.option(
+    "--watch",
+    "watch",
+    is_flag=True,
+    help="Record the DEPLOYMENT's telemetry (`tandem watch`) into OUT/watch for the "
+    "run's duration, and judge it there.",
+)
 @api_key_option
-def run_command(deployment: str | None, url: str | None, model: str | None, out_dir: str | None,
-                endpoint: str, concurrency: list[int], rates: list[float], burstiness: float,
-                max_concurrency: int | None, requests_: int | None, input_tokens: int,
-                output_tokens: int, ignore_eos: bool, temperature: float | None,
-                prompt_file: str | None, long_context: bool, warmup: int, timeout_s: float,
-                slo_ttft_ms: float | None, slo_tpot_ms: float | None, slo_e2el_ms: float | None,
-                seed: int, no_server_metrics: bool, kv_sample_interval_s: float,
-                roofline_tok_s: float | None,
-                extra_body: dict, plots: bool, quiet: bool, resume: bool, watch: bool,
-                api_key: str | None) -> None:
+def run_command(
+    deployment: str | None,
+    url: str | None,
+    model: str | None,
+    out_dir: str | None,
+    endpoint: str,
+    concurrency: list[int],
+    rates: list[float],
+    burstiness: float,
+    max_concurrency: int | None,
+    requests_: int | None,
+    input_tokens: int,
+    output_tokens: int,
+    ignore_eos: bool,
+    temperature: float | None,
+    prompt_file: str | None,
+    long_context: bool,
+    warmup: int,
+    timeout_s: float,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+    slo_e2el_ms: float | None,
+    seed: int,
+    no_server_metrics: bool,
+    kv_sample_interval_s: float,
+    roofline_tok_s: float | None,
+    extra_body: dict,
+    plots: bool,
+    quiet: bool,
+    resume: bool,
+    watch: bool,
+    api_key: str | None,
+) -> None:
     """Run a benchmark: each load point in turn, every request saved as it finishes.
 
     \b
@@ -164,31 +264,53 @@ def run_command(deployment: str | None, url: str | None, model: str | None, out_
         url, model = state.endpoint, model or state.model
         if roofline_tok_s is None:  # a launched deployment has a plan: measure against it
             roofline_tok_s = planned_roofline_tok_s(state.recipe, state.cluster)
-    ms = (lambda v: v / 1000 if v is not None else None)  # noqa: E731
+    ms = lambda v: v / 1000 if v is not None else None  # noqa: E731
     try:
         config = BenchConfig(
-            url=url, model=model, api_key=api_key, endpoint=endpoint, concurrency=concurrency or [],
-            rates_rps=rates, burstiness=math.inf if burstiness == math.inf else burstiness,
-            max_concurrency=max_concurrency, requests=requests_, input_tokens=input_tokens,
-            output_tokens=output_tokens, ignore_eos=ignore_eos, temperature=temperature,
-            prompt_file=prompt_file, long_context=long_context, warmup_requests=warmup,
-            request_timeout_s=timeout_s, seed=seed, scrape_metrics=not no_server_metrics,
+            url=url,
+            model=model,
+            api_key=api_key,
+            endpoint=endpoint,
+            concurrency=concurrency or [],
+            rates_rps=rates,
+            burstiness=math.inf if burstiness == math.inf else burstiness,
+            max_concurrency=max_concurrency,
+            requests=requests_,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            ignore_eos=ignore_eos,
+            temperature=temperature,
+            prompt_file=prompt_file,
+            long_context=long_context,
+            warmup_requests=warmup,
+            request_timeout_s=timeout_s,
+            seed=seed,
+            scrape_metrics=not no_server_metrics,
             kv_sample_interval_s=kv_sample_interval_s,
             slo=Slo(ttft_s=ms(slo_ttft_ms), tpot_s=ms(slo_tpot_ms), e2el_s=ms(slo_e2el_ms)),
-            roofline_decode_tok_s=roofline_tok_s, extra_body=extra_body)
+            roofline_decode_tok_s=roofline_tok_s,
+            extra_body=extra_body,
+        )
     except ValidationError as exc:
-        raise SpecError("invalid bench options", problems=[
-            Problem(".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()]) from exc
+        raise SpecError(
+            "invalid bench options",
+            problems=[Problem(".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()],
+        ) from exc
     if not config.concurrency and not config.rates_rps and not config.long_context:
-        raise SpecError("nothing to measure", field="concurrency",
-                        hint="give --concurrency, --rates or --long-context")
+        raise SpecError(
+            "nothing to measure",
+            field="concurrency",
+            hint="give --concurrency, --rates or --long-context",
+        )
     console = Console(stderr=True)
     out = Path(out_dir) if out_dir else None
     if resume and out is None:
         raise SpecError("--resume needs the --out of the run to continue", field="--resume")
     if watch and (out is None or not deployment):
-        raise SpecError("--watch needs a DEPLOYMENT (its nodes) and --out (where the telemetry "
-                        "goes)", field="--watch")
+        raise SpecError(
+            "--watch needs a DEPLOYMENT (its nodes) and --out (where the telemetry goes)",
+            field="--watch",
+        )
     with BackgroundWatch(deployment, out / WATCH_DIR) if watch and out else nullcontext():
         if quiet:
             result = run(config, out, resume=resume)
@@ -205,8 +327,10 @@ def run_command(deployment: str | None, url: str | None, model: str | None, out_
             written += write_plots(result, read_records(out / REQUESTS_FILE), out)
         if watch:
             written += report_folder(out / WATCH_DIR, plots=plots)[1]
-        console.print(f"wrote {out / REQUESTS_FILE}, {out / 'summary.json'}, "
-                      + ", ".join(str(p) for p in written))
+        console.print(
+            f"wrote {out / REQUESTS_FILE}, {out / 'summary.json'}, "
+            + ", ".join(str(p) for p in written)
+        )
 
 
 class _LiveProgress:
@@ -214,9 +338,14 @@ class _LiveProgress:
 
     def __init__(self, console: Console) -> None:
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console,
-            transient=False)
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
         self.tasks: dict[str, TaskID] = {}
 
     def __enter__(self) -> _LiveProgress:
@@ -231,12 +360,16 @@ class _LiveProgress:
             return
         key = f"{event.phase}:{event.point.label}"
         if key not in self.tasks:
-            name = ("warm-up" if event.phase == "warmup" else
-                    f"[{event.point_index + 1}/{event.points}] {event.point.label}")
+            name = (
+                "warm-up"
+                if event.phase == "warmup"
+                else f"[{event.point_index + 1}/{event.points}] {event.point.label}"
+            )
             self.tasks[key] = self.progress.add_task(name, total=event.total or None, rate="")
         errors = f", [red]{event.errors} errors[/]" if event.errors else ""
-        self.progress.update(self.tasks[key], completed=event.done,
-                             rate=f"{event.output_tok_s:7.1f} tok/s{errors}")
+        self.progress.update(
+            self.tasks[key], completed=event.done, rate=f"{event.output_tok_s:7.1f} tok/s{errors}"
+        )
 
 
 @bench_command.command("compare")
@@ -257,8 +390,10 @@ def compare_command(a: str, b: str, as_markdown: bool) -> None:
     else:
         Console().print(comparison_table(comparison))
         if comparison.only_in_a or comparison.only_in_b:
-            click.echo(f"only in A: {', '.join(comparison.only_in_a) or 'none'}; "
-                       f"only in B: {', '.join(comparison.only_in_b) or 'none'}")
+            click.echo(
+                f"only in A: {', '.join(comparison.only_in_a) or 'none'}; "
+                f"only in B: {', '.join(comparison.only_in_b) or 'none'}"
+            )
 
 
 @bench_command.command("report")

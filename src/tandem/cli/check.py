@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tandem.check import CheckReport, Severity, run_check
 from tandem import wire
+from tandem.check import CheckReport, Severity, run_check
 from tandem.check.fabric import DEFAULT_PORT
 from tandem.check.rules.network import open_api_finding
 from tandem.cli.options import PORT, cluster_option, machine_deployment, recipe_argument
@@ -25,19 +25,43 @@ _COLOUR = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cy
 @click.command("check")
 @recipe_argument
 @cluster_option
-@click.option("--fabric", is_flag=True, help="Also run an all-reduce across the ranks with "
-              "their environment (Gloo on CPU, NCCL on GPUs) and report bus bandwidth, "
-              "small-message latency and the NCCL transport.")
-@click.option("--fabric-port", type=PORT, default=DEFAULT_PORT, show_default=True,
-              help="Rendezvous port of the fabric test on the leader.")
-@click.option("--fabric-sizes", default=None, metavar="BYTES,...",
-              help="Message sizes of the fabric test. Default: 1 KiB..256 MiB (NCCL), "
-              "1 KiB..16 MiB (Gloo).")
-@click.option("--hash", "with_hashes", is_flag=True, help="sha256 every snapshot file on "
-              "every node (slow for large models; blob names are compared anyway).")
+@click.option(
+    "--fabric",
+    is_flag=True,
+    help="Also run an all-reduce across the ranks with "
+    "their environment (Gloo on CPU, NCCL on GPUs) and report bus bandwidth, "
+    "small-message latency and the NCCL transport.",
+)
+@click.option(
+    "--fabric-port",
+    type=PORT,
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="Rendezvous port of the fabric test on the leader.",
+)
+@click.option(
+    "--fabric-sizes",
+    default=None,
+    metavar="BYTES,...",
+    help="Message sizes of the fabric test. Default: 1 KiB..256 MiB (NCCL), 1 KiB..16 MiB (Gloo).",
+)
+@click.option(
+    "--hash",
+    "with_hashes",
+    is_flag=True,
+    help="sha256 every snapshot file on "
+    "every node (slow for large models; blob names are compared anyway).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON for scripts.")
-def check_command(recipe: str, cluster_path: str | None, fabric: bool, fabric_port: int,
-                  fabric_sizes: str | None, with_hashes: bool, as_json: bool) -> None:
+def check_command(
+    recipe: str,
+    cluster_path: str | None,
+    fabric: bool,
+    fabric_port: int,
+    fabric_sizes: str | None,
+    with_hashes: bool,
+    as_json: bool,
+) -> None:
     """Preflight the nodes: refuse to launch on a real fault.
 
     Probes every node (OS, kernel, driver, CUDA, GPUs, memory, NICs, RDMA devices and their
@@ -55,17 +79,23 @@ def check_command(recipe: str, cluster_path: str | None, fabric: bool, fabric_po
     """
     deployment = machine_deployment(recipe, cluster_path)
     sizes = [int(s) for s in fabric_sizes.split(",")] if fabric_sizes else None
-    report = run_check(deployment, fabric=fabric, fabric_port=fabric_port, fabric_sizes=sizes,
-                       with_hashes=with_hashes,
-                       on_event=(lambda text: None) if as_json else _show_event)
+    report = run_check(
+        deployment,
+        fabric=fabric,
+        fabric_port=fabric_port,
+        fabric_sizes=sizes,
+        with_hashes=with_hashes,
+        on_event=(lambda text: None) if as_json else _show_event,
+    )
     if as_json:
         click.echo(report.model_dump_json(indent=2, include={"nodes", "findings", "fabric"}))
     else:
         show_report(report)
     if not report.ok:
-        raise CheckFailed(f"{len(report.errors)} error(s) in the preflight of "
-                          f"'{deployment.name}'", hint="fix them, or pass --skip-checks to "
-                          "`tandem up` to launch anyway")
+        raise CheckFailed(
+            f"{len(report.errors)} error(s) in the preflight of '{deployment.name}'",
+            hint="fix them, or pass --skip-checks to `tandem up` to launch anyway",
+        )
 
 
 def preflight(deployment, *, skip: bool = False) -> None:
@@ -85,9 +115,11 @@ def preflight(deployment, *, skip: bool = False) -> None:
     if report.findings:
         show_report(report, nodes=False)
     if not report.ok:
-        raise CheckFailed(f"refusing to launch '{deployment.name}': {len(report.errors)} error(s) "
-                          "in the preflight", hint="fix them, or pass --skip-checks to launch "
-                          "anyway")
+        raise CheckFailed(
+            f"refusing to launch '{deployment.name}': {len(report.errors)} error(s) "
+            "in the preflight",
+            hint="fix them, or pass --skip-checks to launch anyway",
+        )
 
 
 def _show_event(text: str) -> None:
@@ -111,20 +143,31 @@ def _show_nodes(report: CheckReport) -> None:
         memory = (facts.get("memory") or {}).get("available_bytes")
         shm = (facts.get("shm") or {}).get("total_bytes")
         table.add_row(
-            name, (facts.get("system") or {}).get("kernel") or "?",
+            name,
+            (facts.get("system") or {}).get("kernel") or "?",
             f"{gpu.get('driver_version') or '-'} / {gpu.get('cuda_version') or '-'}",
             ", ".join(g["name"] for g in gpu.get("gpus", [])) or "none",
             f"{memory / 2**30:.1f} GiB" if memory else "?",
             (facts.get("software") or {}).get("vllm_version") or "-",
-            f"{shm / 2**30:.1f} GiB" if shm else "?")
+            f"{shm / 2**30:.1f} GiB" if shm else "?",
+        )
     console.print(table)
     fabric = report.fabric
     if fabric and fabric.get("sizes"):
-        sizes = Table("bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
-                      title=f"fabric: {fabric['backend']}, {fabric['world_size']} ranks")
+        sizes = Table(
+            "bytes",
+            "time (us)",
+            "algbw (GB/s)",
+            "busbw (GB/s)",
+            title=f"fabric: {fabric['backend']}, {fabric['world_size']} ranks",
+        )
         for row in fabric["sizes"]:
-            sizes.add_row(f"{row['bytes']:,}", f"{row['time_us']:.1f}", f"{row['algbw_gbps']:.3f}",
-                          f"{row['busbw_gbps']:.3f}")
+            sizes.add_row(
+                f"{row['bytes']:,}",
+                f"{row['time_us']:.1f}",
+                f"{row['algbw_gbps']:.3f}",
+                f"{row['busbw_gbps']:.3f}",
+            )
         console.print(sizes)
 
 
@@ -132,10 +175,15 @@ def _show_findings(report: CheckReport) -> None:
     for finding in report.findings:
         colour = _COLOUR[finding.severity]
         where = f" on {finding.node}" if finding.node else ""
-        console.print(f"[{colour}]{finding.severity.value}[/{colour}]"
-                      f"{escape(f'[{finding.rule}]{where}: {finding.message}')}")
+        console.print(
+            f"[{colour}]{finding.severity.value}[/{colour}]"
+            f"{escape(f'[{finding.rule}]{where}: {finding.message}')}"
+        )
         console.print(f"  [dim]evidence:[/dim] {escape(finding.evidence)}")
         console.print(f"  [dim]fix:[/dim] {escape(finding.fix)}")
-    errors, warnings = len(report.errors), sum(f.severity is Severity.WARNING for f in report.findings)
+    errors, warnings = (
+        len(report.errors),
+        sum(f.severity is Severity.WARNING for f in report.findings),
+    )
     status = "[green]ok[/green]" if report.ok else "[red]refused[/red]"
     console.print(f"{status}: {errors} error(s), {warnings} warning(s)")

@@ -8,8 +8,7 @@ from pathlib import Path
 import click
 
 from tandem.backends.state import load_state
-from tandem.cli.options import (NOT_NEGATIVE, POSITIVE, SHARE, FloatIn, api_key_option,
-                                json_object)
+from tandem.cli.options import NOT_NEGATIVE, POSITIVE, SHARE, FloatIn, api_key_option, json_object
 from tandem.errors import SpecError
 from tandem.eval.log import SamplingParams
 from tandem.eval.report import PUBLISHED_REFERENCE, EvalReport, render_markdown
@@ -33,53 +32,131 @@ def eval_command() -> None:
 
 @eval_command.command("gpqa")
 @click.argument("deployment", required=False)
-@click.option("--csv", "csv_path", required=True, type=click.Path(dir_okay=False),
-              help="GPQA CSV (official columns). The data set is gated: bring your own copy.")
+@click.option(
+    "--csv",
+    "csv_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="GPQA CSV (official columns). The data set is gated: bring your own copy.",
+)
 @click.option("--url", help="Base URL of the endpoint, instead of a DEPLOYMENT name.")
-@click.option("--model", help="Model name to send. Default: the deployment's, or the only one "
-              "the server lists.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Folder for responses.jsonl, report.json, report.md, report.html.")
+@click.option(
+    "--model",
+    help="Model name to send. Default: the deployment's, or the only one the server lists.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder for responses.jsonl, report.json, report.md, report.html.",
+)
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N questions.")
-@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Ask each question N times, options re-shuffled each time.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Seed of the option order.")
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Ask each question N times, options re-shuffled each time.",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seed of the option order.",
+)
 @click.option("--temperature", type=NOT_NEGATIVE, default=0.0, show_default=True)
 @click.option("--top-p", type=FloatIn(min=0, max=1, min_open=True), default=None)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=32768, show_default=True)
-@click.option("--chat-template-kwargs", default='{"thinking": true}', show_default=True,
-              callback=json_object, help="Sent as chat_template_kwargs (thinking on).")
+@click.option(
+    "--chat-template-kwargs",
+    default='{"thinking": true}',
+    show_default=True,
+    callback=json_object,
+    help="Sent as chat_template_kwargs (thinking on).",
+)
 @click.option("--concurrency", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--fallback/--no-fallback", default=True, show_default=True,
-              help="Re-ask, thinking off, when a response has no parsable answer.")
-@click.option("--fallback-max-tokens", type=click.IntRange(min=1), default=64,
-              show_default=True)
-@click.option("--fallback-chat-template-kwargs", default='{"thinking": false}', show_default=True,
-              callback=json_object)
-@click.option("--fallback-context-chars", type=click.IntRange(min=0), default=4000,
-              show_default=True, help="Tail of the first response sent back with the re-ask.")
-@click.option("--request-timeout", "request_timeout_s", type=POSITIVE, default=3600.0,
-              show_default=True, help="Seconds one request may take (sized for 32K tokens).")
-@click.option("--retry-budget", "retry_budget_s", type=NOT_NEGATIVE, default=900.0,
-              show_default=True,
-              help="Seconds to keep retrying connection errors and 5xx before stopping.")
+@click.option(
+    "--fallback/--no-fallback",
+    default=True,
+    show_default=True,
+    help="Re-ask, thinking off, when a response has no parsable answer.",
+)
+@click.option("--fallback-max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option(
+    "--fallback-chat-template-kwargs",
+    default='{"thinking": false}',
+    show_default=True,
+    callback=json_object,
+)
+@click.option(
+    "--fallback-context-chars",
+    type=click.IntRange(min=0),
+    default=4000,
+    show_default=True,
+    help="Tail of the first response sent back with the re-ask.",
+)
+@click.option(
+    "--request-timeout",
+    "request_timeout_s",
+    type=POSITIVE,
+    default=3600.0,
+    show_default=True,
+    help="Seconds one request may take (sized for 32K tokens).",
+)
+@click.option(
+    "--retry-budget",
+    "retry_budget_s",
+    type=NOT_NEGATIVE,
+    default=900.0,
+    show_default=True,
+    help="Seconds to keep retrying connection errors and 5xx before stopping.",
+)
 @click.option("--resume", is_flag=True, help="Continue the log in --out; skip finished samples.")
-@click.option("--reference", "reference_accuracy", type=SHARE, default=PUBLISHED_REFERENCE,
-              show_default=True, help="Published accuracy shown beside ours.")
+@click.option(
+    "--reference",
+    "reference_accuracy",
+    type=SHARE,
+    default=PUBLISHED_REFERENCE,
+    show_default=True,
+    help="Published accuracy shown beside ours.",
+)
 @click.option("--no-progress", is_flag=True, help="No live progress bar.")
-@click.option("--watch", "watch", is_flag=True,
-              help="Record the DEPLOYMENT's telemetry (`tandem watch`) into OUT/watch while the "
-                   "eval runs, and judge it there (seed 000's soak).")
+@click.option(
+    "--watch",
+    "watch",
+    is_flag=True,
+    help="Record the DEPLOYMENT's telemetry (`tandem watch`) into OUT/watch while the "
+    "eval runs, and judge it there (seed 000's soak).",
+)
 @api_key_option
-def gpqa_command(deployment: str | None, csv_path: str, url: str | None, model: str | None,
-                 out_dir: str, limit: int | None, repeats: int, seed: int, temperature: float,
-                 top_p: float | None, max_tokens: int, chat_template_kwargs: dict,
-                 concurrency: int, fallback: bool, fallback_max_tokens: int,
-                 fallback_chat_template_kwargs: dict, fallback_context_chars: int,
-                 request_timeout_s: float, retry_budget_s: float, resume: bool,
-                 reference_accuracy: float, no_progress: bool, watch: bool,
-                 api_key: str | None) -> None:
+def gpqa_command(
+    deployment: str | None,
+    csv_path: str,
+    url: str | None,
+    model: str | None,
+    out_dir: str,
+    limit: int | None,
+    repeats: int,
+    seed: int,
+    temperature: float,
+    top_p: float | None,
+    max_tokens: int,
+    chat_template_kwargs: dict,
+    concurrency: int,
+    fallback: bool,
+    fallback_max_tokens: int,
+    fallback_chat_template_kwargs: dict,
+    fallback_context_chars: int,
+    request_timeout_s: float,
+    retry_budget_s: float,
+    resume: bool,
+    reference_accuracy: float,
+    no_progress: bool,
+    watch: bool,
+    api_key: str | None,
+) -> None:
     """Run GPQA-Diamond (the seed's protocol) against a deployment or a URL.
 
     Zero-shot simple-evals prompt ending in 'ANSWER: $LETTER', thinking on, temperature 0,
@@ -95,23 +172,43 @@ def gpqa_command(deployment: str | None, csv_path: str, url: str | None, model: 
       tandem eval gpqa --csv gpqa_diamond.csv tiny-local --out runs/soak --watch
     """
     if (deployment is None) == (url is None):
-        raise SpecError("give either a DEPLOYMENT name or --url, not both and not neither",
-                        field="DEPLOYMENT/--url",
-                        hint="e.g. `tandem eval gpqa --csv F tiny-local --out D`")
+        raise SpecError(
+            "give either a DEPLOYMENT name or --url, not both and not neither",
+            field="DEPLOYMENT/--url",
+            hint="e.g. `tandem eval gpqa --csv F tiny-local --out D`",
+        )
     if deployment is not None:
         state = load_state(deployment)
         url, model = state.endpoint, model or state.model
     config = GPQAConfig(
-        csv=Path(csv_path), url=url, model=model, api_key=api_key, out_dir=Path(out_dir), limit=limit,
-        repeats=repeats, seed=seed,
-        sampling=SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-                                chat_template_kwargs=chat_template_kwargs),
-        concurrency=concurrency, fallback=fallback,
-        fallback_sampling=SamplingParams(temperature=temperature, max_tokens=fallback_max_tokens,
-                                         chat_template_kwargs=fallback_chat_template_kwargs),
-        fallback_context_chars=fallback_context_chars, request_timeout_s=request_timeout_s,
-        retry_budget_s=retry_budget_s, resume=resume, reference_accuracy=reference_accuracy,
-        progress=not no_progress)
+        csv=Path(csv_path),
+        url=url,
+        model=model,
+        api_key=api_key,
+        out_dir=Path(out_dir),
+        limit=limit,
+        repeats=repeats,
+        seed=seed,
+        sampling=SamplingParams(
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_tokens,
+            chat_template_kwargs=chat_template_kwargs,
+        ),
+        concurrency=concurrency,
+        fallback=fallback,
+        fallback_sampling=SamplingParams(
+            temperature=temperature,
+            max_tokens=fallback_max_tokens,
+            chat_template_kwargs=fallback_chat_template_kwargs,
+        ),
+        fallback_context_chars=fallback_context_chars,
+        request_timeout_s=request_timeout_s,
+        retry_budget_s=retry_budget_s,
+        resume=resume,
+        reference_accuracy=reference_accuracy,
+        progress=not no_progress,
+    )
     if watch and deployment is None:
         raise SpecError("--watch needs a DEPLOYMENT name (its nodes), not --url", field="--watch")
     with BackgroundWatch(deployment, Path(out_dir) / WATCH_DIR) if watch else nullcontext():
@@ -119,14 +216,20 @@ def gpqa_command(deployment: str | None, csv_path: str, url: str | None, model: 
     _show(report, Path(out_dir))
     if watch:
         summary, _ = report_folder(Path(out_dir) / WATCH_DIR)
-        click.echo(f"watch: {'PASS' if summary.passed else 'FAIL'}, "
-                   f"{Path(out_dir) / WATCH_DIR / 'report.md'}")
+        click.echo(
+            f"watch: {'PASS' if summary.passed else 'FAIL'}, "
+            f"{Path(out_dir) / WATCH_DIR / 'report.md'}"
+        )
 
 
 @eval_command.command("rescore")
 @click.argument("log", type=click.Path(dir_okay=False))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Where to write the reports. Default: the log's folder.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    help="Where to write the reports. Default: the log's folder.",
+)
 def rescore_command(log: str, out_dir: str | None) -> None:
     """Re-extract every answer of a saved responses.jsonl and rewrite the reports.
 

@@ -28,8 +28,9 @@ def cli_reference() -> str:
 
     sections = [HEADER]
     for ctx in _walk(cli, "tandem", None):
-        sections.append(f"## `{ctx.command_path}`\n\n```text\n"
-                        f"{ctx.command.get_help(ctx).rstrip()}\n```\n")
+        sections.append(
+            f"## `{ctx.command_path}`\n\n```text\n{ctx.command.get_help(ctx).rstrip()}\n```\n"
+        )
     return "\n".join(sections)
 
 

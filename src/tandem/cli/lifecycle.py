@@ -14,8 +14,14 @@ from tandem import lifecycle, wire
 from tandem.backends.bundle import write_bundle
 from tandem.backends.state import PhaseMark, list_deployments, load_state
 from tandem.cli.check import preflight
-from tandem.cli.options import (POSITIVE, FloatIn, api_key_option, cluster_option,
-                                machine_deployment, recipe_argument)
+from tandem.cli.options import (
+    POSITIVE,
+    FloatIn,
+    api_key_option,
+    cluster_option,
+    machine_deployment,
+    recipe_argument,
+)
 from tandem.cli.supervise import run_supervisor
 from tandem.errors import EndpointError, Unauthorized
 from tandem.redact import Redactor
@@ -27,22 +33,40 @@ name_argument = click.argument("name", required=False)
 
 def _show_phase(mark: PhaseMark) -> None:
     who = f"rank {mark.rank}" if mark.rank is not None else ""
-    console.print(f"  [dim]{mark.elapsed_s:7.1f}s[/dim]  {who:7}  {mark.phase:16} "
-                  f"[dim]{mark.detail}[/dim]")
+    console.print(
+        f"  [dim]{mark.elapsed_s:7.1f}s[/dim]  {who:7}  {mark.phase:16} [dim]{mark.detail}[/dim]"
+    )
 
 
 @click.command("up")
 @recipe_argument
 @cluster_option
-@click.option("--timeout", "timeout_s", type=POSITIVE, help="Start-up limit in seconds. "
-              "Default: the recipe's timeouts.startup_s.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=POSITIVE,
+    help="Start-up limit in seconds. Default: the recipe's timeouts.startup_s.",
+)
 @click.option("--dry-run", is_flag=True, help="Print what would run, start nothing.")
-@click.option("--skip-checks", is_flag=True, help="Launch without the preflight of `tandem "
-              "check` (the skip is logged).")
-@click.option("--supervise", is_flag=True, help="Stay in the foreground once ready and restart "
-              "the whole group when a rank dies (see `tandem supervise`).")
-def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
-               dry_run: bool, supervise: bool, skip_checks: bool = False) -> None:
+@click.option(
+    "--skip-checks",
+    is_flag=True,
+    help="Launch without the preflight of `tandem check` (the skip is logged).",
+)
+@click.option(
+    "--supervise",
+    is_flag=True,
+    help="Stay in the foreground once ready and restart "
+    "the whole group when a rank dies (see `tandem supervise`).",
+)
+def up_command(
+    recipe: str,
+    cluster_path: str | None,
+    timeout_s: float | None,
+    dry_run: bool,
+    supervise: bool,
+    skip_checks: bool = False,
+) -> None:
     """Launch every rank, workers first, and wait until the model answers.
 
     The preflight of `tandem check` runs first and refuses to launch on any error.
@@ -65,31 +89,47 @@ def up_command(recipe: str, cluster_path: str | None, timeout_s: float | None,
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redactor.env(rank.env).items())
             argv = redactor.argv(argv)
             local = deployment.cluster.transport.value == "local"  # remote commands carry it
-            click.echo(f"# rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
-                       + (f"env {env} " if local else "") + f"{shlex.join(argv)}\n")
+            click.echo(
+                f"# rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
+                + (f"env {env} " if local else "")
+                + f"{shlex.join(argv)}\n"
+            )
         return
     lifecycle.refuse_if_running(deployment)
     preflight(deployment, skip=skip_checks)
     cluster = deployment.cluster
-    console.print(f"[bold]{deployment.name}[/bold]: {len(cluster.nodes)} rank(s), world size "
-                  f"{deployment.world_size}, on '{cluster.name}' ({cluster.transport.value}"
-                  f"{', ' + cluster.local.isolation.value if cluster.transport.value == 'local' else ''})")
-    state, ready = lifecycle.up(deployment, timeout_s=timeout_s, on_phase=_show_phase,
-                                on_event=_show_event)
+    console.print(
+        f"[bold]{deployment.name}[/bold]: {len(cluster.nodes)} rank(s), world size "
+        f"{deployment.world_size}, on '{cluster.name}' ({cluster.transport.value}"
+        f"{', ' + cluster.local.isolation.value if cluster.transport.value == 'local' else ''})"
+    )
+    state, ready = lifecycle.up(
+        deployment, timeout_s=timeout_s, on_phase=_show_phase, on_event=_show_event
+    )
     boot = state.boot
-    console.print(f"[green]ready[/green] at {state.endpoint}/v1 as model '{state.model}' "
-                  f"after {state.phases[-1].elapsed_s:.1f} s")
+    console.print(
+        f"[green]ready[/green] at {state.endpoint}/v1 as model '{state.model}' "
+        f"after {state.phases[-1].elapsed_s:.1f} s"
+    )
     if boot.compile_cache:
-        init = f"; engine init (profile, compile, warm-up) {boot.engine_init_s:.1f} s" \
-            if boot.engine_init_s is not None else ""
-        said = {"warm": "compile caches loaded", "cold": "compile caches written",
-                "recompiled": "vLLM could not load its compile cache; kernel caches reused"}
+        init = (
+            f"; engine init (profile, compile, warm-up) {boot.engine_init_s:.1f} s"
+            if boot.engine_init_s is not None
+            else ""
+        )
+        said = {
+            "warm": "compile caches loaded",
+            "cold": "compile caches written",
+            "recompiled": "vLLM could not load its compile cache; kernel caches reused",
+        }
         console.print(f"  start: {boot.compile_cache} ({said.get(boot.compile_cache, '')}){init}")
     if boot.kv_cache_tokens:
-        console.print(f"  KV cache: {boot.kv_cache_tokens:,} tokens, "
-                      f"{boot.available_kv_cache_gib} GiB available, max concurrency "
-                      f"{boot.max_concurrency}x at {boot.max_concurrency_tokens_per_request:,} "
-                      "tokens per request")
+        console.print(
+            f"  KV cache: {boot.kv_cache_tokens:,} tokens, "
+            f"{boot.available_kv_cache_gib} GiB available, max concurrency "
+            f"{boot.max_concurrency}x at {boot.max_concurrency_tokens_per_request:,} "
+            "tokens per request"
+        )
     console.print(f"  first answer ({ready.completion_tokens} tokens): {ready.answer!r}")
     if supervise:
         run_supervisor(state.name)
@@ -102,9 +142,15 @@ def _show_event(text: str) -> None:
 @click.command("status")
 @name_argument
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-@click.option("--canary-timeout", "canary_timeout_s", type=FloatIn(min=0.1),
-              default=5.0, show_default=True, help="Seconds a 1-token canary completion may "
-              "take on an idle server before the engine counts as stalled.")
+@click.option(
+    "--canary-timeout",
+    "canary_timeout_s",
+    type=FloatIn(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds a 1-token canary completion may "
+    "take on an idle server before the engine counts as stalled.",
+)
 def status_command(name: str | None, as_json: bool, canary_timeout_s: float) -> None:
     """Show a deployment's verdict, endpoint and each rank's health.
 
@@ -138,50 +184,91 @@ def status_command(name: str | None, as_json: bool, canary_timeout_s: float) -> 
         raise click.exceptions.Exit(int(code))
 
 
-_VERDICT_COLOUR = {"healthy": "green", "starting": "yellow", "degraded": "red",
-                   "stalled": "red", "down": "red"}
+_VERDICT_COLOUR = {
+    "healthy": "green",
+    "starting": "yellow",
+    "degraded": "red",
+    "stalled": "red",
+    "down": "red",
+}
 
 
 def _print_status(status: lifecycle.DeploymentStatus) -> None:
     colour = _VERDICT_COLOUR[status.verdict.value]
-    console.print(f"[bold]{status.name}[/bold] ({status.backend}) {status.endpoint}/v1 "
-                  f"model '{status.model}': [{colour}]{status.verdict.value}[/{colour}]"
-                  + (f" — {'rank ' + str(status.rank) + ': ' if status.rank is not None else ''}"
-                     f"{status.reason}" if status.verdict.value != "healthy" else ""))
+    console.print(
+        f"[bold]{status.name}[/bold] ({status.backend}) {status.endpoint}/v1 "
+        f"model '{status.model}': [{colour}]{status.verdict.value}[/{colour}]"
+        + (
+            f" — {'rank ' + str(status.rank) + ': ' if status.rank is not None else ''}"
+            f"{status.reason}"
+            if status.verdict.value != "healthy"
+            else ""
+        )
+    )
     if status.evidence and status.verdict.value != "healthy":
         console.print(f"  [dim]evidence: {status.evidence}[/dim]")
     table = Table("rank", "role", "node", "address", "processes", "health")
     for r in status.ranks:
         shade = "green" if r.health.state == "healthy" else "red"
-        procs = ", ".join(f"{p.name} {p.pid}{' (' + p.state + ')' if p.state in 'TtDZ' else ''}"
-                          for p in r.processes) or "none"
-        table.add_row(str(r.rank), r.role, r.node, r.address, procs,
-                      f"[{shade}]{r.health.state}[/{shade}]"
-                      + (f" {r.health.reason}" if r.health.reason else ""))
+        procs = (
+            ", ".join(
+                f"{p.name} {p.pid}{' (' + p.state + ')' if p.state in 'TtDZ' else ''}"
+                for p in r.processes
+            )
+            or "none"
+        )
+        table.add_row(
+            str(r.rank),
+            r.role,
+            r.node,
+            r.address,
+            procs,
+            f"[{shade}]{r.health.state}[/{shade}]"
+            + (f" {r.health.reason}" if r.health.reason else ""),
+        )
     console.print(table)
     if status.planned and status.planned.comparison:
-        for c in (status.planned.comparison.kv_pool_tokens, status.planned.comparison.kv_pool_gib,
-                  status.planned.comparison.max_concurrency):
-            console.print(f"  planned vs actual {c.name}: {c.planned:,} vs {c.measured:,} "
-                          f"({c.error_pct:+.2f}%)" if c.error_pct is not None else
-                          f"  planned {c.name}: {c.planned}")
+        for c in (
+            status.planned.comparison.kv_pool_tokens,
+            status.planned.comparison.kv_pool_gib,
+            status.planned.comparison.max_concurrency,
+        ):
+            console.print(
+                f"  planned vs actual {c.name}: {c.planned:,} vs {c.measured:,} "
+                f"({c.error_pct:+.2f}%)"
+                if c.error_pct is not None
+                else f"  planned {c.name}: {c.planned}"
+            )
     elif status.planned and status.planned.unavailable:
         console.print(f"  [dim]planned vs actual: {status.planned.unavailable}[/dim]")
 
 
 @click.command("logs")
 @name_argument
-@click.option("--rank", type=click.IntRange(min=0),
-              help="Only this rank. Default: all, prefixed by rank.")
+@click.option(
+    "--rank", type=click.IntRange(min=0), help="Only this rank. Default: all, prefixed by rank."
+)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until Ctrl-C.")
-@click.option("--tail", type=click.IntRange(min=0), default=None,
-              help="Only the last N lines of each log (0: none, then --follow).")
-@click.option("--bundle", "bundle_path", type=click.Path(path_type=Path), default=None,
-              is_flag=False, flag_value=Path("."), help="Write a support archive instead (resolved "
-              "recipe, versions, last log lines of every rank, environment with secrets removed) "
-              "to this file or folder (default: the current folder).")
-def logs_command(name: str | None, rank: int | None, follow: bool, tail: int | None,
-                 bundle_path: Path | None) -> None:
+@click.option(
+    "--tail",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Only the last N lines of each log (0: none, then --follow).",
+)
+@click.option(
+    "--bundle",
+    "bundle_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    is_flag=False,
+    flag_value=Path("."),
+    help="Write a support archive instead (resolved "
+    "recipe, versions, last log lines of every rank, environment with secrets removed) "
+    "to this file or folder (default: the current folder).",
+)
+def logs_command(
+    name: str | None, rank: int | None, follow: bool, tail: int | None, bundle_path: Path | None
+) -> None:
     """Show the ranks' logs, each line prefixed with its rank.
 
     \b
@@ -200,9 +287,13 @@ def logs_command(name: str | None, rank: int | None, follow: bool, tail: int | N
 
 @click.command("down")
 @name_argument
-@click.option("--purge-caches", is_flag=True, help="Also remove every rank's compile, JIT and "
-              "autotune caches, so the next start is cold on every rank. Works on a deployment "
-              "that is already down too (give its NAME, and --cluster for ssh nodes).")
+@click.option(
+    "--purge-caches",
+    is_flag=True,
+    help="Also remove every rank's compile, JIT and "
+    "autotune caches, so the next start is cold on every rank. Works on a deployment "
+    "that is already down too (give its NAME, and --cluster for ssh nodes).",
+)
 @cluster_option
 def down_command(name: str | None, purge_caches: bool, cluster_path: str | None) -> None:
     """Stop every rank and remove what up created (processes, namespaces, run files).
@@ -226,8 +317,9 @@ def down_command(name: str | None, purge_caches: bool, cluster_path: str | None)
     if state is None:
         console.print("no deployment was running; removed what killed commands left")
         return
-    console.print(f"[bold]{state.name}[/bold] is down"
-                  + (", compile caches removed" if purge_caches else ""))
+    console.print(
+        f"[bold]{state.name}[/bold] is down" + (", compile caches removed" if purge_caches else "")
+    )
 
 
 @click.command("chat")
@@ -244,22 +336,34 @@ def chat_command(message: str, name: str | None, max_tokens: int, api_key: str |
       tandem chat "Hello" --name tiny-local --max-tokens 16
     """
     state = load_state(name)
-    body = {"model": state.model, "messages": [{"role": "user", "content": message}],
-            "max_tokens": max_tokens, "temperature": 0}
+    body = {
+        "model": state.model,
+        "messages": [{"role": "user", "content": message}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
     try:
-        response = httpx.post(f"{state.endpoint}/v1/chat/completions", json=body, timeout=300,
-                              headers=wire.bearer(api_key))
+        response = httpx.post(
+            f"{state.endpoint}/v1/chat/completions",
+            json=body,
+            timeout=300,
+            headers=wire.bearer(api_key),
+        )
     except httpx.HTTPError as exc:
-        raise EndpointError(f"{state.endpoint} did not answer: {exc}",
-                            hint="check `tandem status`") from exc
+        raise EndpointError(
+            f"{state.endpoint} did not answer: {exc}", hint="check `tandem status`"
+        ) from exc
     if response.status_code == 401:
         raise Unauthorized(state.endpoint)
     if response.status_code != 200:
-        raise EndpointError(f"{state.endpoint} answered {response.status_code}: "
-                            f"{response.text[:300]}")
+        raise EndpointError(
+            f"{state.endpoint} answered {response.status_code}: {response.text[:300]}"
+        )
     data = response.json()
     usage = data.get("usage", {})
     console.print(f"[bold]{state.model}[/bold]: {data['choices'][0]['message'].get('content')!r}")
-    console.print(f"  [dim]{usage.get('prompt_tokens')} prompt + {usage.get('completion_tokens')}"
-                  f" completion tokens, finish_reason {data['choices'][0].get('finish_reason')}"
-                  "[/dim]")
+    console.print(
+        f"  [dim]{usage.get('prompt_tokens')} prompt + {usage.get('completion_tokens')}"
+        f" completion tokens, finish_reason {data['choices'][0].get('finish_reason')}"
+        "[/dim]"
+    )

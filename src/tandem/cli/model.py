@@ -38,8 +38,13 @@ def model_command() -> None:
     "Default: $HF_HOME, else ~/.cache/huggingface.",
 )
 @click.option("--all", "build_all", is_flag=True, help="Build every architecture.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Seed of weights and tokenizer.")
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seed of weights and tokenizer.",
+)
 def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) -> None:
     """Build a tiny random-weight model and tokenizer into the Hugging Face cache.
 
@@ -71,22 +76,43 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
 
 @model_command.command("shape")
 @click.argument("preset", type=click.Choice(list(SHAPES)))
-@click.option("--layers", type=click.IntRange(min=1), default=None,
-              help="Build this many decoder layers instead of the preset's (less disk).")
-@click.option("--scale-down", is_flag=True,
-              help="Tiny widths with the preset's kinds of layer (a test on a CPU).")
-@click.option("--device", default=None, help="Where torch builds the weights. Default: cuda "
-              "when available, else cpu.")
+@click.option(
+    "--layers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Build this many decoder layers instead of the preset's (less disk).",
+)
+@click.option(
+    "--scale-down",
+    is_flag=True,
+    help="Tiny widths with the preset's kinds of layer (a test on a CPU).",
+)
+@click.option(
+    "--device",
+    default=None,
+    help="Where torch builds the weights. Default: cuda when available, else cpu.",
+)
 @click.option(
     "--hf-home",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Hugging Face home to write into. Default: $HF_HOME, else ~/.cache/huggingface.",
 )
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Seed of weights and tokenizer.")
-def shape_command(preset: str, layers: int | None, scale_down: bool, device: str | None,
-                  hf_home: Path | None, seed: int) -> None:
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seed of weights and tokenizer.",
+)
+def shape_command(
+    preset: str,
+    layers: int | None,
+    scale_down: bool,
+    device: str | None,
+    hf_home: Path | None,
+    seed: int,
+) -> None:
     """Build a random-weight model of a real checkpoint's shape (for GPU runs).
 
     The config copies the checkpoint's memory- and compute-relevant fields; the tokenizer is
@@ -102,9 +128,17 @@ def shape_command(preset: str, layers: int | None, scale_down: bool, device: str
     console = Console()
     transformers_logging.disable_progress_bar()
     with console.status(f"building {preset}"):
-        built = build_shape_model(hf_home or _default_hf_home(), preset, layers=layers,
-                                  scale_down=scale_down, device=device, seed=seed)
-    console.print(f"[bold]{built.repo_id}[/]  {built.num_hidden_layers} layers  "
-                  f"{built.parameter_count / 1e9:.2f} B parameters  "
-                  f"{built.size_bytes / 1e9:.2f} GB")
+        built = build_shape_model(
+            hf_home or _default_hf_home(),
+            preset,
+            layers=layers,
+            scale_down=scale_down,
+            device=device,
+            seed=seed,
+        )
+    console.print(
+        f"[bold]{built.repo_id}[/]  {built.num_hidden_layers} layers  "
+        f"{built.parameter_count / 1e9:.2f} B parameters  "
+        f"{built.size_bytes / 1e9:.2f} GB"
+    )
     console.print(f"  snapshot: {built.snapshot_path}", soft_wrap=True, highlight=False)

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from tandem.cli.options import (SHARE, FloatIn, cluster_option, machine_deployment,
-                                recipe_argument)
+from tandem.cli.options import SHARE, FloatIn, cluster_option, machine_deployment, recipe_argument
 from tandem.errors import PlanError
 from tandem.plan.calibrate import figures_from_log, planned_vs_measured
 from tandem.plan.config import default_cache_roots, load_model_facts
@@ -18,35 +17,76 @@ from tandem.report.plan import print_plan
 @click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
 @recipe_argument
 @cluster_option
-@click.option("--model-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Local snapshot (config.json + *.safetensors). Default: the HF cache, else "
-                   "the data tandem ships for the seeds' models.")
-@click.option("--hardware", "hardware_name", metavar="NAME",
-              help="Hardware profile: gb10, h100, h200, b200, gb200, cpu. Default: from the "
-                   "cluster (DGX Spark names -> gb10, a local CPU cluster -> cpu).")
-@click.option("--max-model-len", type=click.IntRange(min=1),
-              help="Plan at this max_model_len instead of the "
-              "recipe's.")
-@click.option("--gpu-memory-utilization", "utilization", type=FloatIn(min=0, max=1, min_open=True),
-              help="Plan at this utilization instead of the recipe's.")
-@click.option("--context", "context_tokens", type=click.IntRange(min=1), default=8192,
-              show_default=True,
-              help="Context length, tokens, for the decode roofline.")
-@click.option("--acceptance", type=SHARE, default=0.5, show_default=True,
-              help="Draft-token acceptance rate for the speculative roofline, 0-1.")
-@click.option("--concurrency", type=click.IntRange(min=1),
-              help="Sequences for the batched roofline. Default: "
-              "max_num_seqs.")
-@click.option("--calibrate", "log_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="A real vLLM boot log: report the planner's error against it.")
-@click.option("--no-shipped-calibration", is_flag=True,
-              help="Do not calibrate on the measured boots shipped with tandem.")
+@click.option(
+    "--model-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Local snapshot (config.json + *.safetensors). Default: the HF cache, else "
+    "the data tandem ships for the seeds' models.",
+)
+@click.option(
+    "--hardware",
+    "hardware_name",
+    metavar="NAME",
+    help="Hardware profile: gb10, h100, h200, b200, gb200, cpu. Default: from the "
+    "cluster (DGX Spark names -> gb10, a local CPU cluster -> cpu).",
+)
+@click.option(
+    "--max-model-len",
+    type=click.IntRange(min=1),
+    help="Plan at this max_model_len instead of the recipe's.",
+)
+@click.option(
+    "--gpu-memory-utilization",
+    "utilization",
+    type=FloatIn(min=0, max=1, min_open=True),
+    help="Plan at this utilization instead of the recipe's.",
+)
+@click.option(
+    "--context",
+    "context_tokens",
+    type=click.IntRange(min=1),
+    default=8192,
+    show_default=True,
+    help="Context length, tokens, for the decode roofline.",
+)
+@click.option(
+    "--acceptance",
+    type=SHARE,
+    default=0.5,
+    show_default=True,
+    help="Draft-token acceptance rate for the speculative roofline, 0-1.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    help="Sequences for the batched roofline. Default: max_num_seqs.",
+)
+@click.option(
+    "--calibrate",
+    "log_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A real vLLM boot log: report the planner's error against it.",
+)
+@click.option(
+    "--no-shipped-calibration",
+    is_flag=True,
+    help="Do not calibrate on the measured boots shipped with tandem.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def plan_command(recipe: str, cluster_path: str | None, model_dir: Path | None,
-                 hardware_name: str | None, max_model_len: int | None,
-                 utilization: float | None, context_tokens: int, acceptance: float,
-                 concurrency: int | None, log_path: Path | None, no_shipped_calibration: bool,
-                 as_json: bool) -> None:
+def plan_command(
+    recipe: str,
+    cluster_path: str | None,
+    model_dir: Path | None,
+    hardware_name: str | None,
+    max_model_len: int | None,
+    utilization: float | None,
+    context_tokens: int,
+    acceptance: float,
+    concurrency: int | None,
+    log_path: Path | None,
+    no_shipped_calibration: bool,
+    as_json: bool,
+) -> None:
     """Predict memory per rank, the KV pool in tokens, concurrency, fit and decode speed.
 
     The figures follow vLLM's own accounting; every estimate says so. With --calibrate the
@@ -61,28 +101,47 @@ def plan_command(recipe: str, cluster_path: str | None, model_dir: Path | None,
     """
     deployment = machine_deployment(recipe, cluster_path)
     model = deployment.recipe.model
-    facts = load_model_facts(model.repo_id, model_dir=model_dir, revision=model.revision,
-                             cache_roots=default_cache_roots(model.cache_root),
-                             local_path=model.path)
+    facts = load_model_facts(
+        model.repo_id,
+        model_dir=model_dir,
+        revision=model.revision,
+        cache_roots=default_cache_roots(model.cache_root),
+        local_path=model.path,
+    )
     hardware = infer_hardware(deployment, hardware_name)
-    plan = plan_deployment(deployment, facts, hardware, max_model_len=max_model_len,
-                           gpu_memory_utilization=utilization, context_tokens=context_tokens,
-                           acceptance_rate=acceptance, concurrency=concurrency,
-                           use_shipped_boots=not no_shipped_calibration)
+    plan = plan_deployment(
+        deployment,
+        facts,
+        hardware,
+        max_model_len=max_model_len,
+        gpu_memory_utilization=utilization,
+        context_tokens=context_tokens,
+        acceptance_rate=acceptance,
+        concurrency=concurrency,
+        use_shipped_boots=not no_shipped_calibration,
+    )
     if log_path is not None:
         try:
             text = log_path.read_text(errors="replace")
         except OSError as exc:
-            raise PlanError(f"cannot read the log: {exc.strerror}", file=str(log_path),
-                            field="--calibrate") from exc
+            raise PlanError(
+                f"cannot read the log: {exc.strerror}", file=str(log_path), field="--calibrate"
+            ) from exc
         figures = figures_from_log(text)
         if figures.kv_cache_tokens is None:
-            raise PlanError("no 'KV cache size: N tokens' line in the log", file=str(log_path),
-                            field="--calibrate",
-                            hint="pass the leader's log of a boot that got past KV cache sizing")
+            raise PlanError(
+                "no 'KV cache size: N tokens' line in the log",
+                file=str(log_path),
+                field="--calibrate",
+                hint="pass the leader's log of a boot that got past KV cache sizing",
+            )
         plan.calibration = planned_vs_measured(
-            kv_pool_bytes=plan.kv_pool_bytes, kv_pool_tokens=plan.kv_pool_tokens,
-            max_concurrency=plan.max_concurrency, figures=figures, source=str(log_path))
+            kv_pool_bytes=plan.kv_pool_bytes,
+            kv_pool_tokens=plan.kv_pool_tokens,
+            max_concurrency=plan.max_concurrency,
+            figures=figures,
+            source=str(log_path),
+        )
     if as_json:
         click.echo(plan.model_dump_json(indent=2))
     else:

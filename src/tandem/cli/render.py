@@ -14,18 +14,33 @@ from tandem.render import TARGETS, check_format, files_renderer_for, renderer_fo
 @click.command("render")
 @recipe_argument
 @cluster_option
-@click.option("--format", "fmt", type=click.Choice(["shell", "json", "yaml"]), default=None,
-              help="shell: commands to paste on each node; json: for scripts; yaml: manifests "
-              "(k8s only). Default: the target's own (shell, or yaml for k8s).")
-@click.option("--target", type=click.Choice(sorted(TARGETS)), default="process",
-              show_default=True, help="What runs each rank: a plain process on the node, a "
-              "container, a Kubernetes LeaderWorkerSet; prometheus: scrape config and alert "
-              "rules for the running deployment.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Write the target's files into this folder instead of printing them "
-              "(prometheus: prometheus.yml, tandem-rules.yml, README.md).")
-def render_command(recipe: str, cluster_path: str | None, fmt: str, target: str,
-                   out_dir: str | None) -> None:
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["shell", "json", "yaml"]),
+    default=None,
+    help="shell: commands to paste on each node; json: for scripts; yaml: manifests "
+    "(k8s only). Default: the target's own (shell, or yaml for k8s).",
+)
+@click.option(
+    "--target",
+    type=click.Choice(sorted(TARGETS)),
+    default="process",
+    show_default=True,
+    help="What runs each rank: a plain process on the node, a "
+    "container, a Kubernetes LeaderWorkerSet; prometheus: scrape config and alert "
+    "rules for the running deployment.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    help="Write the target's files into this folder instead of printing them "
+    "(prometheus: prometheus.yml, tandem-rules.yml, README.md).",
+)
+def render_command(
+    recipe: str, cluster_path: str | None, fmt: str, target: str, out_dir: str | None
+) -> None:
     """Print each rank's exact command and environment, workers first.
 
     RECIPE is a built-in recipe name or a path to a recipe YAML.

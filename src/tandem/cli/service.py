@@ -14,8 +14,12 @@ from tandem.render.systemd import SECRET_VARS, UNIT_DIR
 
 console = Console(highlight=False, soft_wrap=True)
 unit_dir_option = click.option(
-    "--unit-dir", type=click.Path(file_okay=False, path_type=Path), default=UNIT_DIR,
-    show_default=True, help="Where the unit file goes.")
+    "--unit-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=UNIT_DIR,
+    show_default=True,
+    help="Where the unit file goes.",
+)
 
 
 @click.group("service")
@@ -41,10 +45,17 @@ def service_command() -> None:
 @unit_dir_option
 @click.option("--no-enable", is_flag=True, help="Only write the unit; do not enable it.")
 @click.option("--start", is_flag=True, help="Also start it now (`systemctl enable --now`).")
-@click.option("--timeout", "timeout_s", type=FloatIn(min=1), help="Start-up limit of `tandem up`, "
-              "seconds.")
-def install_command(recipe: str, cluster_path: str | None, unit_dir: Path, no_enable: bool,
-                    start: bool, timeout_s: float | None) -> None:
+@click.option(
+    "--timeout", "timeout_s", type=FloatIn(min=1), help="Start-up limit of `tandem up`, seconds."
+)
+def install_command(
+    recipe: str,
+    cluster_path: str | None,
+    unit_dir: Path,
+    no_enable: bool,
+    start: bool,
+    timeout_s: float | None,
+) -> None:
     """Write the deployment's unit and enable it (it starts at the next boot, or now with --start).
 
     VLLM_API_KEY and HF_TOKEN, when set in this shell, are written to
@@ -57,13 +68,16 @@ def install_command(recipe: str, cluster_path: str | None, unit_dir: Path, no_en
       tandem service install tiny-local --no-enable --unit-dir ./units
     """
     deployment = machine_deployment(recipe, cluster_path)
-    spec = systemd.spec_for(deployment.name, recipe, cluster_path,
-                            ["--timeout", f"{timeout_s:g}"] if timeout_s else [])
+    spec = systemd.spec_for(
+        deployment.name, recipe, cluster_path, ["--timeout", f"{timeout_s:g}"] if timeout_s else []
+    )
     secrets = {k: os.environ[k] for k in SECRET_VARS if os.environ.get(k)}
-    unit, env_file = systemd.install(spec, unit_dir=unit_dir, enable=not no_enable, start=start,
-                                     secrets=secrets)
-    console.print(f"wrote {unit}" + (f" and {env_file} ({', '.join(sorted(secrets))})"
-                                      if env_file else ""))
+    unit, env_file = systemd.install(
+        spec, unit_dir=unit_dir, enable=not no_enable, start=start, secrets=secrets
+    )
+    console.print(
+        f"wrote {unit}" + (f" and {env_file} ({', '.join(sorted(secrets))})" if env_file else "")
+    )
     if no_enable:
         console.print(f"  enable it with: systemctl enable --now {unit.name}")
     else:
@@ -86,11 +100,14 @@ def status_command(name: str, unit_dir: Path, as_json: bool) -> None:
     if as_json:
         click.echo(result.model_dump_json(indent=2))
         return
-    console.print(f"[bold]{result.unit}[/bold]: "
-                  + (f"installed at {result.unit_path}" if result.installed else "not installed"))
+    console.print(
+        f"[bold]{result.unit}[/bold]: "
+        + (f"installed at {result.unit_path}" if result.installed else "not installed")
+    )
     if not result.systemd:
-        console.print(f"  systemd is not the init system here (PID 1 is "
-                      f"'{systemd.init_process()}')")
+        console.print(
+            f"  systemd is not the init system here (PID 1 is '{systemd.init_process()}')"
+        )
     for key, value in result.properties.items():
         console.print(f"  {key}: {value}")
 

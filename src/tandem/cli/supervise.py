@@ -15,36 +15,78 @@ from tandem.supervisor import SupervisorPolicy, supervise
 console = Console(highlight=False)
 
 
-def _exit_on_term(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
+def _exit_on_term(signum, frame) -> None:
     raise SystemExit(0)
 
 
 def run_supervisor(name: str, policy: SupervisorPolicy = SupervisorPolicy()) -> None:
     """Supervise in the foreground until the deployment is taken down (exit 0) or given up (1)."""
     signal.signal(signal.SIGTERM, _exit_on_term)
-    code = supervise(name, policy, on_event=lambda text: console.print(f"  [dim]{text}[/dim]",
-                                                                  soft_wrap=True))
+    code = supervise(
+        name, policy, on_event=lambda text: console.print(f"  [dim]{text}[/dim]", soft_wrap=True)
+    )
     if code:
         sys.exit(code)
 
 
 @click.command("supervise")
 @click.argument("name", required=False)
-@click.option("--interval", "interval_s", type=POSITIVE, default=5.0, show_default=True,
-              help="Seconds between two looks at the ranks and the leader's /health.")
-@click.option("--max-restarts", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Group restarts in a row before giving up and stopping every rank.")
-@click.option("--backoff", "backoff_s", type=NOT_NEGATIVE, default=10.0, show_default=True,
-              help="Seconds before the first restart; each further one waits twice as long.")
-@click.option("--health-failures", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Failed /health requests in a row that count as the leader not answering.")
-@click.option("--canary-interval", "canary_interval_s", type=NOT_NEGATIVE, default=30.0,
-              show_default=True, help="Seconds between 1-token canary completions on an idle "
-              "server (0: none; under load the token counters show progress instead).")
-@click.option("--stall", "stall_s", type=POSITIVE, default=30.0, show_default=True,
-              help="Seconds with requests running and no token counted that mean stalled.")
-def supervise_command(name: str | None, interval_s: float, max_restarts: int, backoff_s: float,
-                      health_failures: int, canary_interval_s: float, stall_s: float) -> None:
+@click.option(
+    "--interval",
+    "interval_s",
+    type=POSITIVE,
+    default=5.0,
+    show_default=True,
+    help="Seconds between two looks at the ranks and the leader's /health.",
+)
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Group restarts in a row before giving up and stopping every rank.",
+)
+@click.option(
+    "--backoff",
+    "backoff_s",
+    type=NOT_NEGATIVE,
+    default=10.0,
+    show_default=True,
+    help="Seconds before the first restart; each further one waits twice as long.",
+)
+@click.option(
+    "--health-failures",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Failed /health requests in a row that count as the leader not answering.",
+)
+@click.option(
+    "--canary-interval",
+    "canary_interval_s",
+    type=NOT_NEGATIVE,
+    default=30.0,
+    show_default=True,
+    help="Seconds between 1-token canary completions on an idle "
+    "server (0: none; under load the token counters show progress instead).",
+)
+@click.option(
+    "--stall",
+    "stall_s",
+    type=POSITIVE,
+    default=30.0,
+    show_default=True,
+    help="Seconds with requests running and no token counted that mean stalled.",
+)
+def supervise_command(
+    name: str | None,
+    interval_s: float,
+    max_restarts: int,
+    backoff_s: float,
+    health_failures: int,
+    canary_interval_s: float,
+    stall_s: float,
+) -> None:
     """Watch a deployment and restart the whole group when any rank faults.
 
     A fault is what `tandem status` calls degraded, stalled or down: a process of any rank
@@ -62,6 +104,14 @@ def supervise_command(name: str | None, interval_s: float, max_restarts: int, ba
       nohup tandem supervise tiny-ssh --max-restarts 5 --backoff 30 &
     """
     name = load_state(name).name  # an unknown name is an error here, before any file is written
-    run_supervisor(name, SupervisorPolicy(interval_s=interval_s, max_restarts=max_restarts,
-                                          backoff_s=backoff_s, health_failures=health_failures,
-                                          canary_interval_s=canary_interval_s, stall_s=stall_s))
+    run_supervisor(
+        name,
+        SupervisorPolicy(
+            interval_s=interval_s,
+            max_restarts=max_restarts,
+            backoff_s=backoff_s,
+            health_failures=health_failures,
+            canary_interval_s=canary_interval_s,
+            stall_s=stall_s,
+        ),
+    )

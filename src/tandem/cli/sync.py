@@ -15,7 +15,9 @@ console = Console(highlight=False)
 @click.command("sync")
 @recipe_argument
 @cluster_option
-@click.option("--dry-run", is_flag=True, help="Only probe the nodes and print what would be copied.")
+@click.option(
+    "--dry-run", is_flag=True, help="Only probe the nodes and print what would be copied."
+)
 def sync_command(recipe: str, cluster_path: str | None, dry_run: bool) -> None:
     """Check that every node holds the recipe's image (same digest) and model snapshot (same
     files and sizes); copy what is missing from a node that has it, then verify.
@@ -30,16 +32,25 @@ def sync_command(recipe: str, cluster_path: str | None, dry_run: bool) -> None:
     """
     deployment = machine_deployment(recipe, cluster_path)
     if deployment.cluster.transport.value != "ssh":
-        raise ClusterError("tandem sync copies between SSH nodes; this cluster's transport is "
-                           f"{deployment.cluster.transport.value}", field="transport",
-                           hint="pass an inventory with transport: ssh via --cluster")
-    report = sync(deployment, dry_run=dry_run,
-                  on_event=lambda text: console.print(f"  [dim]{text}[/dim]", soft_wrap=True))
+        raise ClusterError(
+            "tandem sync copies between SSH nodes; this cluster's transport is "
+            f"{deployment.cluster.transport.value}",
+            field="transport",
+            hint="pass an inventory with transport: ssh via --cluster",
+        )
+    report = sync(
+        deployment,
+        dry_run=dry_run,
+        on_event=lambda text: console.print(f"  [dim]{text}[/dim]", soft_wrap=True),
+    )
     if dry_run:
         for action in report.actions:
             console.print(f"would {action}", soft_wrap=True)
-        console.print("nothing to copy" if not report.actions else
-                      f"{len(report.actions)} copy/copies needed")
+        console.print(
+            "nothing to copy" if not report.actions else f"{len(report.actions)} copy/copies needed"
+        )
         return
-    console.print(f"[green]in sync[/green]: {len(report.snapshots)} node(s)"
-                  + (f", {len(report.actions)} repair(s) made and verified" if report.actions else ""))
+    console.print(
+        f"[green]in sync[/green]: {len(report.snapshots)} node(s)"
+        + (f", {len(report.actions)} repair(s) made and verified" if report.actions else "")
+    )

@@ -75,24 +75,50 @@ def watch_command() -> None:
 
 @watch_command.command("run")
 @click.argument("name", required=False)
-@click.option("--interval", "interval_s", type=Duration(),
-              help="Between two samples, e.g. 5s. Default: the recipe's watch.interval_s (5 s). "
-                   "Each /metrics scrape stalls vLLM's API server ~35 ms.")
-@click.option("--duration", "duration_s", type=Duration(),
-              help="Sampled time in all, e.g. 3h; a resumed watch samples what is left. "
-                   "Default: until Ctrl-C.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Folder for watch.json and samples.jsonl; a folder that holds a watch is "
-                   "resumed. Default: the deployment's state folder, watch/.")
-@click.option("--serve-metrics", "metrics_port", type=click.IntRange(1, 65535),
-              help="Serve the latest sample as Prometheus metrics on this port (rank up, "
-                   "memory, GPU), for the rules of `tandem render --target prometheus`.")
-@click.option("--serve-address", default="0.0.0.0", show_default=True,
-              help="Address the metrics endpoint binds.")
+@click.option(
+    "--interval",
+    "interval_s",
+    type=Duration(),
+    help="Between two samples, e.g. 5s. Default: the recipe's watch.interval_s (5 s). "
+    "Each /metrics scrape stalls vLLM's API server ~35 ms.",
+)
+@click.option(
+    "--duration",
+    "duration_s",
+    type=Duration(),
+    help="Sampled time in all, e.g. 3h; a resumed watch samples what is left. "
+    "Default: until Ctrl-C.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    help="Folder for watch.json and samples.jsonl; a folder that holds a watch is "
+    "resumed. Default: the deployment's state folder, watch/.",
+)
+@click.option(
+    "--serve-metrics",
+    "metrics_port",
+    type=click.IntRange(1, 65535),
+    help="Serve the latest sample as Prometheus metrics on this port (rank up, "
+    "memory, GPU), for the rules of `tandem render --target prometheus`.",
+)
+@click.option(
+    "--serve-address",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address the metrics endpoint binds.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No live view.")
-def run_command(name: str | None, interval_s: float | None, duration_s: float | None,
-                out_dir: str | None, metrics_port: int | None, serve_address: str,
-                quiet: bool) -> None:
+def run_command(
+    name: str | None,
+    interval_s: float | None,
+    duration_s: float | None,
+    out_dir: str | None,
+    metrics_port: int | None,
+    serve_address: str,
+    quiet: bool,
+) -> None:
     """Sample a deployment every interval into a folder, with a live view.
 
     \b
@@ -104,8 +130,10 @@ def run_command(name: str | None, interval_s: float | None, duration_s: float | 
     out = Path(out_dir) if out_dir else deployment_dir(state.name) / "watch"
     watcher = Watcher(state.name, out, interval_s=interval_s, duration_s=duration_s)
     if watcher.resumed and (interval_s or duration_s):
-        Console(stderr=True).print(f"resuming {out}: its own interval "
-                                   f"({watcher.run_info.interval_s:g} s) and duration apply")
+        Console(stderr=True).print(
+            f"resuming {out}: its own interval "
+            f"({watcher.run_info.interval_s:g} s) and duration apply"
+        )
     handlers = []
     collector = None
     if metrics_port:

@@ -75,16 +75,26 @@ class ChatClient:
             response = await client.chat([{"role": "user", "content": "hi"}], {"max_tokens": 8})
     """
 
-    def __init__(self, base_url: str, model: str, *, request_timeout_s: float = 3600.0,
-                 connect_timeout_s: float = 10.0, retry: RetryPolicy | None = None,
-                 api_key: str | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        request_timeout_s: float = 3600.0,
+        connect_timeout_s: float = 10.0,
+        retry: RetryPolicy | None = None,
+        api_key: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.retry = retry or RetryPolicy()
         self._client = httpx.AsyncClient(
-            base_url=self.base_url, transport=transport, headers=wire.bearer(api_key),
-            timeout=httpx.Timeout(request_timeout_s, connect=connect_timeout_s))
+            base_url=self.base_url,
+            transport=transport,
+            headers=wire.bearer(api_key),
+            timeout=httpx.Timeout(request_timeout_s, connect=connect_timeout_s),
+        )
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -115,8 +125,11 @@ class ChatClient:
                 if reply.status_code < 400:
                     return _parse(reply.json(), time.perf_counter() - sent, attempt)
                 if reply.status_code < RETRYABLE_STATUS_MIN:
-                    return ChatResponse(error=f"http-{reply.status_code}: {reply.text[:500]}",
-                                        latency_s=time.perf_counter() - sent, attempts=attempt)
+                    return ChatResponse(
+                        error=f"http-{reply.status_code}: {reply.text[:500]}",
+                        latency_s=time.perf_counter() - sent,
+                        attempts=attempt,
+                    )
                 reason = f"HTTP {reply.status_code}: {reply.text[:200]}"
             delay = self.retry.delay_s(attempt)
             if time.monotonic() - started + delay > self.retry.budget_s:
@@ -124,7 +137,8 @@ class ChatClient:
                     f"{self.base_url} kept failing for {time.monotonic() - started:.0f} s "
                     f"({attempt} attempts); last: {reason}",
                     hint="check that the server is running and the URL is right, then rerun "
-                         "with --resume: finished questions are kept")
+                    "with --resume: finished questions are kept",
+                )
             await asyncio.sleep(delay)
 
     async def served_models(self) -> list[str]:
@@ -142,7 +156,8 @@ class ChatClient:
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise EndpointError(
                 f"cannot list models at {self.base_url}/v1/models: {exc}",
-                hint="1. the server is running; 2. the URL is right (scheme, host, port)") from exc
+                hint="1. the server is running; 2. the URL is right (scheme, host, port)",
+            ) from exc
 
 
 def _parse(body: dict, latency_s: float, attempts: int) -> ChatResponse:

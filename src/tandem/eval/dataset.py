@@ -31,8 +31,14 @@ COLUMN_CORRECT = "Correct Answer"
 COLUMNS_INCORRECT = ("Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
 COLUMN_DOMAIN = "High-level domain"
 COLUMN_SUBDOMAIN = "Subdomain"
-REQUIRED_COLUMNS = (COLUMN_RECORD_ID, COLUMN_QUESTION, COLUMN_CORRECT, *COLUMNS_INCORRECT,
-                    COLUMN_DOMAIN, COLUMN_SUBDOMAIN)
+REQUIRED_COLUMNS = (
+    COLUMN_RECORD_ID,
+    COLUMN_QUESTION,
+    COLUMN_CORRECT,
+    *COLUMNS_INCORRECT,
+    COLUMN_DOMAIN,
+    COLUMN_SUBDOMAIN,
+)
 TEXT_COLUMNS = (COLUMN_QUESTION, COLUMN_CORRECT, *COLUMNS_INCORRECT)
 
 
@@ -93,22 +99,29 @@ def load_gpqa_csv(path: str | Path) -> Dataset:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise SpecError(f"cannot read the GPQA CSV: {exc.strerror or exc}", file=str(path),
-                        hint="pass the path of the GPQA CSV you were granted with --csv") from exc
+        raise SpecError(
+            f"cannot read the GPQA CSV: {exc.strerror or exc}",
+            file=str(path),
+            hint="pass the path of the GPQA CSV you were granted with --csv",
+        ) from exc
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise SpecError("the GPQA CSV is not UTF-8 text", file=str(path),
-                        hint="save the file as UTF-8 CSV") from exc
+        raise SpecError(
+            "the GPQA CSV is not UTF-8 text", file=str(path), hint="save the file as UTF-8 CSV"
+        ) from exc
     reader = csv.DictReader(text.splitlines(keepends=True))
     header = [name.strip() for name in (reader.fieldnames or [])]
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise SpecError(
             f"missing column{'s' if len(missing) > 1 else ''}: "
-            + ", ".join(repr(c) for c in missing), file=str(path), field="header",
+            + ", ".join(repr(c) for c in missing),
+            file=str(path),
+            field="header",
             hint="use the official GPQA CSV header (Record ID, Question, Correct Answer, "
-                 "Incorrect Answer 1..3, High-level domain, Subdomain)")
+            "Incorrect Answer 1..3, High-level domain, Subdomain)",
+        )
     reader.fieldnames = header
     problems = ProblemList()
     seen: dict[str, int] = {}
@@ -116,36 +129,53 @@ def load_gpqa_csv(path: str | Path) -> Dataset:
     for row_number, row in enumerate(reader, start=2):
         record_id = (row.get(COLUMN_RECORD_ID) or "").strip()
         if not record_id:
-            problems.add(f"row {row_number}, column '{COLUMN_RECORD_ID}'", "is empty",
-                         "give every question a unique Record ID")
+            problems.add(
+                f"row {row_number}, column '{COLUMN_RECORD_ID}'",
+                "is empty",
+                "give every question a unique Record ID",
+            )
         elif record_id in seen:
-            problems.add(f"row {row_number}, column '{COLUMN_RECORD_ID}'",
-                         f"duplicate id {record_id!r} (first on row {seen[record_id]})",
-                         "remove the repeated row or give it its own id")
+            problems.add(
+                f"row {row_number}, column '{COLUMN_RECORD_ID}'",
+                f"duplicate id {record_id!r} (first on row {seen[record_id]})",
+                "remove the repeated row or give it its own id",
+            )
         else:
             seen[record_id] = row_number
         for column in TEXT_COLUMNS:
             if not (row.get(column) or "").strip():
-                problems.add(f"row {row_number}, column '{column}'", "is empty",
-                             "every question needs its text and all four options")
+                problems.add(
+                    f"row {row_number}, column '{column}'",
+                    "is empty",
+                    "every question needs its text and all four options",
+                )
         texts = [(row.get(c) or "").strip() for c in (COLUMN_CORRECT, *COLUMNS_INCORRECT)]
         if all(texts) and len(set(texts)) < 4:
-            problems.add(f"row {row_number}", "two options have the same text",
-                         "the four options must differ, or the correct letter is ambiguous")
-        questions.append(Question(
-            record_id=record_id,
-            question=(row.get(COLUMN_QUESTION) or "").strip(),
-            options=tuple(texts),  # type: ignore[arg-type]
-            domain=(row.get(COLUMN_DOMAIN) or "").strip() or "unknown",
-            subdomain=(row.get(COLUMN_SUBDOMAIN) or "").strip() or "unknown",
-        ))
+            problems.add(
+                f"row {row_number}",
+                "two options have the same text",
+                "the four options must differ, or the correct letter is ambiguous",
+            )
+        questions.append(
+            Question(
+                record_id=record_id,
+                question=(row.get(COLUMN_QUESTION) or "").strip(),
+                options=tuple(texts),  # type: ignore[arg-type]
+                domain=(row.get(COLUMN_DOMAIN) or "").strip() or "unknown",
+                subdomain=(row.get(COLUMN_SUBDOMAIN) or "").strip() or "unknown",
+            )
+        )
     if not questions:
         problems.add("rows", "the file has a header but no questions")
     if problems:
-        raise SpecError(f"{len(problems.items)} problem(s) in the GPQA CSV", file=str(path),
-                        problems=problems.items)
-    return Dataset(path=str(path), sha256=hashlib.sha256(raw).hexdigest(),
-                   questions=tuple(questions))
+        raise SpecError(
+            f"{len(problems.items)} problem(s) in the GPQA CSV",
+            file=str(path),
+            problems=problems.items,
+        )
+    return Dataset(
+        path=str(path), sha256=hashlib.sha256(raw).hexdigest(), questions=tuple(questions)
+    )
 
 
 def permutation(record_id: str, repeat: int, seed: int) -> tuple[int, int, int, int]:
@@ -153,19 +183,22 @@ def permutation(record_id: str, repeat: int, seed: int) -> tuple[int, int, int, 
 
     Returns a tuple ``p`` where letter ``LETTERS[k]`` shows option ``p[k]`` (0 = correct).
     """
+
     def key(option: int) -> bytes:
         return hashlib.sha256(f"{seed}|{record_id}|{repeat}|{option}".encode()).digest()
 
     return tuple(sorted(range(4), key=key))  # type: ignore[return-value]
 
 
-def make_samples(dataset: Dataset, *, repeats: int = 1, seed: int = 0,
-                 limit: int | None = None) -> list[Sample]:
+def make_samples(
+    dataset: Dataset, *, repeats: int = 1, seed: int = 0, limit: int | None = None
+) -> list[Sample]:
     """Samples to ask: the first ``limit`` questions (file order), each ``repeats`` times.
 
     Ordered repeat-major (every question once, then every question again), so an interrupted
     run has covered as many distinct questions as possible.
     """
     questions = dataset.questions[:limit] if limit is not None else dataset.questions
-    return [Sample(q, r, permutation(q.record_id, r, seed))
-            for r in range(repeats) for q in questions]
+    return [
+        Sample(q, r, permutation(q.record_id, r, seed)) for r in range(repeats) for q in questions
+    ]

@@ -47,23 +47,37 @@ _STRICT = re.compile(r"(?i:answer)[ \t]*:[ \t]*\$?(?P<letter>[A-D])\$?(?![A-Za-z
 _MARKER = r"(?i:(?:final|correct)\s+)?(?i:answer)"
 _MARKED = [
     # **Answer:** B / *Answer*: B / __Answer__: (B) / Answer: **B** / Answer - [B]
-    re.compile(_MARKER + r"[ \t]*(?:\*\*|__|\*|_)?[ \t]*[:\-–][ \t]*(?:\*\*|__|\*|_)?[ \t]*"
-               r"(?:\$|\\text\{)?[(\[](?P<letter>[A-Da-d])[)\]]"),
-    re.compile(_MARKER + r"[ \t]*(?:\*\*|__|\*|_)?[ \t]*[:\-–](?:[ \t]|\*\*|__|\*|_)*"
-               r"(?:\\text\{)?(?P<letter>[A-D])\}?(?:\*\*|__|\*|_)?(?![A-Za-z0-9])"),
+    re.compile(
+        _MARKER + r"[ \t]*(?:\*\*|__|\*|_)?[ \t]*[:\-–][ \t]*(?:\*\*|__|\*|_)?[ \t]*"
+        r"(?:\$|\\text\{)?[(\[](?P<letter>[A-Da-d])[)\]]"
+    ),
+    re.compile(
+        _MARKER + r"[ \t]*(?:\*\*|__|\*|_)?[ \t]*[:\-–](?:[ \t]|\*\*|__|\*|_)*"
+        r"(?:\\text\{)?(?P<letter>[A-D])\}?(?:\*\*|__|\*|_)?(?![A-Za-z0-9])"
+    ),
     # the answer is (C) / the correct answer is C / answer is **D**
-    re.compile(_MARKER + r"\s+(?i:is)\s*:?\s*(?:\*\*)?[(\[]?(?P<letter>[A-D])[)\]]?(?:\*\*)?"
-               r"(?![A-Za-z0-9])"),
+    re.compile(
+        _MARKER + r"\s+(?i:is)\s*:?\s*(?:\*\*)?[(\[]?(?P<letter>[A-D])[)\]]?(?:\*\*)?"
+        r"(?![A-Za-z0-9])"
+    ),
     # answer: c   (a lower-case letter alone to the end of the line)
-    re.compile(_MARKER + r"[ \t]*(?:\*\*)?[ \t]*:[ \t]*(?:\*\*)?[ \t]*(?P<letter>[a-d])[.)]?"
-               r"[ \t]*(?:\*\*)?[ \t]*$", re.MULTILINE),
+    re.compile(
+        _MARKER + r"[ \t]*(?:\*\*)?[ \t]*:[ \t]*(?:\*\*)?[ \t]*(?P<letter>[a-d])[.)]?"
+        r"[ \t]*(?:\*\*)?[ \t]*$",
+        re.MULTILINE,
+    ),
     # Answer:\n\nB   (the letter alone on the next non-empty line)
-    re.compile(_MARKER + r"[ \t]*(?:\*\*)?[ \t]*:[ \t]*(?:\*\*)?[ \t]*\n\s*(?:\*\*)?[(\[]?"
-               r"(?P<letter>[A-Da-d])[)\]]?\.?(?:\*\*)?[ \t]*$", re.MULTILINE),
+    re.compile(
+        _MARKER + r"[ \t]*(?:\*\*)?[ \t]*:[ \t]*(?:\*\*)?[ \t]*\n\s*(?:\*\*)?[(\[]?"
+        r"(?P<letter>[A-Da-d])[)\]]?\.?(?:\*\*)?[ \t]*$",
+        re.MULTILINE,
+    ),
 ]
 
-_BOXED = re.compile(r"\\boxed\{\s*(?:\\text(?:bf)?\{\s*)?[(\[]?(?P<letter>[A-Da-d])[)\]]?\s*\}?"
-                    r"\s*\}")
+_BOXED = re.compile(
+    r"\\boxed\{\s*(?:\\text(?:bf)?\{\s*)?[(\[]?(?P<letter>[A-Da-d])[)\]]?\s*\}?"
+    r"\s*\}"
+)
 
 
 def split_reasoning(text: str) -> tuple[str, str]:

@@ -112,15 +112,26 @@ class SampleRecord(BaseModel):
     finished_at: float
 
 
-def sample_key(protocol: Protocol, *, prompt: str, permutation: list[int] | tuple[int, ...],
-               record_id: str, repeat: int) -> str:
+def sample_key(
+    protocol: Protocol,
+    *,
+    prompt: str,
+    permutation: list[int] | tuple[int, ...],
+    record_id: str,
+    repeat: int,
+) -> str:
     """The identity of one request: endpoint, model, sampling, prompt, permutation, id, repeat."""
-    return canonical_hash({
-        "endpoint": protocol.endpoint, "model": protocol.model,
-        "sampling": protocol.sampling.model_dump(mode="json"),
-        "prompt": prompt, "permutation": list(permutation),
-        "record_id": record_id, "repeat": repeat,
-    })
+    return canonical_hash(
+        {
+            "endpoint": protocol.endpoint,
+            "model": protocol.model,
+            "sampling": protocol.sampling.model_dump(mode="json"),
+            "prompt": prompt,
+            "permutation": list(permutation),
+            "record_id": record_id,
+            "repeat": repeat,
+        }
+    )
 
 
 class LogContents(BaseModel):
@@ -139,8 +150,11 @@ def read_log(path: str | Path) -> LogContents:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise SpecError(f"cannot read the response log: {exc.strerror or exc}", file=str(path),
-                        hint="pass the responses.jsonl an eval run wrote") from exc
+        raise SpecError(
+            f"cannot read the response log: {exc.strerror or exc}",
+            file=str(path),
+            hint="pass the responses.jsonl an eval run wrote",
+        ) from exc
     complete = data[: data.rfind(b"\n") + 1]
     header: HeaderRecord | None = None
     contents: LogContents | None = None
@@ -160,12 +174,16 @@ def read_log(path: str | Path) -> LogContents:
             else:
                 raise ValueError(f"unknown record kind {kind!r}")
         except ValueError as exc:
-            raise SpecError(f"line {number} is not a tandem eval record: {str(exc)[:300]}",
-                            file=str(path), hint="point at a responses.jsonl written by "
-                            "`tandem eval gpqa`, or start a new run in another --out") from exc
+            raise SpecError(
+                f"line {number} is not a tandem eval record: {str(exc)[:300]}",
+                file=str(path),
+                hint="point at a responses.jsonl written by "
+                "`tandem eval gpqa`, or start a new run in another --out",
+            ) from exc
     if contents is None:
-        raise SpecError("the response log is empty", file=str(path),
-                        hint="start a new run without --resume")
+        raise SpecError(
+            "the response log is empty", file=str(path), hint="start a new run without --resume"
+        )
     return contents
 
 
@@ -185,8 +203,9 @@ class ResponseLog:
         self._file = path.open("ab")
 
     @classmethod
-    def open(cls, path: str | Path, protocol: Protocol, dataset_path: str, *, resume: bool,
-             now: float) -> ResponseLog:
+    def open(
+        cls, path: str | Path, protocol: Protocol, dataset_path: str, *, resume: bool, now: float
+    ) -> ResponseLog:
         """Create a log, or reopen one to resume; starts a new session either way.
 
         Raises:
@@ -196,15 +215,22 @@ class ResponseLog:
         path = Path(path)
         if path.exists() and path.stat().st_size > 0:
             if not resume:
-                raise SpecError("a response log already exists here", file=str(path),
-                                hint="pass --resume to continue it, or choose another --out")
+                raise SpecError(
+                    "a response log already exists here",
+                    file=str(path),
+                    hint="pass --resume to continue it, or choose another --out",
+                )
             contents = read_log(path)
             _check_same_protocol(path, contents.header.protocol, protocol)
             _drop_partial_line(path)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
-            header = HeaderRecord(protocol=protocol, protocol_hash=protocol.digest(),
-                                  dataset_path=dataset_path, created_at=now)
+            header = HeaderRecord(
+                protocol=protocol,
+                protocol_hash=protocol.digest(),
+                dataset_path=dataset_path,
+                created_at=now,
+            )
             contents = LogContents(header=header)
             _append_line(path, header.model_dump_json(), create=True)
         log = cls(path, contents)
@@ -245,13 +271,20 @@ def _drop_partial_line(path: Path) -> None:
 def _check_same_protocol(path: Path, logged: Protocol, current: Protocol) -> None:
     if logged.digest() == current.digest():
         return
-    problems = [Problem(f"protocol.{name}", f"the log has {_short(old)}, this run {_short(new)}")
-                for name, old, new in _differences(logged.model_dump(mode="json"),
-                                                   current.model_dump(mode="json"))]
-    raise SpecError("the response log was written for another model or protocol; resuming "
-                    "would mix two evaluations", file=str(path), problems=problems,
-                    hint="use the same endpoint, model, CSV and options as the logged run, or "
-                         "start a new run in another --out")
+    problems = [
+        Problem(f"protocol.{name}", f"the log has {_short(old)}, this run {_short(new)}")
+        for name, old, new in _differences(
+            logged.model_dump(mode="json"), current.model_dump(mode="json")
+        )
+    ]
+    raise SpecError(
+        "the response log was written for another model or protocol; resuming "
+        "would mix two evaluations",
+        file=str(path),
+        problems=problems,
+        hint="use the same endpoint, model, CSV and options as the logged run, or "
+        "start a new run in another --out",
+    )
 
 
 def _differences(old: dict, new: dict, prefix: str = "") -> list[tuple[str, Any, Any]]:

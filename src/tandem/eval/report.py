@@ -92,37 +92,52 @@ class EvalReport(BaseModel):
     timing: Timing
 
 
-def build_report(contents: LogContents, *, expected_keys: set[str] | None = None,
-                 reference_accuracy: float | None = PUBLISHED_REFERENCE,
-                 now: float | None = None) -> EvalReport:
+def build_report(
+    contents: LogContents,
+    *,
+    expected_keys: set[str] | None = None,
+    reference_accuracy: float | None = PUBLISHED_REFERENCE,
+    now: float | None = None,
+) -> EvalReport:
     """Score every logged sample again and aggregate. ``expected_keys`` limits the report to
     the samples of this run (a log may hold more, e.g. from a larger ``--limit``)."""
-    records = [s for s in _unique(contents.samples)
-               if expected_keys is None or s.key in expected_keys]
+    records = [
+        s for s in _unique(contents.samples) if expected_keys is None or s.key in expected_keys
+    ]
     scored = [score_sample(r) for r in records]
     lenient = clustered_accuracy(group_scores((s.record_id, float(s.correct)) for s in scored))
-    strict = clustered_accuracy(group_scores((s.record_id, float(s.strict_correct))
-                                             for s in scored))
+    strict = clustered_accuracy(
+        group_scores((s.record_id, float(s.strict_correct)) for s in scored)
+    )
     n = len(scored) or 1
     rules: dict[str, int] = defaultdict(int)
     for s in scored:
         rules[s.rule] += 1
     header = contents.header
     return EvalReport(
-        endpoint=header.protocol.endpoint, model=header.protocol.model,
-        dataset_path=header.dataset_path, dataset_sha256=header.protocol.dataset_sha256,
+        endpoint=header.protocol.endpoint,
+        model=header.protocol.model,
+        dataset_path=header.dataset_path,
+        dataset_sha256=header.protocol.dataset_sha256,
         protocol=header.protocol.model_dump(mode="json"),
-        accuracy=lenient.accuracy, ci95_low=lenient.ci95_low, ci95_high=lenient.ci95_high,
-        ci_method=lenient.method, n_questions=lenient.n_questions, n_samples=len(scored),
+        accuracy=lenient.accuracy,
+        ci95_low=lenient.ci95_low,
+        ci95_high=lenient.ci95_high,
+        ci_method=lenient.method,
+        n_questions=lenient.n_questions,
+        n_samples=len(scored),
         repeats=max((s.repeat for s in scored), default=-1) + 1,
-        strict=strict, lenient=lenient,
+        strict=strict,
+        lenient=lenient,
         by_domain=_groups(scored, lambda s: s.domain),
         by_subdomain=_groups(scored, lambda s: f"{s.domain} / {s.subdomain}"),
-        rates=Rates(truncated=sum(s.truncated for s in scored) / n,
-                    fallback=sum(s.fallback_used for s in scored) / n,
-                    unparsed=sum(s.letter is None for s in scored) / n,
-                    errors=sum(s.error is not None for s in scored) / n,
-                    rules=dict(sorted(rules.items()))),
+        rates=Rates(
+            truncated=sum(s.truncated for s in scored) / n,
+            fallback=sum(s.fallback_used for s in scored) / n,
+            unparsed=sum(s.letter is None for s in scored) / n,
+            errors=sum(s.error is not None for s in scored) / n,
+            rules=dict(sorted(rules.items())),
+        ),
         reference_accuracy=reference_accuracy,
         questions=_questions(scored),
         timing=_timing(contents, records, scored, now if now is not None else time.time()),
@@ -138,35 +153,56 @@ def _unique(samples: list[SampleRecord]) -> list[SampleRecord]:
 
 def _groups(scored: list[ScoredSample], name_of: Any) -> list[GroupResult]:
     names = sorted({name_of(s) for s in scored})
-    return [GroupResult(name=name, accuracy=clustered_accuracy(group_scores(
-        (s.record_id, float(s.correct)) for s in scored if name_of(s) == name))) for name in names]
+    return [
+        GroupResult(
+            name=name,
+            accuracy=clustered_accuracy(
+                group_scores((s.record_id, float(s.correct)) for s in scored if name_of(s) == name)
+            ),
+        )
+        for name in names
+    ]
 
 
 def _questions(scored: list[ScoredSample]) -> list[QuestionResult]:
     by_id: dict[str, list[ScoredSample]] = {}
     for s in sorted(scored, key=lambda s: s.repeat):
         by_id.setdefault(s.record_id, []).append(s)
-    return [QuestionResult(
-        record_id=rid, domain=ss[0].domain, subdomain=ss[0].subdomain, n_samples=len(ss),
-        n_correct=sum(s.correct for s in ss), answers=[s.letter for s in ss],
-        correct_letters=[s.correct_letter for s in ss], rules=[s.rule for s in ss],
-        truncated=sum(s.truncated for s in ss),
-        mean_completion_tokens=sum(s.completion_tokens for s in ss) / len(ss),
-        latency_s=sum(s.latency_s for s in ss) / len(ss)) for rid, ss in sorted(by_id.items())]
+    return [
+        QuestionResult(
+            record_id=rid,
+            domain=ss[0].domain,
+            subdomain=ss[0].subdomain,
+            n_samples=len(ss),
+            n_correct=sum(s.correct for s in ss),
+            answers=[s.letter for s in ss],
+            correct_letters=[s.correct_letter for s in ss],
+            rules=[s.rule for s in ss],
+            truncated=sum(s.truncated for s in ss),
+            mean_completion_tokens=sum(s.completion_tokens for s in ss) / len(ss),
+            latency_s=sum(s.latency_s for s in ss) / len(ss),
+        )
+        for rid, ss in sorted(by_id.items())
+    ]
 
 
-def _timing(contents: LogContents, records: list[SampleRecord], scored: list[ScoredSample],
-            now: float) -> Timing:
+def _timing(
+    contents: LogContents, records: list[SampleRecord], scored: list[ScoredSample], now: float
+) -> Timing:
     wall = 0.0
     for session in contents.sessions:
         ends = [r.finished_at for r in records if r.session == session.index]
         if ends:
             wall += max(ends) - session.started_at
     tokens = sum(s.completion_tokens for s in scored)
-    return Timing(wall_time_s=wall, sessions=len(contents.sessions), completion_tokens=tokens,
-                  tokens_per_s=tokens / wall if wall > 0 else None,
-                  mean_latency_s=(sum(s.latency_s for s in scored) / len(scored)
-                                  if scored else None), created_at=now)
+    return Timing(
+        wall_time_s=wall,
+        sessions=len(contents.sessions),
+        completion_tokens=tokens,
+        tokens_per_s=tokens / wall if wall > 0 else None,
+        mean_latency_s=(sum(s.latency_s for s in scored) / len(scored) if scored else None),
+        created_at=now,
+    )
 
 
 def _pct(value: float | None) -> str:
@@ -181,7 +217,8 @@ def render_markdown(report: EvalReport) -> str:
     """A human summary of the report, for a terminal or a pull request."""
     r = report
     lines = [
-        f"# GPQA eval: {r.model}", "",
+        f"# GPQA eval: {r.model}",
+        "",
         f"- endpoint: {r.endpoint}",
         f"- data set: {r.dataset_path} (sha256 {r.dataset_sha256[:12]}), "
         f"{r.n_questions} questions × {r.repeats} repeat(s) = {r.n_samples} samples",
@@ -194,12 +231,16 @@ def render_markdown(report: EvalReport) -> str:
         f"- wall time {r.timing.wall_time_s:.1f} s over {r.timing.sessions} session(s), "
         f"{r.timing.completion_tokens} completion tokens"
         + (f", {r.timing.tokens_per_s:.1f} tokens/s" if r.timing.tokens_per_s else ""),
-        "", "| group | accuracy | 95% CI | questions |", "|---|---|---|---|",
+        "",
+        "| group | accuracy | 95% CI | questions |",
+        "|---|---|---|---|",
     ]
     for group in [*r.by_domain, *r.by_subdomain]:
         a = group.accuracy
-        lines.append(f"| {group.name} | {_pct(a.accuracy)} | {_pct(a.ci95_low)}–"
-                     f"{_pct(a.ci95_high)} | {a.n_questions} |")
+        lines.append(
+            f"| {group.name} | {_pct(a.accuracy)} | {_pct(a.ci95_low)}–"
+            f"{_pct(a.ci95_high)} | {a.n_questions} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -207,11 +248,13 @@ def render_html(report: EvalReport, samples: list[SampleRecord]) -> str:
     """One static page: the summary, then every sample with its reasoning collapsed."""
     e = html.escape
     keep = {q.record_id for q in report.questions}
-    parts = ["<!doctype html><meta charset=utf-8><title>GPQA eval</title>",
-             "<style>body{font-family:sans-serif;max-width:70em;margin:auto}"
-             "pre{white-space:pre-wrap;background:#f6f6f6;padding:.5em}"
-             ".ok{color:#070}.bad{color:#a00}</style>",
-             f"<pre>{e(render_markdown(report))}</pre>"]
+    parts = [
+        "<!doctype html><meta charset=utf-8><title>GPQA eval</title>",
+        "<style>body{font-family:sans-serif;max-width:70em;margin:auto}"
+        "pre{white-space:pre-wrap;background:#f6f6f6;padding:.5em}"
+        ".ok{color:#070}.bad{color:#a00}</style>",
+        f"<pre>{e(render_markdown(report))}</pre>",
+    ]
     for record in sorted(_unique(samples), key=lambda s: (s.record_id, s.repeat)):
         if record.record_id not in keep:
             continue
@@ -226,20 +269,25 @@ def render_html(report: EvalReport, samples: list[SampleRecord]) -> str:
             f"<details><summary>prompt</summary><pre>{e(record.prompt)}</pre></details>"
             f"<details><summary>reasoning ({len(record.response.reasoning)} chars)</summary>"
             f"<pre>{e(record.response.reasoning)}</pre></details>"
-            f"<pre>{e(record.response.content or record.response.error or '')}</pre>")
+            f"<pre>{e(record.response.content or record.response.error or '')}</pre>"
+        )
         if record.fallback is not None:
-            parts.append(f"<details><summary>fallback re-ask</summary>"
-                         f"<pre>{e(record.fallback.content or record.fallback.error or '')}"
-                         f"</pre></details>")
+            parts.append(
+                f"<details><summary>fallback re-ask</summary>"
+                f"<pre>{e(record.fallback.content or record.fallback.error or '')}"
+                f"</pre></details>"
+            )
     return "\n".join(parts) + "\n"
 
 
 def write_reports(report: EvalReport, samples: list[SampleRecord], out_dir: Path) -> None:
     """Write ``report.json``, ``report.md`` and ``report.html`` into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in (("report.json", report.model_dump_json(indent=2)),
-                       ("report.md", render_markdown(report)),
-                       ("report.html", render_html(report, samples))):
+    for name, text in (
+        ("report.json", report.model_dump_json(indent=2)),
+        ("report.md", render_markdown(report)),
+        ("report.html", render_html(report, samples)),
+    ):
         tmp = out_dir / (name + ".tmp")
         tmp.write_text(text)
         tmp.replace(out_dir / name)

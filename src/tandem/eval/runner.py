@@ -19,15 +19,29 @@ from typing import Any
 
 from pydantic import BaseModel, Field, SecretStr
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from tandem.errors import EndpointError
 from tandem.eval.client import ChatClient, ChatResponse, RetryPolicy
 from tandem.eval.dataset import Sample, load_gpqa_csv, make_samples
 from tandem.eval.extract import extract_answer
-from tandem.eval.log import (LOG_NAME, Protocol, ResponseLog, ResponseRecord, SampleRecord,
-                             SamplingParams, read_log, sample_key)
+from tandem.eval.log import (
+    LOG_NAME,
+    Protocol,
+    ResponseLog,
+    ResponseRecord,
+    SampleRecord,
+    SamplingParams,
+    read_log,
+    sample_key,
+)
 from tandem.eval.prompt import QUERY_TEMPLATE, fallback_messages, question_prompt
 from tandem.eval.report import PUBLISHED_REFERENCE, EvalReport, build_report, write_reports
 from tandem.eval.score import score_sample
@@ -41,8 +55,9 @@ class GPQAConfig(BaseModel):
     csv: Path
     url: str
     model: str | None = Field(default=None, description="Default: the one model the server lists.")
-    api_key: SecretStr | None = Field(default=None, exclude=True,
-                                      description="Bearer token the server requires.")
+    api_key: SecretStr | None = Field(
+        default=None, exclude=True, description="Bearer token the server requires."
+    )
     out_dir: Path
     limit: int | None = Field(default=None, ge=1, description="First N questions of the CSV.")
     repeats: int = Field(default=1, ge=1)
@@ -50,8 +65,11 @@ class GPQAConfig(BaseModel):
     sampling: SamplingParams = Field(default_factory=SamplingParams)
     concurrency: int = Field(default=2, ge=1)
     fallback: bool = True
-    fallback_sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(
-        max_tokens=64, chat_template_kwargs={"thinking": False}))
+    fallback_sampling: SamplingParams = Field(
+        default_factory=lambda: SamplingParams(
+            max_tokens=64, chat_template_kwargs={"thinking": False}
+        )
+    )
     fallback_context_chars: int = Field(default=4000, ge=0)
     request_timeout_s: float = Field(default=3600.0, gt=0)
     retry_budget_s: float = Field(default=900.0, ge=0)
@@ -74,8 +92,11 @@ def run_gpqa(config: GPQAConfig, console: Console | None = None) -> EvalReport:
     return asyncio.run(_run(config, console or Console(stderr=True)))
 
 
-def rescore_log(log_path: str | Path, out_dir: str | Path | None = None,
-                reference_accuracy: float | None = PUBLISHED_REFERENCE) -> EvalReport:
+def rescore_log(
+    log_path: str | Path,
+    out_dir: str | Path | None = None,
+    reference_accuracy: float | None = PUBLISHED_REFERENCE,
+) -> EvalReport:
     """Re-extract every answer of a saved log and rewrite the reports (no request is sent)."""
     log_path = Path(log_path)
     contents = read_log(log_path)
@@ -86,37 +107,58 @@ def rescore_log(log_path: str | Path, out_dir: str | Path | None = None,
 
 async def _run(config: GPQAConfig, console: Console) -> EvalReport:
     dataset = load_gpqa_csv(config.csv)
-    samples = make_samples(dataset, repeats=config.repeats, seed=config.seed,
-                           limit=config.limit)
+    samples = make_samples(dataset, repeats=config.repeats, seed=config.seed, limit=config.limit)
     retry = RetryPolicy(budget_s=config.retry_budget_s)
     key = config.api_key.get_secret_value() if config.api_key else None
-    async with ChatClient(config.url, config.model or "", retry=retry, api_key=key,
-                          request_timeout_s=config.request_timeout_s) as client:
+    async with ChatClient(
+        config.url,
+        config.model or "",
+        retry=retry,
+        api_key=key,
+        request_timeout_s=config.request_timeout_s,
+    ) as client:
         client.model = _pick_model(config, await client.served_models())
         protocol = Protocol(
-            endpoint=client.base_url, model=client.model, dataset_sha256=dataset.sha256,
-            seed=config.seed, template=QUERY_TEMPLATE, sampling=config.sampling,
-            fallback=config.fallback, fallback_sampling=config.fallback_sampling,
-            fallback_context_chars=config.fallback_context_chars)
-        log = ResponseLog.open(config.out_dir / LOG_NAME, protocol, dataset.path,
-                               resume=config.resume, now=time.time())
+            endpoint=client.base_url,
+            model=client.model,
+            dataset_sha256=dataset.sha256,
+            seed=config.seed,
+            template=QUERY_TEMPLATE,
+            sampling=config.sampling,
+            fallback=config.fallback,
+            fallback_sampling=config.fallback_sampling,
+            fallback_context_chars=config.fallback_context_chars,
+        )
+        log = ResponseLog.open(
+            config.out_dir / LOG_NAME, protocol, dataset.path, resume=config.resume, now=time.time()
+        )
         try:
             prompts = {id(s): question_prompt(s) for s in samples}
-            keys = {id(s): sample_key(protocol, prompt=prompts[id(s)],
-                                      permutation=s.permutation,
-                                      record_id=s.question.record_id, repeat=s.repeat)
-                    for s in samples}
+            keys = {
+                id(s): sample_key(
+                    protocol,
+                    prompt=prompts[id(s)],
+                    permutation=s.permutation,
+                    record_id=s.question.record_id,
+                    repeat=s.repeat,
+                )
+                for s in samples
+            }
             pending = [s for s in samples if keys[id(s)] not in log.done]
-            tracker = _Tracker(config, console, total=len(samples),
-                               done=[log.done[keys[id(s)]] for s in samples
-                                     if keys[id(s)] in log.done])
+            tracker = _Tracker(
+                config,
+                console,
+                total=len(samples),
+                done=[log.done[keys[id(s)]] for s in samples if keys[id(s)] in log.done],
+            )
             with tracker:
                 await _ask_all(client, config, protocol, log, pending, prompts, keys, tracker)
         finally:
             log.close()
     contents = read_log(config.out_dir / LOG_NAME)
-    report = build_report(contents, expected_keys=set(keys.values()),
-                          reference_accuracy=config.reference_accuracy)
+    report = build_report(
+        contents, expected_keys=set(keys.values()), reference_accuracy=config.reference_accuracy
+    )
     write_reports(report, contents.samples, config.out_dir)
     return report
 
@@ -124,20 +166,31 @@ async def _run(config: GPQAConfig, console: Console) -> EvalReport:
 def _pick_model(config: GPQAConfig, served: list[str]) -> str:
     if config.model:
         if config.model not in served:
-            raise EndpointError(f"{config.url} does not serve model {config.model!r} "
-                                f"(it serves: {', '.join(served) or 'nothing'})",
-                                hint="pass one of the served names with --model")
+            raise EndpointError(
+                f"{config.url} does not serve model {config.model!r} "
+                f"(it serves: {', '.join(served) or 'nothing'})",
+                hint="pass one of the served names with --model",
+            )
         return config.model
     if len(served) != 1:
-        raise EndpointError(f"{config.url} serves {len(served)} models "
-                            f"({', '.join(served) or 'none'}); which one to evaluate?",
-                            hint="pass --model NAME")
+        raise EndpointError(
+            f"{config.url} serves {len(served)} models "
+            f"({', '.join(served) or 'none'}); which one to evaluate?",
+            hint="pass --model NAME",
+        )
     return served[0]
 
 
-async def _ask_all(client: ChatClient, config: GPQAConfig, protocol: Protocol, log: ResponseLog,
-                   pending: list[Sample], prompts: dict[int, str], keys: dict[int, str],
-                   tracker: _Tracker) -> None:
+async def _ask_all(
+    client: ChatClient,
+    config: GPQAConfig,
+    protocol: Protocol,
+    log: ResponseLog,
+    pending: list[Sample],
+    prompts: dict[int, str],
+    keys: dict[int, str],
+    tracker: _Tracker,
+) -> None:
     queue: asyncio.Queue[Sample] = asyncio.Queue()
     for sample in pending:
         queue.put_nowait(sample)
@@ -148,13 +201,11 @@ async def _ask_all(client: ChatClient, config: GPQAConfig, protocol: Protocol, l
                 sample = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            record = await _ask_one(client, config, sample, prompts[id(sample)],
-                                    keys[id(sample)])
+            record = await _ask_one(client, config, sample, prompts[id(sample)], keys[id(sample)])
             log.append(record)
             tracker.finished(record)
 
-    workers = [asyncio.create_task(worker()) for _ in range(min(config.concurrency,
-                                                                 len(pending)))]
+    workers = [asyncio.create_task(worker()) for _ in range(min(config.concurrency, len(pending)))]
     try:
         await asyncio.gather(*workers)
     finally:
@@ -163,45 +214,69 @@ async def _ask_all(client: ChatClient, config: GPQAConfig, protocol: Protocol, l
         await asyncio.gather(*workers, return_exceptions=True)
 
 
-async def _ask_one(client: ChatClient, config: GPQAConfig, sample: Sample, prompt: str,
-                   key: str) -> SampleRecord:
+async def _ask_one(
+    client: ChatClient, config: GPQAConfig, sample: Sample, prompt: str, key: str
+) -> SampleRecord:
     messages = [{"role": "user", "content": prompt}]
     main = _record(await client.chat(messages, config.sampling.payload()))
     fallback = None
     if config.fallback and main.letter is None and main.error is None:
         previous = "\n".join(p for p in (main.reasoning, main.content) if p)
-        fallback = _record(await client.chat(
-            fallback_messages(prompt, previous, context_chars=config.fallback_context_chars),
-            config.fallback_sampling.payload()))
+        fallback = _record(
+            await client.chat(
+                fallback_messages(prompt, previous, context_chars=config.fallback_context_chars),
+                config.fallback_sampling.payload(),
+            )
+        )
     return SampleRecord(
-        key=key, record_id=sample.question.record_id, repeat=sample.repeat,
-        domain=sample.question.domain, subdomain=sample.question.subdomain,
-        permutation=list(sample.permutation), correct_letter=sample.correct_letter,
-        prompt=prompt, response=main, fallback=fallback, finished_at=time.time())
+        key=key,
+        record_id=sample.question.record_id,
+        repeat=sample.repeat,
+        domain=sample.question.domain,
+        subdomain=sample.question.subdomain,
+        permutation=list(sample.permutation),
+        correct_letter=sample.correct_letter,
+        prompt=prompt,
+        response=main,
+        fallback=fallback,
+        finished_at=time.time(),
+    )
 
 
 def _record(response: ChatResponse) -> ResponseRecord:
-    letter, rule = extract_answer(response.raw_content) if response.error is None else (None,
-                                                                                       "none")
+    letter, rule = (
+        extract_answer(response.raw_content) if response.error is None else (None, "none")
+    )
     return ResponseRecord(**response.model_dump(), letter=letter, rule=rule)
 
 
 class _Tracker:
     """Live progress: done, running accuracy ± 95% interval, ETA, tokens/s."""
 
-    def __init__(self, config: GPQAConfig, console: Console, *, total: int,
-                 done: list[SampleRecord]) -> None:
+    def __init__(
+        self, config: GPQAConfig, console: Console, *, total: int, done: list[SampleRecord]
+    ) -> None:
         self._scores: list[tuple[str, float]] = [
-            (r.record_id, float(score_sample(r).correct)) for r in done]
+            (r.record_id, float(score_sample(r).correct)) for r in done
+        ]
         self._tokens = 0
         self._started = time.monotonic()
         self._progress = Progress(
-            TextColumn("[bold]GPQA[/]"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[accuracy]}"), TextColumn("{task.fields[speed]}"),
-            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=console, disable=not config.progress, transient=False)
-        self._task = self._progress.add_task("gpqa", total=total, completed=len(done),
-                                             accuracy=self._accuracy_text(), speed="")
+            TextColumn("[bold]GPQA[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[accuracy]}"),
+            TextColumn("{task.fields[speed]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not config.progress,
+            transient=False,
+        )
+        self._task = self._progress.add_task(
+            "gpqa", total=total, completed=len(done), accuracy=self._accuracy_text(), speed=""
+        )
 
     def __enter__(self) -> _Tracker:
         self._progress.start()
@@ -215,8 +290,12 @@ class _Tracker:
         self._scores.append((record.record_id, float(scored.correct)))
         self._tokens += scored.completion_tokens
         elapsed = time.monotonic() - self._started
-        self._progress.update(self._task, advance=1, accuracy=self._accuracy_text(),
-                              speed=f"{self._tokens / elapsed:.1f} tok/s" if elapsed else "")
+        self._progress.update(
+            self._task,
+            advance=1,
+            accuracy=self._accuracy_text(),
+            speed=f"{self._tokens / elapsed:.1f} tok/s" if elapsed else "",
+        )
 
     def _accuracy_text(self) -> str:
         acc = clustered_accuracy(group_scores(self._scores))

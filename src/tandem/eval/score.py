@@ -53,16 +53,28 @@ def score_sample(record: SampleRecord) -> ScoredSample:
         if fb_letter is not None:
             letter, rule, fallback_used = fb_letter, FALLBACK_PREFIX + fb_rule, True
     main = record.response
-    strict_letter = None if main.error else extract_strict(
-        main.raw_content if main.raw_content is not None else main.content)
+    strict_letter = (
+        None
+        if main.error
+        else extract_strict(main.raw_content if main.raw_content is not None else main.content)
+    )
     tokens = (main.completion_tokens or 0) + (
-        (record.fallback.completion_tokens or 0) if record.fallback else 0)
+        (record.fallback.completion_tokens or 0) if record.fallback else 0
+    )
     latency = main.latency_s + (record.fallback.latency_s if record.fallback else 0.0)
     return ScoredSample(
-        record_id=record.record_id, repeat=record.repeat, domain=record.domain,
-        subdomain=record.subdomain, correct_letter=record.correct_letter, letter=letter,
-        rule=rule, correct=letter == record.correct_letter,
+        record_id=record.record_id,
+        repeat=record.repeat,
+        domain=record.domain,
+        subdomain=record.subdomain,
+        correct_letter=record.correct_letter,
+        letter=letter,
+        rule=rule,
+        correct=letter == record.correct_letter,
         strict_correct=strict_letter == record.correct_letter,
-        truncated=main.finish_reason == "length", fallback_used=fallback_used,
+        truncated=main.finish_reason == "length",
+        fallback_used=fallback_used,
         error=main.error or (record.fallback.error if record.fallback else None),
-        completion_tokens=tokens, latency_s=latency)
+        completion_tokens=tokens,
+        latency_s=latency,
+    )

@@ -54,18 +54,38 @@ def clustered_accuracy(scores: Mapping[str, Sequence[float]]) -> Accuracy:
     n = len(means)
     n_samples = sum(len(s) for s in scores.values())
     if n == 0:
-        return Accuracy(accuracy=None, ci95_low=None, ci95_high=None, se=None, n_questions=0,
-                        n_samples=0, method="none")
+        return Accuracy(
+            accuracy=None,
+            ci95_low=None,
+            ci95_high=None,
+            se=None,
+            n_questions=0,
+            n_samples=0,
+            method="none",
+        )
     acc = sum(means) / n
     if n > 1 and max(means) != min(means):
         sd = math.sqrt(sum((m - acc) ** 2 for m in means) / (n - 1))
         se = sd / math.sqrt(n)
-        return Accuracy(accuracy=acc, ci95_low=max(0.0, acc - Z95 * se),
-                        ci95_high=min(1.0, acc + Z95 * se), se=se, n_questions=n,
-                        n_samples=n_samples, method="cluster-normal")
+        return Accuracy(
+            accuracy=acc,
+            ci95_low=max(0.0, acc - Z95 * se),
+            ci95_high=min(1.0, acc + Z95 * se),
+            se=se,
+            n_questions=n,
+            n_samples=n_samples,
+            method="cluster-normal",
+        )
     low, high = wilson_interval(acc, n)
-    return Accuracy(accuracy=acc, ci95_low=low, ci95_high=high, se=0.0, n_questions=n,
-                    n_samples=n_samples, method="wilson")
+    return Accuracy(
+        accuracy=acc,
+        ci95_low=low,
+        ci95_high=high,
+        se=0.0,
+        n_questions=n,
+        n_samples=n_samples,
+        method="wilson",
+    )
 
 
 def group_scores(rows: Iterable[tuple[str, float]]) -> dict[str, list[float]]:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from tandem.backends.state import BootFigures
 from tandem.readiness import BootLog
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 class Comparison(BaseModel):
@@ -49,13 +49,22 @@ def compare(name: str, planned: float | None, measured: float | None) -> Compari
     return Comparison(name=name, planned=planned, measured=measured, error_pct=error)
 
 
-def planned_vs_measured(*, kv_pool_bytes: int, kv_pool_tokens: int, max_concurrency: float,
-                        figures: BootFigures, source: str) -> Calibration:
+def planned_vs_measured(
+    *,
+    kv_pool_bytes: int,
+    kv_pool_tokens: int,
+    max_concurrency: float,
+    figures: BootFigures,
+    source: str,
+) -> Calibration:
     """Compare the plan's KV pool, tokens and concurrency with what vLLM printed."""
     return Calibration(
         source=source,
-        kv_pool_gib=compare("KV pool, GiB", round(kv_pool_bytes / GIB, 3),
-                            figures.available_kv_cache_gib),
+        kv_pool_gib=compare(
+            "KV pool, GiB", round(kv_pool_bytes / GIB, 3), figures.available_kv_cache_gib
+        ),
         kv_pool_tokens=compare("KV cache size, tokens", kv_pool_tokens, figures.kv_cache_tokens),
-        max_concurrency=compare("max concurrency", round(max_concurrency, 2),
-                                figures.max_concurrency))
+        max_concurrency=compare(
+            "max concurrency", round(max_concurrency, 2), figures.max_concurrency
+        ),
+    )

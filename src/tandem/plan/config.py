@@ -29,8 +29,16 @@ from pydantic import BaseModel, Field
 
 from tandem.errors import PlanError
 
-PartRole = Literal["routed_experts", "shared_experts", "attention", "dense_mlp", "embedding",
-                   "lm_head", "drafter", "other"]
+PartRole = Literal[
+    "routed_experts",
+    "shared_experts",
+    "attention",
+    "dense_mlp",
+    "embedding",
+    "lm_head",
+    "drafter",
+    "other",
+]
 
 
 class WeightPart(BaseModel):
@@ -39,10 +47,15 @@ class WeightPart(BaseModel):
     name: str
     role: PartRole
     bytes: int = Field(ge=0, description="Bytes stored, all ranks together.")
-    replicated_bytes: int = Field(default=0, ge=0, description="Of `bytes`, what every TP rank "
-                                  "holds whole (norms, routers, MLA down-projections).")
-    active_bytes_per_step: int | None = Field(default=None, description="Drafter only: bytes "
-                                              "read per verify step, whole model.")
+    replicated_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="Of `bytes`, what every TP rank "
+        "holds whole (norms, routers, MLA down-projections).",
+    )
+    active_bytes_per_step: int | None = Field(
+        default=None, description="Drafter only: bytes read per verify step, whole model."
+    )
     source: str = Field(default="safetensors header", description="Where the figure comes from.")
 
 
@@ -56,8 +69,10 @@ class ModelFacts(BaseModel):
     source: str = Field(description="`model-dir`, `hf-cache` or `shipped`, with the path.")
     notes: list[str] = Field(default_factory=list)
     observations: list[dict[str, Any]] = Field(
-        default_factory=list, description="Shipped vLLM boot figures (`kind: boot`) and reported "
-        "figures (`kind: claim`) for this model, each with its source.")
+        default_factory=list,
+        description="Shipped vLLM boot figures (`kind: boot`) and reported "
+        "figures (`kind: claim`) for this model, each with its source.",
+    )
 
     def part_bytes(self, *roles: str) -> int:
         return sum(p.bytes for p in self.parts if p.role in roles)
@@ -68,6 +83,7 @@ class ModelFacts(BaseModel):
 
 # ---------------------------------------------------------------------------------------------
 # safetensors headers
+
 
 def read_safetensors_header(path: Path) -> dict[str, dict[str, Any]]:
     """Tensor name -> {dtype, shape, data_offsets} of one safetensors file, reading only its header.
@@ -81,8 +97,11 @@ def read_safetensors_header(path: Path) -> dict[str, dict[str, Any]]:
             raise PlanError("not a safetensors file (shorter than 8 bytes)", file=str(path))
         (length,) = struct.unpack("<Q", head)
         if length > 100_000_000:
-            raise PlanError(f"safetensors header of {length} bytes is implausible",
-                            file=str(path), hint="the file is damaged; download it again")
+            raise PlanError(
+                f"safetensors header of {length} bytes is implausible",
+                file=str(path),
+                hint="the file is damaged; download it again",
+            )
         try:
             header = json.loads(handle.read(length))
         except ValueError as exc:
@@ -92,8 +111,10 @@ def read_safetensors_header(path: Path) -> dict[str, dict[str, Any]]:
 
 
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
-_REPLICATED = re.compile(r"(q_a_proj|kv_a_proj_with_mqa|wkv_a|fused_wqa_wkv|mlp\.gate\.weight|"
-                         r"block_sparse_moe\.gate\.weight|router|e_score_correction_bias)")
+_REPLICATED = re.compile(
+    r"(q_a_proj|kv_a_proj_with_mqa|wkv_a|fused_wqa_wkv|mlp\.gate\.weight|"
+    r"block_sparse_moe\.gate\.weight|router|e_score_correction_bias)"
+)
 
 
 def classify_tensor(name: str, num_hidden_layers: int) -> PartRole:
@@ -117,8 +138,9 @@ def classify_tensor(name: str, num_hidden_layers: int) -> PartRole:
     return "other"
 
 
-def parts_from_headers(headers: list[dict[str, dict[str, Any]]],
-                       num_hidden_layers: int) -> list[WeightPart]:
+def parts_from_headers(
+    headers: list[dict[str, dict[str, Any]]], num_hidden_layers: int
+) -> list[WeightPart]:
     """Sum tensor bytes into parts; 1-D tensors and known replicated projections are replicated."""
     totals: dict[str, list[int]] = {}
     for header in headers:
@@ -131,12 +153,15 @@ def parts_from_headers(headers: list[dict[str, dict[str, Any]]],
             if len(info.get("shape", [])) <= 1 or _REPLICATED.search(name):
                 entry[1] += size
     order = list(PartRole.__args__)  # type: ignore[attr-defined]
-    return [WeightPart(name=role.replace("_", " "), role=role, bytes=b, replicated_bytes=r)
-            for role, (b, r) in sorted(totals.items(), key=lambda kv: order.index(kv[0]))]
+    return [
+        WeightPart(name=role.replace("_", " "), role=role, bytes=b, replicated_bytes=r)
+        for role, (b, r) in sorted(totals.items(), key=lambda kv: order.index(kv[0]))
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
 # finding a model
+
 
 def facts_from_dir(folder: Path, repo_id: str, source: str) -> ModelFacts:
     """Read ``config.json`` and every ``*.safetensors`` header of a snapshot folder.
@@ -146,17 +171,26 @@ def facts_from_dir(folder: Path, repo_id: str, source: str) -> ModelFacts:
     """
     config_path = folder / "config.json"
     if not config_path.is_file():
-        raise PlanError(f"no config.json in {folder}", hint="point --model-dir at a snapshot "
-                        "folder holding config.json and *.safetensors")
+        raise PlanError(
+            f"no config.json in {folder}",
+            hint="point --model-dir at a snapshot folder holding config.json and *.safetensors",
+        )
     config = json.loads(config_path.read_text())
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        raise PlanError(f"no *.safetensors files in {folder}",
-                        hint="download the weights, or leave out --model-dir to use shipped data")
+        raise PlanError(
+            f"no *.safetensors files in {folder}",
+            hint="download the weights, or leave out --model-dir to use shipped data",
+        )
     headers = [read_safetensors_header(f) for f in files]
     parts = parts_from_headers(headers, int(config.get("num_hidden_layers", 0)))
-    return ModelFacts(repo_id=repo_id, config=config, parts=parts,
-                      total_bytes=sum(p.bytes for p in parts), source=f"{source}: {folder}")
+    return ModelFacts(
+        repo_id=repo_id,
+        config=config,
+        parts=parts,
+        total_bytes=sum(p.bytes for p in parts),
+        source=f"{source}: {folder}",
+    )
 
 
 def hf_cache_snapshot(repo_id: str, revision: str, roots: list[Path]) -> Path | None:
@@ -188,9 +222,14 @@ def shipped_facts(repo_id: str) -> ModelFacts | None:
     weights = json.loads(folder.joinpath("weights.json").read_text())
     parts = [WeightPart.model_validate(p) for p in weights["parts"]]
     notes = [weights["note"], f"checkpoint size: {weights['total_bytes_source']}"]
-    return ModelFacts(repo_id=repo_id, config=config, parts=parts,
-                      total_bytes=weights["total_bytes"], source=f"shipped: tandem/data/models/"
-                      f"{repo_id.replace('/', '--')}", notes=notes)
+    return ModelFacts(
+        repo_id=repo_id,
+        config=config,
+        parts=parts,
+        total_bytes=weights["total_bytes"],
+        source=f"shipped: tandem/data/models/{repo_id.replace('/', '--')}",
+        notes=notes,
+    )
 
 
 def shipped_observations(repo_id: str) -> list[dict[str, Any]]:
@@ -202,25 +241,44 @@ def shipped_observations(repo_id: str) -> list[dict[str, Any]]:
     return list(json.loads(path.read_text())["observations"])
 
 
-def load_model_facts(repo_id: str, *, model_dir: Path | None = None, revision: str = "main",
-                     cache_roots: list[Path] | None = None,
-                     local_path: str | None = None) -> ModelFacts:
+def load_model_facts(
+    repo_id: str,
+    *,
+    model_dir: Path | None = None,
+    revision: str = "main",
+    cache_roots: list[Path] | None = None,
+    local_path: str | None = None,
+) -> ModelFacts:
     """Find the model's facts: ``model_dir``, else the HF cache, else shipped data.
 
     Raises:
         PlanError: nothing found; the hint says which flag to pass.
     """
-    facts = _find_model_facts(repo_id, model_dir=model_dir, revision=revision,
-                              cache_roots=cache_roots, local_path=local_path)
+    facts = _find_model_facts(
+        repo_id,
+        model_dir=model_dir,
+        revision=revision,
+        cache_roots=cache_roots,
+        local_path=local_path,
+    )
     return facts.model_copy(update={"observations": shipped_observations(repo_id)})
 
 
-def _find_model_facts(repo_id: str, *, model_dir: Path | None, revision: str,
-                      cache_roots: list[Path] | None, local_path: str | None) -> ModelFacts:
+def _find_model_facts(
+    repo_id: str,
+    *,
+    model_dir: Path | None,
+    revision: str,
+    cache_roots: list[Path] | None,
+    local_path: str | None,
+) -> ModelFacts:
     if model_dir is not None:
         return facts_from_dir(Path(model_dir), repo_id, "model-dir")
-    if local_path and (Path(local_path) / "config.json").is_file() and any(
-            Path(local_path).glob("*.safetensors")):
+    if (
+        local_path
+        and (Path(local_path) / "config.json").is_file()
+        and any(Path(local_path).glob("*.safetensors"))
+    ):
         return facts_from_dir(Path(local_path), repo_id, "model.path")
     roots = cache_roots if cache_roots is not None else default_cache_roots()
     snapshot = hf_cache_snapshot(repo_id, revision, roots)
@@ -232,7 +290,8 @@ def _find_model_facts(repo_id: str, *, model_dir: Path | None, revision: str,
     raise PlanError(
         f"no config.json and weights found for {repo_id}",
         hint=f"pass --model-dir with a snapshot folder, set HF_HOME to a cache holding it, or use "
-             f"a model tandem ships data for ({', '.join(shipped_model_names())})")
+        f"a model tandem ships data for ({', '.join(shipped_model_names())})",
+    )
 
 
 def default_cache_roots(cache_root: str | None = None) -> list[Path]:

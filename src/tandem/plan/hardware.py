@@ -34,33 +34,47 @@ class HardwareProfile(BaseModel):
     description: str
     aliases: list[str] = Field(default_factory=list)
     device: Literal["cuda", "cpu"]
-    unified_memory: bool = Field(description="CPU and GPU share one pool (GB10), so the OS and "
-                                 "other processes compete with vLLM's budget.")
-    memory_total_gib: Figure = Field(description="Memory the device reports (cudaMemGetInfo "
-                                     "total), GiB; util x this is vLLM's budget.")
+    unified_memory: bool = Field(
+        description="CPU and GPU share one pool (GB10), so the OS and "
+        "other processes compete with vLLM's budget."
+    )
+    memory_total_gib: Figure = Field(
+        description="Memory the device reports (cudaMemGetInfo "
+        "total), GiB; util x this is vLLM's budget."
+    )
     memory_bandwidth_gb_s: Figure
     allreduce_latency_us: Figure
-    outside_budget_gib: Figure | None = Field(default=None, description="Unified memory only: "
-                                              "OS, page cache, CUDA context outside vLLM's budget.")
+    outside_budget_gib: Figure | None = Field(
+        default=None,
+        description="Unified memory only: OS, page cache, CUDA context outside vLLM's budget.",
+    )
     desktop_gui_gib: Figure | None = None
     max_gpu_memory_utilization: Figure | None = None
     non_torch_gib: Figure | None = None
     cudagraph_gib: Figure | None = None
-    non_torch_tp_extra_gib: Figure | None = Field(default=None, description="More non-torch "
-                                                  "memory per rank once TP > 1 (NCCL buffers).")
-    default_max_num_batched_tokens: Figure | None = Field(default=None, description="vLLM's "
-                                                          "API-server default on this device.")
+    non_torch_tp_extra_gib: Figure | None = Field(
+        default=None, description="More non-torch memory per rank once TP > 1 (NCCL buffers)."
+    )
+    default_max_num_batched_tokens: Figure | None = Field(
+        default=None, description="vLLM's API-server default on this device."
+    )
     default_max_num_seqs: Figure | None = None
-    activation: Literal["scaled", "derived"] = Field(default="scaled", description="`scaled`: "
+    activation: Literal["scaled", "derived"] = Field(
+        default="scaled",
+        description="`scaled`: "
         "65 B per batched token per hidden unit (GB10); `derived`: the profile run's buffers "
-        "(MLP/MoE intermediates, residual, sampler logits), checked on H200 boots.")
-    kv_cache_space_env: str | None = Field(default=None, description="CPU only: the variable "
-                                           "whose GiB become the KV pool.")
+        "(MLP/MoE intermediates, residual, sampler logits), checked on H200 boots.",
+    )
+    kv_cache_space_env: str | None = Field(
+        default=None, description="CPU only: the variable whose GiB become the KV pool."
+    )
 
 
 def profile_names() -> list[str]:
     folder = resources.files("tandem") / "hardware"
-    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return sorted(
+        p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
+    )
 
 
 def load_profile(name: str) -> HardwareProfile:
@@ -72,8 +86,12 @@ def load_profile(name: str) -> HardwareProfile:
     folder = resources.files("tandem") / "hardware"
     for stem in profile_names():
         profile = HardwareProfile.model_validate(
-            yaml.safe_load(folder.joinpath(f"{stem}.yaml").read_text()))
+            yaml.safe_load(folder.joinpath(f"{stem}.yaml").read_text())
+        )
         if name.lower() in (profile.name, *profile.aliases):
             return profile
-    raise PlanError(f"no hardware profile named '{name}'", field="--hardware",
-                    hint=f"use one of {', '.join(profile_names())}")
+    raise PlanError(
+        f"no hardware profile named '{name}'",
+        field="--hardware",
+        hint=f"use one of {', '.join(profile_names())}",
+    )

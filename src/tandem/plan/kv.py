@@ -50,15 +50,20 @@ class KVGroup(BaseModel):
 class KVLayout(BaseModel):
     """How one rank's KV pool turns into tokens and concurrency."""
 
-    architecture: str = Field(description="`gqa`, `sliding-window`, `hybrid`, `mla`, "
-                              "`mla-sparse` (V3.2) or `deepseek-v4`.")
+    architecture: str = Field(
+        description="`gqa`, `sliding-window`, `hybrid`, `mla`, "
+        "`mla-sparse` (V3.2) or `deepseek-v4`."
+    )
     kv_cache_dtype: str
     block_size_tokens: int
-    kv_bytes_per_token_ideal: float = Field(description="Bytes one token adds to the cache on "
-                                            "one rank, all layers, without padding or reserves.")
+    kv_bytes_per_token_ideal: float = Field(
+        description="Bytes one token adds to the cache on "
+        "one rank, all layers, without padding or reserves."
+    )
     bytes_per_block: int = Field(description="Pool bytes one block id costs (vLLM's divisor).")
-    blocks_per_request: int = Field(description="Block ids one max-model-len request needs, "
-                                    "summed over groups.")
+    blocks_per_request: int = Field(
+        description="Block ids one max-model-len request needs, summed over groups."
+    )
     max_model_len: int
     groups: list[KVGroup]
     notes: list[str] = Field(default_factory=list)
@@ -94,11 +99,22 @@ class KVLayout(BaseModel):
         return low
 
 
-_DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "bfloat16": 2.0, "float16": 2.0, "half": 2.0,
-                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0,
-                "fp8_ds_mla": 1.0, "nvfp4": 0.5625, "nvfp4_ds_mla": 0.5625}
-V4_RECORD_BYTES = 584    # 448 fp8 NoPE + 64 bf16 RoPE + 7 B scales + 1 B pad [R3]
-V32_RECORD_BYTES = 656   # 512 fp8 + 16 B scales + 64 x 2 B RoPE [R4]
+_DTYPE_BYTES = {
+    "float32": 4.0,
+    "float": 4.0,
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "half": 2.0,
+    "fp8": 1.0,
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+    "fp8_inc": 1.0,
+    "fp8_ds_mla": 1.0,
+    "nvfp4": 0.5625,
+    "nvfp4_ds_mla": 0.5625,
+}
+V4_RECORD_BYTES = 584  # 448 fp8 NoPE + 64 bf16 RoPE + 7 B scales + 1 B pad [R3]
+V32_RECORD_BYTES = 656  # 512 fp8 + 16 B scales + 64 x 2 B RoPE [R4]
 
 
 def model_dtype(config: dict[str, Any]) -> str:
@@ -112,9 +128,11 @@ def dtype_bytes(kv_cache_dtype: str | None, config: dict[str, Any]) -> tuple[str
     if name == "auto":
         name = model_dtype(config)
     if name not in _DTYPE_BYTES:
-        raise PlanError(f"unknown KV cache dtype '{kv_cache_dtype}'",
-                        field="engine.serve.kv_cache_dtype",
-                        hint=f"use auto or one of {', '.join(sorted(_DTYPE_BYTES))}")
+        raise PlanError(
+            f"unknown KV cache dtype '{kv_cache_dtype}'",
+            field="engine.serve.kv_cache_dtype",
+            hint=f"use auto or one of {', '.join(sorted(_DTYPE_BYTES))}",
+        )
     return name, _DTYPE_BYTES[name]
 
 
@@ -141,21 +159,34 @@ def layer_kinds(config: dict[str, Any]) -> list[str]:
     layers = int(config["num_hidden_layers"])
     window = config.get("sliding_window")
     if isinstance(config.get("layer_types"), list):
-        return ["sliding" if "sliding" in str(t) and window else "full"
-                for t in config["layer_types"][:layers]]
+        return [
+            "sliding" if "sliding" in str(t) and window else "full"
+            for t in config["layer_types"][:layers]
+        ]
     if window and config.get("use_sliding_window", True):
         return ["sliding"] * layers
     return ["full"] * layers
 
 
-def kv_layout(config: dict[str, Any], *, kv_cache_dtype: str | None, block_size: int,
-              max_model_len: int, tensor_parallel_size: int = 1,
-              pipeline_parallel_size: int = 1, max_in_flight_tokens: int = 2048) -> KVLayout:
+def kv_layout(
+    config: dict[str, Any],
+    *,
+    kv_cache_dtype: str | None,
+    block_size: int,
+    max_model_len: int,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    max_in_flight_tokens: int = 2048,
+) -> KVLayout:
     """The KV layout of one rank for this model and these serve options."""
     if is_deepseek_v4(config):
-        return deepseek_v4_layout(config, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
-                                  max_model_len=max_model_len,
-                                  max_in_flight_tokens=max_in_flight_tokens)
+        return deepseek_v4_layout(
+            config,
+            kv_cache_dtype=kv_cache_dtype,
+            block_size=block_size,
+            max_model_len=max_model_len,
+            max_in_flight_tokens=max_in_flight_tokens,
+        )
     layers = cdiv(int(config["num_hidden_layers"]), pipeline_parallel_size)
     dtype, size = dtype_bytes(kv_cache_dtype, config)
     notes: list[str] = []
@@ -169,23 +200,37 @@ def kv_layout(config: dict[str, Any], *, kv_cache_dtype: str | None, block_size:
         else:
             per_layer = latent * size
             arch = "mla"
-        notes.append("MLA: one latent per token and layer, replicated on every TP rank "
-                     "(not split by TP)")
+        notes.append(
+            "MLA: one latent per token and layer, replicated on every TP rank (not split by TP)"
+        )
         page = per_layer * block_size
-        group = KVGroup(name="mla", layers=layers, block_size_tokens=block_size,
-                        blocks_per_request=cdiv(max_model_len, block_size))
-        return KVLayout(architecture=arch, kv_cache_dtype=dtype, block_size_tokens=block_size,
-                        kv_bytes_per_token_ideal=per_layer * layers, bytes_per_block=page * layers,
-                        blocks_per_request=group.blocks_per_request,
-                        max_model_len=max_model_len, groups=[group], notes=notes)
+        group = KVGroup(
+            name="mla",
+            layers=layers,
+            block_size_tokens=block_size,
+            blocks_per_request=cdiv(max_model_len, block_size),
+        )
+        return KVLayout(
+            architecture=arch,
+            kv_cache_dtype=dtype,
+            block_size_tokens=block_size,
+            kv_bytes_per_token_ideal=per_layer * layers,
+            bytes_per_block=page * layers,
+            blocks_per_request=group.blocks_per_request,
+            max_model_len=max_model_len,
+            groups=[group],
+            notes=notes,
+        )
 
     heads = int(config.get("num_key_value_heads") or config["num_attention_heads"])
-    head_dim = int(config.get("head_dim") or
-                   int(config["hidden_size"]) // int(config["num_attention_heads"]))
+    head_dim = int(
+        config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"])
+    )
     heads_per_rank = max(heads // tensor_parallel_size, 1)
     if heads < tensor_parallel_size:
-        notes.append(f"{heads} KV heads over TP={tensor_parallel_size}: each rank holds a "
-                     "replicated head")
+        notes.append(
+            f"{heads} KV heads over TP={tensor_parallel_size}: each rank holds a replicated head"
+        )
     per_layer = 2 * heads_per_rank * head_dim * size
     page = int(per_layer * block_size)
     kinds = Counter(layer_kinds(config)[:layers])
@@ -196,36 +241,63 @@ def kv_layout(config: dict[str, Any], *, kv_cache_dtype: str | None, block_size:
         kind = next(iter(kinds))
         blocks = sliding_blocks if kind == "sliding" else full_blocks
         if kind == "sliding":
-            notes.append(f"sliding window {window}: a request reserves cdiv(min(window - 1 + "
-                         f"{max_in_flight_tokens} in-flight tokens, max_model_len), block) + 1 "
-                         "blocks")
-        group = KVGroup(name=kind, layers=layers, block_size_tokens=block_size,
-                        blocks_per_request=blocks)
-        return KVLayout(architecture="sliding-window" if kind == "sliding" else "gqa",
-                        kv_cache_dtype=dtype, block_size_tokens=block_size,
-                        kv_bytes_per_token_ideal=per_layer * layers, bytes_per_block=page * layers,
-                        blocks_per_request=blocks, max_model_len=max_model_len, groups=[group],
-                        notes=notes)
+            notes.append(
+                f"sliding window {window}: a request reserves cdiv(min(window - 1 + "
+                f"{max_in_flight_tokens} in-flight tokens, max_model_len), block) + 1 "
+                "blocks"
+            )
+        group = KVGroup(
+            name=kind, layers=layers, block_size_tokens=block_size, blocks_per_request=blocks
+        )
+        return KVLayout(
+            architecture="sliding-window" if kind == "sliding" else "gqa",
+            kv_cache_dtype=dtype,
+            block_size_tokens=block_size,
+            kv_bytes_per_token_ideal=per_layer * layers,
+            bytes_per_block=page * layers,
+            blocks_per_request=blocks,
+            max_model_len=max_model_len,
+            groups=[group],
+            notes=notes,
+        )
     # Hybrid full + sliding: vLLM forms groups of equal layer count so that pages line up.
     group_layers = min(kinds.values())
     groups = []
     for kind, count in sorted(kinds.items()):
         for i in range(cdiv(count, group_layers)):
-            groups.append(KVGroup(name=f"{kind} {i}", layers=group_layers,
-                                  block_size_tokens=block_size,
-                                  blocks_per_request=sliding_blocks if kind == "sliding"
-                                  else full_blocks))
-    notes.append(f"hybrid layers {dict(kinds)}: grouped {group_layers} layers a group, as vLLM's "
-                 "uniform-page-size grouping does (approximation)")
-    return KVLayout(architecture="hybrid", kv_cache_dtype=dtype, block_size_tokens=block_size,
-                    kv_bytes_per_token_ideal=per_layer * layers,
-                    bytes_per_block=page * group_layers,
-                    blocks_per_request=sum(g.blocks_per_request for g in groups),
-                    max_model_len=max_model_len, groups=groups, notes=notes)
+            groups.append(
+                KVGroup(
+                    name=f"{kind} {i}",
+                    layers=group_layers,
+                    block_size_tokens=block_size,
+                    blocks_per_request=sliding_blocks if kind == "sliding" else full_blocks,
+                )
+            )
+    notes.append(
+        f"hybrid layers {dict(kinds)}: grouped {group_layers} layers a group, as vLLM's "
+        "uniform-page-size grouping does (approximation)"
+    )
+    return KVLayout(
+        architecture="hybrid",
+        kv_cache_dtype=dtype,
+        block_size_tokens=block_size,
+        kv_bytes_per_token_ideal=per_layer * layers,
+        bytes_per_block=page * group_layers,
+        blocks_per_request=sum(g.blocks_per_request for g in groups),
+        max_model_len=max_model_len,
+        groups=groups,
+        notes=notes,
+    )
 
 
-def deepseek_v4_layout(config: dict[str, Any], *, kv_cache_dtype: str | None, block_size: int,
-                       max_model_len: int, max_in_flight_tokens: int) -> KVLayout:
+def deepseek_v4_layout(
+    config: dict[str, Any],
+    *,
+    kv_cache_dtype: str | None,
+    block_size: int,
+    max_model_len: int,
+    max_in_flight_tokens: int,
+) -> KVLayout:
     """DeepSeek-V4's packed layer-tuple layout (model-physics.md §2.2; derived, not measured).
 
     A pool block is one page each of C4A (block/4 records of 584 B), indexer (block/4 keys of
@@ -240,8 +312,11 @@ def deepseek_v4_layout(config: dict[str, Any], *, kv_cache_dtype: str | None, bl
         notes.append(f"kv_cache_dtype {dtype}: vLLM rewrites it to fp8_ds_mla for DeepSeek-V4")
         dtype = "fp8_ds_mla"
     elif dtype not in ("fp8_ds_mla", "nvfp4_ds_mla"):
-        raise PlanError(f"DeepSeek-V4 supports only fp8 KV layouts, not '{kv_cache_dtype}'",
-                        field="engine.serve.kv_cache_dtype", hint="use fp8_ds_mla or nvfp4_ds_mla")
+        raise PlanError(
+            f"DeepSeek-V4 supports only fp8 KV layouts, not '{kv_cache_dtype}'",
+            field="engine.serve.kv_cache_dtype",
+            hint="use fp8_ds_mla or nvfp4_ds_mla",
+        )
     if dtype == "nvfp4_ds_mla":
         notes.append("nvfp4_ds_mla (DGX Spark fork) uses the same 584-byte record as fp8_ds_mla")
     layers = int(config["num_hidden_layers"])
@@ -252,27 +327,47 @@ def deepseek_v4_layout(config: dict[str, Any], *, kv_cache_dtype: str | None, bl
     window = int(config.get("sliding_window", 128))
     ideal = n_c4 * (V4_RECORD_BYTES / 4 + index_bytes / 4) + n_c128 * V4_RECORD_BYTES / 128
     tuples = max(n_c4, n_c128)
-    tuple_bytes = (block_size // 4) * (V4_RECORD_BYTES + index_bytes) + \
-        max(block_size // 128, 1) * V4_RECORD_BYTES
+    tuple_bytes = (block_size // 4) * (V4_RECORD_BYTES + index_bytes) + max(
+        block_size // 128, 1
+    ) * V4_RECORD_BYTES
     swa_block = block_size // 4
     swa_groups = cdiv(layers, tuples)
     full = cdiv(max_model_len, block_size)
     swa = cdiv(min(window - 1 + max_in_flight_tokens, max_model_len), swa_block) + 1
-    groups = [KVGroup(name="c4a + indexer", layers=n_c4, block_size_tokens=block_size,
-                      blocks_per_request=full),
-              KVGroup(name="c128a", layers=n_c128, block_size_tokens=block_size,
-                      blocks_per_request=full)]
-    groups += [KVGroup(name=f"swa {i}", layers=min(tuples, layers - i * tuples),
-                       block_size_tokens=swa_block, blocks_per_request=swa)
-               for i in range(swa_groups)]
-    notes.append(f"DeepSeek-V4 packed layout (derived, model-physics.md §2.2): {tuples} layer "
-                 f"tuples x {tuple_bytes:,} B = {tuples * tuple_bytes:,} B per pool block; a "
-                 f"request takes 2 x {full} full-group blocks + {swa_groups} SWA groups x {swa} "
-                 f"admission blocks ({max_in_flight_tokens} in-flight tokens)")
-    notes.append(f"ideal V4 KV is {ideal:,.0f} B/token; the packing and the SWA reserve make a "
-                 "reported token cost about twice that. vLLM logs of the Anemll 0.1.1 image "
-                 "measured 7,786 B per reported token at 1M, 4-8% below this model [R10]")
-    return KVLayout(architecture="deepseek-v4", kv_cache_dtype=dtype, block_size_tokens=block_size,
-                    kv_bytes_per_token_ideal=ideal, bytes_per_block=tuples * tuple_bytes,
-                    blocks_per_request=sum(g.blocks_per_request for g in groups),
-                    max_model_len=max_model_len, groups=groups, notes=notes)
+    groups = [
+        KVGroup(
+            name="c4a + indexer", layers=n_c4, block_size_tokens=block_size, blocks_per_request=full
+        ),
+        KVGroup(name="c128a", layers=n_c128, block_size_tokens=block_size, blocks_per_request=full),
+    ]
+    groups += [
+        KVGroup(
+            name=f"swa {i}",
+            layers=min(tuples, layers - i * tuples),
+            block_size_tokens=swa_block,
+            blocks_per_request=swa,
+        )
+        for i in range(swa_groups)
+    ]
+    notes.append(
+        f"DeepSeek-V4 packed layout (derived, model-physics.md §2.2): {tuples} layer "
+        f"tuples x {tuple_bytes:,} B = {tuples * tuple_bytes:,} B per pool block; a "
+        f"request takes 2 x {full} full-group blocks + {swa_groups} SWA groups x {swa} "
+        f"admission blocks ({max_in_flight_tokens} in-flight tokens)"
+    )
+    notes.append(
+        f"ideal V4 KV is {ideal:,.0f} B/token; the packing and the SWA reserve make a "
+        "reported token cost about twice that. vLLM logs of the Anemll 0.1.1 image "
+        "measured 7,786 B per reported token at 1M, 4-8% below this model [R10]"
+    )
+    return KVLayout(
+        architecture="deepseek-v4",
+        kv_cache_dtype=dtype,
+        block_size_tokens=block_size,
+        kv_bytes_per_token_ideal=ideal,
+        bytes_per_block=tuples * tuple_bytes,
+        blocks_per_request=sum(g.blocks_per_request for g in groups),
+        max_model_len=max_model_len,
+        groups=groups,
+        notes=notes,
+    )

@@ -28,7 +28,7 @@ from tandem.plan.config import ModelFacts
 from tandem.plan.hardware import HardwareProfile
 from tandem.plan.kv import KVLayout, default_block_size, is_deepseek_v4, kv_layout
 
-GIB = 1024 ** 3
+GIB = 1024**3
 # Activation peak of the profile run, bytes per batched token per hidden unit: 2.03 GiB at
 # 8192 tokens x hidden 4096 in a GB10 DeepSeek-V4 TP4 boot log (model-physics.md §2.4, [R11]).
 ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN = 65.0
@@ -51,20 +51,30 @@ class ServeSettings(BaseModel):
     speculative_method: str | None
     num_speculative_tokens: int
     cpu_kv_cache_space_gib: float | None
-    defaults: list[str] = Field(default_factory=list, description="Which values are vLLM "
-                                "defaults rather than the recipe's.")
+    defaults: list[str] = Field(
+        default_factory=list, description="Which values are vLLM defaults rather than the recipe's."
+    )
 
     @property
     def max_in_flight_tokens(self) -> int:
         """Tokens scheduled but not settled: one batch per concurrent step (async: two)."""
-        batches = 2 if self.async_scheduling and self.pipeline_parallel_size == 1 else \
-            self.pipeline_parallel_size
+        batches = (
+            2
+            if self.async_scheduling and self.pipeline_parallel_size == 1
+            else self.pipeline_parallel_size
+        )
         return batches * self.max_num_batched_tokens
 
 
-def resolve_settings(serve: Any, env: dict[str, str], config: dict[str, Any],
-                     hardware: HardwareProfile, *, max_model_len: int | None = None,
-                     gpu_memory_utilization: float | None = None) -> ServeSettings:
+def resolve_settings(
+    serve: Any,
+    env: dict[str, str],
+    config: dict[str, Any],
+    hardware: HardwareProfile,
+    *,
+    max_model_len: int | None = None,
+    gpu_memory_utilization: float | None = None,
+) -> ServeSettings:
     """Fill the recipe's unset serve options with what vLLM would use on ``hardware``."""
     defaults = []
     tp, pp = serve.tensor_parallel_size, serve.pipeline_parallel_size
@@ -72,8 +82,11 @@ def resolve_settings(serve: Any, env: dict[str, str], config: dict[str, Any],
     if length is None:
         length = model_max_len(config) or 4096
         defaults.append(f"max_model_len {length} (the model's longest context)")
-    util = (gpu_memory_utilization if gpu_memory_utilization is not None
-            else serve.gpu_memory_utilization)
+    util = (
+        gpu_memory_utilization
+        if gpu_memory_utilization is not None
+        else serve.gpu_memory_utilization
+    )
     if util is None:
         util = 0.92
         defaults.append("gpu_memory_utilization 0.92 (vLLM's default)")
@@ -88,8 +101,9 @@ def resolve_settings(serve: Any, env: dict[str, str], config: dict[str, Any],
     batched = serve.max_num_batched_tokens
     if batched is None and hardware.default_max_num_batched_tokens:
         batched = int(hardware.default_max_num_batched_tokens.value)
-        defaults.append(f"max_num_batched_tokens {batched} "
-                        f"({hardware.default_max_num_batched_tokens.source})")
+        defaults.append(
+            f"max_num_batched_tokens {batched} ({hardware.default_max_num_batched_tokens.source})"
+        )
     if batched is None:
         batched = 2048 * tp * pp if hardware.device == "cpu" else 2048
         if hardware.device == "cpu" and "kv_lora_rank" in config:
@@ -106,13 +120,21 @@ def resolve_settings(serve: Any, env: dict[str, str], config: dict[str, Any],
     if hardware.kv_cache_space_env and env.get(hardware.kv_cache_space_env):
         space = float(env[hardware.kv_cache_space_env])
     return ServeSettings(
-        tensor_parallel_size=tp, pipeline_parallel_size=pp, gpu_memory_utilization=util,
-        max_model_len=length, block_size=block, kv_cache_dtype=serve.kv_cache_dtype,
-        max_num_batched_tokens=batched, max_num_seqs=seqs,
-        async_scheduling=async_scheduling, enforce_eager=serve.enforce_eager,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        gpu_memory_utilization=util,
+        max_model_len=length,
+        block_size=block,
+        kv_cache_dtype=serve.kv_cache_dtype,
+        max_num_batched_tokens=batched,
+        max_num_seqs=seqs,
+        async_scheduling=async_scheduling,
+        enforce_eager=serve.enforce_eager,
         speculative_method=spec.get("method"),
         num_speculative_tokens=int(spec.get("num_speculative_tokens", 0) or 0),
-        cpu_kv_cache_space_gib=space, defaults=defaults)
+        cpu_kv_cache_space_gib=space,
+        defaults=defaults,
+    )
 
 
 def model_max_len(config: dict[str, Any]) -> int | None:
@@ -149,10 +171,13 @@ class MemoryPlan(BaseModel):
     weights_replicated_bytes_per_rank: int
     reserves: list[Reserve]
     kv_pool_bytes: int
-    outside_budget_bytes: int = Field(description="Unified memory: OS, page cache and CUDA "
-                                      "context in the same pool, outside vLLM's budget.")
-    node_use_bytes: int = Field(description="What one node uses: budget plus outside (UMA), "
-                                "else the budget.")
+    outside_budget_bytes: int = Field(
+        description="Unified memory: OS, page cache and CUDA "
+        "context in the same pool, outside vLLM's budget."
+    )
+    node_use_bytes: int = Field(
+        description="What one node uses: budget plus outside (UMA), else the budget."
+    )
 
     @property
     def reserve_bytes(self) -> int:
@@ -178,8 +203,9 @@ def uses_drafter(settings: ServeSettings) -> bool:
     return any(m in method for m in ("mtp", "dspark"))
 
 
-def reserves_for(facts: ModelFacts, settings: ServeSettings,
-                 hardware: HardwareProfile) -> list[Reserve]:
+def reserves_for(
+    facts: ModelFacts, settings: ServeSettings, hardware: HardwareProfile
+) -> list[Reserve]:
     """Activation, non-torch, CUDA-graph and model-specific buffers (estimates, labelled)."""
     config = facts.config
     hidden = int(config.get("hidden_size", 0))
@@ -187,43 +213,71 @@ def reserves_for(facts: ModelFacts, settings: ServeSettings,
     if hardware.activation == "derived":
         reserves = [derived_activation(config, settings)]
     else:
-        reserves = [Reserve(
-            name="activation peak (profile run)",
-            bytes=int(batched * hidden * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN),
-            basis=f"estimate: {batched} batched tokens x hidden {hidden} x "
-                  f"{ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN:.0f} B, scaled from 2.03 GiB measured "
-                  "for DeepSeek-V4 on GB10 (model-physics.md §2.4, [R11])")]
+        reserves = [
+            Reserve(
+                name="activation peak (profile run)",
+                bytes=int(batched * hidden * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN),
+                basis=f"estimate: {batched} batched tokens x hidden {hidden} x "
+                f"{ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN:.0f} B, scaled from 2.03 GiB measured "
+                "for DeepSeek-V4 on GB10 (model-physics.md §2.4, [R11])",
+            )
+        ]
     if hardware.non_torch_gib:
-        reserves.append(Reserve(name="non-torch (NCCL, cuBLAS)",
-                                bytes=int(hardware.non_torch_gib.value * GIB),
-                                basis=_basis(hardware.non_torch_gib.source)))
+        reserves.append(
+            Reserve(
+                name="non-torch (NCCL, cuBLAS)",
+                bytes=int(hardware.non_torch_gib.value * GIB),
+                basis=_basis(hardware.non_torch_gib.source),
+            )
+        )
     if hardware.non_torch_tp_extra_gib and settings.tensor_parallel_size > 1:
-        reserves.append(Reserve(name="non-torch, TP > 1 (NCCL communicator)",
-                                bytes=int(hardware.non_torch_tp_extra_gib.value * GIB),
-                                basis=_basis(hardware.non_torch_tp_extra_gib.source)))
-    graphs_reserved = not (hardware.device == "cuda" and not hardware.unified_memory
-                           and v2_model_runner(config))
+        reserves.append(
+            Reserve(
+                name="non-torch, TP > 1 (NCCL communicator)",
+                bytes=int(hardware.non_torch_tp_extra_gib.value * GIB),
+                basis=_basis(hardware.non_torch_tp_extra_gib.source),
+            )
+        )
+    graphs_reserved = not (
+        hardware.device == "cuda" and not hardware.unified_memory and v2_model_runner(config)
+    )
     if hardware.cudagraph_gib and not settings.enforce_eager and graphs_reserved:
-        reserves.append(Reserve(name="CUDA graphs", bytes=int(hardware.cudagraph_gib.value * GIB),
-                                basis=_basis(hardware.cudagraph_gib.source)))
+        reserves.append(
+            Reserve(
+                name="CUDA graphs",
+                bytes=int(hardware.cudagraph_gib.value * GIB),
+                basis=_basis(hardware.cudagraph_gib.source),
+            )
+        )
     if is_deepseek_v4(config):
         window = int(config.get("sliding_window", 128))
         workspace = 4 * (settings.max_model_len // 4 + window + batched) * 512 * 2
-        reserves.append(Reserve(
-            name="DeepSeek-V4 prefill gather workspace", bytes=workspace,
-            basis="derived: 4 x (max_model_len/4 + window + batched tokens) x 512 x 2 B "
-                  "(model-physics.md §1.2, [R3])"))
+        reserves.append(
+            Reserve(
+                name="DeepSeek-V4 prefill gather workspace",
+                bytes=workspace,
+                basis="derived: 4 x (max_model_len/4 + window + batched tokens) x 512 x 2 B "
+                "(model-physics.md §1.2, [R3])",
+            )
+        )
         if uses_drafter(settings):
-            reserves.append(Reserve(
-                name="MTP hidden buffer", bytes=batched * int(config.get("hc_mult", 4)) * hidden * 2,
-                basis="derived: batched tokens x hc_mult x hidden x 2 B "
-                      "(model-physics.md §1.2)"))
+            reserves.append(
+                Reserve(
+                    name="MTP hidden buffer",
+                    bytes=batched * int(config.get("hc_mult", 4)) * hidden * 2,
+                    basis="derived: batched tokens x hc_mult x hidden x 2 B "
+                    "(model-physics.md §1.2)",
+                )
+            )
     return reserves
 
 
 # vLLM 0.25.1 (config/vllm.py): architectures that run on the V2 model runner although MoE.
-V2_RUNNER_MOE_ARCHITECTURES = ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM",
-                               "GraniteMoeForCausalLM")
+V2_RUNNER_MOE_ARCHITECTURES = (
+    "DeepseekV2ForCausalLM",
+    "Qwen2MoeForCausalLM",
+    "GraniteMoeForCausalLM",
+)
 
 
 def is_moe(config: dict[str, Any]) -> bool:
@@ -261,10 +315,12 @@ def derived_activation(config: dict[str, Any], settings: ServeSettings) -> Reser
     residual = batched * hidden * 2 * 2
     logits = settings.max_num_seqs * int(config.get("vocab_size", 0)) * 4
     return Reserve(
-        name="activation peak (profile run)", bytes=mlp + residual + logits,
+        name="activation peak (profile run)",
+        bytes=mlp + residual + logits,
         basis=f"derived: largest MLP {mlp / GIB:.2f} GiB + residual {residual / GIB:.2f} GiB + "
-              f"sampler logits {logits / GIB:.2f} GiB at {batched} batched tokens, "
-              f"{settings.max_num_seqs} seqs (benchmarks/gpu, docs/gpu.md)")
+        f"sampler logits {logits / GIB:.2f} GiB at {batched} batched tokens, "
+        f"{settings.max_num_seqs} seqs (benchmarks/gpu, docs/gpu.md)",
+    )
 
 
 def _basis(source: str) -> str:
@@ -272,8 +328,12 @@ def _basis(source: str) -> str:
     return source if head in ("estimate", "measured", "derived") else f"source: {source}"
 
 
-def memory_plan(facts: ModelFacts, settings: ServeSettings, hardware: HardwareProfile,
-                extra_reserves: Sequence[Reserve] = ()) -> MemoryPlan:
+def memory_plan(
+    facts: ModelFacts,
+    settings: ServeSettings,
+    hardware: HardwareProfile,
+    extra_reserves: Sequence[Reserve] = (),
+) -> MemoryPlan:
     """Budget, weights, reserves and KV pool of one rank."""
     total = int(hardware.memory_total_gib.value * GIB)
     weights, replicated = weights_per_rank(facts, settings)
@@ -285,27 +345,43 @@ def memory_plan(facts: ModelFacts, settings: ServeSettings, hardware: HardwarePr
         else:
             budget = math.ceil(total * settings.gpu_memory_utilization)
             pool = budget - weights
-        return MemoryPlan(memory_total_bytes=total, budget_bytes=budget,
-                          weights_bytes_per_rank=weights,
-                          weights_replicated_bytes_per_rank=replicated, reserves=[],
-                          kv_pool_bytes=pool, outside_budget_bytes=0, node_use_bytes=budget)
+        return MemoryPlan(
+            memory_total_bytes=total,
+            budget_bytes=budget,
+            weights_bytes_per_rank=weights,
+            weights_replicated_bytes_per_rank=replicated,
+            reserves=[],
+            kv_pool_bytes=pool,
+            outside_budget_bytes=0,
+            node_use_bytes=budget,
+        )
     budget = math.ceil(total * settings.gpu_memory_utilization)
     reserves = reserves_for(facts, settings, hardware) + list(extra_reserves)
     pool = budget - weights - sum(r.bytes for r in reserves)
-    return MemoryPlan(memory_total_bytes=total, budget_bytes=budget, weights_bytes_per_rank=weights,
-                      weights_replicated_bytes_per_rank=replicated, reserves=reserves,
-                      kv_pool_bytes=pool, outside_budget_bytes=outside,
-                      node_use_bytes=budget + (outside if hardware.unified_memory else 0))
+    return MemoryPlan(
+        memory_total_bytes=total,
+        budget_bytes=budget,
+        weights_bytes_per_rank=weights,
+        weights_replicated_bytes_per_rank=replicated,
+        reserves=reserves,
+        kv_pool_bytes=pool,
+        outside_budget_bytes=outside,
+        node_use_bytes=budget + (outside if hardware.unified_memory else 0),
+    )
 
 
-def layout_for(facts: ModelFacts, settings: ServeSettings,
-               max_model_len: int | None = None) -> KVLayout:
-    return kv_layout(facts.config, kv_cache_dtype=settings.kv_cache_dtype,
-                     block_size=settings.block_size,
-                     max_model_len=max_model_len or settings.max_model_len,
-                     tensor_parallel_size=settings.tensor_parallel_size,
-                     pipeline_parallel_size=settings.pipeline_parallel_size,
-                     max_in_flight_tokens=settings.max_in_flight_tokens)
+def layout_for(
+    facts: ModelFacts, settings: ServeSettings, max_model_len: int | None = None
+) -> KVLayout:
+    return kv_layout(
+        facts.config,
+        kv_cache_dtype=settings.kv_cache_dtype,
+        block_size=settings.block_size,
+        max_model_len=max_model_len or settings.max_model_len,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
+        max_in_flight_tokens=settings.max_in_flight_tokens,
+    )
 
 
 class Fit(BaseModel):
@@ -315,44 +391,65 @@ class Fit(BaseModel):
     reasons: list[str] = Field(default_factory=list, description="Why it does not fit.")
     kv_headroom_bytes: int = Field(description="KV pool left after one max-length request.")
     node_headroom_bytes: int = Field(description="Node memory left after budget and outside use.")
-    largest_max_model_len_tokens: int = Field(description="Longest max_model_len one request "
-                                              "fits at this utilization.")
-    min_gpu_memory_utilization: float | None = Field(description="Smallest utilization that "
-                                                     "holds one max-length request.")
-    max_gpu_memory_utilization: float | None = Field(description="Largest utilization the node "
-                                                     "allows (unified memory) or 1.0.")
+    largest_max_model_len_tokens: int = Field(
+        description="Longest max_model_len one request fits at this utilization."
+    )
+    min_gpu_memory_utilization: float | None = Field(
+        description="Smallest utilization that holds one max-length request."
+    )
+    max_gpu_memory_utilization: float | None = Field(
+        description="Largest utilization the node allows (unified memory) or 1.0."
+    )
     changes: list[str] = Field(default_factory=list, description="What to change to fit.")
 
 
-def fit_verdict(memory: MemoryPlan, layout: KVLayout, settings: ServeSettings,
-                hardware: HardwareProfile, relayout, capacity_scale: float = 1.0) -> Fit:
+def fit_verdict(
+    memory: MemoryPlan,
+    layout: KVLayout,
+    settings: ServeSettings,
+    hardware: HardwareProfile,
+    relayout,
+    capacity_scale: float = 1.0,
+) -> Fit:
     """The verdict, with the largest max_model_len and the utilization range that fit."""
     one_request = layout.bytes_per_request / capacity_scale
     reasons, changes = [], []
     if memory.kv_pool_bytes <= 0:
         non_kv_gib = (memory.weights_bytes_per_rank + memory.reserve_bytes) / GIB
-        reasons.append(f"weights and reserves ({non_kv_gib:.2f} GiB) exceed vLLM's budget "
-                       f"({memory.budget_bytes / GIB:.2f} GiB)")
+        reasons.append(
+            f"weights and reserves ({non_kv_gib:.2f} GiB) exceed vLLM's budget "
+            f"({memory.budget_bytes / GIB:.2f} GiB)"
+        )
     elif memory.kv_pool_bytes < one_request:
-        reasons.append(f"the KV pool ({memory.kv_pool_bytes / GIB:.2f} GiB) holds less than one "
-                       f"{settings.max_model_len}-token request ({one_request / GIB:.2f} GiB)")
+        reasons.append(
+            f"the KV pool ({memory.kv_pool_bytes / GIB:.2f} GiB) holds less than one "
+            f"{settings.max_model_len}-token request ({one_request / GIB:.2f} GiB)"
+        )
     node_headroom = memory.memory_total_bytes - memory.node_use_bytes
     if node_headroom < 0:
-        reasons.append(f"the node needs {memory.node_use_bytes / GIB:.2f} GiB of "
-                       f"{memory.memory_total_bytes / GIB:.2f} GiB (budget plus what runs outside)")
+        reasons.append(
+            f"the node needs {memory.node_use_bytes / GIB:.2f} GiB of "
+            f"{memory.memory_total_bytes / GIB:.2f} GiB (budget plus what runs outside)"
+        )
     max_util = None
     if hardware.device == "cuda":
         max_util = 1.0
         if hardware.max_gpu_memory_utilization:
             max_util = hardware.max_gpu_memory_utilization.value
         elif hardware.unified_memory:
-            max_util = (memory.memory_total_bytes - memory.outside_budget_bytes) / \
-                memory.memory_total_bytes
+            max_util = (
+                memory.memory_total_bytes - memory.outside_budget_bytes
+            ) / memory.memory_total_bytes
         if settings.gpu_memory_utilization > max_util + 1e-9:
-            why = (hardware.max_gpu_memory_utilization.source
-                   if hardware.max_gpu_memory_utilization else "unified memory")
-            reasons.append(f"gpu_memory_utilization {settings.gpu_memory_utilization} is above the "
-                           f"{max_util} this hardware starts with ({why})")
+            why = (
+                hardware.max_gpu_memory_utilization.source
+                if hardware.max_gpu_memory_utilization
+                else "unified memory"
+            )
+            reasons.append(
+                f"gpu_memory_utilization {settings.gpu_memory_utilization} is above the "
+                f"{max_util} this hardware starts with ({why})"
+            )
     non_kv = memory.weights_bytes_per_rank + memory.reserve_bytes
     min_util = None
     if hardware.device == "cuda":
@@ -365,12 +462,17 @@ def fit_verdict(memory: MemoryPlan, layout: KVLayout, settings: ServeSettings,
             changes.append(f"lower max_model_len to {largest} (largest that fits)")
         if min_util is not None and max_util is not None and min_util <= max_util:
             changes.append(f"raise gpu_memory_utilization to {min_util} (at most {max_util})")
-        if memory.kv_pool_bytes <= 0 or (min_util is not None and max_util is not None
-                                         and min_util > max_util):
+        if memory.kv_pool_bytes <= 0 or (
+            min_util is not None and max_util is not None and min_util > max_util
+        ):
             changes.append("raise tensor_parallel_size (more nodes) or use a smaller quantization")
-    return Fit(fits=fits, reasons=reasons,
-               kv_headroom_bytes=int(memory.kv_pool_bytes - one_request),
-               node_headroom_bytes=node_headroom, largest_max_model_len_tokens=largest,
-               min_gpu_memory_utilization=min_util, max_gpu_memory_utilization=max_util,
-               changes=changes)
-
+    return Fit(
+        fits=fits,
+        reasons=reasons,
+        kv_headroom_bytes=int(memory.kv_pool_bytes - one_request),
+        node_headroom_bytes=node_headroom,
+        largest_max_model_len_tokens=largest,
+        min_gpu_memory_utilization=min_util,
+        max_gpu_memory_utilization=max_util,
+        changes=changes,
+    )

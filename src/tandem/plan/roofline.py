@@ -55,8 +55,12 @@ class Roofline(BaseModel):
 
 
 def _moe_shape(config: dict) -> tuple[int, int]:
-    experts = int(config.get("n_routed_experts") or config.get("num_local_experts")
-                  or config.get("num_experts") or 0)
+    experts = int(
+        config.get("n_routed_experts")
+        or config.get("num_local_experts")
+        or config.get("num_experts")
+        or 0
+    )
     return experts, int(config.get("num_experts_per_tok") or 0)
 
 
@@ -92,19 +96,29 @@ def kv_read_bytes(config: dict, layout: KVLayout, context: int) -> float:
     return sum(per_layer * (min(window, context) if k == "sliding" else context) for k in kinds)
 
 
-def roofline(facts: ModelFacts, settings: ServeSettings, hardware: HardwareProfile,
-             layout: KVLayout, *, context_tokens: int, acceptance_rate: float,
-             concurrency: int) -> Roofline:
+def roofline(
+    facts: ModelFacts,
+    settings: ServeSettings,
+    hardware: HardwareProfile,
+    layout: KVLayout,
+    *,
+    context_tokens: int,
+    acceptance_rate: float,
+    concurrency: int,
+) -> Roofline:
     """Decode bounds for one sequence and for ``concurrency`` sequences."""
     tp = settings.tensor_parallel_size
     config = facts.config
     bandwidth = hardware.memory_bandwidth_gb_s.value * 1e9
     experts, top_k = _moe_shape(config)
     roles = ("attention", "shared_experts", "dense_mlp", "lm_head", "other")
-    non_expert = sum((p.bytes - p.replicated_bytes) / tp + p.replicated_bytes
-                     for p in facts.parts if p.role in roles)
+    non_expert = sum(
+        (p.bytes - p.replicated_bytes) / tp + p.replicated_bytes
+        for p in facts.parts
+        if p.role in roles
+    )
     if not any(p.role == "lm_head" for p in facts.parts):
-        non_expert += facts.part_bytes("embedding") / tp   # tied embeddings serve as the LM head
+        non_expert += facts.part_bytes("embedding") / tp  # tied embeddings serve as the LM head
     routed = facts.part_bytes("routed_experts")
     per_expert = routed / experts / tp if experts else 0.0
     drafter = 0.0
@@ -124,24 +138,45 @@ def roofline(facts: ModelFacts, settings: ServeSettings, hardware: HardwareProfi
         weight_bytes = non_expert + hit * per_expert + drafter
         kv = kv_one * n_seqs
         step = (weight_bytes + kv) / bandwidth + allreduce
-        return RooflinePoint(concurrency=n_seqs, tokens_per_step=k + 1,
-                             distinct_experts_per_layer=round(hit, 2),
-                             bytes_per_step_per_rank=int(weight_bytes + kv),
-                             weight_bytes_per_step_per_rank=int(weight_bytes),
-                             kv_bytes_per_step_per_rank=int(kv), allreduce_s_per_step=allreduce,
-                             step_s=step, steps_per_s=1 / step, decode_tok_s=n_seqs * tau / step)
+        return RooflinePoint(
+            concurrency=n_seqs,
+            tokens_per_step=k + 1,
+            distinct_experts_per_layer=round(hit, 2),
+            bytes_per_step_per_rank=int(weight_bytes + kv),
+            weight_bytes_per_step_per_rank=int(weight_bytes),
+            kv_bytes_per_step_per_rank=int(kv),
+            allreduce_s_per_step=allreduce,
+            step_s=step,
+            steps_per_s=1 / step,
+            decode_tok_s=n_seqs * tau / step,
+        )
 
-    notes = [f"bandwidth {hardware.memory_bandwidth_gb_s.value:g} GB/s "
-             f"({hardware.memory_bandwidth_gb_s.source})"]
+    notes = [
+        f"bandwidth {hardware.memory_bandwidth_gb_s.value:g} GB/s "
+        f"({hardware.memory_bandwidth_gb_s.source})"
+    ]
     if experts:
-        notes.append(f"MoE: {experts} experts, top-{top_k}; distinct experts per step assume "
-                     "independent routing (pessimistic)")
+        notes.append(
+            f"MoE: {experts} experts, top-{top_k}; distinct experts per step assume "
+            "independent routing (pessimistic)"
+        )
     if k:
-        notes.append(f"speculation: {k} draft tokens, acceptance {acceptance_rate} (an input: "
-                     f"--acceptance), tau = {tau:.2f} tokens per step")
+        notes.append(
+            f"speculation: {k} draft tokens, acceptance {acceptance_rate} (an input: "
+            f"--acceptance), tau = {tau:.2f} tokens per step"
+        )
     if tp > 1:
-        notes.append(f"all-reduce: 2 x {layers} layers x "
-                     f"{hardware.allreduce_latency_us.value:g} us = {allreduce * 1e3:.2f} ms per step")
-    return Roofline(context_tokens=context_tokens, memory_bandwidth_bytes_per_s=bandwidth,
-                    draft_tokens=k, acceptance_rate=acceptance_rate, tau=tau,
-                    single_stream=point(1), at_concurrency=point(max(concurrency, 1)), notes=notes)
+        notes.append(
+            f"all-reduce: 2 x {layers} layers x "
+            f"{hardware.allreduce_latency_us.value:g} us = {allreduce * 1e3:.2f} ms per step"
+        )
+    return Roofline(
+        context_tokens=context_tokens,
+        memory_bandwidth_bytes_per_s=bandwidth,
+        draft_tokens=k,
+        acceptance_rate=acceptance_rate,
+        tau=tau,
+        single_stream=point(1),
+        at_concurrency=point(max(concurrency, 1)),
+        notes=notes,
+    )

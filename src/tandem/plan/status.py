@@ -32,12 +32,16 @@ def launched_plan(recipe: dict[str, Any], cluster: dict[str, Any]) -> Plan:
         TandemError, ValidationError: the model's facts cannot be read, or the saved
             recipe or cluster no longer validates.
     """
-    deployment = Deployment(recipe=Recipe.model_validate(recipe),
-                            cluster=Cluster.model_validate(cluster))
+    deployment = Deployment(
+        recipe=Recipe.model_validate(recipe), cluster=Cluster.model_validate(cluster)
+    )
     model = deployment.recipe.model
-    facts = load_model_facts(model.repo_id, revision=model.revision,
-                             cache_roots=default_cache_roots(model.cache_root),
-                             local_path=model.path)
+    facts = load_model_facts(
+        model.repo_id,
+        revision=model.revision,
+        cache_roots=default_cache_roots(model.cache_root),
+        local_path=model.path,
+    )
     return plan_deployment(deployment, facts, infer_hardware(deployment, None))
 
 
@@ -49,8 +53,9 @@ def planned_roofline_tok_s(recipe: dict[str, Any], cluster: dict[str, Any]) -> f
         return None
 
 
-def planned_vs_boot(recipe: dict[str, Any], cluster: dict[str, Any],
-                    boot: BootFigures) -> PlannedVsActual:
+def planned_vs_boot(
+    recipe: dict[str, Any], cluster: dict[str, Any], boot: BootFigures
+) -> PlannedVsActual:
     """Plan the launched deployment and compare it with its boot figures; never raises."""
     if boot.kv_cache_tokens is None:
         return PlannedVsActual(unavailable="the leader has not logged its KV cache size yet")
@@ -58,6 +63,12 @@ def planned_vs_boot(recipe: dict[str, Any], cluster: dict[str, Any],
         plan = launched_plan(recipe, cluster)
     except (TandemError, ValidationError) as exc:
         return PlannedVsActual(unavailable=f"no plan: {str(exc).splitlines()[0]}")
-    return PlannedVsActual(comparison=planned_vs_measured(
-        kv_pool_bytes=plan.kv_pool_bytes, kv_pool_tokens=plan.kv_pool_tokens,
-        max_concurrency=plan.max_concurrency, figures=boot, source="tandem up (leader log)"))
+    return PlannedVsActual(
+        comparison=planned_vs_measured(
+            kv_pool_bytes=plan.kv_pool_bytes,
+            kv_pool_tokens=plan.kv_pool_tokens,
+            max_concurrency=plan.max_concurrency,
+            figures=boot,
+            source="tandem up (leader log)",
+        )
+    )

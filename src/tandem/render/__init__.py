@@ -47,9 +47,11 @@ class FileRenderer(Protocol):
 def files_renderer_for(target: str) -> FileRenderer:
     """The renderer of a target that writes several files into a folder."""
     if target not in FILE_TARGETS:
-        raise SpecError(f"--target {target} prints to stdout; --out is for a target that "
-                        "writes several files", field="--out",
-                        hint=f"use --out with {', '.join(FILE_TARGETS)}")
+        raise SpecError(
+            f"--target {target} prints to stdout; --out is for a target that writes several files",
+            field="--out",
+            hint=f"use --out with {', '.join(FILE_TARGETS)}",
+        )
     module, _, function = FILE_TARGETS[target].partition(":")
     return getattr(importlib.import_module(module), function)
 
@@ -61,12 +63,18 @@ def check_format(target: str, fmt: str | None) -> str:
         SpecError: an unknown target, or a format the target does not write.
     """
     if target not in TARGETS:
-        raise SpecError(f"unknown render target '{target}'", field="--target",
-                        hint=f"use one of {', '.join(TARGETS)}")
+        raise SpecError(
+            f"unknown render target '{target}'",
+            field="--target",
+            hint=f"use one of {', '.join(TARGETS)}",
+        )
     formats = FORMATS[target]
     if fmt is not None and fmt not in formats:
-        raise SpecError(f"the {target} target does not write {fmt}", field="--format",
-                        hint=f"use {' or '.join(formats)} with --target {target}")
+        raise SpecError(
+            f"the {target} target does not write {fmt}",
+            field="--format",
+            hint=f"use {' or '.join(formats)} with --target {target}",
+        )
     return fmt or formats[0]
 
 
@@ -85,9 +93,14 @@ def renderer_for(target: str) -> Renderer:
     def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:
         fmt = check_format(target, fmt)
         redactor = Redactor.for_caller()
-        safe = plan.model_copy(update={"ranks": [
-            r.model_copy(update={"env": redactor.env(r.env), "argv": redactor.argv(r.argv)})
-            for r in plan.ranks]})
+        safe = plan.model_copy(
+            update={
+                "ranks": [
+                    r.model_copy(update={"env": redactor.env(r.env), "argv": redactor.argv(r.argv)})
+                    for r in plan.ranks
+                ]
+            }
+        )
         return redactor.text(renderer(safe, deployment, fmt))
 
     return render

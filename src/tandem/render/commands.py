@@ -39,11 +39,15 @@ def shell_command(rank: RankSpec) -> str:
 
 def to_shell(plan: RankPlan) -> str:
     """Every rank's command in start order (workers first), each headed by where it runs."""
-    blocks = [f"# deployment {plan.deployment}: {len(plan.ranks)} rank(s), world size "
-              f"{plan.world_size}; API at {plan.endpoint}/v1 as model '{plan.model}'"]
+    blocks = [
+        f"# deployment {plan.deployment}: {len(plan.ranks)} rank(s), world size "
+        f"{plan.world_size}; API at {plan.endpoint}/v1 as model '{plan.model}'"
+    ]
     for rank in plan.in_start_order():
-        blocks.append(f"# rank {rank.rank} ({rank.role.value}) on node {rank.node} "
-                      f"[{rank.address}], start wave {rank.start_order}\n{shell_command(rank)}")
+        blocks.append(
+            f"# rank {rank.rank} ({rank.role.value}) on node {rank.node} "
+            f"[{rank.address}], start wave {rank.start_order}\n{shell_command(rank)}"
+        )
     return "\n\n".join(blocks) + "\n"
 
 

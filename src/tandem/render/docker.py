@@ -46,10 +46,12 @@ def image_of(deployment: Deployment) -> str:
     """The recipe's image; raises when there is none."""
     image = deployment.recipe.engine.image
     if not image:
-        raise RecipeError(f"recipe '{deployment.name}' names no container image",
-                          field="engine.image",
-                          hint="set engine.image (ideally repo@sha256:...), or use the venv "
-                               "runtime (cluster ssh.runtime: venv)")
+        raise RecipeError(
+            f"recipe '{deployment.name}' names no container image",
+            field="engine.image",
+            hint="set engine.image (ideally repo@sha256:...), or use the venv "
+            "runtime (cluster ssh.runtime: venv)",
+        )
     return image
 
 
@@ -72,8 +74,9 @@ def host_source(rank: RankSpec, source: str, env_name: str | None) -> str:
     return rank.env.get(env_name, source) if env_name else source
 
 
-def docker_run_argv(rank: RankSpec, deployment: Deployment, *, image: str | None = None,
-                    docker: str = "docker") -> list[str]:
+def docker_run_argv(
+    rank: RankSpec, deployment: Deployment, *, image: str | None = None, docker: str = "docker"
+) -> list[str]:
     """The ``docker run`` command of one rank (detached, named, labelled).
 
     Args:
@@ -81,14 +84,30 @@ def docker_run_argv(rank: RankSpec, deployment: Deployment, *, image: str | None
         docker: the docker CLI, e.g. ``sudo docker``.
     """
     image = image or image_of(deployment)
-    argv = [*shlex.split(docker), "run", "--detach",
-            "--name", container_name(deployment.name, rank.rank),
-            "--label", f"{LABEL_DEPLOYMENT}={deployment.name}",
-            "--label", f"{LABEL_RANK}={rank.rank}",
-            "--network", "host", "--ipc", "host",
-            "--privileged", "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1",
-            "--tmpfs", f"/dev/shm:rw,nosuid,nodev,size={deployment.recipe.shm_size}",
-            "--gpus", "all"]
+    argv = [
+        *shlex.split(docker),
+        "run",
+        "--detach",
+        "--name",
+        container_name(deployment.name, rank.rank),
+        "--label",
+        f"{LABEL_DEPLOYMENT}={deployment.name}",
+        "--label",
+        f"{LABEL_RANK}={rank.rank}",
+        "--network",
+        "host",
+        "--ipc",
+        "host",
+        "--privileged",
+        "--cap-add",
+        "IPC_LOCK",
+        "--ulimit",
+        "memlock=-1",
+        "--tmpfs",
+        f"/dev/shm:rw,nosuid,nodev,size={deployment.recipe.shm_size}",
+        "--gpus",
+        "all",
+    ]
     for mount in rank.mounts:
         if mount.kind == "device":
             argv += ["--device", f"{mount.source}:{mount.target}"]
@@ -112,8 +131,8 @@ def shell_command(argv: list[str]) -> str:
     while i < len(argv):
         takes_value = argv[i].startswith("--") and argv[i] not in ("--detach", "--privileged")
         if argv[i] == "--entrypoint":  # entrypoint, image, then the serve command on one line
-            lines.append(" ".join(quoted[i:i + 3]))
-            lines.append(" ".join(quoted[i + 3:]))
+            lines.append(" ".join(quoted[i : i + 3]))
+            lines.append(" ".join(quoted[i + 3 :]))
             break
         if takes_value and i + 1 < len(argv):
             lines.append(f"{quoted[i]} {quoted[i + 1]}")
@@ -127,26 +146,44 @@ def shell_command(argv: list[str]) -> str:
 def to_shell(plan: RankPlan, deployment: Deployment) -> str:
     """Every node's ``docker run``, workers first, each headed by where it runs."""
     image = image_of(deployment)
-    blocks = [f"# deployment {plan.deployment}: {len(plan.ranks)} container(s), world size "
-              f"{plan.world_size}; API at {plan.endpoint}/v1 as model '{plan.model}'"]
+    blocks = [
+        f"# deployment {plan.deployment}: {len(plan.ranks)} container(s), world size "
+        f"{plan.world_size}; API at {plan.endpoint}/v1 as model '{plan.model}'"
+    ]
     if not is_pinned(image):
-        blocks[0] += (f"\n# note: {image} is a tag, not a digest; `tandem up` pins it to the "
-                      "digest found on the nodes, and `tandem sync` makes them agree")
+        blocks[0] += (
+            f"\n# note: {image} is a tag, not a digest; `tandem up` pins it to the "
+            "digest found on the nodes, and `tandem sync` makes them agree"
+        )
     for rank in plan.in_start_order():
-        blocks.append(f"# rank {rank.rank} ({rank.role.value}) on node {rank.node} "
-                      f"[{rank.address}], start wave {rank.start_order}\n"
-                      f"{shell_command(docker_run_argv(rank, deployment, image=image))}")
+        blocks.append(
+            f"# rank {rank.rank} ({rank.role.value}) on node {rank.node} "
+            f"[{rank.address}], start wave {rank.start_order}\n"
+            f"{shell_command(docker_run_argv(rank, deployment, image=image))}"
+        )
     return "\n\n".join(blocks) + "\n"
 
 
 def to_json(plan: RankPlan, deployment: Deployment) -> str:
     """``{"ranks": [{"rank", "node", "role", "start_order", "argv"}]}`` in start order."""
     image = image_of(deployment)
-    return json.dumps({"deployment": plan.deployment, "endpoint": plan.endpoint,
-                       "ranks": [{"rank": r.rank, "node": r.node, "role": r.role.value,
-                                  "start_order": r.start_order,
-                                  "argv": docker_run_argv(r, deployment, image=image)}
-                                 for r in plan.in_start_order()]}, indent=2)
+    return json.dumps(
+        {
+            "deployment": plan.deployment,
+            "endpoint": plan.endpoint,
+            "ranks": [
+                {
+                    "rank": r.rank,
+                    "node": r.node,
+                    "role": r.role.value,
+                    "start_order": r.start_order,
+                    "argv": docker_run_argv(r, deployment, image=image),
+                }
+                for r in plan.in_start_order()
+            ],
+        },
+        indent=2,
+    )
 
 
 def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:

@@ -48,6 +48,7 @@ LWS_POD_SUFFIX = "-0-99"
 
 # --- tier 1: rules in Python ------------------------------------------------------------------
 
+
 def service_link_prefix(service_name: str) -> str:
     """The prefix of the docker-link variables Kubernetes injects for a Service:
     ``vllm`` -> ``VLLM_`` (``VLLM_SERVICE_HOST``, ``VLLM_PORT``, ``VLLM_PORT_80_TCP``...)."""
@@ -80,14 +81,29 @@ def lws_webhook_problems(lws: dict, where: str = "LeaderWorkerSet") -> list[Prob
     size = template.get("size", 1)
     path = f"{where}.spec"
     if isinstance(replicas, int) and not 0 <= replicas <= MAX_REPLICAS:
-        problems.append(Problem(f"{path}.replicas", f"{replicas} must be between 0 and "
-                                f"{MAX_REPLICAS:,}", "use 1 group"))
+        problems.append(
+            Problem(
+                f"{path}.replicas",
+                f"{replicas} must be between 0 and {MAX_REPLICAS:,}",
+                "use 1 group",
+            )
+        )
     if isinstance(size, int) and size < 1:
-        problems.append(Problem(f"{path}.leaderWorkerTemplate.size", f"{size} must be at least 1 "
-                                "(pods per group, leader included)", "list at least one node"))
+        problems.append(
+            Problem(
+                f"{path}.leaderWorkerTemplate.size",
+                f"{size} must be at least 1 (pods per group, leader included)",
+                "list at least one node",
+            )
+        )
     if isinstance(size, int) and isinstance(replicas, int) and replicas * size > MAX_INT32:
-        problems.append(Problem(f"{path}", f"replicas x size = {replicas * size} exceeds "
-                                f"{MAX_INT32}", "use fewer groups or smaller ones"))
+        problems.append(
+            Problem(
+                f"{path}",
+                f"replicas x size = {replicas * size} exceeds {MAX_INT32}",
+                "use fewer groups or smaller ones",
+            )
+        )
     rolling = (spec.get("rolloutStrategy") or {}).get("rollingUpdateConfiguration") or {}
     values = {}
     for key in ("maxUnavailable", "maxSurge"):
@@ -95,35 +111,60 @@ def lws_webhook_problems(lws: dict, where: str = "LeaderWorkerSet") -> list[Prob
             value = rolling[key]
             text = str(value)
             if not PERCENT_OR_INT.match(text):
-                problems.append(Problem(f"{path}.rolloutStrategy.rollingUpdateConfiguration.{key}",
-                                        f"'{value}' is neither a count nor a percentage",
-                                        "write e.g. 1 or 25%"))
+                problems.append(
+                    Problem(
+                        f"{path}.rolloutStrategy.rollingUpdateConfiguration.{key}",
+                        f"'{value}' is neither a count nor a percentage",
+                        "write e.g. 1 or 25%",
+                    )
+                )
             else:
                 values[key] = int(text.rstrip("%"))
                 if text.endswith("%") and values[key] > 100:
-                    problems.append(Problem(
-                        f"{path}.rolloutStrategy.rollingUpdateConfiguration.{key}",
-                        f"{value} is above 100%", "use at most 100%"))
+                    problems.append(
+                        Problem(
+                            f"{path}.rolloutStrategy.rollingUpdateConfiguration.{key}",
+                            f"{value} is above 100%",
+                            "use at most 100%",
+                        )
+                    )
     if values.get("maxUnavailable", 1) == 0 and values.get("maxSurge", 0) == 0 and rolling:
-        problems.append(Problem(f"{path}.rolloutStrategy.rollingUpdateConfiguration",
-                                "maxUnavailable and maxSurge cannot both be 0",
-                                "allow at least one unavailable or one surge group"))
+        problems.append(
+            Problem(
+                f"{path}.rolloutStrategy.rollingUpdateConfiguration",
+                "maxUnavailable and maxSurge cannot both be 0",
+                "allow at least one unavailable or one surge group",
+            )
+        )
     sub = template.get("subGroupPolicy") or {}
     if "subGroupSize" in sub and isinstance(size, int):
         sgs = sub["subGroupSize"]
         if not isinstance(sgs, int) or sgs < 1:
-            problems.append(Problem(f"{path}.leaderWorkerTemplate.subGroupPolicy.subGroupSize",
-                                    f"{sgs} must be at least 1"))
+            problems.append(
+                Problem(
+                    f"{path}.leaderWorkerTemplate.subGroupPolicy.subGroupSize",
+                    f"{sgs} must be at least 1",
+                )
+            )
         elif size % sgs and (size - 1) % sgs:
-            problems.append(Problem(f"{path}.leaderWorkerTemplate.subGroupPolicy.subGroupSize",
-                                    f"{sgs} divides neither size {size} nor size - 1"))
+            problems.append(
+                Problem(
+                    f"{path}.leaderWorkerTemplate.subGroupPolicy.subGroupSize",
+                    f"{sgs} divides neither size {size} nor size - 1",
+                )
+            )
     leader = template.get("leaderTemplate") or template.get("workerTemplate") or {}
     probes = [c.get("readinessProbe") for c in (leader.get("spec") or {}).get("containers") or []]
     if spec.get("startupPolicy") == "LeaderReady" and any(p and "httpGet" in p for p in probes):
-        problems.append(Problem(f"{path}.startupPolicy", "LeaderReady creates the workers only "
-                                "once the leader is Ready, but the leader's /health only answers "
-                                "after every worker joined: the group deadlocks",
-                                "use LeaderCreated (the leader waits at the rendezvous)"))
+        problems.append(
+            Problem(
+                f"{path}.startupPolicy",
+                "LeaderReady creates the workers only "
+                "once the leader is Ready, but the leader's /health only answers "
+                "after every worker joined: the group deadlocks",
+                "use LeaderCreated (the leader waits at the rendezvous)",
+            )
+        )
     return problems
 
 
@@ -133,19 +174,34 @@ def _pod_spec_problems(spec: dict, path: str) -> list[Problem]:
     names = [v.get("name") for v in volumes]
     for i, name in enumerate(names):
         if not isinstance(name, str) or not DNS1123_LABEL.match(name) or len(name) > 63:
-            problems.append(Problem(f"{path}.volumes[{i}].name", f"'{name}' is not a DNS-1123 "
-                                    "label", "lower case letters, digits and dashes"))
+            problems.append(
+                Problem(
+                    f"{path}.volumes[{i}].name",
+                    f"'{name}' is not a DNS-1123 label",
+                    "lower case letters, digits and dashes",
+                )
+            )
         if names.count(name) > 1:
             problems.append(Problem(f"{path}.volumes[{i}].name", f"'{name}' is listed twice"))
         limit = (volumes[i].get("emptyDir") or {}).get("sizeLimit")
         if limit is not None and not _quantity_ok(limit):
-            problems.append(Problem(f"{path}.volumes[{i}].emptyDir.sizeLimit",
-                                    f"'{limit}' is not a quantity", "write e.g. 64Gi"))
+            problems.append(
+                Problem(
+                    f"{path}.volumes[{i}].emptyDir.sizeLimit",
+                    f"'{limit}' is not a quantity",
+                    "write e.g. 64Gi",
+                )
+            )
     if spec.get("hostNetwork") and spec.get("dnsPolicy") != "ClusterFirstWithHostNet":
-        problems.append(Problem(f"{path}.dnsPolicy", f"'{spec.get('dnsPolicy', 'ClusterFirst')}' "
-                                "with hostNetwork resolves through the node's resolver, so the "
-                                "LeaderWorkerSet's pod names do not resolve",
-                                "use ClusterFirstWithHostNet"))
+        problems.append(
+            Problem(
+                f"{path}.dnsPolicy",
+                f"'{spec.get('dnsPolicy', 'ClusterFirst')}' "
+                "with hostNetwork resolves through the node's resolver, so the "
+                "LeaderWorkerSet's pod names do not resolve",
+                "use ClusterFirstWithHostNet",
+            )
+        )
     containers = spec.get("containers") or []
     if not containers:
         problems.append(Problem(f"{path}.containers", "no container"))
@@ -153,23 +209,43 @@ def _pod_spec_problems(spec: dict, path: str) -> list[Problem]:
         cpath = f"{path}.containers[{ci}]"
         name = container.get("name")
         if not isinstance(name, str) or not DNS1123_LABEL.match(name) or len(name) > 63:
-            problems.append(Problem(f"{cpath}.name", f"'{name}' is not a DNS-1123 label",
-                                    "lower case letters, digits and dashes, e.g. vllm"))
+            problems.append(
+                Problem(
+                    f"{cpath}.name",
+                    f"'{name}' is not a DNS-1123 label",
+                    "lower case letters, digits and dashes, e.g. vllm",
+                )
+            )
         port_names = set()
         for pi, port in enumerate(container.get("ports") or []):
             if not _port_ok(port.get("containerPort")):
-                problems.append(Problem(f"{cpath}.ports[{pi}].containerPort",
-                                        f"{port.get('containerPort')} is not a port 1-65535"))
+                problems.append(
+                    Problem(
+                        f"{cpath}.ports[{pi}].containerPort",
+                        f"{port.get('containerPort')} is not a port 1-65535",
+                    )
+                )
             if "name" in port:
                 port_names.add(port["name"])
                 if not IANA_SVC_NAME.match(str(port["name"])) or len(str(port["name"])) > 15:
-                    problems.append(Problem(f"{cpath}.ports[{pi}].name", f"'{port['name']}' is "
-                                            "not a port name (at most 15 lower case letters, "
-                                            "digits, dashes, with a letter)"))
-            if spec.get("hostNetwork") and "hostPort" in port and \
-                    port["hostPort"] != port.get("containerPort"):
-                problems.append(Problem(f"{cpath}.ports[{pi}].hostPort", "must equal "
-                                        "containerPort with hostNetwork"))
+                    problems.append(
+                        Problem(
+                            f"{cpath}.ports[{pi}].name",
+                            f"'{port['name']}' is "
+                            "not a port name (at most 15 lower case letters, "
+                            "digits, dashes, with a letter)",
+                        )
+                    )
+            if (
+                spec.get("hostNetwork")
+                and "hostPort" in port
+                and port["hostPort"] != port.get("containerPort")
+            ):
+                problems.append(
+                    Problem(
+                        f"{cpath}.ports[{pi}].hostPort", "must equal containerPort with hostNetwork"
+                    )
+                )
         for probe_name in ("startupProbe", "readinessProbe", "livenessProbe"):
             probe = container.get(probe_name)
             if not probe:
@@ -178,35 +254,61 @@ def _pod_spec_problems(spec: dict, path: str) -> list[Problem]:
             if get is not None:
                 port = get.get("port")
                 if not (_port_ok(port) or port in port_names):
-                    problems.append(Problem(f"{cpath}.{probe_name}.port", f"'{port}' is neither "
-                                            "a port 1-65535 nor a named container port"))
+                    problems.append(
+                        Problem(
+                            f"{cpath}.{probe_name}.port",
+                            f"'{port}' is neither a port 1-65535 nor a named container port",
+                        )
+                    )
         mounts = container.get("volumeMounts") or []
         for mi, mount in enumerate(mounts):
             if mount.get("name") not in names:
-                problems.append(Problem(f"{cpath}.volumeMounts[{mi}].name",
-                                        f"'{mount.get('name')}' names no volume of the pod",
-                                        f"use one of {', '.join(map(str, names)) or 'none'}"))
+                problems.append(
+                    Problem(
+                        f"{cpath}.volumeMounts[{mi}].name",
+                        f"'{mount.get('name')}' names no volume of the pod",
+                        f"use one of {', '.join(map(str, names)) or 'none'}",
+                    )
+                )
         paths = [m.get("mountPath") for m in mounts]
         for mi, mount_path in enumerate(paths):
             if paths.count(mount_path) > 1:
-                problems.append(Problem(f"{cpath}.volumeMounts[{mi}].mountPath",
-                                        f"'{mount_path}' is mounted twice"))
+                problems.append(
+                    Problem(
+                        f"{cpath}.volumeMounts[{mi}].mountPath", f"'{mount_path}' is mounted twice"
+                    )
+                )
         for section in ("limits", "requests"):
             for key, value in ((container.get("resources") or {}).get(section) or {}).items():
                 if not _quantity_ok(value):
-                    problems.append(Problem(f"{cpath}.resources.{section}.{key}",
-                                            f"'{value}' is not a quantity", "write e.g. \"1\""))
+                    problems.append(
+                        Problem(
+                            f"{cpath}.resources.{section}.{key}",
+                            f"'{value}' is not a quantity",
+                            'write e.g. "1"',
+                        )
+                    )
                 elif key == wire.NVIDIA_GPU_RESOURCE and not re.fullmatch(r"\d+", str(value)):
-                    problems.append(Problem(f"{cpath}.resources.{section}.{key}",
-                                            f"'{value}' is not a whole number of GPUs"))
+                    problems.append(
+                        Problem(
+                            f"{cpath}.resources.{section}.{key}",
+                            f"'{value}' is not a whole number of GPUs",
+                        )
+                    )
         for ei, env in enumerate(container.get("env") or []):
             env_name = env.get("name")
             if not isinstance(env_name, str) or not ENV_NAME.match(env_name):
-                problems.append(Problem(f"{cpath}.env[{ei}].name",
-                                        f"'{env_name}' is not a variable name"))
+                problems.append(
+                    Problem(f"{cpath}.env[{ei}].name", f"'{env_name}' is not a variable name")
+                )
             elif env_name in INJECTED_BY_LWS:
-                problems.append(Problem(f"{cpath}.env[{ei}].name", f"{env_name} is injected by "
-                                        "LeaderWorkerSet and must not be set", "remove it"))
+                problems.append(
+                    Problem(
+                        f"{cpath}.env[{ei}].name",
+                        f"{env_name} is injected by LeaderWorkerSet and must not be set",
+                        "remove it",
+                    )
+                )
     return problems
 
 
@@ -225,26 +327,43 @@ def _name_problems(obj: dict, where: str) -> list[Problem]:
     if kind in ("Service", "LeaderWorkerSet"):
         # A LeaderWorkerSet's name is also its headless Service's name and its pods' prefix.
         if not isinstance(name, str) or not DNS1035_LABEL.match(name) or len(name) > 63:
-            problems.append(Problem(f"{where}.metadata.name", f"'{name}' is not a DNS-1035 label "
-                                    "(a Service name)", "lower case letters, digits and dashes, "
-                                    "starting with a letter"))
+            problems.append(
+                Problem(
+                    f"{where}.metadata.name",
+                    f"'{name}' is not a DNS-1035 label (a Service name)",
+                    "lower case letters, digits and dashes, starting with a letter",
+                )
+            )
         elif kind == "LeaderWorkerSet" and len(name) + len(LWS_POD_SUFFIX) > 63:
-            problems.append(Problem(f"{where}.metadata.name", f"'{name}' is too long for its "
-                                    f"pods' host names ('{name}{LWS_POD_SUFFIX}' > 63)",
-                                    f"use at most {63 - len(LWS_POD_SUFFIX)} characters"))
+            problems.append(
+                Problem(
+                    f"{where}.metadata.name",
+                    f"'{name}' is too long for its "
+                    f"pods' host names ('{name}{LWS_POD_SUFFIX}' > 63)",
+                    f"use at most {63 - len(LWS_POD_SUFFIX)} characters",
+                )
+            )
         elif collision := service_link_collision(name):
-            problems.append(Problem(f"{where}.metadata.name", f"Service '{name}' makes Kubernetes "
-                                    f"inject {service_link_prefix(name)}SERVICE_HOST, "
-                                    f"{service_link_prefix(name)}PORT... into pods, under the "
-                                    f"{collision} prefix that the ranks read (a Service 'vllm' "
-                                    "sets VLLM_PORT=tcp://... and vLLM fails)",
-                                    "choose a name that does not start with " +
-                                    collision.rstrip("_").lower()))
+            problems.append(
+                Problem(
+                    f"{where}.metadata.name",
+                    f"Service '{name}' makes Kubernetes "
+                    f"inject {service_link_prefix(name)}SERVICE_HOST, "
+                    f"{service_link_prefix(name)}PORT... into pods, under the "
+                    f"{collision} prefix that the ranks read (a Service 'vllm' "
+                    "sets VLLM_PORT=tcp://... and vLLM fails)",
+                    "choose a name that does not start with " + collision.rstrip("_").lower(),
+                )
+            )
     elif not isinstance(name, str) or not DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
         problems.append(Problem(f"{where}.metadata.name", f"'{name}' is not a DNS-1123 subdomain"))
     if namespace is not None and (not DNS1123_LABEL.match(str(namespace)) or len(namespace) > 63):
-        problems.append(Problem(f"{where}.metadata.namespace", f"'{namespace}' is not a "
-                                "namespace name (DNS-1123 label)"))
+        problems.append(
+            Problem(
+                f"{where}.metadata.namespace",
+                f"'{namespace}' is not a namespace name (DNS-1123 label)",
+            )
+        )
     return problems
 
 
@@ -253,34 +372,62 @@ def _service_problems(svc: dict, where: str, leader_labels: dict | None) -> list
     spec = svc.get("spec") or {}
     kind = spec.get("type", "ClusterIP")
     if kind not in SERVICE_TYPES:
-        problems.append(Problem(f"{where}.spec.type", f"'{kind}' is not a Service type",
-                                f"use one of {', '.join(SERVICE_TYPES[:3])}"))
+        problems.append(
+            Problem(
+                f"{where}.spec.type",
+                f"'{kind}' is not a Service type",
+                f"use one of {', '.join(SERVICE_TYPES[:3])}",
+            )
+        )
     if "loadBalancerClass" in spec and kind != "LoadBalancer":
-        problems.append(Problem(f"{where}.spec.loadBalancerClass", "only a LoadBalancer "
-                                "Service may have one", "remove it or use type LoadBalancer"))
+        problems.append(
+            Problem(
+                f"{where}.spec.loadBalancerClass",
+                "only a LoadBalancer Service may have one",
+                "remove it or use type LoadBalancer",
+            )
+        )
     if "externalTrafficPolicy" in spec and kind not in ("NodePort", "LoadBalancer"):
-        problems.append(Problem(f"{where}.spec.externalTrafficPolicy", f"not allowed on a {kind} "
-                                "Service", "remove it"))
+        problems.append(
+            Problem(
+                f"{where}.spec.externalTrafficPolicy",
+                f"not allowed on a {kind} Service",
+                "remove it",
+            )
+        )
     ports = spec.get("ports") or []
     if not ports:
         problems.append(Problem(f"{where}.spec.ports", "no port"))
     for i, port in enumerate(ports):
         if not _port_ok(port.get("port")):
-            problems.append(Problem(f"{where}.spec.ports[{i}].port",
-                                    f"{port.get('port')} is not a port 1-65535"))
+            problems.append(
+                Problem(
+                    f"{where}.spec.ports[{i}].port", f"{port.get('port')} is not a port 1-65535"
+                )
+            )
         target = port.get("targetPort")
-        if target is not None and not (_port_ok(target) or (isinstance(target, str) and
-                                                              IANA_SVC_NAME.match(target))):
-            problems.append(Problem(f"{where}.spec.ports[{i}].targetPort",
-                                    f"{target} is neither a port 1-65535 nor a port name"))
+        if target is not None and not (
+            _port_ok(target) or (isinstance(target, str) and IANA_SVC_NAME.match(target))
+        ):
+            problems.append(
+                Problem(
+                    f"{where}.spec.ports[{i}].targetPort",
+                    f"{target} is neither a port 1-65535 nor a port name",
+                )
+            )
     selector = spec.get("selector") or {}
     if not selector:
-        problems.append(Problem(f"{where}.spec.selector", "selects nothing",
-                                "select the leader pod"))
+        problems.append(
+            Problem(f"{where}.spec.selector", "selects nothing", "select the leader pod")
+        )
     elif leader_labels is not None and any(leader_labels.get(k) != v for k, v in selector.items()):
-        problems.append(Problem(f"{where}.spec.selector", f"{selector} does not match the leader "
-                                f"pod's labels {leader_labels}", "select "
-                                f"{wire.LWS_NAME_LABEL}: <name>, {wire.ROLE_LABEL}: leader"))
+        problems.append(
+            Problem(
+                f"{where}.spec.selector",
+                f"{selector} does not match the leader pod's labels {leader_labels}",
+                f"select {wire.LWS_NAME_LABEL}: <name>, {wire.ROLE_LABEL}: leader",
+            )
+        )
     return problems
 
 
@@ -292,8 +439,10 @@ def check_objects(objects: list[dict]) -> list[Problem]:
         if obj.get("kind") == "LeaderWorkerSet":
             template = dict(_templates(obj))
             leader = template.get("leaderTemplate") or template.get("workerTemplate") or {}
-            leader_labels = {**((leader.get("metadata") or {}).get("labels") or {}),
-                             wire.LWS_NAME_LABEL: (obj.get("metadata") or {}).get("name")}
+            leader_labels = {
+                **((leader.get("metadata") or {}).get("labels") or {}),
+                wire.LWS_NAME_LABEL: (obj.get("metadata") or {}).get("name"),
+            }
     for obj in objects:
         kind = obj.get("kind", "?")
         where = f"{kind}/{(obj.get('metadata') or {}).get('name')}"
@@ -301,14 +450,16 @@ def check_objects(objects: list[dict]) -> list[Problem]:
         if kind == "LeaderWorkerSet":
             problems += lws_webhook_problems(obj, where)
             for key, template in _templates(obj):
-                problems += _pod_spec_problems(template.get("spec") or {},
-                                               f"{where}.spec.leaderWorkerTemplate.{key}.spec")
+                problems += _pod_spec_problems(
+                    template.get("spec") or {}, f"{where}.spec.leaderWorkerTemplate.{key}.spec"
+                )
         elif kind == "Service":
             problems += _service_problems(obj, where, leader_labels)
     return problems
 
 
 # --- tier 2: schemas (the `k8s` extra) ----------------------------------------------------------
+
 
 def _strict(schema: Any) -> Any:
     """The CRD schema as the server's strict field validation sees it: unknown fields are errors
@@ -319,8 +470,11 @@ def _strict(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {k: _strict(v) for k, v in schema.items()}
-    if "properties" in out and not out.get("x-kubernetes-preserve-unknown-fields") \
-            and "additionalProperties" not in out:
+    if (
+        "properties" in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+        and "additionalProperties" not in out
+    ):
         out["additionalProperties"] = False
     if out.pop("nullable", False) and "type" in out:
         out["type"] = [out["type"], "null"]
@@ -356,13 +510,13 @@ def _pydantic_problems(model: Any, data: dict, where: str) -> list[Problem]:
     try:
         model.model_validate(data)
     except ValidationError as exc:
-        return [Problem(_path(where, e["loc"]), e["msg"])
-                for e in exc.errors()]
+        return [Problem(_path(where, e["loc"]), e["msg"]) for e in exc.errors()]
     return []
 
 
-def schema_problems(objects: list[dict], crd_path: str | Path,
-                    kubernetes_version: str = "1.34") -> list[Problem]:
+def schema_problems(
+    objects: list[dict], crd_path: str | Path, kubernetes_version: str = "1.34"
+) -> list[Problem]:
     """Tier 2: the LWS against its CRD schema, the rest against Kubernetes' own schemas.
 
     Needs ``pip install tandem[k8s]`` and the LeaderWorkerSet CRD YAML (the tests keep LWS
@@ -381,13 +535,16 @@ def schema_problems(objects: list[dict], crd_path: str | Path,
             for key, template in _templates(obj):
                 path = f"{where}.spec.leaderWorkerTemplate.{key}"
                 problems += _pydantic_problems(k8s.V1PodTemplateSpec, template, path)
-                wrapped = {"apiVersion": "v1", "kind": "PodTemplate",
-                           "metadata": {"name": "template"}, "template": template}
+                wrapped = {
+                    "apiVersion": "v1",
+                    "kind": "PodTemplate",
+                    "metadata": {"name": "template"},
+                    "template": template,
+                }
                 try:
                     kubernetes_validate.validate(wrapped, kubernetes_version, strict=True)
                 except kubernetes_validate.ValidationError as exc:
-                    problems.append(Problem(_path(path, list(exc.absolute_path)[1:]),
-                                            exc.message))
+                    problems.append(Problem(_path(path, list(exc.absolute_path)[1:]), exc.message))
             continue
         model = {"Service": k8s.V1Service, "Secret": k8s.V1Secret}.get(kind)
         if model is not None:

@@ -58,11 +58,13 @@ MANAGED_BY = "tandem"
 COMPILE_CACHE_VOLUME = "compile-cache"
 
 _FROM_POD_IP = {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
-_FROM_WORKER_INDEX = {"valueFrom": {"fieldRef": {
-    "fieldPath": f"metadata.labels['{wire.LWS_WORKER_INDEX_LABEL}']"}}}
+_FROM_WORKER_INDEX = {
+    "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{wire.LWS_WORKER_INDEX_LABEL}']"}}
+}
 
 
 # --- names ----------------------------------------------------------------------------------
+
 
 def lws_name(deployment: Deployment) -> str:
     """The LeaderWorkerSet's name: the recipe's name (also its headless Service's name)."""
@@ -94,15 +96,18 @@ def image_of(deployment: Deployment) -> str:
     engine = deployment.recipe.engine
     if engine.image:
         return engine.image
-    return f"vllm/vllm-openai:v{engine.vllm_version}" if engine.vllm_version else \
-        "vllm/vllm-openai:latest"
+    return (
+        f"vllm/vllm-openai:v{engine.vllm_version}"
+        if engine.vllm_version
+        else "vllm/vllm-openai:latest"
+    )
 
 
 def quantity(n_bytes: int) -> str:
     """Bytes as a Kubernetes quantity in the largest exact binary unit: 64 GiB -> ``64Gi``."""
     for unit, power in (("Ti", 4), ("Gi", 3), ("Mi", 2), ("Ki", 1)):
-        if n_bytes and n_bytes % 1024 ** power == 0:
-            return f"{n_bytes // 1024 ** power}{unit}"
+        if n_bytes and n_bytes % 1024**power == 0:
+            return f"{n_bytes // 1024**power}{unit}"
     return str(n_bytes)
 
 
@@ -116,6 +121,7 @@ def _labels(deployment: Deployment) -> dict[str, str]:
 
 
 # --- pod templates ---------------------------------------------------------------------------
+
 
 def _volume_name(mount: Mount) -> str:
     if mount.kind == "cache":
@@ -131,20 +137,36 @@ def _volumes(deployment: Deployment, rank: RankSpec) -> tuple[list[dict], list[d
         name = _volume_name(mount)
         kind = "DirectoryOrCreate" if mount.kind == "cache" else "Directory"
         if mount.kind == "device":
-            volumes.append({"name": name, "hostPath": {"path": host_path(mount.source),
-                                                       "type": kind}})
+            volumes.append(
+                {"name": name, "hostPath": {"path": host_path(mount.source), "type": kind}}
+            )
             mounts.append({"name": name, "mountPath": mount.target})
-    volumes.append({"name": "dshm", "emptyDir": {
-        "medium": "Memory", "sizeLimit": quantity(deployment.recipe.shm_bytes)}})
+    volumes.append(
+        {
+            "name": "dshm",
+            "emptyDir": {"medium": "Memory", "sizeLimit": quantity(deployment.recipe.shm_bytes)},
+        }
+    )
     mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     for mount in rank.mounts:
         if mount.kind == "cache":
             name = _volume_name(mount)
-            volumes.append({"name": name, "hostPath": {"path": host_path(mount.source),
-                                                       "type": "DirectoryOrCreate"}})
+            volumes.append(
+                {
+                    "name": name,
+                    "hostPath": {"path": host_path(mount.source), "type": "DirectoryOrCreate"},
+                }
+            )
             mounts.append({"name": name, "mountPath": mount.target})
-    volumes.append({"name": COMPILE_CACHE_VOLUME, "hostPath": {
-        "path": caches.k8s_host_root(deployment.name), "type": "DirectoryOrCreate"}})
+    volumes.append(
+        {
+            "name": COMPILE_CACHE_VOLUME,
+            "hostPath": {
+                "path": caches.k8s_host_root(deployment.name),
+                "type": "DirectoryOrCreate",
+            },
+        }
+    )
     mounts.append({"name": COMPILE_CACHE_VOLUME, "mountPath": wire.CONTAINER_CACHE_ROOT})
     return volumes, mounts
 
@@ -166,18 +188,27 @@ def _templated_argv(argv: list[str], replace: dict[str, str]) -> list[str]:
 def _role_argv(ranks: list[RankSpec], mode: LeaderAddress) -> list[str]:
     """One argv for every rank of a template: literal where the ranks agree, LWS variables
     where LeaderWorkerSet knows the value."""
-    lws_vars = {"--nnodes": f"$({wire.LWS_GROUP_SIZE})",
-                "--node-rank": f"$({wire.LWS_WORKER_INDEX})",
-                "--master-addr": f"$({wire.LWS_LEADER_ADDRESS})"}
+    lws_vars = {
+        "--nnodes": f"$({wire.LWS_GROUP_SIZE})",
+        "--node-rank": f"$({wire.LWS_WORKER_INDEX})",
+        "--master-addr": f"$({wire.LWS_LEADER_ADDRESS})",
+    }
     if mode is LeaderAddress.LWS:
         argvs = [_templated_argv(r.argv, lws_vars) for r in ranks]
     else:
-        argvs = [_templated_argv(r.argv, {"--node-rank": lws_vars["--node-rank"]})
-                 if len(ranks) > 1 else r.argv for r in ranks]
+        argvs = [
+            _templated_argv(r.argv, {"--node-rank": lws_vars["--node-rank"]})
+            if len(ranks) > 1
+            else r.argv
+            for r in ranks
+        ]
     if any(a != argvs[0] for a in argvs):
-        raise PlanError("the worker ranks run different commands, but a LeaderWorkerSet has one "
-                        "worker template", field="nodes",
-                        hint="give every worker node the same settings")
+        raise PlanError(
+            "the worker ranks run different commands, but a LeaderWorkerSet has one "
+            "worker template",
+            field="nodes",
+            hint="give every worker node the same settings",
+        )
     return argvs[0]
 
 
@@ -189,11 +220,16 @@ def _role_env(ranks: list[RankSpec], mode: LeaderAddress, secret: str | None) ->
         per_pod.add(wire.TANDEM_RANK)
     mount_env = {m.env: m.target for m in ranks[0].mounts if m.env}
     first = ranks[0].env
-    problems = [Problem(f"nodes[{r.rank}].env.{k}", f"differs between worker nodes "
-                        f"('{first.get(k)}' vs '{r.env.get(k)}')",
-                        "a LeaderWorkerSet has one worker template; use the same value")
-                for r in ranks[1:] for k in sorted(set(first) | set(r.env))
-                if k not in per_pod and k not in mount_env and first.get(k) != r.env.get(k)]
+    problems = [
+        Problem(
+            f"nodes[{r.rank}].env.{k}",
+            f"differs between worker nodes ('{first.get(k)}' vs '{r.env.get(k)}')",
+            "a LeaderWorkerSet has one worker template; use the same value",
+        )
+        for r in ranks[1:]
+        for k in sorted(set(first) | set(r.env))
+        if k not in per_pod and k not in mount_env and first.get(k) != r.env.get(k)
+    ]
     if problems:
         raise PlanError("worker nodes differ in their environment", problems=problems)
     env: list[dict] = []
@@ -209,11 +245,16 @@ def _role_env(ranks: list[RankSpec], mode: LeaderAddress, secret: str | None) ->
     named = {e["name"] for e in env}
     env += [{"name": k, "value": v} for k, v in mount_env.items() if k not in named]
     env = [e for e in env if e["name"] not in caches.CACHE_DIRS]
-    env += [{"name": k, "value": v}
-            for k, v in caches.cache_env(wire.CONTAINER_CACHE_ROOT).items()]
+    env += [{"name": k, "value": v} for k, v in caches.cache_env(wire.CONTAINER_CACHE_ROOT).items()]
     if secret:
-        env.append({"name": wire.VLLM_API_KEY, "valueFrom": {"secretKeyRef": {
-            "name": secret, "key": SECRET_KEY, "optional": True}}})
+        env.append(
+            {
+                "name": wire.VLLM_API_KEY,
+                "valueFrom": {
+                    "secretKeyRef": {"name": secret, "key": SECRET_KEY, "optional": True}
+                },
+            }
+        )
     return env
 
 
@@ -223,14 +264,31 @@ def _placement(ranks: list[RankSpec], deployment: Deployment, role: Role) -> dic
     nodes = sorted({r.node for r in ranks})
     if len(nodes) == 1:
         return {"nodeSelector": {wire.K8S_HOSTNAME_LABEL: nodes[0]}}
-    return {"affinity": {
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": wire.K8S_HOSTNAME_LABEL, "operator": "In",
-                                   "values": nodes}]}]}},
-        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-            "topologyKey": wire.K8S_HOSTNAME_LABEL,
-            "labelSelector": {"matchLabels": {wire.LWS_NAME_LABEL: lws_name(deployment)}}}]},
-    }}
+    return {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": wire.K8S_HOSTNAME_LABEL, "operator": "In", "values": nodes}
+                            ]
+                        }
+                    ]
+                }
+            },
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "topologyKey": wire.K8S_HOSTNAME_LABEL,
+                        "labelSelector": {
+                            "matchLabels": {wire.LWS_NAME_LABEL: lws_name(deployment)}
+                        },
+                    }
+                ]
+            },
+        }
+    }
 
 
 def _probes(deployment: Deployment) -> dict:
@@ -249,8 +307,11 @@ def _probes(deployment: Deployment) -> dict:
     startup_s = deployment.recipe.timeouts.startup_s
     http = {"path": "/health", "port": deployment.recipe.ports.api}
     return {
-        "startupProbe": {"httpGet": dict(http), "periodSeconds": PROBE_PERIOD_S,
-                         "failureThreshold": max(1, math.ceil(startup_s / PROBE_PERIOD_S))},
+        "startupProbe": {
+            "httpGet": dict(http),
+            "periodSeconds": PROBE_PERIOD_S,
+            "failureThreshold": max(1, math.ceil(startup_s / PROBE_PERIOD_S)),
+        },
         "readinessProbe": {"httpGet": dict(http), "initialDelaySeconds": 0},
     }
 
@@ -270,19 +331,40 @@ def _liveness(deployment: Deployment, role: Role) -> dict:
     args = [role.value, "--deployment", deployment.name]
     canary_s = max(10, min(60, recipe.timeouts.request_s))
     if role is Role.LEADER:
-        args += ["--url", f"http://127.0.0.1:{recipe.ports.api}",
-                 "--model", recipe.model.name_for_clients, "--stall", "60",
-                 "--canary-timeout", str(canary_s)]
+        args += [
+            "--url",
+            f"http://127.0.0.1:{recipe.ports.api}",
+            "--model",
+            recipe.model.name_for_clients,
+            "--stall",
+            "60",
+            "--canary-timeout",
+            str(canary_s),
+        ]
     exec_ = {"command": ["python3", "-c", inspect.getsource(liveness), *args]}
-    probes = {"livenessProbe": {"exec": exec_, "periodSeconds": LIVENESS_PERIOD_S,
-                                "timeoutSeconds": canary_s + 10,
-                                "failureThreshold": LIVENESS_FAILURES}}
+    probes = {
+        "livenessProbe": {
+            "exec": exec_,
+            "periodSeconds": LIVENESS_PERIOD_S,
+            "timeoutSeconds": canary_s + 10,
+            "failureThreshold": LIVENESS_FAILURES,
+        }
+    }
     if role is Role.WORKER:
         probes["startupProbe"] = {
-            "exec": {"command": ["python3", "-c", inspect.getsource(liveness), role.value,
-                                 "--deployment", deployment.name]},
+            "exec": {
+                "command": [
+                    "python3",
+                    "-c",
+                    inspect.getsource(liveness),
+                    role.value,
+                    "--deployment",
+                    deployment.name,
+                ]
+            },
             "periodSeconds": PROBE_PERIOD_S,
-            "failureThreshold": max(1, math.ceil(recipe.timeouts.startup_s / PROBE_PERIOD_S))}
+            "failureThreshold": max(1, math.ceil(recipe.timeouts.startup_s / PROBE_PERIOD_S)),
+        }
     return probes
 
 
@@ -299,13 +381,15 @@ def pod_template(deployment: Deployment, ranks: list[RankSpec], role: Role) -> d
     }
     try:
         container["command"] = _role_argv(ranks, options.leader_address)
-        container["env"] = _role_env(ranks, options.leader_address,
-                                     secret_name(deployment) if leader else None)
+        container["env"] = _role_env(
+            ranks, options.leader_address, secret_name(deployment) if leader else None
+        )
     except PlanError as exc:
         raise in_files(exc, deployment) from None
     if leader:
-        container["ports"] = [{"name": API_PORT_NAME, "containerPort": deployment.recipe.ports.api,
-                               "protocol": "TCP"}]
+        container["ports"] = [
+            {"name": API_PORT_NAME, "containerPort": deployment.recipe.ports.api, "protocol": "TCP"}
+        ]
     container |= {
         "securityContext": {"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}},
         "resources": {"limits": {options.gpu_resource: str(node_gpus[ranks[0].node])}},
@@ -324,11 +408,14 @@ def pod_template(deployment: Deployment, ranks: list[RankSpec], role: Role) -> d
         "containers": [container],
         "volumes": volumes,
     }
-    return {"metadata": {"labels": {wire.ROLE_LABEL: role.value, **_labels(deployment)}},
-            "spec": spec}
+    return {
+        "metadata": {"labels": {wire.ROLE_LABEL: role.value, **_labels(deployment)}},
+        "spec": spec,
+    }
 
 
 # --- objects ---------------------------------------------------------------------------------
+
 
 def leader_worker_set(plan: RankPlan, deployment: Deployment) -> dict:
     """The LeaderWorkerSet: one group of ``len(nodes)`` pods, leader and worker templates."""
@@ -338,8 +425,11 @@ def leader_worker_set(plan: RankPlan, deployment: Deployment) -> dict:
     return {
         "apiVersion": LWS_API_VERSION,
         "kind": "LeaderWorkerSet",
-        "metadata": {"name": lws_name(deployment), "namespace": deployment.cluster.namespace,
-                     "labels": _labels(deployment)},
+        "metadata": {
+            "name": lws_name(deployment),
+            "namespace": deployment.cluster.namespace,
+            "labels": _labels(deployment),
+        },
         "spec": {
             "replicas": 1,
             "startupPolicy": "LeaderCreated",
@@ -359,9 +449,11 @@ def service(deployment: Deployment) -> dict:
     annotations = dict(options.annotations)
     if options.load_balancer_ip:
         annotations[wire.CILIUM_LB_IPAM_IPS] = options.load_balancer_ip
-    metadata: dict[str, Any] = {"name": service_name(deployment),
-                                "namespace": deployment.cluster.namespace,
-                                "labels": _labels(deployment)}
+    metadata: dict[str, Any] = {
+        "name": service_name(deployment),
+        "namespace": deployment.cluster.namespace,
+        "labels": _labels(deployment),
+    }
     if annotations:
         metadata["annotations"] = annotations
     spec: dict[str, Any] = {"type": options.type.value}
@@ -369,8 +461,14 @@ def service(deployment: Deployment) -> dict:
         spec["loadBalancerClass"] = options.load_balancer_class
     if options.external_traffic_policy:
         spec["externalTrafficPolicy"] = options.external_traffic_policy.value
-    spec["ports"] = [{"name": API_PORT_NAME, "port": options.port,
-                      "targetPort": deployment.recipe.ports.api, "protocol": "TCP"}]
+    spec["ports"] = [
+        {
+            "name": API_PORT_NAME,
+            "port": options.port,
+            "targetPort": deployment.recipe.ports.api,
+            "protocol": "TCP",
+        }
+    ]
     spec["selector"] = {wire.LWS_NAME_LABEL: lws_name(deployment), wire.ROLE_LABEL: "leader"}
     return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
 
@@ -378,10 +476,17 @@ def service(deployment: Deployment) -> dict:
 def api_key_secret(deployment: Deployment, api_key: str) -> dict:
     """The Secret the leader reads ``VLLM_API_KEY`` from. Built only at ``up`` from the
     caller's environment and sent on kubectl's stdin; never part of a rendered file."""
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": secret_name(deployment), "namespace": deployment.cluster.namespace,
-                         "labels": _labels(deployment)},
-            "stringData": {SECRET_KEY: api_key}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": secret_name(deployment),
+            "namespace": deployment.cluster.namespace,
+            "labels": _labels(deployment),
+        },
+        "stringData": {SECRET_KEY: api_key},
+    }
 
 
 def objects(plan: RankPlan, deployment: Deployment) -> list[dict]:
@@ -395,8 +500,9 @@ def objects(plan: RankPlan, deployment: Deployment) -> list[dict]:
     result = [leader_worker_set(plan, deployment), service(deployment)]
     problems = check_objects(result)
     if problems:
-        raise PlanError(f"the Kubernetes objects of '{deployment.name}' would not work",
-                        problems=problems)
+        raise PlanError(
+            f"the Kubernetes objects of '{deployment.name}' would not work", problems=problems
+        )
     return result
 
 
@@ -419,5 +525,6 @@ def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:
         "#   kubectl apply --server-side -f THIS_FILE\n"
         "# API key (optional; read by the leader as VLLM_API_KEY):\n"
         f"#   kubectl -n {cluster.namespace} create secret generic {secret_name(deployment)} "
-        f"--from-literal={SECRET_KEY}=...\n")
+        f"--from-literal={SECRET_KEY}=...\n"
+    )
     return header + to_yaml(items)

@@ -49,21 +49,42 @@ def scrape_config(plan: RankPlan, deployment: Deployment) -> dict:
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [RULES_FILE],
         "scrape_configs": [
-            {"job_name": "vllm", "metrics_path": "/metrics",
-             "static_configs": [{"targets": [_leader_target(plan)],
-                                 "labels": {"deployment": plan.deployment, "node": leader.node,
-                                            "rank": str(leader.rank)}}]},
-            {"job_name": "tandem-watch", "honor_labels": True,
-             "static_configs": [{"targets": [f"localhost:{watch.metrics_port}"],
-                                 "labels": {"deployment": plan.deployment}}]},
+            {
+                "job_name": "vllm",
+                "metrics_path": "/metrics",
+                "static_configs": [
+                    {
+                        "targets": [_leader_target(plan)],
+                        "labels": {
+                            "deployment": plan.deployment,
+                            "node": leader.node,
+                            "rank": str(leader.rank),
+                        },
+                    }
+                ],
+            },
+            {
+                "job_name": "tandem-watch",
+                "honor_labels": True,
+                "static_configs": [
+                    {
+                        "targets": [f"localhost:{watch.metrics_port}"],
+                        "labels": {"deployment": plan.deployment},
+                    }
+                ],
+            },
         ],
     }
 
 
-def _rule(alert: str, expr: str, for_: str, severity: str, summary: str,
-          description: str) -> dict:
-    return {"alert": alert, "expr": expr, "for": for_, "labels": {"severity": severity},
-            "annotations": {"summary": summary, "description": description}}
+def _rule(alert: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict:
+    return {
+        "alert": alert,
+        "expr": expr,
+        "for": for_,
+        "labels": {"severity": severity},
+        "annotations": {"summary": summary, "description": description},
+    }
 
 
 def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
@@ -71,61 +92,112 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
     d = f'deployment="{plan.deployment}"'
     silent_s = round(4 * watch.interval_s)
     rules = [
-        _rule("TandemRankDown", f"tandem_rank_up{{{d}}} == 0", RANK_DOWN_FOR, "critical",
-              "rank {{ $labels.rank }} ({{ $labels.role }} on {{ $labels.node }}) of "
-              "{{ $labels.deployment }} is down",
-              "vLLM cannot heal a group: the leader may still answer /health, but the next "
-              "request fails. Restart the whole group (`tandem supervise` does it)."),
-        _rule("VllmLeaderDown", f'up{{job="vllm",{d}}} == 0', "30s", "critical",
-              "the leader of {{ $labels.deployment }} does not answer /metrics",
-              "The API server is gone or hung; `tandem status` and `tandem logs --rank 0`."),
-        _rule("TandemWatchSilent",
-              f"time() - tandem_watch_sample_timestamp_seconds{{{d}}} > {silent_s} "
-              f'or absent(tandem_watch_sample_timestamp_seconds{{{d}}})', "1m", "warning",
-              f"no tandem watch sample of {plan.deployment} for {silent_s} s",
-              "Rank liveness, memory and GPU alerts need `tandem watch --serve-metrics "
-              f"{watch.metrics_port}` running."),
-        _rule("TandemDeploymentStalled",
-              f'tandem_deployment_verdict{{{d},verdict="stalled"}} == 1 or '
-              f"(sum(vllm:num_requests_running{{{d}}}) > 0 and "
-              f"sum(rate(vllm:generation_tokens_total{{{d}}}[2m])) == 0)", "2m", "critical",
-              f"{plan.deployment} has requests running but produces no token",
-              "A collective hangs (a dead peer, NCCL) or the engine is stuck; see the ranks' "
-              "logs for NCCL watchdog or EngineDeadError."),
-        _rule("VllmKvCacheFull", f"max(vllm:kv_cache_usage_perc{{{d}}}) > 0.95", "5m",
-              "warning", f"the KV cache of {plan.deployment} is over 95 % full",
-              "Requests queue and get preempted; lower concurrency or max_model_len, or add "
-              "KV memory."),
-        _rule("VllmPreempting", f"sum(rate(vllm:num_preemptions_total{{{d}}}[5m])) > 0", "5m",
-              "warning", f"{plan.deployment} preempts requests",
-              "The KV cache is too small for the load: preempted requests are recomputed."),
-        _rule("TandemRequestErrors",
-              f'sum(rate(vllm:request_success_total{{{d},finished_reason=~"error|abort"}}[5m]))'
-              f" / sum(rate(vllm:request_success_total{{{d}}}[5m])) > "
-              f"{watch.max_error_rate if watch.max_error_rate is not None else 0.01:g}", "5m",
-              "warning", f"requests of {plan.deployment} end in error or abort",
-              "Share of finished requests with finished_reason error or abort (length and stop "
-              "count as finished)."),
+        _rule(
+            "TandemRankDown",
+            f"tandem_rank_up{{{d}}} == 0",
+            RANK_DOWN_FOR,
+            "critical",
+            "rank {{ $labels.rank }} ({{ $labels.role }} on {{ $labels.node }}) of "
+            "{{ $labels.deployment }} is down",
+            "vLLM cannot heal a group: the leader may still answer /health, but the next "
+            "request fails. Restart the whole group (`tandem supervise` does it).",
+        ),
+        _rule(
+            "VllmLeaderDown",
+            f'up{{job="vllm",{d}}} == 0',
+            "30s",
+            "critical",
+            "the leader of {{ $labels.deployment }} does not answer /metrics",
+            "The API server is gone or hung; `tandem status` and `tandem logs --rank 0`.",
+        ),
+        _rule(
+            "TandemWatchSilent",
+            f"time() - tandem_watch_sample_timestamp_seconds{{{d}}} > {silent_s} "
+            f"or absent(tandem_watch_sample_timestamp_seconds{{{d}}})",
+            "1m",
+            "warning",
+            f"no tandem watch sample of {plan.deployment} for {silent_s} s",
+            "Rank liveness, memory and GPU alerts need `tandem watch --serve-metrics "
+            f"{watch.metrics_port}` running.",
+        ),
+        _rule(
+            "TandemDeploymentStalled",
+            f'tandem_deployment_verdict{{{d},verdict="stalled"}} == 1 or '
+            f"(sum(vllm:num_requests_running{{{d}}}) > 0 and "
+            f"sum(rate(vllm:generation_tokens_total{{{d}}}[2m])) == 0)",
+            "2m",
+            "critical",
+            f"{plan.deployment} has requests running but produces no token",
+            "A collective hangs (a dead peer, NCCL) or the engine is stuck; see the ranks' "
+            "logs for NCCL watchdog or EngineDeadError.",
+        ),
+        _rule(
+            "VllmKvCacheFull",
+            f"max(vllm:kv_cache_usage_perc{{{d}}}) > 0.95",
+            "5m",
+            "warning",
+            f"the KV cache of {plan.deployment} is over 95 % full",
+            "Requests queue and get preempted; lower concurrency or max_model_len, or add "
+            "KV memory.",
+        ),
+        _rule(
+            "VllmPreempting",
+            f"sum(rate(vllm:num_preemptions_total{{{d}}}[5m])) > 0",
+            "5m",
+            "warning",
+            f"{plan.deployment} preempts requests",
+            "The KV cache is too small for the load: preempted requests are recomputed.",
+        ),
+        _rule(
+            "TandemRequestErrors",
+            f'sum(rate(vllm:request_success_total{{{d},finished_reason=~"error|abort"}}[5m]))'
+            f" / sum(rate(vllm:request_success_total{{{d}}}[5m])) > "
+            f"{watch.max_error_rate if watch.max_error_rate is not None else 0.01:g}",
+            "5m",
+            "warning",
+            f"requests of {plan.deployment} end in error or abort",
+            "Share of finished requests with finished_reason error or abort (length and stop "
+            "count as finished).",
+        ),
     ]
     if watch.max_temperature_c is not None:
-        rules.append(_rule(
-            "TandemGpuHot", f"tandem_gpu_temperature_celsius{{{d}}} > {watch.max_temperature_c:g}",
-            "2m", "warning", "GPU {{ $labels.gpu }} on {{ $labels.node }} is at "
-            "{{ $value }} °C", f"Above the recipe's watch.max_temperature_c "
-            f"({watch.max_temperature_c:g} °C)."))
+        rules.append(
+            _rule(
+                "TandemGpuHot",
+                f"tandem_gpu_temperature_celsius{{{d}}} > {watch.max_temperature_c:g}",
+                "2m",
+                "warning",
+                "GPU {{ $labels.gpu }} on {{ $labels.node }} is at {{ $value }} °C",
+                f"Above the recipe's watch.max_temperature_c ({watch.max_temperature_c:g} °C).",
+            )
+        )
     rules += [
-        _rule("TandemGpuThrottled", f"tandem_gpu_throttled{{{d}}} == 1", "1m", "warning",
-              "GPU {{ $labels.gpu }} on {{ $labels.node }} is throttled",
-              "A thermal or hardware slowdown holds its clocks down (nvidia-smi "
-              "clocks_event_reasons)."),
-        _rule("TandemHostMemoryLow",
-              f"tandem_node_memory_available_bytes{{{d}}} / "
-              f"tandem_node_memory_total_bytes{{{d}}} < 0.05", "5m", "warning",
-              "{{ $labels.node }} has under 5 % of its memory available",
-              "On unified-memory nodes (DGX Spark) this is the GPU's memory too."),
-        _rule("TandemOomKill", f"increase(tandem_node_oom_kills_total{{{d}}}[10m]) > 0", "0s",
-              "critical", "the OOM killer killed a process on {{ $labels.node }}",
-              "/proc/vmstat oom_kill went up; check the ranks with `tandem status`."),
+        _rule(
+            "TandemGpuThrottled",
+            f"tandem_gpu_throttled{{{d}}} == 1",
+            "1m",
+            "warning",
+            "GPU {{ $labels.gpu }} on {{ $labels.node }} is throttled",
+            "A thermal or hardware slowdown holds its clocks down (nvidia-smi "
+            "clocks_event_reasons).",
+        ),
+        _rule(
+            "TandemHostMemoryLow",
+            f"tandem_node_memory_available_bytes{{{d}}} / "
+            f"tandem_node_memory_total_bytes{{{d}}} < 0.05",
+            "5m",
+            "warning",
+            "{{ $labels.node }} has under 5 % of its memory available",
+            "On unified-memory nodes (DGX Spark) this is the GPU's memory too.",
+        ),
+        _rule(
+            "TandemOomKill",
+            f"increase(tandem_node_oom_kills_total{{{d}}}[10m]) > 0",
+            "0s",
+            "critical",
+            "the OOM killer killed a process on {{ $labels.node }}",
+            "/proc/vmstat oom_kill went up; check the ranks with `tandem status`.",
+        ),
     ]
     return {"groups": [{"name": f"tandem-{plan.deployment}", "rules": rules}]}
 
@@ -152,8 +224,10 @@ dashboards cannot show for a multi-node group: per-rank liveness and host memory
 
 def files(plan: RankPlan, deployment: Deployment) -> dict[str, str]:
     """File name -> text, to write into one folder."""
-    header = (f"# Prometheus config for tandem deployment '{plan.deployment}' "
-              "(tandem render --target prometheus)\n")
+    header = (
+        f"# Prometheus config for tandem deployment '{plan.deployment}' "
+        "(tandem render --target prometheus)\n"
+    )
     commented = (
         "# Host exporters, where installed (tandem watch already reads /proc/meminfo):\n"
         "#  - job_name: node\n"
@@ -161,12 +235,15 @@ def files(plan: RankPlan, deployment: Deployment) -> dict[str, str]:
         f"#      - targets: [{', '.join(f'{r.address}:9100' for r in plan.ranks)}]\n"
         "#  - job_name: dcgm   # GPU counters; on DGX Spark the FB_* memory fields are dead\n"
         "#    static_configs:\n"
-        f"#      - targets: [{', '.join(f'{r.address}:9400' for r in plan.ranks)}]\n")
+        f"#      - targets: [{', '.join(f'{r.address}:9400' for r in plan.ranks)}]\n"
+    )
     return {
-        CONFIG_FILE: header + yaml.safe_dump(scrape_config(plan, deployment), sort_keys=False)
+        CONFIG_FILE: header
+        + yaml.safe_dump(scrape_config(plan, deployment), sort_keys=False)
         + commented,
-        RULES_FILE: yaml.safe_dump(alert_rules(plan, deployment), sort_keys=False,
-                                   allow_unicode=True, width=1000),
+        RULES_FILE: yaml.safe_dump(
+            alert_rules(plan, deployment), sort_keys=False, allow_unicode=True, width=1000
+        ),
         README_FILE: readme(plan, deployment),
     }
 
@@ -177,6 +254,9 @@ def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(texts, indent=2) + "\n"
     if fmt not in ("yaml", "shell"):
-        raise SpecError(f"--format {fmt} does not apply to --target prometheus",
-                        field="--format", hint="use yaml or json")
+        raise SpecError(
+            f"--format {fmt} does not apply to --target prometheus",
+            field="--format",
+            hint="use yaml or json",
+        )
     return "".join(f"# ==> {name} <==\n{text}\n" for name, text in texts.items())

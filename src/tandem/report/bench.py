@@ -37,8 +37,20 @@ def _load(p: LoadPointResult) -> str:
     return f"concurrency {point.concurrency}"
 
 
-SUMMARY_COLUMNS = ("point", "load", "ok/sent", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
-                   "ITL p50", "E2EL p50", "out tok/s", "tok/chunk", "server gen tok")
+SUMMARY_COLUMNS = (
+    "point",
+    "load",
+    "ok/sent",
+    "TTFT p50",
+    "TTFT p99",
+    "TPOT p50",
+    "TPOT p99",
+    "ITL p50",
+    "E2EL p50",
+    "out tok/s",
+    "tok/chunk",
+    "server gen tok",
+)
 
 
 def summary_rows(result: BenchResult) -> list[list[str]]:
@@ -46,22 +58,34 @@ def summary_rows(result: BenchResult) -> list[list[str]]:
     rows = []
     for p in result.points:
         m = p.metrics
-        rows.append([
-            p.point.label, _load(p), f"{m.completed}/{m.requests}",
-            _ms(m.ttft_s.p50), _ms(m.ttft_s.p99), _ms(m.tpot_s.p50), _ms(m.tpot_s.p99),
-            _ms(m.itl_s.p50), _ms(m.e2el_s.p50), _num(m.output_throughput_tok_s),
-            _num(m.tokens_per_chunk.mean, 2),
-            str(p.server.generation_tokens) if p.server and p.server.generation_tokens is not None
-            else "–",
-        ])
+        rows.append(
+            [
+                p.point.label,
+                _load(p),
+                f"{m.completed}/{m.requests}",
+                _ms(m.ttft_s.p50),
+                _ms(m.ttft_s.p99),
+                _ms(m.tpot_s.p50),
+                _ms(m.tpot_s.p99),
+                _ms(m.itl_s.p50),
+                _ms(m.e2el_s.p50),
+                _num(m.output_throughput_tok_s),
+                _num(m.tokens_per_chunk.mean, 2),
+                str(p.server.generation_tokens)
+                if p.server and p.server.generation_tokens is not None
+                else "–",
+            ]
+        )
     return rows
 
 
 def summary_table(result: BenchResult) -> Table:
     """The run as a rich table: one row per load point."""
-    table = Table(title=f"tandem bench · {result.server.model} · {result.config.endpoint} · "
-                        f"{result.config.input_tokens} in / {result.config.output_tokens} out "
-                        "(latencies in ms)")
+    table = Table(
+        title=f"tandem bench · {result.server.model} · {result.config.endpoint} · "
+        f"{result.config.input_tokens} in / {result.config.output_tokens} out "
+        "(latencies in ms)"
+    )
     for i, name in enumerate(SUMMARY_COLUMNS):
         table.add_column(name, justify="left" if i < 2 else "right")
     for row in summary_rows(result):
@@ -99,33 +123,52 @@ def markdown(result: BenchResult) -> str:
         lines += ["", f"> **Warning:** {w}"]
     for p in result.points:
         m, s = p.metrics, p.server
-        lines += ["", f"## {p.point.label}: {_load(p)}", "",
-                  f"{m.completed} of {m.requests} requests completed in {_num(m.duration_s, 2)} s; "
-                  f"{m.output_tokens_total} output and {m.prompt_tokens_total} prompt tokens; "
-                  f"{_num(m.request_throughput_rps, 2)} req/s, "
-                  f"{_num(m.output_throughput_tok_s)} output tok/s; "
-                  f"peak {m.max_concurrent_requests} in flight."]
+        lines += [
+            "",
+            f"## {p.point.label}: {_load(p)}",
+            "",
+            f"{m.completed} of {m.requests} requests completed in {_num(m.duration_s, 2)} s; "
+            f"{m.output_tokens_total} output and {m.prompt_tokens_total} prompt tokens; "
+            f"{_num(m.request_throughput_rps, 2)} req/s, "
+            f"{_num(m.output_throughput_tok_s)} output tok/s; "
+            f"peak {m.max_concurrent_requests} in flight.",
+        ]
         if m.errors:
             lines.append("Errors: " + ", ".join(f"{k} × {v}" for k, v in m.errors.items()) + ".")
         if m.goodput_rps is not None:
             lines.append(f"Goodput (all SLOs met): {m.goodput_rps:.2f} req/s.")
         if p.decode_roofline_fraction is not None:
-            lines.append(f"Single-stream decode speed is {p.decode_roofline_fraction:.0%} of the "
-                         "planner's roofline.")
-        lines += ["", "| metric | n | mean | std | p50 | p90 | p99 | max |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for name, stats in (("TTFT", m.ttft_s), ("TTFAT (answer)", m.ttfat_s),
-                            ("TPOT", m.tpot_s), ("ITL", m.itl_s), ("E2EL", m.e2el_s),
-                            ("client queue", m.queue_s)):
+            lines.append(
+                f"Single-stream decode speed is {p.decode_roofline_fraction:.0%} of the "
+                "planner's roofline."
+            )
+        lines += [
+            "",
+            "| metric | n | mean | std | p50 | p90 | p99 | max |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, stats in (
+            ("TTFT", m.ttft_s),
+            ("TTFAT (answer)", m.ttfat_s),
+            ("TPOT", m.tpot_s),
+            ("ITL", m.itl_s),
+            ("E2EL", m.e2el_s),
+            ("client queue", m.queue_s),
+        ):
             lines.append(_stats_row(name, stats))
         if s is not None:
             kv = s.kv_cache_usage_peak
-            server = [f"generation tokens {s.generation_tokens}",
-                      f"prompt tokens {s.prompt_tokens}", f"preemptions {s.preemptions}",
-                      f"KV cache peak {_num(kv * 100 if kv is not None else None)} %"]
+            server = [
+                f"generation tokens {s.generation_tokens}",
+                f"prompt tokens {s.prompt_tokens}",
+                f"preemptions {s.preemptions}",
+                f"KV cache peak {_num(kv * 100 if kv is not None else None)} %",
+            ]
             if s.spec_acceptance_rate is not None:
-                server.append(f"spec-decode acceptance {s.spec_acceptance_rate:.1%}, length "
-                              f"{_num(s.spec_acceptance_length, 2)}")
+                server.append(
+                    f"spec-decode acceptance {s.spec_acceptance_rate:.1%}, length "
+                    f"{_num(s.spec_acceptance_length, 2)}"
+                )
             lines += ["", "Server counters (Δ /metrics): " + "; ".join(server) + "."]
         for w in p.warnings:
             lines += ["", f"> **Warning:** {w}"]
@@ -142,8 +185,16 @@ def comparison_rows(comp: Comparison) -> list[list[str]]:
         for f in point.figures:
             seconds = f.key.endswith("_s")
             fmt = _ms if seconds else _num
-            rows.append([point.label, f.name + (" (ms)" if seconds else ""), fmt(f.a), fmt(f.b),
-                         _pct(f.relative), {"a": "A", "b": "B"}.get(f.better or "", "")])
+            rows.append(
+                [
+                    point.label,
+                    f.name + (" (ms)" if seconds else ""),
+                    fmt(f.a),
+                    fmt(f.b),
+                    _pct(f.relative),
+                    {"a": "A", "b": "B"}.get(f.better or "", ""),
+                ]
+            )
     return rows
 
 
@@ -160,12 +211,22 @@ def comparison_table(comp: Comparison) -> Table:
 
 
 def comparison_markdown(comp: Comparison) -> str:
-    lines = ["# tandem bench compare", "", f"- A: {comp.a}", f"- B: {comp.b}", "",
-             "| " + " | ".join(COMPARISON_COLUMNS) + " |", "|" + "---|" * len(COMPARISON_COLUMNS)]
+    lines = [
+        "# tandem bench compare",
+        "",
+        f"- A: {comp.a}",
+        f"- B: {comp.b}",
+        "",
+        "| " + " | ".join(COMPARISON_COLUMNS) + " |",
+        "|" + "---|" * len(COMPARISON_COLUMNS),
+    ]
     lines += ["| " + " | ".join(row) + " |" for row in comparison_rows(comp)]
     if comp.only_in_a or comp.only_in_b:
-        lines += ["", f"Only in A: {', '.join(comp.only_in_a) or 'none'}; only in B: "
-                      f"{', '.join(comp.only_in_b) or 'none'}."]
+        lines += [
+            "",
+            f"Only in A: {', '.join(comp.only_in_a) or 'none'}; only in B: "
+            f"{', '.join(comp.only_in_b) or 'none'}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -189,21 +250,39 @@ def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: 
         for name, attr in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2EL", "e2el_s")):
             for q, style in (("p50", "-o"), ("p99", "--")):
                 ys = [getattr(getattr(p.metrics, attr), q) for p in ladder]
-                ax.plot(x, [y * 1000 if y is not None else float("nan") for y in ys], style,
-                        label=f"{name} {q}")
-        ax.set(xlabel="concurrency", ylabel="ms", title="Latency against concurrency",
-               xscale="log", yscale="log")
+                ax.plot(
+                    x,
+                    [y * 1000 if y is not None else float("nan") for y in ys],
+                    style,
+                    label=f"{name} {q}",
+                )
+        ax.set(
+            xlabel="concurrency",
+            ylabel="ms",
+            title="Latency against concurrency",
+            xscale="log",
+            yscale="log",
+        )
         ax.set_xticks(x, [str(v) for v in x])
         ax.legend(fontsize=8)
         written.append(_save(fig, out_dir / "latency_vs_concurrency.png", plt))
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        ax.plot(x, [p.metrics.output_throughput_tok_s or float("nan") for p in ladder], "-o",
-                label="output tok/s (all streams)")
-        per_user = [1 / p.metrics.tpot_s.p50 if p.metrics.tpot_s.p50 else float("nan")
-                    for p in ladder]
+        ax.plot(
+            x,
+            [p.metrics.output_throughput_tok_s or float("nan") for p in ladder],
+            "-o",
+            label="output tok/s (all streams)",
+        )
+        per_user = [
+            1 / p.metrics.tpot_s.p50 if p.metrics.tpot_s.p50 else float("nan") for p in ladder
+        ]
         ax.plot(x, per_user, "-s", label="tok/s per stream (1 / TPOT p50)")
-        ax.set(xlabel="concurrency", ylabel="tokens/s", title="Throughput against concurrency",
-               xscale="log")
+        ax.set(
+            xlabel="concurrency",
+            ylabel="tokens/s",
+            title="Throughput against concurrency",
+            xscale="log",
+        )
         ax.set_xticks(x, [str(v) for v in x])
         ax.legend(fontsize=8)
         written.append(_save(fig, out_dir / "throughput_vs_concurrency.png", plt))
@@ -211,12 +290,18 @@ def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: 
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
         for label in [p.point.label for p in result.points]:
             mine = [r for r in records if r.load_point == label and r.ok]
-            for ax, values in ((axes[0], [r.ttft_s for r in mine]),
-                               (axes[1], [tpot_s(r) for r in mine])):
+            for ax, values in (
+                (axes[0], [r.ttft_s for r in mine]),
+                (axes[1], [tpot_s(r) for r in mine]),
+            ):
                 data = sorted(v * 1000 for v in values if v is not None)
                 if data:
-                    ax.step(data, [(i + 1) / len(data) for i in range(len(data))], where="post",
-                            label=label)
+                    ax.step(
+                        data,
+                        [(i + 1) / len(data) for i in range(len(data))],
+                        where="post",
+                        label=label,
+                    )
         axes[0].set(xlabel="TTFT (ms)", ylabel="fraction of requests", title="TTFT distribution")
         axes[1].set(xlabel="TPOT (ms)", title="TPOT distribution")
         for ax in axes:

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from tandem.plan.planner import Plan
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def _gib(value: float) -> str:
@@ -22,11 +22,17 @@ def plan_tables(plan: Plan) -> Group:
     head.add_column(style="bold")
     head.add_column()
     head.add_row("model", f"{plan.model}  ({plan.model_source})")
-    head.add_row("hardware", f"{plan.hardware}, {plan.nodes} node(s), TP={s.tensor_parallel_size} "
-                 f"PP={s.pipeline_parallel_size}")
-    head.add_row("serve", f"max_model_len {s.max_model_len:,}, util {s.gpu_memory_utilization}, "
-                 f"block {s.block_size}, kv {plan.kv.kv_cache_dtype}, batched "
-                 f"{s.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}")
+    head.add_row(
+        "hardware",
+        f"{plan.hardware}, {plan.nodes} node(s), TP={s.tensor_parallel_size} "
+        f"PP={s.pipeline_parallel_size}",
+    )
+    head.add_row(
+        "serve",
+        f"max_model_len {s.max_model_len:,}, util {s.gpu_memory_utilization}, "
+        f"block {s.block_size}, kv {plan.kv.kv_cache_dtype}, batched "
+        f"{s.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}",
+    )
 
     mem = Table(title="Memory per rank", show_lines=False)
     mem.add_column("item")
@@ -35,16 +41,21 @@ def plan_tables(plan: Plan) -> Group:
     m = plan.memory
     mem.add_row("device total", _gib(m.memory_total_bytes), "hardware profile")
     mem.add_row("vLLM budget (total x util)", _gib(m.budget_bytes), "vLLM's accounting")
-    mem.add_row("weights", _gib(m.weights_bytes_per_rank),
-                f"{_gib(m.weights_replicated_bytes_per_rank)} of it replicated on every rank")
+    mem.add_row(
+        "weights",
+        _gib(m.weights_bytes_per_rank),
+        f"{_gib(m.weights_replicated_bytes_per_rank)} of it replicated on every rank",
+    )
     for r in m.reserves:
         mem.add_row(r.name, _gib(r.bytes), r.basis.split(":", 1)[0])
     mem.add_row("[bold]KV pool[/]", f"[bold]{_gib(m.kv_pool_bytes)}[/]", "what is left")
     if m.outside_budget_bytes:
-        mem.add_row("outside vLLM (OS, CUDA context)", _gib(m.outside_budget_bytes),
-                    "unified memory")
-    mem.add_row("per node in use", f"{_gib(m.node_use_bytes)} ({m.node_use_bytes / 1e9:.1f} GB)",
-                "")
+        mem.add_row(
+            "outside vLLM (OS, CUDA context)", _gib(m.outside_budget_bytes), "unified memory"
+        )
+    mem.add_row(
+        "per node in use", f"{_gib(m.node_use_bytes)} ({m.node_use_bytes / 1e9:.1f} GB)", ""
+    )
 
     kv = Table(title="KV cache")
     kv.add_column("figure")
@@ -58,14 +69,26 @@ def plan_tables(plan: Plan) -> Group:
     kv.add_row("max concurrency", f"{plan.max_concurrency:.2f}x at {s.max_model_len:,} tokens")
 
     roof = Table(title=f"Decode roofline (context {plan.roofline.context_tokens:,} tokens)")
-    for col in ("sequences", "tokens/step", "experts/layer", "bytes/step/rank", "all-reduce",
-                "steps/s", "tok/s bound"):
+    for col in (
+        "sequences",
+        "tokens/step",
+        "experts/layer",
+        "bytes/step/rank",
+        "all-reduce",
+        "steps/s",
+        "tok/s bound",
+    ):
         roof.add_column(col, justify="right")
     for p in (plan.roofline.single_stream, plan.roofline.at_concurrency):
-        roof.add_row(str(p.concurrency), str(p.tokens_per_step),
-                     f"{p.distinct_experts_per_layer:g}", f"{p.bytes_per_step_per_rank / 1e9:.2f} GB",
-                     f"{p.allreduce_s_per_step * 1e3:.2f} ms", f"{p.steps_per_s:.1f}",
-                     f"{p.decode_tok_s:.1f}")
+        roof.add_row(
+            str(p.concurrency),
+            str(p.tokens_per_step),
+            f"{p.distinct_experts_per_layer:g}",
+            f"{p.bytes_per_step_per_rank / 1e9:.2f} GB",
+            f"{p.allreduce_s_per_step * 1e3:.2f} ms",
+            f"{p.steps_per_s:.1f}",
+            f"{p.decode_tok_s:.1f}",
+        )
 
     parts: list = [head, mem, kv, roof]
     if plan.calibration is not None:
@@ -74,19 +97,27 @@ def plan_tables(plan: Plan) -> Group:
             cal.add_column(col, justify="right")
         c = plan.calibration
         for comp in (c.kv_pool_gib, c.kv_pool_tokens, c.max_concurrency):
-            cal.add_row(comp.name, f"{comp.planned:,.2f}" if comp.planned is not None else "-",
-                        f"{comp.measured:,.2f}" if comp.measured is not None else "-",
-                        f"{comp.error_pct:+.2f}%" if comp.error_pct is not None else "-")
+            cal.add_row(
+                comp.name,
+                f"{comp.planned:,.2f}" if comp.planned is not None else "-",
+                f"{comp.measured:,.2f}" if comp.measured is not None else "-",
+                f"{comp.error_pct:+.2f}%" if comp.error_pct is not None else "-",
+            )
         parts.append(cal)
     f = plan.fit
     verdict = Text()
-    verdict.append("FITS" if f.fits else "DOES NOT FIT",
-                   style="bold green" if f.fits else "bold red")
-    verdict.append(f"  KV headroom {_gib(f.kv_headroom_bytes)}, node headroom "
-                   f"{_gib(f.node_headroom_bytes)}; largest max_model_len "
-                   f"{f.largest_max_model_len_tokens:,}")
+    verdict.append(
+        "FITS" if f.fits else "DOES NOT FIT", style="bold green" if f.fits else "bold red"
+    )
+    verdict.append(
+        f"  KV headroom {_gib(f.kv_headroom_bytes)}, node headroom "
+        f"{_gib(f.node_headroom_bytes)}; largest max_model_len "
+        f"{f.largest_max_model_len_tokens:,}"
+    )
     if f.min_gpu_memory_utilization is not None:
-        verdict.append(f"; util range {f.min_gpu_memory_utilization}-{f.max_gpu_memory_utilization}")
+        verdict.append(
+            f"; util range {f.min_gpu_memory_utilization}-{f.max_gpu_memory_utilization}"
+        )
     parts.append(verdict)
     for reason in f.reasons:
         parts.append(Text(f"  why: {reason}", style="red"))

@@ -24,8 +24,13 @@ from tandem.watch.summary import SUMMARY_FILE, Result, WatchSummary, summarize
 
 REPORT_FILE = "report.md"
 _BLOCKS = "▁▂▃▄▅▆▇█"
-_COLOURS = {"healthy": "green", "starting": "cyan", "degraded": "yellow", "stalled": "red",
-            "down": "bold red"}
+_COLOURS = {
+    "healthy": "green",
+    "starting": "cyan",
+    "degraded": "yellow",
+    "stalled": "red",
+    "down": "bold red",
+}
 
 
 def sparkline(values: Sequence[float | None], width: int = 24) -> str:
@@ -36,8 +41,9 @@ def sparkline(values: Sequence[float | None], width: int = 24) -> str:
         return ""
     low, high = min(known), max(known)
     span = (high - low) or 1.0
-    return "".join(" " if v is None else _BLOCKS[min(7, int((v - low) / span * 7.999))]
-                   for v in tail)
+    return "".join(
+        " " if v is None else _BLOCKS[min(7, int((v - low) / span * 7.999))] for v in tail
+    )
 
 
 def _num(value: float | None, fmt: str = ".1f", unit: str = "") -> str:
@@ -54,19 +60,36 @@ def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
     latest = window[-1]
     columns = series(window)
     colour = _COLOURS.get(latest.verdict.value, "white")
-    head = Text.assemble((f"{run.name}  ", "bold"), (latest.verdict.value, colour),
-                         f"   sample {latest.seq}   {latest.time:%H:%M:%S} UTC"
-                         f"   restarts {latest.restarts}"
-                         f"   sample cost {latest.cost_s * 1000:.0f} ms")
+    head = Text.assemble(
+        (f"{run.name}  ", "bold"),
+        (latest.verdict.value, colour),
+        f"   sample {latest.seq}   {latest.time:%H:%M:%S} UTC"
+        f"   restarts {latest.restarts}"
+        f"   sample cost {latest.cost_s * 1000:.0f} ms",
+    )
     nodes = Table(box=None, pad_edge=False)
-    for title in ("node", "mem used", "available", "trend", "rank", "up", "RSS", "CPU",
-                  "GPU °C / MHz / W"):
+    for title in (
+        "node",
+        "mem used",
+        "available",
+        "trend",
+        "rank",
+        "up",
+        "RSS",
+        "CPU",
+        "GPU °C / MHz / W",
+    ):
         nodes.add_column(title)
     for node in latest.nodes:
         used = node.mem_used_bytes
-        gpus = ", ".join(f"{_num(g.temperature_c, '.0f')}/{_num(g.sm_clock_mhz, '.0f')}/"
-                         f"{_num(g.power_w, '.0f')}{' [red]throttled[/]' if g.throttled else ''}"
-                         for g in node.gpus) or "–"
+        gpus = (
+            ", ".join(
+                f"{_num(g.temperature_c, '.0f')}/{_num(g.sm_clock_mhz, '.0f')}/"
+                f"{_num(g.power_w, '.0f')}{' [red]throttled[/]' if g.throttled else ''}"
+                for g in node.gpus
+            )
+            or "–"
+        )
         if node.error:
             nodes.add_row(node.node, f"[red]{node.error}[/]", "", "", "", "", "", "", "")
             continue
@@ -78,18 +101,33 @@ def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
                 node.node if first else "",
                 f"{_num(used / GIB if used else None, '.2f')} / "
                 f"{_num(node.mem_total_bytes / GIB if node.mem_total_bytes else None, '.1f')} GiB"
-                if first else "",
-                _num(node.mem_available_bytes / GIB if node.mem_available_bytes else None,
-                     '.2f', " GiB") if first else "",
+                if first
+                else "",
+                _num(
+                    node.mem_available_bytes / GIB if node.mem_available_bytes else None,
+                    ".2f",
+                    " GiB",
+                )
+                if first
+                else "",
                 sparkline(columns.mem_used_gib.get(node.node, [])) if first else "",
                 str(r.rank) if r else "–",
                 ("[green]up[/]" if r.up else "[bold red]down[/]") if r else "",
                 _num(r.rss_bytes / GIB if r and r.rss_bytes else None, ".2f", " GiB"),
                 _num(cpu, ".0f", " %"),
-                gpus if first else "")
+                gpus if first else "",
+            )
     leader = Table(box=None, pad_edge=False)
-    for title in ("running", "waiting", "KV cache", "prompt tok/s", "gen tok/s", "trend gen",
-                  "preemptions", "errors"):
+    for title in (
+        "running",
+        "waiting",
+        "KV cache",
+        "prompt tok/s",
+        "gen tok/s",
+        "trend gen",
+        "preemptions",
+        "errors",
+    ):
         leader.add_column(title)
     reading = latest.leader
     if reading is None:
@@ -98,12 +136,15 @@ def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
         prev = window[-2] if len(window) > 1 else None
         errors = finished_value(("error", "abort"))(latest)
         leader.add_row(
-            _num(reading.requests_running, ".0f"), _num(reading.requests_waiting, ".0f"),
+            _num(reading.requests_running, ".0f"),
+            _num(reading.requests_waiting, ".0f"),
             _num(_pct(reading.kv_cache_usage), ".1f", " %"),
             _num(counter_rate(prev, latest, leader_value("prompt_tokens")) if prev else None),
             _num(counter_rate(prev, latest, leader_value("generation_tokens")) if prev else None),
-            sparkline(columns.generation_tok_s), _num(reading.preemptions, ".0f"),
-            _num(errors, ".0f"))
+            sparkline(columns.generation_tok_s),
+            _num(reading.preemptions, ".0f"),
+            _num(errors, ".0f"),
+        )
     return Group(head, nodes, leader)
 
 
@@ -111,56 +152,90 @@ def markdown(summary: WatchSummary) -> str:
     """The Markdown summary: the checks with PASS/FAIL, then memory per node and the load."""
     lines = [f"# Watch of `{summary.name}`", ""]
     verdict = "PASS" if summary.passed else "FAIL"
-    lines += [f"**{verdict}**: {sum(c.result is Result.PASS for c in summary.checks)} passed, "
-              f"{sum(c.result is Result.FAIL for c in summary.checks)} failed, "
-              f"{sum(c.result is Result.SKIP for c in summary.checks)} skipped.", ""]
-    span = (f"{summary.started:%Y-%m-%d %H:%M:%S} to {summary.ended:%H:%M:%S} UTC"
-            if summary.started and summary.ended else "no sample")
-    lines += [f"{summary.samples} samples every {summary.interval_s:g} s, {span}, "
-              f"{summary.covered_s / 60:.1f} min sampled in {summary.segments} segment(s).", ""]
+    lines += [
+        f"**{verdict}**: {sum(c.result is Result.PASS for c in summary.checks)} passed, "
+        f"{sum(c.result is Result.FAIL for c in summary.checks)} failed, "
+        f"{sum(c.result is Result.SKIP for c in summary.checks)} skipped.",
+        "",
+    ]
+    span = (
+        f"{summary.started:%Y-%m-%d %H:%M:%S} to {summary.ended:%H:%M:%S} UTC"
+        if summary.started and summary.ended
+        else "no sample"
+    )
+    lines += [
+        f"{summary.samples} samples every {summary.interval_s:g} s, {span}, "
+        f"{summary.covered_s / 60:.1f} min sampled in {summary.segments} segment(s).",
+        "",
+    ]
     lines += ["| check | observed | threshold | result | detail |", "|---|---|---|---|---|"]
     for c in summary.checks:
-        observed = _num(c.observed, ".3g" if c.unit == "fraction" else ".2f"
-                        if c.unit == "GiB" else ".1f" if c.unit == "°C" else ".0f")
+        observed = _num(
+            c.observed,
+            ".3g"
+            if c.unit == "fraction"
+            else ".2f"
+            if c.unit == "GiB"
+            else ".1f"
+            if c.unit == "°C"
+            else ".0f",
+        )
         threshold = "–" if c.threshold is None else f"{c.threshold:g}"
-        lines.append(f"| {c.name} | {observed} {c.unit} | {threshold} | **{c.result.value}** | "
-                     f"{c.detail} |")
-    lines += ["", "## Memory per node (MemTotal − MemAvailable)", "",
-              "| node | total GiB | min used | max used | drift | min available | OOM kills |",
-              "|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {c.name} | {observed} {c.unit} | {threshold} | **{c.result.value}** | {c.detail} |"
+        )
+    lines += [
+        "",
+        "## Memory per node (MemTotal − MemAvailable)",
+        "",
+        "| node | total GiB | min used | max used | drift | min available | OOM kills |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for m in summary.nodes:
-        lines.append(f"| {m.node} | {_num(m.total_gib)} | {_num(m.min_used_gib, '.2f')} | "
-                     f"{_num(m.max_used_gib, '.2f')} | {_num(m.drift_gib, '+.2f')} | "
-                     f"{_num(m.min_available_gib, '.2f')} | {m.oom_kills} |")
-    lines += ["", "## Load and health", "",
-              f"- requests finished: {summary.requests_finished} "
-              f"({summary.request_errors} errors or aborts)",
-              f"- generation tokens: {summary.generation_tokens}",
-              f"- peak KV cache usage: {_num(_pct(summary.peak_kv_cache_usage))} %",
-              f"- most requests waiting: {_num(summary.max_requests_waiting, '.0f')}",
-              f"- preemptions: {summary.preemptions}",
-              f"- GPUs: {summary.gpus}; peak temperature "
-              f"{_num(summary.peak_temperature_c, '.0f', ' °C')}; throttle events "
-              f"{summary.throttle_events}",
-              f"- restarts: {summary.restarts}"
-              + (" at " + ", ".join(f"{t:%H:%M:%S}" for t in summary.restart_times)
-                 if summary.restart_times else ""),
-              "- samples per verdict: "
-              + ", ".join(f"{k} {v}" for k, v in summary.verdicts.items()),
-              f"- mean sample cost: {_num((summary.mean_sample_cost_s or 0) * 1000, '.0f')} ms",
-              ""]
+        lines.append(
+            f"| {m.node} | {_num(m.total_gib)} | {_num(m.min_used_gib, '.2f')} | "
+            f"{_num(m.max_used_gib, '.2f')} | {_num(m.drift_gib, '+.2f')} | "
+            f"{_num(m.min_available_gib, '.2f')} | {m.oom_kills} |"
+        )
+    lines += [
+        "",
+        "## Load and health",
+        "",
+        f"- requests finished: {summary.requests_finished} "
+        f"({summary.request_errors} errors or aborts)",
+        f"- generation tokens: {summary.generation_tokens}",
+        f"- peak KV cache usage: {_num(_pct(summary.peak_kv_cache_usage))} %",
+        f"- most requests waiting: {_num(summary.max_requests_waiting, '.0f')}",
+        f"- preemptions: {summary.preemptions}",
+        f"- GPUs: {summary.gpus}; peak temperature "
+        f"{_num(summary.peak_temperature_c, '.0f', ' °C')}; throttle events "
+        f"{summary.throttle_events}",
+        f"- restarts: {summary.restarts}"
+        + (
+            " at " + ", ".join(f"{t:%H:%M:%S}" for t in summary.restart_times)
+            if summary.restart_times
+            else ""
+        ),
+        "- samples per verdict: " + ", ".join(f"{k} {v}" for k, v in summary.verdicts.items()),
+        f"- mean sample cost: {_num((summary.mean_sample_cost_s or 0) * 1000, '.0f')} ms",
+        "",
+    ]
     return "\n".join(lines)
 
 
-def report_folder(folder: Path, overrides: dict | None = None, *, plots: bool = True
-                  ) -> tuple[WatchSummary, list[Path]]:
+def report_folder(
+    folder: Path, overrides: dict | None = None, *, plots: bool = True
+) -> tuple[WatchSummary, list[Path]]:
     """Judge a watch folder: summary.json, report.md and the plots; returns the summary and
     the files written. ``overrides`` replace thresholds of the recipe's ``watch:`` section."""
     folder = Path(folder)
     run = read_run(folder)
     if run is None:
-        raise SpecError(f"{folder} holds no watch (no watch.json)", field="RUN_DIR",
-                        hint="give the --out of a `tandem watch`")
+        raise SpecError(
+            f"{folder} holds no watch (no watch.json)",
+            field="RUN_DIR",
+            hint="give the --out of a `tandem watch`",
+        )
     samples = read_samples(folder)
     summary = summarize(run, samples, run.thresholds.model_copy(update=overrides or {}))
     (folder / SUMMARY_FILE).write_text(summary.model_dump_json(indent=2) + "\n")
@@ -196,15 +271,22 @@ def write_plots(samples: list[Sample], out_dir: Path) -> list[Path]:
     if cols.gpu_temperature_c:
         fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
         for (column, title, unit), ax in zip(
-                ((cols.gpu_temperature_c, "GPU temperature", "°C"),
-                 (cols.gpu_sm_clock_mhz, "SM clock", "MHz"), (cols.gpu_power_w, "Power", "W")),
-                axes):
+            (
+                (cols.gpu_temperature_c, "GPU temperature", "°C"),
+                (cols.gpu_sm_clock_mhz, "SM clock", "MHz"),
+                (cols.gpu_power_w, "Power", "W"),
+            ),
+            axes,
+        ):
             for key, values in column.items():
                 ax.plot(times, _nan(values), label=key)
             ax.set(ylabel=unit, title=title)
         for key, flags in cols.gpu_throttled.items():
-            hot = [(t, c) for t, f, c in zip(times, flags, cols.gpu_sm_clock_mhz[key])
-                   if f and c is not None]
+            hot = [
+                (t, c)
+                for t, f, c in zip(times, flags, cols.gpu_sm_clock_mhz[key])
+                if f and c is not None
+            ]
             if hot:
                 axes[1].plot(*zip(*hot), "rv", label=f"{key} throttled")
         written.append(_finish(fig, list(axes), cols, out_dir / "gpu.png", plt))

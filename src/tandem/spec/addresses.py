@@ -41,8 +41,11 @@ def check_address(value: str, *, names: bool = True) -> str:
     if is_ip(value) or (names and is_host_name(value)):
         return value
     if value and all(part.isdigit() for part in value.split(".")):
-        raise FieldFault(f"'{value}' is not an IPv4 address",
-                         hint="write four numbers 0-255, e.g. 10.0.0.1")
+        raise FieldFault(
+            f"'{value}' is not an IPv4 address", hint="write four numbers 0-255, e.g. 10.0.0.1"
+        )
     what = "an IP address or a host name" if names else "an IP address"
-    raise FieldFault(f"'{value}' is not {what}", hint="write e.g. 10.0.0.1, fd00::1"
-                     + (" or node1.example.com" if names else ""))
+    raise FieldFault(
+        f"'{value}' is not {what}",
+        hint="write e.g. 10.0.0.1, fd00::1" + (" or node1.example.com" if names else ""),
+    )

@@ -12,8 +12,14 @@ import re
 from enum import StrEnum
 from typing import Any
 
-from pydantic import (BaseModel, Field, ModelWrapValidatorHandler, ValidationError,
-                      field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from tandem.errors import FieldFault
@@ -52,22 +58,34 @@ class LocalIsolation(StrEnum):
 class Node(StrictModel):
     """``nodes[]`` — one host (or namespace, or Kubernetes node) that runs one rank."""
 
-    name: str = Field(description="Node name, e.g. `spark-101`; for k8s the `kubernetes.io/"
-                      "hostname` label value.")
-    address: str = Field(description="Address the other nodes reach this one at on the control "
-                         "plane; the leader's is `--master-addr`, each rank's is VLLM_HOST_IP.")
-    gpus: int = Field(default=1, ge=1, description="Accelerators on the node that vLLM may use "
-                      "(on the CPU backend: worker slots). Default 1, as on a DGX Spark.")
-    ssh_host: str | None = Field(default=None, description="Host for ssh (an alias from "
-                                 "~/.ssh/config works). Default: `address`.")
+    name: str = Field(
+        description="Node name, e.g. `spark-101`; for k8s the `kubernetes.io/hostname` label value."
+    )
+    address: str = Field(
+        description="Address the other nodes reach this one at on the control "
+        "plane; the leader's is `--master-addr`, each rank's is VLLM_HOST_IP."
+    )
+    gpus: int = Field(
+        default=1,
+        ge=1,
+        description="Accelerators on the node that vLLM may use "
+        "(on the CPU backend: worker slots). Default 1, as on a DGX Spark.",
+    )
+    ssh_host: str | None = Field(
+        default=None,
+        description="Host for ssh (an alias from ~/.ssh/config works). Default: `address`.",
+    )
     ssh_user: str | None = Field(default=None, description="User for ssh. Default: ssh's own.")
     ssh_port: int | None = Field(default=None, ge=1, le=65535, description="Port for ssh.")
-    control_plane_interface: str | None = Field(default=None, description="Overrides the "
-                                                "recipe's control-plane interface on this node.")
-    hcas: list[str] | None = Field(default=None, description="Overrides the recipe's RDMA "
-                                   "devices (NCCL_IB_HCA) on this node.")
-    env: dict[str, str] = Field(default_factory=dict, description="Variables for this node's "
-                                "rank, applied last.")
+    control_plane_interface: str | None = Field(
+        default=None, description="Overrides the recipe's control-plane interface on this node."
+    )
+    hcas: list[str] | None = Field(
+        default=None, description="Overrides the recipe's RDMA devices (NCCL_IB_HCA) on this node."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Variables for this node's rank, applied last."
+    )
 
     @field_validator("name")
     @classmethod
@@ -97,9 +115,11 @@ class Node(StrictModel):
     @classmethod
     def _ssh_host_shape(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"[A-Za-z0-9_.:%\-\[\]]+", value):
-            raise FieldFault(f"'{value}' is not a host for ssh",
-                             hint="write an address, a host name or an alias from "
-                                  "~/.ssh/config (no spaces), or leave it out")
+            raise FieldFault(
+                f"'{value}' is not a host for ssh",
+                hint="write an address, a host name or an alias from "
+                "~/.ssh/config (no spaces), or leave it out",
+            )
         return value
 
     @property
@@ -116,10 +136,14 @@ class Node(StrictModel):
 class LocalOptions(StrictModel):
     """``local:`` — settings of the ``local`` transport."""
 
-    isolation: LocalIsolation = Field(default=LocalIsolation.AUTO, description="`netns`, "
-                                      "`loopback` or `auto` (netns as root).")
-    subnet: str = Field(default="10.77.0.0/24", description="Subnet of the namespaces' bridge; "
-                        "nodes' addresses must lie in it. The bridge takes the last host address.")
+    isolation: LocalIsolation = Field(
+        default=LocalIsolation.AUTO, description="`netns`, `loopback` or `auto` (netns as root)."
+    )
+    subnet: str = Field(
+        default="10.77.0.0/24",
+        description="Subnet of the namespaces' bridge; "
+        "nodes' addresses must lie in it. The bridge takes the last host address.",
+    )
 
     @field_validator("subnet")
     @classmethod
@@ -149,19 +173,31 @@ class Runtime(StrEnum):
 class SSHOptions(StrictModel):
     """``ssh:`` — settings of the ``ssh`` transport (the system's OpenSSH client)."""
 
-    config_file: str | None = Field(default=None, description="ssh_config file passed as "
-                                    "`ssh -F`. Default: `$TANDEM_SSH_CONFIG`, else ssh's own "
-                                    "(~/.ssh/config), so aliases, agents and jump hosts apply.")
-    runtime: Runtime = Field(default=Runtime.AUTO, description="`venv`, `docker` or `auto` "
-                             "(docker when the recipe has engine.image).")
-    vllm_command: str = Field(default="vllm", description="The `vllm` program on the nodes for "
-                              "the venv runtime, e.g. `/opt/vllm/.venv/bin/vllm`. Default: "
-                              "`vllm` on the login PATH.")
-    docker_command: str = Field(default="docker", description="The docker CLI on the nodes, "
-                                "e.g. `sudo docker`.")
-    remote_dir: str = Field(default="/tmp/tandem", description="Folder on each node for the "
-                            "ranks' logs, pid files and TMPDIR (kept short: vLLM's IPC socket "
-                            "paths must fit in 107 bytes). One subfolder per deployment and rank.")
+    config_file: str | None = Field(
+        default=None,
+        description="ssh_config file passed as "
+        "`ssh -F`. Default: `$TANDEM_SSH_CONFIG`, else ssh's own "
+        "(~/.ssh/config), so aliases, agents and jump hosts apply.",
+    )
+    runtime: Runtime = Field(
+        default=Runtime.AUTO,
+        description="`venv`, `docker` or `auto` (docker when the recipe has engine.image).",
+    )
+    vllm_command: str = Field(
+        default="vllm",
+        description="The `vllm` program on the nodes for "
+        "the venv runtime, e.g. `/opt/vllm/.venv/bin/vllm`. Default: "
+        "`vllm` on the login PATH.",
+    )
+    docker_command: str = Field(
+        default="docker", description="The docker CLI on the nodes, e.g. `sudo docker`."
+    )
+    remote_dir: str = Field(
+        default="/tmp/tandem",
+        description="Folder on each node for the "
+        "ranks' logs, pid files and TMPDIR (kept short: vLLM's IPC socket "
+        "paths must fit in 107 bytes). One subfolder per deployment and rank.",
+    )
     connect_timeout_s: float = Field(default=10, gt=0, description="ssh ConnectTimeout, seconds.")
 
 
@@ -170,8 +206,11 @@ class Cluster(StrictModel):
 
     name: str = Field(description="Cluster name, for messages and state.")
     transport: Transport = Field(default=Transport.SSH, description="`local`, `ssh` or `k8s`.")
-    nodes: list[Node] = Field(min_length=1, description="Nodes in rank order; the first is the "
-                              "leader (node rank 0) and serves the API.")
+    nodes: list[Node] = Field(
+        min_length=1,
+        description="Nodes in rank order; the first is the "
+        "leader (node rank 0) and serves the API.",
+    )
     local: LocalOptions = Field(default_factory=LocalOptions)
     ssh: SSHOptions = Field(default_factory=SSHOptions)
     namespace: str = Field(default="default", description="Kubernetes namespace (k8s transport).")
@@ -188,8 +227,9 @@ class Cluster(StrictModel):
             faults = node_faults(_raw(data))
             if not faults:
                 raise
-            raise ValidationError.from_exception_data(cls.__name__, [
-                *(_details(e) for e in exc.errors()), *faults]) from None
+            raise ValidationError.from_exception_data(
+                cls.__name__, [*(_details(e) for e in exc.errors()), *faults]
+            ) from None
         faults = node_faults(cluster.model_dump(mode="json"))
         if faults:
             raise ValidationError.from_exception_data(cls.__name__, faults)
@@ -242,9 +282,14 @@ def node_faults(data: dict[str, Any]) -> list[InitErrorDetails]:
                 continue
             if (key, value) in first:
                 j = first[(key, value)]
-                fault(i, key, f"'{value}' is also nodes[{j}]'s {key}",
-                      "list each node once" if key == "name" else
-                      "give each node of a multi-host cluster its own address")
+                fault(
+                    i,
+                    key,
+                    f"'{value}' is also nodes[{j}]'s {key}",
+                    "list each node once"
+                    if key == "name"
+                    else "give each node of a multi-host cluster its own address",
+                )
             first.setdefault((key, value), i)
     if transport == Transport.LOCAL.value and local.get("isolation", "auto") != "loopback":
         try:
@@ -256,13 +301,20 @@ def node_faults(data: dict[str, Any]) -> list[InitErrorDetails]:
             if not isinstance(address, str) or not address:
                 continue
             if not is_ip(address):
-                fault(i, "address", f"'{address}' is a host name, but the nodes of a local "
-                      f"cluster are network namespaces with addresses in {subnet}",
-                      f"use an address in {subnet}, or isolation: loopback (every node on "
-                      "127.0.0.1)")
+                fault(
+                    i,
+                    "address",
+                    f"'{address}' is a host name, but the nodes of a local "
+                    f"cluster are network namespaces with addresses in {subnet}",
+                    f"use an address in {subnet}, or isolation: loopback (every node on 127.0.0.1)",
+                )
             elif ipaddress.ip_address(address) not in subnet:
-                fault(i, "address", f"{address} is outside local.subnet {subnet}",
-                      "use an address in it, or change local.subnet")
+                fault(
+                    i,
+                    "address",
+                    f"{address} is outside local.subnet {subnet}",
+                    "use an address in it, or change local.subnet",
+                )
     return faults
 
 

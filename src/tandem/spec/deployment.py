@@ -87,11 +87,19 @@ def local_cluster(
         if isolation is LocalIsolation.LOOPBACK:
             node = Node(name=f"node{i}", address="127.0.0.1", control_plane_interface="lo", env=env)
         else:
-            node = Node(name=f"node{i}", address=str(hosts[i]),
-                        control_plane_interface=interface_name(i), env=env)
+            node = Node(
+                name=f"node{i}",
+                address=str(hosts[i]),
+                control_plane_interface=interface_name(i),
+                env=env,
+            )
         result.append(node)
-    return Cluster(name=LOCAL_CLUSTER_NAME, transport=Transport.LOCAL, nodes=result,
-                   local=LocalOptions(isolation=isolation, subnet=subnet))
+    return Cluster(
+        name=LOCAL_CLUSTER_NAME,
+        transport=Transport.LOCAL,
+        nodes=result,
+        local=LocalOptions(isolation=isolation, subnet=subnet),
+    )
 
 
 def resolve_isolation(cluster: Cluster, *, as_root: bool) -> Cluster:
@@ -106,8 +114,10 @@ def resolve_isolation(cluster: Cluster, *, as_root: bool) -> Cluster:
         isolation = LocalIsolation.NETNS if as_root else LocalIsolation.LOOPBACK
     nodes = cluster.nodes
     if isolation is LocalIsolation.LOOPBACK:
-        nodes = [n.model_copy(update={"address": "127.0.0.1", "control_plane_interface": "lo"})
-                 for n in nodes]
+        nodes = [
+            n.model_copy(update={"address": "127.0.0.1", "control_plane_interface": "lo"})
+            for n in nodes
+        ]
     local = cluster.local.model_copy(update={"isolation": isolation})
     return cluster.model_copy(update={"nodes": nodes, "local": local})
 
@@ -125,54 +135,84 @@ def deployment_problems(deployment: Deployment) -> list[Problem]:
 
     if recipe.engine.executor is ExecutorBackend.RAY and nnodes > 1 and min(gpus) < world:
         problems.add(
-            "engine.executor", "Ray places all TP workers of a node on that node's GPUs and fails "
+            "engine.executor",
+            "Ray places all TP workers of a node on that node's GPUs and fails "
             f"with 'local_world_size ({world}) must be less than or equal to the number of visible "
             f"devices ({min(gpus)})' on nodes with {min(gpus)} GPU(s)",
-            "set engine.executor: mp (vLLM's multi-node mode without Ray)")
+            "set engine.executor: mp (vLLM's multi-node mode without Ray)",
+        )
     if world % nnodes:
         problems.add(
-            "engine.serve", f"tensor_parallel_size x pipeline_parallel_size = {world} cannot be "
+            "engine.serve",
+            f"tensor_parallel_size x pipeline_parallel_size = {world} cannot be "
             f"split evenly over {nnodes} nodes",
-            f"use a multiple of {nnodes} devices, or list {world} node(s) in the cluster")
+            f"use a multiple of {nnodes} devices, or list {world} node(s) in the cluster",
+        )
     elif len(gpus) > 1:
-        problems.add("nodes[].gpus", f"nodes have different GPU counts {sorted(gpus)}; vLLM "
-                     "starts the same number of workers on every node",
-                     "list only nodes with the same number of GPUs")
+        problems.add(
+            "nodes[].gpus",
+            f"nodes have different GPU counts {sorted(gpus)}; vLLM "
+            "starts the same number of workers on every node",
+            "list only nodes with the same number of GPUs",
+        )
     elif world != nnodes * min(gpus):
         problems.add(
-            "engine.serve", f"tensor_parallel_size x pipeline_parallel_size = {world} does not "
+            "engine.serve",
+            f"tensor_parallel_size x pipeline_parallel_size = {world} does not "
             f"match {nnodes} node(s) x {min(gpus)} GPU(s) = {nnodes * min(gpus)}",
             f"set tensor_parallel_size x pipeline_parallel_size to {nnodes * min(gpus)}, or "
-            "change the nodes' gpus or the node list")
+            "change the nodes' gpus or the node list",
+        )
     if cluster.transport is not Transport.LOCAL and nnodes > 1:
         for i, node in enumerate(cluster.nodes):
             if node.is_loopback:
-                problems.add(f"nodes[{i}].address", f"'{node.address}' is a loopback address in "
-                             "a multi-host cluster; the other nodes would connect to themselves "
-                             "and the rendezvous never completes",
-                             "use the node's management address that the other nodes can reach")
+                problems.add(
+                    f"nodes[{i}].address",
+                    f"'{node.address}' is a loopback address in "
+                    "a multi-host cluster; the other nodes would connect to themselves "
+                    "and the rendezvous never completes",
+                    "use the node's management address that the other nodes can reach",
+                )
     addresses = [(n.address, n.name) for n in cluster.nodes]
     if cluster.transport is not Transport.LOCAL or cluster.local.isolation.value == "netns":
         seen: dict[str, str] = {}
         for address, name in addresses:
             if address in seen:
-                problems.add("nodes", f"nodes {seen[address]} and {name} share address {address},"
-                             " so two ranks would claim one host", "give each node its own address")
+                problems.add(
+                    "nodes",
+                    f"nodes {seen[address]} and {name} share address {address},"
+                    " so two ranks would claim one host",
+                    "give each node its own address",
+                )
             seen.setdefault(address, name)
     for var in wire.PER_NODE_VARS:
         if var in recipe.env:
-            problems.add(f"env.{var}", f"{var} differs per node and cannot be set for all ranks",
-                         "remove it; tandem sets it from each node's address")
-    if (serve.enable_chunked_prefill is False and serve.max_num_batched_tokens and
-            serve.max_model_len and serve.max_num_batched_tokens < serve.max_model_len):
-        problems.add("engine.serve.max_num_batched_tokens",
-                     f"{serve.max_num_batched_tokens} is below max_model_len {serve.max_model_len} "
-                     "with chunked prefill off, so a long prompt can never be scheduled",
-                     "enable chunked prefill or raise max_num_batched_tokens")
+            problems.add(
+                f"env.{var}",
+                f"{var} differs per node and cannot be set for all ranks",
+                "remove it; tandem sets it from each node's address",
+            )
+    if (
+        serve.enable_chunked_prefill is False
+        and serve.max_num_batched_tokens
+        and serve.max_model_len
+        and serve.max_num_batched_tokens < serve.max_model_len
+    ):
+        problems.add(
+            "engine.serve.max_num_batched_tokens",
+            f"{serve.max_num_batched_tokens} is below max_model_len {serve.max_model_len} "
+            "with chunked prefill off, so a long prompt can never be scheduled",
+            "enable chunked prefill or raise max_num_batched_tokens",
+        )
     dp = recipe.network.data_plane
-    if (dp.transport is DataPlaneTransport.IB and not dp.hcas
-            and not all(n.hcas for n in cluster.nodes)):
-        problems.add("network.data_plane.hcas", "transport ib without RDMA devices lets NCCL pick "
-                     "any HCA, often one twin only",
-                     "list the HCAs, e.g. [rocep1s0f1, roceP2p1s0f1]")
+    if (
+        dp.transport is DataPlaneTransport.IB
+        and not dp.hcas
+        and not all(n.hcas for n in cluster.nodes)
+    ):
+        problems.add(
+            "network.data_plane.hcas",
+            "transport ib without RDMA devices lets NCCL pick any HCA, often one twin only",
+            "list the HCAs, e.g. [rocep1s0f1, roceP2p1s0f1]",
+        )
     return problems.items

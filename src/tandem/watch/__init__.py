@@ -14,5 +14,12 @@ from tandem.watch.sample import Sample, Verdict, WatchRun
 from tandem.watch.sampler import Watcher
 from tandem.watch.summary import WatchSummary, summarize
 
-__all__ = ["BackgroundWatch", "Sample", "Verdict", "WatchRun", "WatchSummary", "Watcher",
-           "summarize"]
+__all__ = [
+    "BackgroundWatch",
+    "Sample",
+    "Verdict",
+    "WatchRun",
+    "WatchSummary",
+    "Watcher",
+    "summarize",
+]

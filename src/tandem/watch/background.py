@@ -26,15 +26,15 @@ class BackgroundWatch:
 
     def __init__(self, name: str | None, out: Path, *, interval_s: float | None = None) -> None:
         self._stop = threading.Event()
-        self.watcher = Watcher(name, Path(out), interval_s=interval_s,
-                               should_stop=self._stop.is_set, sleep=self._pause)
-        self._thread = threading.Thread(target=self.watcher.run, name="tandem-watch",
-                                        daemon=True)
-
+        self.watcher = Watcher(
+            name, Path(out), interval_s=interval_s, should_stop=self._stop.is_set, sleep=self._pause
+        )
+        self._thread = threading.Thread(target=self.watcher.run, name="tandem-watch", daemon=True)
 
     def _pause(self, seconds: float) -> None:
         """Sleep between samples; a stop request ends it at once."""
         self._stop.wait(seconds)
+
     def __enter__(self) -> BackgroundWatch:
         self._thread.start()
         return self

@@ -8,7 +8,7 @@ The reader keeps its byte offset, so a sample reads only what was appended since
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tandem.backends.state import EVENTS_FILE, deployment_dir
@@ -23,7 +23,7 @@ def parse_event(line: str) -> Event | None:
     match = _LINE.match(line.rstrip("\n"))
     if not match:
         return None
-    stamp = datetime.strptime(match[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    stamp = datetime.strptime(match[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     return Event(time=stamp, text=match[2], restart=bool(_RESTART.match(match[2])))
 
 
@@ -48,7 +48,7 @@ class EventReader:
                 data = handle.read()
         except OSError:
             return [], self.restarts
-        complete = data[:data.rfind(b"\n") + 1]
+        complete = data[: data.rfind(b"\n") + 1]
         self.offset += len(complete)
         new = []
         for line in complete.decode(errors="replace").splitlines():

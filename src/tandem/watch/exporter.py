@@ -42,18 +42,24 @@ class SampleCollector:
         if sample is None:
             return
         d = self.deployment
-        stamp = GaugeMetricFamily("tandem_watch_sample_timestamp_seconds",
-                                  "Unix time of the latest sample.", labels=["deployment"])
+        stamp = GaugeMetricFamily(
+            "tandem_watch_sample_timestamp_seconds",
+            "Unix time of the latest sample.",
+            labels=["deployment"],
+        )
         stamp.add_metric([d], sample.unix)
         yield stamp
-        verdict = GaugeMetricFamily("tandem_deployment_verdict", "1 for the deployment's "
-                                    "current verdict, 0 for the others.",
-                                    labels=["deployment", "verdict"])
+        verdict = GaugeMetricFamily(
+            "tandem_deployment_verdict",
+            "1 for the deployment's current verdict, 0 for the others.",
+            labels=["deployment", "verdict"],
+        )
         for value in Verdict:
             verdict.add_metric([d, value.value], float(sample.verdict == value))
         yield verdict
-        restarts = CounterMetricFamily("tandem_restarts", "Group restarts in events.log.",
-                                       labels=["deployment"])
+        restarts = CounterMetricFamily(
+            "tandem_restarts", "Group restarts in events.log.", labels=["deployment"]
+        )
         restarts.add_metric([d], sample.restarts)
         yield restarts
         yield from self._ranks(sample)
@@ -61,14 +67,20 @@ class SampleCollector:
 
     def _ranks(self, sample: Sample) -> Iterator[Metric]:
         labels = ["deployment", "rank", "node", "role"]
-        up = GaugeMetricFamily("tandem_rank_up", "1 while the rank's process (or pod) is alive.",
-                               labels=labels)
-        processes = GaugeMetricFamily("tandem_rank_processes", "Live processes of the rank.",
-                                      labels=labels)
-        rss = GaugeMetricFamily("tandem_rank_resident_memory_bytes", "Summed RSS of the rank's "
-                                "processes.", labels=labels)
-        cpu = CounterMetricFamily("tandem_rank_cpu_seconds", "CPU time of the rank's live "
-                                  "processes.", labels=labels)
+        up = GaugeMetricFamily(
+            "tandem_rank_up", "1 while the rank's process (or pod) is alive.", labels=labels
+        )
+        processes = GaugeMetricFamily(
+            "tandem_rank_processes", "Live processes of the rank.", labels=labels
+        )
+        rss = GaugeMetricFamily(
+            "tandem_rank_resident_memory_bytes",
+            "Summed RSS of the rank's processes.",
+            labels=labels,
+        )
+        cpu = CounterMetricFamily(
+            "tandem_rank_cpu_seconds", "CPU time of the rank's live processes.", labels=labels
+        )
         for node in sample.nodes:
             for r in node.ranks:
                 values = [self.deployment, str(r.rank), node.node, r.role]
@@ -83,26 +95,36 @@ class SampleCollector:
     def _nodes(self, sample: Sample) -> Iterator[Metric]:
         node_labels = ["deployment", "node"]
         gauges = {
-            "total": GaugeMetricFamily("tandem_node_memory_total_bytes", "MemTotal.",
-                                       labels=node_labels),
-            "available": GaugeMetricFamily("tandem_node_memory_available_bytes",
-                                           "MemAvailable.", labels=node_labels),
+            "total": GaugeMetricFamily(
+                "tandem_node_memory_total_bytes", "MemTotal.", labels=node_labels
+            ),
+            "available": GaugeMetricFamily(
+                "tandem_node_memory_available_bytes", "MemAvailable.", labels=node_labels
+            ),
         }
-        oom = CounterMetricFamily("tandem_node_oom_kills", "OOM kills since boot "
-                                  "(/proc/vmstat oom_kill).", labels=node_labels)
+        oom = CounterMetricFamily(
+            "tandem_node_oom_kills",
+            "OOM kills since boot (/proc/vmstat oom_kill).",
+            labels=node_labels,
+        )
         gpu_labels = ["deployment", "node", "gpu"]
-        temperature = GaugeMetricFamily("tandem_gpu_temperature_celsius", "GPU temperature.",
-                                        labels=gpu_labels)
+        temperature = GaugeMetricFamily(
+            "tandem_gpu_temperature_celsius", "GPU temperature.", labels=gpu_labels
+        )
         clock = GaugeMetricFamily("tandem_gpu_sm_clock_hertz", "SM clock.", labels=gpu_labels)
-        power = GaugeMetricFamily("tandem_gpu_power_watts", "Board power draw.",
-                                  labels=gpu_labels)
-        throttled = GaugeMetricFamily("tandem_gpu_throttled", "1 while a thermal or hardware "
-                                      "slowdown holds the clocks down.", labels=gpu_labels)
+        power = GaugeMetricFamily("tandem_gpu_power_watts", "Board power draw.", labels=gpu_labels)
+        throttled = GaugeMetricFamily(
+            "tandem_gpu_throttled",
+            "1 while a thermal or hardware slowdown holds the clocks down.",
+            labels=gpu_labels,
+        )
         port_labels = ["deployment", "node", "device", "port"]
-        xmit = CounterMetricFamily("tandem_rdma_transmit_bytes", "RDMA port data sent.",
-                                   labels=port_labels)
-        rcv = CounterMetricFamily("tandem_rdma_receive_bytes", "RDMA port data received.",
-                                  labels=port_labels)
+        xmit = CounterMetricFamily(
+            "tandem_rdma_transmit_bytes", "RDMA port data sent.", labels=port_labels
+        )
+        rcv = CounterMetricFamily(
+            "tandem_rdma_receive_bytes", "RDMA port data received.", labels=port_labels
+        )
         for node in sample.nodes:
             base = [self.deployment, node.node]
             if node.mem_total_bytes is not None:
@@ -113,8 +135,11 @@ class SampleCollector:
                 oom.add_metric(base, node.oom_kills)
             for g in node.gpus:
                 labels = [*base, str(g.index)]
-                for family, value in ((temperature, g.temperature_c), (power, g.power_w),
-                                      (clock, g.sm_clock_mhz * 1e6 if g.sm_clock_mhz else None)):
+                for family, value in (
+                    (temperature, g.temperature_c),
+                    (power, g.power_w),
+                    (clock, g.sm_clock_mhz * 1e6 if g.sm_clock_mhz else None),
+                ):
                     if value is not None:
                         family.add_metric(labels, value)
                 throttled.add_metric(labels, float(g.throttled))

@@ -21,8 +21,9 @@ def read_run(folder: Path) -> WatchRun | None:
     try:
         return WatchRun.model_validate_json(path.read_text())
     except ValueError as exc:
-        raise StateError(f"unreadable watch file: {exc}", file=str(path),
-                         hint="point --out at a new folder") from exc
+        raise StateError(
+            f"unreadable watch file: {exc}", file=str(path), hint="point --out at a new folder"
+        ) from exc
 
 
 def write_run(folder: Path, run: WatchRun) -> None:
@@ -57,7 +58,7 @@ class SampleLog:
             return
         data = self.path.read_bytes()
         if data and not data.endswith(b"\n"):
-            self.path.write_bytes(data[:data.rfind(b"\n") + 1])
+            self.path.write_bytes(data[: data.rfind(b"\n") + 1])
 
     def append(self, sample: Sample) -> None:
         self.handle.write(sample.model_dump_json() + "\n")

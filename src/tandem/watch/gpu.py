@@ -28,7 +28,7 @@ EVENT_REASONS = {
     0x100: "display_clock_setting",
 }
 THROTTLE_BITS = 0x8 | 0x20 | 0x40 | 0x80
-MIB = 1024 ** 2
+MIB = 1024**2
 
 
 def parse_nvidia_smi(text: str | None) -> list[GpuReading]:
@@ -46,16 +46,23 @@ def parse_nvidia_smi(text: str | None) -> list[GpuReading]:
         row = dict(zip(NVIDIA_SMI_FIELDS, cells))
         mask = _mask(row["clocks_event_reasons.active"])
         used, total = _number(row["memory.used"]), _number(row["memory.total"])
-        gpus.append(GpuReading(
-            index=int(row["index"]), name=_text(row["name"]), uuid=_text(row["uuid"]),
-            temperature_c=_number(row["temperature.gpu"]), sm_clock_mhz=_number(row["clocks.sm"]),
-            max_sm_clock_mhz=_number(row["clocks.max.sm"]), power_w=_number(row["power.draw"]),
-            utilization_pct=_number(row["utilization.gpu"]),
-            memory_used_bytes=round(used * MIB) if used is not None else None,
-            memory_total_bytes=round(total * MIB) if total is not None else None,
-            event_reasons_mask=mask,
-            event_reasons=[name for bit, name in EVENT_REASONS.items() if mask and mask & bit],
-            throttled=bool(mask and mask & THROTTLE_BITS)))
+        gpus.append(
+            GpuReading(
+                index=int(row["index"]),
+                name=_text(row["name"]),
+                uuid=_text(row["uuid"]),
+                temperature_c=_number(row["temperature.gpu"]),
+                sm_clock_mhz=_number(row["clocks.sm"]),
+                max_sm_clock_mhz=_number(row["clocks.max.sm"]),
+                power_w=_number(row["power.draw"]),
+                utilization_pct=_number(row["utilization.gpu"]),
+                memory_used_bytes=round(used * MIB) if used is not None else None,
+                memory_total_bytes=round(total * MIB) if total is not None else None,
+                event_reasons_mask=mask,
+                event_reasons=[name for bit, name in EVENT_REASONS.items() if mask and mask & bit],
+                throttled=bool(mask and mask & THROTTLE_BITS),
+            )
+        )
     return gpus
 
 

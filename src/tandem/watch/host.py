@@ -27,18 +27,35 @@ import subprocess
 import sys
 
 NVIDIA_SMI_FIELDS = (
-    "index", "uuid", "name", "temperature.gpu", "clocks.sm", "clocks.max.sm", "power.draw",
-    "utilization.gpu", "memory.used", "memory.total", "clocks_event_reasons.active",
+    "index",
+    "uuid",
+    "name",
+    "temperature.gpu",
+    "clocks.sm",
+    "clocks.max.sm",
+    "power.draw",
+    "utilization.gpu",
+    "memory.used",
+    "memory.total",
+    "clocks_event_reasons.active",
 )
 """The ``--query-gpu`` fields, in this order (see ``nvidia-smi --help-query-gpu``)."""
 
-NVIDIA_SMI_ARGV = ("nvidia-smi", "--query-gpu=" + ",".join(NVIDIA_SMI_FIELDS),
-                   "--format=csv,nounits")
+NVIDIA_SMI_ARGV = (
+    "nvidia-smi",
+    "--query-gpu=" + ",".join(NVIDIA_SMI_FIELDS),
+    "--format=csv,nounits",
+)
 MARK_DEPLOYMENT = "TANDEM_DEPLOYMENT"
 MARK_RANK = "TANDEM_RANK"
 _MEMINFO_KEYS = ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree")
-_RDMA_COUNTERS = ("port_xmit_data", "port_rcv_data", "port_xmit_discards", "symbol_error",
-                  "link_downed")
+_RDMA_COUNTERS = (
+    "port_xmit_data",
+    "port_rcv_data",
+    "port_xmit_discards",
+    "symbol_error",
+    "link_downed",
+)
 
 
 def meminfo(proc: str = "/proc") -> dict[str, int] | None:
@@ -83,7 +100,7 @@ def marked_pids(deployment: str, proc: str = "/proc") -> dict[int, list[int]]:
             continue
         if wanted not in environ:
             continue
-        rank = next((v[len(prefix):] for v in environ if v.startswith(prefix)), b"")
+        rank = next((v[len(prefix) :] for v in environ if v.startswith(prefix)), b"")
         if rank.isdigit():
             ranks.setdefault(int(rank), []).append(int(entry))
     return ranks
@@ -115,8 +132,7 @@ def nvidia_smi(timeout_s: float = 10.0) -> str | None:
     if shutil.which(NVIDIA_SMI_ARGV[0]) is None:
         return None
     try:
-        result = subprocess.run(NVIDIA_SMI_ARGV, capture_output=True, text=True,
-                                timeout=timeout_s)
+        result = subprocess.run(NVIDIA_SMI_ARGV, capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"error: {exc}"
     return result.stdout if result.returncode == 0 else f"error: {result.stderr.strip()}"
@@ -153,16 +169,24 @@ def _read(path: str) -> str | None:
         return None
 
 
-def raw_sample(deployment: str, *, pids: dict[int, list[int]] | None = None,
-               proc: str = "/proc", sys_root: str = "/sys", gpus: bool = True) -> dict:
+def raw_sample(
+    deployment: str,
+    *,
+    pids: dict[int, list[int]] | None = None,
+    proc: str = "/proc",
+    sys_root: str = "/sys",
+    gpus: bool = True,
+) -> dict:
     """One node's raw facts; ``pids`` (rank -> pids) skips the scan for marked processes."""
     if pids is None:
         pids = marked_pids(deployment, proc)
     return {
         "meminfo": meminfo(proc),
         "oom_kills": oom_kills(proc),
-        "ranks": {str(rank): {"pids": sorted(p), **process_usage(p, proc)}
-                  for rank, p in sorted(pids.items())},
+        "ranks": {
+            str(rank): {"pids": sorted(p), **process_usage(p, proc)}
+            for rank, p in sorted(pids.items())
+        },
         "nvidia_smi": nvidia_smi() if gpus else None,
         "rdma": rdma_ports(sys_root),
     }

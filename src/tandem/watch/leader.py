@@ -78,14 +78,16 @@ class LeaderScraper:
             reading = scraper.read()   # None when the leader does not answer
     """
 
-    def __init__(self, endpoint: str, *, timeout_s: float = 5.0,
-                 clock=time.perf_counter) -> None:
+    def __init__(self, endpoint: str, *, timeout_s: float = 5.0, clock=time.perf_counter) -> None:
         self.url = endpoint.rstrip("/") + "/metrics"
         # no keep-alive: uvicorn closes an idle connection after 5 s (its default), so at a 5 s
         # interval a kept connection races the close and the scrape fails; a new TCP
         # connection per sample costs far less than the parse
-        self.client = httpx.Client(timeout=timeout_s, headers={"Accept-Encoding": "identity"},
-                                   limits=httpx.Limits(max_keepalive_connections=0))
+        self.client = httpx.Client(
+            timeout=timeout_s,
+            headers={"Accept-Encoding": "identity"},
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )
         self.clock = clock
 
     def read(self) -> LeaderReading | None:

@@ -39,27 +39,45 @@ class NodeReader(Protocol):
         """Every node now; ``up`` is each rank's liveness as the backend sees it."""
 
 
-def node_reading(node: str, raw: dict, ranks: list[tuple[int, str]],
-                 up: dict[int, bool]) -> NodeReading:
+def node_reading(
+    node: str, raw: dict, ranks: list[tuple[int, str]], up: dict[int, bool]
+) -> NodeReading:
     """``host.raw_sample``'s dict for one node -> its reading (pure)."""
     mem = raw.get("meminfo") or {}
     usage = raw.get("ranks") or {}
     return NodeReading(
-        node=node, mem_total_bytes=mem.get("MemTotal"), mem_available_bytes=mem.get("MemAvailable"),
-        swap_total_bytes=mem.get("SwapTotal"), swap_free_bytes=mem.get("SwapFree"),
+        node=node,
+        mem_total_bytes=mem.get("MemTotal"),
+        mem_available_bytes=mem.get("MemAvailable"),
+        swap_total_bytes=mem.get("SwapTotal"),
+        swap_free_bytes=mem.get("SwapFree"),
         oom_kills=raw.get("oom_kills"),
-        ranks=[RankUsage(rank=rank, role=role, up=up.get(rank, False),
-                         processes=usage.get(str(rank), {}).get("processes", 0),
-                         rss_bytes=usage.get(str(rank), {}).get("rss_bytes"),
-                         cpu_s=usage.get(str(rank), {}).get("cpu_s"))
-               for rank, role in ranks],
+        ranks=[
+            RankUsage(
+                rank=rank,
+                role=role,
+                up=up.get(rank, False),
+                processes=usage.get(str(rank), {}).get("processes", 0),
+                rss_bytes=usage.get(str(rank), {}).get("rss_bytes"),
+                cpu_s=usage.get(str(rank), {}).get("cpu_s"),
+            )
+            for rank, role in ranks
+        ],
         gpus=parse_nvidia_smi(raw.get("nvidia_smi")),
-        rdma=[RdmaPort(device=p["device"], port=p["port"], state=p.get("state"),
-                       xmit_bytes=_words(p.get("port_xmit_data")),
-                       rcv_bytes=_words(p.get("port_rcv_data")),
-                       xmit_discards=p.get("port_xmit_discards"),
-                       symbol_errors=p.get("symbol_error"), link_downed=p.get("link_downed"))
-              for p in raw.get("rdma") or []])
+        rdma=[
+            RdmaPort(
+                device=p["device"],
+                port=p["port"],
+                state=p.get("state"),
+                xmit_bytes=_words(p.get("port_xmit_data")),
+                rcv_bytes=_words(p.get("port_rcv_data")),
+                xmit_discards=p.get("port_xmit_discards"),
+                symbol_errors=p.get("symbol_error"),
+                link_downed=p.get("link_downed"),
+            )
+            for p in raw.get("rdma") or []
+        ],
+    )
 
 
 def _words(value: int | None) -> int | None:
@@ -76,8 +94,14 @@ def _ranks_by_node(state: DeploymentState) -> dict[str, list[tuple[int, str]]]:
 class LocalReader:
     """Nodes on this machine: one in-process read of /proc and sysfs per sample."""
 
-    def __init__(self, state: DeploymentState, *, proc: str = "/proc", sys_root: str = "/sys",
-                 rescan_every: int = 12) -> None:
+    def __init__(
+        self,
+        state: DeploymentState,
+        *,
+        proc: str = "/proc",
+        sys_root: str = "/sys",
+        rescan_every: int = 12,
+    ) -> None:
         self.state = state
         self.proc, self.sys_root = proc, sys_root
         self.rescan_every = rescan_every
@@ -88,8 +112,9 @@ class LocalReader:
         if self._pids is None or self._reads % self.rescan_every == 0:
             self._pids = host.marked_pids(self.state.name, self.proc)
         self._reads += 1
-        raw = host.raw_sample(self.state.name, pids=self._pids, proc=self.proc,
-                              sys_root=self.sys_root)
+        raw = host.raw_sample(
+            self.state.name, pids=self._pids, proc=self.proc, sys_root=self.sys_root
+        )
         known = sum(len(p) for p in self._pids.values())
         if sum(r["processes"] for r in raw["ranks"].values()) < known:
             self._pids = None  # a process is gone: find the current ones next time
@@ -102,8 +127,9 @@ def _script(name: str, python: str = "python3") -> str:
     return f"{python} - {shlex.quote(name)} <<'{_EOF}'\n{source}\n{_EOF}\n"
 
 
-def _parse(node: str, stdout: str, ranks: list[tuple[int, str]],
-           up: dict[int, bool]) -> NodeReading:
+def _parse(
+    node: str, stdout: str, ranks: list[tuple[int, str]], up: dict[int, bool]
+) -> NodeReading:
     try:
         raw = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -130,8 +156,11 @@ class SSHReader:
             return [NodeReading(node=node, error=exc.message) for node in by_node]
         for node, ranks in by_node.items():
             result = results[node]
-            readings.append(_parse(node, result.stdout, ranks, up) if result.ok else
-                            NodeReading(node=node, error=result.stderr.strip()[-200:]))
+            readings.append(
+                _parse(node, result.stdout, ranks, up)
+                if result.ok
+                else NodeReading(node=node, error=result.stderr.strip()[-200:])
+            )
         return readings
 
 
@@ -149,14 +178,26 @@ class KubernetesReader:
             record = next(r for r in self.state.ranks if r.rank == ranks[0][0])
             pod = record.log.removeprefix("pod/")
             try:
-                done = self.kubectl.run("exec", "-i", pod, "--", "python3", "-", self.state.name,
-                                        stdin=self.source, check=False,
-                                        timeout_s=REMOTE_TIMEOUT_S)
+                done = self.kubectl.run(
+                    "exec",
+                    "-i",
+                    pod,
+                    "--",
+                    "python3",
+                    "-",
+                    self.state.name,
+                    stdin=self.source,
+                    check=False,
+                    timeout_s=REMOTE_TIMEOUT_S,
+                )
             except TandemError as exc:
                 readings.append(NodeReading(node=node, error=exc.message))
                 continue
-            readings.append(_parse(node, done.stdout, ranks, up) if done.returncode == 0 else
-                            NodeReading(node=node, error=done.stderr.strip()[-200:]))
+            readings.append(
+                _parse(node, done.stdout, ranks, up)
+                if done.returncode == 0
+                else NodeReading(node=node, error=done.stderr.strip()[-200:])
+            )
         return readings
 
 

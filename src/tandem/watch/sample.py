@@ -14,7 +14,7 @@ Layout of a watch folder::
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,7 +55,8 @@ class GpuReading(_Model):
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
     event_reasons_mask: int | None = Field(
-        default=None, description="clocks_event_reasons.active, NVML's bit mask.")
+        default=None, description="clocks_event_reasons.active, NVML's bit mask."
+    )
     event_reasons: list[str] = Field(default_factory=list, description="Names of the set bits.")
     throttled: bool = Field(default=False, description="A thermal or hardware slowdown is on.")
 
@@ -104,8 +105,10 @@ class LeaderReading(_Model):
     generation_tokens: float | None = None
     preemptions: float | None = None
     finished: dict[str, float] = Field(
-        default_factory=dict, description="finished_reason (stop, length, abort, error, ...) -> "
-        "requests, vllm:request_success_total.")
+        default_factory=dict,
+        description="finished_reason (stop, length, abort, error, ...) -> "
+        "requests, vllm:request_success_total.",
+    )
     spec_drafts: float | None = None
     spec_draft_tokens: float | None = None
     spec_accepted_tokens: float | None = None
@@ -127,13 +130,15 @@ class Sample(_Model):
     seq: int = Field(description="0, 1, 2 ... over the whole folder, across resumes.")
     segment: int = Field(description="0 for the first watch of a folder, +1 per resume.")
     time: datetime
-    verdict: Verdict = Field(description="tandem.health's: starting, healthy, degraded, stalled "
-                             "or down.")
+    verdict: Verdict = Field(
+        description="tandem.health's: starting, healthy, degraded, stalled or down."
+    )
     nodes: list[NodeReading]
     leader: LeaderReading | None = Field(default=None, description="None: /metrics unanswered.")
     restarts: int = Field(description="Group restarts in events.log so far (whole file).")
-    events: list[Event] = Field(default_factory=list,
-                                description="events.log lines new since the previous sample.")
+    events: list[Event] = Field(
+        default_factory=list, description="events.log lines new since the previous sample."
+    )
     cost_s: float = Field(description="Wall seconds this sample took to take.")
 
     @property
@@ -159,4 +164,4 @@ class WatchRun(_Model):
     nodes: list[str]
     ranks: list[RankInfo]
     thresholds: Watch = Field(description="The recipe's `watch:` section at the first watch.")
-    started_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    started_at: datetime = Field(default_factory=lambda: datetime.now(UTC))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tandem import lifecycle
@@ -56,14 +56,20 @@ class Watcher:
         status: ``lifecycle.status`` (liveness and verdict); injected for tests of the loop.
     """
 
-    def __init__(self, name: str | None, out: Path, *, interval_s: float | None = None,
-                 duration_s: float | None = None,
-                 on_sample: Callable[[Sample], None] = lambda sample: None,
-                 should_stop: Callable[[], bool] = lambda: False,
-                 clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep,
-                 status: Callable[[str], lifecycle.DeploymentStatus] | None = None,
-                 reader: NodeReader | None = None) -> None:
+    def __init__(
+        self,
+        name: str | None,
+        out: Path,
+        *,
+        interval_s: float | None = None,
+        duration_s: float | None = None,
+        on_sample: Callable[[Sample], None] = lambda sample: None,
+        should_stop: Callable[[], bool] = lambda: False,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        status: Callable[[str], lifecycle.DeploymentStatus] | None = None,
+        reader: NodeReader | None = None,
+    ) -> None:
         self.state = load_state(name)
         self.out = Path(out)
         self.on_sample, self.should_stop = on_sample, should_stop
@@ -73,8 +79,10 @@ class Watcher:
         self._last_canary = -CANARY_EVERY_S
         previous = read_run(self.out)
         if previous is not None and previous.name != self.state.name:
-            raise StateError(f"{self.out} holds a watch of '{previous.name}', not of "
-                             f"'{self.state.name}'", hint="point --out at a new folder")
+            raise StateError(
+                f"{self.out} holds a watch of '{previous.name}', not of '{self.state.name}'",
+                hint="point --out at a new folder",
+            )
         self.samples_before = read_samples(self.out) if previous else []
         self.run_info = previous or self._new_run(interval_s, duration_s)
         self.reader = reader or reader_for(self.state)
@@ -82,13 +90,17 @@ class Watcher:
     def _new_run(self, interval_s: float | None, duration_s: float | None) -> WatchRun:
         thresholds = Recipe.model_validate(self.state.recipe).watch
         ranks = sorted(self.state.ranks, key=lambda r: r.rank)
-        run = WatchRun(name=self.state.name, backend=self.state.backend,
-                       endpoint=self.state.endpoint,
-                       interval_s=interval_s or thresholds.interval_s, duration_s=duration_s,
-                       nodes=list(dict.fromkeys(r.node for r in ranks)),
-                       ranks=[RankInfo(rank=r.rank, node=r.node, role=r.role) for r in ranks],
-                       thresholds=thresholds,
-                       started_at=datetime.fromtimestamp(self.clock(), timezone.utc))
+        run = WatchRun(
+            name=self.state.name,
+            backend=self.state.backend,
+            endpoint=self.state.endpoint,
+            interval_s=interval_s or thresholds.interval_s,
+            duration_s=duration_s,
+            nodes=list(dict.fromkeys(r.node for r in ranks)),
+            ranks=[RankInfo(rank=r.rank, node=r.node, role=r.role) for r in ranks],
+            thresholds=thresholds,
+            started_at=datetime.fromtimestamp(self.clock(), UTC),
+        )
         write_run(self.out, run)
         return run
 
@@ -101,8 +113,11 @@ class Watcher:
         before = self.samples_before
         seq = before[-1].seq + 1 if before else 0
         segment = before[-1].segment + 1 if before else 0
-        remaining = (self.run_info.duration_s - covered_s(before)
-                     if self.run_info.duration_s is not None else None)
+        remaining = (
+            self.run_info.duration_s - covered_s(before)
+            if self.run_info.duration_s is not None
+            else None
+        )
         interval = self.run_info.interval_s
         since = before[-1].time if before else self.run_info.started_at
         events = EventReader(self.state.name, since=since)
@@ -132,14 +147,16 @@ class Watcher:
         (between them the token counters, tracked across samples, show progress), so the
         watch does not add a request to the counters it records at every sample."""
         due = self.clock() - self._last_canary >= CANARY_EVERY_S
-        status = lifecycle.status(name, canary_mode="idle" if due else "never",
-                                  tracker=self._tracker)
+        status = lifecycle.status(
+            name, canary_mode="idle" if due else "never", tracker=self._tracker
+        )
         if due:
             self._last_canary = self.clock()
         return status
 
-    def take(self, scraper: LeaderScraper, events: EventReader, *, seq: int,
-             segment: int) -> Sample:
+    def take(
+        self, scraper: LeaderScraper, events: EventReader, *, seq: int, segment: int
+    ) -> Sample:
         """One sample now."""
         begun = self.clock()
         try:
@@ -153,7 +170,14 @@ class Watcher:
         nodes = self.reader.read(up)
         leader = scraper.read()
         new, restarts = events.read()
-        return Sample(seq=seq, segment=segment,
-                      time=datetime.fromtimestamp(begun, timezone.utc),
-                      verdict=verdict, nodes=nodes, leader=leader,
-                      restarts=restarts, events=new, cost_s=round(self.clock() - begun, 4))
+        return Sample(
+            seq=seq,
+            segment=segment,
+            time=datetime.fromtimestamp(begun, UTC),
+            verdict=verdict,
+            nodes=nodes,
+            leader=leader,
+            restarts=restarts,
+            events=new,
+            cost_s=round(self.clock() - begun, 4),
+        )

@@ -7,17 +7,19 @@ its totals at zero). Memory is in GiB (2**30 bytes), CPU in percent of one core.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from tandem.watch.sample import GpuReading, LeaderReading, NodeReading, Sample
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
-def counter_rate(prev: Sample, cur: Sample, value: Callable[[Sample], float | None]
-                 ) -> float | None:
+def counter_rate(
+    prev: Sample, cur: Sample, value: Callable[[Sample], float | None]
+) -> float | None:
     """Per-second rate of a counter between two samples; None across a resume or a reset."""
     if prev.segment != cur.segment:
         return None
@@ -40,7 +42,7 @@ def covered_s(samples: list[Sample]) -> float:
 def counter_increase(samples: list[Sample], value: Callable[[Sample], float | None]) -> float:
     """How much a counter grew over the samples, summing consecutive increases (resets skipped)."""
     total = 0.0
-    for prev, cur in zip(samples, samples[1:]):
+    for prev, cur in itertools.pairwise(samples):
         a, b = value(prev), value(cur)
         if a is not None and b is not None and b >= a:
             total += b - a
@@ -59,16 +61,18 @@ def leader_value(name: str) -> Callable[[Sample], float | None]:
     def read(sample: Sample) -> float | None:
         leader: LeaderReading | None = sample.leader
         return getattr(leader, name) if leader is not None else None
+
     return read
 
 
 def finished_value(reasons: tuple[str, ...] | None = None) -> Callable[[Sample], float | None]:
     """Requests finished (all reasons, or only ``reasons``) as a running total."""
+
     def read(sample: Sample) -> float | None:
         if sample.leader is None or not sample.leader.finished:
             return None
-        return sum(v for k, v in sample.leader.finished.items()
-                   if reasons is None or k in reasons)
+        return sum(v for k, v in sample.leader.finished.items() if reasons is None or k in reasons)
+
     return read
 
 
@@ -77,6 +81,7 @@ def rank_cpu(node: str, rank: int) -> Callable[[Sample], float | None]:
         reading = node_of(sample, node)
         usage = next((r for r in reading.ranks if r.rank == rank), None) if reading else None
         return usage.cpu_s if usage else None
+
     return read
 
 
@@ -113,8 +118,9 @@ def series(samples: list[Sample]) -> Series:
     ranks = list(dict.fromkeys((n.node, r.rank) for s in samples for n in s.nodes for r in n.ranks))
     gpus = list(dict.fromkeys((n.node, g.index) for s in samples for n in s.nodes for g in n.gpus))
     for node in nodes:
-        out.mem_used_gib[node] = [gib(r.mem_used_bytes) if (r := node_of(s, node)) else None
-                                  for s in samples]
+        out.mem_used_gib[node] = [
+            gib(r.mem_used_bytes) if (r := node_of(s, node)) else None for s in samples
+        ]
     for node, rank in ranks:
         key = f"rank {rank} ({node})"
         rss = []
@@ -125,8 +131,10 @@ def series(samples: list[Sample]) -> Series:
         out.rank_rss_gib[key] = rss
         cpu = rank_cpu(node, rank)
         pct: list[float | None] = [None]
-        pct += [(rate * 100 if (rate := counter_rate(a, b, cpu)) is not None else None)
-                for a, b in zip(samples, samples[1:])]
+        pct += [
+            (rate * 100 if (rate := counter_rate(a, b, cpu)) is not None else None)
+            for a, b in itertools.pairwise(samples)
+        ]
         out.rank_cpu_pct[key] = pct
     for node, index in gpus:
         key = f"{node} gpu{index}"
@@ -135,12 +143,15 @@ def series(samples: list[Sample]) -> Series:
         out.gpu_sm_clock_mhz[key] = [g.sm_clock_mhz if g else None for g in readings]
         out.gpu_power_w[key] = [g.power_w if g else None for g in readings]
         out.gpu_throttled[key] = [bool(g and g.throttled) for g in readings]
-    for name, column in (("prompt_tokens", out.prompt_tok_s),
-                         ("generation_tokens", out.generation_tok_s)):
+    for name, column in (
+        ("prompt_tokens", out.prompt_tok_s),
+        ("generation_tokens", out.generation_tok_s),
+    ):
         column.append(None)
-        column += [counter_rate(a, b, leader_value(name)) for a, b in zip(samples, samples[1:])]
-    out.kv_cache_pct = [(v * 100 if (v := leader_value("kv_cache_usage")(s)) is not None else None)
-                        for s in samples]
+        column += [counter_rate(a, b, leader_value(name)) for a, b in itertools.pairwise(samples)]
+    out.kv_cache_pct = [
+        (v * 100 if (v := leader_value("kv_cache_usage")(s)) is not None else None) for s in samples
+    ]
     out.requests_running = [leader_value("requests_running")(s) for s in samples]
     out.requests_waiting = [leader_value("requests_waiting")(s) for s in samples]
     out.restarts = [e.time for s in samples for e in s.events if e.restart]

@@ -29,7 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from tandem.spec.recipe import Watch
 from tandem.watch.sample import Sample, WatchRun
 from tandem.watch.series import (
-    GIB, counter_increase, covered_s, finished_value, leader_value, node_of,
+    GIB,
+    counter_increase,
+    covered_s,
+    finished_value,
+    leader_value,
+    node_of,
 )
 
 SCHEMA_VERSION = 1
@@ -99,31 +104,61 @@ class WatchSummary(_Model):
     passed: bool
 
 
-def _check(name: str, observed: float | None, threshold: float | None, unit: str,
-           detail: str = "", *, magnitude: bool = False) -> Check:
+def _check(
+    name: str,
+    observed: float | None,
+    threshold: float | None,
+    unit: str,
+    detail: str = "",
+    *,
+    magnitude: bool = False,
+) -> Check:
     if observed is None:
-        return Check(name=name, observed=None, threshold=threshold, unit=unit,
-                     result=Result.SKIP, detail=detail or "no data")
+        return Check(
+            name=name,
+            observed=None,
+            threshold=threshold,
+            unit=unit,
+            result=Result.SKIP,
+            detail=detail or "no data",
+        )
     if threshold is None:
-        return Check(name=name, observed=observed, threshold=None, unit=unit,
-                     result=Result.SKIP, detail=detail or "no threshold set")
+        return Check(
+            name=name,
+            observed=observed,
+            threshold=None,
+            unit=unit,
+            result=Result.SKIP,
+            detail=detail or "no threshold set",
+        )
     value = abs(observed) if magnitude else observed
-    return Check(name=name, observed=observed, threshold=threshold, unit=unit,
-                 result=Result.PASS if value <= threshold else Result.FAIL, detail=detail)
+    return Check(
+        name=name,
+        observed=observed,
+        threshold=threshold,
+        unit=unit,
+        result=Result.PASS if value <= threshold else Result.FAIL,
+        detail=detail,
+    )
 
 
 def _node_memory(node: str, samples: list[Sample]) -> NodeMemory:
     readings = [r for s in samples if (r := node_of(s, node)) is not None]
     used = [u / GIB for r in readings if (u := r.mem_used_bytes) is not None]
-    available = [r.mem_available_bytes / GIB for r in readings
-                 if r.mem_available_bytes is not None]
+    available = [r.mem_available_bytes / GIB for r in readings if r.mem_available_bytes is not None]
     totals = [r.mem_total_bytes for r in readings if r.mem_total_bytes]
-    kills = counter_increase(samples, lambda s: (
-        reading.oom_kills if (reading := node_of(s, node)) else None))
-    return NodeMemory(node=node, total_gib=totals[-1] / GIB if totals else None,
-                      min_used_gib=min(used, default=None), max_used_gib=max(used, default=None),
-                      drift_gib=used[-1] - used[0] if used else None,
-                      min_available_gib=min(available, default=None), oom_kills=round(kills))
+    kills = counter_increase(
+        samples, lambda s: reading.oom_kills if (reading := node_of(s, node)) else None
+    )
+    return NodeMemory(
+        node=node,
+        total_gib=totals[-1] / GIB if totals else None,
+        min_used_gib=min(used, default=None),
+        max_used_gib=max(used, default=None),
+        drift_gib=used[-1] - used[0] if used else None,
+        min_available_gib=min(available, default=None),
+        oom_kills=round(kills),
+    )
 
 
 def throttle_events(samples: list[Sample]) -> int:
@@ -140,63 +175,124 @@ def throttle_events(samples: list[Sample]) -> int:
     return events
 
 
-def summarize(run: WatchRun, samples: list[Sample], thresholds: Watch | None = None
-              ) -> WatchSummary:
+def summarize(
+    run: WatchRun, samples: list[Sample], thresholds: Watch | None = None
+) -> WatchSummary:
     """The figures and checks of a watch folder's samples."""
     limits = thresholds or run.thresholds
     nodes = [_node_memory(node, samples) for node in run.nodes]
-    temperatures = [g.temperature_c for s in samples for n in s.nodes for g in n.gpus
-                    if g.temperature_c is not None]
+    temperatures = [
+        g.temperature_c
+        for s in samples
+        for n in s.nodes
+        for g in n.gpus
+        if g.temperature_c is not None
+    ]
     gpus = {(n.node, g.index) for s in samples for n in s.nodes for g in n.gpus}
     throttles = throttle_events(samples)
     restart_times = [e.time for s in samples for e in s.events if e.restart]
     finished = round(counter_increase(samples, finished_value()))
     errors = round(counter_increase(samples, finished_value(ERROR_REASONS)))
     error_rate = errors / finished if finished else None
-    kv = [s.leader.kv_cache_usage for s in samples
-          if s.leader and s.leader.kv_cache_usage is not None]
-    waiting = [s.leader.requests_waiting for s in samples
-               if s.leader and s.leader.requests_waiting is not None]
+    kv = [
+        s.leader.kv_cache_usage for s in samples if s.leader and s.leader.kv_cache_usage is not None
+    ]
+    waiting = [
+        s.leader.requests_waiting
+        for s in samples
+        if s.leader and s.leader.requests_waiting is not None
+    ]
     verdicts: dict[str, int] = {}
     for s in samples:
         verdicts[s.verdict.value] = verdicts.get(s.verdict.value, 0) + 1
     no_gpu = "no GPU reported" if not gpus else ""
     checks = [
-        _check("peak temperature", max(temperatures, default=None), limits.max_temperature_c,
-               "°C", no_gpu),
-        _check("throttle events", throttles if gpus else None, limits.max_throttle_events,
-               "events", no_gpu),
+        _check(
+            "peak temperature",
+            max(temperatures, default=None),
+            limits.max_temperature_c,
+            "°C",
+            no_gpu,
+        ),
+        _check(
+            "throttle events",
+            throttles if gpus else None,
+            limits.max_throttle_events,
+            "events",
+            no_gpu,
+        ),
     ]
     for memory in nodes:
-        checks.append(_check(f"memory used {memory.node}", memory.max_used_gib,
-                             limits.max_memory_used_gib, "GiB",
-                             _span(memory.min_used_gib, memory.max_used_gib)))
+        checks.append(
+            _check(
+                f"memory used {memory.node}",
+                memory.max_used_gib,
+                limits.max_memory_used_gib,
+                "GiB",
+                _span(memory.min_used_gib, memory.max_used_gib),
+            )
+        )
     for memory in nodes:
-        checks.append(_check(f"memory drift {memory.node}", memory.drift_gib,
-                             limits.max_memory_drift_gib, "GiB", magnitude=True))
+        checks.append(
+            _check(
+                f"memory drift {memory.node}",
+                memory.drift_gib,
+                limits.max_memory_drift_gib,
+                "GiB",
+                magnitude=True,
+            )
+        )
     checks += [
-        _check("OOM events", max((m.oom_kills for m in nodes), default=None) if samples else None,
-               limits.max_oom_events, "kills", "most on one node"),
-        _check("restarts", len(restart_times) if samples else None, limits.max_restarts,
-               "restarts", "events.log"),
-        _check("error rate", error_rate, limits.max_error_rate, "fraction",
-               f"{errors} of {finished} finished requests" if finished else "no request finished"),
+        _check(
+            "OOM events",
+            max((m.oom_kills for m in nodes), default=None) if samples else None,
+            limits.max_oom_events,
+            "kills",
+            "most on one node",
+        ),
+        _check(
+            "restarts",
+            len(restart_times) if samples else None,
+            limits.max_restarts,
+            "restarts",
+            "events.log",
+        ),
+        _check(
+            "error rate",
+            error_rate,
+            limits.max_error_rate,
+            "fraction",
+            f"{errors} of {finished} finished requests" if finished else "no request finished",
+        ),
     ]
     costs = [s.cost_s for s in samples]
     return WatchSummary(
-        name=run.name, started=samples[0].time if samples else None,
-        ended=samples[-1].time if samples else None, covered_s=round(covered_s(samples), 1),
-        samples=len(samples), segments=len({s.segment for s in samples}),
-        interval_s=run.interval_s, nodes=nodes, gpus=len(gpus),
-        peak_temperature_c=max(temperatures, default=None), throttle_events=throttles,
-        restarts=len(restart_times), restart_times=restart_times, requests_finished=finished,
-        request_errors=errors, error_rate=error_rate,
+        name=run.name,
+        started=samples[0].time if samples else None,
+        ended=samples[-1].time if samples else None,
+        covered_s=round(covered_s(samples), 1),
+        samples=len(samples),
+        segments=len({s.segment for s in samples}),
+        interval_s=run.interval_s,
+        nodes=nodes,
+        gpus=len(gpus),
+        peak_temperature_c=max(temperatures, default=None),
+        throttle_events=throttles,
+        restarts=len(restart_times),
+        restart_times=restart_times,
+        requests_finished=finished,
+        request_errors=errors,
+        error_rate=error_rate,
         generation_tokens=round(counter_increase(samples, leader_value("generation_tokens"))),
-        peak_kv_cache_usage=max(kv, default=None), max_requests_waiting=max(waiting, default=None),
+        peak_kv_cache_usage=max(kv, default=None),
+        max_requests_waiting=max(waiting, default=None),
         preemptions=round(counter_increase(samples, leader_value("preemptions"))),
-        verdicts=verdicts, mean_sample_cost_s=sum(costs) / len(costs) if costs else None,
-        thresholds=limits, checks=checks,
-        passed=all(c.result is not Result.FAIL for c in checks))
+        verdicts=verdicts,
+        mean_sample_cost_s=sum(costs) / len(costs) if costs else None,
+        thresholds=limits,
+        checks=checks,
+        passed=all(c.result is not Result.FAIL for c in checks),
+    )
 
 
 def _span(low: float | None, high: float | None) -> str:

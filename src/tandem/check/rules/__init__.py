@@ -18,18 +18,45 @@ from collections.abc import Iterable
 from tandem.check.findings import Finding, Severity
 from tandem.check.rules.cache import CacheParityRule
 from tandem.check.rules.context import CheckContext, Rule
-from tandem.check.rules.host import (ClockSkewRule, GuiRule, MemoryHeadroomRule, PlanFitRule,
-                                     ShmRule)
-from tandem.check.rules.network import (AddressOnNodeRule, InterfaceRule, LoopbackMasterRule,
-                                        MtuRule, OpenApiRule, PortsRule, RoceGidRule)
-from tandem.check.rules.software import (ImagePresentRule, KnownBadEnvRule, ModelSnapshotRule,
-                                         ProbeFailedRule, VersionSkewRule, VllmVersionRule)
+from tandem.check.rules.host import ClockSkewRule, GuiRule, MemoryHeadroomRule, PlanFitRule, ShmRule
+from tandem.check.rules.network import (
+    AddressOnNodeRule,
+    InterfaceRule,
+    LoopbackMasterRule,
+    MtuRule,
+    OpenApiRule,
+    PortsRule,
+    RoceGidRule,
+)
+from tandem.check.rules.software import (
+    ImagePresentRule,
+    KnownBadEnvRule,
+    ModelSnapshotRule,
+    ProbeFailedRule,
+    VersionSkewRule,
+    VllmVersionRule,
+)
 
 RULES: tuple[Rule, ...] = (
-    ProbeFailedRule(), VersionSkewRule(), VllmVersionRule(), ImagePresentRule(),
-    ModelSnapshotRule(), InterfaceRule(), AddressOnNodeRule(), MtuRule(), RoceGidRule(),
-    PlanFitRule(), MemoryHeadroomRule(), GuiRule(), KnownBadEnvRule(), PortsRule(), ShmRule(),
-    LoopbackMasterRule(), OpenApiRule(), ClockSkewRule(), CacheParityRule(),
+    ProbeFailedRule(),
+    VersionSkewRule(),
+    VllmVersionRule(),
+    ImagePresentRule(),
+    ModelSnapshotRule(),
+    InterfaceRule(),
+    AddressOnNodeRule(),
+    MtuRule(),
+    RoceGidRule(),
+    PlanFitRule(),
+    MemoryHeadroomRule(),
+    GuiRule(),
+    KnownBadEnvRule(),
+    PortsRule(),
+    ShmRule(),
+    LoopbackMasterRule(),
+    OpenApiRule(),
+    ClockSkewRule(),
+    CacheParityRule(),
 )
 """Every rule, in report order."""
 

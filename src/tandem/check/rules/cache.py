@@ -28,7 +28,7 @@ def _describe(cache: dict[str, Any]) -> str:
     folders = (cache.get("folders") or {}).values()
     files = sum(f.get("files") or 0 for f in folders)
     size = sum(f.get("bytes") or 0 for f in folders)
-    return f"warm, key {key} ({files} files, {size / 1024 ** 2:.1f} MiB)"
+    return f"warm, key {key} ({files} files, {size / 1024**2:.1f} MiB)"
 
 
 class CacheParityRule:
@@ -37,8 +37,11 @@ class CacheParityRule:
     name = "cache-parity"
 
     def check(self, ctx: CheckContext) -> Iterable[Finding]:
-        found = {node.name: facts["compile_cache"] for node, facts in ctx.probed()
-                 if isinstance(facts.get("compile_cache"), dict)}
+        found = {
+            node.name: facts["compile_cache"]
+            for node, facts in ctx.probed()
+            if isinstance(facts.get("compile_cache"), dict)
+        }
         leader = ctx.nodes[0].name
         if leader not in found:  # no leader facts (probe-failed says why): nothing to compare
             return
@@ -47,12 +50,19 @@ class CacheParityRule:
         if len(set(keys.values())) == 1:
             warm = next(iter(keys.values()))
             yield Finding(
-                rule=self.name, severity=Severity.INFO, node=None,
-                message=(f"compile caches warm on every rank (key {warm}): this start loads "
-                         "compiled graphs and tuned kernels" if warm else
-                         "compile caches cold on every rank: this start compiles and tunes, "
-                         "the next one is warm"),
-                evidence=listing(states), fix="nothing to do")
+                rule=self.name,
+                severity=Severity.INFO,
+                node=None,
+                message=(
+                    f"compile caches warm on every rank (key {warm}): this start loads "
+                    "compiled graphs and tuned kernels"
+                    if warm
+                    else "compile caches cold on every rank: this start compiles and tunes, "
+                    "the next one is warm"
+                ),
+                evidence=listing(states),
+                fix="nothing to do",
+            )
             return
         name = ctx.deployment.name
         cluster = "" if ctx.deployment.cluster.transport is Transport.LOCAL else " --cluster FILE"
@@ -60,19 +70,36 @@ class CacheParityRule:
             if node == leader or key == keys[leader]:
                 continue
             here, there = caches.differences(found[node], found[leader])
-            detail = "; ".join(part for part in (
-                f"only here: {', '.join(here[:_SHOWN])}{' ...' if len(here) > _SHOWN else ''}"
-                if here else "",
-                f"only on {leader}: {', '.join(there[:_SHOWN])}"
-                f"{' ...' if len(there) > _SHOWN else ''}" if there else "") if part)
+            detail = "; ".join(
+                part
+                for part in (
+                    f"only here: {', '.join(here[:_SHOWN])}{' ...' if len(here) > _SHOWN else ''}"
+                    if here
+                    else "",
+                    f"only on {leader}: {', '.join(there[:_SHOWN])}"
+                    f"{' ...' if len(there) > _SHOWN else ''}"
+                    if there
+                    else "",
+                )
+                if part
+            )
             yield Finding(
-                rule=self.name, severity=Severity.ERROR, node=node,
-                message=(f"this rank's compile cache ({states[node].split(',')[0]}) differs from "
-                         f"the leader's ({states[leader].split(',')[0]}): the rank that has less "
-                         "to compile waits at a barrier until it times out (vLLM issue 57423)"),
-                evidence=(f"{node}: {found[node].get('root')} {states[node]}; {leader}: "
-                          f"{found[leader].get('root')} {states[leader]}"
-                          + (f"; {detail}" if detail else "")),
-                fix=(f"`tandem down {name} --purge-caches{cluster}` clears every rank's cache, "
-                     "so all start cold together; or copy the leader's: rsync -a "
-                     f"{leader}:{found[leader].get('root')}/ {node}:{found[node].get('root')}/"))
+                rule=self.name,
+                severity=Severity.ERROR,
+                node=node,
+                message=(
+                    f"this rank's compile cache ({states[node].split(',')[0]}) differs from "
+                    f"the leader's ({states[leader].split(',')[0]}): the rank that has less "
+                    "to compile waits at a barrier until it times out (vLLM issue 57423)"
+                ),
+                evidence=(
+                    f"{node}: {found[node].get('root')} {states[node]}; {leader}: "
+                    f"{found[leader].get('root')} {states[leader]}"
+                    + (f"; {detail}" if detail else "")
+                ),
+                fix=(
+                    f"`tandem down {name} --purge-caches{cluster}` clears every rank's cache, "
+                    "so all start cold together; or copy the leader's: rsync -a "
+                    f"{leader}:{found[leader].get('root')}/ {node}:{found[node].get('root')}/"
+                ),
+            )

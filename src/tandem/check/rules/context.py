@@ -12,8 +12,8 @@ from tandem.spec.cluster import Node, Transport
 from tandem.spec.deployment import Deployment
 from tandem.spec.recipe import DataPlaneTransport
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
+GIB = 1024**3
+MIB = 1024**2
 UP_STATES = {"UP", "UNKNOWN"}
 """Operational states of a usable interface (loopback and some veths report UNKNOWN)."""
 
@@ -51,11 +51,16 @@ class CheckContext:
                 yield node, facts
 
     def hcas(self, node: Node) -> list[str]:
-        return node.hcas if node.hcas is not None else list(
-            self.deployment.recipe.network.data_plane.hcas)
+        return (
+            node.hcas
+            if node.hcas is not None
+            else list(self.deployment.recipe.network.data_plane.hcas)
+        )
 
     def control_interface(self, node: Node) -> str | None:
-        return node.control_plane_interface or self.deployment.recipe.network.control_plane.interface
+        return (
+            node.control_plane_interface or self.deployment.recipe.network.control_plane.interface
+        )
 
     @property
     def uses_ib(self) -> bool:

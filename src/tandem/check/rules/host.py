@@ -34,14 +34,16 @@ class MemoryHeadroomRule:
                 continue
             if available < need + self.margin_bytes:
                 yield Finding(
-                    rule=self.name, severity=Severity.ERROR if available < need else Severity.WARNING,
+                    rule=self.name,
+                    severity=Severity.ERROR if available < need else Severity.WARNING,
                     node=node.name,
                     message=f"{pool} {gib(available)} is short of the planned {gib(need)} "
-                            f"+ {gib(self.margin_bytes)} margin",
+                    f"+ {gib(self.margin_bytes)} margin",
                     evidence=f"MemAvailable {gib(fact(facts, 'memory', 'available_bytes') or 0)}"
-                             f", GUI resident {gib(fact(facts, 'display', 'gui_rss_bytes') or 0)}",
+                    f", GUI resident {gib(fact(facts, 'display', 'gui_rss_bytes') or 0)}",
                     fix="stop other processes (and the desktop), or lower "
-                        "engine.serve.gpu_memory_utilization / max_model_len")
+                    "engine.serve.gpu_memory_utilization / max_model_len",
+                )
 
 
 class PlanFitRule:
@@ -53,17 +55,25 @@ class PlanFitRule:
     def check(self, ctx: CheckContext) -> Iterable[Finding]:
         refused = ctx.plan_refused
         if refused is not None:
-            yield Finding(rule=self.name, severity=Severity.ERROR, node=None,
-                          message=f"tandem plan refuses the deployment: {refused.message}",
-                          evidence=f"field {refused.field}" if refused.field else
-                          "tandem plan", fix=refused.hint or "see `tandem plan`")
+            yield Finding(
+                rule=self.name,
+                severity=Severity.ERROR,
+                node=None,
+                message=f"tandem plan refuses the deployment: {refused.message}",
+                evidence=f"field {refused.field}" if refused.field else "tandem plan",
+                fix=refused.hint or "see `tandem plan`",
+            )
         fit = ctx.plan_fit
         if fit is None or fit.fits:
             return
-        yield Finding(rule=self.name, severity=Severity.ERROR, node=None,
-                      message="tandem plan says the deployment DOES NOT FIT",
-                      evidence="; ".join(fit.reasons),
-                      fix="; ".join(fit.changes) or "see `tandem plan` for the figures")
+        yield Finding(
+            rule=self.name,
+            severity=Severity.ERROR,
+            node=None,
+            message="tandem plan says the deployment DOES NOT FIT",
+            evidence="; ".join(fit.reasons),
+            fix="; ".join(fit.changes) or "see `tandem plan` for the figures",
+        )
 
 
 class GuiRule:
@@ -77,18 +87,23 @@ class GuiRule:
             processes = display.get("gui_processes") or []
             if display.get("display_manager") != "active" and not processes:
                 continue
-            held = ", ".join(f"{p['name']} {(p['rss_bytes'] or 0) / MIB:.0f} MiB" for p in processes)
-            gpu = ", ".join(f"{p['name'].rsplit('/', 1)[-1]} {p['memory_mib']} MiB"
-                            for p in fact(facts, "gpu", "graphics_processes") or [])
+            held = ", ".join(
+                f"{p['name']} {(p['rss_bytes'] or 0) / MIB:.0f} MiB" for p in processes
+            )
+            gpu = ", ".join(
+                f"{p['name'].rsplit('/', 1)[-1]} {p['memory_mib']} MiB"
+                for p in fact(facts, "gpu", "graphics_processes") or []
+            )
             yield Finding(
-                rule=self.name, severity=Severity.WARNING, node=node.name,
+                rule=self.name,
+                severity=Severity.WARNING,
+                node=node.name,
                 message=f"a desktop is running and holds {gib(display.get('gui_rss_bytes') or 0)}",
                 evidence=f"display-manager {display.get('display_manager')}; resident: "
-                         f"{held or 'none found'}" + (f"; on the GPU: {gpu}" if gpu else ""),
+                f"{held or 'none found'}" + (f"; on the GPU: {gpu}" if gpu else ""),
                 fix="`sudo systemctl stop display-manager` before launching (a reboot restores "
-                    "it; `sudo systemctl set-default multi-user.target` makes it permanent)")
-
-
+                "it; `sudo systemctl set-default multi-user.target` makes it permanent)",
+            )
 
 
 class ShmRule:
@@ -103,13 +118,14 @@ class ShmRule:
             if total is None or total >= recipe.shm_bytes:
                 continue
             yield Finding(
-                rule=self.name, severity=Severity.ERROR, node=node.name,
+                rule=self.name,
+                severity=Severity.ERROR,
+                node=node.name,
                 message=f"/dev/shm is {gib(total)}, smaller than shm_size {recipe.shm_size}",
                 evidence=f"df /dev/shm: {total} bytes, {fact(facts, 'shm', 'free_bytes')} free",
                 fix=f"`sudo mount -o remount,size={recipe.shm_size.upper()} /dev/shm` (and in "
-                    "/etc/fstab), or lower shm_size")
-
-
+                "/etc/fstab), or lower shm_size",
+            )
 
 
 class ClockSkewRule:
@@ -126,17 +142,21 @@ class ClockSkewRule:
     limit_s = 1.0
 
     def check(self, ctx: CheckContext) -> Iterable[Finding]:
-        clocks = {node.name: (facts["clock_offset_s"], facts.get("clock_offset_bound_s") or 0.0)
-                  for node, facts in ctx.probed()
-                  if isinstance(facts.get("clock_offset_s"), (int, float))}
+        clocks = {
+            node.name: (facts["clock_offset_s"], facts.get("clock_offset_bound_s") or 0.0)
+            for node, facts in ctx.probed()
+            if isinstance(facts.get("clock_offset_s"), (int, float))
+        }
         if not clocks:
             return
         # the smallest spread the readings allow: the highest low end minus the lowest high end
-        spread_s = (max(o - b for o, b in clocks.values())
-                    - min(o + b for o, b in clocks.values()))
+        spread_s = max(o - b for o, b in clocks.values()) - min(o + b for o, b in clocks.values())
         if spread_s > self.limit_s:
-            yield Finding(rule=self.name, severity=Severity.WARNING, node=None,
-                          message="node clocks disagree by more than a second",
-                          evidence=listing({n: f"{o:+.2f} s ± {b:.2f} s"
-                                            for n, (o, b) in clocks.items()}),
-                          fix="enable NTP on every node (`timedatectl set-ntp true`)")
+            yield Finding(
+                rule=self.name,
+                severity=Severity.WARNING,
+                node=None,
+                message="node clocks disagree by more than a second",
+                evidence=listing({n: f"{o:+.2f} s ± {b:.2f} s" for n, (o, b) in clocks.items()}),
+                fix="enable NTP on every node (`timedatectl set-ntp true`)",
+            )

@@ -21,9 +21,14 @@ class ProbeFailedRule:
         for node in ctx.nodes:
             facts = ctx.facts.get(node.name) or {"probe_error": "no facts"}
             if "probe_error" in facts:
-                yield Finding(rule=self.name, severity=Severity.ERROR, node=node.name,
-                              message="the node could not be probed", evidence=facts["probe_error"],
-                              fix="make the node reachable with python3 >= 3.8 on it, then rerun")
+                yield Finding(
+                    rule=self.name,
+                    severity=Severity.ERROR,
+                    node=node.name,
+                    message="the node could not be probed",
+                    evidence=facts["probe_error"],
+                    fix="make the node reachable with python3 >= 3.8 on it, then rerun",
+                )
 
 
 class VersionSkewRule:
@@ -32,16 +37,16 @@ class VersionSkewRule:
     name = "version-skew"
     fixes: ClassVar[dict[str, str]] = {
         "kernel": "install the same kernel on every node (`apt install linux-image-VERSION`, "
-                  "reboot) — NCCL and the GPU driver are built per kernel",
+        "reboot) — NCCL and the GPU driver are built per kernel",
         "DGX OS": "bring every node to the same DGX OS release (`sudo apt update && sudo apt "
-                  "full-upgrade`, then reboot)",
+        "full-upgrade`, then reboot)",
         "NVIDIA driver": "install the same driver on every node; mixed drivers break NCCL",
         "CUDA": "install the same CUDA on every node (it comes with the driver on DGX OS)",
         "NIC firmware": "flash the same ConnectX firmware on every node (`mlxfwmanager --online "
-                        "-u` or the DGX OS firmware update), then reboot",
+        "-u` or the DGX OS firmware update), then reboot",
         "vLLM": "install the same vLLM on every node",
         "image digest": "pull the same image digest on every node, ideally pinned as "
-                        "`engine.image: REPO@sha256:...`",
+        "`engine.image: REPO@sha256:...`",
     }
 
     def check(self, ctx: CheckContext) -> Iterable[Finding]:
@@ -51,24 +56,35 @@ class VersionSkewRule:
         readings: dict[str, dict[str, Any]] = {name: {} for name in self.fixes}
         for node, facts in ctx.probed():
             readings["kernel"][node.name] = fact(facts, "system", "kernel")
-            readings["DGX OS"][node.name] = fact(facts, "system", "dgx_release", "DGX_SWBUILD_VERSION")
+            readings["DGX OS"][node.name] = fact(
+                facts, "system", "dgx_release", "DGX_SWBUILD_VERSION"
+            )
             readings["NVIDIA driver"][node.name] = fact(facts, "gpu", "driver_version")
             readings["CUDA"][node.name] = fact(facts, "gpu", "cuda_version")
             devices = rdma_devices_of(facts)
             wanted = ctx.hcas(node) if ctx.uses_ib else list(devices)
-            firmware = sorted({devices[h]["fw_ver"] for h in wanted if h in devices and devices[h].get("fw_ver")})
+            firmware = sorted(
+                {devices[h]["fw_ver"] for h in wanted if h in devices and devices[h].get("fw_ver")}
+            )
             readings["NIC firmware"][node.name] = "/".join(firmware) or None
             if not image:
                 readings["vLLM"][node.name] = fact(facts, "software", "vllm_version")
             else:
-                digests = sorted({i["digest"] for i in image_matches(facts, image) if i.get("digest")})
+                digests = sorted(
+                    {i["digest"] for i in image_matches(facts, image) if i.get("digest")}
+                )
                 readings["image digest"][node.name] = ",".join(digests) or None
         for what, values in readings.items():
             known = {n: v for n, v in values.items() if v is not None}
             if len(set(known.values())) > 1:
-                yield Finding(rule=self.name, severity=Severity.ERROR, node=None,
-                              message=f"{what} differs between nodes",
-                              evidence=listing(known), fix=self.fixes[what])
+                yield Finding(
+                    rule=self.name,
+                    severity=Severity.ERROR,
+                    node=None,
+                    message=f"{what} differs between nodes",
+                    evidence=listing(known),
+                    fix=self.fixes[what],
+                )
 
 
 def image_matches(facts: dict[str, Any], image: str) -> list[dict[str, Any]]:
@@ -76,9 +92,13 @@ def image_matches(facts: dict[str, Any], image: str) -> list[dict[str, Any]]:
     images = fact(facts, "images", "images") or []
     if "@" in image:
         repo, digest = image.split("@", 1)
-        return [i for i in images if i.get("digest") == digest and i["ref"].rsplit(":", 1)[0] == repo]
+        return [
+            i for i in images if i.get("digest") == digest and i["ref"].rsplit(":", 1)[0] == repo
+        ]
     ref = image if ":" in image.rsplit("/", 1)[-1] else image + ":latest"
-    return [i for i in images if i.get("ref") in (ref, "docker.io/" + ref, "docker.io/library/" + ref)]
+    return [
+        i for i in images if i.get("ref") in (ref, "docker.io/" + ref, "docker.io/library/" + ref)
+    ]
 
 
 class VllmVersionRule:
@@ -94,12 +114,16 @@ class VllmVersionRule:
             found = fact(facts, "software", "vllm_version")
             if (found or "").split("+", 1)[0] != engine.vllm_version.split("+", 1)[0]:
                 yield Finding(
-                    rule=self.name, severity=Severity.ERROR, node=node.name,
-                    message=f"vLLM {found}; the recipe needs {engine.vllm_version}" if found
+                    rule=self.name,
+                    severity=Severity.ERROR,
+                    node=node.name,
+                    message=f"vLLM {found}; the recipe needs {engine.vllm_version}"
+                    if found
                     else f"vLLM is not installed; the recipe needs {engine.vllm_version}",
                     evidence=f"python {fact(facts, 'software', 'executable') or '?'}: packages "
-                             f"{fact(facts, 'software', 'packages') or {}}",
-                    fix=f"pip install vllm=={engine.vllm_version} on {node.name}")
+                    f"{fact(facts, 'software', 'packages') or {}}",
+                    fix=f"pip install vllm=={engine.vllm_version} on {node.name}",
+                )
 
 
 class ImagePresentRule:
@@ -115,11 +139,14 @@ class ImagePresentRule:
             if not image_matches(facts, image):
                 tools = fact(facts, "images", "tools") or []
                 yield Finding(
-                    rule=self.name, severity=Severity.ERROR, node=node.name,
+                    rule=self.name,
+                    severity=Severity.ERROR,
+                    node=node.name,
                     message=f"image {image} is not on the node",
                     evidence=f"image stores read: {', '.join(tools) or 'none (no docker, no ctr)'}",
                     fix=f"pull it on {node.name} first: `docker pull {image}` or, for "
-                        f"Kubernetes, `sudo ctr -n k8s.io images pull {image}`")
+                    f"Kubernetes, `sudo ctr -n k8s.io images pull {image}`",
+                )
 
 
 class ModelSnapshotRule:
@@ -129,8 +156,10 @@ class ModelSnapshotRule:
 
     def check(self, ctx: CheckContext) -> Iterable[Finding]:
         model = ctx.deployment.recipe.model
-        download = (f"`HF_HOME={model.cache_root or '~/.cache/huggingface'} hf download "
-                    f"{model.repo_id} --revision {model.revision}`")
+        download = (
+            f"`HF_HOME={model.cache_root or '~/.cache/huggingface'} hf download "
+            f"{model.repo_id} --revision {model.revision}`"
+        )
         present: dict[str, dict[str, Any]] = {}
         for node, facts in ctx.probed():
             snap = facts.get("model")
@@ -139,23 +168,29 @@ class ModelSnapshotRule:
             where = snap.get("snapshot_dir") or snap.get("repo_dir") or snap.get("path")
             if snap.get("layout") == "plain-directory" and not model.path:
                 yield Finding(
-                    rule="model-not-cache-layout", severity=Severity.ERROR, node=node.name,
+                    rule="model-not-cache-layout",
+                    severity=Severity.ERROR,
+                    node=node.name,
                     message="the weights are a plain directory, not the Hugging Face cache layout",
                     evidence=f"{snap.get('plain_dir') or snap.get('repo_dir')} has no "
-                             "snapshots/<commit>/ with refs/; an offline vLLM serving by repo id "
-                             "will not find it",
+                    "snapshots/<commit>/ with refs/; an offline vLLM serving by repo id "
+                    "will not find it",
                     fix=f"download into the cache with {download}, or serve the directory by "
-                        "setting model.path")
+                    "setting model.path",
+                )
                 continue
             if not snap.get("exists"):
                 severity = Severity.ERROR if model.offline else Severity.WARNING
                 yield Finding(
-                    rule="model-snapshot-missing", severity=severity, node=node.name,
+                    rule="model-snapshot-missing",
+                    severity=severity,
+                    node=node.name,
                     message=f"no snapshot of {model.repo_id}@{model.revision}",
                     evidence=f"{where}: refs/{model.revision} -> {snap.get('commit') or 'absent'}; "
-                             f"snapshots present: {snap.get('snapshots') or 'none'}",
+                    f"snapshots present: {snap.get('snapshots') or 'none'}",
                     fix=f"on {node.name}: {download} (the same path on every node)"
-                        + ("" if model.offline else "; otherwise every rank downloads at start"))
+                    + ("" if model.offline else "; otherwise every rank downloads at start"),
+                )
                 continue
             broken = snap.get("broken_links") or []
             shards = snap.get("missing_shards") or []
@@ -168,10 +203,14 @@ class ModelSnapshotRule:
                     parts.append(f"links to missing blobs: {', '.join(broken)}")
                 if partial:
                     parts.append(f"unfinished downloads in blobs/: {', '.join(partial)}")
-                yield Finding(rule="model-snapshot-incomplete", severity=Severity.ERROR,
-                              node=node.name, message=f"the snapshot at {where} is incomplete",
-                              evidence="; ".join(parts),
-                              fix=f"finish the download on {node.name}: {download}")
+                yield Finding(
+                    rule="model-snapshot-incomplete",
+                    severity=Severity.ERROR,
+                    node=node.name,
+                    message=f"the snapshot at {where} is incomplete",
+                    evidence="; ".join(parts),
+                    fix=f"finish the download on {node.name}: {download}",
+                )
                 continue
             present[node.name] = snap
         yield from self._compare(present)
@@ -181,26 +220,33 @@ class ModelSnapshotRule:
             return
         commits = {n: s.get("commit") for n, s in present.items()}
         if len(set(commits.values())) > 1:
-            yield Finding(rule="model-snapshot-differs", severity=Severity.ERROR, node=None,
-                          message="the nodes hold different snapshots (commits)",
-                          evidence=listing(commits),
-                          fix="pin model.revision to one 40-hex commit and download it on every node")
+            yield Finding(
+                rule="model-snapshot-differs",
+                severity=Severity.ERROR,
+                node=None,
+                message="the nodes hold different snapshots (commits)",
+                evidence=listing(commits),
+                fix="pin model.revision to one 40-hex commit and download it on every node",
+            )
             return
-        views = {n: {f["name"]: (f["size"], f.get("blob"), f.get("sha256")) for f in s["files"]}
-                 for n, s in present.items()}
+        views = {
+            n: {f["name"]: (f["size"], f.get("blob"), f.get("sha256")) for f in s["files"]}
+            for n, s in present.items()
+        }
         first_node, first = next(iter(views.items()))
         for other_node, other in views.items():
             differing = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
             if differing:
                 yield Finding(
-                    rule="model-snapshot-differs", severity=Severity.ERROR, node=other_node,
+                    rule="model-snapshot-differs",
+                    severity=Severity.ERROR,
+                    node=other_node,
                     message=f"files differ from {first_node}'s snapshot",
                     evidence=f"{len(differing)} file(s) differ in presence, size or blob hash: "
-                             f"{', '.join(differing[:5])}{' ...' if len(differing) > 5 else ''}",
+                    f"{', '.join(differing[:5])}{' ...' if len(differing) > 5 else ''}",
                     fix=f"copy the snapshot from {first_node} (`rsync -a --checksum`) or "
-                        "re-download it")
-
-
+                    "re-download it",
+                )
 
 
 class KnownBadEnvRule:
@@ -215,18 +261,32 @@ class KnownBadEnvRule:
         for node in ctx.nodes:
             env = ctx.rank_env.get(node.name) or {**recipe_env, **node.env}
             for name, value in sorted(env.items()):
-                row = next((r for r in KNOWN_BAD_ENV if r.name == name and r.matches(value)
-                            and (ctx.uses_ib or not r.only_with_ib)), None)
+                row = next(
+                    (
+                        r
+                        for r in KNOWN_BAD_ENV
+                        if r.name == name
+                        and r.matches(value)
+                        and (ctx.uses_ib or not r.only_with_ib)
+                    ),
+                    None,
+                )
                 if row is None and name.startswith("NCCL_") and value == "":
                     row = EMPTY_NCCL_VARIABLE
                 if row is None:
                     continue
-                where = None if recipe_env.get(name) == value and name not in node.env else node.name
+                where = (
+                    None if recipe_env.get(name) == value and name not in node.env else node.name
+                )
                 if (where, name) in seen:
                     continue
                 seen.add((where, name))
                 origin = "recipe env" if where is None else f"node {node.name}'s environment"
-                yield Finding(rule=self.name, severity=row.severity_for(vllm), node=where,
-                              message=f"{name}={value!r} {row.effect}",
-                              evidence=f"set in the {origin}; known from {row.source}",
-                              fix=row.fix)
+                yield Finding(
+                    rule=self.name,
+                    severity=row.severity_for(vllm),
+                    node=where,
+                    message=f"{name}={value!r} {row.effect}",
+                    evidence=f"set in the {origin}; known from {row.source}",
+                    fix=row.fix,
+                )
