@@ -32,8 +32,11 @@ def _raise(signum: int, frame: object) -> None:
 
 
 def raise_on_termination() -> None:
-    """Make SIGTERM and SIGHUP raise ``Interrupted`` in the main thread."""
+    """Make SIGTERM and SIGHUP raise ``Interrupted`` in the main thread, and SIGINT
+    ``KeyboardInterrupt`` even where the parent ignored it (a shell starts background jobs
+    with SIGINT ignored, and Python then installs no handler): a stop always cleans up."""
     if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _raise)
         signal.signal(signal.SIGHUP, _raise)
 

@@ -59,7 +59,8 @@ def check_processes(role, deployment):
     if stopped:
         return f"{stopped[0][1]} (pid {stopped[0][0]}) is stopped"
     names = [p[1] for p in found]
-    needed = ["VLLM::Worker"] + (["VLLM::EngineCore"] if role == "leader" else [])
+    # the kernel keeps 15 characters of a renamed process's name: VLLM::EngineCor(e)
+    needed = ["VLLM::Worker"] + (["VLLM::EngineCor"] if role == "leader" else [])
     missing = [n for n in needed if not any(name.startswith(n) for name in names)]
     if missing:
         return f"no {' and no '.join(missing)} process (found: {', '.join(names) or 'none'})"

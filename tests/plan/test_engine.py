@@ -110,5 +110,6 @@ def test_planned_kv_pool_equals_what_vllm_cpu_reports(
     measured = figures_from_log(serve_until_kv_line(case, tiny_hf_home_all, tmp_path / "vllm.log"))
     assert measured.kv_cache_tokens is not None
     assert abs(plan.kv_pool_tokens - measured.kv_cache_tokens) <= 0.01 * measured.kv_cache_tokens
-    assert plan.max_concurrency == pytest.approx(measured.max_concurrency, abs=0.006)
+    # vLLM-CPU's pool varies by a block between runs (310,688 or 310,656 tokens): the same 1 %
+    assert plan.max_concurrency == pytest.approx(measured.max_concurrency, rel=0.01)
     assert plan.kv_pool_gib == pytest.approx(measured.available_kv_cache_gib)
