@@ -211,6 +211,11 @@ def rank_health(record: RankState, seen: RankObservation, *, ready: bool) -> Hea
     return Health(state="healthy")
 
 
+def _seen(observed: Mapping[int, RankObservation], rank: int) -> RankObservation:
+    """What the backend saw of a rank; nothing seen is a rank with no process."""
+    return observed.get(rank) or RankObservation(rank=rank)
+
+
 def judge(
     state: DeploymentState,
     observed: Mapping[int, RankObservation],
@@ -224,10 +229,8 @@ def judge(
             rank=r.rank,
             role=r.role,
             node=r.node,
-            health=rank_health(
-                r, observed.get(r.rank, RankObservation(rank=r.rank)), ready=state.ready
-            ),
-            processes=observed.get(r.rank, RankObservation(rank=r.rank)).processes,
+            health=rank_health(r, _seen(observed, r.rank), ready=state.ready),
+            processes=_seen(observed, r.rank).processes,
         )
         for r in sorted(state.ranks, key=lambda r: r.rank)
     ]
@@ -447,9 +450,7 @@ def assess(
     """
     observed = observe(state, backend)
     suspicious = any(
-        rank_health(r, observed.get(r.rank, RankObservation(rank=r.rank)), ready=True).state
-        != "healthy"
-        for r in state.ranks
+        rank_health(r, _seen(observed, r.rank), ready=True).state != "healthy" for r in state.ranks
     )
     api = probe_api(
         state,

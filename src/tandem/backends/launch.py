@@ -92,6 +92,7 @@ def record_rank(
     log: str,
     pid: int | None = None,
     netns: str | None = None,
+    netns_inode: str | None = None,
 ) -> RankState:
     """Add a launched rank to the state and save it at once (a crash then still finds it)."""
     record = RankState(
@@ -101,6 +102,7 @@ def record_rank(
         address=rank.address,
         pid=pid,
         netns=netns,
+        netns_inode=netns_inode,
         log=log,
         started_at=datetime.now(UTC),
     )

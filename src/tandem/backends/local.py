@@ -252,9 +252,14 @@ def up(
                 )
             launched.append(LaunchedRank(rank.rank, log_path, process))
             namespace = network.netns_of(rank.node) if network else None
-            record = record_rank(state, rank, log=str(log_path), pid=process.pid, netns=namespace)
-            record.netns_inode = netns.inode(namespace) if namespace else None
-            state.save()
+            record_rank(
+                state,
+                rank,
+                log=str(log_path),
+                pid=process.pid,
+                netns=namespace,
+                netns_inode=netns.inode(namespace) if namespace else None,
+            )
             on_event(
                 f"started rank {rank.rank} ({rank.role.value}) on {rank.node}, pid {process.pid}"
             )

@@ -17,6 +17,7 @@ touches nothing it does not own: a process with the same deployment name from an
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -117,6 +118,7 @@ def all_processes() -> list[Process]:
     return found
 
 
+@functools.cache
 def boot_time_s() -> float:
     """The machine's boot time, seconds since the epoch (to turn start ticks into times)."""
     for line in (_PROC / "stat").read_text().splitlines():
