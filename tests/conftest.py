@@ -126,9 +126,12 @@ def tiny_endpoint(request: pytest.FixtureRequest) -> Endpoint:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked ``breaks_deployment`` (killing a rank of the shared deployment) run after
-    all others, and those marked ``runs_last`` (taking it down) after them."""
+    all others, those marked ``runs_last`` (taking it down) after them, and those marked
+    ``after_down`` (looking at what its down left) at the very end."""
 
     def order(item: pytest.Item) -> int:
+        if item.get_closest_marker("after_down") is not None:
+            return 3
         if item.get_closest_marker("runs_last") is not None:
             return 2
         return 1 if item.get_closest_marker("breaks_deployment") is not None else 0

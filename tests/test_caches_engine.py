@@ -59,9 +59,9 @@ def test_check_finds_a_cache_planted_on_one_rank_with_the_fix(tiny_deployment):
     assert f"tandem down {tiny_deployment.name} --purge-caches" in finding["fix"]
 
 
-@pytest.mark.runs_last
+@pytest.mark.after_down
 def test_down_keeps_the_caches_and_purge_clears_them(tiny_deployment):
-    if (tiny_deployment.state_dir / "state.json").exists():
+    if (tiny_deployment.state_dir / "state.json").exists():  # this file run on its own
         tiny_deployment.tandem("down", tiny_deployment.name, timeout=300)
     assert all((root / "vllm").is_dir() for root in roots(tiny_deployment))
     result = tiny_deployment.tandem("down", tiny_deployment.name, "--purge-caches")

@@ -56,6 +56,21 @@ def files(tmp_path_factory, tiny_hf_home):
     return folder, env
 
 
+@pytest.fixture(scope="module")
+def slow_probe_env(files):
+    """The environment with an ``nvidia-smi`` that answers after 3 s, as a real host's driver
+    can: it holds the preflight inside its throw-away namespaces, so a signal sent once they are
+    built lands there on a machine of any speed (on an idle one the whole preflight takes less
+    than the half second ``interrupt`` waits)."""
+    folder, env = files
+    bin_dir = folder / "slow-bin"
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text("#!/bin/sh\nsleep 3\nexit 9\n")
+    tool.chmod(0o755)
+    return {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}"}
+
+
 def namespaces(prefix: str) -> list[str]:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in listed.splitlines() if line.startswith(prefix)]
@@ -92,9 +107,11 @@ def up_argv(folder: Path, *extra: str) -> list[str]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_in_the_preflight_removes_its_namespaces_before_exit(files, sig):
-    folder, env = files
-    code, out, pid = interrupt(up_argv(folder), env, when="built throw-away namespaces", sig=sig)
+def test_a_signal_in_the_preflight_removes_its_namespaces_before_exit(files, slow_probe_env, sig):
+    folder, _ = files
+    code, out, pid = interrupt(
+        up_argv(folder), slow_probe_env, when="built throw-away namespaces", sig=sig
+    )
     assert code != 0 and "interrupted" in out, out
     assert namespaces(f"tdm-chk{pid}-") == []
 
@@ -110,8 +127,8 @@ def test_a_signal_while_the_ranks_boot_stops_them_and_forgets_the_state(files, s
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_during_check_fabric_removes_its_namespaces(files, sig):
-    folder, env = files
+def test_a_signal_during_check_fabric_removes_its_namespaces(files, slow_probe_env, sig):
+    folder, _ = files
     argv = [
         "check",
         str(folder / "recipe.yaml"),
@@ -119,12 +136,12 @@ def test_a_signal_during_check_fabric_removes_its_namespaces(files, sig):
         str(folder / "cluster.yaml"),
         "--fabric",
     ]
-    code, out, pid = interrupt(argv, env, when="built throw-away namespaces", sig=sig)
+    code, out, pid = interrupt(argv, slow_probe_env, when="built throw-away namespaces", sig=sig)
     assert code != 0, out
     assert namespaces(f"tdm-chk{pid}-") == []
 
 
-def test_what_sigkill_leaves_the_next_command_removes_and_up_comes_up(files):
+def test_what_sigkill_leaves_the_next_command_removes_and_up_comes_up(files, slow_probe_env):
     folder, env = files
     removed = f"removing what a killed check of '{NAME}' left"
     _, _, check_pid = interrupt(
@@ -135,13 +152,13 @@ def test_what_sigkill_leaves_the_next_command_removes_and_up_comes_up(files):
             str(folder / "cluster.yaml"),
             "--fabric",
         ],
-        env,
+        slow_probe_env,
         when="built throw-away namespaces",
         sig=signal.SIGKILL,
     )
     assert namespaces(f"tdm-chk{check_pid}-")
     _, out, preflight_pid = interrupt(
-        up_argv(folder), env, when="built throw-away namespaces", sig=signal.SIGKILL
+        up_argv(folder), slow_probe_env, when="built throw-away namespaces", sig=signal.SIGKILL
     )
     assert removed in out and namespaces(f"tdm-chk{check_pid}-") == [], out
     assert namespaces(f"tdm-chk{preflight_pid}-")

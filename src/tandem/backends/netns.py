@@ -37,6 +37,7 @@ from pydantic import BaseModel
 
 from tandem.backends.processes import read_process
 from tandem.errors import BackendError
+from tandem.interrupts import shielded
 from tandem.spec.cluster import Cluster
 
 LEDGER_DIR = Path("/run/tandem/networks")
@@ -258,14 +259,18 @@ def create(plan: NetworkPlan, *, state_file: Path | None = None, purpose: str = 
             "TANDEM_HOME (`TANDEM_HOME=... tandem down NAME`), or rename this one",
         )
     _write_ledger(plan, state_file, purpose)
-    for cmd in setup_commands(plan):
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode:
+    try:
+        for cmd in setup_commands(plan):
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode:
+                raise BackendError(
+                    f"`{' '.join(cmd)}` failed: {result.stderr.strip()}",
+                    hint="run as root; `tandem down` removes a half-made network",
+                )
+    except BaseException:  # a failed step, or a signal (Interrupted) half-way through
+        with shielded():
             destroy(plan)
-            raise BackendError(
-                f"`{' '.join(cmd)}` failed: {result.stderr.strip()}",
-                hint="run as root; `tandem down` removes a half-made network",
-            )
+        raise
 
 
 def inode(name: str) -> str | None:

@@ -67,12 +67,12 @@ def local_namespaces(deployment: Deployment, on_event: OnEvent) -> Iterator[dict
         )
     netns.sweep_orphans(on_event)
     temporary = netns.network_plan(f"chk{os.getpid()}", cluster)
-    on_event(
-        "built throw-away namespaces "
-        + ", ".join(f"{n.netns} ({n.interface} {n.address})" for n in temporary.nodes)
-    )
     netns.create(temporary, purpose=f"check of '{deployment.name}'")
     try:
+        on_event(
+            "built throw-away namespaces "
+            + ", ".join(f"{n.netns} ({n.interface} {n.address})" for n in temporary.nodes)
+        )
         yield {n.node: n.netns for n in temporary.nodes}
     finally:
         with shielded(on_event):  # a second signal cannot leave the namespaces behind
