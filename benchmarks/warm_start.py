@@ -64,10 +64,11 @@ def tandem(
     return result
 
 
-def compiled_recipe(folder: Path) -> Path:
-    """tiny-local with torch.compile on, under its own name."""
+def compiled_recipe(folder: Path, engine_env: dict[str, str]) -> Path:
+    """tiny-local with torch.compile on, under its own name, with ``engine_env`` on every rank."""
     data = yaml.safe_load(resources.files("tandem.recipes").joinpath("tiny-local.yaml").read_text())
     data["name"] = NAME
+    data["env"].update(engine_env)
     data["engine"]["serve"]["enforce_eager"] = False
     data["timeouts"]["startup_s"] = 900  # a cold compile on two shared cores takes minutes
     path = folder / f"{NAME}.yaml"
@@ -147,7 +148,15 @@ def main() -> int:
         default=None,
         help="HF cache holding the tiny model (default: a new one, built with `tandem model tiny`)",
     )
+    parser.add_argument(
+        "--engine-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a variable for every rank, e.g. VLLM_USE_AOT_COMPILE=0 (vLLM's older graph cache)",
+    )
     args = parser.parse_args()
+    engine_env = dict(item.split("=", 1) for item in args.engine_env)
     with tempfile.TemporaryDirectory(prefix="warm-start-") as tmp:
         folder = Path(tmp)
         env = {
@@ -157,7 +166,7 @@ def main() -> int:
         }
         if not args.hf_home:
             tandem("model", "tiny", "--hf-home", env["HF_HOME"], env=env)
-        recipe = compiled_recipe(folder)
+        recipe = compiled_recipe(folder, engine_env)
         cold, warm = [], []
         try:
             for i in range(args.rounds):
@@ -172,6 +181,8 @@ def main() -> int:
         finally:
             tandem("down", NAME, "--purge-caches", env=env, check=False)
     print(f"\n{NAME}: 2 ranks, TP=2, vLLM-CPU, torch.compile on; {args.rounds} round(s)")
+    if engine_env:
+        print("rank environment: " + " ".join(f"{k}={v}" for k, v in engine_env.items()))
     print(f"{'start':<22}{'ready s':>9}{'engine init s':>15}  compile cache")
     for i, (c, w) in enumerate(zip(cold, warm), 1):
         print(f"{f'round {i} cold':<22}{c['ready_s']:>9.1f}{c['init_s']:>15.1f}  {c['cache']}")

@@ -253,7 +253,7 @@ def stop(
     started = clock()
     next_note = started + 5
     while not hurry.requested and clock() - started < grace_s:
-        left = find()
+        left = _still_running(targets)  # the known pids only: a whole /proc scan at 5 Hz is waste
         if all(p.ignores_term for p in left) or (
             _orphans(left) and clock() - started >= orphan_grace_s
         ):
@@ -280,6 +280,16 @@ def stop(
     deadline = clock() + 5
     while clock() < deadline and (left := find()):
         sleep(0.1)
+    return left
+
+
+def _still_running(processes: list[Process]) -> list[Process]:
+    """Those of ``processes`` still alive as the same process (a reused pid is another one)."""
+    left = []
+    for process in processes:
+        now = read_process(process.pid)
+        if now is not None and now.alive and now.start_ticks == process.start_ticks:
+            left.append(now)
     return left
 
 
