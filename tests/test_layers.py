@@ -4,7 +4,7 @@ The layers, bottom to top (a module may import its own layer and the layers belo
 
     foundation  errors, wire, redact,          names, errors and signal handling everything
                 interrupts, liveness,          shares; the stdlib-only liveness probe script;
-                vllm_metrics                   vLLM's /metrics names and parser
+                vllm_metrics, vllm_log         vLLM's /metrics names and parser; its boot log
     spec        spec/, recipes/                the user's input: models, loading, built-ins
     core        rankplan, caches, plan/,       the Deployment's pure functions (and the check
                 render/, check/                probe and rules)
@@ -47,6 +47,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.interrupts",
             "tandem.liveness",
             "tandem.vllm_metrics",
+            "tandem.vllm_log",
         ),
     ),
     ("spec", ("tandem.spec", "tandem.recipes")),
@@ -71,22 +72,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 package's ``__init__``, the public API)."""
 
 KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    (
-        "tandem.plan.calibrate",
-        "tandem.backends.state",
-    ): "BootFigures lives beside the state file's I/O (review 1.2, arrow 1)",
-    (
-        "tandem.plan.status",
-        "tandem.backends.state",
-    ): "BootFigures lives beside the state file's I/O (review 1.2, arrow 1)",
-    (
-        "tandem.plan.calibrate",
-        "tandem.readiness",
-    ): "the vLLM boot-log parser (BootLog) lives in readiness, with httpx (review 1.2, root cause)",
-    (
-        "tandem.readiness",
-        "tandem.backends.state",
-    ): "BootFigures and PhaseMark live beside the state file's I/O (review 1.2, arrow 2)",
     (
         "tandem.check.preflight",
         "tandem.backends.netns",

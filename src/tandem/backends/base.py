@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, Field
 
-from tandem.backends.state import DeploymentState, PhaseMark, RankState
+from tandem.backends.state import DeploymentState, RankState
 from tandem.errors import BackendError
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import Readiness
 from tandem.spec.deployment import Deployment
+from tandem.vllm_log import PhaseMark
 
 if TYPE_CHECKING:
     from tandem.backends.processes import Process

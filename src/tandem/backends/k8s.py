@@ -35,7 +35,7 @@ from pathlib import Path
 from tandem import wire
 from tandem.backends.base import RankObservation
 from tandem.backends.launch import await_ready
-from tandem.backends.state import DeploymentState, PhaseMark, RankState, load_state
+from tandem.backends.state import DeploymentState, RankState, load_state
 from tandem.errors import BackendError, KubernetesError, Problem, RankFailed
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import Readiness
@@ -43,6 +43,7 @@ from tandem.render import kubernetes as k8s_render
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
 from tandem.spec.kubernetes import KubernetesOptions
+from tandem.vllm_log import PhaseMark
 
 FIELD_MANAGER = "tandem"
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from tandem import lifecycle, wire
 from tandem.backends.bundle import write_bundle
-from tandem.backends.state import PhaseMark, list_deployments, load_state
+from tandem.backends.state import list_deployments, load_state
 from tandem.cli.check import preflight
 from tandem.cli.options import (
     POSITIVE,
@@ -26,6 +26,7 @@ from tandem.cli.supervise import run_supervisor
 from tandem.errors import EndpointError, Unauthorized
 from tandem.redact import Redactor
 from tandem.spec.loading import load_cluster
+from tandem.vllm_log import PhaseMark
 
 console = Console(highlight=False, soft_wrap=True)
 name_argument = click.argument("name", required=False)
