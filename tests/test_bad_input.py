@@ -631,7 +631,7 @@ def test_kubernetes_plan_errors_name_the_cluster_file(tmp_path):
 
 
 def test_preflight_refuses_what_tandem_plan_refuses():
-    from tandem.check.preflight import memory_plan
+    from tandem.preflight import memory_plan
     from tests.check.conftest import facts_of, seed_deployment
 
     deployment = seed_deployment(engine__serve__max_model_len=2_000_000)

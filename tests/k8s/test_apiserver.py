@@ -593,7 +593,7 @@ def add_node(server: ApiServer, name: str, gpus: str | None) -> None:
 
 
 def test_tandem_check_reads_the_nodes_from_the_api(apiserver, namespace):
-    from tandem.check.preflight import run_check
+    from tandem.preflight import run_check
 
     deployment = k8s_deployment(namespace)
     recipe = deployment.recipe.model_copy(

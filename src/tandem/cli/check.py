@@ -11,11 +11,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from tandem import wire
-from tandem.check import CheckReport, Severity, run_check
+from tandem.check import CheckReport, Severity
 from tandem.check.fabric import DEFAULT_PORT
 from tandem.check.rules.network import open_api_finding
 from tandem.cli.options import PORT, cluster_option, machine_deployment, recipe_argument
 from tandem.errors import CheckFailed
+from tandem.preflight import run_check
 
 console = Console(highlight=False)
 logger = logging.getLogger("tandem.check")
