@@ -8,6 +8,7 @@ The layers, bottom to top (a module may import its own layer and the layers belo
     spec        spec/, recipes/                the user's input: models, loading, built-ins
     core        rankplan, caches, plan/,       the Deployment's pure functions (and the check
                 render/, check/                probe and rules)
+    endpoint    endpoint                       the client of an OpenAI-compatible server
     readiness   readiness                      what "ready" means, read from logs and HTTP
     backends    backends/                      launching, state on disk, hosts, Kubernetes
     lifecycle   lifecycle, preflight,          up / down / status, the preflight, health and
@@ -52,6 +53,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("spec", ("tandem.spec", "tandem.recipes")),
     ("core", ("tandem.rankplan", "tandem.caches", "tandem.plan", "tandem.render", "tandem.check")),
+    ("endpoint", ("tandem.endpoint",)),
     ("readiness", ("tandem.readiness",)),
     ("backends", ("tandem.backends",)),
     ("lifecycle", ("tandem.lifecycle", "tandem.preflight", "tandem.health", "tandem.supervisor")),

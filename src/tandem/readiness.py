@@ -24,10 +24,8 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
-import httpx
-
-from tandem import wire
-from tandem.errors import RankFailed
+from tandem.endpoint import Endpoint
+from tandem.errors import EndpointError, RankFailed
 from tandem.vllm_log import BootFigures, BootLog, Phase, PhaseMark, failure_cause, known_fix
 
 
@@ -127,8 +125,7 @@ def wait_ready(
 
     reached: set[Phase] = set()
     url = urlparse(endpoint)
-    headers = wire.bearer(api_key)
-    with httpx.Client(base_url=endpoint, timeout=10.0, headers=headers) as client:
+    with Endpoint(endpoint, api_key=api_key, timeout_s=10.0) as server:
         while True:
             read_logs()
             for r in ranks:
@@ -156,22 +153,18 @@ def wait_ready(
             if Phase.PORT_OPEN not in reached and _port_open(url.hostname or "", url.port or 80):
                 reached.add(Phase.PORT_OPEN)
                 mark(Phase.PORT_OPEN, leader)
-            if (
-                Phase.PORT_OPEN in reached
-                and Phase.HEALTHY not in reached
-                and _get_ok(client, "/health")
-            ):
+            if Phase.PORT_OPEN in reached and Phase.HEALTHY not in reached and _health_ok(server):
                 reached.add(Phase.HEALTHY)
                 mark(Phase.HEALTHY, leader)
             if (
                 Phase.HEALTHY in reached
                 and Phase.MODEL_LISTED not in reached
-                and _lists_model(client, model)
+                and _lists_model(server, model)
             ):
                 reached.add(Phase.MODEL_LISTED)
                 mark(Phase.MODEL_LISTED, leader, model)
             if Phase.MODEL_LISTED in reached:
-                answer = _try_completion(client, model, request_timeout_s)
+                answer = _try_completion(server, model, request_timeout_s)
                 if answer is not None:
                     text, tokens = answer
                     mark(Phase.ANSWERED, leader, f"{tokens} tokens")
@@ -190,37 +183,26 @@ def _port_open(host: str, port: int) -> bool:
         return False
 
 
-def _get_ok(client: httpx.Client, path: str) -> bool:
+def _health_ok(server: Endpoint) -> bool:
     try:
-        return client.get(path).status_code == 200
-    except httpx.HTTPError:
+        return server.health_status() == 200
+    except EndpointError:
         return False
 
 
-def _lists_model(client: httpx.Client, model: str) -> bool:
+def _lists_model(server: Endpoint, model: str) -> bool:
     try:
-        response = client.get("/v1/models")
-        return response.status_code == 200 and any(
-            m.get("id") == model for m in response.json().get("data", [])
-        )
-    except (httpx.HTTPError, ValueError):
+        return any(m.id == model for m in server.models())
+    except EndpointError:
         return False
 
 
-def _try_completion(client: httpx.Client, model: str, timeout_s: float) -> tuple[str, int] | None:
+def _try_completion(server: Endpoint, model: str, timeout_s: float) -> tuple[str, int] | None:
     """One short real completion; None while the engine cannot answer yet."""
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": "Say hello."}],
-        "max_tokens": 8,
-        "temperature": 0,
-    }
+    messages = [{"role": "user", "content": "Say hello."}]
     try:
-        response = client.post("/v1/chat/completions", json=body, timeout=timeout_s)
-        if response.status_code != 200:
-            return None
-        data = response.json()
+        data = server.chat(model, messages, timeout_s=timeout_s, max_tokens=8, temperature=0)
         text = data["choices"][0]["message"].get("content") or ""
         return text, int(data.get("usage", {}).get("completion_tokens", 0))
-    except (httpx.HTTPError, ValueError, KeyError, IndexError):
+    except (EndpointError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None

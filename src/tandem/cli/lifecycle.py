@@ -6,11 +6,10 @@ import shlex
 from pathlib import Path
 
 import click
-import httpx
 from rich.console import Console
 from rich.table import Table
 
-from tandem import lifecycle, wire
+from tandem import lifecycle
 from tandem.backends.bundle import write_bundle
 from tandem.backends.state import list_deployments, load_state
 from tandem.cli.check import preflight
@@ -23,7 +22,7 @@ from tandem.cli.options import (
     recipe_argument,
 )
 from tandem.cli.supervise import run_supervisor
-from tandem.errors import EndpointError, Unauthorized
+from tandem.endpoint import Endpoint
 from tandem.redact import Redactor
 from tandem.spec.loading import load_cluster
 from tandem.vllm_log import PhaseMark
@@ -337,30 +336,11 @@ def chat_command(message: str, name: str | None, max_tokens: int, api_key: str |
       tandem chat "Hello" --name tiny-local --max-tokens 16
     """
     state = load_state(name)
-    body = {
-        "model": state.model,
-        "messages": [{"role": "user", "content": message}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-    }
-    try:
-        response = httpx.post(
-            f"{state.endpoint}/v1/chat/completions",
-            json=body,
-            timeout=300,
-            headers=wire.bearer(api_key),
+    messages = [{"role": "user", "content": message}]
+    with Endpoint(state.endpoint, api_key=api_key) as server:
+        data = server.chat(
+            state.model, messages, timeout_s=300, max_tokens=max_tokens, temperature=0
         )
-    except httpx.HTTPError as exc:
-        raise EndpointError(
-            f"{state.endpoint} did not answer: {exc}", hint="check `tandem status`"
-        ) from exc
-    if response.status_code == 401:
-        raise Unauthorized(state.endpoint)
-    if response.status_code != 200:
-        raise EndpointError(
-            f"{state.endpoint} answered {response.status_code}: {response.text[:300]}"
-        )
-    data = response.json()
     usage = data.get("usage", {})
     console.print(f"[bold]{state.model}[/bold]: {data['choices'][0]['message'].get('content')!r}")
     console.print(

@@ -28,7 +28,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from tandem.errors import EndpointError
+from tandem.endpoint import pick_model
 from tandem.eval.client import ChatClient, ChatResponse, RetryPolicy
 from tandem.eval.dataset import Sample, load_gpqa_csv, make_samples
 from tandem.eval.extract import extract_answer
@@ -117,7 +117,7 @@ async def _run(config: GPQAConfig, console: Console) -> EvalReport:
         api_key=key,
         request_timeout_s=config.request_timeout_s,
     ) as client:
-        client.model = _pick_model(config, await client.served_models())
+        client.model = pick_model(await client.served_models(), config.model).id
         protocol = Protocol(
             endpoint=client.base_url,
             model=client.model,
@@ -161,24 +161,6 @@ async def _run(config: GPQAConfig, console: Console) -> EvalReport:
     )
     write_reports(report, contents.samples, config.out_dir)
     return report
-
-
-def _pick_model(config: GPQAConfig, served: list[str]) -> str:
-    if config.model:
-        if config.model not in served:
-            raise EndpointError(
-                f"{config.url} does not serve model {config.model!r} "
-                f"(it serves: {', '.join(served) or 'nothing'})",
-                hint="pass one of the served names with --model",
-            )
-        return config.model
-    if len(served) != 1:
-        raise EndpointError(
-            f"{config.url} serves {len(served)} models "
-            f"({', '.join(served) or 'none'}); which one to evaluate?",
-            hint="pass --model NAME",
-        )
-    return served[0]
 
 
 async def _ask_all(
