@@ -59,22 +59,36 @@ class GPQAConfig(BaseModel):
         default=None, exclude=True, description="Bearer token the server requires."
     )
     out_dir: Path
-    limit: int | None = Field(default=None, ge=1, description="First N questions of the CSV.")
-    repeats: int = Field(default=1, ge=1)
-    seed: int = 0
+    limit: int | None = Field(default=None, ge=1, description="Only the first N questions.")
+    repeats: int = Field(
+        default=1, ge=1, description="Ask each question N times, options re-shuffled each time."
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of the option order.")
     sampling: SamplingParams = Field(default_factory=SamplingParams)
-    concurrency: int = Field(default=2, ge=1)
-    fallback: bool = True
+    concurrency: int = Field(default=2, ge=1, description="Requests in flight.")
+    fallback: bool = Field(
+        default=True, description="Re-ask, thinking off, when a response has no parsable answer."
+    )
     fallback_sampling: SamplingParams = Field(
         default_factory=lambda: SamplingParams(
             max_tokens=64, chat_template_kwargs={"thinking": False}
         )
     )
-    fallback_context_chars: int = Field(default=4000, ge=0)
-    request_timeout_s: float = Field(default=3600.0, gt=0)
-    retry_budget_s: float = Field(default=900.0, ge=0)
+    fallback_context_chars: int = Field(
+        default=4000, ge=0, description="Tail of the first response sent back with the re-ask."
+    )
+    request_timeout_s: float = Field(
+        default=3600.0, gt=0, description="Seconds one request may take (sized for 32K tokens)."
+    )
+    retry_budget_s: float = Field(
+        default=900.0,
+        ge=0,
+        description="Seconds to keep retrying connection errors and 5xx before stopping.",
+    )
     resume: bool = False
-    reference_accuracy: float | None = PUBLISHED_REFERENCE
+    reference_accuracy: float | None = Field(
+        default=PUBLISHED_REFERENCE, ge=0, le=1, description="Published accuracy shown beside ours."
+    )
     progress: bool = True
 
 
