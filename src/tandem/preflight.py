@@ -266,8 +266,7 @@ def run_check(
                 )
                 fabric_result = result.model_dump(mode="json")
                 findings += extra
-    order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
-    findings.sort(key=lambda f: order[f.severity])
+    findings.sort(key=lambda f: f.severity.rank)
     return CheckReport(
         deployment=deployment.name, nodes=facts, findings=findings, fabric=fabric_result
     )
