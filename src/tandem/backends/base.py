@@ -105,6 +105,10 @@ class Backend(Protocol):
     def log_reader(self, state: DeploymentState, rank: RankState) -> LogReader:
         """A reader of the rank's log."""
 
+    def node_versions(self, state: DeploymentState) -> dict[str, str]:
+        """Node name -> what runs the engine there, for the support bundle (``{}`` where the
+        control machine's own versions say it all)."""
+
 
 # transport -> "module:Class"; a backend is imported only when used.
 BACKENDS: dict[str, str] = {

@@ -658,5 +658,9 @@ class KubernetesBackend:
             and "running" in state_of
         )
 
+    def node_versions(self, state: DeploymentState) -> dict[str, str]:
+        """What runs is the recipe's image, recorded in the bundle's state.json."""
+        return {}
+
     def log_reader(self, state: DeploymentState, rank: RankState) -> PodLog:
         return PodLog(Kubectl.of_state(state), rank.log.removeprefix("pod/"))
