@@ -606,10 +606,10 @@ def test_a_load_balancer_service_exposes_even_a_loopback_host(tmp_path):
 
 
 def test_up_with_skipped_checks_still_warns_of_an_open_api(capsys, monkeypatch):
-    from tandem.cli.check import preflight
+    from tandem.cli.check import show_skipped_preflight
 
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
-    preflight(make_deployment(make_recipe()), skip=True)
+    show_skipped_preflight(make_deployment(make_recipe()))
     assert "api-without-key" in capsys.readouterr().out
 
 
@@ -631,7 +631,7 @@ def test_kubernetes_plan_errors_name_the_cluster_file(tmp_path):
 
 
 def test_preflight_refuses_what_tandem_plan_refuses():
-    from tandem.check.preflight import memory_plan
+    from tandem.preflight import memory_plan
     from tests.check.conftest import facts_of, seed_deployment
 
     deployment = seed_deployment(engine__serve__max_model_len=2_000_000)

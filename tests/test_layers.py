@@ -4,14 +4,16 @@ The layers, bottom to top (a module may import its own layer and the layers belo
 
     foundation  errors, wire, redact,          names, errors and signal handling everything
                 interrupts, liveness,          shares; the stdlib-only liveness probe script;
-                vllm_metrics                   vLLM's /metrics names and parser
+                vllm_metrics, vllm_log,        vLLM's /metrics names and parser; its boot log;
+                hf_cache                       the Hugging Face cache layout
     spec        spec/, recipes/                the user's input: models, loading, built-ins
     core        rankplan, caches, plan/,       the Deployment's pure functions (and the check
                 render/, check/                probe and rules)
+    endpoint    endpoint                       the client of an OpenAI-compatible server
     readiness   readiness                      what "ready" means, read from logs and HTTP
     backends    backends/                      launching, state on disk, hosts, Kubernetes
-    lifecycle   lifecycle, health, supervisor  up / down / status, health and gang restarts
-                                               over any backend
+    lifecycle   lifecycle, preflight,          up / down / status, the preflight, health and
+                health, supervisor             gang restarts over any backend
     tools       bench/, eval/, watch/,         consumers of an endpoint or a model folder
                 report/, tinymodel, shapemodel
     surface     cli/, the ``tandem`` package   the command line and the public API
@@ -21,10 +23,10 @@ Imports are read with ``ast`` from the source files, nothing is imported: ``impo
 name a tandem module (the ``"module:Name"`` registries loaded with ``importlib``, and
 ``importlib.import_module("tandem.plan")``), since those are imports a reader cannot see.
 
-``KNOWN_UPWARD`` lists the arrows that run up today (``shared/research/aesthetics-review.md``
-section 1.2, and those added since; issue 18, step 1 removes them). A new upward import fails
-``test_no_new_import_points_up``; removing a known one fails the test that they still exist
-until its entry goes too, so the list stays the truth.
+``KNOWN_UPWARD`` lists the arrows that run up, each with why; it is empty since issue 18 step 1
+(review section 1.2's arrows: the boot-log types moved to ``vllm_log``, the preflight above the
+backends). A new upward import fails ``test_no_new_import_points_up``; an entry whose arrow is
+gone fails ``test_known_upward_imports_still_exist``, so the list stays the truth.
 """
 
 from __future__ import annotations
@@ -47,13 +49,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.interrupts",
             "tandem.liveness",
             "tandem.vllm_metrics",
+            "tandem.vllm_log",
+            "tandem.hf_cache",
         ),
     ),
     ("spec", ("tandem.spec", "tandem.recipes")),
     ("core", ("tandem.rankplan", "tandem.caches", "tandem.plan", "tandem.render", "tandem.check")),
+    ("endpoint", ("tandem.endpoint",)),
     ("readiness", ("tandem.readiness",)),
     ("backends", ("tandem.backends",)),
-    ("lifecycle", ("tandem.lifecycle", "tandem.health", "tandem.supervisor")),
+    ("lifecycle", ("tandem.lifecycle", "tandem.preflight", "tandem.health", "tandem.supervisor")),
     (
         "tools",
         (
@@ -70,44 +75,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 """Layer name and the modules in it (a name covers its submodules; ``tandem`` alone is the
 package's ``__init__``, the public API)."""
 
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    (
-        "tandem.plan.calibrate",
-        "tandem.backends.state",
-    ): "BootFigures lives beside the state file's I/O (review 1.2, arrow 1)",
-    (
-        "tandem.plan.status",
-        "tandem.backends.state",
-    ): "BootFigures lives beside the state file's I/O (review 1.2, arrow 1)",
-    (
-        "tandem.plan.calibrate",
-        "tandem.readiness",
-    ): "the vLLM boot-log parser (BootLog) lives in readiness, with httpx (review 1.2, root cause)",
-    (
-        "tandem.readiness",
-        "tandem.backends.state",
-    ): "BootFigures and PhaseMark live beside the state file's I/O (review 1.2, arrow 2)",
-    (
-        "tandem.check.preflight",
-        "tandem.backends.netns",
-    ): "run_check builds throw-away namespaces: an orchestrator, a peer of lifecycle.up, living "
-    "in check/ (review 1.2, arrow 3)",
-    (
-        "tandem.check.transport",
-        "tandem.backends.ssh_check",
-    ): "the TRANSPORTS string registry names the ssh node transport (review 1.2, hidden imports)",
-    (
-        "tandem.check.transport",
-        "tandem.backends.k8s_check",
-    ): "the TRANSPORTS string registry names the k8s node transport (review 1.2, hidden imports)",
-    # two more, from the health model (28ecd9a, after the review)
-    (
-        "tandem.check.preflight",
-        "tandem.backends.state",
-    ): "run_check enters a running deployment's namespaces only when this state folder owns "
-    "them: the same orchestrator as arrow 3",
-}
-"""Upward arrows of today, each with why it exists; none may be added."""
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
+"""Upward arrows of today (none), each with why it exists; none may be added."""
 
 _DOTTED = re.compile(r"tandem(\.\w+)+")
 

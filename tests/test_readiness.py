@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tandem.errors import RankFailed
-from tandem.readiness import BootLog, LogTail, Phase, failure_cause, known_fix, wait_ready
+from tandem.readiness import LogTail, wait_ready
+from tandem.vllm_log import BootLog, Phase, failure_cause, known_fix
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

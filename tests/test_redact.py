@@ -18,13 +18,14 @@ from click.testing import CliRunner
 
 from tandem.backends.bundle import write_bundle
 from tandem.backends.launch import new_state, record_rank
-from tandem.backends.state import DeploymentState, PhaseMark, open_private, private_dir
+from tandem.backends.state import DeploymentState, open_private, private_dir
 from tandem.cli import main
 from tandem.rankplan import plan_ranks
 from tandem.redact import REDACTED, Redactor, is_secret, looks_like_secret_value
 from tandem.render import renderer_for
 from tandem.spec.loading import load_deployment
 from tandem.supervisor import EventLog
+from tandem.vllm_log import PhaseMark
 
 ROOT = Path(__file__).resolve().parents[1]
 EKS = str(ROOT / "examples" / "dgx-spark-eks.yaml")

@@ -16,7 +16,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tandem.readiness import BootLog, Phase
+from tandem.vllm_log import BootLog, Phase
 
 _STAMP = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 _ENGINE = re.compile(r"Initializing a V1 LLM engine")

@@ -1,9 +1,10 @@
 """tandem: serve one large model across several nodes with vLLM, and prove that it works.
 
 The public surface is the data flow of a deployment: load a recipe and a cluster, place one on
-the other, plan the ranks. Launching (``tandem.lifecycle``), planning memory (``tandem.plan``),
-preflight (``tandem.check``), benchmarking (``tandem.bench``) and evaluation (``tandem.eval``)
-are subpackages with their own ``__all__``.
+the other, plan the ranks. Launching (``tandem.lifecycle``, which runs the preflight of
+``tandem.preflight`` first), planning memory (``tandem.plan``), the preflight's rules and probe
+(``tandem.check``), benchmarking (``tandem.bench``) and evaluation (``tandem.eval``) have their
+own public names (``__all__`` where they are packages).
 
 Usage:
     import tandem

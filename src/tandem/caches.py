@@ -85,11 +85,6 @@ def cache_env(root: str | PurePosixPath | Path) -> dict[str, str]:
     return {var: str(PurePosixPath(str(root)) / folder) for var, folder in CACHE_DIRS.items()}
 
 
-def cache_folders(root: str | PurePosixPath | Path) -> list[str]:
-    """The folders ``cache_env`` points at, to create before a rank starts."""
-    return list(cache_env(root).values())
-
-
 def local_deployment_root(state_root: Path, deployment: str) -> Path:
     """All cache roots of a deployment on this machine (local transport)."""
     return state_root / "caches" / deployment

@@ -53,6 +53,8 @@ from pydantic import BaseModel, Field
 from tandem import wire
 from tandem.backends.base import Backend, ProcessFact, RankObservation, backend_for
 from tandem.backends.state import DeploymentState, RankState
+from tandem.endpoint import Endpoint
+from tandem.errors import EndpointError
 from tandem.vllm_metrics import (
     GENERATION_TOKENS,
     PROMPT_TOKENS,
@@ -326,12 +328,12 @@ class ProgressTracker:
         return now - self.last_moved_s if self.last_moved_s is not None else 0.0
 
 
-def _metrics(
-    client: httpx.Client, endpoint: str, headers: dict[str, str]
-) -> tuple[float | None, float | None, float | None]:
+def _metrics(server: Endpoint) -> tuple[float | None, float | None, float | None]:
     """(running, waiting, prompt + generation tokens) from one scrape; Nones if it fails."""
     try:
-        response = client.get(f"{endpoint}/metrics", timeout=5, headers=headers)
+        response = server.client.get(
+            server.url + wire.METRICS_PATH, timeout=5, headers=server.headers
+        )
         snapshot = parse_metrics(response.text) if response.status_code == 200 else None
     except httpx.HTTPError:
         snapshot = None
@@ -342,21 +344,14 @@ def _metrics(
     return snapshot.get(REQUESTS_RUNNING), snapshot.get(REQUESTS_WAITING), total
 
 
-def canary(
-    client: httpx.Client,
-    endpoint: str,
-    model: str,
-    *,
-    timeout_s: float,
-    headers: dict[str, str] | None = None,
-) -> tuple[str, float, str]:
+def canary(server: Endpoint, model: str, *, timeout_s: float) -> tuple[str, float, str]:
     """Send a 1-token completion; (ok|timeout|error, seconds, detail)."""
     started = time.monotonic()
     try:
-        response = client.post(
-            f"{endpoint}/v1/completions",
+        response = server.client.post(
+            server.url + wire.COMPLETIONS_PATH,
             timeout=timeout_s,
-            headers=headers,
+            headers=server.headers,
             json={"model": model, "prompt": "health", "max_tokens": 1, "temperature": 0},
         )
     except httpx.TimeoutException:
@@ -400,22 +395,20 @@ def probe_api(
     across ``window_s``; ``always``; ``never``.
     """
     facts = ApiFacts()
-    client, headers = _http(), wire.bearer(api_key)
+    server = Endpoint(state.endpoint, api_key=api_key, client=_http())
     try:
-        facts.health_status = client.get(
-            f"{state.endpoint}/health", timeout=3, headers=headers
-        ).status_code
-    except httpx.HTTPError as exc:
-        facts.health_error = f"GET /health: {type(exc).__name__} {exc}".strip()
+        facts.health_status = server.health_status(timeout_s=3)
+    except EndpointError as exc:
+        facts.health_error = exc.message
     if not facts.answers:
         return facts
-    running, waiting, tokens = _metrics(client, state.endpoint, headers)
+    running, waiting, tokens = _metrics(server)
     facts.requests_running, facts.requests_waiting = running, waiting
     if tracker is not None:
         facts.stalled_for_s = tracker.update(running, tokens)
     elif running:
         time.sleep(window_s)
-        running2, _, tokens2 = _metrics(client, state.endpoint, headers)
+        running2, _, tokens2 = _metrics(server)
         facts.tokens_moved = tokens2 != tokens
         facts.requests_running = running2
     busy_and_moving = bool(running) and (
@@ -423,7 +416,7 @@ def probe_api(
     )
     if canary_mode == "always" or (canary_mode == "idle" and not busy_and_moving):
         facts.canary, facts.canary_s, facts.canary_detail = canary(
-            client, state.endpoint, state.model, timeout_s=canary_timeout_s, headers=headers
+            server, state.model, timeout_s=canary_timeout_s
         )
     return facts
 

@@ -15,21 +15,18 @@ from pydantic import BaseModel, Field
 from tandem.backends import cache_roots, netns
 from tandem.backends.base import Backend, OnEvent, OnPhase, ProcessFact, backend_for
 from tandem.backends.launch import interrupted
-from tandem.backends.state import (
-    BootFigures,
-    DeploymentState,
-    PhaseMark,
-    list_deployments,
-    load_state,
-)
-from tandem.errors import BackendError, StateError
+from tandem.backends.state import DeploymentState, list_deployments, load_state
+from tandem.check.findings import CheckReport
+from tandem.errors import BackendError, CheckFailed, StateError
 from tandem.health import Assessment, Health, ProgressTracker, Verdict, assess
 from tandem.plan.status import PlannedVsActual, planned_vs_boot
+from tandem.preflight import run_check
 from tandem.rankplan import RankPlan, plan_ranks
 from tandem.readiness import Readiness
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
 from tandem.supervisor import stop_supervisor
+from tandem.vllm_log import BootFigures, PhaseMark
 
 
 def refuse_if_running(deployment: Deployment) -> None:
@@ -53,11 +50,38 @@ def refuse_if_running(deployment: Deployment) -> None:
 def up(
     deployment: Deployment,
     *,
+    preflight: bool = True,
     timeout_s: float | None = None,
     on_phase: OnPhase = lambda mark: None,
     on_event: OnEvent = lambda text: None,
+    on_report: Callable[[CheckReport], None] = lambda report: None,
 ) -> tuple[DeploymentState, Readiness]:
-    """Plan the ranks, launch them on the cluster's backend and wait until the model answers."""
+    """The launch policy, the same for the CLI and a script: refuse when the deployment already
+    runs, run the preflight (``tandem.preflight.run_check``) and refuse on any error in it, then
+    plan the ranks, launch them on the cluster's backend and wait until the model answers.
+
+    Usage:
+        state, ready = up(load_deployment("tiny-local"), on_event=print)
+
+    Args:
+        preflight: False launches without the checks (``tandem up --skip-checks``).
+        on_report: given the preflight's report, whatever it found, before a refusal.
+
+    Raises:
+        BackendError: the deployment is already running.
+        CheckFailed: the preflight found at least one error; nothing was launched.
+        RankFailed: a rank exited during start-up, or it timed out.
+    """
+    refuse_if_running(deployment)
+    if preflight:
+        report = run_check(deployment, on_event=on_event)
+        on_report(report)
+        if not report.ok:
+            raise CheckFailed(
+                f"refusing to launch '{deployment.name}': {len(report.errors)} error(s) "
+                "in the preflight",
+                hint="fix them, or pass --skip-checks to launch anyway (preflight=False)",
+            )
     plan = plan_ranks(deployment)
     backend = backend_for(deployment.cluster.transport.value)
     return backend.up(plan, deployment, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event)

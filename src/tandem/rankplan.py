@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tandem import wire
+from tandem import hf_cache, wire
 from tandem.errors import PlanError
 from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment, deployment_problems
@@ -298,7 +298,7 @@ def rank_mounts(recipe: Recipe) -> list[Mount]:
     mounts = [
         Mount(
             kind="cache",
-            source=recipe.model.cache_root or "~/.cache/huggingface",
+            source=recipe.model.cache_root or hf_cache.DEFAULT_HOME,
             target=wire.CONTAINER_HF_HOME,
             env=wire.HF_HOME,
         )

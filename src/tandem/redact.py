@@ -150,16 +150,6 @@ class Redactor:
         return data
 
 
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """A copy of ``env`` with every secret value replaced (the caller's values included)."""
-    return Redactor.for_caller().env(env)
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    """A copy of ``argv`` with the values of secret flags replaced (the caller's included)."""
-    return Redactor.for_caller().argv(argv)
-
-
 def redact_text(text: str) -> str:
     """``text`` with every secret tandem can recognise replaced (the caller's included)."""
     return Redactor.for_caller().text(text)

@@ -30,7 +30,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
-from huggingface_hub.file_download import repo_folder_name
 from pydantic import BaseModel, ConfigDict, Field
 from transformers import (
     AutoModelForCausalLM,
@@ -40,6 +39,7 @@ from transformers import (
     PretrainedConfig,
 )
 
+from tandem import hf_cache
 from tandem.errors import SpecError
 from tandem.tinymodel import _commit_id, _sha256, _store, _train_tokenizer
 
@@ -214,7 +214,7 @@ def build_shape_model(
         )
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     repo_id = repo_id or shape_repo_id(preset, layers=layers, scale_down=scale_down)
-    repo_dir = Path(hf_home) / "hub" / repo_folder_name(repo_id=repo_id, repo_type="model")
+    repo_dir = hf_cache.repo_dir(Path(hf_home), repo_id)
     repo_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=repo_dir, prefix=".build-") as tmp:
         staging = Path(tmp)

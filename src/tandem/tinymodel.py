@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
-from huggingface_hub.file_download import repo_folder_name
 from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
@@ -48,6 +47,7 @@ from transformers import (
     Qwen3Config,
 )
 
+from tandem import hf_cache
 from tandem.errors import SpecError
 
 __all__ = ["ARCHITECTURES", "DEFAULT_ARCH", "TinyModel", "build_tiny_model", "default_repo_id"]
@@ -438,7 +438,7 @@ def build_tiny_model(
             hint=f"use one of: {', '.join(ARCHITECTURES)}",
         )
     repo_id = repo_id or default_repo_id(arch)
-    repo_dir = Path(hf_home) / "hub" / repo_folder_name(repo_id=repo_id, repo_type="model")
+    repo_dir = hf_cache.repo_dir(Path(hf_home), repo_id)
     repo_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=repo_dir, prefix=".build-") as tmp:
         staging = Path(tmp)

@@ -25,6 +25,20 @@ def bearer(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+# the routes of vLLM's OpenAI-compatible server that tandem calls (tandem.endpoint is the client)
+HEALTH_PATH = "/health"
+MODELS_PATH = "/v1/models"
+CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
+METRICS_PATH = "/metrics"
+VERSION_PATH = "/version"
+TOKENIZE_PATH = "/tokenize"
+DETOKENIZE_PATH = "/detokenize"
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+"""Where vLLM puts a reasoning model's thinking: ``reasoning`` since 0.10, ``reasoning_content``
+before (and the DeepSeek API); a message or a stream delta carries one of them."""
+
+
 # --- compile, JIT and autotune caches (tandem.caches keeps them per deployment and rank) -----
 VLLM_CACHE_ROOT = "VLLM_CACHE_ROOT"
 """vLLM's cache root (vllm/envs.py, default ``~/.cache/vllm``): ``torch_compile_cache/HASH/

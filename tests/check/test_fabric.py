@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tandem.check import run_check
 from tandem.check.fabric import parse_nccl_transports, rank_environment
+from tandem.preflight import run_check
 from tandem.spec.deployment import Deployment, local_cluster
 from tests.factories import make_recipe
 

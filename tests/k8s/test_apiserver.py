@@ -201,7 +201,7 @@ def test_up_applies_reports_no_pods_and_down_deletes(apiserver, namespace, state
     events: list[str] = []
     monkeypatch.setattr(backend.KubernetesBackend, "appear_timeout_s", 2.0)
     with pytest.raises(RankFailed) as caught:
-        lifecycle.up(deployment, timeout_s=60, on_event=events.append)
+        lifecycle.up(deployment, preflight=False, timeout_s=60, on_event=events.append)
     message = str(caught.value)
     assert "LeaderWorkerSet controller did not create it" in message, message
     assert "tandem down tdm-lws" in message
@@ -234,7 +234,7 @@ def test_up_applies_reports_no_pods_and_down_deletes(apiserver, namespace, state
 
     # A second up refuses while the LeaderWorkerSet exists.
     with pytest.raises(BackendError, match="already exists"):
-        lifecycle.up(deployment, timeout_s=5)
+        lifecycle.up(deployment, preflight=False, timeout_s=5)
 
     gone: list[str] = []
     lifecycle.down("tdm-lws", on_event=gone.append)
@@ -251,7 +251,7 @@ def test_up_refused_by_the_server_names_the_field(apiserver, namespace, state_ho
     # A namespace that does not exist: the server refuses, and up says so.
     deployment = k8s_deployment(namespace + "-missing")
     with pytest.raises(BackendError) as caught:
-        lifecycle.up(deployment, timeout_s=5)
+        lifecycle.up(deployment, preflight=False, timeout_s=5)
     assert "not found" in str(caught.value)
 
 
@@ -593,7 +593,7 @@ def add_node(server: ApiServer, name: str, gpus: str | None) -> None:
 
 
 def test_tandem_check_reads_the_nodes_from_the_api(apiserver, namespace):
-    from tandem.check.preflight import run_check
+    from tandem.preflight import run_check
 
     deployment = k8s_deployment(namespace)
     recipe = deployment.recipe.model_copy(

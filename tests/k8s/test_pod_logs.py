@@ -4,7 +4,7 @@ phases. No kubelet runs here, so `kubectl logs` output is replayed from a record
 from __future__ import annotations
 
 from tandem.backends import k8s as backend
-from tandem.readiness import BootLog, Phase
+from tandem.vllm_log import BootLog, Phase
 
 # vLLM's own lines, as `kubectl logs --timestamps` prefixes them (RFC 3339, nanoseconds).
 RECORDED = [

@@ -14,8 +14,8 @@ import pytest
 
 from tandem.plan.calibrate import figures_from_log
 from tandem.plan.planner import infer_hardware, ranks_per_device
-from tandem.readiness import BootLog, Phase, failure_cause, known_fix
 from tandem.spec.loading import load_deployment
+from tandem.vllm_log import BootLog, Phase, failure_cause, known_fix
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "gpu"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tandem.backends.state import BootFigures
 from tandem.plan.status import planned_vs_boot
 from tandem.spec.loading import load_deployment
+from tandem.vllm_log import BootFigures
 from tests.plan.tiny import FIXTURES
 
 

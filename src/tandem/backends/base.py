@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, Field
 
-from tandem.backends.state import DeploymentState, PhaseMark, RankState
+from tandem.backends.state import DeploymentState, RankState
 from tandem.errors import BackendError
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import Readiness
 from tandem.spec.deployment import Deployment
+from tandem.vllm_log import PhaseMark
 
 if TYPE_CHECKING:
     from tandem.backends.processes import Process
@@ -103,6 +104,10 @@ class Backend(Protocol):
 
     def log_reader(self, state: DeploymentState, rank: RankState) -> LogReader:
         """A reader of the rank's log."""
+
+    def node_versions(self, state: DeploymentState) -> dict[str, str]:
+        """Node name -> what runs the engine there, for the support bundle (``{}`` where the
+        control machine's own versions say it all)."""
 
 
 # transport -> "module:Class"; a backend is imported only when used.

@@ -76,13 +76,11 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
         f"python {sys.version.split()[0]}",
         f"control machine {platform.platform()}",
     ]
-    node_versions = getattr(backend, "node_versions", None)
-    if node_versions is not None:
-        try:
-            for node, text in node_versions(state).items():
-                versions.append(f"\n[node {node}]\n{text}")
-        except TandemError as exc:
-            versions.append(f"\nnode versions unavailable: {exc.message}")
+    try:
+        for node, text in backend.node_versions(state).items():
+            versions.append(f"\n[node {node}]\n{text}")
+    except TandemError as exc:
+        versions.append(f"\nnode versions unavailable: {exc.message}")
     files["versions.txt"] = "\n".join(versions) + "\n"
     events = state.directory / EVENTS_FILE
     if events.is_file():

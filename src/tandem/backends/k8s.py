@@ -35,7 +35,7 @@ from pathlib import Path
 from tandem import wire
 from tandem.backends.base import RankObservation
 from tandem.backends.launch import await_ready
-from tandem.backends.state import DeploymentState, PhaseMark, RankState, load_state
+from tandem.backends.state import DeploymentState, RankState
 from tandem.errors import BackendError, KubernetesError, Problem, RankFailed
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import Readiness
@@ -43,6 +43,7 @@ from tandem.render import kubernetes as k8s_render
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
 from tandem.spec.kubernetes import KubernetesOptions
+from tandem.vllm_log import PhaseMark
 
 FIELD_MANAGER = "tandem"
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
@@ -657,13 +658,9 @@ class KubernetesBackend:
             and "running" in state_of
         )
 
+    def node_versions(self, state: DeploymentState) -> dict[str, str]:
+        """What runs is the recipe's image, recorded in the bundle's state.json."""
+        return {}
+
     def log_reader(self, state: DeploymentState, rank: RankState) -> PodLog:
         return PodLog(Kubectl.of_state(state), rank.log.removeprefix("pod/"))
-
-
-def status_of(name: str) -> dict[int, str]:
-    """Each pod's one-line summary, for a deployment that runs on Kubernetes."""
-    state = load_state(name)
-    kubectl = Kubectl.of_state(state)
-    pods = {p["metadata"]["name"]: p for p in kubectl.pods(state.network["lws"])}
-    return {r.rank: pod_summary(pods.get(r.log.removeprefix("pod/"))) for r in state.ranks}

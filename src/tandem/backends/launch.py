@@ -15,10 +15,11 @@ from datetime import UTC, datetime
 
 from tandem import wire
 from tandem.backends.processes import read_process
-from tandem.backends.state import DeploymentState, PhaseMark, RankState
+from tandem.backends.state import DeploymentState, RankState
 from tandem.rankplan import RankPlan, RankSpec, Role
 from tandem.readiness import Readiness, WatchedRank, wait_ready
 from tandem.spec.deployment import Deployment
+from tandem.vllm_log import PhaseMark
 
 
 def with_caller_secrets(rank: RankSpec) -> RankSpec:

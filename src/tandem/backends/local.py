@@ -407,5 +407,9 @@ class LocalBackend:
     def observe(self, state: DeploymentState) -> dict[int, RankObservation]:
         return observe(state)
 
+    def node_versions(self, state: DeploymentState) -> dict[str, str]:
+        """The nodes are this machine: the bundle's own versions cover them."""
+        return {}
+
     def log_reader(self, state: DeploymentState, rank: RankState) -> LogTail:
         return LogTail(Path(rank.log))

@@ -25,6 +25,7 @@ from tandem.redact import Redactor
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
 from tandem.spec.recipe import Recipe
+from tandem.vllm_log import BootFigures, PhaseMark
 
 SCHEMA_VERSION = 1
 EVENTS_FILE = "events.log"
@@ -66,39 +67,6 @@ class RankState(BaseModel):
         default=None,
         description="Size of its log when the deployment became ready: error "
         "signatures are looked for after it.",
-    )
-
-
-class PhaseMark(BaseModel):
-    """A start-up phase reached, seconds after the first launch."""
-
-    phase: str
-    elapsed_s: float
-    rank: int | None = None
-    detail: str = ""
-
-
-class BootFigures(BaseModel):
-    """What vLLM reported about memory while starting (for planned-vs-actual)."""
-
-    available_kv_cache_gib: float | None = None
-    kv_cache_tokens: int | None = None
-    max_concurrency: float | None = None
-    max_concurrency_tokens_per_request: int | None = None
-    world_size: int | None = None
-    compile_cache: str | None = Field(
-        default=None,
-        description="`warm` when vLLM loaded its "
-        "compiled graphs from the cache, `cold` when it compiled "
-        "them, `recompiled` when it found them but could not "
-        "load them (the kernel caches still count), None "
-        "without torch.compile (enforce_eager).",
-    )
-    engine_init_s: float | None = Field(
-        default=None,
-        description="vLLM's own `init engine "
-        "(profile, create kv cache, warmup model)` time: the "
-        "share of the boot a warm cache shortens.",
     )
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from tandem import wire
+from tandem import hf_cache, wire
 from tandem.backends.openssh import OpenSSH, SSHTarget
 from tandem.backends.runtimes import resolve_runtime
 from tandem.backends.state import state_root
@@ -84,10 +84,7 @@ class SyncReport:
 
 def hf_home_of(node: Node, deployment: Deployment) -> str:
     """The node's Hugging Face home as the remote shell should write it."""
-    home = (
-        node.env.get(wire.HF_HOME) or deployment.recipe.model.cache_root or "~/.cache/huggingface"
-    )
-    return home
+    return node.env.get(wire.HF_HOME) or deployment.recipe.model.cache_root or hf_cache.DEFAULT_HOME
 
 
 def _shell_path(path: str) -> str:
@@ -99,8 +96,8 @@ def _shell_path(path: str) -> str:
 
 def model_folder(deployment: Deployment, node: Node) -> str:
     """``HF_HOME/hub/models--ORG--NAME`` on a node."""
-    repo = deployment.recipe.model.repo_id.replace("/", "--")
-    return str(PurePosixPath(hf_home_of(node, deployment)) / "hub" / f"models--{repo}")
+    home = PurePosixPath(hf_home_of(node, deployment))
+    return str(hf_cache.repo_dir(home, deployment.recipe.model.repo_id))
 
 
 def snapshot_probe(deployment: Deployment, node: Node) -> str:

@@ -22,8 +22,9 @@ from typing import Any, NamedTuple, Protocol
 
 import httpx
 
+from tandem import wire
 from tandem.bench.records import ErrorCategory, RequestRecord
-from tandem.errors import EndpointError, Unauthorized
+from tandem.endpoint import reasoning_of
 
 Clock = Callable[[], float]
 """Seconds from an arbitrary origin, monotonic; ``time.perf_counter`` unless a test injects one."""
@@ -166,7 +167,7 @@ class ChatEndpoint:
     ``reasoning_content`` (vLLM renamed the field; both are read)."""
 
     name = "chat"
-    path = "/v1/chat/completions"
+    path = wire.CHAT_PATH
 
     def payload(self, model: str, prompt: Prompt, sampling: Sampling) -> dict[str, Any]:
         return _common(
@@ -181,13 +182,13 @@ class ChatEndpoint:
     def read_choice(self, choice: dict[str, Any]) -> ChoiceText:
         delta = choice.get("delta") or {}
         answer = delta.get("content") or ""
-        reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
+        reasoning = reasoning_of(delta)
         if answer or reasoning:
             return ChoiceText(True, answer, reasoning)
         # vLLM's first chunk only announces the role ({"role": "assistant", "content": ""});
         # a later chunk with an empty string stands for a token whose text is not complete yet.
         has_text_field = any(
-            isinstance(delta.get(k), str) for k in ("content", "reasoning", "reasoning_content")
+            isinstance(delta.get(k), str) for k in ("content", *wire.REASONING_FIELDS)
         )
         return ChoiceText(has_text_field and "role" not in delta, "", "")
 
@@ -196,7 +197,7 @@ class CompletionsEndpoint:
     """``/v1/completions``: the prompt is sent as token ids when they are known (exact length)."""
 
     name = "completions"
-    path = "/v1/completions"
+    path = wire.COMPLETIONS_PATH
 
     def payload(self, model: str, prompt: Prompt, sampling: Sampling) -> dict[str, Any]:
         body = list(prompt.token_ids) if prompt.token_ids is not None else prompt.text
@@ -424,43 +425,13 @@ def _json_or_text(body: bytes) -> Any:
 # --- server facts -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ServedModel:
-    """What ``/v1/models`` says about one served model."""
-
-    id: str
-    max_model_len: int | None
-    root: str | None
-
-
-async def served_models(client: httpx.AsyncClient, base_url: str) -> list[ServedModel]:
-    """The models a server serves.
-
-    Raises:
-        EndpointError: the server is unreachable or ``/v1/models`` is not an OpenAI list.
-    """
-    try:
-        response = await client.get(base_url + "/v1/models", timeout=10)
-        if response.status_code == 401:
-            raise Unauthorized(base_url + "/v1/models")
-        response.raise_for_status()
-        data = response.json()["data"]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-        raise EndpointError(
-            f"cannot list models at {base_url}/v1/models: {exc}",
-            hint="check that 1. the server is running (`curl URL/health`), 2. the URL is the "
-            "server root without /v1, 3. nothing blocks the port",
-        ) from exc
-    return [ServedModel(m["id"], m.get("max_model_len"), m.get("root")) for m in data]
-
-
 async def tokenize(
     client: httpx.AsyncClient, base_url: str, model: str, text: str
 ) -> list[int] | None:
     """Token ids of ``text`` from vLLM's ``/tokenize``; None when the server has no such route."""
     try:
         response = await client.post(
-            base_url + "/tokenize",
+            base_url + wire.TOKENIZE_PATH,
             timeout=30,
             json={"model": model, "prompt": text, "add_special_tokens": False},
         )
@@ -477,7 +448,7 @@ async def detokenize(
     """Text of ``token_ids`` from vLLM's ``/detokenize``; None when unavailable."""
     try:
         response = await client.post(
-            base_url + "/detokenize", timeout=30, json={"model": model, "tokens": token_ids}
+            base_url + wire.DETOKENIZE_PATH, timeout=30, json={"model": model, "tokens": token_ids}
         )
         if response.status_code != 200:
             return None
@@ -489,7 +460,7 @@ async def detokenize(
 async def server_version(client: httpx.AsyncClient, base_url: str) -> str | None:
     """vLLM's ``/version``, or None for servers without it."""
     try:
-        response = await client.get(base_url + "/version", timeout=10)
+        response = await client.get(base_url + wire.VERSION_PATH, timeout=10)
         return str(response.json().get("version")) if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError):
         return None

@@ -86,7 +86,7 @@ class BenchConfig(BaseModel):
     )
     request_timeout_s: float = Field(default=600.0, gt=0, description="Per request, seconds.")
     slo: Slo = Field(default_factory=Slo, description="SLOs for goodput; none by default.")
-    seed: int = Field(default=0, description="Seeds the prompts and arrival schedules.")
+    seed: int = Field(default=0, ge=0, description="Seeds the prompts and arrival schedules.")
     scrape_metrics: bool = Field(default=True, description="Difference /metrics per point.")
     kv_sample_interval_s: float = Field(
         default=5.0,

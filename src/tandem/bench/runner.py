@@ -42,7 +42,6 @@ from tandem.bench.client import (
     Sampling,
     detokenize,
     send_request,
-    served_models,
     server_version,
     tokenize,
 )
@@ -59,7 +58,8 @@ from tandem.bench.workload import (
     sample_token_ids,
     synthetic_text,
 )
-from tandem.errors import EndpointError, Problem, SpecError
+from tandem.endpoint import AsyncEndpoint, pick_model
+from tandem.errors import Problem, SpecError
 from tandem.vllm_metrics import MetricsSnapshot
 
 SCHEMA_VERSION = 1
@@ -223,26 +223,8 @@ class LoadGenerator:
     # --- phases ---------------------------------------------------------------------------
 
     async def _server_info(self) -> ServerInfo:
-        models = await served_models(self.client, self.config.url)
-        names = [m.id for m in models]
-        wanted = self.config.model
-        if wanted is None:
-            if len(models) != 1:
-                raise EndpointError(
-                    f"the server serves {len(models)} models ({', '.join(names)})",
-                    hint="name one with --model",
-                )
-            chosen = models[0]
-        else:
-            match = [m for m in models if m.id == wanted]
-            if not match:
-                raise EndpointError(
-                    f"the server does not serve '{wanted}' (it serves: "
-                    f"{', '.join(names) or 'nothing'})",
-                    field="model",
-                    hint="pass one of those names to --model",
-                )
-            chosen = match[0]
+        models = await AsyncEndpoint(self.config.url, client=self.client).models()
+        chosen = pick_model(models, self.config.model)
         return ServerInfo(
             url=self.config.url,
             model=chosen.id,

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from tandem import wire
 from tandem.vllm_metrics import (
     GENERATION_TOKENS,
     KV_CACHE_USAGE,
@@ -42,7 +43,7 @@ from tandem.vllm_metrics import (
 async def scrape(client: httpx.AsyncClient, base_url: str) -> MetricsSnapshot | None:
     """GET /metrics and parse it; None when the server exports none (not an error)."""
     try:
-        response = await client.get(base_url + "/metrics", timeout=10)
+        response = await client.get(base_url + wire.METRICS_PATH, timeout=10)
     except httpx.HTTPError:
         return None
     if response.status_code != 200:

@@ -1,12 +1,12 @@
-"""Preflight: probe every node of a deployment, judge the facts, and test the fabric.
+"""The parts of the preflight: the node probe, the rules that judge its facts, the fabric test.
 
-Public surface: ``run_check`` (the one call), ``CheckReport``, ``Finding``, ``Severity``,
-``RULES`` (every rule), ``NodeTransport`` (what a cluster transport implements to be checked).
-The probe itself is ``tandem/check/probe.py``, a stdlib-only script shipped to the nodes.
+Public surface: ``CheckReport``, ``Finding``, ``Severity``, ``RULES`` (every rule),
+``NodeTransport`` (what a cluster transport implements to be checked). The probe itself is
+``tandem/check/probe.py``, a stdlib-only script shipped to the nodes. The one call that runs
+them all over a deployment's nodes is ``tandem.preflight.run_check``, above the backends.
 """
 
 from tandem.check.findings import CheckReport, Finding, Severity
-from tandem.check.preflight import run_check
 from tandem.check.rules import RULES, CheckContext, evaluate
 from tandem.check.transport import NodeTransport, ProbeError
 
@@ -19,5 +19,4 @@ __all__ = [
     "ProbeError",
     "Severity",
     "evaluate",
-    "run_check",
 ]

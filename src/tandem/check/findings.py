@@ -26,6 +26,11 @@ class Severity(StrEnum):
     WARNING = "warning"
     INFO = "info"
 
+    @property
+    def rank(self) -> int:
+        """Report order: errors (0) first, then warnings, then info."""
+        return list(Severity).index(self)
+
 
 class Finding(BaseModel):
     """One fault found by a rule, with the facts that show it and how to fix it."""

@@ -11,13 +11,13 @@ A ``NodeTransport`` does two things on one node, both with the standard library'
 ``local`` is implemented here: the current Python runs the probe, inside the node's network
 namespace (``ip netns exec``) when nodes are namespaces. An SSH transport implements the same
 two methods with ``ssh HOST python3 - ARGS < probe.py`` (see ``probe_source`` and
-``probe_args``); a Kubernetes one with ``kubectl exec -i POD -- python3 - ARGS``. They register
-in ``TRANSPORTS`` by cluster transport name.
+``probe_args``), ``tandem.backends.ssh_check``; a Kubernetes one reads the Node objects,
+``tandem.backends.k8s_check``. The preflight (``tandem.preflight``), above the backends, picks
+one per cluster transport.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -54,27 +54,6 @@ class ProbeError(BackendError):
     """The probe could not run on a node, or printed no facts."""
 
     code = "probe-failed"
-
-
-# cluster transport -> "module:Class"; the class is built with the Deployment.
-TRANSPORTS: dict[str, str] = {
-    "local": "tandem.check.transport:LocalTransport",
-    "ssh": "tandem.backends.ssh_check:SSHNodeTransport",
-    "k8s": "tandem.backends.k8s_check:KubernetesNodeTransport",
-}
-
-
-def transport_for(deployment: Deployment, **options: Any) -> NodeTransport:
-    """The node transport of the deployment's cluster (``local``, ``ssh``, ``k8s``)."""
-    name = deployment.cluster.transport.value
-    if name not in TRANSPORTS:
-        raise ProbeError(
-            f"tandem check cannot reach '{name}' nodes in this version",
-            field="transport",
-            hint=f"use one of {', '.join(TRANSPORTS)}",
-        )
-    module, _, cls = TRANSPORTS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)(deployment, **options)
 
 
 def probe_source() -> str:

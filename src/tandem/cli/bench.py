@@ -6,9 +6,9 @@ is not one of its subcommands to ``run``, so the short form and the noun-verb fo
 
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import click
 from pydantic import ValidationError
@@ -27,7 +27,7 @@ from tandem.bench.compare import compare, load_summary
 from tandem.bench.config import BenchConfig
 from tandem.bench.metrics import Slo
 from tandem.bench.runner import REQUESTS_FILE, ProgressEvent, read_records, run
-from tandem.cli.options import NOT_NEGATIVE, POSITIVE, FloatIn, api_key_option, json_object
+from tandem.cli.options import POSITIVE, FloatIn, api_key_option, field_option, json_object
 from tandem.errors import Problem, SpecError
 from tandem.plan.status import planned_roofline_tok_s
 from tandem.report.bench import (
@@ -106,99 +106,34 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
     type=click.Path(file_okay=False),
     help="Folder for requests.jsonl, summary.json, report.md and plots.",
 )
-@click.option(
-    "--endpoint",
-    type=click.Choice(["chat", "completions"]),
-    default="chat",
-    show_default=True,
-    help="/v1/chat/completions or /v1/completions.",
-)
-@click.option(
-    "--concurrency",
-    callback=_int_list,
-    default="1",
-    show_default=True,
-    help="Concurrency ladder, comma-separated; empty for none.",
-)
-@click.option(
-    "--rates",
-    callback=_float_list,
-    default="",
-    help="Request-rate ladder in requests/s, comma-separated.",
-)
-@click.option(
-    "--burstiness",
-    type=FloatIn(min=0, min_open=True, infinite=True),
-    default=1.0,
-    show_default=True,
-    help="Arrival shape of rate points: 1 = Poisson, inf = constant.",
-)
-@click.option(
-    "--max-concurrency",
-    type=click.IntRange(min=1),
-    help="Cap on requests in flight at rate points.",
-)
-@click.option(
-    "--requests",
-    "requests_",
-    type=click.IntRange(min=1),
-    help="Requests per load point. Default max(8, 4 × concurrency); 16 at rate points.",
-)
-@click.option("--input-tokens", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--output-tokens", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option(
-    "--ignore-eos/--no-ignore-eos",
-    default=True,
-    show_default=True,
-    help="Generate exactly --output-tokens (vLLM extension).",
-)
-@click.option("--temperature", type=NOT_NEGATIVE, help="Default: the server's.")
-@click.option(
-    "--prompt-file",
-    type=click.Path(dir_okay=False, exists=True),
-    help="JSONL with a `prompt` field per line, or plain text one prompt per line.",
-)
-@click.option(
-    "--long-context",
-    is_flag=True,
-    help="Add a single-stream point whose prompt fills max_model_len.",
-)
-@click.option(
-    "--warmup",
-    type=click.IntRange(min=0),
-    default=2,
-    show_default=True,
-    help="Requests sent and discarded first.",
-)
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=POSITIVE,
-    default=600.0,
-    show_default=True,
-    help="Seconds per request.",
-)
+@field_option(BenchConfig, "endpoint")
+@field_option(BenchConfig, "concurrency", callback=_int_list)
+@field_option(BenchConfig, "rates_rps", flag="--rates", callback=_float_list)
+@field_option(BenchConfig, "burstiness", type=FloatIn(min=0, min_open=True, infinite=True))
+@field_option(BenchConfig, "max_concurrency")
+@field_option(BenchConfig, "requests")
+@field_option(BenchConfig, "input_tokens")
+@field_option(BenchConfig, "output_tokens")
+@field_option(BenchConfig, "ignore_eos")
+@field_option(BenchConfig, "temperature")
+@field_option(BenchConfig, "prompt_file", type=click.Path(dir_okay=False, exists=True))
+@field_option(BenchConfig, "long_context")
+@field_option(BenchConfig, "warmup_requests", flag="--warmup")
+@field_option(BenchConfig, "request_timeout_s", flag="--timeout")
 @click.option("--slo-ttft-ms", type=POSITIVE, help="Goodput SLO: maximum TTFT.")
 @click.option("--slo-tpot-ms", type=POSITIVE, help="Goodput SLO: maximum TPOT.")
 @click.option("--slo-e2el-ms", type=POSITIVE, help="Goodput SLO: maximum E2EL.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--no-server-metrics", is_flag=True, help="Do not scrape /metrics.")
-@click.option(
-    "--kv-sample-interval",
-    "kv_sample_interval_s",
-    type=NOT_NEGATIVE,
-    default=5.0,
-    show_default=True,
-    help="Seconds between /metrics samples during a point (KV cache peak); 0: before "
-    "and after only. Each scrape briefly stalls vLLM's API server.",
+@field_option(BenchConfig, "seed")
+@field_option(BenchConfig, "scrape_metrics", flag="--server-metrics")
+@field_option(BenchConfig, "kv_sample_interval_s", flag="--kv-sample-interval")
+@field_option(
+    BenchConfig,
+    "roofline_decode_tok_s",
+    flag="--roofline-tok-s",
+    help="Single-stream decode roofline to compare with, tok/s; decode speed is reported "
+    "as a fraction of it. Default for a DEPLOYMENT: its plan's (`tandem plan`).",
 )
-@click.option(
-    "--roofline-tok-s",
-    type=POSITIVE,
-    help="Single-stream decode roofline to compare with. Default for a DEPLOYMENT: "
-    "its plan's (`tandem plan`).",
-)
-@click.option("--extra-body", callback=json_object, help="JSON merged into every request.")
+@field_option(BenchConfig, "extra_body", callback=json_object)
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Write PNG plots.")
 @click.option("--quiet", "-q", is_flag=True, help="No live progress.")
 @click.option(
@@ -220,33 +155,15 @@ def run_command(
     url: str | None,
     model: str | None,
     out_dir: str | None,
-    endpoint: str,
-    concurrency: list[int],
-    rates: list[float],
-    burstiness: float,
-    max_concurrency: int | None,
-    requests_: int | None,
-    input_tokens: int,
-    output_tokens: int,
-    ignore_eos: bool,
-    temperature: float | None,
-    prompt_file: str | None,
-    long_context: bool,
-    warmup: int,
-    timeout_s: float,
     slo_ttft_ms: float | None,
     slo_tpot_ms: float | None,
     slo_e2el_ms: float | None,
-    seed: int,
-    no_server_metrics: bool,
-    kv_sample_interval_s: float,
-    roofline_tok_s: float | None,
-    extra_body: dict,
     plots: bool,
     quiet: bool,
     resume: bool,
     watch: bool,
     api_key: str | None,
+    **fields: Any,
 ) -> None:
     """Run a benchmark: each load point in turn, every request saved as it finishes.
 
@@ -262,35 +179,13 @@ def run_command(
     if not url:
         state = load_state(deployment)
         url, model = state.endpoint, model or state.model
-        if roofline_tok_s is None:  # a launched deployment has a plan: measure against it
-            roofline_tok_s = planned_roofline_tok_s(state.recipe, state.cluster)
-    ms = lambda v: v / 1000 if v is not None else None  # noqa: E731
+        if fields["roofline_decode_tok_s"] is None:  # a launched deployment has a plan
+            fields["roofline_decode_tok_s"] = planned_roofline_tok_s(state.recipe, state.cluster)
+    slo = Slo(
+        ttft_s=_seconds(slo_ttft_ms), tpot_s=_seconds(slo_tpot_ms), e2el_s=_seconds(slo_e2el_ms)
+    )
     try:
-        config = BenchConfig(
-            url=url,
-            model=model,
-            api_key=api_key,
-            endpoint=endpoint,
-            concurrency=concurrency or [],
-            rates_rps=rates,
-            burstiness=math.inf if burstiness == math.inf else burstiness,
-            max_concurrency=max_concurrency,
-            requests=requests_,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            ignore_eos=ignore_eos,
-            temperature=temperature,
-            prompt_file=prompt_file,
-            long_context=long_context,
-            warmup_requests=warmup,
-            request_timeout_s=timeout_s,
-            seed=seed,
-            scrape_metrics=not no_server_metrics,
-            kv_sample_interval_s=kv_sample_interval_s,
-            slo=Slo(ttft_s=ms(slo_ttft_ms), tpot_s=ms(slo_tpot_ms), e2el_s=ms(slo_e2el_ms)),
-            roofline_decode_tok_s=roofline_tok_s,
-            extra_body=extra_body,
-        )
+        config = BenchConfig(url=url, model=model, api_key=api_key, slo=slo, **fields)
     except ValidationError as exc:
         raise SpecError(
             "invalid bench options",
@@ -331,6 +226,10 @@ def run_command(
             f"wrote {out / REQUESTS_FILE}, {out / 'summary.json'}, "
             + ", ".join(str(p) for p in written)
         )
+
+
+def _seconds(ms: float | None) -> float | None:
+    return ms / 1000 if ms is not None else None
 
 
 class _LiveProgress:

@@ -11,11 +11,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from tandem import wire
-from tandem.check import CheckReport, Severity, run_check
+from tandem.check import CheckReport, Severity
 from tandem.check.fabric import DEFAULT_PORT
 from tandem.check.rules.network import open_api_finding
 from tandem.cli.options import PORT, cluster_option, machine_deployment, recipe_argument
 from tandem.errors import CheckFailed
+from tandem.preflight import run_check
 
 console = Console(highlight=False)
 logger = logging.getLogger("tandem.check")
@@ -98,28 +99,21 @@ def check_command(
         )
 
 
-def preflight(deployment, *, skip: bool = False) -> None:
-    """What ``tandem up`` runs first: the checks, shown; refuse (CheckFailed) on any error.
-
-    With ``skip`` nothing is probed, and the skip is logged (``tandem.check`` logger, stderr).
-    """
-    if skip:
-        logger.warning("preflight checks skipped for '%s' (--skip-checks)", deployment.name)
-        console.print("[yellow]preflight skipped (--skip-checks)[/yellow]")
-        finding = open_api_finding(deployment, bool(os.environ.get(wire.VLLM_API_KEY)))
-        if finding:
-            console.print(f"[yellow]{escape(finding.render())}[/yellow]")
-        return
-    console.print(f"preflight of [bold]{deployment.name}[/bold]")
-    report = run_check(deployment, on_event=_show_event)
+def show_preflight(report: CheckReport) -> None:
+    """The findings of the preflight ``tandem up`` runs first (``tandem.lifecycle.up``
+    refuses to launch on an error among them)."""
     if report.findings:
         show_report(report, nodes=False)
-    if not report.ok:
-        raise CheckFailed(
-            f"refusing to launch '{deployment.name}': {len(report.errors)} error(s) "
-            "in the preflight",
-            hint="fix them, or pass --skip-checks to launch anyway",
-        )
+
+
+def show_skipped_preflight(deployment) -> None:
+    """``tandem up --skip-checks``: nothing is probed; the skip is logged (``tandem.check``
+    logger, stderr), and an API open beyond loopback without a key is still said."""
+    logger.warning("preflight checks skipped for '%s' (--skip-checks)", deployment.name)
+    console.print("[yellow]preflight skipped (--skip-checks)[/yellow]")
+    finding = open_api_finding(deployment, bool(os.environ.get(wire.VLLM_API_KEY)))
+    if finding:
+        console.print(f"[yellow]{escape(finding.render())}[/yellow]")
 
 
 def _show_event(text: str) -> None:

@@ -8,13 +8,18 @@ from pathlib import Path
 import click
 
 from tandem.backends.state import load_state
-from tandem.cli.options import NOT_NEGATIVE, POSITIVE, SHARE, FloatIn, api_key_option, json_object
+from tandem.cli.options import api_key_option, field_option, json_object
 from tandem.errors import SpecError
 from tandem.eval.log import SamplingParams
-from tandem.eval.report import PUBLISHED_REFERENCE, EvalReport, render_markdown
+from tandem.eval.report import EvalReport, render_markdown
 from tandem.eval.runner import GPQAConfig, rescore_log, run_gpqa
 from tandem.report.watch import report_folder
 from tandem.watch.background import WATCH_DIR, BackgroundWatch
+
+FALLBACK: SamplingParams = GPQAConfig.model_fields["fallback_sampling"].get_default(
+    call_default_factory=True
+)
+"""The re-ask's sampling as GPQAConfig declares it: the defaults of the --fallback-* options."""
 
 
 @click.group("eval", context_settings={"help_option_names": ["-h", "--help"]})
@@ -51,77 +56,37 @@ def eval_command() -> None:
     type=click.Path(file_okay=False),
     help="Folder for responses.jsonl, report.json, report.md, report.html.",
 )
-@click.option("--limit", type=click.IntRange(min=1), help="Only the first N questions.")
-@click.option(
-    "--repeats",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Ask each question N times, options re-shuffled each time.",
+@field_option(GPQAConfig, "limit")
+@field_option(GPQAConfig, "repeats")
+@field_option(GPQAConfig, "seed")
+@field_option(SamplingParams, "temperature")
+@field_option(SamplingParams, "top_p")
+@field_option(SamplingParams, "max_tokens")
+@field_option(SamplingParams, "chat_template_kwargs", callback=json_object)
+@field_option(GPQAConfig, "concurrency")
+@field_option(GPQAConfig, "fallback")
+@field_option(
+    SamplingParams,
+    "max_tokens",
+    flag="--fallback-max-tokens",
+    param="fallback_max_tokens",
+    default=FALLBACK.max_tokens,
+    help="max_tokens of the re-ask.",
 )
-@click.option(
-    "--seed",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Seed of the option order.",
-)
-@click.option("--temperature", type=NOT_NEGATIVE, default=0.0, show_default=True)
-@click.option("--top-p", type=FloatIn(min=0, max=1, min_open=True), default=None)
-@click.option("--max-tokens", type=click.IntRange(min=1), default=32768, show_default=True)
-@click.option(
-    "--chat-template-kwargs",
-    default='{"thinking": true}',
-    show_default=True,
+@field_option(
+    SamplingParams,
+    "chat_template_kwargs",
+    flag="--fallback-chat-template-kwargs",
+    param="fallback_chat_template_kwargs",
+    default=FALLBACK.chat_template_kwargs,
     callback=json_object,
-    help="Sent as chat_template_kwargs (thinking on).",
+    help="Sent as chat_template_kwargs with the re-ask (thinking off).",
 )
-@click.option("--concurrency", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option(
-    "--fallback/--no-fallback",
-    default=True,
-    show_default=True,
-    help="Re-ask, thinking off, when a response has no parsable answer.",
-)
-@click.option("--fallback-max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option(
-    "--fallback-chat-template-kwargs",
-    default='{"thinking": false}',
-    show_default=True,
-    callback=json_object,
-)
-@click.option(
-    "--fallback-context-chars",
-    type=click.IntRange(min=0),
-    default=4000,
-    show_default=True,
-    help="Tail of the first response sent back with the re-ask.",
-)
-@click.option(
-    "--request-timeout",
-    "request_timeout_s",
-    type=POSITIVE,
-    default=3600.0,
-    show_default=True,
-    help="Seconds one request may take (sized for 32K tokens).",
-)
-@click.option(
-    "--retry-budget",
-    "retry_budget_s",
-    type=NOT_NEGATIVE,
-    default=900.0,
-    show_default=True,
-    help="Seconds to keep retrying connection errors and 5xx before stopping.",
-)
+@field_option(GPQAConfig, "fallback_context_chars")
+@field_option(GPQAConfig, "request_timeout_s", flag="--request-timeout")
+@field_option(GPQAConfig, "retry_budget_s", flag="--retry-budget")
 @click.option("--resume", is_flag=True, help="Continue the log in --out; skip finished samples.")
-@click.option(
-    "--reference",
-    "reference_accuracy",
-    type=SHARE,
-    default=PUBLISHED_REFERENCE,
-    show_default=True,
-    help="Published accuracy shown beside ours.",
-)
+@field_option(GPQAConfig, "reference_accuracy", flag="--reference")
 @click.option("--no-progress", is_flag=True, help="No live progress bar.")
 @click.option(
     "--watch",

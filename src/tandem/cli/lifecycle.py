@@ -6,14 +6,14 @@ import shlex
 from pathlib import Path
 
 import click
-import httpx
 from rich.console import Console
 from rich.table import Table
 
-from tandem import lifecycle, wire
+from tandem import lifecycle
 from tandem.backends.bundle import write_bundle
-from tandem.backends.state import PhaseMark, list_deployments, load_state
-from tandem.cli.check import preflight
+from tandem.backends.state import list_deployments, load_state
+from tandem.check import CheckReport
+from tandem.cli.check import show_preflight, show_skipped_preflight
 from tandem.cli.options import (
     POSITIVE,
     FloatIn,
@@ -23,9 +23,11 @@ from tandem.cli.options import (
     recipe_argument,
 )
 from tandem.cli.supervise import run_supervisor
-from tandem.errors import EndpointError, Unauthorized
+from tandem.endpoint import Endpoint
 from tandem.redact import Redactor
+from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_cluster
+from tandem.vllm_log import PhaseMark
 
 console = Console(highlight=False, soft_wrap=True)
 name_argument = click.argument("name", required=False)
@@ -95,16 +97,18 @@ def up_command(
                 + f"{shlex.join(argv)}\n"
             )
         return
-    lifecycle.refuse_if_running(deployment)
-    preflight(deployment, skip=skip_checks)
-    cluster = deployment.cluster
-    console.print(
-        f"[bold]{deployment.name}[/bold]: {len(cluster.nodes)} rank(s), world size "
-        f"{deployment.world_size}, on '{cluster.name}' ({cluster.transport.value}"
-        f"{', ' + cluster.local.isolation.value if cluster.transport.value == 'local' else ''})"
-    )
+    if skip_checks:
+        show_skipped_preflight(deployment)
+        _show_launch(deployment, None)
+    else:
+        console.print(f"preflight of [bold]{deployment.name}[/bold]")
     state, ready = lifecycle.up(
-        deployment, timeout_s=timeout_s, on_phase=_show_phase, on_event=_show_event
+        deployment,
+        preflight=not skip_checks,
+        timeout_s=timeout_s,
+        on_phase=_show_phase,
+        on_event=_show_event,
+        on_report=lambda report: _show_launch(deployment, report),
     )
     boot = state.boot
     console.print(
@@ -133,6 +137,21 @@ def up_command(
     console.print(f"  first answer ({ready.completion_tokens} tokens): {ready.answer!r}")
     if supervise:
         run_supervisor(state.name)
+
+
+def _show_launch(deployment: Deployment, report: CheckReport | None) -> None:
+    """The preflight's findings (when it ran), then, when nothing refuses the launch, what is
+    launched where."""
+    if report is not None:
+        show_preflight(report)
+        if not report.ok:
+            return
+    cluster = deployment.cluster
+    console.print(
+        f"[bold]{deployment.name}[/bold]: {len(cluster.nodes)} rank(s), world size "
+        f"{deployment.world_size}, on '{cluster.name}' ({cluster.transport.value}"
+        f"{', ' + cluster.local.isolation.value if cluster.transport.value == 'local' else ''})"
+    )
 
 
 def _show_event(text: str) -> None:
@@ -336,30 +355,11 @@ def chat_command(message: str, name: str | None, max_tokens: int, api_key: str |
       tandem chat "Hello" --name tiny-local --max-tokens 16
     """
     state = load_state(name)
-    body = {
-        "model": state.model,
-        "messages": [{"role": "user", "content": message}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-    }
-    try:
-        response = httpx.post(
-            f"{state.endpoint}/v1/chat/completions",
-            json=body,
-            timeout=300,
-            headers=wire.bearer(api_key),
+    messages = [{"role": "user", "content": message}]
+    with Endpoint(state.endpoint, api_key=api_key) as server:
+        data = server.chat(
+            state.model, messages, timeout_s=300, max_tokens=max_tokens, temperature=0
         )
-    except httpx.HTTPError as exc:
-        raise EndpointError(
-            f"{state.endpoint} did not answer: {exc}", hint="check `tandem status`"
-        ) from exc
-    if response.status_code == 401:
-        raise Unauthorized(state.endpoint)
-    if response.status_code != 200:
-        raise EndpointError(
-            f"{state.endpoint} answered {response.status_code}: {response.text[:300]}"
-        )
-    data = response.json()
     usage = data.get("usage", {})
     console.print(f"[bold]{state.model}[/bold]: {data['choices'][0]['message'].get('content')!r}")
     console.print(

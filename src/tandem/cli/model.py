@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 from rich.console import Console
 from transformers.utils import logging as transformers_logging
 
+from tandem import hf_cache
 from tandem.shapemodel import SHAPES, build_shape_model
 from tandem.tinymodel import ARCHITECTURES, DEFAULT_ARCH, TinyModel, build_tiny_model
 
 
 def _default_hf_home() -> Path:
-    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    return hf_cache.local_home()
 
 
 @click.group("model", context_settings={"help_option_names": ["-h", "--help"]})

@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
 
 import click
+from pydantic import BaseModel
 
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_deployment
@@ -98,3 +103,89 @@ def json_object(ctx: click.Context, param: click.Parameter, value: str | None) -
     if not isinstance(parsed, dict):
         raise click.BadParameter("must be a JSON object, e.g. '{\"top_p\": 0.9}'")
     return parsed
+
+
+# --- options generated from a config model's fields ------------------------------------------
+
+_FROM_MODEL: Any = object()
+
+
+def field_option(
+    model: type[BaseModel],
+    name: str,
+    *,
+    flag: str | None = None,
+    param: str | None = None,
+    help: str | None = None,
+    default: Any = _FROM_MODEL,
+    type: click.ParamType | None = None,
+    callback: Callable[[click.Context, click.Parameter, Any], Any] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A click option for one field of a config model, so the model's default, bounds and
+    description are the option's (one of each, STYLE §5: the field's description is the help).
+
+    ``--field-name`` unless ``flag``; the value arrives as ``param`` (default: the field's name).
+    The type follows the annotation: a bool is a ``--x/--no-x`` switch, a ``Literal`` a choice,
+    an int an ``IntRange`` and a float a ``FloatIn`` with the field's ``ge``/``gt``/``le``/``lt``.
+    ``type`` and ``callback`` replace that for a list or a JSON object (whose ``default`` is
+    then the model's, written as the text the callback parses); ``default`` replaces the
+    model's where the field's default is a nested model's (the eval's fallback sampling).
+
+    Usage:
+        @field_option(BenchConfig, "request_timeout_s", flag="--timeout")
+    """
+    info = model.model_fields[name]
+    value = info.get_default(call_default_factory=True) if default is _FROM_MODEL else default
+    kind = _bare(info.annotation)
+    flag = flag or "--" + name.replace("_", "-")
+    # pydantic keeps Field(ge=...) as annotated_types' Ge(ge=...), Gt, Le, Lt in the metadata
+    bounds = {
+        k: getattr(m, k) for m in info.metadata for k in ("ge", "gt", "le", "lt") if hasattr(m, k)
+    }
+    decls = [flag, param or name]
+    options: dict[str, Any] = {"help": help or info.description, "show_default": True}
+    if callback is not None:
+        options["callback"] = callback
+        options["default"] = _as_text(value)
+        options["show_default"] = bool(value)
+        if isinstance(value, list):
+            options["help"] += " Comma-separated; empty for none."
+    elif kind is bool:
+        decls[0] = f"{flag}/--no-{flag.removeprefix('--')}"
+        options["default"] = value
+    else:
+        options["default"] = value
+        options["show_default"] = value is not None
+        if type is not None:
+            options["type"] = type
+        elif typing.get_origin(kind) is typing.Literal:
+            options["type"] = click.Choice([str(v) for v in typing.get_args(kind)])
+        elif kind is int:
+            low = bounds.get("ge", bounds["gt"] + 1 if "gt" in bounds else None)
+            high = bounds.get("le", bounds["lt"] - 1 if "lt" in bounds else None)
+            options["type"] = click.IntRange(min=low, max=high)
+        elif kind is float:
+            options["type"] = FloatIn(
+                min=bounds.get("ge", bounds.get("gt")),
+                max=bounds.get("le", bounds.get("lt")),
+                min_open="gt" in bounds,
+                max_open="lt" in bounds,
+            )
+    return click.option(*decls, **options)
+
+
+def _bare(annotation: Any) -> Any:
+    """``X`` of ``X | None``."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (types.UnionType, typing.Union) and len(args) == 1:
+        return args[0]
+    return annotation
+
+
+def _as_text(value: Any) -> str | None:
+    """A list or dict default as the text its option's callback parses back."""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value) if value else None
+    return value

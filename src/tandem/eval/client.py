@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import httpx
 from pydantic import BaseModel, Field
 
-from tandem import wire
-from tandem.errors import EndpointError, Unauthorized
+from tandem.endpoint import AsyncEndpoint, ServedModel, chat_body, reasoning_of
+from tandem.errors import EndpointError
 from tandem.eval.extract import split_reasoning
 
 RETRYABLE_STATUS_MIN = 500
@@ -86,15 +86,15 @@ class ChatClient:
         api_key: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.retry = retry or RetryPolicy()
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
+        self.endpoint = AsyncEndpoint(
+            base_url,
+            api_key=api_key,
             transport=transport,
-            headers=wire.bearer(api_key),
             timeout=httpx.Timeout(request_timeout_s, connect=connect_timeout_s),
         )
+        self.base_url = self.endpoint.url
+        self.model = model
+        self.retry = retry or RetryPolicy()
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -103,7 +103,7 @@ class ChatClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self.endpoint.aclose()
 
     async def chat(self, messages: list[dict], params: dict) -> ChatResponse:
         """One non-streaming chat completion, retried on connection errors and 5xx.
@@ -111,14 +111,14 @@ class ChatClient:
         Raises:
             EndpointError: retryable failures went on for longer than the retry budget.
         """
-        payload = {"model": self.model, "messages": messages, "stream": False, **params}
+        payload = chat_body(self.model, messages, params)
         started = time.monotonic()
         attempt = 0
         while True:
             attempt += 1
             sent = time.perf_counter()
             try:
-                reply = await self._client.post("/v1/chat/completions", json=payload)
+                reply = await self.endpoint.post_chat(payload)
             except httpx.TransportError as exc:
                 reason = f"{type(exc).__name__}: {exc}"
             else:
@@ -141,30 +141,21 @@ class ChatClient:
                 )
             await asyncio.sleep(delay)
 
-    async def served_models(self) -> list[str]:
-        """The model ids ``GET /v1/models`` lists.
+    async def served_models(self) -> list[ServedModel]:
+        """The models ``GET /v1/models`` lists (``AsyncEndpoint.models``).
 
         Raises:
+            Unauthorized: the server wants an API key.
             EndpointError: the endpoint cannot be reached or does not answer like OpenAI's API.
         """
-        try:
-            reply = await self._client.get("/v1/models", timeout=30.0)
-            if reply.status_code == 401:
-                raise Unauthorized(f"{self.base_url}/v1/models")
-            reply.raise_for_status()
-            return [m["id"] for m in reply.json()["data"]]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            raise EndpointError(
-                f"cannot list models at {self.base_url}/v1/models: {exc}",
-                hint="1. the server is running; 2. the URL is right (scheme, host, port)",
-            ) from exc
+        return await self.endpoint.models(timeout_s=30.0)
 
 
 def _parse(body: dict, latency_s: float, attempts: int) -> ChatResponse:
     choice = (body.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     raw = message.get("content") or ""
-    reasoning_field = message.get("reasoning") or message.get("reasoning_content") or ""
+    reasoning_field = reasoning_of(message)
     think, answer = split_reasoning(raw)
     usage = body.get("usage") or {}
     details = usage.get("completion_tokens_details") or {}

@@ -40,10 +40,15 @@ def canonical_hash(value: Any) -> str:
 class SamplingParams(BaseModel):
     """What is sent with every request besides the messages."""
 
-    temperature: float = 0.0
-    max_tokens: int = 32768
-    top_p: float | None = None
-    chat_template_kwargs: dict[str, Any] = Field(default_factory=lambda: {"thinking": True})
+    temperature: float = Field(default=0.0, ge=0, description="Sampling temperature.")
+    max_tokens: int = Field(default=32768, ge=1, description="max_tokens of every request.")
+    top_p: float | None = Field(
+        default=None, gt=0, le=1, description="Nucleus sampling; default: the server's."
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=lambda: {"thinking": True},
+        description="Sent as chat_template_kwargs (thinking on).",
+    )
 
     def payload(self) -> dict[str, Any]:
         body: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}

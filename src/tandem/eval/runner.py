@@ -28,7 +28,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from tandem.errors import EndpointError
+from tandem.endpoint import pick_model
 from tandem.eval.client import ChatClient, ChatResponse, RetryPolicy
 from tandem.eval.dataset import Sample, load_gpqa_csv, make_samples
 from tandem.eval.extract import extract_answer
@@ -59,22 +59,36 @@ class GPQAConfig(BaseModel):
         default=None, exclude=True, description="Bearer token the server requires."
     )
     out_dir: Path
-    limit: int | None = Field(default=None, ge=1, description="First N questions of the CSV.")
-    repeats: int = Field(default=1, ge=1)
-    seed: int = 0
+    limit: int | None = Field(default=None, ge=1, description="Only the first N questions.")
+    repeats: int = Field(
+        default=1, ge=1, description="Ask each question N times, options re-shuffled each time."
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of the option order.")
     sampling: SamplingParams = Field(default_factory=SamplingParams)
-    concurrency: int = Field(default=2, ge=1)
-    fallback: bool = True
+    concurrency: int = Field(default=2, ge=1, description="Requests in flight.")
+    fallback: bool = Field(
+        default=True, description="Re-ask, thinking off, when a response has no parsable answer."
+    )
     fallback_sampling: SamplingParams = Field(
         default_factory=lambda: SamplingParams(
             max_tokens=64, chat_template_kwargs={"thinking": False}
         )
     )
-    fallback_context_chars: int = Field(default=4000, ge=0)
-    request_timeout_s: float = Field(default=3600.0, gt=0)
-    retry_budget_s: float = Field(default=900.0, ge=0)
+    fallback_context_chars: int = Field(
+        default=4000, ge=0, description="Tail of the first response sent back with the re-ask."
+    )
+    request_timeout_s: float = Field(
+        default=3600.0, gt=0, description="Seconds one request may take (sized for 32K tokens)."
+    )
+    retry_budget_s: float = Field(
+        default=900.0,
+        ge=0,
+        description="Seconds to keep retrying connection errors and 5xx before stopping.",
+    )
     resume: bool = False
-    reference_accuracy: float | None = PUBLISHED_REFERENCE
+    reference_accuracy: float | None = Field(
+        default=PUBLISHED_REFERENCE, ge=0, le=1, description="Published accuracy shown beside ours."
+    )
     progress: bool = True
 
 
@@ -117,7 +131,7 @@ async def _run(config: GPQAConfig, console: Console) -> EvalReport:
         api_key=key,
         request_timeout_s=config.request_timeout_s,
     ) as client:
-        client.model = _pick_model(config, await client.served_models())
+        client.model = pick_model(await client.served_models(), config.model).id
         protocol = Protocol(
             endpoint=client.base_url,
             model=client.model,
@@ -161,24 +175,6 @@ async def _run(config: GPQAConfig, console: Console) -> EvalReport:
     )
     write_reports(report, contents.samples, config.out_dir)
     return report
-
-
-def _pick_model(config: GPQAConfig, served: list[str]) -> str:
-    if config.model:
-        if config.model not in served:
-            raise EndpointError(
-                f"{config.url} does not serve model {config.model!r} "
-                f"(it serves: {', '.join(served) or 'nothing'})",
-                hint="pass one of the served names with --model",
-            )
-        return config.model
-    if len(served) != 1:
-        raise EndpointError(
-            f"{config.url} serves {len(served)} models "
-            f"({', '.join(served) or 'none'}); which one to evaluate?",
-            hint="pass --model NAME",
-        )
-    return served[0]
 
 
 async def _ask_all(

@@ -2,7 +2,7 @@
 
 ``planned_vs_measured`` reads the figures vLLM prints while booting (``Available KV cache
 memory`` or the CPU's ``Explicitly set (X/Y) GiB for KV cache``, ``KV cache size: N tokens``,
-``Maximum concurrency for L tokens per request: Cx``) with ``tandem.readiness.BootLog`` and
+``Maximum concurrency for L tokens per request: Cx``) with ``tandem.vllm_log.BootLog`` and
 reports the planner's error on each, as ``(planned - measured) / measured``.
 """
 
@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tandem.backends.state import BootFigures
-from tandem.readiness import BootLog
+from tandem.vllm_log import BootFigures, BootLog
 
 GIB = 1024**3
 

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from tandem import hf_cache, wire
 from tandem.errors import PlanError
 
 PartRole = Literal[
@@ -196,12 +197,12 @@ def facts_from_dir(folder: Path, repo_id: str, source: str) -> ModelFacts:
 def hf_cache_snapshot(repo_id: str, revision: str, roots: list[Path]) -> Path | None:
     """The cached snapshot folder of ``repo_id`` at ``revision`` under any of ``roots``."""
     for root in roots:
-        repo = root / "hub" / f"models--{repo_id.replace('/', '--')}"
+        repo = hf_cache.repo_dir(root, repo_id)
         if not repo.is_dir():
             continue
-        ref = repo / "refs" / revision
+        ref = hf_cache.ref_file(repo, revision)
         commit = ref.read_text().strip() if ref.is_file() else revision
-        snapshot = repo / "snapshots" / commit
+        snapshot = hf_cache.snapshot_dir(repo, commit)
         if (snapshot / "config.json").is_file():
             return snapshot
     return None
@@ -299,7 +300,7 @@ def default_cache_roots(cache_root: str | None = None) -> list[Path]:
     roots = []
     if cache_root:
         roots.append(Path(cache_root))
-    if os.environ.get("HF_HOME"):
-        roots.append(Path(os.environ["HF_HOME"]))
-    roots.append(Path.home() / ".cache" / "huggingface")
+    if os.environ.get(wire.HF_HOME):
+        roots.append(Path(os.environ[wire.HF_HOME]))
+    roots.append(Path(hf_cache.DEFAULT_HOME).expanduser())
     return roots

@@ -8,7 +8,6 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from tandem.backends.state import BootFigures
 from tandem.errors import TandemError
 from tandem.plan.calibrate import Calibration, planned_vs_measured
 from tandem.plan.config import default_cache_roots, load_model_facts
@@ -16,6 +15,7 @@ from tandem.plan.planner import Plan, infer_hardware, plan_deployment
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
 from tandem.spec.recipe import Recipe
+from tandem.vllm_log import BootFigures
 
 
 class PlannedVsActual(BaseModel):

@@ -305,7 +305,7 @@ def _probes(deployment: Deployment) -> dict:
     ``/health`` answers.
     """
     startup_s = deployment.recipe.timeouts.startup_s
-    http = {"path": "/health", "port": deployment.recipe.ports.api}
+    http = {"path": wire.HEALTH_PATH, "port": deployment.recipe.ports.api}
     return {
         "startupProbe": {
             "httpGet": dict(http),

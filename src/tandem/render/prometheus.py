@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from tandem import wire
 from tandem.errors import SpecError
 from tandem.rankplan import RankPlan
 from tandem.spec.deployment import Deployment
@@ -51,7 +52,7 @@ def scrape_config(plan: RankPlan, deployment: Deployment) -> dict:
         "scrape_configs": [
             {
                 "job_name": "vllm",
-                "metrics_path": "/metrics",
+                "metrics_path": wire.METRICS_PATH,
                 "static_configs": [
                     {
                         "targets": [_leader_target(plan)],

@@ -210,14 +210,6 @@ def parse_yaml(text: str, source: str, error: type[SpecError]) -> dict[str, Any]
     return data
 
 
-def parse_model(model: type[M], text: str, source: str, error: type[SpecError]) -> M:
-    """Parse YAML text into ``model``; every problem becomes one line of one ``error``."""
-    loaded = validated(model, text, source, error)
-    if loaded.error:
-        raise loaded.error
-    return loaded.model  # type: ignore[return-value]
-
-
 def validated(model: type[M], text: str, source: str, error: type[SpecError]) -> Loaded[M]:
     """Validate YAML text against ``model``, collecting every problem, repairing what it can."""
     try:

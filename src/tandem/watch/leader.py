@@ -19,6 +19,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tandem import vllm_metrics as names
+from tandem import wire
 from tandem.watch.sample import LeaderReading
 
 REQUEST_SUCCESS = "vllm:request_success_total"
@@ -79,7 +80,7 @@ class LeaderScraper:
     """
 
     def __init__(self, endpoint: str, *, timeout_s: float = 5.0, clock=time.perf_counter) -> None:
-        self.url = endpoint.rstrip("/") + "/metrics"
+        self.url = endpoint.rstrip("/") + wire.METRICS_PATH
         # no keep-alive: uvicorn closes an idle connection after 5 s (its default), so at a 5 s
         # interval a kept connection races the close and the scrape fails; a new TCP
         # connection per sample costs far less than the parse

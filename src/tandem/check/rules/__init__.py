@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tandem.check.findings import Finding, Severity
+from tandem.check.findings import Finding
 from tandem.check.rules.cache import CacheParityRule
 from tandem.check.rules.context import CheckContext, Rule
 from tandem.check.rules.host import ClockSkewRule, GuiRule, MemoryHeadroomRule, PlanFitRule, ShmRule
@@ -64,8 +64,7 @@ RULES: tuple[Rule, ...] = (
 def evaluate(ctx: CheckContext, rules: Iterable[Rule] = RULES) -> list[Finding]:
     """Run every rule; errors first, then warnings, then info, each in rule order."""
     findings = [f for rule in rules for f in rule.check(ctx)]
-    order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
-    return sorted(findings, key=lambda f: order[f.severity])
+    return sorted(findings, key=lambda f: f.severity.rank)
 
 
 __all__ = ["RULES", "CheckContext", "Rule", "evaluate"]

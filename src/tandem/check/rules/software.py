@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from tandem import hf_cache
 from tandem.check.findings import Finding, Severity
 from tandem.check.known_env import EMPTY_NCCL_VARIABLE, KNOWN_BAD_ENV
 from tandem.check.rules.context import CheckContext, fact, listing, rdma_devices_of
@@ -157,7 +158,7 @@ class ModelSnapshotRule:
     def check(self, ctx: CheckContext) -> Iterable[Finding]:
         model = ctx.deployment.recipe.model
         download = (
-            f"`HF_HOME={model.cache_root or '~/.cache/huggingface'} hf download "
+            f"`HF_HOME={model.cache_root or hf_cache.DEFAULT_HOME} hf download "
             f"{model.repo_id} --revision {model.revision}`"
         )
         present: dict[str, dict[str, Any]] = {}

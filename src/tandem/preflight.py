@@ -1,4 +1,10 @@
-"""``tandem check``: probe every node, run the rules, optionally the fabric test.
+"""The preflight of a deployment (``tandem check``, and ``tandem up`` before it launches):
+probe every node, run the rules, optionally the fabric test.
+
+An orchestrator, a peer of ``tandem.lifecycle``: it builds network namespaces
+(``tandem.backends.netns``), picks each cluster's node transport and asks the planner, so it
+sits above the backends; the pure parts it drives (rules, findings, the probe, the fabric
+ranks) are ``tandem.check``.
 
 Steps, in order:
 
@@ -8,14 +14,12 @@ Steps, in order:
    namespaces when it is running, else a throw-away set built by ``tandem.backends.netns``
    under a unique name and removed at the end;
 3. probe every node in parallel through the cluster's node transport;
-4. ask ``tandem plan`` (when installed) for the memory each node needs;
+4. ask ``tandem plan`` for the memory each node needs;
 5. evaluate the rules; with ``fabric``, run the all-reduce across the ranks.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -26,19 +30,32 @@ from typing import Any
 
 from tandem import caches, wire
 from tandem.backends import netns
+from tandem.backends.k8s_check import KubernetesNodeTransport
+from tandem.backends.ssh_check import SSHNodeTransport
 from tandem.backends.state import list_deployments, load_state, state_root
 from tandem.check.fabric import DEFAULT_PORT, run_fabric
 from tandem.check.findings import CheckReport, Finding, Severity
 from tandem.check.rules import CheckContext, evaluate
-from tandem.check.transport import LocalTransport, NodeTransport, ProbeError, transport_for
+from tandem.check.transport import LocalTransport, NodeTransport, ProbeError
 from tandem.errors import BackendError, PlanError, TandemError
 from tandem.interrupts import shielded
+from tandem.plan import infer_hardware, load_model_facts, plan_deployment
+from tandem.plan.config import default_cache_roots
+from tandem.plan.planner import Plan
 from tandem.rankplan import RankPlan, plan_ranks
 from tandem.spec.cluster import LocalIsolation, Transport
 from tandem.spec.deployment import Deployment
 
 OnEvent = Callable[[str], None]
 NETNS_DIR = Path("/run/netns")
+
+REMOTE_TRANSPORTS: dict[Transport, type[SSHNodeTransport] | type[KubernetesNodeTransport]] = {
+    Transport.SSH: SSHNodeTransport,
+    Transport.K8S: KubernetesNodeTransport,
+}
+"""How the probe reaches the nodes of a remote cluster; each class is built with the
+Deployment, ``with_hashes`` and ``compile_caches``. A local cluster's ``LocalTransport`` needs
+the namespaces ``local_namespaces`` enters, so ``run_check`` builds it itself."""
 
 
 @contextmanager
@@ -120,38 +137,30 @@ def memory_need(deployment: Deployment) -> tuple[dict[str, int] | None, str | No
     return {n.name: plan.per_node_memory_bytes for n in deployment.cluster.nodes}, None
 
 
-def memory_plan(deployment: Deployment) -> tuple[Any, str | None, PlanError | None]:
+def memory_plan(deployment: Deployment) -> tuple[Plan | None, str | None, PlanError | None]:
     """``tandem plan``'s plan of the deployment; else why it could not plan, or the PlanError
     with which the planner refused the deployment as impossible.
 
-    ``tandem plan`` is optional here: when it is not installed, cannot find the model's
-    config, or knows no hardware profile for the cluster, the memory rules are skipped
-    and the reason is reported (never a crash of the preflight). A refusal (``max_model_len``
-    beyond the model, a KV dtype the model cannot use) is an error of the preflight.
+    When ``tandem plan`` cannot find the model's config, or knows no hardware profile for the
+    cluster, the memory rules are skipped and the reason is reported (never a crash of the
+    preflight). A refusal (``max_model_len`` beyond the model, a KV dtype the model cannot use)
+    is an error of the preflight.
     """
-    if importlib.util.find_spec("tandem.plan") is None:
-        return None, "tandem plan is not installed", None
-    plan_api = importlib.import_module("tandem.plan")
-    config = importlib.import_module("tandem.plan.config")
     model = deployment.recipe.model
     try:
-        facts = plan_api.load_model_facts(
+        facts = load_model_facts(
             model.repo_id,
             revision=model.revision,
             local_path=model.path,
-            cache_roots=config.default_cache_roots(model.cache_root),
+            cache_roots=default_cache_roots(model.cache_root),
         )
-        hardware = plan_api.infer_hardware(deployment, None)
+        hardware = infer_hardware(deployment, None)
     except TandemError as exc:
         return None, f"tandem plan could not plan it: {exc.message}", None
-    except (AttributeError, TypeError) as exc:  # the planner's API moved under us
-        return None, f"tandem plan's interface changed: {exc}", None
     try:
-        return plan_api.plan_deployment(deployment, facts, hardware), None, None
+        return plan_deployment(deployment, facts, hardware), None, None
     except PlanError as exc:
         return None, None, exc
-    except (AttributeError, TypeError) as exc:
-        return None, f"tandem plan's interface changed: {exc}", None
 
 
 def run_check(
@@ -203,7 +212,9 @@ def run_check(
                     deployment, netns=namespaces, with_hashes=with_hashes, compile_caches=roots
                 )
             else:
-                transport = transport_for(deployment, with_hashes=with_hashes, compile_caches=roots)
+                transport = REMOTE_TRANSPORTS[deployment.cluster.transport](
+                    deployment, with_hashes=with_hashes, compile_caches=roots
+                )
         on_event(f"probing {len(deployment.cluster.nodes)} node(s)")
         facts = probe_all(deployment, transport)
         planned, why_not, refused = memory_plan(deployment)
@@ -255,8 +266,7 @@ def run_check(
                 )
                 fabric_result = result.model_dump(mode="json")
                 findings += extra
-    order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
-    findings.sort(key=lambda f: order[f.severity])
+    findings.sort(key=lambda f: f.severity.rank)
     return CheckReport(
         deployment=deployment.name, nodes=facts, findings=findings, fabric=fabric_result
     )

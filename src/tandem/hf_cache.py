@@ -1,0 +1,47 @@
+"""The Hugging Face cache, as tandem finds a model in it: the default home and the hub layout.
+
+``HF_HOME`` (default ``~/.cache/huggingface``) holds ``hub/``, and a model repo's folder there
+is ``hub/models--ORG--NAME`` with ``refs/REVISION`` (a commit), ``snapshots/COMMIT/FILE``
+(links into ``blobs/``). The folder name is huggingface_hub's own (``repo_folder_name``); the
+paths work for this machine (``Path``) and for a node's (``PurePosixPath``, ``~`` unexpanded).
+The node probe (``tandem/check/probe.py``) is a stdlib-only script and keeps its own copy of
+the layout; ``tests/test_hf_cache.py`` holds the two together.
+
+Pure, except ``local_home``, which reads ``$HF_HOME`` of this process.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePath
+from typing import TypeVar
+
+from huggingface_hub.file_download import repo_folder_name
+
+from tandem import wire
+
+DEFAULT_HOME = "~/.cache/huggingface"
+"""The Hugging Face home when ``HF_HOME`` is unset, as a node's shell writes it (not expanded:
+a remote ``~`` is the remote user's)."""
+
+P = TypeVar("P", bound=PurePath)
+
+
+def local_home() -> Path:
+    """This machine's Hugging Face home: ``$HF_HOME``, else ``~/.cache/huggingface``."""
+    return Path(os.environ.get(wire.HF_HOME) or Path(DEFAULT_HOME).expanduser())
+
+
+def repo_dir(home: P, repo_id: str) -> P:
+    """``HOME/hub/models--ORG--NAME``: one model repo's folder under a Hugging Face home."""
+    return home / "hub" / repo_folder_name(repo_id=repo_id, repo_type="model")
+
+
+def snapshot_dir(repo: P, commit: str) -> P:
+    """``REPO/snapshots/COMMIT``: the files of one commit."""
+    return repo / "snapshots" / commit
+
+
+def ref_file(repo: P, revision: str) -> P:
+    """``REPO/refs/REVISION``: the commit a branch or tag name points at."""
+    return repo / "refs" / revision

@@ -1,0 +1,43 @@
+"""``tandem.lifecycle.up`` holds the launch policy, so a script gets the CLI's checks: it refuses
+on a preflight error before anything starts, and says what the preflight found."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tandem import lifecycle
+from tandem.check import CheckReport
+from tandem.errors import CheckFailed
+from tandem.spec.loading import load_deployment
+
+ROOT = Path(__file__).resolve().parents[1]
+LOOPBACK = (
+    "name: here\ntransport: local\nlocal: {isolation: loopback}\n"
+    "nodes:\n  - {name: n0, address: 127.0.0.1}\n  - {name: n1, address: 127.0.0.1}\n"
+)
+
+
+def test_a_library_up_refuses_what_the_preflight_refuses(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("VLLM_API_KEY", "k" * 8)
+    (tmp_path / "loopback.yaml").write_text(LOOPBACK)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        (ROOT / "src/tandem/recipes/deepseek-v4-flash-dspark.yaml")
+        .read_text()
+        .replace("max_model_len: 524288", "max_model_len: 2000000")
+        .replace("api: 8888", "api: 18888")
+        .replace("master: 25000", "master: 35000")
+    )
+    deployment = load_deployment(recipe, tmp_path / "loopback.yaml")
+    reports: list[CheckReport] = []
+    events: list[str] = []
+    with pytest.raises(CheckFailed) as caught:
+        lifecycle.up(deployment, timeout_s=1, on_event=events.append, on_report=reports.append)
+    assert f"refusing to launch '{deployment.name}'" in caught.value.message
+    ((report,),) = [reports]
+    assert "plan-does-not-fit" in {f.rule for f in report.errors}
+    assert not any("started rank" in e for e in events), events
+    assert not (tmp_path / "home" / "deployments" / deployment.name / "state.json").exists()
