@@ -231,17 +231,17 @@ def serve_argv(deployment: Deployment, rank: int) -> list[str]:
     argv += ["--distributed-executor-backend", recipe.engine.executor.value]
     if len(cluster.nodes) > 1:
         argv += [
-            "--nnodes",
+            wire.NNODES_FLAG,
             str(len(cluster.nodes)),
-            "--node-rank",
+            wire.NODE_RANK_FLAG,
             str(rank),
-            "--master-addr",
+            wire.MASTER_ADDR_FLAG,
             cluster.leader.address,
-            "--master-port",
+            wire.MASTER_PORT_FLAG,
             str(recipe.ports.master),
         ]
         if rank > 0:
-            argv.append("--headless")
+            argv.append(wire.HEADLESS_FLAG)
     argv += _tuning_flags(recipe.engine.serve)
     argv += recipe.engine.extra_args
     return argv

@@ -20,6 +20,33 @@ VLLM_API_KEY = "VLLM_API_KEY"
 to the leader, and every client command (readiness, chat, bench, eval) sends the same one."""
 
 
+# `vllm serve`'s multi-node flags: tandem.rankplan writes them, a recipe may not (RESERVED_FLAGS),
+# and the Kubernetes renderer replaces their values with LeaderWorkerSet's variables.
+NNODES_FLAG = "--nnodes"
+NODE_RANK_FLAG = "--node-rank"
+MASTER_ADDR_FLAG = "--master-addr"
+MASTER_PORT_FLAG = "--master-port"
+HEADLESS_FLAG = "--headless"
+"""A rank above 0 runs no API server and no scheduler, only its workers."""
+
+RANK_OWNED_PREFIXES = (
+    "VLLM_",
+    "NCCL_",
+    "GLOO_",
+    "TP_SOCKET",
+    "TANDEM_",
+    "MASTER_",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+)
+"""The caller's variables a rank (or a fabric-test rank) never inherits: the rank plan sets its
+own, and a stray ``NCCL_SOCKET_IFNAME`` or ``RANK`` from the caller's shell would fight them."""
+KEPT_HOST_VARS = ("NCCL_NVLS_ENABLE",)
+"""Host-level safety switches kept from the caller all the same (NVLink multicast off on shared
+hosts)."""
+
+
 def bearer(api_key: str | None) -> dict[str, str]:
     """The ``Authorization`` header for an OpenAI-compatible server (empty without a key)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}

@@ -132,7 +132,7 @@ def _process_env(rank: RankSpec, run_dir: Path) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("VLLM_", "NCCL_", "GLOO_", "TP_SOCKET", "TANDEM_RANK"))
+        if not k.startswith(wire.RANK_OWNED_PREFIXES) or k in wire.KEPT_HOST_VARS
     }
     tmp = run_dir / f"rank{rank.rank}" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)

@@ -36,20 +36,6 @@ from tandem.spec.deployment import Deployment
 from tandem.spec.recipe import DataPlaneTransport
 
 DEFAULT_PORT = 29600
-STRIPPED_PREFIXES = (
-    "VLLM_",
-    "NCCL_",
-    "GLOO_",
-    "TP_SOCKET",
-    "TANDEM_",
-    "MASTER_",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-)
-"""Caller variables dropped before the rank's own are applied, as the local backend does."""
-KEPT_HOST_VARS = ("NCCL_NVLS_ENABLE",)
-"""Host-level safety switches kept from the caller (NVLink multicast off on shared hosts)."""
 SHOWN_VARS = re.compile(
     r"^(NCCL_|GLOO_|TP_SOCKET|VLLM_HOST_IP|CUDA_VISIBLE|MASTER_|RANK|"
     r"WORLD_SIZE|LOCAL_RANK|VLLM_CPU_OMP)"
@@ -117,7 +103,9 @@ def rank_environment(
 ) -> dict[str, str]:
     """The caller's environment less what the plan owns, then the plan's, then the rendezvous."""
     env = {
-        k: v for k, v in base.items() if not k.startswith(STRIPPED_PREFIXES) or k in KEPT_HOST_VARS
+        k: v
+        for k, v in base.items()
+        if not k.startswith(wire.RANK_OWNED_PREFIXES) or k in wire.KEPT_HOST_VARS
     }
     env.update(plan_env)
     env.update(

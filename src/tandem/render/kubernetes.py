@@ -189,15 +189,15 @@ def _role_argv(ranks: list[RankSpec], mode: LeaderAddress) -> list[str]:
     """One argv for every rank of a template: literal where the ranks agree, LWS variables
     where LeaderWorkerSet knows the value."""
     lws_vars = {
-        "--nnodes": f"$({wire.LWS_GROUP_SIZE})",
-        "--node-rank": f"$({wire.LWS_WORKER_INDEX})",
-        "--master-addr": f"$({wire.LWS_LEADER_ADDRESS})",
+        wire.NNODES_FLAG: f"$({wire.LWS_GROUP_SIZE})",
+        wire.NODE_RANK_FLAG: f"$({wire.LWS_WORKER_INDEX})",
+        wire.MASTER_ADDR_FLAG: f"$({wire.LWS_LEADER_ADDRESS})",
     }
     if mode is LeaderAddress.LWS:
         argvs = [_templated_argv(r.argv, lws_vars) for r in ranks]
     else:
         argvs = [
-            _templated_argv(r.argv, {"--node-rank": lws_vars["--node-rank"]})
+            _templated_argv(r.argv, {wire.NODE_RANK_FLAG: lws_vars[wire.NODE_RANK_FLAG]})
             if len(ranks) > 1
             else r.argv
             for r in ranks

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tandem import wire
 from tandem.errors import FieldFault
 from tandem.redact import is_secret, looks_like_secret_value
 from tandem.spec.addresses import check_address
@@ -286,11 +287,11 @@ def check_speculative_config(value: dict[str, Any]) -> None:
 
 # Flags that the rank plan owns: a recipe that passes them through extra_args would fight it.
 RESERVED_FLAGS = (
-    "--nnodes",
-    "--node-rank",
-    "--master-addr",
-    "--master-port",
-    "--headless",
+    wire.NNODES_FLAG,
+    wire.NODE_RANK_FLAG,
+    wire.MASTER_ADDR_FLAG,
+    wire.MASTER_PORT_FLAG,
+    wire.HEADLESS_FLAG,
     "--distributed-executor-backend",
     "--served-model-name",
     "--host",
