@@ -115,11 +115,13 @@ def system_libraries(files: set[Path]) -> set[Path]:
         out = subprocess.run(
             ["ldd", *map(str, elves[start : start + 200])], capture_output=True, text=True
         ).stdout
-        for line in out.splitlines():
+        for line in out.splitlines():  # "libz.so.1 => /lib/.../libz.so.1 (0x...)" or "/lib64/ld..."
             words = line.split()
-            path = next((os.path.normpath(w) for w in words if w.startswith("/")), None)
-            if path and "=>" in words or (path and words[0] == path):
-                libraries.add(Path(path))
+            found = (
+                words[words.index("=>") + 1] if "=>" in words[:-1] else words[0] if words else ""
+            )
+            if found.startswith("/"):
+                libraries.add(Path(os.path.normpath(found)))
     return {p for p in libraries if p.exists() and p not in files}
 
 

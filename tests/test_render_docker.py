@@ -15,7 +15,6 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 from factories import make_cluster, make_deployment, make_recipe
-
 from pydantic import ValidationError
 
 from tandem.backends.runtimes import DockerRuntime

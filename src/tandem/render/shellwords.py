@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 def is_node_path(path: str) -> bool:
     """True for a path the node can resolve: absolute, or in the node user's home (``~/``)."""
-    return path.startswith("/") or path == "~" or path.startswith("~/")
+    return path == "~" or path.startswith(("/", "~/"))
 
 
 def quote(word: str) -> str:

@@ -206,15 +206,16 @@ class SSHOptions(StrictModel):
         "`~/...` in the ssh user's home.",
     )
 
+    connect_timeout_s: float = Field(default=10, gt=0, description="ssh ConnectTimeout, seconds.")
+
     @field_validator("remote_dir")
     @classmethod
     def _remote_dir_on_the_node(cls, value: str) -> str:
-        if not (value.startswith("/") or value == "~" or value.startswith("~/")):
+        if not (value == "~" or value.startswith(("/", "~/"))):
             raise ValueError(
                 f"'{value}' is relative; write an absolute path, or ~/... for the ssh user's home"
             )
         return value
-    connect_timeout_s: float = Field(default=10, gt=0, description="ssh ConnectTimeout, seconds.")
 
 
 class Cluster(StrictModel):
