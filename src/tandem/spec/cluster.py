@@ -205,7 +205,6 @@ class SSHOptions(StrictModel):
         "paths must fit in 107 bytes). One subfolder per deployment and rank. Absolute, or "
         "`~/...` in the ssh user's home.",
     )
-
     connect_timeout_s: float = Field(default=10, gt=0, description="ssh ConnectTimeout, seconds.")
 
     @field_validator("remote_dir")
