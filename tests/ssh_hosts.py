@@ -130,9 +130,7 @@ def ssh_hosts(
                 "PubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
                 "StrictModes no\nUsePAM no\nMaxSessions 64\nMaxStartups 64\n"
                 "AcceptEnv none\nSubsystem sftp internal-sftp\n"
-                + "".join(
-                    f"SetEnv {k}={v}\n" for k, v in (session_env or {}).get(node.node, {}).items()
-                )
+                + _set_env((session_env or {}).get(node.node, {}))
             )
             log = (folder / f"sshd_{node.node}.log").open("wb")
             servers.append(
@@ -164,6 +162,13 @@ def ssh_hosts(
             except subprocess.TimeoutExpired:
                 server.kill()
         _clear(plan)
+
+
+def _set_env(variables: dict[str, str]) -> str:
+    """One ``SetEnv`` line: sshd keeps only the first line of the keyword."""
+    return (
+        "SetEnv " + " ".join(f"{k}={v}" for k, v in variables.items()) + "\n" if variables else ""
+    )
 
 
 def _clear(plan: netns.NetworkPlan) -> None:
