@@ -111,7 +111,10 @@ def snapshot_probe(deployment: Deployment, node: Node) -> str:
 
 def image_probe(image: str, docker: str) -> str:
     return (
-        f"{docker} image inspect --format '{{{{.Id}}}} {{{{join .RepoDigests \" \"}}}}' "
+        # `range`, not `join`: docker's template refuses `join` on an image without repo
+        # digests (a `docker import`ed or locally built one): "expected []string".
+        f"{docker} image inspect --format "
+        "'{{.Id}} {{range .RepoDigests}}{{.}} {{end}}' "
         f"{shlex.quote(image)} 2>/dev/null || echo missing\n"
     )
 
