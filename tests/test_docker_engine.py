@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -78,7 +79,7 @@ def words_on_host(deployment: DockerDeployment, rank: int, command: str) -> list
     """The words ``docker`` gets when the host's own ``sh`` runs ``command`` (a function named
     docker prints them: the host shell's expansion is what is looked at)."""
     script = "docker() { printf '%s\\0' \"$@\"; }\n" + command + "\n"
-    out = deployment.ssh(rank, f"sh -c {json.dumps(script)}").stdout
+    out = deployment.ssh(rank, f"sh -c {shlex.quote(script)}").stdout
     return out.split("\0")[:-1]
 
 
