@@ -246,7 +246,7 @@ def test_containers_run_what_render_prints(deployment: DockerDeployment):
         assert sorted(host["Binds"]) == sorted(flag_values(words, "--volume"))
         assert set(flag_values(words, "--env")) <= set(seen["Config"]["Env"])
         assert host["NetworkMode"] == "host" and host["IpcMode"] == "host"
-        assert host["Privileged"] is True and host["CapAdd"] == ["IPC_LOCK"]
+        assert host["Privileged"] is True and host["CapAdd"] == ["CAP_IPC_LOCK"]  # normalized
         assert {"Name": "memlock", "Hard": -1, "Soft": -1} in host["Ulimits"]
         assert seen["State"]["Running"] is True
         assert seen["Config"]["Labels"]["tandem.rank"] == str(rank)
