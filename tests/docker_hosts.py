@@ -227,3 +227,5 @@ def docker_hosts(folder: Path, *, name: str = "dockertest", subnet: str = "10.79
         finally:
             for daemon in reversed(daemons):
                 _stop(daemon)
+            # host1's data root holds a whole image; pytest keeps its last three temp folders
+            shutil.rmtree(folder / "host1" / "root", ignore_errors=True)
