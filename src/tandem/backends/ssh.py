@@ -52,6 +52,7 @@ from tandem.backends.state import (
     open_private,
     private_dir,
 )
+from tandem.backends.sync import image_probe
 from tandem.errors import BackendError, SSHError
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import Readiness
@@ -289,11 +290,7 @@ class SSHBackend:
         """The image as ``repo@sha256:...`` (or its image id), the same on every node."""
         image = image_of(deployment)
         docker = runtime.options.docker_command
-        script = (
-            f"{docker} image inspect --format "
-            "'{{.Id}} {{join .RepoDigests \" \"}}' "
-            f"'{image}' 2>/dev/null || echo missing\n"
-        )
+        script = image_probe(image, docker)
         found = {
             node: r.stdout.split()
             for node, r in ssh.run_all(

@@ -31,6 +31,7 @@ from tandem.backends.openssh import OpenSSH, SSHTarget
 from tandem.backends.runtimes import resolve_runtime
 from tandem.backends.state import state_root
 from tandem.errors import BackendError
+from tandem.render import shellwords
 from tandem.render.docker import is_pinned
 from tandem.spec.cluster import Node, Runtime
 from tandem.spec.deployment import Deployment
@@ -87,13 +88,6 @@ def hf_home_of(node: Node, deployment: Deployment) -> str:
     return node.env.get(wire.HF_HOME) or deployment.recipe.model.cache_root or hf_cache.DEFAULT_HOME
 
 
-def _shell_path(path: str) -> str:
-    """Quote a path for sh, keeping a leading ``~/`` expandable."""
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
-
-
 def model_folder(deployment: Deployment, node: Node) -> str:
     """``HF_HOME/hub/models--ORG--NAME`` on a node."""
     home = PurePosixPath(hf_home_of(node, deployment))
@@ -102,7 +96,7 @@ def model_folder(deployment: Deployment, node: Node) -> str:
 
 def snapshot_probe(deployment: Deployment, node: Node) -> str:
     """A script printing ``commit REV`` and then ``PATH SIZE`` per file of the snapshot."""
-    folder = _shell_path(model_folder(deployment, node))
+    folder = shellwords.quote(model_folder(deployment, node))
     revision = shlex.quote(deployment.recipe.model.revision)
     return (
         f'm={folder}; rev=$(cat "$m"/refs/{revision} 2>/dev/null || echo {revision})\n'
@@ -114,7 +108,10 @@ def snapshot_probe(deployment: Deployment, node: Node) -> str:
 
 def image_probe(image: str, docker: str) -> str:
     return (
-        f"{docker} image inspect --format '{{{{.Id}}}} {{{{join .RepoDigests \" \"}}}}' "
+        # `range`, not `join`: docker's template refuses `join` on an image without repo
+        # digests (a `docker import`ed or locally built one): "expected []string".
+        f"{docker} image inspect --format "
+        "'{{.Id}} {{range .RepoDigests}}{{.}} {{end}}' "
         f"{shlex.quote(image)} 2>/dev/null || echo missing\n"
     )
 
@@ -255,7 +252,7 @@ def copy_snapshot(
         ],
         ssh,
     )
-    ssh.run(target, f"mkdir -p {_shell_path(dst)}\n")
+    ssh.run(target, f"mkdir -p {shellwords.quote(dst)}\n")
     _rsync(
         [
             "rsync",

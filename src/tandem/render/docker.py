@@ -10,11 +10,16 @@ under seed 002's eugr launcher and seed 000's LeaderWorkerSet pods:
 - a memory-backed ``/dev/shm`` of the recipe's ``shm_size`` (seed 000's 64Gi emptyDir; with host
   IPC docker would ignore ``--shm-size``, so it is a tmpfs mount);
 - the Hugging Face cache mounted from the host at ``/cache/huggingface`` with ``HF_HOME``
-  pointing there (seed 000's hf-cache hostPath);
+  pointing there (seed 000's hf-cache hostPath). A mount source is an absolute path on the
+  node, or one in the node user's home (``~/.cache/huggingface``, the default), which the shell
+  form writes ``"$HOME"/.cache/huggingface`` so the node expands it (``tandem.render.
+  shellwords``; docker takes a relative or quoted-``~`` source for a volume name and refuses
+  it). The JSON form keeps the ``~/``: expand it on the node before running the argv;
 - the rank's compile cache root on the node (``tandem.caches``: ``ssh.remote_dir/DEPLOYMENT/
   caches/rankN``) mounted at ``/cache/tandem``, with vLLM's, Inductor's, Triton's, FlashInfer's,
   DeepGEMM's and TileLang's cache variables pointing into it, so a new container starts warm;
-- all GPUs of the node (``--gpus all``), the rank's environment as ``-e`` flags, and
+- the node's GPUs (``--gpus`` with the cluster's ``ssh.docker_gpus``, ``all`` by default,
+  left out when it is null: CPU nodes), the rank's environment as ``-e`` flags, and
   ``vllm serve ...`` exactly as the process target prints it.
 
 Secret variables (``HF_TOKEN``...) are written as ``-e NAME`` without a value, so docker takes
@@ -29,8 +34,9 @@ import shlex
 
 from tandem import caches, wire
 from tandem.errors import RecipeError
-from tandem.rankplan import RankPlan, RankSpec
+from tandem.rankplan import Mount, RankPlan, RankSpec
 from tandem.redact import is_secret
+from tandem.render import shellwords
 from tandem.spec.deployment import Deployment
 
 LABEL_DEPLOYMENT = "tandem.deployment"
@@ -74,6 +80,30 @@ def host_source(rank: RankSpec, source: str, env_name: str | None) -> str:
     return rank.env.get(env_name, source) if env_name else source
 
 
+def checked_source(rank: RankSpec, mount: Mount, deployment: Deployment) -> str:
+    """``host_source``, refused when it is relative (docker would take it for a volume name).
+
+    Raises:
+        RecipeError: naming the node's variable or the recipe field the path came from.
+    """
+    path = host_source(rank, mount.source, mount.env)
+    if shellwords.is_node_path(path):
+        return path
+    node = next(n for n in deployment.cluster.nodes if n.name == rank.node)
+    field = (
+        f"nodes[{node.name}].env.{mount.env}"
+        if mount.env and mount.env in node.env
+        else "model.cache_root"
+    )
+    raise RecipeError(
+        f"mount source '{path}' of rank {rank.rank} is not an absolute path; docker would "
+        "take it for the name of a volume",
+        field=field,
+        rank=rank.rank,
+        hint="write an absolute path on the node, or one in the node user's home as ~/...",
+    )
+
+
 def docker_run_argv(
     rank: RankSpec, deployment: Deployment, *, image: str | None = None, docker: str = "docker"
 ) -> list[str]:
@@ -105,14 +135,14 @@ def docker_run_argv(
         "memlock=-1",
         "--tmpfs",
         f"/dev/shm:rw,nosuid,nodev,size={deployment.recipe.shm_size}",
-        "--gpus",
-        "all",
     ]
+    if deployment.cluster.ssh.docker_gpus:
+        argv += ["--gpus", deployment.cluster.ssh.docker_gpus]
     for mount in rank.mounts:
         if mount.kind == "device":
             argv += ["--device", f"{mount.source}:{mount.target}"]
         else:
-            argv += ["--volume", f"{host_source(rank, mount.source, mount.env)}:{mount.target}"]
+            argv += ["--volume", f"{checked_source(rank, mount, deployment)}:{mount.target}"]
     cache = caches.remote_root(deployment.cluster.ssh.remote_dir, deployment.name, rank.rank)
     argv += ["--volume", f"{cache}:{wire.CONTAINER_CACHE_ROOT}"]
     env = {**container_env(rank), **caches.cache_env(wire.CONTAINER_CACHE_ROOT)}
@@ -123,8 +153,8 @@ def docker_run_argv(
 
 
 def shell_command(argv: list[str]) -> str:
-    """A docker command as shell text, one option per line."""
-    quoted = [shlex.quote(a) for a in argv]
+    """A docker command as shell text, one option per line (words as ``shellwords.quote``)."""
+    quoted = [shellwords.quote(a) for a in argv]
     start = next(i for i, a in enumerate(argv) if a == "run") + 1
     lines = [" ".join(quoted[:start])]
     i = start

@@ -192,13 +192,29 @@ class SSHOptions(StrictModel):
     docker_command: str = Field(
         default="docker", description="The docker CLI on the nodes, e.g. `sudo docker`."
     )
+    docker_gpus: str | None = Field(
+        default="all",
+        description="`--gpus` of each rank's container (docker runtime): `all`, or a device "
+        "request such as `device=0`; null leaves the flag out (CPU-only nodes, where docker "
+        "refuses `--gpus`). Default `all`, as the seeds run.",
+    )
     remote_dir: str = Field(
         default="/tmp/tandem",
         description="Folder on each node for the "
         "ranks' logs, pid files and TMPDIR (kept short: vLLM's IPC socket "
-        "paths must fit in 107 bytes). One subfolder per deployment and rank.",
+        "paths must fit in 107 bytes). One subfolder per deployment and rank. Absolute, or "
+        "`~/...` in the ssh user's home.",
     )
     connect_timeout_s: float = Field(default=10, gt=0, description="ssh ConnectTimeout, seconds.")
+
+    @field_validator("remote_dir")
+    @classmethod
+    def _remote_dir_on_the_node(cls, value: str) -> str:
+        if not (value == "~" or value.startswith(("/", "~/"))):
+            raise ValueError(
+                f"'{value}' is relative; write an absolute path, or ~/... for the ssh user's home"
+            )
+        return value
 
 
 class Cluster(StrictModel):
