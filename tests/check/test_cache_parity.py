@@ -133,3 +133,14 @@ def test_a_kernel_store_on_one_rank_only_changes_its_key(tmp_path: Path):
         ["triton/"],
         [],
     )
+
+
+def test_a_root_under_the_home_folder_is_read_there(tmp_path: Path, monkeypatch):
+    # An ssh cluster's remote_dir `~/tandem` reaches the probe as a literal `~` in its argv.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    compiled(tmp_path / "tandem" / "caches" / "d" / "rank0", 0)
+    facts = probe.compile_cache_facts(
+        probe.Node(), "~/tandem/caches/d/rank0", named=caches.NAMED_FOLDERS
+    )
+    assert facts["exists"] and facts["root"] == str(tmp_path / "tandem/caches/d/rank0")
+    assert facts["entries"]

@@ -682,6 +682,8 @@ def compile_cache_facts(node, root, named=(), opaque=(), depth=6):
     """
     if not root:
         return None
+    if root.startswith("~"):  # an ssh cluster's remote_dir: argv reaches here unexpanded
+        root = os.path.expanduser(root) if node.root == "/" else "/root" + root[1:]
     facts = {"root": root, "exists": False, "folders": {}, "entries": [], "truncated": False}
     base = node.path(root)
     if not os.path.isdir(base):
