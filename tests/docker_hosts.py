@@ -204,7 +204,7 @@ def engine_image(daemon: Daemon) -> tuple[str, str, int, float]:
 
 
 @contextmanager
-def docker_hosts(folder: Path, *, name: str = "dockertest", subnet: str = "10.79.0.0/24"):
+def docker_hosts(folder: Path, *, name: str = "dockertest", subnet: str = "10.84.0.0/24"):
     """Two ssh hosts, each with its own dockerd; the engine image on the first one only."""
     names = ["host0", "host1"]
     sockets = {h: folder / h / "docker.sock" for h in names}

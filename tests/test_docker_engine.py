@@ -6,7 +6,8 @@ host only) is moved to the second by ``tandem sync``; then ``tandem up`` starts 
 with TP=2 in one container per host, and the one deployment is checked end to end: the
 rendered commands against what the daemons run, status, logs, the support bundle, a killed
 container brought back by ``supervise`` with its caches, and ``down`` removing the two
-containers and nothing else. The hosts use 10.79.0.0/24 (the venv ssh tests: 10.78.0.0/24).
+containers and nothing else. The hosts use 10.84.0.0/24, a subnet no other test uses (the venv
+ssh tests: 10.78.0.0/24; the start-up failures: 10.79.0.0/24).
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ def test_up_pins_the_image_starts_workers_first_and_waits_for_an_answer(
     assert f"container tandem-{NAME}-rank1" in out
     for phase in ("rendezvous", "weights loaded", "health 200", "model listed", "answered"):
         assert phase in out, out
-    assert "ready at http://10.79.0.1:8000/v1" in out
+    assert "ready at http://10.84.0.1:8000/v1" in out
 
 
 def test_containers_run_what_render_prints(deployment: DockerDeployment):
@@ -254,7 +255,7 @@ def test_containers_run_what_render_prints(deployment: DockerDeployment):
 
 def test_ranks_met_over_the_hosts_addresses(deployment: DockerDeployment):
     log = deployment.tandem("logs", NAME, "--rank", "1").stdout
-    assert "world_size=2 rank=1" in log and "tcp://10.79.0.1:29501" in log
+    assert "world_size=2 rank=1" in log and "tcp://10.84.0.1:29501" in log
 
 
 def test_status_reads_each_container_over_ssh(deployment: DockerDeployment):
@@ -281,7 +282,7 @@ def test_bundle_names_the_daemons_and_the_pinned_image(deployment: DockerDeploym
         versions = read("versions.txt")
         assert "[node host1]" in versions and "docker 20.10" in versions
         assert deployment.hosts.image_id in versions
-        assert "VLLM_HOST_IP=10.79.0.2" in read("ranks/rank1.env")
+        assert "VLLM_HOST_IP=10.84.0.2" in read("ranks/rank1.env")
         assert read("ranks/rank1.log").strip()
 
 
