@@ -223,3 +223,40 @@ def test_an_aiohttp_error_leaves_as_the_httpx_class_with_its_cause():
         return caught.value
 
     assert type(asyncio.run(go()).__cause__).__name__ == "ServerDisconnectedError"
+
+
+def test_a_proxy_in_the_environment_carries_the_stream(monkeypatch, fixture_bytes):
+    """``HTTP_PROXY`` is honoured, as by httpx's own transport (aiohttp is asked to read the
+    environment only when a proxy is set there); the target port has nothing listening."""
+    recorded = events(fixture_bytes("sse_completions_ok.txt"))
+    request_lines: list[bytes] = []
+
+    async def proxy(reader, writer):
+        head = await reader.readuntil(b"\r\n\r\n")
+        request_lines.append(head.split(b"\r\n")[0])
+        length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n") if b"ength:" in h)
+        await reader.readexactly(length)
+        writer.write(SSE_HEAD + b"".join(chunk(e) for e in recorded) + b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def go():
+        server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        for name in ("NO_PROXY", "no_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        target = f"http://127.0.0.1:{free_port()}"
+        try:
+            async with httpx.AsyncClient(transport=AiohttpTransport()) as client:
+                ep = ENDPOINTS["completions"]
+                payload = ep.payload("tiny", Prompt("hi"), Sampling(max_tokens=8))
+                slot = RequestSlot(0, "c1", 0.0)
+                return target, await send_request(
+                    client, target, ep, payload, slot, origin=0.0, timeout_s=5
+                )
+        finally:
+            server.close()
+
+    target, record = asyncio.run(go())
+    assert record.ok and record.output_tokens == 8
+    assert request_lines == [f"POST {target}/v1/completions HTTP/1.1".encode()]
