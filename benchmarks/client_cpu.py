@@ -9,7 +9,7 @@ excluded):
 
 - `vllm`: `async_request_openai_completions` from the installed vLLM's benchmark library, on
   the `aiohttp.ClientSession` that `vllm bench serve` builds, on asyncio's loop (as it runs);
-- `tandem`: `tandem.bench.client.send_request` through the aiohttp transport on uvloop, as
+- `tandem`: `tandem.bench.timed_request.send_request` through the aiohttp transport on uvloop, as
   `tandem bench` runs it;
 - `tandem-httpcore`: the same code on httpx's default transport and asyncio's loop (what
   tandem bench used before the transport was changed), for reference.
@@ -141,7 +141,7 @@ async def vllm_client(url: str, a: argparse.Namespace) -> dict:
 async def tandem_client(url: str, a: argparse.Namespace, transport) -> dict:
     import httpx
 
-    from tandem.bench.client import ENDPOINTS, Prompt, RequestSlot, Sampling, send_request
+    from tandem.bench.timed_request import ENDPOINTS, Prompt, RequestSlot, Sampling, send_request
 
     endpoint = ENDPOINTS["completions"]
     payload = endpoint.payload("tiny", Prompt("", tuple(range(1, 9))), Sampling(a.tokens))
@@ -169,7 +169,7 @@ def run_client(a: argparse.Namespace) -> dict:
         return asyncio.run(tandem_client(url, a, transport))
     import uvloop
 
-    from tandem.bench.transport import AiohttpTransport
+    from tandem.bench.aiohttp_transport import AiohttpTransport
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(tandem_client(url, a, AiohttpTransport()))

@@ -1,9 +1,9 @@
 """Client CPU per streamed chunk for each httpx transport over aiohttp, and how each reports faults.
 
 Issue 18 asks whether the kept library ``httpx-aiohttp`` can replace tandem's own
-``AiohttpTransport`` (``tandem.bench.transport``): only if it is as cheap per streamed chunk
-and keeps the error classes ``tandem.bench.client.send_request`` sorts failures by. This script
-measures both in one run.
+``AiohttpTransport`` (``tandem.bench.aiohttp_transport``): only if it is as cheap per streamed
+chunk and keeps the error classes ``tandem.bench.timed_request.send_request`` sorts failures
+by. This script measures both in one run.
 
 The server (its own process, aiohttp's web server) answers ``POST /v1/chat/completions`` the way
 vLLM's chat stream does: HTTP/1.1 chunked ``text/event-stream``, a first chunk with the
@@ -16,7 +16,7 @@ The client (this process, on uvloop as ``tandem bench`` runs) streams the same r
 four clients and reads the body as the load generator does (every read as it arrives, counting
 SSE events), without decoding it, so that only the transport differs:
 
-- ``ours``: ``tandem.bench.transport.AiohttpTransport(max_connections=None)``;
+- ``ours``: ``tandem.bench.aiohttp_transport.AiohttpTransport(max_connections=None)``;
 - ``httpx-aiohttp``: ``httpx_aiohttp.AiohttpTransport(limits=httpx.Limits(max_connections=None))``;
 - ``httpx``: httpx's default transport (httpcore + h11), for reference;
 - ``aiohttp``: a plain ``aiohttp.ClientSession`` and ``iter_any``, the floor.
@@ -35,7 +35,7 @@ that stalls; and 150 streams at once (does the transport queue behind a connecti
 Each prints the category tandem records and the httpx class behind it.
 
 It needs ``httpx-aiohttp``, which tandem does not depend on (``pip install httpx-aiohttp``);
-the figures and the decision are in ``tandem.bench.transport``'s docstring.
+the figures and the decision are in ``tandem.bench.aiohttp_transport``'s docstring.
 
 Usage:
     .venv/bin/python benchmarks/stream_transport.py
@@ -62,8 +62,8 @@ import httpx_aiohttp
 import uvloop
 from aiohttp import web
 
-from tandem.bench.client import ENDPOINTS, Prompt, RequestSlot, Sampling, send_request
-from tandem.bench.transport import AiohttpTransport
+from tandem.bench.aiohttp_transport import AiohttpTransport
+from tandem.bench.timed_request import ENDPOINTS, Prompt, RequestSlot, Sampling, send_request
 
 CLIENTS = ("ours", "httpx-aiohttp", "httpx", "aiohttp")
 PATH = "/v1/chat/completions"

@@ -7,7 +7,7 @@ either field vLLM has used (the routes and field names themselves are ``tandem.w
 Readiness, the health model (status, the supervisor, watch) and ``tandem chat`` use the
 blocking ``Endpoint``; the bench and the eval the ``AsyncEndpoint`` (httpx's
 ``Client``/``AsyncClient`` pairing). The bench keeps its own streaming loop
-(``tandem.bench.client``) over the client it passes in, with its aiohttp transport.
+(``tandem.bench.timed_request``) over the client it passes in, with its aiohttp transport.
 
 Usage:
     with Endpoint("http://10.77.0.1:8000", api_key=key) as server:

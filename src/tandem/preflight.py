@@ -35,8 +35,8 @@ from tandem.backends.ssh_check import SSHNodeTransport
 from tandem.backends.state import list_deployments, load_state, state_root
 from tandem.check.fabric import DEFAULT_PORT, run_fabric
 from tandem.check.findings import CheckReport, Finding, Severity
+from tandem.check.node_transport import LocalTransport, NodeTransport, ProbeError
 from tandem.check.rules import CheckContext, evaluate
-from tandem.check.transport import LocalTransport, NodeTransport, ProbeError
 from tandem.errors import BackendError, PlanError, TandemError
 from tandem.interrupts import shielded
 from tandem.plan import infer_hardware, load_model_facts, plan_deployment

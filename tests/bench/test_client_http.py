@@ -9,8 +9,8 @@ import itertools
 import httpx
 import pytest
 
-from tandem.bench.client import ENDPOINTS, Prompt, RequestSlot, Sampling, send_request
 from tandem.bench.records import ErrorCategory
+from tandem.bench.timed_request import ENDPOINTS, Prompt, RequestSlot, Sampling, send_request
 
 
 class Chunks(httpx.AsyncByteStream):

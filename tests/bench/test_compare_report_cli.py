@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from tandem.bench.compare import compare, load_summary
 from tandem.bench.config import BenchConfig
+from tandem.bench.load_generator import BenchResult, LoadPointResult, ServerInfo
 from tandem.bench.metrics import load_point_metrics
-from tandem.bench.runner import BenchResult, LoadPointResult, ServerInfo
 from tandem.bench.workload import LoadPoint
 from tandem.cli import cli
 from tandem.report.bench import comparison_markdown, markdown

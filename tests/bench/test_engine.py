@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tandem.bench.config import BenchConfig
-from tandem.bench.runner import LoadGenerator, read_records
+from tandem.bench.load_generator import LoadGenerator, read_records
 from tandem.errors import Unauthorized
 
 pytestmark = pytest.mark.engine

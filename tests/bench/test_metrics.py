@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tandem.bench.load_generator import coalescing_warnings
 from tandem.bench.metrics import (
     LatencyStats,
     Slo,
@@ -13,7 +14,6 @@ from tandem.bench.metrics import (
     tpot_s,
 )
 from tandem.bench.records import ErrorCategory, RequestRecord
-from tandem.bench.runner import coalescing_warnings
 from tandem.bench.server_metrics import ServerDelta
 
 

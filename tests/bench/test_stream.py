@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.bench.client import ENDPOINTS, SSEDecoder, StreamAccumulator
 from tandem.bench.records import ErrorCategory
+from tandem.bench.timed_request import ENDPOINTS, SSEDecoder, StreamAccumulator
 
 
 def split_every(data: bytes, size: int) -> list[bytes]:

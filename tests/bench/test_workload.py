@@ -92,7 +92,7 @@ def test_a_constant_rate_run_reads_back_from_its_summary():
     import math
 
     from tandem.bench.config import BenchConfig
-    from tandem.bench.runner import BenchResult, ServerInfo
+    from tandem.bench.load_generator import BenchResult, ServerInfo
 
     config = BenchConfig(url="http://x", concurrency=[], rates_rps=[2.0], burstiness=math.inf)
     result = BenchResult(config=config, server=ServerInfo(url="http://x", model="m"))

@@ -15,8 +15,8 @@ import pytest
 
 from tandem.backends import netns
 from tandem.check import probe
+from tandem.check.node_transport import LocalTransport, clock_offset, parse_facts, probe_source
 from tandem.check.rules.host import ClockSkewRule
-from tandem.check.transport import LocalTransport, clock_offset, parse_facts, probe_source
 from tandem.spec.cluster import LocalIsolation
 from tandem.spec.deployment import Deployment, local_cluster
 from tests.check.conftest import FIXTURES, facts_of

@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from tandem import wire
 from tandem.backends.k8s import Kubectl, cluster_problems
-from tandem.check.transport import ProbeError
+from tandem.check.node_transport import ProbeError
 from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment
 
@@ -52,7 +52,7 @@ def node_facts(node_object: dict) -> dict[str, Any]:
 
 
 class KubernetesNodeTransport:
-    """``tandem.check.transport.NodeTransport`` for ``transport: k8s`` (facts via the API)."""
+    """``tandem.check.node_transport.NodeTransport`` for ``transport: k8s`` (facts via the API)."""
 
     def __init__(self, deployment: Deployment, **options: Any) -> None:
         self.deployment = deployment

@@ -1,6 +1,6 @@
 """``tandem check`` over SSH: the probe and the fabric ranks on remote nodes.
 
-Implements ``tandem.check.transport.NodeTransport`` with tandem's OpenSSH transport, so the
+Implements ``tandem.check.node_transport.NodeTransport`` with tandem's OpenSSH transport, so the
 preflight that ``tandem up`` runs reaches ssh nodes exactly as the launch does (same
 ssh_config, same shared connection). The probe script travels on stdin (``python3 -``), with
 the node's own variables (``nodes[].env``, e.g. HF_HOME) exported first.
@@ -18,7 +18,7 @@ from pathlib import PurePosixPath
 from typing import IO, Any
 
 from tandem.backends.openssh import OpenSSH, SSHTarget
-from tandem.check.transport import (
+from tandem.check.node_transport import (
     PROBE_TIMEOUT_S,
     ProbeError,
     parse_facts,
@@ -40,7 +40,7 @@ def node_python(deployment: Deployment) -> str:
 
 
 class SSHNodeTransport:
-    """Probe and spawn on ssh nodes (``check.transport.NodeTransport``)."""
+    """Probe and spawn on ssh nodes (``check.node_transport.NodeTransport``)."""
 
     def __init__(
         self,

@@ -1,10 +1,10 @@
 """tandem bench: serving performance of an OpenAI-compatible endpoint, measured correctly.
 
 Modules: ``records`` (one raw ``RequestRecord`` per request), ``metrics`` (definitions and pure
-aggregation), ``client`` (streaming requests, timed once for every endpoint kind), ``workload``
-(load points, prompts, arrival schedules), ``server_metrics`` (``/metrics`` deltas), ``config``
-(``BenchConfig``), ``transport`` (httpx over aiohttp, for cheap stream reads), ``runner``
-(``run`` / ``LoadGenerator``), ``compare`` (two summaries).
+aggregation), ``timed_request`` (streaming requests, timed once for every endpoint kind),
+``workload`` (load points, prompts, arrival schedules), ``server_metrics`` (``/metrics``
+deltas), ``config`` (``BenchConfig``), ``aiohttp_transport`` (httpx over aiohttp, for cheap
+stream reads), ``load_generator`` (``run`` / ``LoadGenerator``), ``compare`` (two summaries).
 Rendering lives in ``tandem.report.bench``.
 
 Usage:
@@ -13,9 +13,7 @@ Usage:
 """
 
 from tandem.bench.config import BenchConfig
-from tandem.bench.metrics import LatencyStats, LoadPointMetrics, Slo, load_point_metrics
-from tandem.bench.records import ErrorCategory, RequestRecord
-from tandem.bench.runner import (
+from tandem.bench.load_generator import (
     BenchResult,
     LoadGenerator,
     LoadPointResult,
@@ -24,6 +22,8 @@ from tandem.bench.runner import (
     read_records,
     run,
 )
+from tandem.bench.metrics import LatencyStats, LoadPointMetrics, Slo, load_point_metrics
+from tandem.bench.records import ErrorCategory, RequestRecord
 from tandem.bench.server_metrics import ServerDelta
 from tandem.bench.workload import LoadPoint
 

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from tandem.bench.runner import SUMMARY_FILE, BenchResult, LoadPointResult
+from tandem.bench.load_generator import SUMMARY_FILE, BenchResult, LoadPointResult
 from tandem.errors import SpecError
 
 HEADLINE: tuple[tuple[str, str, Literal["lower", "higher"]], ...] = (

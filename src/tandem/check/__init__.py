@@ -7,8 +7,8 @@ them all over a deployment's nodes is ``tandem.preflight.run_check``, above the 
 """
 
 from tandem.check.findings import CheckReport, Finding, Severity
+from tandem.check.node_transport import NodeTransport, ProbeError
 from tandem.check.rules import RULES, CheckContext, evaluate
-from tandem.check.transport import NodeTransport, ProbeError
 
 __all__ = [
     "RULES",

@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 
 from tandem import wire
 from tandem.check.findings import Finding, Severity
-from tandem.check.transport import NodeTransport
+from tandem.check.node_transport import NodeTransport
 from tandem.rankplan import RankPlan
 from tandem.spec.deployment import Deployment
 from tandem.spec.recipe import DataPlaneTransport

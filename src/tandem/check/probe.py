@@ -724,9 +724,9 @@ def collect(node, args):
 
     The node's clock is stamped before any work (``started_unix``) and the work is timed on the
     monotonic clock (``elapsed_s``), so that the caller can subtract the probe's own work from
-    the round trip (``tandem.check.transport.clock_offset``): a probe whose ``nvidia-smi`` takes
-    ten seconds must not read as a clock five seconds off. ``time_unix`` is the node's clock
-    when the facts were complete.
+    the round trip (``tandem.check.node_transport.clock_offset``): a probe whose
+    ``nvidia-smi`` takes ten seconds must not read as a clock five seconds off. ``time_unix``
+    is the node's clock when the facts were complete.
     """
     started_unix, started = time.time(), time.monotonic()
     sections = {

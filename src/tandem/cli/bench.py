@@ -25,8 +25,8 @@ from rich.progress import (
 from tandem.backends.state import load_state
 from tandem.bench.compare import compare, load_summary
 from tandem.bench.config import BenchConfig
+from tandem.bench.load_generator import REQUESTS_FILE, ProgressEvent, read_records, run
 from tandem.bench.metrics import Slo
-from tandem.bench.runner import REQUESTS_FILE, ProgressEvent, read_records, run
 from tandem.cli.options import POSITIVE, FloatIn, api_key_option, field_option, json_object
 from tandem.errors import Problem, SpecError
 from tandem.plan.status import planned_roofline_tok_s

@@ -12,9 +12,9 @@ from pathlib import Path
 from rich.table import Table
 
 from tandem.bench.compare import Comparison
+from tandem.bench.load_generator import BenchResult, LoadPointResult
 from tandem.bench.metrics import LatencyStats, tpot_s
 from tandem.bench.records import RequestRecord
-from tandem.bench.runner import BenchResult, LoadPointResult
 
 REPORT_FILE = "report.md"
 

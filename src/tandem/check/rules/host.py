@@ -132,7 +132,7 @@ class ClockSkewRule:
     """Node clocks agree within a second (logs and timeouts are compared across nodes).
 
     Each node's offset from tandem's clock is known only within its bound
-    (``clock_offset_bound_s``, see ``tandem.check.transport.clock_offset``), so two nodes
+    (``clock_offset_bound_s``, see ``tandem.check.node_transport.clock_offset``), so two nodes
     disagree for certain only by ``|offset_a - offset_b| - bound_a - bound_b``; the rule warns
     when that exceeds the limit for some pair, never because a probe was slow. Facts without a
     bound count as exact.

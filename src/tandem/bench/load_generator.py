@@ -34,7 +34,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tandem import wire
 from tandem.bench import server_metrics
-from tandem.bench.client import (
+from tandem.bench.aiohttp_transport import AiohttpTransport
+from tandem.bench.config import BenchConfig
+from tandem.bench.metrics import LoadPointMetrics, load_point_metrics
+from tandem.bench.records import RequestRecord
+from tandem.bench.server_metrics import ServerDelta
+from tandem.bench.timed_request import (
     ENDPOINTS,
     Clock,
     Prompt,
@@ -45,11 +50,6 @@ from tandem.bench.client import (
     server_version,
     tokenize,
 )
-from tandem.bench.config import BenchConfig
-from tandem.bench.metrics import LoadPointMetrics, load_point_metrics
-from tandem.bench.records import RequestRecord
-from tandem.bench.server_metrics import ServerDelta
-from tandem.bench.transport import AiohttpTransport
 from tandem.bench.workload import (
     LoadPoint,
     arrival_offsets_s,

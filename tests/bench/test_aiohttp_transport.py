@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from tandem.bench.client import ENDPOINTS, Prompt, RequestSlot, Sampling, send_request
+from tandem.bench.aiohttp_transport import AiohttpTransport
 from tandem.bench.records import ErrorCategory
-from tandem.bench.transport import AiohttpTransport
+from tandem.bench.timed_request import ENDPOINTS, Prompt, RequestSlot, Sampling, send_request
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
