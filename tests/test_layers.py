@@ -5,7 +5,7 @@ The layers, bottom to top (a module may import its own layer and the layers belo
     foundation  errors, wire, redact,          names, errors and signal handling everything
                 interrupts, liveness,          shares; the stdlib-only liveness probe script;
                 vllm_metrics, vllm_log,        vLLM's /metrics names and parser; its boot log;
-                hf_cache                       the Hugging Face cache layout
+                hf_cache, version              the Hugging Face cache layout; tandem's version
     spec        spec/, recipes/                the user's input: models, loading, built-ins
     core        rankplan, caches, plan/,       the Deployment's pure functions (and the check
                 render/, check/                probe and rules)
@@ -51,6 +51,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.vllm_metrics",
             "tandem.vllm_log",
             "tandem.hf_cache",
+            "tandem.version",
         ),
     ),
     ("spec", ("tandem.spec", "tandem.recipes")),

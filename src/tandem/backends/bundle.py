@@ -28,7 +28,6 @@ import sys
 import tarfile
 import time
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import yaml
@@ -38,15 +37,9 @@ from tandem.backends.state import load_state
 from tandem.errors import TandemError
 from tandem.rankplan import plan_ranks
 from tandem.redact import Redactor, is_secret
+from tandem.version import TANDEM_VERSION
 
 LOG_LINES = 2000
-
-
-def _tandem_version() -> str:
-    try:
-        return version("tandem")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
@@ -72,7 +65,7 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
     files["cluster.yaml"] = yaml.safe_dump(redactor.data(state.cluster), sort_keys=False)
     files["state.json"] = json.dumps(redactor.data(state.model_dump(mode="json")), indent=2)
     versions = [
-        f"tandem {_tandem_version()}",
+        f"tandem {TANDEM_VERSION}",
         f"python {sys.version.split()[0]}",
         f"control machine {platform.platform()}",
     ]

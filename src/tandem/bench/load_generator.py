@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import IO, Literal
 
@@ -60,6 +59,7 @@ from tandem.bench.workload import (
 )
 from tandem.endpoint import AsyncEndpoint, pick_model
 from tandem.errors import Problem, SpecError
+from tandem.version import TANDEM_VERSION
 from tandem.vllm_metrics import MetricsSnapshot
 
 SCHEMA_VERSION = 1
@@ -186,7 +186,7 @@ class LoadGenerator:
             server = await self._server_info()
             points = plan_load_points(config, server.max_model_len)
             result = previous or BenchResult(
-                config=config, server=server, tandem_version=_tandem_version()
+                config=config, server=server, tandem_version=TANDEM_VERSION
             )
             if previous is not None and previous.server.model != server.model:
                 raise SpecError(
@@ -544,13 +544,6 @@ def _roofline_fraction(
     if config.roofline_decode_tok_s is None or point.concurrency != 1 or not tpot:
         return None
     return (1.0 / tpot) / config.roofline_decode_tok_s
-
-
-def _tandem_version() -> str | None:
-    try:
-        return version("tandem")
-    except PackageNotFoundError:
-        return None
 
 
 def run(
