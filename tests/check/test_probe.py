@@ -228,15 +228,15 @@ def test_facts_of_an_older_probe_read_with_the_whole_call_as_bound():
     assert (new["clock_offset_s"], new["clock_offset_bound_s"]) == (0.0, 0.25)
 
 
-SLOW_NVIDIA_SMI_S = 2.0
+SLOW_NVIDIA_SMI_S = 1.5
 """Each of the probe's two nvidia-smi calls sleeps this long, as on a real host it can."""
 
 
 def test_a_slow_probe_does_not_read_as_a_clock_offset(tmp_path: Path):
-    """A real slow command in the probe's path: an ``nvidia-smi`` that takes two seconds before
-    it prints the recorded GB10 output. The probe's work (two calls, 4 s) leaves both the
-    offset and its bound; the old reading (end stamp against the call's midpoint) would have
-    been a 2 s offset, over the clock-skew limit."""
+    """A real slow command in the probe's path: an ``nvidia-smi`` that takes 1.5 s before it
+    prints the recorded GB10 output. The probe's work (two calls, 3 s) leaves both the offset
+    and its bound; the old reading (end stamp against the call's midpoint) would have been a
+    1.5 s offset, over the clock-skew limit (1 s)."""
     recorded = FIXTURES / "spark-101" / "commands"
     smi = tmp_path / "nvidia-smi"
     smi.write_text(
