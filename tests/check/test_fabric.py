@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from tandem.check.fabric import parse_nccl_transports, rank_environment
-from tandem.cli import main
 from tandem.preflight import run_check
 from tandem.spec.deployment import Deployment, local_cluster
 from tests.factories import make_recipe
@@ -130,14 +129,6 @@ def test_a_broken_rank_fails_the_fabric_with_a_finding():
     assert "rank 1 on node1 exited" in report.errors[0].message
 
 
-def _tandem_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """The CLI run in this process (exit code, stdout, stderr): the same ``main``, without an
-    interpreter that imports tandem first (about 0.7 s of CPU a call)."""
-    code = main(list(args))
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def _tandem(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tandem.cli", *args],
@@ -164,7 +155,7 @@ nodes:
 """
 
 
-def test_cli_json_interface_and_exit_status(tmp_path: Path, capsys):
+def test_cli_json_interface_and_exit_status(tmp_path: Path, tandem_here):
     cluster = _write(tmp_path, "cluster.yaml", LOOPBACK_CLUSTER)
     good = _write(
         tmp_path,
@@ -173,9 +164,9 @@ def test_cli_json_interface_and_exit_status(tmp_path: Path, capsys):
         "engine: {serve: {tensor_parallel_size: 2}}\nports: {api: 29620, master: 29621}\n"
         "shm_size: 64m\n",
     )
-    code, out, err = _tandem_here(capsys, "check", str(good), "--cluster", str(cluster), "--json")
-    assert code == 0, err
-    report = json.loads(out)
+    out = tandem_here("check", str(good), "--cluster", str(cluster), "--json")
+    assert out.code == 0, out.err
+    report = json.loads(out.out)
     assert set(report) == {"nodes", "findings", "fabric"}
     assert set(report["nodes"]) == {"node0", "node1"}
     assert report["fabric"] == {}
@@ -188,13 +179,13 @@ def test_cli_json_interface_and_exit_status(tmp_path: Path, capsys):
         "bad.yaml",
         good.read_text().replace("shm_size: 64m\n", "shm_size: 64m\nenv: {VLLM_USE_B12X_MHC: 1}\n"),
     )
-    code, out, _ = _tandem_here(capsys, "check", str(bad), "--cluster", str(cluster), "--json")
-    assert code == 1
-    findings = json.loads(out)["findings"]
+    out = tandem_here("check", str(bad), "--cluster", str(cluster), "--json")
+    assert out.code == 1
+    findings = json.loads(out.out)["findings"]
     assert ("known-bad-env", "error") in {(f["rule"], f["severity"]) for f in findings}
 
 
-def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path, capsys, monkeypatch):
+def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path, tandem_here):
     cluster = _write(tmp_path, "cluster.yaml", LOOPBACK_CLUSTER)
     bad = _write(
         tmp_path,
@@ -204,14 +195,13 @@ def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path, capsys, 
         "shm_size: 64m\n",
     )
     home = {"TANDEM_HOME": str(tmp_path / "home")}
-    monkeypatch.setenv("TANDEM_HOME", home["TANDEM_HOME"])
-    code, out, err = _tandem_here(capsys, "up", str(bad), "--cluster", str(cluster))
-    assert code == 1
-    assert "model-snapshot-missing" in out
-    assert "refusing to launch 'refused'" in err
+    out = tandem_here("up", str(bad), "--cluster", str(cluster), **home)
+    assert out.code == 1
+    assert "model-snapshot-missing" in out.out
+    assert "refusing to launch 'refused'" in out.err
     assert not (tmp_path / "home" / "deployments" / "refused").exists()  # nothing was started
-    code, _, _ = _tandem_here(capsys, "up", str(bad), "--cluster", str(cluster), "--dry-run")
-    assert code == 0  # a dry run only prints
+    dry = tandem_here("up", str(bad), "--cluster", str(cluster), "--dry-run", **home)
+    assert dry.code == 0  # a dry run only prints
     # a process of its own: the skip reaches stderr through logging's last resort, which
     # pytest's log capture replaces in this process
     skipped = _tandem(
