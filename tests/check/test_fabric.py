@@ -202,8 +202,9 @@ def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path, tandem_h
     assert not (tmp_path / "home" / "deployments" / "refused").exists()  # nothing was started
     dry = tandem_here("up", str(bad), "--cluster", str(cluster), "--dry-run", **home)
     assert dry.code == 0  # a dry run only prints
-    # a process of its own: the skip reaches stderr through logging's last resort, which
-    # pytest's log capture replaces in this process
+    # A process of its own: the skip reaches stderr through logging's last resort, which
+    # pytest's log capture replaces in this process. The ranks do launch (the vllm beside this
+    # Python, whatever PATH says); 0.1 s of start-up stops them before the engine gets far.
     skipped = _tandem(
         "up",
         str(bad),
@@ -211,7 +212,7 @@ def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path, tandem_h
         str(cluster),
         "--skip-checks",
         "--timeout",
-        "1",
+        "0.1",
         env={**home, "PATH": "/nonexistent"},
     )
     assert "preflight checks skipped for 'refused' (--skip-checks)" in skipped.stderr
