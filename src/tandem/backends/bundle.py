@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from tandem.backends.base import backend_for
-from tandem.backends.state import EVENTS_FILE, load_state
+from tandem.backends.state import load_state
 from tandem.errors import TandemError
 from tandem.rankplan import plan_ranks
 from tandem.redact import Redactor, is_secret
@@ -82,7 +82,7 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
     except TandemError as exc:
         versions.append(f"\nnode versions unavailable: {exc.message}")
     files["versions.txt"] = "\n".join(versions) + "\n"
-    events = state.directory / EVENTS_FILE
+    events = state.directory.events
     if events.is_file():
         files["events.log"] = redactor.text(events.read_text(errors="replace"))
     for rank in plan.ranks:

@@ -22,13 +22,11 @@ The processes outlive the command; ``status``, ``logs`` and ``down`` find them f
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,11 +43,11 @@ from tandem.backends.launch import (
     with_caller_secrets,
 )
 from tandem.backends.state import (
+    DeploymentDir,
     DeploymentState,
     PhaseMark,
     ProcessRecord,
     RankState,
-    deployment_dir,
     list_deployments,
     load_state,
     open_private,
@@ -144,16 +142,6 @@ def _process_env(rank: RankSpec, run_dir: Path) -> dict[str, str]:
     return env
 
 
-def short_run_dir(directory: Path) -> Path:
-    """A short per-deployment folder for the ranks' TMPDIR and caches.
-
-    vLLM puts ZeroMQ IPC sockets in TMPDIR, and a socket path may not exceed 107 bytes, so the
-    folder lives directly in the system temp dir, named by a hash of the state folder.
-    """
-    tag = hashlib.sha1(str(directory.resolve()).encode()).hexdigest()[:10]
-    return Path(tempfile.gettempdir()) / f"tandem-{tag}"
-
-
 def _port_taken(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -212,9 +200,9 @@ def up(
                 )
 
     commands = launch_commands(plan, deployment)
-    directory = deployment_dir(name)
-    run_dir = short_run_dir(directory)
-    log_dir = directory / "logs"
+    directory = DeploymentDir.of(name)
+    run_dir = directory.run_dir
+    log_dir = directory.logs
     shutil.rmtree(run_dir, ignore_errors=True)
     private_dir(run_dir)
     private_dir(log_dir)
@@ -238,9 +226,9 @@ def up(
                 f"{network.prefix}, "
                 + ", ".join(f"{n.netns} {n.interface} {n.address}" for n in network.nodes)
             )
-            netns.create(network, state_file=directory / "state.json", purpose=f"up of '{name}'")
+            netns.create(network, state_file=directory.state_file, purpose=f"up of '{name}'")
         for rank, argv in commands:
-            log_path = log_dir / f"rank{rank.rank}.log"
+            log_path = directory.rank_log(rank.rank)
             with open_private(log_path, "ab") as log:
                 process = subprocess.Popen(
                     argv,
@@ -272,7 +260,7 @@ def up(
         with shielded(on_event) as hurry:
             on_event("start-up failed: stopping every rank")
             if not _release(state, on_event=on_event, hurry=hurry):
-                (directory / "state.json").unlink(missing_ok=True)  # no phantom deployment
+                directory.state_file.unlink(missing_ok=True)  # no phantom deployment
         raise
     return state, readiness
 
@@ -334,7 +322,7 @@ def _release(
         leftovers += netns.destroy(plan)
         on_event(f"removed bridge {plan.bridge} and {len(plan.nodes)} namespace(s)")
     # Only the run dir this deployment's own state folder maps to: never a path state.json names.
-    run_dir = short_run_dir(state.directory)
+    run_dir = state.directory.run_dir
     if state.run_dir and Path(state.run_dir) == run_dir:
         shutil.rmtree(run_dir, ignore_errors=True)
     return leftovers

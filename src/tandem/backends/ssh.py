@@ -20,7 +20,6 @@ into the local state folder, and removes the ranks' temp folders on the nodes.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from tandem.backends.base import ProcessFact, RankObservation
 from tandem.backends.launch import (
@@ -43,10 +42,10 @@ from tandem.backends.runtimes import (
     tail_script,
 )
 from tandem.backends.state import (
+    DeploymentDir,
     DeploymentState,
     ProcessRecord,
     RankState,
-    deployment_dir,
     list_deployments,
     load_state,
     open_private,
@@ -206,7 +205,7 @@ class SSHBackend:
             deployment = Deployment(recipe=recipe, cluster=cluster)
         if name in list_deployments():
             on_event(f"replacing the record of a stopped earlier run of '{name}'")
-        private_dir(deployment_dir(name) / "logs")
+        private_dir(DeploymentDir.of(name).logs)
         state = new_state(plan, deployment, backend=self.name)
         state.save()
         watched: list[RemoteLog] = []
@@ -353,7 +352,7 @@ class SSHBackend:
         cluster, runtime = _state_runtime(state)
         ssh = OpenSSH.for_cluster(cluster)
         targets = _targets(cluster)
-        folder = private_dir(deployment_dir(state.name) / "logs")
+        private_dir(state.directory.logs)
         results = ssh.run_all(
             {
                 str(r.rank): (
@@ -367,7 +366,7 @@ class SSHBackend:
         )
         redactor = Redactor.for_caller()
         for rank, result in results.items():
-            with open_private(folder / f"rank{rank}.log", "w") as handle:
+            with open_private(state.directory.rank_log(int(rank)), "w") as handle:
                 handle.write(redactor.text(result.stdout))
 
     def down(self, state: DeploymentState, *, on_event=lambda text: None) -> None:
@@ -389,19 +388,6 @@ class SSHBackend:
             target, runtime.status_script(state.name, rank.rank), timeout_s=30
         )
         return result.stdout.startswith("running")
-
-    def ranks_running(self, state: DeploymentState) -> dict[int, bool]:
-        """Every rank's liveness, checked on all nodes in parallel."""
-        cluster, runtime = _state_runtime(state)
-        targets = _targets(cluster)
-        results = OpenSSH.for_cluster(cluster).run_all(
-            {
-                str(r.rank): (targets[r.node], runtime.status_script(state.name, r.rank))
-                for r in state.ranks
-            },
-            timeout_s=30,
-        )
-        return {int(k): v.stdout.startswith("running") for k, v in results.items()}
 
     def _record_processes(self, state: DeploymentState, watched: list[RemoteLog]) -> None:
         """Each rank's processes and log size at ready, the health model's base."""
@@ -487,8 +473,3 @@ class SSHBackend:
                 for n, t in _targets(cluster).items()
             }
             return {n: f.result().stdout.strip() for n, f in futures.items()}
-
-
-def local_log_copy(state: DeploymentState, rank: int) -> Path:
-    """Where ``down`` leaves the end of a rank's log on this machine."""
-    return deployment_dir(state.name) / "logs" / f"rank{rank}.log"

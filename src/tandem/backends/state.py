@@ -1,9 +1,13 @@
 """Deployment state on disk, so ``status``, ``logs`` and ``down`` work from any later shell.
 
-Layout under the state root (``$TANDEM_HOME``, default ``~/.local/state/tandem``)::
+Layout under the state root (``$TANDEM_HOME``, default ``~/.local/state/tandem``), written
+down once, in ``DeploymentDir``; every other module asks it for a path::
 
     deployments/NAME/state.json     this model, rewritten after every change
-    deployments/NAME/logs/rankN.log each rank's stdout and stderr
+    deployments/NAME/logs/rankN.log each rank's stdout and stderr (restart-N/: earlier runs)
+    deployments/NAME/events.log     the supervisor's events (read by the bundle and watch)
+    deployments/NAME/supervisor.pid the supervisor that keeps it up, while one runs
+    deployments/NAME/watch/         ``tandem watch``'s samples, unless told elsewhere
     (folders 0700, files 0600: they hold commands, addresses and logs of the user's model)
     $TMPDIR/tandem-HASH/rankN/      TMPDIR of the ranks (removed by down; short, because
                                     vLLM's IPC socket paths must fit in 107 bytes)
@@ -12,8 +16,11 @@ Layout under the state root (``$TANDEM_HOME``, default ``~/.local/state/tandem``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import tempfile
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
@@ -28,14 +35,54 @@ from tandem.spec.recipe import Recipe
 from tandem.vllm_log import BootFigures, PhaseMark
 
 SCHEMA_VERSION = 1
-EVENTS_FILE = "events.log"
-"""The supervisor's events, beside state.json (read by the support bundle and watch)."""
 
 
 def state_root() -> Path:
     """Where tandem keeps deployment state: ``$TANDEM_HOME`` or ``~/.local/state/tandem``."""
     env = os.environ.get("TANDEM_HOME")
     return Path(env) if env else Path.home() / ".local" / "state" / "tandem"
+
+
+@dataclass(frozen=True)
+class DeploymentDir:
+    """One deployment's folder: the only place that knows what lies where inside it."""
+
+    path: Path
+
+    @classmethod
+    def of(cls, name: str) -> DeploymentDir:
+        return cls(state_root() / "deployments" / name)
+
+    @property
+    def state_file(self) -> Path:
+        return self.path / "state.json"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    def rank_log(self, rank: int) -> Path:
+        return self.logs / f"rank{rank}.log"
+
+    @property
+    def events(self) -> Path:
+        return self.path / "events.log"
+
+    @property
+    def supervisor_pid(self) -> Path:
+        return self.path / "supervisor.pid"
+
+    @property
+    def watch(self) -> Path:
+        return self.path / "watch"
+
+    @property
+    def run_dir(self) -> Path:
+        """A short folder for the ranks' TMPDIR, named by a hash of this folder: vLLM puts
+        ZeroMQ IPC sockets in TMPDIR, and a socket path may not exceed 107 bytes, so it lives
+        directly in the system temp dir."""
+        tag = hashlib.sha1(str(self.path.resolve()).encode()).hexdigest()[:10]
+        return Path(tempfile.gettempdir()) / f"tandem-{tag}"
 
 
 class ProcessRecord(BaseModel):
@@ -100,8 +147,8 @@ class DeploymentState(BaseModel):
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     @property
-    def directory(self) -> Path:
-        return deployment_dir(self.name)
+    def directory(self) -> DeploymentDir:
+        return DeploymentDir.of(self.name)
 
     def deployment(self) -> Deployment:
         """The deployment this state was launched from (resolved recipe and cluster)."""
@@ -112,7 +159,7 @@ class DeploymentState(BaseModel):
     def save(self) -> None:
         """Write atomically (a reader never sees half a file), private to the user (folder
         0700, file 0600), and through the one redaction path (``tandem.redact``)."""
-        path = self.directory / "state.json"
+        path = self.directory.state_file
         private_dir(path.parent)
         tmp = path.with_suffix(".tmp")
         data = Redactor.for_caller().data(self.model_dump(mode="json"))
@@ -137,16 +184,12 @@ def open_private(path: Path, mode: str = "a") -> IO:
     return handle
 
 
-def deployment_dir(name: str) -> Path:
-    return state_root() / "deployments" / name
-
-
 def list_deployments() -> list[str]:
     """Names of deployments that have state."""
     folder = state_root() / "deployments"
     if not folder.is_dir():
         return []
-    return sorted(p.name for p in folder.iterdir() if (p / "state.json").is_file())
+    return sorted(p.name for p in folder.iterdir() if DeploymentDir(p).state_file.is_file())
 
 
 def load_state(name: str | None = None) -> DeploymentState:
@@ -165,7 +208,7 @@ def load_state(name: str | None = None) -> DeploymentState:
                 hint="start one with `tandem up RECIPE`" if not names else "pass its name",
             )
         name = names[0]
-    path = deployment_dir(name) / "state.json"
+    path = DeploymentDir.of(name).state_file
     if not path.is_file():
         known = ", ".join(list_deployments()) or "none"
         raise StateError(

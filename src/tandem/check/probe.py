@@ -685,7 +685,7 @@ def _sha256(path):
 CACHE_MAX_ENTRIES = 5000
 
 
-def compile_cache_facts(node, root, named=(), opaque=(), depth=6):
+def compile_cache_facts(node, root, depth, named=(), opaque=()):
     """The rank's compile cache root: files and bytes of each top-level folder, and the entries
     (relative paths up to ``depth`` levels) of the ``named`` folders, whose names say what was
     compiled or tuned; an ``opaque`` folder inside them is listed but not entered.
@@ -759,6 +759,7 @@ def collect(node, args):
         "compile_cache": lambda: compile_cache_facts(
             node,
             getattr(args, "compile_cache", None),
+            depth=getattr(args, "cache_depth", 0),
             named=_names(getattr(args, "cache_named", None)),
             opaque=_names(getattr(args, "cache_opaque", None)),
         ),
@@ -797,6 +798,9 @@ def main(argv=None):
     )
     parser.add_argument(
         "--cache-named", default="", help="folders of it whose entries are listed, comma-separated"
+    )
+    parser.add_argument(
+        "--cache-depth", type=int, default=0, help="how deep below the root entries are listed"
     )
     parser.add_argument(
         "--cache-opaque",

@@ -74,6 +74,8 @@ def probe_args(
             compile_cache,
             "--cache-named",
             ",".join(caches.NAMED_FOLDERS),
+            "--cache-depth",
+            str(caches.ENTRY_DEPTH),
             "--cache-opaque",
             ",".join(caches.OPAQUE_FOLDERS),
         ]

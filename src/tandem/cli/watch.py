@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
-from tandem.backends.state import deployment_dir, load_state
+from tandem.backends.state import load_state
 from tandem.cli.options import FloatIn
 from tandem.errors import CheckFailed
 from tandem.report.watch import live_view, markdown, report_folder
@@ -127,7 +127,7 @@ def run_command(
       tandem watch run --quiet --serve-metrics 9478
     """
     state = load_state(name)
-    out = Path(out_dir) if out_dir else deployment_dir(state.name) / "watch"
+    out = Path(out_dir) if out_dir else state.directory.watch
     watcher = Watcher(state.name, out, interval_s=interval_s, duration_s=duration_s)
     if watcher.resumed and (interval_s or duration_s):
         Console(stderr=True).print(

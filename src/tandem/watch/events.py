@@ -11,7 +11,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tandem.backends.state import EVENTS_FILE, deployment_dir
+from tandem.backends.state import DeploymentDir
 from tandem.watch.sample import Event
 
 _LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\s+(.*)$")
@@ -36,7 +36,7 @@ class EventReader:
     """
 
     def __init__(self, name: str, *, since: datetime, path: Path | None = None) -> None:
-        self.path = path or deployment_dir(name) / EVENTS_FILE
+        self.path = path or DeploymentDir.of(name).events
         self.since = since
         self.offset = 0
         self.restarts = 0
