@@ -25,6 +25,8 @@ from pathlib import Path
 import docker_hosts
 import pytest
 
+from tandem.cli import main
+
 TANDEM = [sys.executable, "-m", "tandem.cli"]
 
 
@@ -150,3 +152,28 @@ def docker_test_hosts(tmp_path_factory: pytest.TempPathFactory):
         pytest.skip(reason)
     with docker_hosts.docker_hosts(tmp_path_factory.mktemp("dockerhosts")) as made:
         yield made
+
+
+@dataclass(frozen=True)
+class CliResult:
+    """What a ``tandem`` command left: its exit status, stdout and stderr."""
+
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def tandem_here(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    """``tandem_here(*args, **env)``: the CLI's own ``main`` run in this process, with ``env``
+    set for the call's test. A subprocess would first spend ~0.7 s of CPU importing tandem;
+    keep one where the test is about the process (a signal, a log reaching stderr, a shell)."""
+
+    def run(*args: str, **env: str) -> CliResult:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run

@@ -4,9 +4,6 @@ tests/test_caches_engine.py and tests/test_ssh_engine.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from factories import make_deployment
@@ -15,24 +12,17 @@ from tandem import caches
 from tandem.backends.runtimes import VenvRuntime
 from tandem.rankplan import plan_ranks
 
-TANDEM = [sys.executable, "-m", "tandem.cli"]
 
-
-def test_purge_of_a_stopped_deployment_removes_every_ranks_root(tmp_path: Path):
+def test_purge_of_a_stopped_deployment_removes_every_ranks_root(tmp_path: Path, tandem_here):
     for rank in (0, 1):
         folder = caches.local_root(tmp_path, "tiny-local", rank) / "vllm" / "modelinfos"
         folder.mkdir(parents=True)
         (folder / "m.json").write_text("{}")
     other = caches.local_root(tmp_path, "other", 0)
     other.mkdir(parents=True)
-    result = subprocess.run(
-        [*TANDEM, "down", "tiny-local", "--purge-caches"],
-        text=True,
-        capture_output=True,
-        env={**os.environ, "TANDEM_HOME": str(tmp_path)},
-    )
-    assert result.returncode == 0, result.stderr
-    assert "compile caches removed" in result.stdout
+    result = tandem_here("down", "tiny-local", "--purge-caches", TANDEM_HOME=str(tmp_path))
+    assert result.code == 0, result.err
+    assert "compile caches removed" in result.out
     assert not (tmp_path / "caches" / "tiny-local").exists() and other.is_dir()
 
 

@@ -18,11 +18,15 @@ from tandem import wire
 from tandem.backends import processes
 from tandem.backends.processes import RankOwner
 
+# Each script prints its child's pid (0: none) once every rename and signal disposition is in
+# place: the child says so on its own stdout first, so no test sleeps in the hope it is done.
 RENAMED_CHILD = """
 import os, signal, subprocess, sys, time
 import setproctitle
 child = subprocess.Popen([sys.executable, "-c",
-    "import setproctitle, time; setproctitle.setproctitle('VLLM::Worker_TP1'); time.sleep(120)"])
+    "import setproctitle, time; setproctitle.setproctitle('VLLM::Worker_TP1'); print(flush=True);"
+    " time.sleep(120)"], stdout=subprocess.PIPE)
+child.stdout.readline()
 setproctitle.setproctitle("vllm")
 print(child.pid, flush=True)
 time.sleep(120)
@@ -48,7 +52,6 @@ def start_rank(tmp_path, *, launch="L1", noenv=True, script=RENAMED_CHILD, extra
         start_new_session=True,
     )
     child = int(main.stdout.readline())
-    time.sleep(0.5)  # the renames are done
     return main, child
 
 
@@ -120,18 +123,27 @@ time.sleep(120)
 """
 
 
+def fast_clock(factor: float):
+    """A monotonic clock running FACTOR times as fast as the real one: ``stop`` then waits out
+    its grace and its 5 s between progress notes in 1/FACTOR of the time, on real processes."""
+    origin = time.monotonic()
+    return lambda: origin + factor * (time.monotonic() - origin)
+
+
 def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_with_progress(tmp_path, cleanup):
     main, _ = start_rank(tmp_path, script=IGNORES_TERM)
     cleanup.append(main)
     notes: list[str] = []
-    started = time.monotonic()
+    clock = fast_clock(4)  # 10 s of grace in 2.5 s; the note is due in the 1.25 s after 5 s
+    started = clock()
     survivors = processes.stop(
         lambda: processes.owned([owner(main)])[1],
         groups=[main.pid],
-        grace_s=6,
+        grace_s=10,
         on_progress=notes.append,
+        clock=clock,
     )
-    assert survivors == [] and time.monotonic() - started >= 6
+    assert survivors == [] and clock() - started >= 10
     assert any("waiting for 1 process(es)" in n for n in notes)
     assert any("sending SIGKILL" in n for n in notes)
 
@@ -189,7 +201,9 @@ def test_hurry_skips_the_grace(tmp_path, cleanup):
 ORPHAN_IGNORING_TERM = """
 import subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c",
-    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"])
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True);"
+    " time.sleep(120)"], stdout=subprocess.PIPE)
+child.stdout.readline()
 print(child.pid, flush=True)
 time.sleep(120)
 """
@@ -207,8 +221,8 @@ def test_orphans_of_a_dead_main_process_get_only_the_short_grace(tmp_path, clean
             lambda: processes.owned([owner(main)])[1],
             groups=[main.pid],
             grace_s=30,
-            orphan_grace_s=2,
+            orphan_grace_s=0.5,
         )
         == []
     )
-    assert time.monotonic() - started < 8 and not processes.is_alive(child)
+    assert time.monotonic() - started < 6.5 and not processes.is_alive(child)

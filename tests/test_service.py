@@ -40,18 +40,18 @@ def verify(unit: Path) -> subprocess.CompletedProcess:
 
 
 @needs_analyze
-def test_the_installed_unit_passes_systemd_analyze_verify(tmp_path: Path):
-    result = run_tandem(
+def test_the_installed_unit_passes_systemd_analyze_verify(tmp_path: Path, tandem_here):
+    result = tandem_here(
         "service",
         "install",
         "tiny-local",
         "--no-enable",
         "--unit-dir",
         str(tmp_path),
-        home=tmp_path / "home",
+        TANDEM_HOME=str(tmp_path / "home"),
         VLLM_API_KEY="sk-unit-secret",
     )
-    assert result.returncode == 0, result.stderr
+    assert result.code == 0, result.err
     unit = tmp_path / "tandem-tiny-local.service"
     checked = verify(unit)
     assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stderr
@@ -107,23 +107,24 @@ def test_a_cluster_file_and_a_recipe_file_are_named_by_absolute_path(tmp_path: P
 
 
 @pytest.mark.skipif(systemd.systemd_running(), reason="systemd is the init system here")
-def test_without_systemd_enabling_is_refused_with_the_way_out(tmp_path: Path):
-    result = run_tandem(
-        "service", "install", "tiny-local", "--unit-dir", str(tmp_path), home=tmp_path / "home"
+def test_without_systemd_enabling_is_refused_with_the_way_out(tmp_path: Path, tandem_here):
+    home = str(tmp_path / "home")
+    result = tandem_here(
+        "service", "install", "tiny-local", "--unit-dir", str(tmp_path), TANDEM_HOME=home
     )
-    assert result.returncode == 2
-    assert "systemd is not the init system" in result.stderr and "--no-enable" in result.stderr
+    assert result.code == 2
+    assert "systemd is not the init system" in result.err and "--no-enable" in result.err
     assert not (tmp_path / "tandem-tiny-local.service").exists()
     status = json.loads(
-        run_tandem(
+        tandem_here(
             "service",
             "status",
             "tiny-local",
             "--unit-dir",
             str(tmp_path),
             "--json",
-            home=tmp_path / "home",
-        ).stdout
+            TANDEM_HOME=home,
+        ).out
     )
     assert status["installed"] is False and status["systemd"] is False
 

@@ -16,8 +16,6 @@ import os
 from pathlib import Path, PurePath
 from typing import TypeVar
 
-from huggingface_hub.file_download import repo_folder_name
-
 from tandem import wire
 
 DEFAULT_HOME = "~/.cache/huggingface"
@@ -34,6 +32,10 @@ def local_home() -> Path:
 
 def repo_dir(home: P, repo_id: str) -> P:
     """``HOME/hub/models--ORG--NAME``: one model repo's folder under a Hugging Face home."""
+    # Imported here: the module holding it loads huggingface_hub's whole download stack
+    # (httpx, tqdm, filelock; 0.3 s), which every `tandem` command would pay at start-up.
+    from huggingface_hub.file_download import repo_folder_name
+
     return home / "hub" / repo_folder_name(repo_id=repo_id, repo_type="model")
 
 

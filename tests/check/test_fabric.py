@@ -155,7 +155,7 @@ nodes:
 """
 
 
-def test_cli_json_interface_and_exit_status(tmp_path: Path):
+def test_cli_json_interface_and_exit_status(tmp_path: Path, tandem_here):
     cluster = _write(tmp_path, "cluster.yaml", LOOPBACK_CLUSTER)
     good = _write(
         tmp_path,
@@ -164,9 +164,9 @@ def test_cli_json_interface_and_exit_status(tmp_path: Path):
         "engine: {serve: {tensor_parallel_size: 2}}\nports: {api: 29620, master: 29621}\n"
         "shm_size: 64m\n",
     )
-    out = _tandem("check", str(good), "--cluster", str(cluster), "--json")
-    assert out.returncode == 0, out.stderr
-    report = json.loads(out.stdout)
+    out = tandem_here("check", str(good), "--cluster", str(cluster), "--json")
+    assert out.code == 0, out.err
+    report = json.loads(out.out)
     assert set(report) == {"nodes", "findings", "fabric"}
     assert set(report["nodes"]) == {"node0", "node1"}
     assert report["fabric"] == {}
@@ -179,13 +179,13 @@ def test_cli_json_interface_and_exit_status(tmp_path: Path):
         "bad.yaml",
         good.read_text().replace("shm_size: 64m\n", "shm_size: 64m\nenv: {VLLM_USE_B12X_MHC: 1}\n"),
     )
-    out = _tandem("check", str(bad), "--cluster", str(cluster), "--json")
-    assert out.returncode == 1
-    findings = json.loads(out.stdout)["findings"]
+    out = tandem_here("check", str(bad), "--cluster", str(cluster), "--json")
+    assert out.code == 1
+    findings = json.loads(out.out)["findings"]
     assert ("known-bad-env", "error") in {(f["rule"], f["severity"]) for f in findings}
 
 
-def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path):
+def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path, tandem_here):
     cluster = _write(tmp_path, "cluster.yaml", LOOPBACK_CLUSTER)
     bad = _write(
         tmp_path,
@@ -195,13 +195,16 @@ def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path):
         "shm_size: 64m\n",
     )
     home = {"TANDEM_HOME": str(tmp_path / "home")}
-    out = _tandem("up", str(bad), "--cluster", str(cluster), env=home)
-    assert out.returncode == 1
-    assert "model-snapshot-missing" in out.stdout
-    assert "refusing to launch 'refused'" in out.stderr
+    out = tandem_here("up", str(bad), "--cluster", str(cluster), **home)
+    assert out.code == 1
+    assert "model-snapshot-missing" in out.out
+    assert "refusing to launch 'refused'" in out.err
     assert not (tmp_path / "home" / "deployments" / "refused").exists()  # nothing was started
-    dry = _tandem("up", str(bad), "--cluster", str(cluster), "--dry-run", env=home)
-    assert dry.returncode == 0  # a dry run only prints
+    dry = tandem_here("up", str(bad), "--cluster", str(cluster), "--dry-run", **home)
+    assert dry.code == 0  # a dry run only prints
+    # A process of its own: the skip reaches stderr through logging's last resort, which
+    # pytest's log capture replaces in this process. The ranks do launch (the vllm beside this
+    # Python, whatever PATH says); 0.1 s of start-up stops them before the engine gets far.
     skipped = _tandem(
         "up",
         str(bad),
@@ -209,7 +212,7 @@ def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path):
         str(cluster),
         "--skip-checks",
         "--timeout",
-        "1",
+        "0.1",
         env={**home, "PATH": "/nonexistent"},
     )
     assert "preflight checks skipped for 'refused' (--skip-checks)" in skipped.stderr

@@ -107,6 +107,32 @@ def test_plain_directory_is_not_the_cache_layout(tmp_path: Path):
     assert facts["model"]["layout"] == "plain-directory"
 
 
+def test_ctr_is_asked_only_when_containerds_socket_is_there(tmp_path: Path, monkeypatch):
+    """Docker's ctr with no containerd running dials for 10 s before it fails, on every probe.
+    A stand-in ctr that prints the recorded listing shows it is not run while the socket is
+    absent (and not called missing), and is run and read once the socket is there."""
+    recorded = FIXTURES / "spark-101" / "commands" / "ctr-images"
+    ran = tmp_path / "ctr-ran"
+    ctr = tmp_path / "bin" / "ctr"
+    ctr.parent.mkdir()
+    ctr.write_text(f"#!/bin/sh\ntouch {ran}\ncat {recorded}\n")
+    ctr.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{ctr.parent}{os.pathsep}{os.environ['PATH']}")
+    sock = tmp_path / "containerd.sock"
+    monkeypatch.setenv("CONTAINERD_ADDRESS", str(sock))
+
+    def containerd_images(node: probe.Node) -> list[str]:
+        images = probe.image_facts(node)["images"]
+        return [i["ref"] for i in images if i["store"] == "containerd/k8s.io"]
+
+    absent = probe.Node()
+    assert containerd_images(absent) == [] and not ran.exists()
+    assert "ctr" not in absent.tools_missing  # installed, only nothing to ask
+    sock.touch()
+    assert "registry.k8s.io/pause:3.10" in containerd_images(probe.Node())
+    assert ran.exists()
+
+
 @pytest.mark.parametrize("python", [sys.executable, "/root/.pyenv/versions/3.8.18/bin/python3"])
 def test_probe_script_runs_standalone_on_fixtures(python: str):
     if not Path(python).exists():
@@ -202,15 +228,15 @@ def test_facts_of_an_older_probe_read_with_the_whole_call_as_bound():
     assert (new["clock_offset_s"], new["clock_offset_bound_s"]) == (0.0, 0.25)
 
 
-SLOW_NVIDIA_SMI_S = 2.0
+SLOW_NVIDIA_SMI_S = 1.5
 """Each of the probe's two nvidia-smi calls sleeps this long, as on a real host it can."""
 
 
 def test_a_slow_probe_does_not_read_as_a_clock_offset(tmp_path: Path):
-    """A real slow command in the probe's path: an ``nvidia-smi`` that takes two seconds before
-    it prints the recorded GB10 output. The probe's work (two calls, 4 s) leaves both the
-    offset and its bound; the old reading (end stamp against the call's midpoint) would have
-    been a 2 s offset, over the clock-skew limit."""
+    """A real slow command in the probe's path: an ``nvidia-smi`` that takes 1.5 s before it
+    prints the recorded GB10 output. The probe's work (two calls, 3 s) leaves both the offset
+    and its bound; the old reading (end stamp against the call's midpoint) would have been a
+    1.5 s offset, over the clock-skew limit (1 s)."""
     recorded = FIXTURES / "spark-101" / "commands"
     smi = tmp_path / "nvidia-smi"
     smi.write_text(

@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 import yaml
 
-TANDEM = [sys.executable, "-m", "tandem.cli"]
+from tandem.cli import main
+
 pytestmark = pytest.mark.skipif(
     shutil.which("promtool") is None and not os.environ.get("CI"),
     reason="promtool is installed by .ci/run",
@@ -21,9 +21,8 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     out = tmp_path_factory.mktemp("prom")
-    subprocess.run(
+    code = main(
         [
-            *TANDEM,
             "render",
             "deepseek-v4-flash-dspark",
             "--cluster",
@@ -32,11 +31,9 @@ def rendered(tmp_path_factory):
             "prometheus",
             "--out",
             str(out),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
+        ]
     )
+    assert code == 0
     return out
 
 

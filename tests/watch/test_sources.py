@@ -49,8 +49,13 @@ def test_events_log_restarts_are_counted_and_only_new_lines_returned(tmp_path):
 def test_this_hosts_proc_gives_memory_and_a_marked_process(tmp_path):
     """A real child process marked as rank 3 of a deployment is found with its RSS and CPU."""
     env = {**os.environ, host.MARK_DEPLOYMENT: "watch-test", host.MARK_RANK: "3"}
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; print(flush=True); time.sleep(30)"],
+        env=env,
+        stdout=subprocess.PIPE,
+    )
     try:
+        child.stdout.readline()  # an interpreter, not the fork before exec (16 KiB on a busy box)
         raw = host.raw_sample("watch-test", gpus=False)
     finally:
         child.kill()
