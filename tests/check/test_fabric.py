@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -203,17 +204,14 @@ def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path, tandem_h
     dry = tandem_here("up", str(bad), "--cluster", str(cluster), "--dry-run", **home)
     assert dry.code == 0  # a dry run only prints
     # A process of its own: the skip reaches stderr through logging's last resort, which
-    # pytest's log capture replaces in this process. The ranks do launch (the vllm beside this
-    # Python, whatever PATH says); 0.1 s of start-up stops them before the engine gets far.
-    skipped = _tandem(
-        "up",
-        str(bad),
-        "--cluster",
-        str(cluster),
-        "--skip-checks",
-        "--timeout",
-        "0.1",
-        env={**home, "PATH": "/nonexistent"},
-    )
+    # pytest's log capture replaces in this process. The API port is held here, so the launch
+    # that follows the skip stops at the backend's port check: no engine starts in this tier.
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 29622))
+        holder.listen()
+        skipped = _tandem("up", str(bad), "--cluster", str(cluster), "--skip-checks", env=home)
+    assert skipped.returncode == 2  # an error before anything started
     assert "preflight checks skipped for 'refused' (--skip-checks)" in skipped.stderr
     assert "preflight skipped" in skipped.stdout
+    assert "port 29622 on this machine is already in use" in skipped.stderr
+    assert not (tmp_path / "home" / "deployments" / "refused").exists()
