@@ -18,17 +18,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker_hosts
 import pytest
+from tandem_cli import TANDEM, run_tandem
 
 from tandem.cli import main
-
-TANDEM = [sys.executable, "-m", "tandem.cli"]
-
 
 API_KEY = "tandem-test-key"
 """The key the shared deployment requires."""
@@ -53,14 +50,7 @@ class TinyDeployment:
     up_output: str = ""
 
     def tandem(self, *args: str, timeout: float = 120, check: bool = True):
-        return subprocess.run(
-            [*TANDEM, *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=check,
-        )
+        return run_tandem(*args, env=self.env, timeout=timeout, check=check)
 
 
 @pytest.fixture(scope="session")

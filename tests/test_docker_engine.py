@@ -17,7 +17,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -26,11 +25,11 @@ import docker_hosts
 import httpx
 import pytest
 import yaml
+from tandem_cli import TANDEM, run_tandem
 
 from tandem.spec.loading import load_recipe
 
 pytestmark = [pytest.mark.engine, pytest.mark.netns]
-TANDEM = [sys.executable, "-m", "tandem.cli"]
 NAME = "tiny-docker"
 REMOTE_DIR = "~/tandem"
 """In the ssh user's home, so the rank folders and cache mounts go through ``~`` expansion."""
@@ -44,14 +43,7 @@ class DockerDeployment:
         self.sync_output = self.up_output = ""
 
     def tandem(self, *args: str, timeout: float = 120, check: bool = True):
-        return subprocess.run(
-            [*TANDEM, *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=check,
-        )
+        return run_tandem(*args, env=self.env, timeout=timeout, check=check)
 
     def ssh(self, rank: int, command: str, **kw):
         return self.hosts.ssh.ssh(self.hosts.ssh.hosts[rank], command, **kw)

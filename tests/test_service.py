@@ -9,15 +9,14 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tandem_cli import run_tandem
 
 from tandem.backends import systemd
 from tandem.render.systemd import ServiceSpec, render_unit
 
-TANDEM = [sys.executable, "-m", "tandem.cli"]
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(
     ANALYZE is None,
@@ -25,11 +24,8 @@ needs_analyze = pytest.mark.skipif(
 )
 
 
-def run_tandem(*args: str, home: Path, **env: str) -> subprocess.CompletedProcess:
-    environ = {**os.environ, "TANDEM_HOME": str(home), **env}
-    return subprocess.run(
-        [*TANDEM, *args], env=environ, capture_output=True, text=True, timeout=120
-    )
+def tandem_at(*args: str, home: Path, **env: str) -> subprocess.CompletedProcess:
+    return run_tandem(*args, env={**os.environ, "TANDEM_HOME": str(home), **env}, check=False)
 
 
 def verify(unit: Path) -> subprocess.CompletedProcess:
@@ -139,14 +135,14 @@ def test_install_start_and_uninstall_under_systemd(tmp_path: Path):
     # A deployment that fails fast (no model), so starting it costs no engine boot: the unit is
     # loaded, enabled and started by systemd, and uninstall leaves nothing behind.
     home = tmp_path / "home"
-    result = run_tandem(
+    result = tandem_at(
         "service", "install", "tiny-local", "--start", home=home, HF_HOME=str(tmp_path / "empty-hf")
     )
     assert result.returncode == 0, result.stderr
-    status = json.loads(run_tandem("service", "status", "tiny-local", "--json", home=home).stdout)
+    status = json.loads(tandem_at("service", "status", "tiny-local", "--json", home=home).stdout)
     assert status["installed"] and status["properties"]["UnitFileState"] == "enabled"
     assert status["properties"]["LoadState"] == "loaded"
     assert status["properties"]["ActiveState"] in ("active", "activating")
-    removed = run_tandem("service", "uninstall", "tiny-local", home=home)
+    removed = tandem_at("service", "uninstall", "tiny-local", home=home)
     assert removed.returncode == 0 and "tandem-tiny-local.service" in removed.stdout
     assert not Path("/etc/systemd/system/tandem-tiny-local.service").exists()

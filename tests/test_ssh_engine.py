@@ -22,11 +22,11 @@ import httpx
 import pytest
 import ssh_hosts
 import yaml
+from tandem_cli import TANDEM, run_tandem
 
 from tandem.spec.loading import load_recipe
 
 pytestmark = [pytest.mark.engine, pytest.mark.netns]
-TANDEM = [sys.executable, "-m", "tandem.cli"]
 NAME = "tiny-ssh"
 VLLM = str(Path(sys.executable).parent / "vllm")
 
@@ -73,14 +73,7 @@ class SSHDeployment:
         self.up_output = ""
 
     def tandem(self, *args: str, timeout: float = 120, check: bool = True):
-        return subprocess.run(
-            [*TANDEM, *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=check,
-        )
+        return run_tandem(*args, env=self.env, timeout=timeout, check=check)
 
     def status(self) -> dict:
         return json.loads(self.tandem("status", NAME, "--json").stdout)

@@ -7,18 +7,16 @@ import asyncio
 import json
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
+from tandem_cli import TANDEM
 
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import LoadGenerator, read_records
 from tandem.errors import Unauthorized
 
 pytestmark = pytest.mark.engine
-
-TANDEM = [sys.executable, "-m", "tandem.cli"]
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])

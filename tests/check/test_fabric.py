@@ -11,10 +11,10 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tandem_cli import run_tandem
 
 from tandem.check.fabric import parse_nccl_transports, rank_environment
 from tandem.preflight import run_check
@@ -131,13 +131,7 @@ def test_a_broken_rank_fails_the_fabric_with_a_finding():
 
 
 def _tandem(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tandem.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        env={**os.environ, **(env or {})},
-    )
+    return run_tandem(*args, env={**os.environ, **(env or {})}, timeout=200, check=False)
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:

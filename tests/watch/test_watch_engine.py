@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from importlib import resources
 from pathlib import Path
@@ -22,13 +21,13 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from tandem_cli import TANDEM
 
 from tandem.backends.processes import marked_processes
 from tandem.watch.folder import read_samples
 
 pytestmark = pytest.mark.engine
 
-TANDEM = [sys.executable, "-m", "tandem.cli"]
 GIB = 1024**3
 
 
