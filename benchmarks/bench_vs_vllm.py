@@ -16,13 +16,21 @@ CPU server's API process fell behind its engine, and TTFT/TPOT then measure that
 and its round left out of the ratios; both clients see it, whichever runs at that moment.
 
 Prints a side-by-side table: median TTFT and TPOT of each client (median over kept rounds of
-each run's p50), the paired ratios tandem / vLLM, and client CPU per output token.
+each run's p50), output tokens/s, the paired ratios tandem / vLLM, and client CPU per output
+token twice: all of the child's CPU, and net of its start-up (each round also runs each client
+once with one request of one token; its CPU is that client's start-up, subtracted).
+
+The clients are found beside this Python (a venv's `bin/`), else on PATH; `--tandem` and
+`--vllm` name other commands (on the GPU machine: `--tandem "python3 -m tandem.cli"`).
 
 Needs pandas in the venv for vLLM's custom dataset (`.venv/bin/pip install pandas`).
 
 Usage:
     .venv/bin/python benchmarks/bench_vs_vllm.py --url http://127.0.0.1:8200 --model tiny-deepseek
     .venv/bin/python benchmarks/bench_vs_vllm.py --start-server --hf-home /tmp/hf  # own server
+    python3 benchmarks/bench_vs_vllm.py --url http://127.0.0.1:8000 --model llama-3.1-8b \
+        --tandem "python3 -m tandem.cli" --input-len 512 --output-len 256 \
+        --concurrency 1,4,16 --requests-per-stream 4   # benchmarks/gpu/session.sh
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ import argparse
 import json
 import os
 import random
+import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -45,6 +55,14 @@ import httpx
 BIN = Path(sys.executable).parent
 
 
+def client_command(name: str, given: str | None) -> list[str]:
+    """``given`` split as a shell line, else ``name`` beside this Python, else on PATH."""
+    if given:
+        return shlex.split(given)
+    beside = BIN / name
+    return [str(beside) if beside.exists() else shutil.which(name) or name]
+
+
 @dataclass
 class Run:
     client: str
@@ -57,7 +75,13 @@ class Run:
     wall_s: float
     tokens_per_chunk: float
     input_tokens: int
+    output_tok_s: float
     round: int = 0
+    startup_cpu_s: float = 0.0
+
+    @property
+    def net_cpu_us_per_token(self) -> float:
+        return (self.cpu_s - self.startup_cpu_s) / self.output_tokens * 1e6
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -146,7 +170,7 @@ def vllm_cmd(
         ]
     )
     return [
-        str(BIN / "vllm"),
+        *a.vllm_cmd,
         "bench",
         "serve",
         "--backend",
@@ -184,7 +208,7 @@ def tandem_cmd(
 ) -> list[str]:
     dataset = ["--prompt-file", str(prompts)] if prompts else ["--input-tokens", str(a.input_len)]
     return [
-        str(BIN / "tandem"),
+        *a.tandem_cmd,
         "bench",
         "--url",
         a.url,
@@ -228,6 +252,7 @@ def run_vllm(
         wall,
         int(r["total_output_tokens"]) / chunks,
         int(r["total_input_tokens"]),
+        float(r["output_throughput"]),
     )
 
 
@@ -250,12 +275,13 @@ def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int, prompts: Path |
         wall,
         m["tokens_per_chunk"]["mean"],
         int(m["prompt_tokens_total"]),
+        float(m["output_throughput_tok_s"] or 0.0),
     )
 
 
 def start_server(a: argparse.Namespace) -> subprocess.Popen:
     hf = Path(a.hf_home)
-    subprocess.run([str(BIN / "tandem"), "model", "tiny", "--hf-home", str(hf)], check=True)
+    subprocess.run([*a.tandem_cmd, "model", "tiny", "--hf-home", str(hf)], check=True)
     env = dict(
         os.environ,
         HF_HOME=str(hf),
@@ -266,7 +292,7 @@ def start_server(a: argparse.Namespace) -> subprocess.Popen:
     port = a.url.rsplit(":", 1)[1]
     proc = subprocess.Popen(
         [
-            str(BIN / "vllm"),
+            *a.vllm_cmd,
             "serve",
             "tandem-org/tiny-deepseek-v3",
             "--served-model-name",
@@ -308,6 +334,14 @@ def main() -> None:
     p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
     p.add_argument("--concurrency", default="1,4")
     p.add_argument("--num-prompts", type=int, default=32)
+    p.add_argument(
+        "--requests-per-stream",
+        type=int,
+        default=0,
+        help="at concurrency c, send max(--num-prompts, this x c) requests",
+    )
+    p.add_argument("--tandem", help="tandem command line (default: beside this Python, or PATH)")
+    p.add_argument("--vllm", help="vllm command line (default: beside this Python, or PATH)")
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--rounds", type=int, default=2)
@@ -329,6 +363,8 @@ def main() -> None:
     p.add_argument("--hf-home", default=os.environ.get("HF_HOME", "/tmp/bench-work/hf"))
     a = p.parse_args()
     a.url = a.url.rstrip("/")
+    a.tandem_cmd = client_command("tandem", a.tandem)
+    a.vllm_cmd = client_command("vllm", a.vllm)
     server = start_server(a) if a.start_server else None
     try:
         models = httpx.get(a.url + "/v1/models", timeout=10).json()["data"]
@@ -341,15 +377,32 @@ def main() -> None:
             VLLM_NO_USAGE_STATS="1",
         )
         levels = [int(c) for c in a.concurrency.split(",")]
+
+        def requests(c: int) -> int:
+            return max(a.num_prompts, a.requests_per_stream * c)
+
         runs: list[Run] = []
         with tempfile.TemporaryDirectory(prefix="bench-vs-vllm-") as tmp:
             work = Path(tmp)
             prompts = (
-                same_prompts(a, a.num_prompts, work / "prompts.jsonl")
+                same_prompts(a, max(map(requests, levels)), work / "prompts.jsonl")
                 if a.prompts == "same"
                 else None
             )
             for r in range(a.rounds):
+                startup = {
+                    "vllm bench serve": run_vllm(
+                        a, tokenizer, 1, 1, work, env, f"r{r}-startup", 1, prompts
+                    ).cpu_s,
+                    "tandem bench": run_tandem(
+                        a, 1, 1, work, env, f"r{r}-startup", 1, prompts
+                    ).cpu_s,
+                }
+                print(
+                    f"round {r} start-up CPU (1 request, 1 token): "
+                    + ", ".join(f"{k} {v:.2f} s" for k, v in startup.items()),
+                    flush=True,
+                )
                 for c in levels:
                     first_vllm = (r + c) % 2 == 0  # alternate who goes first
                     order = ["vllm", "tandem"] if first_vllm else ["tandem", "vllm"]
@@ -360,7 +413,7 @@ def main() -> None:
                                 a,
                                 tokenizer,
                                 c,
-                                a.num_prompts,
+                                requests(c),
                                 work,
                                 env,
                                 tag,
@@ -369,17 +422,18 @@ def main() -> None:
                             )
                             if who == "vllm"
                             else run_tandem(
-                                a, c, a.num_prompts, work, env, tag, a.output_len, prompts
+                                a, c, requests(c), work, env, tag, a.output_len, prompts
                             )
                         )
                         run.round = r
+                        run.startup_cpu_s = startup[run.client]
                         runs.append(run)
                         print(
                             f"round {r} c={c} {run.client:17s} in {run.input_tokens} tok  "
                             f"TTFT {run.ttft_p50_ms:7.2f} ms"
-                            f"  TPOT {run.tpot_p50_ms:6.2f} ms  tok/chunk "
-                            f"{run.tokens_per_chunk:5.2f}  CPU {run.cpu_s:5.2f} s  "
-                            f"wall {run.wall_s:5.1f} s",
+                            f"  TPOT {run.tpot_p50_ms:6.2f} ms  out {run.output_tok_s:8.1f} tok/s"
+                            f"  tok/chunk {run.tokens_per_chunk:5.2f}  CPU {run.cpu_s:5.2f} s  "
+                            f"net {run.net_cpu_us_per_token:6.1f} us/tok  wall {run.wall_s:5.1f} s",
                             flush=True,
                         )
         print_table(runs, levels, a)
@@ -392,11 +446,13 @@ def main() -> None:
 def print_table(runs: list[Run], levels: list[int], a) -> None:
     print()
     print(
-        f"endpoint {a.endpoint}, {a.input_len} in / {a.output_len} out, {a.num_prompts} "
-        f"requests per run, {a.rounds} interleaved rounds, prompts: {a.prompts}"
+        f"endpoint {a.endpoint}, {a.input_len} in / {a.output_len} out, "
+        f"max({a.num_prompts}, {a.requests_per_stream} x c) requests per run, {a.rounds} "
+        f"interleaved rounds, prompts: {a.prompts}"
     )
     head = (
-        "| c | client | rounds kept | TTFT p50 ms | TPOT p50 ms | ITL p50 ms | CPU s | CPU ms/tok |"
+        "| c | client | rounds kept | TTFT p50 ms | TPOT p50 ms | ITL p50 ms | output tok/s "
+        "| CPU s | CPU ms/tok | net CPU µs/tok |"
     )
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
@@ -427,8 +483,10 @@ def print_table(runs: list[Run], levels: list[int], a) -> None:
 
             print(
                 f"| {c} | {client} | {len(mine)} | {med('ttft_p50_ms'):.2f} | "
-                f"{med('tpot_p50_ms'):.2f} | {med('itl_p50_ms'):.2f} | {med('cpu_s'):.2f} | "
-                f"{med('cpu_s') / med('output_tokens') * 1000:.3f} |"
+                f"{med('tpot_p50_ms'):.2f} | {med('itl_p50_ms'):.2f} | "
+                f"{med('output_tok_s'):.1f} | {med('cpu_s'):.2f} | "
+                f"{med('cpu_s') / med('output_tokens') * 1000:.3f} | "
+                f"{med('net_cpu_us_per_token'):.1f} |"
             )
 
         def ratio(key: str, kept: dict = kept) -> float:
@@ -439,8 +497,9 @@ def print_table(runs: list[Run], levels: list[int], a) -> None:
 
         print(
             f"| {c} | paired ratio tandem/vllm | {len(kept)} | {ratio('ttft_p50_ms'):.3f} | "
-            f"{ratio('tpot_p50_ms'):.3f} | {ratio('itl_p50_ms'):.3f} | {ratio('cpu_s'):.3f} |"
-            f" |"
+            f"{ratio('tpot_p50_ms'):.3f} | {ratio('itl_p50_ms'):.3f} | "
+            f"{ratio('output_tok_s'):.3f} | {ratio('cpu_s'):.3f} | | "
+            f"{ratio('net_cpu_us_per_token'):.3f} |"
         )
 
 

@@ -28,6 +28,14 @@ Run it under the engine lock (it starts vLLM 2 x rounds + 1 times; ~3 min a cold
 cores):
 
     flock /tmp/tandem-engine.lock .venv/bin/python benchmarks/warm_start.py --rounds 3
+
+Any recipe and cluster of the local transport work the same (``--recipe``, ``--cluster``); with
+``--home`` kept from an earlier run and ``--rounds 0`` it starts once on the caches it finds
+and measures the supervised restart alone. On the GPU machine (``benchmarks/gpu/session.sh``):
+
+    python3 benchmarks/warm_start.py --recipe examples/recipes/gpu-llama8b.yaml \
+        --cluster examples/gpu-cluster-1gpu.yaml --home /root/up/work/home --rounds 0 \
+        --tandem "python3 -m tandem.cli"
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import statistics
 import subprocess
@@ -49,13 +58,15 @@ import yaml
 from tandem.backends.processes import marked_processes
 
 NAME = "tiny-compiled"
+TANDEM = [sys.executable, "-m", "tandem.cli"]
+"""How tandem is run (``--tandem``)."""
 
 
 def tandem(
     *args: str, env: dict[str, str], timeout: float = 900, check: bool = True
 ) -> subprocess.CompletedProcess:
     result = subprocess.run(
-        [sys.executable, "-m", "tandem.cli", *args],
+        [*TANDEM, *args],
         env=env,
         capture_output=True,
         text=True,
@@ -92,8 +103,8 @@ def start_figures(env: dict[str, str]) -> dict:
     }
 
 
-def up(recipe: Path, env: dict[str, str]) -> dict:
-    tandem("up", str(recipe), env=env)
+def up(recipe: Path, env: dict[str, str], cluster: list[str]) -> dict:
+    tandem("up", str(recipe), *cluster, env=env)
     return start_figures(env)
 
 
@@ -104,9 +115,7 @@ def supervised_restart(env: dict[str, str], timeout_s: float = 900) -> dict:
     events.unlink(missing_ok=True)
     supervisor = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "tandem.cli",
+            *TANDEM,
             "supervise",
             NAME,
             "--interval",
@@ -147,7 +156,11 @@ def median(rows: list[dict], key: str) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="cold + warm pairs; 0: one start")
+    parser.add_argument("--recipe", type=Path, help="default: tiny-local with torch.compile on")
+    parser.add_argument("--cluster", help="cluster file for --recipe (default: this machine)")
+    parser.add_argument("--home", type=Path, help="TANDEM_HOME to use and keep (its caches)")
+    parser.add_argument("--tandem", help="tandem command line (default: python -m tandem.cli)")
     parser.add_argument(
         "--hf-home",
         default=None,
@@ -161,34 +174,51 @@ def main() -> int:
         help="a variable for every rank, e.g. VLLM_USE_AOT_COMPILE=0 (vLLM's older graph cache)",
     )
     args = parser.parse_args()
+    global NAME, TANDEM
+    if args.tandem:
+        TANDEM = shlex.split(args.tandem)
     engine_env = dict(item.split("=", 1) for item in args.engine_env)
+    cluster = ["--cluster", args.cluster] if args.cluster else []
     with tempfile.TemporaryDirectory(prefix="warm-start-") as tmp:
         folder = Path(tmp)
         env = {
             **os.environ,
-            "TANDEM_HOME": str(folder / "home"),
-            "HF_HOME": args.hf_home or str(folder / "hf"),
+            "TANDEM_HOME": str(args.home or folder / "home"),
+            "HF_HOME": args.hf_home or os.environ.get("HF_HOME") or str(folder / "hf"),
         }
-        if not args.hf_home:
+        if not args.hf_home and not args.recipe:
             tandem("model", "tiny", "--hf-home", env["HF_HOME"], env=env)
-        recipe = compiled_recipe(folder, engine_env)
+        if args.recipe:
+            recipe = args.recipe
+            NAME = yaml.safe_load(recipe.read_text())["name"]
+        else:
+            recipe = compiled_recipe(folder, engine_env)
         cold, warm = [], []
         try:
+            if args.rounds == 0:
+                first = up(recipe, env, cluster)
+                print(f"start on the caches found: {first}", flush=True)
+                restart = supervised_restart(env)
+                print(f"supervised restart: {restart}", flush=True)
             for i in range(args.rounds):
                 tandem("down", NAME, "--purge-caches", env=env, check=False)
-                cold.append(up(recipe, env))
+                cold.append(up(recipe, env, cluster))
                 tandem("down", NAME, env=env)
-                warm.append(up(recipe, env))
+                warm.append(up(recipe, env, cluster))
                 print(f"round {i + 1}: cold {cold[-1]}, warm {warm[-1]}", flush=True)
                 if i == 0:  # the group is up and warm: restart it under the supervisor
                     restart = supervised_restart(env)
                     print(f"supervised restart: {restart}", flush=True)
         finally:
-            tandem("down", NAME, "--purge-caches", env=env, check=False)
-    print(f"\n{NAME}: 2 ranks, TP=2, vLLM-CPU, torch.compile on; {args.rounds} round(s)")
+            tandem("down", NAME, *([] if args.home else ["--purge-caches"]), env=env, check=False)
+    print(f"\n{NAME}: torch.compile on; {args.rounds} round(s)")
     if engine_env:
         print("rank environment: " + " ".join(f"{k}={v}" for k, v in engine_env.items()))
     print(f"{'start':<22}{'ready s':>9}{'engine init s':>15}  compile cache")
+    if args.rounds == 0:
+        for label, row in (("start", first), ("supervised restart", restart)):
+            print(f"{label:<22}{row['ready_s']:>9.1f}{row['init_s'] or 0:>15.1f}  {row['cache']}")
+        return 0
     for i, (c, w) in enumerate(zip(cold, warm), 1):
         print(f"{f'round {i} cold':<22}{c['ready_s']:>9.1f}{c['init_s']:>15.1f}  {c['cache']}")
         print(f"{f'round {i} warm':<22}{w['ready_s']:>9.1f}{w['init_s']:>15.1f}  {w['cache']}")

@@ -1,0 +1,90 @@
+#!/bin/bash
+# On the GPU machine, after the staging of ../shared/gpu/ (README there: calls 1-3), from the
+# repo root: the measurements of benchmarks/gpu/README.md ("Second session"), one phase or more
+# per call. Everything is kept under /root/run between calls (the machine stays warm) and each
+# call ends by packing it into $OUT/run.tgz, since at most 8 files come back.
+#   bash benchmarks/gpu/session.sh models up      # call 3, after device_stage.sh 3 + install
+#   bash benchmarks/gpu/session.sh bench          # call 4
+#   bash benchmarks/gpu/session.sh fabric restart # call 5
+# LIMIT (default 560) is the seconds this call may use; a phase that cannot finish is skipped.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source .gpu/kit/device_env.sh
+export PYTHONPATH=$PWD/src:$PYTHONPATH
+OUT=${OUT:-/tmp/out}
+R=/root/run
+mkdir -p $R/smi $R/bench $OUT
+T0=$(date +%s)
+LIMIT=${LIMIT:-560}
+left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
+printf '#!/bin/sh\nexec python3 -m tandem.cli "$@"\n' > $SITE/bin/tandem && chmod +x $SITE/bin/tandem
+if ! command -v ip >/dev/null && [ -x /root/iproute/bin/ip ]; then
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=/root/iproute/usr/lib/x86_64-linux-gnu:/root/iproute/lib/x86_64-linux-gnu exec /root/iproute/bin/ip "$@"\n' > $SITE/bin/ip
+  chmod +x $SITE/bin/ip
+fi
+SMI_ARGS=$(python3 -c "from tandem.watch.host import NVIDIA_SMI_ARGV as a; print(' '.join(a[1:]))")
+TP2=(--recipe examples/recipes/gpu-llama8b.yaml --cluster examples/gpu-cluster-1gpu.yaml)
+TP1R=examples/recipes/gpu-llama8b-tp1.yaml
+TP1C=examples/gpu-cluster-h200.yaml
+pack() { tar czf $OUT/run.tgz -C $R --exclude=work --exclude=bench-home --exclude='*.safetensors' . 2>/dev/null; ls -la $OUT; }
+trap pack EXIT
+
+phase_models() {   # the 8B shape on the GPU; nvidia-smi idle; what vllm bench serve offers
+  [ -d /root/hf/hub/models--tandem-shapes--llama-3.1-8b ] || tandem model shape llama-3.1-8b --hf-home /root/hf
+  nvidia-smi $SMI_ARGS > $R/smi/nvidia-smi-h200-idle.csv
+  nvidia-smi -q > $R/smi/nvidia-smi-q.txt
+  vllm bench serve --help > $R/vllm-bench-serve-help.txt 2>&1
+  grep -c -- "--disable-shuffle\|--custom-output-len\|--skip-chat-template" $R/vllm-bench-serve-help.txt
+}
+
+phase_up() {       # tandem up vs the same ranks bare, cold and warm (TP 2, two namespaces)
+  python3 benchmarks/up_vs_bare.py "${TP2[@]}" --tandem tandem --state $R/up --out $R/up \
+    --rounds ${ROUNDS:-1} --deadline $(( $(left) - 20 )) --expect 130
+}
+
+phase_bench() {    # TP 1: tandem bench vs vllm bench serve, decode vs roofline, watch, smi
+  export TANDEM_HOME=$R/bench-home
+  local B=$R/bench
+  ( while true; do date +%s.%N; nvidia-smi $SMI_ARGS; sleep 2; done ) > $R/smi/under-load.txt 2>&1 &
+  local SMI=$!
+  local t=$(date +%s.%N)
+  tandem up $TP1R --cluster $TP1C > $B/up.txt 2>&1
+  echo "tandem up rc=$? wall $(python3 -c "print(round($(date +%s.%N)-$t,1))") s"; tail -3 $B/up.txt
+  tandem status gpu-llama8b-tp1 --json > $B/status.json
+  tandem watch gpu-llama8b-tp1 --interval 5s --out $R/watch -q > $B/watch.txt 2>&1 &
+  local W=$!
+  local PROMPTS=""
+  grep -q -- "--disable-shuffle" $R/vllm-bench-serve-help.txt || PROMPTS="--prompts own"
+  timeout $(( $(left) - 90 )) python3 benchmarks/bench_vs_vllm.py --url http://127.0.0.1:8000 \
+    --model llama-3.1-8b --endpoint completions --input-len 512 --output-len 256 \
+    --concurrency 1,4,16 --num-prompts 8 --requests-per-stream 4 --rounds ${ROUNDS:-3} \
+    $PROMPTS 2>&1 | tee $B/bench_vs_vllm.txt
+  timeout 120 tandem bench gpu-llama8b-tp1 --endpoint completions --concurrency 1,16 \
+    --input-tokens 512 --output-tokens 256 --out $B/roofline --no-plots -q > $B/roofline.txt 2>&1
+  python3 benchmarks/gpu/decode_vs_roofline.py $B/roofline --recipe $TP1R --cluster $TP1C \
+    --tandem tandem 2>&1 | tee $B/decode_vs_roofline.txt
+  kill $W; wait $W   # samples are on disk as they come; a background job ignores SIGINT
+  tandem watch report $R/watch > $B/watch-report.txt 2>&1; tail -30 $B/watch-report.txt
+  kill $SMI
+  cp $TANDEM_HOME/deployments/gpu-llama8b-tp1/logs/rank0.log $B/rank0.log
+  tandem down gpu-llama8b-tp1
+}
+
+phase_fabric() {   # tandem check --fabric vs a plain torch NCCL all-reduce, same namespaces
+  python3 benchmarks/gpu/fabric_vs_torch.py "${TP2[@]}" --tandem tandem --out $R/fabric \
+    --rounds 2 2>&1 | tee $R/fabric/table.txt
+}
+
+phase_restart() {  # TP 2 on the caches phase_up left: one start, then a supervised restart
+  mkdir -p $R/restart
+  timeout $(( $(left) - 10 )) python3 benchmarks/warm_start.py "${TP2[@]}" --tandem tandem \
+    --home $R/up/work/home --rounds 0 2>&1 | tee $R/restart/warm_start.txt
+  cp -r $R/up/work/home/deployments/gpu-llama8b/logs $R/restart/ 2>/dev/null
+}
+
+for phase in "$@"; do
+  echo "=== $phase ($(left) s left)"
+  mkdir -p $R/fabric
+  phase_$phase 2>&1 | tee $R/$phase.log
+  echo "=== $phase done ($(left) s left)"
+done
