@@ -20,6 +20,12 @@ each run's p50), output tokens/s, the paired ratios tandem / vLLM, and client CP
 token twice: all of the child's CPU, and net of its start-up (each round also runs each client
 once with one request of one token; its CPU is that client's start-up, subtracted).
 
+Each run also reads the server's own TTFT: vLLM's `vllm:time_to_first_token_seconds`
+histogram from /metrics before and after the run (its sum and count, differenced: the mean over
+the run's requests, from the request's arrival in the API server to its first token). The
+client's mean TTFT minus the server's is what the client adds (the HTTP round trip and its own
+time to notice the chunk); the column says which client is closer to the server.
+
 The clients are found beside this Python (a venv's `bin/`), else on PATH; `--tandem` and
 `--vllm` name other commands (on the GPU machine: `--tandem "python3 -m tandem.cli"`).
 
@@ -76,12 +82,45 @@ class Run:
     tokens_per_chunk: float
     input_tokens: int
     output_tok_s: float
+    ttft_mean_ms: float = float("nan")
+    server_ttft_mean_ms: float = float("nan")
     round: int = 0
     startup_cpu_s: float = 0.0
 
     @property
+    def ttft_over_server_ms(self) -> float:
+        return self.ttft_mean_ms - self.server_ttft_mean_ms
+
+    @property
     def net_cpu_us_per_token(self) -> float:
         return (self.cpu_s - self.startup_cpu_s) / self.output_tokens * 1e6
+
+
+def server_ttft(url: str) -> tuple[float, float]:
+    """(sum of seconds, count) of vLLM's TTFT histogram, over every label set."""
+    total = count = 0.0
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name == "vllm:time_to_first_token_seconds_sum":
+            total += float(line.rsplit(" ", 1)[1])
+        elif name == "vllm:time_to_first_token_seconds_count":
+            count += float(line.rsplit(" ", 1)[1])
+    return total, count
+
+
+def with_server_ttft(run_one):
+    """Wrap a client run: the server's mean TTFT over exactly that run's requests."""
+
+    def wrapped(a, *args, **kwargs) -> Run:
+        before = server_ttft(a.url)
+        run = run_one(a, *args, **kwargs)
+        after = server_ttft(a.url)
+        n = after[1] - before[1]
+        if n > 0:
+            run.server_ttft_mean_ms = (after[0] - before[0]) / n * 1000
+        return run
+
+    return wrapped
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -234,6 +273,7 @@ def tandem_cmd(
     ]
 
 
+@with_server_ttft
 def run_vllm(
     a, tokenizer, c, n, work: Path, env, tag: str, out_len: int, prompts: Path | None
 ) -> Run:
@@ -253,9 +293,11 @@ def run_vllm(
         int(r["total_output_tokens"]) / chunks,
         int(r["total_input_tokens"]),
         float(r["output_throughput"]),
+        float(r["mean_ttft_ms"]),
     )
 
 
+@with_server_ttft
 def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int, prompts: Path | None) -> Run:
     out = work / f"tandem-{tag}"
     cpu, wall = timed(tandem_cmd(a, c, n, out_len, out, prompts), env)
@@ -276,6 +318,7 @@ def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int, prompts: Path |
         m["tokens_per_chunk"]["mean"],
         int(m["prompt_tokens_total"]),
         float(m["output_throughput_tok_s"] or 0.0),
+        m["ttft_s"]["mean"] * 1000 if m["ttft_s"]["mean"] is not None else float("nan"),
     )
 
 
@@ -433,7 +476,9 @@ def main() -> None:
                             f"TTFT {run.ttft_p50_ms:7.2f} ms"
                             f"  TPOT {run.tpot_p50_ms:6.2f} ms  out {run.output_tok_s:8.1f} tok/s"
                             f"  tok/chunk {run.tokens_per_chunk:5.2f}  CPU {run.cpu_s:5.2f} s  "
-                            f"net {run.net_cpu_us_per_token:6.1f} us/tok  wall {run.wall_s:5.1f} s",
+                            f"net {run.net_cpu_us_per_token:6.1f} us/tok  wall {run.wall_s:5.1f} s"
+                            f"  TTFT mean {run.ttft_mean_ms:7.2f} ms, server's "
+                            f"{run.server_ttft_mean_ms:7.2f} ms",
                             flush=True,
                         )
         print_table(runs, levels, a)
@@ -452,7 +497,7 @@ def print_table(runs: list[Run], levels: list[int], a) -> None:
     )
     head = (
         "| c | client | rounds kept | TTFT p50 ms | TPOT p50 ms | ITL p50 ms | output tok/s "
-        "| CPU s | CPU ms/tok | net CPU µs/tok |"
+        "| CPU s | CPU ms/tok | net CPU µs/tok | TTFT mean − server's, ms |"
     )
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
@@ -486,7 +531,7 @@ def print_table(runs: list[Run], levels: list[int], a) -> None:
                 f"{med('tpot_p50_ms'):.2f} | {med('itl_p50_ms'):.2f} | "
                 f"{med('output_tok_s'):.1f} | {med('cpu_s'):.2f} | "
                 f"{med('cpu_s') / med('output_tokens') * 1000:.3f} | "
-                f"{med('net_cpu_us_per_token'):.1f} |"
+                f"{med('net_cpu_us_per_token'):.1f} | {med('ttft_over_server_ms'):.2f} |"
             )
 
         def ratio(key: str, kept: dict = kept) -> float:
@@ -499,7 +544,7 @@ def print_table(runs: list[Run], levels: list[int], a) -> None:
             f"| {c} | paired ratio tandem/vllm | {len(kept)} | {ratio('ttft_p50_ms'):.3f} | "
             f"{ratio('tpot_p50_ms'):.3f} | {ratio('itl_p50_ms'):.3f} | "
             f"{ratio('output_tok_s'):.3f} | {ratio('cpu_s'):.3f} | | "
-            f"{ratio('net_cpu_us_per_token'):.3f} |"
+            f"{ratio('net_cpu_us_per_token'):.3f} | |"
         )
 
 

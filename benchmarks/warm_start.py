@@ -211,7 +211,9 @@ def main() -> int:
                     print(f"supervised restart: {restart}", flush=True)
         finally:
             tandem("down", NAME, *([] if args.home else ["--purge-caches"]), env=env, check=False)
-    print(f"\n{NAME}: torch.compile on; {args.rounds} round(s)")
+    eager = yaml.safe_load(recipe.read_text())["engine"]["serve"].get("enforce_eager", False)
+    mode = "eager (no torch.compile)" if eager else "torch.compile on"
+    print(f"\n{NAME}: {mode}; {args.rounds} round(s)")
     if engine_env:
         print("rank environment: " + " ".join(f"{k}={v}" for k, v in engine_env.items()))
     print(f"{'start':<22}{'ready s':>9}{'engine init s':>15}  compile cache")

@@ -71,8 +71,8 @@ phase_bench() {    # TP 1: tandem bench vs vllm bench serve, decode vs roofline,
 }
 
 phase_fabric() {   # tandem check --fabric vs a plain torch NCCL all-reduce, same namespaces
-  python3 benchmarks/gpu/fabric_vs_torch.py "${TP2[@]}" --tandem tandem --out $R/fabric \
-    --rounds 2 2>&1 | tee $R/fabric/table.txt
+  timeout $(( $(left) - 5 )) python3 benchmarks/gpu/fabric_vs_torch.py "${TP2[@]}" \
+    --tandem tandem --out $R/fabric --rounds ${FABRIC_ROUNDS:-2} 2>&1 | tee $R/fabric/table.txt
 }
 
 phase_restart() {  # TP 2 on the caches phase_up left: one start, then a supervised restart

@@ -1,4 +1,8 @@
-"""nvidia-smi's CSV -> GPU readings, on the fixtures of tests/fixtures/watch (see its README)."""
+"""nvidia-smi's CSV -> GPU readings, on the fixtures of tests/fixtures/watch (see its README).
+
+The H200 files are the real output of the watched query on the lent H200 (2026-12-01, driver
+580.159.04): idle, the busiest sample of a bench run, and that run's whole series.
+"""
 
 from __future__ import annotations
 
@@ -13,18 +17,35 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "watch"
 
 
 def fixture(name: str) -> str:
-    recorded = FIXTURES / name.replace(".documented", "")
-    return (recorded if recorded.is_file() else FIXTURES / name).read_text()
+    return (FIXTURES / name).read_text()
 
 
-def test_an_h200_reports_every_field():
-    [gpu] = parse_nvidia_smi(fixture("nvidia-smi-h200.documented.csv"))
+def test_an_idle_h200_reports_every_field():
+    [gpu] = parse_nvidia_smi(fixture("nvidia-smi-h200.csv"))
     assert gpu.index == 0 and gpu.name == "NVIDIA H200"
-    assert gpu.temperature_c is not None and 0 < gpu.temperature_c < 100
-    assert gpu.sm_clock_mhz and gpu.max_sm_clock_mhz and gpu.sm_clock_mhz <= gpu.max_sm_clock_mhz
-    assert gpu.power_w and gpu.power_w > 0
-    assert gpu.memory_total_bytes and gpu.memory_total_bytes > 100 * 1024**3
-    assert gpu.event_reasons_mask is not None and not gpu.throttled
+    assert gpu.uuid == "GPU-032d7472-a72d-5307-49f8-00aac99b3c8e"
+    assert gpu.temperature_c == 37 and gpu.power_w == pytest.approx(79.53)
+    assert (gpu.sm_clock_mhz, gpu.max_sm_clock_mhz) == (345, 1980)
+    assert gpu.memory_used_bytes == 0 and gpu.memory_total_bytes == 143771 * 1024**2
+    assert gpu.event_reasons == ["gpu_idle"] and not gpu.throttled
+
+
+def test_an_h200_under_load_is_power_capped_not_throttled():
+    [gpu] = parse_nvidia_smi(fixture("nvidia-smi-h200-load.csv"))
+    assert gpu.utilization_pct == 100 and gpu.power_w == pytest.approx(567.71)
+    assert gpu.memory_used_bytes == 130423 * 1024**2
+    assert gpu.event_reasons == ["sw_power_cap"] and not gpu.throttled
+
+
+def test_every_sample_of_a_recorded_bench_run_parses():
+    """242 samples 2 s apart while tandem bench and vllm bench serve loaded the GPU."""
+    blocks = fixture("nvidia-smi-h200-bench.txt").split("index, uuid")[1:]
+    gpus = [g for block in blocks for g in parse_nvidia_smi("index, uuid" + block)]
+    assert len(gpus) == 242
+    assert max(g.temperature_c for g in gpus) == 54
+    assert max(g.power_w for g in gpus) == pytest.approx(567.71)
+    capped = [g for g in gpus if "sw_power_cap" in g.event_reasons]
+    assert capped and not any(g.throttled for g in gpus)
 
 
 def test_thermal_slowdown_counts_as_throttled_and_the_power_cap_is_named():
@@ -42,7 +63,7 @@ def test_a_gb10_reports_no_memory_but_everything_else():
 
 
 def test_the_header_names_the_queried_fields_in_order():
-    header = fixture("nvidia-smi-h200.documented.csv").splitlines()[0]
+    header = fixture("nvidia-smi-h200.csv").splitlines()[0]
     names = [
         h.strip().split(" [")[0].replace("clocks.current.sm", "clocks.sm")
         for h in header.split(",")
