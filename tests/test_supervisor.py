@@ -8,7 +8,7 @@ from factories import make_deployment
 from tandem import health, supervisor
 from tandem.backends.base import ProcessFact, RankObservation
 from tandem.backends.launch import new_state
-from tandem.backends.state import RankState
+from tandem.backends.state import DeploymentDir, RankState
 from tandem.errors import RankFailed
 from tandem.health import ApiFacts
 from tandem.rankplan import plan_ranks
@@ -163,3 +163,16 @@ def test_exits_when_the_deployment_is_taken_down(home, monkeypatch):
     assert code == 0
     assert "was taken down" in (home / "deployments" / "absent" / "events.log").read_text()
     assert not (home / "deployments" / "absent" / "supervisor.pid").exists()
+
+
+def test_archive_moves_the_current_rank_logs_into_the_next_restart_folder(home):
+    """`rank10.log` sorts after `rank2.log`, and an earlier restart's folder is left alone."""
+    directory = DeploymentDir.of("d")
+    (directory.logs / "restart-1").mkdir(parents=True)
+    for rank in (10, 2, 0):
+        directory.rank_log(rank).write_text(f"rank {rank}\n")
+    assert [p.name for p in directory.rank_logs()] == ["rank0.log", "rank2.log", "rank10.log"]
+    folder = supervisor.archive_logs("d")
+    assert folder == directory.logs / "restart-2"
+    assert sorted(p.name for p in folder.iterdir()) == ["rank0.log", "rank10.log", "rank2.log"]
+    assert directory.rank_logs() == [] and supervisor.archive_logs("d") is None

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +21,17 @@ pytest.importorskip("transformers")
 from huggingface_hub import snapshot_download
 from transformers import AutoConfig, AutoTokenizer
 
+from tandem.cli import model as cli_model
 from tandem.cli.model import model_command
 from tandem.errors import SpecError
-from tandem.tinymodel import ARCHITECTURES, TinyModel, _train_tokenizer, build_tiny_model
+from tandem.shapemodel import SHAPES
+from tandem.tinymodel import (
+    ARCHITECTURES,
+    DEFAULT_ARCH,
+    TinyModel,
+    _train_tokenizer,
+    build_tiny_model,
+)
 
 REPO_DIR = Path("hub") / "models--tandem-org--tiny-deepseek-v3"
 MESSAGES = [
@@ -166,3 +176,20 @@ def test_cli_builds_and_prints_the_repo_id(tiny: TinyModel, hf_home: Path) -> No
     assert result.exit_code == 0, result.output
     assert "tandem-org/tiny-deepseek-v3" in result.output
     assert tiny.commit[:8] in result.output
+
+
+def test_the_cli_offers_exactly_the_models_the_builders_make():
+    """`tandem model` names them without importing torch; this keeps the names in step."""
+    assert tuple(ARCHITECTURES) == cli_model.ARCHITECTURES
+    assert cli_model.DEFAULT_ARCH == DEFAULT_ARCH
+    assert tuple(SHAPES) == cli_model.SHAPES
+
+
+def test_model_help_does_not_import_torch():
+    code = (
+        "import sys; from click.testing import CliRunner; from tandem.cli.model import "
+        "model_command; r = CliRunner().invoke(model_command, ['shape', '--help']); "
+        "assert r.exit_code == 0, r.output; print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

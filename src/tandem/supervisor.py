@@ -101,8 +101,9 @@ class EventLog:
 
 def archive_logs(name: str) -> Path | None:
     """Move the ranks' logs into ``logs/restart-N/`` (N one more than the last); its path."""
-    logs = DeploymentDir.of(name).logs
-    current = sorted(logs.glob("rank*.log*"))
+    directory = DeploymentDir.of(name)
+    logs = directory.logs
+    current = directory.rank_logs()
     if not current:
         return None
     numbers = [

@@ -206,7 +206,7 @@ def up(
     shutil.rmtree(run_dir, ignore_errors=True)
     private_dir(run_dir)
     private_dir(log_dir)
-    for old in log_dir.glob("rank*.log"):  # logs/restart-N/ of a supervisor stay
+    for old in directory.rank_logs():  # logs/restart-N/ of a supervisor stay
         old.unlink()
 
     network = netns.network_plan(name, deployment.cluster) if use_netns else None

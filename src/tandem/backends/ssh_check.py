@@ -20,8 +20,7 @@ from typing import IO, Any
 from tandem.backends.openssh import OpenSSH, SSHTarget
 from tandem.check.node_transport import (
     PROBE_TIMEOUT_S,
-    ProbeError,
-    parse_facts,
+    finished_probe,
     probe_args,
     probe_source,
 )
@@ -75,11 +74,7 @@ class SSHNodeTransport:
         result = self.ssh.run(
             SSHTarget.of(node), script, timeout_s=PROBE_TIMEOUT_S, program="python3"
         )
-        if not result.ok:
-            raise ProbeError(
-                f"the probe exited {result.returncode}: {result.stderr[-300:]}", node=node.name
-            )
-        return parse_facts(result.stdout, node.name, started, time.time())
+        return finished_probe(result.returncode, result.stdout, result.stderr, node.name, started)
 
     def spawn(
         self, node: Node, argv: list[str], env: dict[str, str], output: IO[bytes]

@@ -64,6 +64,10 @@ class DeploymentDir:
     def rank_log(self, rank: int) -> Path:
         return self.logs / f"rank{rank}.log"
 
+    def rank_logs(self) -> list[Path]:
+        """The current run's rank logs, in rank order (a supervisor's ``logs/restart-N/`` not)."""
+        return sorted(self.logs.glob("rank*.log"), key=lambda p: (len(p.name), p.name))
+
     @property
     def events(self) -> Path:
         return self.path / "events.log"

@@ -109,6 +109,17 @@ def clock_offset(
     return round(offset, 3), math.ceil(bound * 1000 - 1e-6) / 1000  # float noise is not a ms
 
 
+def finished_probe(
+    returncode: int, stdout: str, stderr: str, node: str, started: float
+) -> dict[str, Any]:
+    """A probe run's facts, or the ``ProbeError`` naming its exit status and last words; the end
+    of every transport's ``run_probe``. ``started`` is ``time.time()`` before the call."""
+    finished = time.time()
+    if returncode:
+        raise ProbeError(f"the probe exited {returncode}: {stderr[-300:]}", node=node)
+    return parse_facts(stdout, node, started, finished)
+
+
 def parse_facts(stdout: str, node: str, started: float, finished: float) -> dict[str, Any]:
     """The probe's JSON with ``clock_offset_s`` and ``clock_offset_bound_s`` (``clock_offset``).
 
@@ -186,11 +197,7 @@ class LocalTransport:
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ProbeError(f"the probe did not run: {exc}", node=node.name) from exc
-        if result.returncode:
-            raise ProbeError(
-                f"the probe exited {result.returncode}: {result.stderr[-300:]}", node=node.name
-            )
-        return parse_facts(result.stdout, node.name, started, time.time())
+        return finished_probe(result.returncode, result.stdout, result.stderr, node.name, started)
 
     def spawn(
         self, node: Node, argv: list[str], env: dict[str, str], output: IO[bytes]

@@ -1,4 +1,9 @@
-"""``tandem model``: build the local models vLLM serves (tiny ones, and real shapes for GPUs)."""
+"""``tandem model``: build the local models vLLM serves (tiny ones, and real shapes for GPUs).
+
+The builders import torch and transformers (6 s of CPU), so they are imported when a model is
+built, not when ``--help`` or a bad argument is answered; the names the options accept are
+written here and a test keeps them equal to the builders' (``tests/test_tinymodel.py``).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,20 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from transformers.utils import logging as transformers_logging
 
 from tandem import hf_cache
-from tandem.shapemodel import SHAPES, build_shape_model
-from tandem.tinymodel import ARCHITECTURES, DEFAULT_ARCH, TinyModel, build_tiny_model
+
+ARCHITECTURES = ("deepseek_v3", "llama", "mistral", "mixtral", "qwen2", "qwen3")
+"""``tandem.tinymodel.ARCHITECTURES``' names."""
+DEFAULT_ARCH = "deepseek_v3"
+SHAPES = ("llama-3.1-8b", "deepseek-v2-lite", "gemma-3-4b")
+"""``tandem.shapemodel.SHAPES``' names."""
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
 
 
 def _default_hf_home() -> Path:
@@ -58,9 +72,11 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
       tandem model tiny --all
       HF_HOME=~/.cache/huggingface HF_HUB_OFFLINE=1 vllm serve tandem-org/tiny-deepseek-v3
     """
+    from tandem.tinymodel import TinyModel, build_tiny_model
+
     console = Console()
     hf_home = hf_home or _default_hf_home()
-    transformers_logging.disable_progress_bar()
+    _quiet_transformers()
     built: list[TinyModel] = []
     for name in ARCHITECTURES if build_all else [arch]:
         with console.status(f"building tiny {name}"):
@@ -125,8 +141,10 @@ def shape_command(
       tandem model shape deepseek-v2-lite --layers 13
       tandem model shape gemma-3-4b --scale-down --device cpu
     """
+    from tandem.shapemodel import build_shape_model
+
     console = Console()
-    transformers_logging.disable_progress_bar()
+    _quiet_transformers()
     with console.status(f"building {preset}"):
         built = build_shape_model(
             hf_home or _default_hf_home(),
