@@ -403,6 +403,11 @@ def main() -> None:
         help="tokens per chunk above which a run counts as merged by the server",
     )
     p.add_argument("--start-server", action="store_true")
+    p.add_argument(
+        "--skip-startup",
+        action="store_true",
+        help="no start-up runs (the net CPU column then counts the start-up too)",
+    )
     p.add_argument("--hf-home", default=os.environ.get("HF_HOME", "/tmp/bench-work/hf"))
     a = p.parse_args()
     a.url = a.url.rstrip("/")
@@ -433,14 +438,18 @@ def main() -> None:
                 else None
             )
             for r in range(a.rounds):
-                startup = {
-                    "vllm bench serve": run_vllm(
-                        a, tokenizer, 1, 1, work, env, f"r{r}-startup", 1, prompts
-                    ).cpu_s,
-                    "tandem bench": run_tandem(
-                        a, 1, 1, work, env, f"r{r}-startup", 1, prompts
-                    ).cpu_s,
-                }
+                startup = (
+                    {"vllm bench serve": 0.0, "tandem bench": 0.0}
+                    if a.skip_startup
+                    else {
+                        "vllm bench serve": run_vllm(
+                            a, tokenizer, 1, 1, work, env, f"r{r}-startup", 1, prompts
+                        ).cpu_s,
+                        "tandem bench": run_tandem(
+                            a, 1, 1, work, env, f"r{r}-startup", 1, prompts
+                        ).cpu_s,
+                    }
+                )
                 print(
                     f"round {r} start-up CPU (1 request, 1 token): "
                     + ", ".join(f"{k} {v:.2f} s" for k, v in startup.items()),
