@@ -24,7 +24,11 @@ Each run also reads the server's own TTFT: vLLM's `vllm:time_to_first_token_seco
 histogram from /metrics before and after the run (its sum and count, differenced: the mean over
 the run's requests, from the request's arrival in the API server to its first token). The
 client's mean TTFT minus the server's is what the client adds (the HTTP round trip and its own
-time to notice the chunk); the column says which client is closer to the server.
+time to notice the chunk); the column says which client is closer to the server. The server's
+count includes each client's one warm-up request (tandem's `--warmup 1`, vLLM's initial test
+prompt), which the client's mean leaves out: on a warm server that request costs what the others
+do; the first request a server ever serves costs seconds, so read the column from the second
+run on.
 
 The clients are found beside this Python (a venv's `bin/`), else on PATH; `--tandem` and
 `--vllm` name other commands (on the GPU machine: `--tandem "python3 -m tandem.cli"`).
