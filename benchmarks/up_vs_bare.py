@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -45,13 +44,10 @@ import httpx
 
 from tandem import caches
 from tandem.backends import netns
+from tandem.backends.state import DeploymentDir
 from tandem.spec.cluster import LocalIsolation
 from tandem.spec.loading import load_cluster
-
-_COMPILED = re.compile(r"torch\.compile took ([\d.]+) s in total")
-_ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+)")
-_WARM = re.compile(r"Directly load AOT compilation from path|Directly load the compiled graph")
-_COLD = re.compile(r"saved AOT compiled function to|Compiling a graph for compile range")
+from tandem.vllm_log import BootLog
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
@@ -72,16 +68,13 @@ def gpu_memory_free(limit_s: float = 90.0) -> None:
         time.sleep(0.5)
 
 
-def log_figures(text: str) -> dict:
-    """torch.compile seconds, engine init seconds and the compile cache state of one log."""
-    compiled = _COMPILED.search(text)
-    init = _ENGINE_INIT.search(text)
-    cache = "warm" if _WARM.search(text) else "cold" if _COLD.search(text) else None
-    return {
-        "compile_s": float(compiled.group(1)) if compiled else None,
-        "engine_init_s": float(init.group(1)) if init else None,
-        "compile_cache": cache,
-    }
+def log_figures(log: Path) -> dict:
+    """Compile cache state, engine init and torch.compile seconds of one rank's log, read by
+    tandem's ``BootLog``: the same reading for both sides."""
+    boot = BootLog(rank=0)
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        boot.feed(line)
+    return boot.figures.model_dump(include={"compile_s", "engine_init_s", "compile_cache"})
 
 
 class Bare:
@@ -112,6 +105,7 @@ class Bare:
         )
         self.caches = opts.work / "bare-caches"
         self.env = env
+        self.limit_s = opts.limit
 
     def start(self, cold: bool, logs: Path) -> dict:
         if cold:
@@ -157,7 +151,7 @@ class Bare:
         ready_s, error = None, None
         try:
             with httpx.Client(timeout=10, trust_env=False) as client:
-                while time.monotonic() - started < float(self.env.get("BARE_LIMIT_S", "900")):
+                while time.monotonic() - started < self.limit_s:
                     try:
                         if client.post(url, json=body).status_code == 200:
                             ready_s = time.monotonic() - started
@@ -186,7 +180,7 @@ class Bare:
         return {
             "ready_s": ready_s,
             "error": error,
-            **log_figures((logs / f"rank{leader}.log").read_text(errors="replace")),
+            **log_figures(logs / f"rank{leader}.log"),
         }
 
 
@@ -206,25 +200,17 @@ class Tandem:
         wall = time.monotonic() - started
         logs.mkdir(parents=True, exist_ok=True)
         (logs / "up.txt").write_text(result.stdout + result.stderr)
-        home = Path(self.env["TANDEM_HOME"]) / "deployments" / self.name / "logs"
-        for log in home.glob("rank*.log"):
+        for log in DeploymentDir.of(self.name).rank_logs():
             shutil.copy(log, logs / log.name)
         figures: dict = {"ready_s": wall if result.returncode == 0 else None}
         if result.returncode:
             figures["error"] = f"tandem up exited {result.returncode}: {result.stderr[-400:]}"
         else:
             status = json.loads(self.cli("status", self.name, "--json").stdout)
-            boot = status.get("boot") or {}
             figures |= {
                 "error": None,
                 "answered_s": status["phases"][-1]["elapsed_s"],
-                "engine_init_s": boot.get("engine_init_s"),
-                "compile_cache": boot.get("compile_cache"),
-                "compile_s": log_figures(
-                    (logs / "rank0.log").read_text(errors="replace")
-                    if (logs / "rank0.log").exists()
-                    else ""
-                )["compile_s"],
+                **log_figures(logs / "rank0.log"),
             }
         self.cli("down", self.name)
         return figures
@@ -245,6 +231,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--deadline", type=float, default=1e9, help="seconds this call may use")
     p.add_argument("--expect", type=float, default=120, help="seconds one start needs")
+    p.add_argument("--limit", type=float, default=900, help="seconds one bare start may take")
     p.add_argument("--tandem", help="tandem command line (default: python -m tandem.cli)")
     opts = p.parse_args()
     began = time.monotonic()
@@ -255,7 +242,8 @@ def main() -> int:
     opts.work = opts.state / "work"
     for folder in (opts.out, opts.state, opts.work):
         folder.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, TANDEM_HOME=str(opts.work / "home"))
+    os.environ["TANDEM_HOME"] = str(opts.work / "home")  # DeploymentDir reads it here too
+    env = dict(os.environ)
     bare = Bare(opts, env)
     sides = {"bare": bare, "tandem": Tandem(opts, env, bare.name)}
     record = opts.state / "starts.jsonl"

@@ -56,6 +56,7 @@ from pathlib import Path
 import yaml
 
 from tandem.backends.processes import marked_processes
+from tandem.backends.state import DeploymentDir
 
 NAME = "tiny-compiled"
 TANDEM = [sys.executable, "-m", "tandem.cli"]
@@ -110,8 +111,7 @@ def up(recipe: Path, env: dict[str, str], cluster: list[str]) -> dict:
 
 def supervised_restart(env: dict[str, str], timeout_s: float = 900) -> dict:
     """Kill rank 1 under ``tandem supervise`` and wait until the group answers again."""
-    home = Path(env["TANDEM_HOME"]) / "deployments" / NAME
-    events = home / "events.log"
+    events = DeploymentDir.of(NAME).events
     events.unlink(missing_ok=True)
     supervisor = subprocess.Popen(
         [
@@ -181,9 +181,9 @@ def main() -> int:
     cluster = ["--cluster", args.cluster] if args.cluster else []
     with tempfile.TemporaryDirectory(prefix="warm-start-") as tmp:
         folder = Path(tmp)
+        os.environ["TANDEM_HOME"] = str(args.home or folder / "home")  # DeploymentDir's too
         env = {
             **os.environ,
-            "TANDEM_HOME": str(args.home or folder / "home"),
             "HF_HOME": args.hf_home or os.environ.get("HF_HOME") or str(folder / "hf"),
         }
         if not args.hf_home and not args.recipe:

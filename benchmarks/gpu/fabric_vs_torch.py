@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from tandem.backends import netns
+from tandem.check.fabric import parse_nccl_transports
 from tandem.spec.loading import load_cluster
 
 SIZES = [1 << k for k in range(10, 29, 2)]
@@ -100,7 +101,7 @@ def reference_round(opts: argparse.Namespace, out: Path) -> dict:
     if line is None:
         raise SystemExit(f"the reference printed no result:\n{text[-2000:]}")
     data = json.loads(line.removeprefix("REF "))
-    via = sorted({w for w in ("NET/Socket", "NET/IB", "P2P", "SHM") if f"via {w}" in text})
+    via, _ = parse_nccl_transports(text)
     return {s["bytes"]: s["busbw_gbps"] for s in data["sizes"]} | {"transports": via}
 
 

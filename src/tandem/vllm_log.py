@@ -46,6 +46,11 @@ class BootFigures(BaseModel):
         "(profile, create kv cache, warmup model)` time: the "
         "share of the boot a warm cache shortens.",
     )
+    compile_s: float | None = Field(
+        default=None,
+        description="`torch.compile took N s in total`: compiling, or loading from the compile "
+        "cache when it is warm; None without torch.compile.",
+    )
 
 
 class Phase(StrEnum):
@@ -126,6 +131,7 @@ class BootLog:
         if m := _WEIGHTS.search(line):
             found.append((Phase.WEIGHTS_LOADED, f"{m.group(1)} {m.group(2)}"))
         if m := _COMPILED.search(line):
+            self.figures.compile_s = float(m.group(1))
             found.append((Phase.COMPILED, f"{m.group(1)} s"))
         if m := _AVAILABLE_KV.search(line):
             self.figures.available_kv_cache_gib = float(m.group(1) or m.group(2))

@@ -77,3 +77,12 @@ def test_status_planned_vs_actual_on_the_h200_within_half_a_percent():
     assert tokens.measured == 896_912 and abs(tokens.error_pct) < 0.5
     shown = json.loads((STARTS / "llama-3.1-8b-tp1-status.json").read_text())
     assert shown["planned"]["comparison"]["kv_pool_tokens"]["planned"] == tokens.planned
+
+
+@pytest.mark.parametrize(
+    ("name", "seconds"),
+    [("tp1-cold", 16.2), ("tp2-cold", 21.62), ("tp2-warm", 3.95), ("tp2-restart", 3.98)],
+)
+def test_the_torch_compile_seconds_are_read_cold_or_warm(name, seconds):
+    """Logged after the cache line, which takes the `compiled` phase: kept as a figure."""
+    assert read(name).figures.compile_s == seconds
