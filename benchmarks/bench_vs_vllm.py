@@ -21,14 +21,21 @@ token twice: all of the child's CPU, and net of its start-up (each round also ru
 once with one request of one token; its CPU is that client's start-up, subtracted).
 
 Each run also reads the server's own TTFT: vLLM's `vllm:time_to_first_token_seconds`
-histogram from /metrics before and after the run (its sum and count, differenced: the mean over
-the run's requests, from the request's arrival in the API server to its first token). The
-client's mean TTFT minus the server's is what the client adds (the HTTP round trip and its own
-time to notice the chunk); the column says which client is closer to the server. The server's
-count includes each client's one warm-up request (tandem's `--warmup 1`, vLLM's initial test
-prompt), which the client's mean leaves out: on a warm server that request costs what the others
-do; the first request a server ever serves costs seconds, so read the column from the second
-run on.
+histogram from /metrics before and after the run (its sum and count, differenced by
+`tandem.bench.server_metrics`, as `tandem bench` does per load point: the mean over the run's
+requests, from the request's arrival in vLLM's engine client to its first token), and the
+scheduler-queue mean beside it. The client's mean TTFT minus the server's is what the client
+adds (the HTTP round trip and its own time to notice the chunk); the column says which client is
+closer to the server. The server's count includes each client's one warm-up request (tandem's
+`--warmup 1`, vLLM's initial test prompt), which the client's mean leaves out: on a warm server
+that request costs what the others do; the first request a server ever serves costs seconds, so
+read the column from the second run on.
+
+A client can also change what the server measures: at concurrency c, requests that end in one
+engine step free their slots together, and a client slow to send the next ones spreads their
+arrivals over later steps (more queue time, other prefill batches). "refill p50" is the median
+time from a slot freeing (a request's last token chunk) to the client's next request, from each
+client's per-request start and end times (vLLM's `--save-detailed`, tandem's requests.jsonl).
 
 The clients are found beside this Python (a venv's `bin/`), else on PATH; `--tandem` and
 `--vllm` name other commands (on the GPU machine: `--tandem "python3 -m tandem.cli"`).
@@ -62,6 +69,10 @@ from pathlib import Path
 
 import httpx
 
+from tandem.bench.load_generator import read_records
+from tandem.bench.server_metrics import server_delta
+from tandem.vllm_metrics import MetricsSnapshot, parse_metrics
+
 BIN = Path(sys.executable).parent
 
 
@@ -88,6 +99,8 @@ class Run:
     output_tok_s: float
     ttft_mean_ms: float = float("nan")
     server_ttft_mean_ms: float = float("nan")
+    server_queue_mean_ms: float = float("nan")
+    refill_p50_ms: float = float("nan")
     round: int = 0
     startup_cpu_s: float = 0.0
 
@@ -100,31 +113,37 @@ class Run:
         return (self.cpu_s - self.startup_cpu_s) / self.output_tokens * 1e6
 
 
-def server_ttft(url: str) -> tuple[float, float]:
-    """(sum of seconds, count) of vLLM's TTFT histogram, over every label set."""
-    total = count = 0.0
-    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name == "vllm:time_to_first_token_seconds_sum":
-            total += float(line.rsplit(" ", 1)[1])
-        elif name == "vllm:time_to_first_token_seconds_count":
-            count += float(line.rsplit(" ", 1)[1])
-    return total, count
+def server_snapshot(url: str) -> MetricsSnapshot:
+    return parse_metrics(httpx.get(url + "/metrics", timeout=10).text)
 
 
-def with_server_ttft(run_one):
-    """Wrap a client run: the server's mean TTFT over exactly that run's requests."""
+def with_server_figures(run_one):
+    """Wrap a client run: the server's mean TTFT and queue time over exactly its requests."""
 
     def wrapped(a, *args, **kwargs) -> Run:
-        before = server_ttft(a.url)
+        before = server_snapshot(a.url)
         run = run_one(a, *args, **kwargs)
-        after = server_ttft(a.url)
-        n = after[1] - before[1]
-        if n > 0:
-            run.server_ttft_mean_ms = (after[0] - before[0]) / n * 1000
+        delta = server_delta(before, server_snapshot(a.url))
+        if delta.ttft_mean_s is not None:
+            run.server_ttft_mean_ms = delta.ttft_mean_s * 1000
+        if delta.queue_mean_s is not None:
+            run.server_queue_mean_ms = delta.queue_mean_s * 1000
         return run
 
     return wrapped
+
+
+def refill_p50_ms(starts: list[float], ends: list[float], c: int) -> float:
+    """Median time from a slot freeing to the client's next request, at concurrency c.
+
+    With at most c requests in flight, the k-th request sent (k >= c) waits for the (k - c)-th
+    to end: its start minus that end (both sorted) is how long the client took to refill the
+    slot. An end is the last token chunk, as both clients define it, so this holds the server's
+    final chunks too; on one server the difference between clients is the clients'.
+    """
+    starts, ends = sorted(starts), sorted(ends)
+    gaps = [starts[k] - ends[k - c] for k in range(c, len(starts))]
+    return statistics.median(gaps) * 1000 if gaps else float("nan")
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -277,7 +296,7 @@ def tandem_cmd(
     ]
 
 
-@with_server_ttft
+@with_server_figures
 def run_vllm(
     a, tokenizer, c, n, work: Path, env, tag: str, out_len: int, prompts: Path | None
 ) -> Run:
@@ -298,14 +317,18 @@ def run_vllm(
         int(r["total_input_tokens"]),
         float(r["output_throughput"]),
         float(r["mean_ttft_ms"]),
+        refill_p50_ms=refill_p50_ms(
+            r["start_times"], [t + d for t, d in zip(r["start_times"], r["latencies"])], c
+        ),
     )
 
 
-@with_server_ttft
+@with_server_figures
 def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int, prompts: Path | None) -> Run:
     out = work / f"tandem-{tag}"
     cpu, wall = timed(tandem_cmd(a, c, n, out_len, out, prompts), env)
     m = json.loads((out / "summary.json").read_text())["points"][0]["metrics"]
+    records = [r for r in read_records(out / "requests.jsonl") if r.ok]
 
     def ms(stats: dict) -> float:  # a 1-token probe has no TPOT or ITL
         return stats["p50"] * 1000 if stats["p50"] is not None else float("nan")
@@ -323,6 +346,9 @@ def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int, prompts: Path |
         int(m["prompt_tokens_total"]),
         float(m["output_throughput_tok_s"] or 0.0),
         m["ttft_s"]["mean"] * 1000 if m["ttft_s"]["mean"] is not None else float("nan"),
+        refill_p50_ms=refill_p50_ms(
+            [r.start_s for r in records], [r.start_s + (r.e2el_s or 0.0) for r in records], c
+        ),
     )
 
 
@@ -491,7 +517,8 @@ def main() -> None:
                             f"  tok/chunk {run.tokens_per_chunk:5.2f}  CPU {run.cpu_s:5.2f} s  "
                             f"net {run.net_cpu_us_per_token:6.1f} us/tok  wall {run.wall_s:5.1f} s"
                             f"  TTFT mean {run.ttft_mean_ms:7.2f} ms, server's "
-                            f"{run.server_ttft_mean_ms:7.2f} ms",
+                            f"{run.server_ttft_mean_ms:7.2f} ms (queue "
+                            f"{run.server_queue_mean_ms:6.2f})  refill {run.refill_p50_ms:6.2f} ms",
                             flush=True,
                         )
         print_table(runs, levels, a)
@@ -510,7 +537,8 @@ def print_table(runs: list[Run], levels: list[int], a) -> None:
     )
     head = (
         "| c | client | rounds kept | TTFT p50 ms | TPOT p50 ms | ITL p50 ms | output tok/s "
-        "| CPU s | CPU ms/tok | net CPU µs/tok | TTFT mean − server's, ms |"
+        "| CPU s | CPU ms/tok | net CPU µs/tok | TTFT mean − server's, ms | server queue ms "
+        "| refill p50 ms |"
     )
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
@@ -544,7 +572,8 @@ def print_table(runs: list[Run], levels: list[int], a) -> None:
                 f"{med('tpot_p50_ms'):.2f} | {med('itl_p50_ms'):.2f} | "
                 f"{med('output_tok_s'):.1f} | {med('cpu_s'):.2f} | "
                 f"{med('cpu_s') / med('output_tokens') * 1000:.3f} | "
-                f"{med('net_cpu_us_per_token'):.1f} | {med('ttft_over_server_ms'):.2f} |"
+                f"{med('net_cpu_us_per_token'):.1f} | {med('ttft_over_server_ms'):.2f} | "
+                f"{med('server_queue_mean_ms'):.2f} | {med('refill_p50_ms'):.2f} |"
             )
 
         def ratio(key: str, kept: dict = kept) -> float:
@@ -557,7 +586,7 @@ def print_table(runs: list[Run], levels: list[int], a) -> None:
             f"| {c} | paired ratio tandem/vllm | {len(kept)} | {ratio('ttft_p50_ms'):.3f} | "
             f"{ratio('tpot_p50_ms'):.3f} | {ratio('itl_p50_ms'):.3f} | "
             f"{ratio('output_tok_s'):.3f} | {ratio('cpu_s'):.3f} | | "
-            f"{ratio('net_cpu_us_per_token'):.3f} | |"
+            f"{ratio('net_cpu_us_per_token'):.3f} | | | |"
         )
 
 

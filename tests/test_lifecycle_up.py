@@ -9,8 +9,11 @@ import pytest
 
 from tandem import lifecycle
 from tandem.check import CheckReport
+from tandem.cli.lifecycle import first_answer
 from tandem.errors import CheckFailed
+from tandem.readiness import Readiness
 from tandem.spec.loading import load_deployment
+from tandem.vllm_log import BootFigures
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOPBACK = (
@@ -41,3 +44,13 @@ def test_a_library_up_refuses_what_the_preflight_refuses(tmp_path, monkeypatch):
     assert "plan-does-not-fit" in {f.rule for f in report.errors}
     assert not any("started rank" in e for e in events), events
     assert not (tmp_path / "home" / "deployments" / deployment.name / "state.json").exists()
+
+
+def test_up_counts_the_tokens_of_a_first_answer_that_decodes_to_no_text():
+    said = {
+        (text, tokens): first_answer(Readiness([], BootFigures(), text, tokens))
+        for text, tokens in (("hello there", 2), ("", 8), ("", 0))
+    }
+    assert said[("hello there", 2)] == "first answer (2 tokens): 'hello there'"
+    assert said[("", 8)] == "first answer: 8 tokens that decode to no text"
+    assert said[("", 0)] == "first answer (0 tokens): ''"

@@ -3,7 +3,9 @@
 Pure and shared by everything that reads a running server: the health model (forward
 progress), ``tandem bench`` (counters before and after a load point) and ``tandem watch``.
 Parsed with prometheus_client's own parser; samples of one name are summed over their label
-sets (one set per engine or data-parallel rank), except the speculative ``position``.
+sets (one set per engine or data-parallel rank), except the speculative ``position``. Of a
+histogram only ``_sum`` and ``_count`` are kept: differenced around a load point they give the
+server's mean over exactly that point's requests, which is what a client can be held against.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
 SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+# Histograms (seconds), observed per request by vLLM's front end. TTFT runs from the request's
+# arrival in the engine client (after the API server has parsed and tokenized it) to its first
+# token; queue time is the wait in the scheduler's queue; prefill time runs from the first
+# scheduling to the first token. Queue and prefill are observed when the request finishes.
+TTFT_SECONDS = "vllm:time_to_first_token_seconds"
+QUEUE_SECONDS = "vllm:request_queue_time_seconds"
+PREFILL_SECONDS = "vllm:request_prefill_time_seconds"
 
 _TOTALS = (
     PROMPT_TOKENS,
@@ -31,6 +40,7 @@ _TOTALS = (
     SPEC_ACCEPTED,
 )
 _GAUGES = (KV_CACHE_USAGE, REQUESTS_RUNNING, REQUESTS_WAITING)
+_HISTOGRAMS = (TTFT_SECONDS, QUEUE_SECONDS, PREFILL_SECONDS)
 
 
 class MetricsSnapshot(BaseModel):
@@ -48,6 +58,13 @@ class MetricsSnapshot(BaseModel):
     def get(self, name: str) -> float | None:
         return self.values.get(name)
 
+    def histogram(self, name: str) -> tuple[float, float] | None:
+        """(sum, count) of a histogram; None when the server does not export it."""
+        total, count = self.values.get(name + "_sum"), self.values.get(name + "_count")
+        if total is None or count is None:
+            return None
+        return total, count
+
 
 def parse_metrics(text: str) -> MetricsSnapshot:
     """Parse Prometheus exposition text into the samples tandem bench uses. Pure.
@@ -56,7 +73,7 @@ def parse_metrics(text: str) -> MetricsSnapshot:
         snap = parse_metrics(httpx.get(url + "/metrics").text)
         snap.get("vllm:generation_tokens_total")
     """
-    wanted = set(_TOTALS) | set(_GAUGES)
+    wanted = set(_TOTALS) | set(_GAUGES) | {h + end for h in _HISTOGRAMS for end in _ENDS}
     values: dict[str, float] = {}
     per_position: dict[int, float] = {}
     for family in text_string_to_metric_families(_only_used_families(text)):
@@ -71,6 +88,7 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     return MetricsSnapshot(values=values, per_position=per_position)
 
 
+_ENDS = ("_sum", "_count")
 _FAMILY_PREFIXES = tuple(
     {name.removesuffix("_total") for name in (*_TOTALS, *_GAUGES, SPEC_ACCEPTED_PER_POS)}
 )
@@ -81,7 +99,8 @@ def _only_used_families(text: str) -> str:
 
     vLLM exports hundreds of histogram buckets; parsing them all costs ~13 ms a scrape, which
     the client pays on the CPU it shares with the measurement. A line is kept when its metric
-    name (or the family named by a ``# HELP``/``# TYPE`` line) is one of ours.
+    name (or the family named by a ``# HELP``/``# TYPE`` line) is one of ours; of our histograms
+    the ``_sum`` and ``_count`` lines, not the buckets.
     """
     kept = []
     for line in text.splitlines():
@@ -90,6 +109,9 @@ def _only_used_families(text: str) -> str:
             name = parts[2] if len(parts) > 2 else ""
         else:
             name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name.removesuffix("_total").removesuffix("_created") in _FAMILY_PREFIXES:
+        family = name.removesuffix("_total").removesuffix("_created")
+        if family in _FAMILY_PREFIXES or family.removesuffix("_sum").removesuffix("_count") in (
+            _HISTOGRAMS
+        ):
             kept.append(line)
     return "\n".join(kept) + "\n"

@@ -11,6 +11,7 @@ from tandem.bench.compare import compare, load_summary
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import BenchResult, LoadPointResult, ServerInfo
 from tandem.bench.metrics import load_point_metrics
+from tandem.bench.server_metrics import ServerDelta
 from tandem.bench.workload import LoadPoint
 from tandem.cli import cli
 from tandem.report.bench import comparison_markdown, markdown
@@ -50,6 +51,20 @@ def test_markdown_report_lists_every_point_with_ms():
     assert "# tandem bench: tiny" in text
     assert "| c1 | concurrency 1 | 4/4 | 100.0 |" in text
     assert "| TPOT | 4 | 10.0 |" in text
+    assert "server's own TTFT" not in text  # no server figures in this summary
+
+
+def test_markdown_puts_the_servers_ttft_beside_the_clients():
+    r = result(0.1, 0.01)
+    r.points[0].server = ServerDelta(
+        ttft_requests=4, ttft_mean_s=0.094, queue_mean_s=0.0005, prefill_mean_s=0.08
+    )
+    assert (
+        "The server's own TTFT over its 4 requests: mean 94.0 ms (scheduler queue 0.5, prefill "
+        "80.0); the client's mean 100.0 ms, so the HTTP path and the client add 6.0 ms."
+    ) in markdown(r)
+    figures = {f.key: f for f in compare(result(0.1, 0.01), r).points[0].figures}
+    assert figures["server_ttft_mean_s"].b == 0.094 and figures["server_ttft_mean_s"].a is None
 
 
 def test_cli_compare_reads_run_folders_and_summary_paths(tmp_path):

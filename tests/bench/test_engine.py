@@ -49,6 +49,11 @@ def test_tokens_match_the_servers_counters(tiny_endpoint, tmp_path, endpoint):
         assert point.warnings == []
         assert m.ttft_s.p50 and m.tpot_s.p50 and m.ttft_s.p50 > 0 and m.tpot_s.p50 > 0
         assert m.tokens_per_chunk.mean == pytest.approx(1.0, abs=0.13)
+        # The server timed the same three requests, and its TTFT is inside the client's.
+        assert server.ttft_requests == 3
+        assert server.ttft_mean_s and m.ttft_s.mean and 0 < server.ttft_mean_s < m.ttft_s.mean
+        assert server.prefill_mean_s is not None and server.prefill_mean_s < server.ttft_mean_s
+        assert server.queue_mean_s is not None and server.queue_mean_s >= 0
     if endpoint == "completions":  # prompts sent as token ids: exact length
         assert all(r.prompt_tokens == 32 for r in records)
     summary = json.loads((tmp_path / "summary.json").read_text())

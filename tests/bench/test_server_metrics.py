@@ -17,6 +17,36 @@ def test_recorded_scrapes_difference_to_the_two_requests_between_them(fixture_by
     assert delta.spec_acceptance_rate is None  # no speculative decoding on this server
     assert counters_moved(before, after) == ["prompt tokens +28", "generation tokens +16"]
     assert counters_moved(after, after) == []
+    # The recorded histograms: two requests, 93.7 ms of TTFT, 35.3 ms of prefill between them.
+    assert delta.ttft_requests == 2
+    assert delta.ttft_mean_s == pytest.approx(0.09371781349182129 / 2)
+    assert delta.prefill_mean_s == pytest.approx(0.03528356000015265 / 2)
+    assert delta.queue_mean_s == pytest.approx(5.6735999919510505e-05 / 2)
+
+
+def test_histograms_keep_sum_and_count_over_engines_and_drop_the_buckets():
+    text = """# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1"} 3.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf"} 4.0
+vllm:time_to_first_token_seconds_count{engine="0"} 4.0
+vllm:time_to_first_token_seconds_sum{engine="0"} 0.5
+vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf"} 2.0
+vllm:time_to_first_token_seconds_count{engine="1"} 2.0
+vllm:time_to_first_token_seconds_sum{engine="1"} 0.25
+"""
+    snap = parse_metrics(text)
+    assert snap.histogram("vllm:time_to_first_token_seconds") == (0.75, 6.0)
+    assert not any("_bucket" in name for name in snap.values)
+
+
+def test_no_request_between_scrapes_gives_no_server_means(fixture_bytes):
+    after = parse_metrics(fixture_bytes("metrics_after.txt").decode())
+    delta = server_delta(after, after)
+    assert delta.ttft_requests == 0
+    assert (delta.ttft_mean_s, delta.queue_mean_s, delta.prefill_mean_s) == (None, None, None)
+    spec_only = parse_metrics(SPEC.format(drafts=1, draft_tokens=1, accepted=1, p0=1, p1=0, kv=0))
+    assert server_delta(spec_only, spec_only).ttft_requests is None  # not exported at all
 
 
 SPEC = """# TYPE vllm:spec_decode_num_drafts counter

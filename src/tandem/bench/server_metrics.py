@@ -17,6 +17,13 @@ Figures (``ServerDelta``), each None when the server does not export the counter
   Δaccepted_at_position_i / Δdrafts.
 - ``kv_cache_usage_peak``: highest ``vllm:kv_cache_usage_perc`` seen in the snapshots taken
   during the load point (a fraction 0..1 despite the name).
+- ``ttft_mean_s`` = Δ``vllm:time_to_first_token_seconds_sum`` / Δ``…_count``, over
+  ``ttft_requests`` = Δcount requests: the server's own mean TTFT for the point's requests, from
+  their arrival in vLLM's engine client to the first token. The client's mean TTFT minus this is
+  what the HTTP path and the client add (request parsing, tokenization, streaming, the network).
+  ``queue_mean_s`` and ``prefill_mean_s`` split the server's part the same way
+  (``vllm:request_queue_time_seconds``, ``vllm:request_prefill_time_seconds``; observed as each
+  request finishes, so a point that waits for all of its requests counts all of them).
 """
 
 from __future__ import annotations
@@ -31,10 +38,13 @@ from tandem.vllm_metrics import (
     GENERATION_TOKENS,
     KV_CACHE_USAGE,
     PREEMPTIONS,
+    PREFILL_SECONDS,
     PROMPT_TOKENS,
+    QUEUE_SECONDS,
     SPEC_ACCEPTED,
     SPEC_DRAFT_TOKENS,
     SPEC_DRAFTS,
+    TTFT_SECONDS,
     MetricsSnapshot,
     parse_metrics,
 )
@@ -73,6 +83,18 @@ class ServerDelta(BaseModel):
         default=None, description="1 + accepted / drafts: tokens per decode step."
     )
     spec_per_position_rate: list[float] | None = None
+    ttft_requests: int | None = Field(
+        default=None, description="Requests the server timed to a first token (Δ TTFT count)."
+    )
+    ttft_mean_s: float | None = Field(
+        default=None, description="The server's mean TTFT over those requests, seconds."
+    )
+    queue_mean_s: float | None = Field(
+        default=None, description="The server's mean scheduler-queue time, seconds."
+    )
+    prefill_mean_s: float | None = Field(
+        default=None, description="The server's mean prefill time, seconds."
+    )
 
 
 def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int | None:
@@ -80,6 +102,14 @@ def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int | 
     if a is None or b is None:
         return None
     return round(b - a)
+
+
+def _mean_delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> float | None:
+    """Mean of a histogram over the observations made between two snapshots."""
+    a, b = before.histogram(name), after.histogram(name)
+    if a is None or b is None or b[1] - a[1] <= 0:
+        return None
+    return (b[0] - a[0]) / (b[1] - a[1])
 
 
 def server_delta(
@@ -99,6 +129,7 @@ def server_delta(
         ]
     kv = [s.get(KV_CACHE_USAGE) for s in (before, *during, after)]
     kv_seen = [v for v in kv if v is not None]
+    ttft = before.histogram(TTFT_SECONDS), after.histogram(TTFT_SECONDS)
     return ServerDelta(
         prompt_tokens=_delta(before, after, PROMPT_TOKENS),
         generation_tokens=_delta(before, after, GENERATION_TOKENS),
@@ -110,6 +141,10 @@ def server_delta(
         spec_acceptance_rate=rate,
         spec_acceptance_length=length,
         spec_per_position_rate=per_pos,
+        ttft_requests=round(ttft[1][1] - ttft[0][1]) if ttft[0] and ttft[1] else None,
+        ttft_mean_s=_mean_delta(before, after, TTFT_SECONDS),
+        queue_mean_s=_mean_delta(before, after, QUEUE_SECONDS),
+        prefill_mean_s=_mean_delta(before, after, PREFILL_SECONDS),
     )
 
 

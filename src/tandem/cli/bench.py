@@ -57,7 +57,9 @@ def bench_command() -> None:
 
     Streams requests at each load point (a concurrency ladder, a request-rate ladder, a
     long-context prefill case) and records TTFT, TPOT, ITL and E2EL per request, with tokens
-    from the server's usage and the server's own /metrics counters differenced per point.
+    from the server's usage and the server's own /metrics counters differenced per point: its
+    token counts and its own mean TTFT, queue and prefill time over the point's requests, so
+    the report says how much of the TTFT the HTTP path and the client add.
     `tandem bench ...` without a subcommand is `tandem bench run ...`.
 
     \b

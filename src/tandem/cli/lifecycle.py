@@ -24,6 +24,7 @@ from tandem.cli.options import (
 )
 from tandem.cli.supervise import run_supervisor
 from tandem.endpoint import Endpoint
+from tandem.readiness import Readiness
 from tandem.redact import Redactor
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_cluster
@@ -134,9 +135,20 @@ def up_command(
             f"{boot.max_concurrency}x at {boot.max_concurrency_tokens_per_request:,} "
             "tokens per request"
         )
-    console.print(f"  first answer ({ready.completion_tokens} tokens): {ready.answer!r}")
+    console.print(f"  {first_answer(ready)}")
     if supervise:
         run_supervisor(state.name)
+
+
+def first_answer(ready: Readiness) -> str:
+    """The readiness answer as `up` shows it.
+
+    A random-weight model of a real shape draws ids its small tokenizer has no text for; an
+    empty string there reads like a failure, so the tokens are counted instead.
+    """
+    if ready.answer or not ready.completion_tokens:
+        return f"first answer ({ready.completion_tokens} tokens): {ready.answer!r}"
+    return f"first answer: {ready.completion_tokens} tokens that decode to no text"
 
 
 def _show_launch(deployment: Deployment, report: CheckReport | None) -> None:

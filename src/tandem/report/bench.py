@@ -15,6 +15,7 @@ from tandem.bench.compare import Comparison
 from tandem.bench.load_generator import BenchResult, LoadPointResult
 from tandem.bench.metrics import LatencyStats, tpot_s
 from tandem.bench.records import RequestRecord
+from tandem.bench.server_metrics import ServerDelta
 
 REPORT_FILE = "report.md"
 
@@ -43,6 +44,7 @@ SUMMARY_COLUMNS = (
     "ok/sent",
     "TTFT p50",
     "TTFT p99",
+    "srv TTFT mean",
     "TPOT p50",
     "TPOT p99",
     "ITL p50",
@@ -65,6 +67,7 @@ def summary_rows(result: BenchResult) -> list[list[str]]:
                 f"{m.completed}/{m.requests}",
                 _ms(m.ttft_s.p50),
                 _ms(m.ttft_s.p99),
+                _ms(p.server.ttft_mean_s if p.server else None),
                 _ms(m.tpot_s.p50),
                 _ms(m.tpot_s.p99),
                 _ms(m.itl_s.p50),
@@ -112,8 +115,9 @@ def markdown(result: BenchResult) -> str:
         f"- Run: {result.created_at:%Y-%m-%d %H:%M:%S} UTC, tandem {result.tandem_version}, "
         f"{'finished' if result.finished else 'NOT finished (killed or still running)'}",
         "",
-        "TTFT: first token of any kind. TPOT: (E2EL − TTFT) / (output tokens − 1). ITL: gaps "
-        "between token chunks, pooled. E2EL: last token chunk. Latencies in ms.",
+        "TTFT: first token of any kind; srv TTFT mean: the server's own mean over the same "
+        "requests (vLLM's histogram, Δ /metrics). TPOT: (E2EL − TTFT) / (output tokens − 1). "
+        "ITL: gaps between token chunks, pooled. E2EL: last token chunk. Latencies in ms.",
         "",
         "| " + " | ".join(SUMMARY_COLUMNS) + " |",
         "|" + "---|" * len(SUMMARY_COLUMNS),
@@ -170,9 +174,26 @@ def markdown(result: BenchResult) -> str:
                     f"{_num(s.spec_acceptance_length, 2)}"
                 )
             lines += ["", "Server counters (Δ /metrics): " + "; ".join(server) + "."]
+            if s.ttft_mean_s is not None:
+                lines.append(_server_ttft(s.ttft_mean_s, s, m.ttft_s.mean))
         for w in p.warnings:
             lines += ["", f"> **Warning:** {w}"]
     return "\n".join(lines) + "\n"
+
+
+def _server_ttft(server_mean: float, s: ServerDelta, client_mean: float | None) -> str:
+    """The server's own mean TTFT beside the client's: what the HTTP path and client add."""
+    text = (
+        f"The server's own TTFT over its {s.ttft_requests} requests: mean "
+        f"{_ms(server_mean)} ms (scheduler queue {_ms(s.queue_mean_s)}, prefill "
+        f"{_ms(s.prefill_mean_s)})"
+    )
+    if client_mean is None:
+        return text + "."
+    return (
+        f"{text}; the client's mean {_ms(client_mean)} ms, so the HTTP path and the client add "
+        f"{_ms(client_mean - server_mean)} ms."
+    )
 
 
 def _pct(rel: float | None) -> str:
