@@ -48,6 +48,8 @@ from tandem.backends.state import DeploymentDir
 from tandem.spec.cluster import LocalIsolation
 from tandem.spec.loading import load_cluster
 from tandem.vllm_log import BootLog
+from tandem.watch.gpu import parse_nvidia_smi
+from tandem.watch.host import nvidia_smi
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
@@ -55,15 +57,12 @@ def run(cmd: list[str], env: dict[str, str], timeout: float = 900) -> subprocess
 
 
 def gpu_memory_free(limit_s: float = 90.0) -> None:
-    """Wait until the GPUs hold less than 1 GiB (the last start's processes are gone)."""
-    if not shutil.which("nvidia-smi"):
-        return
+    """Wait until the GPUs hold less than 1 GiB (the last start's processes are gone), read
+    as `tandem watch` reads them; no wait where there is no nvidia-smi."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        out = run(
-            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"], os.environ
-        ).stdout
-        if sum(int(x) for x in out.split() if x.isdigit()) < 1024:
+        gpus = parse_nvidia_smi(nvidia_smi())
+        if sum(g.memory_used_bytes or 0 for g in gpus) < 1 << 30:
             return
         time.sleep(0.5)
 

@@ -27,6 +27,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from tandem.watch.gpu import parse_nvidia_smi
+from tandem.watch.host import nvidia_smi
+
 REPOS = {
     "llama-3.1-8b": "tandem-shapes/llama-3.1-8b",
     "deepseek-v2-lite": "tandem-shapes/deepseek-v2-lite-13l",
@@ -98,18 +101,12 @@ def rank_command(args: list[str], rank: int, gpus: int) -> list[str]:
     return ["nsenter", f"--net=/run/netns/{ns}", "unshare", "-m", "sh", "-c", inner]
 
 
-def gpu_used_mib() -> int:
-    out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-        capture_output=True,
-        text=True,
-    ).stdout
-    return sum(int(x) for x in out.split() if x.strip().isdigit())
-
-
 def wait_idle(limit_s: float = 60.0) -> float:
+    """Seconds until the GPU holds under 1 GiB again, read as `tandem watch` reads it."""
     t0 = time.monotonic()
-    while gpu_used_mib() > 1024 and time.monotonic() - t0 < limit_s:
+    while time.monotonic() - t0 < limit_s:
+        if sum(g.memory_used_bytes or 0 for g in parse_nvidia_smi(nvidia_smi())) < 1 << 30:
+            break
         time.sleep(0.5)
     return time.monotonic() - t0
 
