@@ -177,4 +177,5 @@ def test_rates_skip_a_resume_and_a_counter_reset():
     assert counter_rate(b, make_sample(2, tokens=5), read) is None
     cols = series([a, b])
     assert cols.rank_cpu_pct["rank 0 (spark-101)"] == [None, pytest.approx(40)]
+    assert list(cols.gpu_temperature_c) == ["GPU 0 on spark-101", "GPU 0 on spark-102"]  # legend
     assert covered_s([a, b, make_sample(7, segment=1), make_sample(9, segment=1)]) == 15

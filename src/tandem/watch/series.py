@@ -137,7 +137,7 @@ def series(samples: list[Sample]) -> Series:
         ]
         out.rank_cpu_pct[key] = pct
     for node, index in gpus:
-        key = f"{node} gpu{index}"
+        key = f"GPU {index} on {node}"  # reads right when a node is named gpu0 too
         readings = [_gpu(s, node, index) for s in samples]
         out.gpu_temperature_c[key] = [g.temperature_c if g else None for g in readings]
         out.gpu_sm_clock_mhz[key] = [g.sm_clock_mhz if g else None for g in readings]
