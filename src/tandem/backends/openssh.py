@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from tandem.errors import SSHError
 from tandem.spec.cluster import Cluster, Node
@@ -47,6 +48,9 @@ _KEY_REFUSED = (
     "Too many authentication failures",
     "no mutual signature algorithm",
 )
+
+K = TypeVar("K", str, int)
+"""A key of `OpenSSH.run_all`'s jobs: a node's name or a rank."""
 
 
 @dataclass(frozen=True)
@@ -246,9 +250,10 @@ class OpenSSH:
         return result
 
     def run_all(
-        self, jobs: dict[str, tuple[SSHTarget, str]], *, timeout_s: float = 60, check: bool = True
-    ) -> dict[str, Result]:
-        """Run one script per key in parallel; raise the first node's error, if any."""
+        self, jobs: dict[K, tuple[SSHTarget, str]], *, timeout_s: float = 60, check: bool = True
+    ) -> dict[K, Result]:
+        """Run one script per key (a node's name, a rank) in parallel; raise the first node's
+        error, if any."""
         if not jobs:
             return {}
         with ThreadPoolExecutor(max_workers=min(16, len(jobs))) as pool:

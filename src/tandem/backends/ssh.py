@@ -330,7 +330,7 @@ class SSHBackend:
         for i, node in enumerate(cluster.nodes):  # a rank that crashed before it was recorded
             ranks.setdefault(i, node.name)
         jobs = {
-            str(rank): (targets[node], runtime.stop_script(state.name, rank))
+            rank: (targets[node], runtime.stop_script(state.name, rank))
             for rank, node in ranks.items()
         }
         results = ssh.run_all(jobs, timeout_s=90, check=False)
@@ -339,7 +339,7 @@ class SSHBackend:
             survivors = result.stdout.rsplit("survivors:", 1)[-1].split()
             if survivors:
                 leftovers.append(
-                    f"rank {rank} on {ranks[int(rank)]}: process(es) "
+                    f"rank {rank} on {ranks[rank]}: process(es) "
                     f"{' '.join(survivors)} survived SIGKILL"
                 )
         on_event(
@@ -355,7 +355,7 @@ class SSHBackend:
         private_dir(state.directory.logs)
         results = ssh.run_all(
             {
-                str(r.rank): (
+                r.rank: (
                     targets[r.node],
                     tail_script(log_path(runtime.options, state.name, r.rank), 5000),
                 )
@@ -366,7 +366,7 @@ class SSHBackend:
         )
         redactor = Redactor.for_caller()
         for rank, result in results.items():
-            with open_private(state.directory.rank_log(int(rank)), "w") as handle:
+            with open_private(state.directory.rank_log(rank), "w") as handle:
                 handle.write(redactor.text(result.stdout))
 
     def down(self, state: DeploymentState, *, on_event=lambda text: None) -> None:
