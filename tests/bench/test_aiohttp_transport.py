@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
+from ports import free_port
 
 from tandem.bench.aiohttp_transport import AiohttpTransport
 from tandem.bench.records import ErrorCategory
@@ -38,12 +38,6 @@ def chunk(data: bytes) -> bytes:
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def send(handler: Handler | None, *, timeout_s: float = 5.0, port: int | None = None):

