@@ -36,6 +36,8 @@ engine step free their slots together, and a client slow to send the next ones s
 arrivals over later steps (more queue time, other prefill batches). "refill p50" is the median
 time from a slot freeing (a request's last token chunk) to the client's next request, from each
 client's per-request start and end times (vLLM's `--save-detailed`, tandem's requests.jsonl).
+To take the engine out of the comparison, run it against `benchmarks/reference_server.py`,
+whose TTFT is fixed and known: the server column is then the truth.
 
 The clients are found beside this Python (a venv's `bin/`), else on PATH; `--tandem` and
 `--vllm` name other commands (on the GPU machine: `--tandem "python3 -m tandem.cli"`).

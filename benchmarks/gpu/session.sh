@@ -6,7 +6,8 @@
 #   bash benchmarks/gpu/session.sh models up      # call 3, after device_stage.sh 3 + install
 #   bash benchmarks/gpu/session.sh bench          # call 4
 #   bash benchmarks/gpu/session.sh fabric restart # call 5
-#   bash benchmarks/gpu/session.sh ttft           # each client's TTFT over the server's (tiny model)
+#   bash benchmarks/gpu/session.sh bench reference # the server's TTFT column; each client's TTFT
+#                                                  # error against benchmarks/reference_server.py
 # LIMIT (default 560) is the seconds this call may use; a phase that cannot finish is skipped.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -83,18 +84,15 @@ phase_restart() {  # TP 2 on the caches phase_up left: one start, then a supervi
   cp -r $R/up/work/home/deployments/gpu-llama8b/logs $R/restart/ 2>/dev/null
 }
 
-phase_ttft() {     # which client is nearer the server's own TTFT: the tiny model, TP 1, eager
-  vllm serve tandem-org/tiny-deepseek-v3 --served-model-name tiny-deepseek --host 127.0.0.1 \
-    --port 8000 --max-model-len 2048 --enforce-eager --generation-config vllm > $R/ttft-server.log 2>&1 &
+phase_reference() { # each client's TTFT error on this host's CPUs, against a server of known TTFT
+  [ -d /root/hf/hub/models--tandem-org--tiny-deepseek-v3 ] || tandem model tiny --hf-home /root/hf
+  python3 benchmarks/reference_server.py --port 8300 --hf-home /root/hf > $R/reference-server.log 2>&1 &
   local S=$!
-  for i in $(seq 150); do
-    python3 -c "import httpx; httpx.get('http://127.0.0.1:8000/health').raise_for_status()" 2>/dev/null && break
-    sleep 1
-  done
-  timeout $(( $(left) - 5 )) python3 benchmarks/bench_vs_vllm.py --url http://127.0.0.1:8000 \
-    --model tiny-deepseek --endpoint completions --input-len 512 --output-len 256 \
-    --concurrency ${TTFT_LEVELS:-1,16} --num-prompts 8 --requests-per-stream 4 --rounds 1 \
-    --skip-startup 2>&1 | tee $R/ttft.txt
+  sleep 3
+  HF_HOME=/root/hf timeout $(( $(left) - 5 )) python3 benchmarks/bench_vs_vllm.py \
+    --url http://127.0.0.1:8300 --model reference --hf-home /root/hf --input-len 512 \
+    --output-len 256 --concurrency 1,4,16 --num-prompts 8 --requests-per-stream 4 \
+    --rounds ${ROUNDS:-2} --skip-startup 2>&1 | tee $R/reference.txt
   kill $S
 }
 
