@@ -71,7 +71,7 @@ from pathlib import Path
 
 import httpx
 
-from tandem.bench.load_generator import read_records
+from tandem.bench.load_generator import REQUESTS_FILE, SUMMARY_FILE, read_records
 from tandem.bench.server_metrics import server_delta
 from tandem.vllm_metrics import MetricsSnapshot, parse_metrics
 
@@ -329,8 +329,8 @@ def run_vllm(
 def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int, prompts: Path | None) -> Run:
     out = work / f"tandem-{tag}"
     cpu, wall = timed(tandem_cmd(a, c, n, out_len, out, prompts), env)
-    m = json.loads((out / "summary.json").read_text())["points"][0]["metrics"]
-    records = [r for r in read_records(out / "requests.jsonl") if r.ok]
+    m = json.loads((out / SUMMARY_FILE).read_text())["points"][0]["metrics"]
+    records = [r for r in read_records(out / REQUESTS_FILE) if r.ok]
 
     def ms(stats: dict) -> float:  # a 1-token probe has no TPOT or ITL
         return stats["p50"] * 1000 if stats["p50"] is not None else float("nan")

@@ -38,6 +38,8 @@ import uvloop
 from aiohttp import web
 from tokenizers import Tokenizer
 
+from tandem.plan.config import hf_cache_snapshot
+
 REPO = "tandem-org/tiny-deepseek-v3"
 
 
@@ -59,8 +61,9 @@ class Reference:
     """The server's state: its tokenizer, its timings and what it has counted."""
 
     def __init__(self, model: str, hf_home: Path, prefill_s: float, gap_s: float) -> None:
-        snapshots = hf_home / "hub" / f"models--{REPO.replace('/', '--')}" / "snapshots"
-        snapshot = max(snapshots.iterdir(), key=lambda p: p.stat().st_mtime)
+        snapshot = hf_cache_snapshot(REPO, "main", [hf_home])
+        if snapshot is None:
+            raise SystemExit(f"no {REPO} under {hf_home}: run `tandem model tiny --hf-home ...`")
         self.tokenizer = Tokenizer.from_file(str(snapshot / "tokenizer.json"))
         self.model, self.prefill_s, self.gap_s = model, prefill_s, gap_s
         self.ttft_sum = 0.0

@@ -41,6 +41,9 @@ _TOTALS = (
 )
 _GAUGES = (KV_CACHE_USAGE, REQUESTS_RUNNING, REQUESTS_WAITING)
 _HISTOGRAMS = (TTFT_SECONDS, QUEUE_SECONDS, PREFILL_SECONDS)
+_WANTED = frozenset(
+    (*_TOTALS, *_GAUGES, *(h + end for h in _HISTOGRAMS for end in ("_sum", "_count")))
+)
 
 
 class MetricsSnapshot(BaseModel):
@@ -73,7 +76,6 @@ def parse_metrics(text: str) -> MetricsSnapshot:
         snap = parse_metrics(httpx.get(url + "/metrics").text)
         snap.get("vllm:generation_tokens_total")
     """
-    wanted = set(_TOTALS) | set(_GAUGES) | {h + end for h in _HISTOGRAMS for end in _ENDS}
     values: dict[str, float] = {}
     per_position: dict[int, float] = {}
     for family in text_string_to_metric_families(_only_used_families(text)):
@@ -83,12 +85,11 @@ def parse_metrics(text: str) -> MetricsSnapshot:
             if sample.name == SPEC_ACCEPTED_PER_POS:
                 pos = int(sample.labels.get("position", 0))
                 per_position[pos] = per_position.get(pos, 0.0) + sample.value
-            elif sample.name in wanted:
+            elif sample.name in _WANTED:
                 values[sample.name] = values.get(sample.name, 0.0) + sample.value
     return MetricsSnapshot(values=values, per_position=per_position)
 
 
-_ENDS = ("_sum", "_count")
 _FAMILY_PREFIXES = tuple(
     {name.removesuffix("_total") for name in (*_TOTALS, *_GAUGES, SPEC_ACCEPTED_PER_POS)}
 )

@@ -104,12 +104,19 @@ def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int | 
     return round(b - a)
 
 
-def _mean_delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> float | None:
-    """Mean of a histogram over the observations made between two snapshots."""
+def _histogram_delta(
+    before: MetricsSnapshot, after: MetricsSnapshot, name: str
+) -> tuple[float, float] | None:
+    """(Δsum, Δcount) of a histogram between two snapshots; None when it is not exported."""
     a, b = before.histogram(name), after.histogram(name)
-    if a is None or b is None or b[1] - a[1] <= 0:
+    if a is None or b is None:
         return None
-    return (b[0] - a[0]) / (b[1] - a[1])
+    return b[0] - a[0], b[1] - a[1]
+
+
+def _mean(delta: tuple[float, float] | None) -> float | None:
+    """The mean of the observations a histogram delta holds; None without any."""
+    return delta[0] / delta[1] if delta is not None and delta[1] > 0 else None
 
 
 def server_delta(
@@ -129,7 +136,7 @@ def server_delta(
         ]
     kv = [s.get(KV_CACHE_USAGE) for s in (before, *during, after)]
     kv_seen = [v for v in kv if v is not None]
-    ttft = before.histogram(TTFT_SECONDS), after.histogram(TTFT_SECONDS)
+    ttft = _histogram_delta(before, after, TTFT_SECONDS)
     return ServerDelta(
         prompt_tokens=_delta(before, after, PROMPT_TOKENS),
         generation_tokens=_delta(before, after, GENERATION_TOKENS),
@@ -141,10 +148,10 @@ def server_delta(
         spec_acceptance_rate=rate,
         spec_acceptance_length=length,
         spec_per_position_rate=per_pos,
-        ttft_requests=round(ttft[1][1] - ttft[0][1]) if ttft[0] and ttft[1] else None,
-        ttft_mean_s=_mean_delta(before, after, TTFT_SECONDS),
-        queue_mean_s=_mean_delta(before, after, QUEUE_SECONDS),
-        prefill_mean_s=_mean_delta(before, after, PREFILL_SECONDS),
+        ttft_requests=round(ttft[1]) if ttft is not None else None,
+        ttft_mean_s=_mean(ttft),
+        queue_mean_s=_mean(_histogram_delta(before, after, QUEUE_SECONDS)),
+        prefill_mean_s=_mean(_histogram_delta(before, after, PREFILL_SECONDS)),
     )
 
 

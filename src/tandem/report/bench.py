@@ -174,15 +174,19 @@ def markdown(result: BenchResult) -> str:
                     f"{_num(s.spec_acceptance_length, 2)}"
                 )
             lines += ["", "Server counters (Δ /metrics): " + "; ".join(server) + "."]
-            if s.ttft_mean_s is not None:
-                lines.append(_server_ttft(s.ttft_mean_s, s, m.ttft_s.mean))
+            if (said := _server_ttft(s, m.ttft_s.mean)) is not None:
+                lines.append(said)
         for w in p.warnings:
             lines += ["", f"> **Warning:** {w}"]
     return "\n".join(lines) + "\n"
 
 
-def _server_ttft(server_mean: float, s: ServerDelta, client_mean: float | None) -> str:
-    """The server's own mean TTFT beside the client's: what the HTTP path and client add."""
+def _server_ttft(s: ServerDelta, client_mean: float | None) -> str | None:
+    """The server's own mean TTFT beside the client's: what the HTTP path and client add.
+    None when the server exports no TTFT."""
+    server_mean = s.ttft_mean_s
+    if server_mean is None:
+        return None
     text = (
         f"The server's own TTFT over its {s.ttft_requests} requests: mean "
         f"{_ms(server_mean)} ms (scheduler queue {_ms(s.queue_mean_s)}, prefill "
