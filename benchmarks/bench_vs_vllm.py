@@ -55,6 +55,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -151,9 +152,19 @@ def refill_p50_ms(starts: list[float], ends: list[float], c: int) -> float:
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Run cmd as a child; return (user+sys CPU seconds of it and its descendants, wall seconds)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out = proc.stdout.read() if proc.stdout else b""
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        out = proc.stdout.read() if proc.stdout else b""
+        _, status, usage = os.wait4(proc.pid, 0)
+    except BaseException:
+        # Cut short (Ctrl-C, or SIGTERM from `timeout`): a client left streaming would load the
+        # server under whatever is measured next, so it goes with us.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
@@ -298,6 +309,14 @@ def tandem_cmd(
     ]
 
 
+def vllm_end_times(r: dict) -> list[float]:
+    """Each request's last chunk: vLLM 0.32 saves `latencies`; 0.25.1 only the TTFT and the
+    gaps, whose sum is the same figure (its latency is the time of the last chunk)."""
+    if "latencies" in r:
+        return [t + d for t, d in zip(r["start_times"], r["latencies"])]
+    return [t + ttft + sum(itl) for t, ttft, itl in zip(r["start_times"], r["ttfts"], r["itls"])]
+
+
 @with_server_figures
 def run_vllm(
     a, tokenizer, c, n, work: Path, env, tag: str, out_len: int, prompts: Path | None
@@ -319,9 +338,7 @@ def run_vllm(
         int(r["total_input_tokens"]),
         float(r["output_throughput"]),
         float(r["mean_ttft_ms"]),
-        refill_p50_ms=refill_p50_ms(
-            r["start_times"], [t + d for t, d in zip(r["start_times"], r["latencies"])], c
-        ),
+        refill_p50_ms=refill_p50_ms(r["start_times"], vllm_end_times(r), c),
     )
 
 
@@ -402,6 +419,9 @@ def start_server(a: argparse.Namespace) -> subprocess.Popen:
 
 
 def main() -> None:
+    # `timeout` and a device's deadline send SIGTERM: end as Ctrl-C would, through `timed`'s
+    # cleanup and the partial table
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:8200")
     p.add_argument("--model", default="tiny-deepseek", help="served model name")
@@ -462,80 +482,93 @@ def main() -> None:
             return max(a.num_prompts, a.requests_per_stream * c)
 
         runs: list[Run] = []
-        with tempfile.TemporaryDirectory(prefix="bench-vs-vllm-") as tmp:
-            work = Path(tmp)
-            prompts = (
-                same_prompts(a, max(map(requests, levels)), work / "prompts.jsonl")
-                if a.prompts == "same"
-                else None
-            )
-            for r in range(a.rounds):
-                startup = (
-                    {"vllm bench serve": 0.0, "tandem bench": 0.0}
-                    if a.skip_startup
-                    else {
-                        "vllm bench serve": run_vllm(
-                            a, tokenizer, 1, 1, work, env, f"r{r}-startup", 1, prompts
-                        ).cpu_s,
-                        "tandem bench": run_tandem(
-                            a, 1, 1, work, env, f"r{r}-startup", 1, prompts
-                        ).cpu_s,
-                    }
-                )
-                print(
-                    f"round {r} start-up CPU (1 request, 1 token): "
-                    + ", ".join(f"{k} {v:.2f} s" for k, v in startup.items()),
-                    flush=True,
-                )
-                for c in levels:
-                    first_vllm = (r + c) % 2 == 0  # alternate who goes first
-                    order = ["vllm", "tandem"] if first_vllm else ["tandem", "vllm"]
-                    for who in order:
-                        tag = f"r{r}-c{c}"
-                        run = (
-                            run_vllm(
-                                a,
-                                tokenizer,
-                                c,
-                                requests(c),
-                                work,
-                                env,
-                                tag,
-                                a.output_len,
-                                prompts,
-                            )
-                            if who == "vllm"
-                            else run_tandem(
-                                a, c, requests(c), work, env, tag, a.output_len, prompts
-                            )
-                        )
-                        run.round = r
-                        run.startup_cpu_s = startup[run.client]
-                        runs.append(run)
-                        print(
-                            f"round {r} c={c} {run.client:17s} in {run.input_tokens} tok  "
-                            f"TTFT {run.ttft_p50_ms:7.2f} ms"
-                            f"  TPOT {run.tpot_p50_ms:6.2f} ms  out {run.output_tok_s:8.1f} tok/s"
-                            f"  tok/chunk {run.tokens_per_chunk:5.2f}  CPU {run.cpu_s:5.2f} s  "
-                            f"net {run.net_cpu_us_per_token:6.1f} us/tok  wall {run.wall_s:5.1f} s"
-                            f"  TTFT mean {run.ttft_mean_ms:7.2f} ms, server's "
-                            f"{run.server_ttft_mean_ms:7.2f} ms (queue "
-                            f"{run.server_queue_mean_ms:6.2f})  refill {run.refill_p50_ms:6.2f} ms",
-                            flush=True,
-                        )
-        print_table(runs, levels, a)
+        finished = False
+        try:
+            measure(a, levels, requests, tokenizer, env, runs)
+            finished = True
+        finally:
+            if runs:  # what was measured is printed, even when the run is cut short
+                print_table(runs, levels, a, finished)
     finally:
         if server is not None:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=30)
 
 
-def print_table(runs: list[Run], levels: list[int], a) -> None:
+def measure(a, levels: list[int], requests, tokenizer: str, env, runs: list[Run]) -> None:
+    """The interleaved rounds: each run is appended to `runs` (and printed) as it ends."""
+    with tempfile.TemporaryDirectory(prefix="bench-vs-vllm-") as tmp:
+        work = Path(tmp)
+        prompts = (
+            same_prompts(a, max(map(requests, levels)), work / "prompts.jsonl")
+            if a.prompts == "same"
+            else None
+        )
+        for r in range(a.rounds):
+            startup = (
+                {"vllm bench serve": 0.0, "tandem bench": 0.0}
+                if a.skip_startup
+                else {
+                    "vllm bench serve": run_vllm(
+                        a, tokenizer, 1, 1, work, env, f"r{r}-startup", 1, prompts
+                    ).cpu_s,
+                    "tandem bench": run_tandem(
+                        a, 1, 1, work, env, f"r{r}-startup", 1, prompts
+                    ).cpu_s,
+                }
+            )
+            print(
+                f"round {r} start-up CPU (1 request, 1 token): "
+                + ", ".join(f"{k} {v:.2f} s" for k, v in startup.items()),
+                flush=True,
+            )
+            for c in levels:
+                first_vllm = (r + c) % 2 == 0  # alternate who goes first
+                order = ["vllm", "tandem"] if first_vllm else ["tandem", "vllm"]
+                for who in order:
+                    tag = f"r{r}-c{c}"
+                    run = (
+                        run_vllm(
+                            a,
+                            tokenizer,
+                            c,
+                            requests(c),
+                            work,
+                            env,
+                            tag,
+                            a.output_len,
+                            prompts,
+                        )
+                        if who == "vllm"
+                        else run_tandem(a, c, requests(c), work, env, tag, a.output_len, prompts)
+                    )
+                    run.round = r
+                    run.startup_cpu_s = startup[run.client]
+                    runs.append(run)
+                    print(
+                        f"round {r} c={c} {run.client:17s} in {run.input_tokens} tok  "
+                        f"TTFT {run.ttft_p50_ms:7.2f} ms"
+                        f"  TPOT {run.tpot_p50_ms:6.2f} ms  out {run.output_tok_s:8.1f} tok/s"
+                        f"  tok/chunk {run.tokens_per_chunk:5.2f}  CPU {run.cpu_s:5.2f} s  "
+                        f"net {run.net_cpu_us_per_token:6.1f} us/tok  wall {run.wall_s:5.1f} s"
+                        f"  TTFT mean {run.ttft_mean_ms:7.2f} ms, server's "
+                        f"{run.server_ttft_mean_ms:7.2f} ms (queue "
+                        f"{run.server_queue_mean_ms:6.2f})  refill {run.refill_p50_ms:6.2f} ms",
+                        flush=True,
+                    )
+
+
+def print_table(runs: list[Run], levels: list[int], a, finished: bool = True) -> None:
     print()
+    rounds = (
+        f"{a.rounds} interleaved rounds"
+        if finished
+        else (f"cut short after {len(runs)} runs of {a.rounds} interleaved rounds")
+    )
     print(
         f"endpoint {a.endpoint}, {a.input_len} in / {a.output_len} out, "
-        f"max({a.num_prompts}, {a.requests_per_stream} x c) requests per run, {a.rounds} "
-        f"interleaved rounds, prompts: {a.prompts}"
+        f"max({a.num_prompts}, {a.requests_per_stream} x c) requests per run, {rounds}, "
+        f"prompts: {a.prompts}"
     )
     head = (
         "| c | client | rounds kept | TTFT p50 ms | TPOT p50 ms | ITL p50 ms | output tok/s "
@@ -554,7 +587,9 @@ def print_table(runs: list[Run], levels: list[int], a) -> None:
             if all(x.tokens_per_chunk <= a.merged_above for x in p.values()) and len(p) == 2
         }
         for rnd, p in sorted(pairs.items()):
-            if rnd not in kept:
+            if len(p) < 2:
+                print(f"  c={c} round {rnd} left out: only {next(iter(p))} ran before the cut")
+            elif rnd not in kept:
                 merged = ", ".join(f"{x.client} {x.tokens_per_chunk:.1f}" for x in p.values())
                 print(
                     f"  c={c} round {rnd} left out: server merged its stream "

@@ -35,7 +35,8 @@ phase_models() {   # the 8B shape on the GPU; nvidia-smi idle; what vllm bench s
   [ -d /root/hf/hub/models--tandem-shapes--llama-3.1-8b ] || tandem model shape llama-3.1-8b --hf-home /root/hf
   nvidia-smi $SMI_ARGS > $R/smi/nvidia-smi-h200-idle.csv
   nvidia-smi -q > $R/smi/nvidia-smi-q.txt
-  vllm bench serve --help > $R/vllm-bench-serve-help.txt 2>&1
+  # 0.25.1's plain --help lists only its option groups; --help=all lists the flags
+  vllm bench serve --help=all > $R/vllm-bench-serve-help.txt 2>&1
   grep -c -- "--disable-shuffle\|--custom-output-len\|--skip-chat-template" $R/vllm-bench-serve-help.txt
 }
 
@@ -55,7 +56,9 @@ phase_bench() {    # TP 1: tandem bench vs vllm bench serve, decode vs roofline,
   tandem status gpu-llama8b-tp1 --json > $B/status.json
   tandem watch gpu-llama8b-tp1 --interval 5s --out $R/watch -q > $B/watch.txt 2>&1 &
   local W=$!
-  local PROMPTS=""
+  local PROMPTS=""   # one prompt file, as text, for both clients; own prompts only where
+  # vLLM's client cannot read it unshuffled (tandem's own are token ids, vLLM's text, so the
+  # server then tokenizes only vLLM's requests, inside its TTFT)
   grep -q -- "--disable-shuffle" $R/vllm-bench-serve-help.txt || PROMPTS="--prompts own"
   timeout $(( $(left) - 90 )) python3 benchmarks/bench_vs_vllm.py --url http://127.0.0.1:8000 \
     --model llama-3.1-8b --endpoint completions --input-len 512 --output-len 256 \
