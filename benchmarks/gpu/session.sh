@@ -56,9 +56,8 @@ phase_bench() {    # TP 1: tandem bench vs vllm bench serve, decode vs roofline,
   tandem status gpu-llama8b-tp1 --json > $B/status.json
   tandem watch gpu-llama8b-tp1 --interval 5s --out $R/watch -q > $B/watch.txt 2>&1 &
   local W=$!
-  local PROMPTS=""   # one prompt file, as text, for both clients; own prompts only where
-  # vLLM's client cannot read it unshuffled (tandem's own are token ids, vLLM's text, so the
-  # server then tokenizes only vLLM's requests, inside its TTFT)
+  local PROMPTS=""   # one prompt file, as text, for both clients; each its own random texts
+  # only where vLLM's client cannot read a file unshuffled
   grep -q -- "--disable-shuffle" $R/vllm-bench-serve-help.txt || PROMPTS="--prompts own"
   timeout $(( $(left) - 90 )) python3 benchmarks/bench_vs_vllm.py --url http://127.0.0.1:8000 \
     --model llama-3.1-8b --endpoint completions --input-len 512 --output-len 256 \

@@ -19,12 +19,17 @@ from tandem.errors import Unauthorized
 pytestmark = pytest.mark.engine
 
 
-@pytest.mark.parametrize("endpoint", ["chat", "completions"])
-def test_tokens_match_the_servers_counters(tiny_endpoint, tmp_path, endpoint):
+@pytest.mark.parametrize(
+    ("endpoint", "token_ids"),
+    [("chat", False), ("completions", False), ("completions", True)],
+    ids=["chat", "completions text", "completions token ids"],
+)
+def test_tokens_match_the_servers_counters(tiny_endpoint, tmp_path, endpoint, token_ids):
     config = BenchConfig(
         url=tiny_endpoint.url,
         model=tiny_endpoint.model,
         endpoint=endpoint,
+        prompt_token_ids=token_ids,
         api_key=tiny_endpoint.api_key,
         concurrency=[1, 2],
         requests=3,
@@ -54,8 +59,8 @@ def test_tokens_match_the_servers_counters(tiny_endpoint, tmp_path, endpoint):
         assert server.ttft_mean_s and m.ttft_s.mean and 0 < server.ttft_mean_s < m.ttft_s.mean
         assert server.prefill_mean_s is not None and server.prefill_mean_s < server.ttft_mean_s
         assert server.queue_mean_s is not None and server.queue_mean_s >= 0
-    if endpoint == "completions":  # prompts sent as token ids: exact length
-        assert all(r.prompt_tokens == 32 for r in records)
+    if endpoint == "completions":  # ids are exact; text is fitted with the server's tokenizer
+        assert all(r.prompt_tokens == 32 for r in records), [r.prompt_tokens for r in records]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["schema_version"] == 1 and summary["finished"] is True
 

@@ -33,7 +33,7 @@ class BenchConfig(BaseModel):
     endpoint: Literal["chat", "completions"] = Field(
         default="chat",
         description="`chat` = /v1/chat/completions, `completions` = "
-        "/v1/completions (prompt sent as token ids when known).",
+        "/v1/completions (the prompt as it is, no chat template).",
     )
     concurrency: list[int] = Field(
         default_factory=lambda: [1],
@@ -69,6 +69,13 @@ class BenchConfig(BaseModel):
     )
     temperature: float | None = Field(
         default=None, ge=0, description="Sampling temperature; default: server's."
+    )
+    prompt_token_ids: bool = Field(
+        default=False,
+        description="Send synthetic prompts to /v1/completions as token ids: the server then "
+        "skips tokenizing them, so TTFT leaves that work out. Default: as text, the way "
+        "clients and `vllm bench serve` send them, fitted to input_tokens with the "
+        "server's tokenizer.",
     )
     prompt_file: str | None = Field(
         default=None,

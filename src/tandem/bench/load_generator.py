@@ -65,6 +65,8 @@ from tandem.vllm_metrics import MetricsSnapshot
 SCHEMA_VERSION = 1
 REQUESTS_FILE = "requests.jsonl"
 SUMMARY_FILE = "summary.json"
+FIT_PASSES = 3
+"""Tokenize-and-cut passes that fit a synthetic text prompt to its length (one usually does)."""
 
 
 class ServerInfo(BaseModel):
@@ -273,18 +275,36 @@ class LoadGenerator:
             sample_token_ids(self._token_pool, point.input_tokens, seed, first_index + i)
             for i in range(n)
         ]
-        if self.endpoint.name == "completions":
+        if self.endpoint.name == "completions" and self.config.prompt_token_ids:
             return [Prompt("", tuple(x)) for x in ids]
         gate = asyncio.Semaphore(8)
 
         async def text_of(token_ids: list[int]) -> Prompt:
             async with gate:
-                text = await detokenize(self.client, self.config.url, model, token_ids)
-            return Prompt(
-                text if text is not None else synthetic_text(seed, len(token_ids)), tuple(token_ids)
-            )
+                text = await self._fitted_text(model, token_ids)
+            return Prompt(text if text is not None else synthetic_text(seed, len(token_ids)))
 
         return list(await asyncio.gather(*(text_of(x) for x in ids)))
+
+    async def _fitted_text(self, model: str, token_ids: list[int]) -> str | None:
+        """Text the server tokenizes to ``len(token_ids)`` tokens, or None without /detokenize.
+
+        Decoded ids need not tokenize back to as many: pieces merge differently where they
+        join (510 to 550 tokens for 512 drawn, on the tiny model's tokenizer). So the server's own
+        tokenization of the text is cut to length (or topped up from the drawn ids) and
+        decoded again (one pass brought all of 16 such prompts to 512), until it holds or
+        FIT_PASSES run out; usage reports the length either way.
+        """
+        n, url = len(token_ids), self.config.url
+        text = await detokenize(self.client, url, model, token_ids)
+        for _ in range(FIT_PASSES):
+            got = None if text is None else await tokenize(self.client, url, model, text)
+            if got is None or len(got) == n:
+                break
+            text = await detokenize(
+                self.client, url, model, got[:n] if len(got) > n else got + token_ids[len(got) :]
+            )
+        return text
 
     async def _warmup(self, first: LoadPoint | None, model: str, points: int) -> None:
         if first is None or self.config.warmup_requests == 0:

@@ -194,7 +194,7 @@ class ChatEndpoint:
 
 
 class CompletionsEndpoint:
-    """``/v1/completions``: the prompt is sent as token ids when they are known (exact length)."""
+    """``/v1/completions``: the prompt is sent as token ids when the prompt carries them."""
 
     name = "completions"
     path = wire.COMPLETIONS_PATH

@@ -12,7 +12,8 @@ n/rate. A concurrency point sends everything at offset 0 and lets the slots gate
 
 Prompts: with a prompt file, its prompts in order (cycled). Otherwise fixed-length synthetic
 prompts: token ids drawn (seeded, per request, so no two share a prefix and the prefix cache
-cannot help) from the ids of a seeded word text as the server tokenizes it.
+cannot help) from the ids of a seeded word text as the server tokenizes it, sent as their text
+(fitted to length by the load generator) unless ``prompt_token_ids`` asks for the ids.
 """
 
 from __future__ import annotations

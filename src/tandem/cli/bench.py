@@ -115,6 +115,7 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
 @field_option(BenchConfig, "max_concurrency")
 @field_option(BenchConfig, "requests")
 @field_option(BenchConfig, "input_tokens")
+@field_option(BenchConfig, "prompt_token_ids", flag="--token-ids")
 @field_option(BenchConfig, "output_tokens")
 @field_option(BenchConfig, "ignore_eos")
 @field_option(BenchConfig, "temperature")
