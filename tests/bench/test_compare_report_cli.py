@@ -43,7 +43,11 @@ def test_compare_gives_relative_change_and_the_better_side():
         figures["tpot_p50_s"].relative == pytest.approx(1.0) and figures["tpot_p50_s"].better == "a"
     )
     assert comp.only_in_a == [] and comp.only_in_b == []
-    assert "| c1 | TTFT p50 (ms) | 100.0 | 50.0 | -50.0% | B |" in comparison_markdown(comp)
+    table = comparison_markdown(comp)
+    assert "| c1 | TTFT p50 (ms) | 100.0 | 50.0 | -50.0% | B |" in table
+    # a rate is not a latency: printed as it is, not as milliseconds
+    rate = f"{figures['output_throughput_tok_s'].a:.1f}"
+    assert f"| c1 | output tok/s | {rate} |" in table, table
 
 
 def test_markdown_report_lists_every_point_with_ms():
@@ -120,3 +124,16 @@ def test_bench_deployment_takes_url_and_model_from_its_state(tmp_path, monkeypat
     out = CliRunner().invoke(cli, ["bench", "d1", "--quiet"])
     assert isinstance(out.exception, EndpointError)
     assert "http://127.0.0.1:9/v1/models" in out.exception.message
+
+
+def test_a_report_piped_to_a_file_keeps_the_whole_table(tmp_path, monkeypatch):
+    """Off a terminal rich would squeeze the 13 columns into 80 and cut "srv TTFT mean" to
+    "srv…"; piped, the table is printed at its own width, every header and figure whole."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    (tmp_path / "summary.json").write_text(result(0.1, 0.01).model_dump_json())
+    out = CliRunner().invoke(cli, ["bench", "report", str(tmp_path), "--no-plots"])
+    assert out.exit_code == 0, out.output
+    header = next(line for line in out.output.splitlines() if "point" in line)
+    for name in ("TTFT p50", "srv TTFT mean", "out tok/s", "server gen tok"):
+        assert name in header, out.output
+    assert "…" not in out.output and max(map(len, out.output.splitlines())) > 80

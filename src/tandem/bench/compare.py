@@ -16,18 +16,21 @@ from pydantic import BaseModel, ConfigDict
 from tandem.bench.load_generator import SUMMARY_FILE, BenchResult, LoadPointResult
 from tandem.errors import SpecError
 
-HEADLINE: tuple[tuple[str, str, Literal["lower", "higher"]], ...] = (
-    ("ttft_p50_s", "TTFT p50", "lower"),
-    ("ttft_p99_s", "TTFT p99", "lower"),
-    ("tpot_p50_s", "TPOT p50", "lower"),
-    ("tpot_p99_s", "TPOT p99", "lower"),
-    ("itl_p50_s", "ITL p50", "lower"),
-    ("e2el_p50_s", "E2EL p50", "lower"),
-    ("server_ttft_mean_s", "server's TTFT mean", "lower"),
-    ("output_throughput_tok_s", "output tok/s", "higher"),
-    ("request_throughput_rps", "requests/s", "higher"),
-    ("failed", "failed", "lower"),
+Unit = Literal["s", "tok/s", "req/s", "requests"]
+
+HEADLINE: tuple[tuple[str, str, Unit, Literal["lower", "higher"]], ...] = (
+    ("ttft_p50_s", "TTFT p50", "s", "lower"),
+    ("ttft_p99_s", "TTFT p99", "s", "lower"),
+    ("tpot_p50_s", "TPOT p50", "s", "lower"),
+    ("tpot_p99_s", "TPOT p99", "s", "lower"),
+    ("itl_p50_s", "ITL p50", "s", "lower"),
+    ("e2el_p50_s", "E2EL p50", "s", "lower"),
+    ("server_ttft_mean_s", "server's TTFT mean", "s", "lower"),
+    ("output_throughput_tok_s", "output tok/s", "tok/s", "higher"),
+    ("request_throughput_rps", "requests/s", "req/s", "higher"),
+    ("failed", "failed", "requests", "lower"),
 )
+"""Key, name, unit (a key's suffix does not say it: ``_tok_s`` is a rate), and which is better."""
 
 
 def headline(point: LoadPointResult) -> dict[str, float | None]:
@@ -52,6 +55,7 @@ class FigureDiff(BaseModel):
 
     key: str
     name: str
+    unit: Unit
     a: float | None
     b: float | None
     diff: float | None
@@ -89,7 +93,7 @@ def compare(a: BenchResult, b: BenchResult, a_name: str = "A", b_name: str = "B"
             continue
         ha, hb = headline(pa), headline(pb)
         figures = []
-        for key, name, good in HEADLINE:
+        for key, name, unit, good in HEADLINE:
             va, vb = ha[key], hb[key]
             diff = vb - va if va is not None and vb is not None else None
             rel = diff / va if diff is not None and va else None
@@ -97,7 +101,16 @@ def compare(a: BenchResult, b: BenchResult, a_name: str = "A", b_name: str = "B"
             if diff is not None:
                 better = "same" if diff == 0 else ("b" if (diff < 0) == (good == "lower") else "a")
             figures.append(
-                FigureDiff(key=key, name=name, a=va, b=vb, diff=diff, relative=rel, better=better)
+                FigureDiff(
+                    key=key,
+                    name=name,
+                    unit=unit,
+                    a=va,
+                    b=vb,
+                    diff=diff,
+                    relative=rel,
+                    better=better,
+                )
             )
         points.append(PointDiff(label=pa.point.label, figures=figures))
     return Comparison(

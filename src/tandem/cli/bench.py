@@ -38,6 +38,7 @@ from tandem.report.bench import (
     summary_table,
     write_plots,
 )
+from tandem.report.terminal import show
 from tandem.report.watch import report_folder
 from tandem.watch.background import WATCH_DIR, BackgroundWatch
 
@@ -215,7 +216,7 @@ def run_command(
         else:
             with _LiveProgress(console) as progress:
                 result = run(config, out, progress.update, resume=resume)
-    Console().print(summary_table(result))
+    show(summary_table(result))
     for warning in result.warnings + [w for p in result.points for w in p.warnings]:
         console.print(f"[yellow]warning:[/] {warning}")
     if out is not None:
@@ -290,7 +291,7 @@ def compare_command(a: str, b: str, as_markdown: bool) -> None:
     if as_markdown:
         click.echo(comparison_markdown(comparison), nl=False)
     else:
-        Console().print(comparison_table(comparison))
+        show(comparison_table(comparison))
         if comparison.only_in_a or comparison.only_in_b:
             click.echo(
                 f"only in A: {', '.join(comparison.only_in_a) or 'none'}; "
@@ -312,6 +313,6 @@ def report_command(run_dir: str, plots: bool) -> None:
     out = Path(run_dir)
     result = load_summary(out)
     (out / REPORT_FILE).write_text(markdown(result), encoding="utf-8")
-    Console().print(summary_table(result))
+    show(summary_table(result))
     if plots and (out / REQUESTS_FILE).is_file():
         write_plots(result, read_records(out / REQUESTS_FILE), out)

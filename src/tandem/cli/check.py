@@ -17,6 +17,7 @@ from tandem.check.rules.network import open_api_finding
 from tandem.cli.options import PORT, cluster_option, machine_deployment, recipe_argument
 from tandem.errors import CheckFailed
 from tandem.preflight import run_check
+from tandem.report.terminal import show
 
 console = Console(highlight=False)
 logger = logging.getLogger("tandem.check")
@@ -145,7 +146,7 @@ def _show_nodes(report: CheckReport) -> None:
             (facts.get("software") or {}).get("vllm_version") or "-",
             f"{shm / 2**30:.1f} GiB" if shm else "?",
         )
-    console.print(table)
+    show(table, console)
     fabric = report.fabric
     if fabric and fabric.get("sizes"):
         sizes = Table(
@@ -162,7 +163,7 @@ def _show_nodes(report: CheckReport) -> None:
                 f"{row['algbw_gbps']:.3f}",
                 f"{row['busbw_gbps']:.3f}",
             )
-        console.print(sizes)
+        show(sizes, console)
 
 
 def _show_findings(report: CheckReport) -> None:

@@ -26,6 +26,7 @@ from tandem.cli.supervise import run_supervisor
 from tandem.endpoint import Endpoint
 from tandem.readiness import Readiness
 from tandem.redact import Redactor
+from tandem.report.terminal import show
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_cluster
 from tandem.vllm_log import PhaseMark
@@ -257,7 +258,7 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
             f"[{shade}]{r.health.state}[/{shade}]"
             + (f" {r.health.reason}" if r.health.reason else ""),
         )
-    console.print(table)
+    show(table, console)
     if status.planned and status.planned.comparison:
         for c in (
             status.planned.comparison.kv_pool_tokens,

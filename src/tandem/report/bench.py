@@ -208,7 +208,7 @@ def comparison_rows(comp: Comparison) -> list[list[str]]:
     rows = []
     for point in comp.points:
         for f in point.figures:
-            seconds = f.key.endswith("_s")
+            seconds = f.unit == "s"
             fmt = _ms if seconds else _num
             rows.append(
                 [

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tandem.plan.planner import Plan
+from tandem.report.terminal import show
 
 GIB = 1024**3
 
@@ -131,4 +132,4 @@ def plan_tables(plan: Plan) -> Group:
 
 
 def print_plan(plan: Plan, console: Console | None = None) -> None:
-    (console or Console()).print(plan_tables(plan))
+    show(plan_tables(plan), console)
