@@ -3,12 +3,14 @@
 # repo root: the measurements of benchmarks/gpu/README.md ("Second session"), one phase or more
 # per call. Everything is kept under /root/run between calls (the machine stays warm) and each
 # call ends by packing it into $OUT/run.tgz, since at most 8 files come back.
-#   bash benchmarks/gpu/session.sh models up      # call 3, after device_stage.sh 3 + install
-#   bash benchmarks/gpu/session.sh bench          # call 4
-#   bash benchmarks/gpu/session.sh fabric restart # call 5
-#   bash benchmarks/gpu/session.sh bench reference # the server's TTFT column; each client's TTFT
-#                                                  # error against benchmarks/reference_server.py
-# LIMIT (default 560) is the seconds this call may use; a phase that cannot finish is skipped.
+#   bash benchmarks/gpu/session.sh models serve   # call 3, after device_stage.sh 3 + install
+#   bash benchmarks/gpu/session.sh bench          # call 4: on the server `serve` left up
+#   bash benchmarks/gpu/session.sh up             # the TP 2 cold/warm pairs
+#   bash benchmarks/gpu/session.sh fabric restart
+#   bash benchmarks/gpu/session.sh reference      # each client's TTFT error against
+#                                                 # benchmarks/reference_server.py
+# LIMIT (default 560) is the seconds this call may use; a phase that cannot finish is cut.
+# STARTUP=" " makes bench_vs_vllm also measure each client's start-up CPU (~60 s a round).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source .gpu/kit/device_env.sh
@@ -45,15 +47,21 @@ phase_up() {       # tandem up vs the same ranks bare, cold and warm (TP 2, two 
     --rounds ${ROUNDS:-1} --deadline $(( $(left) - 20 )) --expect 130
 }
 
-phase_bench() {    # TP 1: tandem bench vs vllm bench serve, decode vs roofline, watch, smi
+phase_serve() {    # TP 1 up (cold on a fresh machine: ~150 s), left running for `bench`
   export TANDEM_HOME=$R/bench-home
-  local B=$R/bench
-  ( while true; do date +%s.%N; nvidia-smi $SMI_ARGS; sleep 2; done ) > $R/smi/under-load.txt 2>&1 &
-  local SMI=$!
-  local t=$(date +%s.%N)
+  local B=$R/bench t=$(date +%s.%N)
   tandem up $TP1R --cluster $TP1C > $B/up.txt 2>&1
   echo "tandem up rc=$? wall $(python3 -c "print(round($(date +%s.%N)-$t,1))") s"; tail -3 $B/up.txt
   tandem status gpu-llama8b-tp1 --json > $B/status.json
+}
+
+phase_bench() {    # TP 1: tandem bench vs vllm bench serve, decode vs roofline, watch, smi
+  export TANDEM_HOME=$R/bench-home
+  local B=$R/bench
+  python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/health', timeout=2)" \
+    2>/dev/null || phase_serve
+  ( while true; do date +%s.%N; nvidia-smi $SMI_ARGS; sleep 2; done ) > $R/smi/under-load.txt 2>&1 &
+  local SMI=$!
   tandem watch gpu-llama8b-tp1 --interval 5s --out $R/watch -q > $B/watch.txt 2>&1 &
   local W=$!
   local PROMPTS=""   # one prompt file, as text, for both clients; each its own random texts
@@ -62,7 +70,7 @@ phase_bench() {    # TP 1: tandem bench vs vllm bench serve, decode vs roofline,
   timeout $(( $(left) - 90 )) python3 benchmarks/bench_vs_vllm.py --url http://127.0.0.1:8000 \
     --model llama-3.1-8b --endpoint completions --input-len 512 --output-len 256 \
     --concurrency 1,4,16 --num-prompts 8 --requests-per-stream 4 --rounds ${ROUNDS:-3} \
-    $PROMPTS 2>&1 | tee $B/bench_vs_vllm.txt
+    $PROMPTS ${STARTUP:---skip-startup} 2>&1 | tee $B/bench_vs_vllm.txt
   timeout 120 tandem bench gpu-llama8b-tp1 --endpoint completions --concurrency 1,16 \
     --input-tokens 512 --output-tokens 256 --out $B/roofline --no-plots -q > $B/roofline.txt 2>&1
   python3 benchmarks/gpu/decode_vs_roofline.py $B/roofline --recipe $TP1R --cluster $TP1C \
