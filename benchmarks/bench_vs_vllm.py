@@ -67,6 +67,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -484,7 +485,9 @@ def main() -> None:
         runs: list[Run] = []
         finished = False
         try:
-            measure(a, levels, requests, tokenizer, env, runs)
+            for run in measure(a, levels, requests, tokenizer, env):
+                runs.append(run)
+                print(run_line(run), flush=True)
             finished = True
         finally:
             if runs:  # what was measured is printed, even when the run is cut short
@@ -495,8 +498,8 @@ def main() -> None:
             server.wait(timeout=30)
 
 
-def measure(a, levels: list[int], requests, tokenizer: str, env, runs: list[Run]) -> None:
-    """The interleaved rounds: each run is appended to `runs` (and printed) as it ends."""
+def measure(a, levels: list[int], requests, tokenizer: str, env) -> Iterator[Run]:
+    """The interleaved rounds, each run as it ends (a cut run keeps the ones before it)."""
     with tempfile.TemporaryDirectory(prefix="bench-vs-vllm-") as tmp:
         work = Path(tmp)
         prompts = (
@@ -544,27 +547,28 @@ def measure(a, levels: list[int], requests, tokenizer: str, env, runs: list[Run]
                     )
                     run.round = r
                     run.startup_cpu_s = startup[run.client]
-                    runs.append(run)
-                    print(
-                        f"round {r} c={c} {run.client:17s} in {run.input_tokens} tok  "
-                        f"TTFT {run.ttft_p50_ms:7.2f} ms"
-                        f"  TPOT {run.tpot_p50_ms:6.2f} ms  out {run.output_tok_s:8.1f} tok/s"
-                        f"  tok/chunk {run.tokens_per_chunk:5.2f}  CPU {run.cpu_s:5.2f} s  "
-                        f"net {run.net_cpu_us_per_token:6.1f} us/tok  wall {run.wall_s:5.1f} s"
-                        f"  TTFT mean {run.ttft_mean_ms:7.2f} ms, server's "
-                        f"{run.server_ttft_mean_ms:7.2f} ms (queue "
-                        f"{run.server_queue_mean_ms:6.2f})  refill {run.refill_p50_ms:6.2f} ms",
-                        flush=True,
-                    )
+                    yield run
 
 
-def print_table(runs: list[Run], levels: list[int], a, finished: bool = True) -> None:
-    print()
-    rounds = (
-        f"{a.rounds} interleaved rounds"
-        if finished
-        else (f"cut short after {len(runs)} runs of {a.rounds} interleaved rounds")
+def run_line(run: Run) -> str:
+    """One run's raw figures, the line kept in the results files."""
+    return (
+        f"round {run.round} c={run.concurrency} {run.client:17s} in {run.input_tokens} tok  "
+        f"TTFT {run.ttft_p50_ms:7.2f} ms"
+        f"  TPOT {run.tpot_p50_ms:6.2f} ms  out {run.output_tok_s:8.1f} tok/s"
+        f"  tok/chunk {run.tokens_per_chunk:5.2f}  CPU {run.cpu_s:5.2f} s  "
+        f"net {run.net_cpu_us_per_token:6.1f} us/tok  wall {run.wall_s:5.1f} s"
+        f"  TTFT mean {run.ttft_mean_ms:7.2f} ms, server's "
+        f"{run.server_ttft_mean_ms:7.2f} ms (queue "
+        f"{run.server_queue_mean_ms:6.2f})  refill {run.refill_p50_ms:6.2f} ms"
     )
+
+
+def print_table(runs: list[Run], levels: list[int], a, finished: bool) -> None:
+    print()
+    rounds = f"{a.rounds} interleaved rounds"
+    if not finished:
+        rounds = f"cut short after {len(runs)} runs of {rounds}"
     print(
         f"endpoint {a.endpoint}, {a.input_len} in / {a.output_len} out, "
         f"max({a.num_prompts}, {a.requests_per_stream} x c) requests per run, {rounds}, "
