@@ -69,7 +69,7 @@ find "$r2new" -maxdepth 1 \( -name '*.go' -o -name '*.s' \) ! -name '*_test.go' 
 
 cd tree
 log "make WHAT=cmd/kube-apiserver (go $(go version | awk '{print $3}'); several minutes)"
-export GOPROXY=off CGO_ENABLED=0 GOFLAGS= GOCACHE="$CACHE_ROOT/gocache"
+export GOPROXY=off CGO_ENABLED=0 GOFLAGS= GOCACHE="$WORK/gocache"   # removed with WORK: only the binary is kept
 make WHAT=cmd/kube-apiserver KUBE_GIT_VERSION=v1.20.2 KUBE_GIT_MAJOR=1 KUBE_GIT_MINOR=20 \
   KUBE_GIT_TREE_STATE=clean KUBE_GIT_COMMIT=faecb196815e248d3ecfb03c680a4507229c2a56 >&2
 mkdir -p "$OUT"
