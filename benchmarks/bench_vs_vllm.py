@@ -197,14 +197,17 @@ def same_prompts(a: argparse.Namespace, n: int, path: Path) -> Path:
         "expert",
         "layer",
     ]
+
+    def tokens(text: str, special: bool) -> list[int]:
+        body = {"model": a.model, "prompt": text, "add_special_tokens": special}
+        return httpx.post(a.url + "/tokenize", json=body, timeout=30).json()["tokens"]
+
+    # what the server adds to a text prompt (BOS) counts, as in vLLM's random dataset
+    added = len(tokens("tensor", True)) - len(tokens("tensor", False))
     lines = []
     for _ in range(n):
         text = " ".join(rng.choice(words) for _ in range(a.input_len * 2))
-        ids = httpx.post(
-            a.url + "/tokenize",
-            json={"model": a.model, "prompt": text, "add_special_tokens": False},
-            timeout=30,
-        ).json()["tokens"][: a.input_len]
+        ids = tokens(text, False)[: a.input_len - added]
         text = httpx.post(
             a.url + "/detokenize", json={"model": a.model, "tokens": ids}, timeout=30
         ).json()["prompt"]

@@ -119,7 +119,10 @@ class Reference:
         return web.json_response({"object": "list", "data": [card]})
 
     async def tokenize(self, request: web.Request) -> web.Response:
-        ids = self.tokenizer.encode((await request.json())["prompt"], add_special_tokens=False)
+        body = await request.json()  # vLLM's default: special tokens added, as completions does
+        ids = self.tokenizer.encode(
+            body["prompt"], add_special_tokens=body.get("add_special_tokens", True)
+        )
         return web.json_response({"tokens": ids.ids, "count": len(ids.ids), "max_model_len": 4096})
 
     async def health(self, request: web.Request) -> web.Response:

@@ -489,7 +489,6 @@ def _train_tokenizer(seed: int) -> PreTrainedTokenizerFast:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    bpe.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
         special_tokens=SPECIAL_TOKENS,
@@ -498,6 +497,18 @@ def _train_tokenizer(seed: int) -> PreTrainedTokenizerFast:
     )
     bpe.train_from_iterator(_corpus(seed), trainer=trainer)
     bpe.add_tokens(THINK_TOKENS)
+    # As DeepSeek's and Llama's tokenizers do, encoding with special tokens (vLLM's completions
+    # route does; its chat route leaves that to the template) puts BOS first.
+    bpe.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single=f"{BOS} $A",
+                pair=f"{BOS} $A $B:1",
+                special_tokens=[(BOS, bpe.token_to_id(BOS))],
+            ),
+        ]
+    )
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         bos_token=BOS,

@@ -169,6 +169,8 @@ class LoadGenerator:
         self.endpoint = ENDPOINTS[config.endpoint]
         self.records: list[RequestRecord] = []
         self._token_pool: list[int] | None = None
+        self._added_tokens = 0
+        """How many tokens the server adds to a text prompt on this endpoint (BOS, say)."""
         self._file_prompts: list[str] | None = None
 
     async def arun(self) -> BenchResult:
@@ -258,6 +260,11 @@ class LoadGenerator:
                 "(one word per token); prompt tokens are still read from usage"
             ]
         self._token_pool = sorted(set(ids))
+        if self.endpoint.name == "completions":  # chat leaves special tokens to its template
+            counted = await tokenize(
+                self.client, self.config.url, model, text, add_special_tokens=True
+            )
+            self._added_tokens = max(0, len(counted or ids) - len(ids))
         return []
 
     async def _prompts(self, point: LoadPoint, model: str, first_index: int) -> list[Prompt]:
@@ -271,12 +278,14 @@ class LoadGenerator:
                 Prompt(synthetic_text(seed * 7919 + first_index + i, point.input_tokens))
                 for i in range(n)
             ]
-        ids = [
-            sample_token_ids(self._token_pool, point.input_tokens, seed, first_index + i)
-            for i in range(n)
-        ]
         if self.endpoint.name == "completions" and self.config.prompt_token_ids:
-            return [Prompt("", tuple(x)) for x in ids]
+            return [
+                Prompt("", tuple(sample_token_ids(self._token_pool, point.input_tokens, seed, i)))
+                for i in range(first_index, first_index + n)
+            ]
+        # A text prompt's count includes what the server adds, as vLLM's random dataset's does
+        content = max(1, point.input_tokens - self._added_tokens)
+        ids = [sample_token_ids(self._token_pool, content, seed, first_index + i) for i in range(n)]
         gate = asyncio.Semaphore(8)
 
         async def text_of(token_ids: list[int]) -> Prompt:

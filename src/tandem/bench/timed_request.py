@@ -426,14 +426,21 @@ def _json_or_text(body: bytes) -> Any:
 
 
 async def tokenize(
-    client: httpx.AsyncClient, base_url: str, model: str, text: str
+    client: httpx.AsyncClient,
+    base_url: str,
+    model: str,
+    text: str,
+    *,
+    add_special_tokens: bool = False,
 ) -> list[int] | None:
-    """Token ids of ``text`` from vLLM's ``/tokenize``; None when the server has no such route."""
+    """Token ids of ``text`` from vLLM's ``/tokenize``; None when the server has no such route.
+    With ``add_special_tokens``, as the completions route counts a text prompt (BOS first on
+    most tokenizers)."""
     try:
         response = await client.post(
             base_url + wire.TOKENIZE_PATH,
             timeout=30,
-            json={"model": model, "prompt": text, "add_special_tokens": False},
+            json={"model": model, "prompt": text, "add_special_tokens": add_special_tokens},
         )
         if response.status_code != 200:
             return None
