@@ -62,7 +62,12 @@ class BenchConfig(BaseModel):
         description="Requests per load point; default max(8, 4 × concurrency) for concurrency "
         "points and 16 for rate points.",
     )
-    input_tokens: int = Field(default=128, ge=1, description="Prompt length, tokens.")
+    input_tokens: int = Field(
+        default=128,
+        ge=1,
+        description="Prompt length in tokens, as the server counts them (with the BOS it adds "
+        "to a completions text prompt).",
+    )
     output_tokens: int = Field(default=128, ge=1, description="max_tokens of every request.")
     ignore_eos: bool = Field(
         default=True, description="Ask for exactly output_tokens (vLLM `ignore_eos`)."
