@@ -22,7 +22,7 @@ def test_purge_of_a_stopped_deployment_removes_every_ranks_root(tmp_path: Path, 
     other.mkdir(parents=True)
     result = tandem_here("down", "tiny-local", "--purge-caches", TANDEM_HOME=str(tmp_path))
     assert result.code == 0, result.err
-    assert "compile caches removed" in result.out
+    assert "removed the compile caches" in result.out
     assert not (tmp_path / "caches" / "tiny-local").exists() and other.is_dir()
 
 

@@ -3,7 +3,8 @@
 The layers, bottom to top (a module may import its own layer and the layers below it):
 
     foundation  errors, wire, redact,          names, errors and signal handling everything
-                interrupts, liveness,          shares; the stdlib-only liveness probe script;
+                ownership, interrupts,         shares; what tandem may delete, overwrite and kill;
+                liveness,                      the stdlib-only liveness probe script;
                 vllm_metrics, vllm_log,        vLLM's /metrics names and parser; its boot log;
                 hf_cache, version              the Hugging Face cache layout; tandem's version
     spec        spec/, recipes/                the user's input: models, loading, built-ins
@@ -46,6 +47,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.errors",
             "tandem.wire",
             "tandem.redact",
+            "tandem.ownership",
             "tandem.interrupts",
             "tandem.liveness",
             "tandem.vllm_metrics",

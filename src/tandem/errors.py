@@ -9,6 +9,7 @@
     │   ├── RankFailed           a rank exited or never became ready
     │   ├── SSHError             a node could not be reached, refused our key, lacks a command
     │   ├── StateError           no deployment of that name, or its state file is unreadable
+    │   ├── NotOwned             a destructive step aimed outside what tandem owns (refused)
     │   └── KubernetesError      kubectl or the API server refused or failed a request
     ├── EndpointError            an OpenAI-compatible endpoint refused or broke a request
     │   └── Unauthorized         it wants an API key we did not send, or another one
@@ -155,6 +156,13 @@ class StateError(BackendError):
     """A deployment's state cannot be found or read."""
 
     code = "state-missing"
+
+
+class NotOwned(BackendError):
+    """A delete, overwrite or kill aimed at something tandem does not own; nothing was done
+    (``tandem.ownership``)."""
+
+    code = "not-owned"
 
 
 class KubernetesError(BackendError):

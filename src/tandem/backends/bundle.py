@@ -32,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from tandem import ownership
 from tandem.backends.base import backend_for
 from tandem.backends.state import load_state
 from tandem.errors import TandemError
@@ -53,7 +54,11 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
     backend = backend_for(state.backend)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out or Path.cwd()
-    path = out / f"{state.name}-bundle-{stamp}.tar.gz" if out.is_dir() else out
+    path = ownership.output_file(
+        out / f"{state.name}-bundle-{stamp}.tar.gz" if out.is_dir() else out,
+        option="--bundle",
+        force_flag=None,
+    )
     deployment = state.deployment()
     plan = plan_ranks(deployment)
     redactor = Redactor.for_caller(
@@ -95,8 +100,6 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
         f"tandem support bundle of deployment '{state.name}' "
         f"({state.backend}), made {stamp}\n\n" + __doc__.split("::", 1)[1]
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)  # a file of another mode would keep it
     with (
         os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as raw,
         tarfile.open(fileobj=raw, mode="w:gz") as archive,

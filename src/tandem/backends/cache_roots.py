@@ -9,10 +9,10 @@ restart starts warm.
 from __future__ import annotations
 
 import shlex
-import shutil
 from collections.abc import Callable
+from pathlib import PurePosixPath
 
-from tandem import caches
+from tandem import caches, ownership
 from tandem.backends.openssh import OpenSSH, SSHTarget
 from tandem.backends.state import state_root
 from tandem.errors import BackendError
@@ -29,22 +29,40 @@ def purge(
     Raises:
         BackendError: on Kubernetes, whose hostPaths tandem cannot reach (the hint says how).
     """
+    ownership.check_name(name)
     if cluster is None or cluster.transport is Transport.LOCAL:
+        root = state_root() / "caches"
         folder = caches.local_deployment_root(state_root(), name)
-        shutil.rmtree(folder, ignore_errors=True)
-        on_event(f"removed the compile caches of '{name}' ({folder})")
-        return [str(folder)] if folder.exists() else []
+        try:
+            removed = ownership.remove_tree(folder, root=root)
+        except OSError:
+            return [str(folder)]
+        on_event(
+            f"removed the compile caches of '{name}' ({folder})"
+            if removed
+            else f"'{name}' had no compile caches on this machine ({folder} does not exist)"
+        )
+        return []
     if cluster.transport is Transport.SSH:
-        remote = caches.remote_deployment_root(cluster.ssh.remote_dir, name)
+        remote = ownership.inside_remote(
+            caches.remote_deployment_root(cluster.ssh.remote_dir, name),
+            PurePosixPath(cluster.ssh.remote_dir),
+        )
         quoted = shlex.quote(str(remote))
-        script = f"rm -rf {quoted} 2>/dev/null; if [ -e {quoted} ]; then echo left; fi\n"
+        script = (
+            f"if [ ! -e {quoted} ]; then echo none; exit 0; fi\n"
+            f"rm -rf {quoted} 2>/dev/null; if [ -e {quoted} ]; then echo left; fi\n"
+        )
         results = OpenSSH.for_cluster(cluster).run_all(
             {node.name: (SSHTarget.of(node), script) for node in cluster.nodes},
             timeout_s=120,
             check=False,
         )
+        held = [n for n, r in results.items() if r.ok and "none" not in r.stdout]
         on_event(
-            f"removed the compile caches of '{name}' ({remote}) on {len(cluster.nodes)} node(s)"
+            f"removed the compile caches of '{name}' ({remote}) on {', '.join(map(str, held))}"
+            if held
+            else f"'{name}' had no compile caches on any node ({remote} does not exist)"
         )
         return [
             f"{remote} on {node}"

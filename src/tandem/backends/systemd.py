@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from tandem import ownership
 from tandem.backends.state import state_root
 from tandem.errors import BackendError
 from tandem.render.systemd import (
@@ -192,11 +193,12 @@ def uninstall(
     unit = unit_name(deployment)
     if systemd_running():
         _systemctl("disable", "--now", unit, check=False)
-    removed = []
-    for path in (unit_dir / unit, env_path or Path(env_file(deployment))):
-        if path.is_file():
-            path.unlink()
-            removed.append(path)
+    secrets_file = env_path or Path(env_file(deployment))
+    removed = [
+        path
+        for path, root in ((unit_dir / unit, unit_dir), (secrets_file, secrets_file.parent))
+        if ownership.remove_file(path, root=root)  # a link out of its folder is refused
+    ]
     if systemd_running():
         _systemctl("daemon-reload", check=False)
     return removed

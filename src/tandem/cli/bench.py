@@ -22,12 +22,20 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from tandem import ownership
 from tandem.backends.state import load_state
 from tandem.bench.compare import compare, load_summary
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import REQUESTS_FILE, ProgressEvent, read_records, run
 from tandem.bench.metrics import Slo
-from tandem.cli.options import POSITIVE, FloatIn, api_key_option, field_option, json_object
+from tandem.cli.options import (
+    POSITIVE,
+    FloatIn,
+    api_key_option,
+    field_option,
+    force_option,
+    json_object,
+)
 from tandem.errors import Problem, SpecError
 from tandem.plan.status import planned_roofline_tok_s
 from tandem.report.bench import (
@@ -153,6 +161,7 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
     help="Record the DEPLOYMENT's telemetry (`tandem watch`) into OUT/watch for the "
     "run's duration, and judge it there.",
 )
+@force_option
 @api_key_option
 def run_command(
     deployment: str | None,
@@ -166,6 +175,7 @@ def run_command(
     quiet: bool,
     resume: bool,
     watch: bool,
+    force: bool,
     api_key: str | None,
     **fields: Any,
 ) -> None:
@@ -202,14 +212,14 @@ def run_command(
             hint="give --concurrency, --rates or --long-context",
         )
     console = Console(stderr=True)
-    out = Path(out_dir) if out_dir else None
-    if resume and out is None:
+    if resume and out_dir is None:
         raise SpecError("--resume needs the --out of the run to continue", field="--resume")
-    if watch and (out is None or not deployment):
+    if watch and (out_dir is None or not deployment):
         raise SpecError(
             "--watch needs a DEPLOYMENT (its nodes) and --out (where the telemetry goes)",
             field="--watch",
         )
+    out = ownership.output_folder(Path(out_dir), force=force) if out_dir else None
     with BackgroundWatch(deployment, out / WATCH_DIR) if watch and out else nullcontext():
         if quiet:
             result = run(config, out, resume=resume)

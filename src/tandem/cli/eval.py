@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
+from tandem import ownership
 from tandem.backends.state import load_state
-from tandem.cli.options import api_key_option, field_option, json_object
+from tandem.cli.options import api_key_option, field_option, force_option, json_object
 from tandem.errors import SpecError
 from tandem.eval.log import SamplingParams
 from tandem.eval.report import EvalReport, render_markdown
@@ -95,6 +96,7 @@ def eval_command() -> None:
     help="Record the DEPLOYMENT's telemetry (`tandem watch`) into OUT/watch while the "
     "eval runs, and judge it there (seed 000's soak).",
 )
+@force_option
 @api_key_option
 def gpqa_command(
     deployment: str | None,
@@ -120,6 +122,7 @@ def gpqa_command(
     reference_accuracy: float,
     no_progress: bool,
     watch: bool,
+    force: bool,
     api_key: str | None,
 ) -> None:
     """Run GPQA-Diamond (the seed's protocol) against a deployment or a URL.
@@ -150,7 +153,7 @@ def gpqa_command(
         url=url,
         model=model,
         api_key=api_key,
-        out_dir=Path(out_dir),
+        out_dir=ownership.output_folder(Path(out_dir), force=force),
         limit=limit,
         repeats=repeats,
         seed=seed,
@@ -195,7 +198,8 @@ def gpqa_command(
     type=click.Path(file_okay=False),
     help="Where to write the reports. Default: the log's folder.",
 )
-def rescore_command(log: str, out_dir: str | None) -> None:
+@force_option
+def rescore_command(log: str, out_dir: str | None, force: bool) -> None:
     """Re-extract every answer of a saved responses.jsonl and rewrite the reports.
 
     No request is sent: use it after the extraction rules change, or to inspect a run.
@@ -205,6 +209,8 @@ def rescore_command(log: str, out_dir: str | None) -> None:
       tandem eval rescore runs/gpqa1/responses.jsonl
       tandem eval rescore runs/gpqa1/responses.jsonl --out runs/gpqa1-rescored
     """
+    if out_dir:
+        ownership.output_folder(Path(out_dir), force=force)
     report = rescore_log(log, out_dir)
     _show(report, Path(out_dir) if out_dir else Path(log).parent)
 

@@ -342,16 +342,13 @@ def down_command(name: str | None, purge_caches: bool, cluster_path: str | None)
     """
     if purge_caches and name and name not in list_deployments():
         cluster = load_cluster(cluster_path) if cluster_path else None
-        lifecycle.purge_compile_caches(name, cluster, on_event=_show_event)
-        console.print(f"[bold]{name}[/bold]: compile caches removed")
+        lifecycle.purge_compile_caches(name, cluster, on_event=_show_event)  # says what it found
         return
     state = lifecycle.down(name, purge_caches=purge_caches, on_event=_show_event)
     if state is None:
         console.print("no deployment was running; removed what killed commands left")
         return
-    console.print(
-        f"[bold]{state.name}[/bold] is down" + (", compile caches removed" if purge_caches else "")
-    )
+    console.print(f"[bold]{state.name}[/bold] is down")
 
 
 @click.command("chat")

@@ -68,6 +68,13 @@ cluster_option = click.option(
     help="Cluster inventory YAML. Default: this machine, one node per device.",
 )
 
+force_option = click.option(
+    "--force",
+    is_flag=True,
+    help="Write into an --out folder that holds files tandem did not write (they may be "
+    "replaced). Without it such a folder is refused.",
+)
+
 
 def machine_deployment(recipe: str, cluster_path: str | None) -> Deployment:
     """Load RECIPE on CLUSTER, or on this machine when no cluster is given."""

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
+from tandem import ownership
+from tandem.cli.options import cluster_option, force_option, machine_deployment, recipe_argument
 from tandem.rankplan import plan_ranks
 from tandem.render import TARGETS, check_format, files_renderer_for, renderer_for
 
@@ -38,8 +39,9 @@ from tandem.render import TARGETS, check_format, files_renderer_for, renderer_fo
     help="Write the target's files into this folder instead of printing them "
     "(prometheus: prometheus.yml, tandem-rules.yml, README.md).",
 )
+@force_option
 def render_command(
-    recipe: str, cluster_path: str | None, fmt: str, target: str, out_dir: str | None
+    recipe: str, cluster_path: str | None, fmt: str, target: str, out_dir: str | None, force: bool
 ) -> None:
     """Print each rank's exact command and environment, workers first.
 
@@ -56,8 +58,7 @@ def render_command(
     deployment = machine_deployment(recipe, cluster_path)
     plan = plan_ranks(deployment)
     if out_dir:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        out = ownership.output_folder(Path(out_dir), force=force)
         for name, text in files_renderer_for(target)(plan, deployment).items():
             (out / name).write_text(text)
             click.echo(f"wrote {out / name}")

@@ -15,8 +15,9 @@ import click
 from rich.console import Console
 from rich.live import Live
 
+from tandem import ownership
 from tandem.backends.state import load_state
-from tandem.cli.options import FloatIn
+from tandem.cli.options import FloatIn, force_option
 from tandem.errors import CheckFailed
 from tandem.report.watch import live_view, markdown, report_folder
 from tandem.watch.exporter import SampleCollector, serve
@@ -110,6 +111,7 @@ def watch_command() -> None:
     help="Address the metrics endpoint binds.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No live view.")
+@force_option
 def run_command(
     name: str | None,
     interval_s: float | None,
@@ -118,6 +120,7 @@ def run_command(
     metrics_port: int | None,
     serve_address: str,
     quiet: bool,
+    force: bool,
 ) -> None:
     """Sample a deployment every interval into a folder, with a live view.
 
@@ -127,7 +130,7 @@ def run_command(
       tandem watch run --quiet --serve-metrics 9478
     """
     state = load_state(name)
-    out = Path(out_dir) if out_dir else state.directory.watch
+    out = ownership.output_folder(Path(out_dir), force=force) if out_dir else state.directory.watch
     watcher = Watcher(state.name, out, interval_s=interval_s, duration_s=duration_s)
     if watcher.resumed and (interval_s or duration_s):
         Console(stderr=True).print(

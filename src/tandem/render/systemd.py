@@ -23,7 +23,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from tandem import wire
+from tandem import ownership, wire
 
 UNIT_DIR = "/etc/systemd/system"
 ENV_DIR = "/etc/tandem"
@@ -37,13 +37,21 @@ STOP_TIMEOUT_S = 180
 
 
 def unit_name(deployment: str) -> str:
-    """The service of a deployment, e.g. ``tandem-deepseek-v4-flash.service``."""
-    return f"tandem-{deployment}.service"
+    """The service of a deployment, e.g. ``tandem-deepseek-v4-flash.service``.
+
+    Raises:
+        SpecError: ``deployment`` is not a deployment name (it becomes a file name).
+    """
+    return f"tandem-{ownership.check_name(deployment)}.service"
 
 
 def env_file(deployment: str) -> str:
-    """The root-only file of a deployment's secrets, e.g. ``/etc/tandem/tiny-local.env``."""
-    return f"{ENV_DIR}/{deployment}.env"
+    """The root-only file of a deployment's secrets, e.g. ``/etc/tandem/tiny-local.env``.
+
+    Raises:
+        SpecError: ``deployment`` is not a deployment name (``../x`` would leave ``ENV_DIR``).
+    """
+    return f"{ENV_DIR}/{ownership.check_name(deployment)}.env"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tandem import wire
+from tandem import ownership, wire
 from tandem.errors import FieldFault
 from tandem.redact import is_secret, looks_like_secret_value
 from tandem.spec.addresses import check_address
@@ -578,11 +578,9 @@ class Recipe(StrictModel):
     @field_validator("name")
     @classmethod
     def _dns_label(cls, value: str) -> str:
-        if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?", value):
-            raise ValueError(
-                f"'{value}' must be lower case letters, digits and dashes, "
-                "at most 40 characters, starting and ending alphanumeric"
-            )
+        problem = ownership.name_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("env", mode="before")
