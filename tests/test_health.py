@@ -152,6 +152,14 @@ def test_ordinary_log_lines_are_no_error():
     )
 
 
+def test_a_launch_whose_up_was_killed_is_named_not_starting_forever():
+    killed = state(ready=False)
+    killed.launcher_start_ticks = (killed.launcher_start_ticks or 0) + 1  # another process now
+    report = judge(killed, facts(), ApiFacts())
+    assert report.verdict is Verdict.DEGRADED
+    assert f"pid {killed.launcher_pid}) is gone" in report.reason and "tandem up" in report.reason
+
+
 def test_not_ready_with_processes_is_starting_and_with_a_dead_rank_down():
     assert judge(state(ready=False), facts(), ApiFacts()).verdict is Verdict.STARTING
     report = judge(state(ready=False), facts() | {1: RankObservation(rank=1)}, ApiFacts())
@@ -181,3 +189,19 @@ def test_the_progress_tracker_counts_still_time_only_under_load():
     assert tracker.update(running=2, tokens=130) is None  # moved
     now[0] = 50
     assert tracker.update(running=0, tokens=130) is None  # idle is not stalled
+
+
+def test_a_dead_leader_main_process_is_down_at_once_with_its_pid():
+    # Its API server died with it, so /health fails; the process table says why, and the
+    # supervisor (which waits several misses for a merely silent leader) acts on it at once.
+    report = judge(
+        state(),
+        facts() | {0: seen(0, LEADER, drop=10)},
+        ApiFacts(health_error="GET /health: ConnectError"),
+    )
+    assert report.verdict is Verdict.DOWN and report.rank == 0
+    assert report.reason == (
+        "vllm (pid 10) of rank 0 is gone, and the leader does not answer /health"
+    )
+    assert report.ranks[0].health.state == "broken"
+    assert "ConnectError" in report.evidence

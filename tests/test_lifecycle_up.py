@@ -3,14 +3,17 @@ on a preflight error before anything starts, and says what the preflight found."
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tandem import lifecycle
+from tandem import lifecycle, wire
+from tandem.backends.launch import new_state, record_rank
 from tandem.check import CheckReport
 from tandem.cli.lifecycle import first_answer
 from tandem.errors import CheckFailed
+from tandem.rankplan import plan_ranks
 from tandem.readiness import Readiness
 from tandem.spec.loading import load_deployment
 from tandem.vllm_log import BootFigures
@@ -54,3 +57,31 @@ def test_up_counts_the_tokens_of_a_first_answer_that_decodes_to_no_text():
     assert said[("hello there", 2)] == "first answer (2 tokens): 'hello there'"
     assert said[("", 8)] == "first answer: 8 tokens that decode to no text"
     assert said[("", 0)] == "first answer (0 tokens): ''"
+
+
+def test_up_first_stops_what_a_killed_up_left_and_says_so(tmp_path, monkeypatch):
+    """A rank that outlived its killed ``up`` holds the deployment's ports: the next ``up``
+    stops it before its preflight would refuse those ports (a marked ``sleep`` plays the rank)."""
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    (tmp_path / "loopback.yaml").write_text(LOOPBACK)
+    deployment = load_deployment("tiny-local", tmp_path / "loopback.yaml")
+    plan = plan_ranks(deployment)
+    state = new_state(plan, deployment, backend="local")
+    state.launcher_start_ticks = (state.launcher_start_ticks or 0) + 1  # that `up` is gone
+    rank = plan.ranks[0]
+    marks = {
+        wire.TANDEM_DEPLOYMENT: deployment.name,
+        wire.TANDEM_RANK: str(rank.rank),
+        wire.TANDEM_LAUNCH: state.launch_id or "",
+    }
+    left = subprocess.Popen(["sleep", "60"], env=marks, start_new_session=True)
+    try:
+        record_rank(state, rank, log=str(tmp_path / "rank0.log"), pid=left.pid)
+        state.save()
+        events: list[str] = []
+        lifecycle.refuse_if_running(deployment, events.append)
+        assert left.wait(timeout=40) is not None
+        assert any("was killed before it became ready" in e for e in events), events
+        assert not state.directory.state_file.exists()
+    finally:
+        left.kill()

@@ -1,4 +1,5 @@
-"""Process truth with real processes: what vLLM's renaming does to the marks, and stops.
+"""Process truth with real processes: what vLLM's renaming does to the marks, and stops; and
+ownership on made-up ``/proc`` records: a pid, a session or a boot that is not the launch's.
 
 No engine: small Python processes that rename themselves with the same setproctitle library
 vLLM uses, started the way the local backend starts a rank (own session, marks in env).
@@ -13,10 +14,15 @@ import sys
 import time
 
 import pytest
+from factories import make_deployment
 
 from tandem import wire
 from tandem.backends import processes
+from tandem.backends.launch import interrupted, new_state
+from tandem.backends.local import owners
 from tandem.backends.processes import RankOwner
+from tandem.backends.state import RankState
+from tandem.rankplan import plan_ranks
 
 # Each script prints its child's pid (0: none) once every rename and signal disposition is in
 # place: the child says so on its own stdout first, so no test sleeps in the hope it is done.
@@ -57,7 +63,12 @@ def start_rank(tmp_path, *, launch="L1", noenv=True, script=RENAMED_CHILD, extra
 
 def owner(main, launch="L1"):
     return RankOwner(
-        deployment="dep", rank=1, launch=launch, session=main.pid, started_after_s=time.time() - 60
+        deployment="dep",
+        rank=1,
+        launch=launch,
+        boot=processes.boot_id(),
+        session=main.pid,
+        started_after_s=time.time() - 60,
     )
 
 
@@ -133,6 +144,7 @@ def fast_clock(factor: float):
 def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_with_progress(tmp_path, cleanup):
     main, _ = start_rank(tmp_path, script=IGNORES_TERM)
     cleanup.append(main)
+    name = processes.read_process(main.pid).name
     notes: list[str] = []
     clock = fast_clock(4)  # 10 s of grace in 2.5 s; the note is due in the 1.25 s after 5 s
     started = clock()
@@ -144,7 +156,8 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_with_progress(
         clock=clock,
     )
     assert survivors == [] and clock() - started >= 10
-    assert any("waiting for 1 process(es)" in n for n in notes)
+    assert notes[0].startswith("SIGTERM to 1 process(es)") and "at most 10 s" in notes[0]
+    assert any(f"{name} {main.pid} ignores SIGTERM: SIGKILL at the end" in n for n in notes)
     assert any("sending SIGKILL" in n for n in notes)
 
 
@@ -226,3 +239,128 @@ def test_orphans_of_a_dead_main_process_get_only_the_short_grace(tmp_path, clean
         == []
     )
     assert time.monotonic() - started < 6.5 and not processes.is_alive(child)
+
+
+# --- ownership: never a pid alone -----------------------------------------------------------
+
+RANK_STARTED_S = 1_000_000.0
+
+
+def record(pid=4242, sid=4242, marks=None, name="vllm", ppid=1, state="S") -> processes.Process:
+    """A process as ``/proc`` would show it (nothing is read: the ids are whatever we say)."""
+    return processes.Process(
+        pid=pid,
+        name=name,
+        state=state,
+        ppid=ppid,
+        pgid=sid,
+        sid=sid,
+        start_ticks=0,
+        rss_bytes=0,
+        cpu_s=0.0,
+        marks=marks or {},
+    )
+
+
+def judged(owner: RankOwner, process, *, boot="boot-a", booted_at_s=0.0, started_s=None):
+    return owner.owns(
+        process,
+        this_boot=lambda: boot,
+        booted_at_s=lambda: booted_at_s,
+        started=lambda p: RANK_STARTED_S + 5 if started_s is None else started_s,
+        netns_of=lambda pid: None,
+    )
+
+
+def rank_owner(**overrides) -> RankOwner:
+    fields = {
+        "deployment": "dep",
+        "rank": 1,
+        "launch": "L1",
+        "boot": "boot-a",
+        "session": 4242,
+        "started_after_s": RANK_STARTED_S,
+    }
+    return RankOwner(**(fields | overrides))
+
+
+MARKS = {wire.TANDEM_DEPLOYMENT: "dep", wire.TANDEM_RANK: "1", wire.TANDEM_LAUNCH: "L1"}
+
+
+def test_a_reused_pid_and_session_of_another_boot_is_not_owned():
+    # After a reboot the rank's recorded session id is some other process's pid and session.
+    unmarked = record()
+    assert judged(rank_owner(), unmarked, boot="boot-a")  # the launch's boot: its session
+    assert not judged(rank_owner(), unmarked, boot="boot-b")
+    assert not judged(rank_owner(), record(marks=MARKS), boot="boot-b")
+    assert not judged(rank_owner(), unmarked, boot=None)  # a boot that cannot be told apart
+
+
+def test_a_state_without_boot_id_owns_nothing_when_the_machine_booted_after_its_launch():
+    legacy = rank_owner(boot=None)
+    assert judged(legacy, record(), boot="boot-b", booted_at_s=RANK_STARTED_S - 3600)
+    assert not judged(legacy, record(), boot="boot-b", booted_at_s=RANK_STARTED_S + 60)
+    assert not judged(rank_owner(boot=None, started_after_s=None), record(), boot="boot-b")
+
+
+def test_a_session_id_alone_is_never_enough():
+    assert not judged(rank_owner(started_after_s=None), record())  # no start to compare with
+    assert not judged(rank_owner(), record(), started_s=RANK_STARTED_S - 10)  # older than the rank
+    assert not judged(rank_owner(), record(sid=777))
+
+
+def test_marks_need_the_launch_id_or_without_one_a_start_after_the_rank():
+    assert judged(rank_owner(), record(marks=MARKS))
+    assert not judged(rank_owner(), record(marks=MARKS | {wire.TANDEM_LAUNCH: "L0"}))
+    no_launch = rank_owner(launch=None)
+    assert judged(no_launch, record(sid=1, marks=MARKS))
+    assert not judged(no_launch, record(sid=1, marks=MARKS), started_s=RANK_STARTED_S - 10)
+
+
+def test_the_state_records_the_boot_and_every_owner_carries_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
+    deployment = make_deployment()
+    state = new_state(plan_ranks(deployment), deployment, backend="local")
+    assert state.boot_id == processes.boot_id() and state.boot_id
+    state.ranks = [RankState(rank=0, node="n0", role="leader", address="a", pid=4242, log="-")]
+    assert [o.boot for o in owners(state)] == [state.boot_id]
+
+
+def test_a_launcher_pid_alive_on_another_boot_is_an_interrupted_launch(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
+    deployment = make_deployment()
+    state = new_state(plan_ranks(deployment), deployment, backend="local")
+    assert not interrupted(state)  # its launcher (this test) runs
+    state.boot_id = "another-boot"  # the same pid and start ticks, recorded before a reboot
+    assert interrupted(state)
+    state.boot_id, state.launcher_start_ticks = processes.boot_id(), 1
+    assert interrupted(state)
+
+
+def test_a_process_identity_is_found_only_while_that_very_process_runs(cleanup):
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    cleanup.append(sleeper)
+    me = processes.ProcessIdentity.of(processes.read_process(sleeper.pid))
+    assert processes.ProcessIdentity.parse(me.text()) == me
+    assert me.find() is not None
+    assert processes.ProcessIdentity(me.pid, me.start_ticks + 1, me.boot).find() is None
+    assert processes.ProcessIdentity(me.pid, me.start_ticks, "another-boot").find() is None
+    assert processes.ProcessIdentity.parse(str(me.pid)) is None  # a bare pid is no identity
+
+
+def test_the_stop_note_says_what_each_process_waits_for():
+    main = record(pid=100, sid=100, name="vllm")
+    engine = record(pid=101, sid=100, ppid=100, name="VLLM::EngineCore")
+    worker = record(pid=102, sid=100, ppid=101, name="VLLM::Worker_TP0")
+    stuck = record(pid=103, sid=100, ppid=100, name="VLLM::Worker_TP1", state="D")
+    note = processes.waiting_note(
+        [main, engine, worker, stuck], 5.2, 30, sigterm_ignored=lambda pid: False
+    )
+    assert note.startswith("4 process(es) still shutting down, 5 s after SIGTERM (SIGKILL at 30 s")
+    assert "vllm 100 waits for its child(ren) VLLM::EngineCore 101, VLLM::Worker_TP1 103" in note
+    assert "VLLM::EngineCore 101 waits for its child(ren) VLLM::Worker_TP0 102 to exit" in note
+    assert "VLLM::Worker_TP0 102 is running its own shutdown" in note
+    assert "VLLM::Worker_TP1 103 is in uninterruptible disk or device I/O" in note
+    assert "ignores SIGTERM" in processes.waits_for(
+        worker, [worker], sigterm_ignored=lambda p: True
+    )

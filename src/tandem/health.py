@@ -19,7 +19,8 @@ progress. So a deployment is judged from four kinds of evidence:
 Each rank gets a ``Health`` (``state``, ``reason``, ``evidence``: the line that shows it), and the
 deployment one ``Verdict``, the worst that applies:
 
-- ``down``: the leader is gone or does not answer ``/health`` (or no rank runs at all);
+- ``down``: the leader is gone or does not answer ``/health`` (or no rank runs at all); when
+  its processes or log show why (a process gone, stopped, a fatal error), that is the reason;
 - ``stalled``: everything is alive but nothing moves (a process stopped, a canary past its
   deadline, counters frozen under load);
 - ``degraded``: the API answers, but a rank lost a process or logged a fatal error (requests
@@ -52,6 +53,7 @@ from pydantic import BaseModel, Field
 
 from tandem import wire
 from tandem.backends.base import Backend, ProcessFact, RankObservation, backend_for
+from tandem.backends.launch import interrupted
 from tandem.backends.state import DeploymentState, RankState
 from tandem.endpoint import Endpoint
 from tandem.errors import EndpointError
@@ -260,9 +262,30 @@ def judge(
                 f"start-up broke: {dead.health.reason}",
                 dead.health.evidence,
             )
+        if interrupted(state):
+            return verdict(
+                Verdict.DEGRADED,
+                None,
+                f"the `up` that launched it (pid {state.launcher_pid}) is gone and it never "
+                "became ready: nothing waits for it; `tandem up` clears and starts it again, "
+                "`tandem down` stops it",
+            )
         return verdict(Verdict.STARTING, None, "start-up in progress")
     if leader.health.state == "dead":
         return verdict(Verdict.DOWN, leader.rank, leader.health.reason, leader.health.evidence)
+    if not api.answers and leader.health.state in ("broken", "stalled", "error"):
+        # The process table or the log already says why /health is silent (its main process
+        # gone, say): that is the verdict, at once, with the pid; no more looks will add to it.
+        return verdict(
+            Verdict.DOWN,
+            leader.rank,
+            f"{leader.health.reason}, and the leader does not answer /health",
+            "; ".join(
+                e
+                for e in (leader.health.evidence, api.health_error or f"HTTP {api.health_status}")
+                if e
+            ),
+        )
     if not api.answers:
         leader.health = Health(
             state="not-answering",

@@ -67,3 +67,13 @@ def shielded(on_event: Callable[[str], None] = lambda text: None) -> Iterator[Hu
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def interruption(exc: BaseException) -> str | None:
+    """What a stop by signal is called in an event (``interrupted by SIGTERM``); None when
+    ``exc`` is a failure, not a signal: a Ctrl-C or a ``tandem down`` is no failed start-up."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted by Ctrl-C (SIGINT)"
+    if isinstance(exc, Interrupted):
+        return f"interrupted by {signal.Signals(exc.signum).name}"
+    return None

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 from pydantic import BaseModel, Field
 
+from tandem import ownership
 from tandem.backends import cache_roots, netns
 from tandem.backends.base import Backend, OnEvent, OnPhase, ProcessFact, backend_for
 from tandem.backends.launch import interrupted
@@ -29,17 +30,25 @@ from tandem.supervisor import stop_supervisor
 from tandem.vllm_log import BootFigures, PhaseMark
 
 
-def refuse_if_running(deployment: Deployment) -> None:
-    """Raise when a deployment of this name has a rank alive, before any preflight runs.
+def refuse_if_running(deployment: Deployment, on_event: OnEvent = lambda text: None) -> None:
+    """Raise when a deployment of this name has a rank alive, before any preflight runs; stop
+    what an interrupted launch of it left (its ``up`` killed before ready) and say so.
 
-    The preflight would otherwise report the running deployment's own ports as taken.
+    The preflight would otherwise report the running deployment's own ports as taken, and the
+    ranks a killed ``up`` left hold exactly those ports.
     """
     if deployment.name not in list_deployments():
         return
     state = load_state(deployment.name)
-    if interrupted(state):  # the backend's up clears what the killed launch left
-        return
     backend = backend_for(state.backend)
+    if interrupted(state):
+        on_event(
+            f"an earlier `up` of '{state.name}' (pid {state.launcher_pid}) was killed before "
+            "it became ready: stopping what it left, then starting afresh"
+        )
+        backend.down(state, on_event=on_event)
+        state.directory.state_file.unlink(missing_ok=True)
+        return
     if any(backend.rank_running(state, rank) for rank in state.ranks):
         raise BackendError(
             f"deployment '{state.name}' is already running at {state.endpoint}",
@@ -72,7 +81,7 @@ def up(
         CheckFailed: the preflight found at least one error; nothing was launched.
         RankFailed: a rank exited during start-up, or it timed out.
     """
-    refuse_if_running(deployment)
+    refuse_if_running(deployment, on_event)
     if preflight:
         report = run_check(deployment, on_event=on_event)
         on_report(report)
@@ -225,6 +234,8 @@ def down(
     compile caches stay (``tandem.caches``), so the next ``up`` starts warm; with
     ``purge_caches`` they are removed on every node too.
     """
+    if name is not None:
+        ownership.check_name(name)  # before anything is swept or stopped
     swept = sweep_leftovers(on_event)
     try:
         state = load_state(name)
@@ -232,11 +243,13 @@ def down(
         if swept and name is None:
             return None
         raise
-    stop_supervisor(state.name, on_event=on_event)  # or it would restart what we stop
+    if stop_supervisor(state.name, on_event=on_event):  # or it would restart what we stop
+        # A restart it was in may have launched anew (another launch id) or cleared the state.
+        state = load_state(state.name) if state.directory.state_file.exists() else state
     backend_for(state.backend).down(state, on_event=on_event)
     state.directory.state_file.unlink(missing_ok=True)
     if purge_caches:
-        purge_compile_caches(state.name, Cluster.model_validate(state.cluster), on_event=on_event)
+        purge_compile_caches(state.name, state.deployment(lenient=True).cluster, on_event=on_event)
     return state
 
 

@@ -11,8 +11,10 @@ Algorithm (one loop, every ``interval_s``):
 2. judge it with the health model (``tandem.health``): every process of every rank alive and
    running (on remote nodes too), the leader's ``/health``, forward progress under load, a
    canary completion every ``canary_interval_s`` when idle, error signatures in the rank logs;
-3. ``healthy`` or ``starting``: continue; after ``stable_s`` of health the restart count resets.
-   A leader that only misses ``/health`` gets ``health_failures`` looks before it counts;
+3. ``healthy`` or ``starting``: continue; after ``stable_s`` of health the restart count resets,
+   and after ``backoff_reset_s`` the back-off does (a fault after a healthy spell is a new
+   fault, not a crash loop). A leader that only misses ``/health`` gets ``health_failures``
+   looks before it counts; one whose process the process table shows gone counts at once;
 4. otherwise, if ``max_restarts`` restarts in a row are used up, stop every rank and exit 1;
 5. else wait the back-off (``backoff_s * backoff_factor ** attempt``, at most
    ``max_backoff_s``), stop every rank (which also removes leftovers: processes that lost their
@@ -21,8 +23,11 @@ Algorithm (one loop, every ``interval_s``):
 
 Every event is written with a UTC timestamp to ``deployments/NAME/events.log`` and passed to
 ``on_event``: the verdict, the rank, the evidence line, and how long the group took to answer
-again after the fault was seen. ``tandem down`` stops a running supervisor first
-(``stop_supervisor``), so the supervisor never fights a deliberate shutdown.
+again after the fault was seen, and why the supervisor stopped. ``tandem down`` stops a running
+supervisor first (``stop_supervisor``), so the supervisor never fights a deliberate shutdown.
+The supervisor is found again by its ``supervisor.pid`` file, which holds its
+``ProcessIdentity`` (pid, start time, boot): a file whose process is gone is stale and names
+nobody, whatever process has that pid now.
 """
 
 from __future__ import annotations
@@ -36,18 +41,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tandem.backends.base import Backend, backend_for
-from tandem.backends.processes import is_alive
+from tandem.backends.processes import ProcessIdentity, boot_time_s, read_process, started_at_s
 from tandem.backends.state import (
     DeploymentDir,
     DeploymentState,
     PhaseMark,
     load_state,
-    open_private,
-    private_dir,
 )
 from tandem.errors import StateError, TandemError
+from tandem.files import append_line, private_dir, write_text
 from tandem.health import Assessment, ProgressTracker, Verdict, assess
+from tandem.interrupts import interruption
 from tandem.rankplan import plan_ranks
+
+BACKOFF_RESET_S = 120.0
+"""Healthy this long and the back-off starts over: faults minutes apart are unrelated, and only
+a group that breaks again soon after its restart (a crash loop) should wait longer each time."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,8 @@ class SupervisorPolicy:
     backoff_factor: float = 2.0
     """Each further restart waits this many times longer."""
     max_backoff_s: float = 300.0
+    backoff_reset_s: float = BACKOFF_RESET_S
+    """Healthy this long and the next restart waits ``backoff_s`` again."""
     health_failures: int = 3
     """Consecutive failed ``/health`` requests that count as "the leader stopped answering"."""
     stable_s: float = 600.0
@@ -94,8 +105,7 @@ class EventLog:
     def __call__(self, text: str) -> None:
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         private_dir(self.path.parent)
-        with open_private(self.path, "a") as handle:
-            handle.write(f"{stamp}  {text}\n")
+        append_line(self.path, f"{stamp}  {text}", private=True)
         self.on_event(text)
 
 
@@ -167,14 +177,18 @@ def supervise(
     """
     log = EventLog(name, on_event)
     pid_file = DeploymentDir.of(name).supervisor_pid
-    pid_file.parent.mkdir(parents=True, exist_ok=True)
-    pid_file.write_text(str(os.getpid()))
+    me = ProcessIdentity.current()
+    private_dir(pid_file.parent)
+    write_text(pid_file, me.text() + "\n", private=True)
     restarts, last_restart, misses = 0, clock(), 0
+    step, healthy_since = 0, None  # the back-off's exponent; since when the group is healthy
     tracker = ProgressTracker(clock=clock)
     last_canary = -float("inf")
     log(
-        f"supervising '{name}': every {policy.interval_s:g} s, at most {policy.max_restarts} "
-        f"restart(s) in a row, back-off {policy.backoff_s:g} s x{policy.backoff_factor:g}"
+        f"supervising '{name}' (pid {me.pid}): every {policy.interval_s:g} s, at most "
+        f"{policy.max_restarts} restart(s) in a row, back-off {policy.backoff_s:g} s "
+        f"x{policy.backoff_factor:g} (back to {policy.backoff_s:g} s after "
+        f"{policy.backoff_reset_s:g} s healthy)"
     )
     try:
         while not should_stop():
@@ -205,6 +219,10 @@ def supervise(
                 )
             if report.api.canary != "skipped":
                 last_canary = clock()
+            if report.verdict is not Verdict.HEALTHY:
+                healthy_since = None
+            elif healthy_since is None:
+                healthy_since = clock()
             only_health = (
                 report.verdict is Verdict.DOWN
                 and report.rank is not None
@@ -217,6 +235,13 @@ def supervise(
                 if restarts and clock() - last_restart >= policy.stable_s:
                     log(f"healthy for {policy.stable_s:g} s: the restart count starts over")
                     restarts = 0
+                healthy_s = clock() - healthy_since if healthy_since is not None else 0.0
+                if step and healthy_s >= policy.backoff_reset_s:
+                    log(
+                        f"healthy for {policy.backoff_reset_s:g} s: the next restart waits "
+                        f"{policy.backoff_s:g} s again"
+                    )
+                    step = 0
                 sleep(policy.interval_s)
                 continue
             seen_at = clock()
@@ -230,8 +255,8 @@ def supervise(
                 state.ready = False
                 state.save()
                 return 1
-            delay = backoff_delay(policy, restarts)
-            restarts += 1
+            delay = backoff_delay(policy, step)
+            restarts, step = restarts + 1, step + 1
             log(
                 f"restart {restarts}/{policy.max_restarts} in {delay:g} s: stopping every rank, "
                 "then starting workers first, then the leader"
@@ -258,38 +283,104 @@ def supervise(
             except TandemError as exc:
                 log(f"restart {restarts} failed: {exc.message}")
             last_restart = clock()
+        log("the supervisor stops: asked to")
         return 0
+    except BaseException as exc:
+        log(f"the supervisor stops: {interruption(exc) or f'{type(exc).__name__}: {exc}'}")
+        raise
     finally:
-        if pid_file.exists() and pid_file.read_text().strip() == str(os.getpid()):
-            pid_file.unlink()
+        if ProcessIdentity.parse(_read(pid_file)) == me:
+            pid_file.unlink(missing_ok=True)
 
 
-def supervisor_pid(name: str) -> int | None:
-    """The pid of the supervisor of ``name`` running on this machine, if one runs."""
-    path = DeploymentDir.of(name).supervisor_pid
+def _read(path: Path) -> str:
     try:
-        pid = int(path.read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError):
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def running_supervisor(
+    name: str, *, on_event: Callable[[str], None] = lambda text: None
+) -> ProcessIdentity | None:
+    """The supervisor of ``name`` running on this machine, if its ``supervisor.pid`` proves it.
+
+    The file holds the supervisor's identity (pid, start time, boot): it names that process only
+    while that very process runs. A file an older tandem wrote holds a bare pid; it counts when
+    that process runs ``supervise``, was started on this boot and before the file was written.
+    Anything else is stale: ``on_event`` says so, and the file is removed, never its pid
+    signalled.
+    """
+    path = DeploymentDir.of(name).supervisor_pid
+    text = _read(path).strip()
+    if not text:
         return None
-    return pid if is_alive(pid) and b"tandem" in cmdline else None
+    identity = ProcessIdentity.parse(text)
+    if identity is None and text.isdigit():
+        identity = _legacy_identity(int(text), path)
+    if identity is not None and identity.find() is not None:
+        return identity
+    on_event(
+        f"{path.name} names pid {text.split()[0]}, which is no supervisor of '{name}' now "
+        "(it exited; the pid may be another process's): not signalled, stale file removed"
+    )
+    path.unlink(missing_ok=True)
+    return None
+
+
+def _legacy_identity(pid: int, path: Path) -> ProcessIdentity | None:
+    """The identity of the supervisor a bare-pid file (an older tandem's) names, if it runs."""
+    process = read_process(pid)
+    try:
+        written = path.stat().st_mtime
+    except OSError:
+        return None
+    if (
+        process is None
+        or "supervise" not in process.cmdline
+        or written < boot_time_s()
+        or started_at_s(process) > written + 30  # start times from btime drift by seconds
+    ):
+        return None
+    return ProcessIdentity.of(process)
 
 
 def stop_supervisor(
-    name: str, *, timeout_s: float = 120.0, on_event: Callable[[str], None] = lambda text: None
+    name: str,
+    *,
+    timeout_s: float = 120.0,
+    resend_s: float = 5.0,
+    on_event: Callable[[str], None] = lambda text: None,
 ) -> bool:
     """Stop the supervisor of ``name`` (SIGTERM, then wait); True if one was running.
 
-    A supervisor in the middle of a restart stops the ranks it started before it exits.
+    Only the process ``supervisor.pid`` proves to be it is signalled (``running_supervisor``).
+    The request goes into the deployment's ``events.log``, before the supervisor's own "stops"
+    line. A supervisor in the middle of a restart stops the ranks it started before it exits.
+    SIGTERM is sent again every ``resend_s``: one that lands while the supervisor stops ranks
+    only hurries that stop (``tandem.interrupts.shielded``), the next one ends it.
     """
-    pid = supervisor_pid(name)
-    if pid is None:
+    supervisor = running_supervisor(name, on_event=on_event)
+    if supervisor is None:
         return False
-    on_event(f"stopping the supervisor (pid {pid})")
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and is_alive(pid):
+    log = EventLog(name, on_event)
+    log(f"`tandem down` (pid {os.getpid()}) stops the supervisor (pid {supervisor.pid})")
+    deadline, resend_at = time.monotonic() + timeout_s, 0.0
+    while time.monotonic() < deadline and supervisor.find() is not None:
+        if time.monotonic() >= resend_at:
+            _signal(supervisor, signal.SIGTERM)
+            resend_at = time.monotonic() + resend_s
         time.sleep(0.2)
-    if is_alive(pid):
-        os.kill(pid, signal.SIGKILL)
+    if supervisor.find() is not None:
+        log(f"the supervisor (pid {supervisor.pid}) did not stop in {timeout_s:g} s: SIGKILL")
+        _signal(supervisor, signal.SIGKILL)
     return True
+
+
+def _signal(process: ProcessIdentity, sig: signal.Signals) -> None:
+    if process.find() is None:
+        return
+    try:
+        os.kill(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -67,6 +67,17 @@ def test_cold_on_every_rank_is_fine_and_said(tmp_path: Path):
     assert findings.message.startswith("compile caches cold on every rank")
 
 
+def test_an_eager_deployment_is_not_promised_compiled_graphs(tmp_path: Path):
+    deployment = seed_deployment(engine__serve__enforce_eager=True)
+    facts = {n: facts_with_cache(n, tmp_path / n) for n in ("spark-101", "spark-102")}
+    (finding,) = [
+        f
+        for f in evaluate(CheckContext(deployment=deployment, facts=facts))
+        if f.rule == "cache-parity"
+    ]
+    assert "enforce_eager is on" in finding.message and "loads compiled" not in finding.message
+
+
 def test_the_same_compiled_graphs_on_every_rank_are_one_key(tmp_path: Path):
     compiled(tmp_path / "spark-101", 0)
     compiled(tmp_path / "spark-102", 1)

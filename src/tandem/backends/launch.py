@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from tandem import wire
-from tandem.backends.processes import read_process
+from tandem.backends.processes import ProcessIdentity
 from tandem.backends.state import DeploymentState, RankState
 from tandem.rankplan import RankPlan, RankSpec, Role
 from tandem.readiness import Readiness, WatchedRank, wait_ready
@@ -52,10 +52,11 @@ def new_state(
     deployment: Deployment,
     *,
     backend: str,
-    network: dict | None = None,
     run_dir: str | None = None,
 ) -> DeploymentState:
-    """The state of a deployment about to launch, with the resolved recipe and cluster."""
+    """The state of a deployment about to launch, with the resolved recipe and cluster, this
+    launch's id, and the command and boot that launch it (``tandem.backends.processes``)."""
+    me = ProcessIdentity.current()
     return DeploymentState(
         name=deployment.name,
         backend=backend,
@@ -63,27 +64,31 @@ def new_state(
         cluster=deployment.cluster.model_dump(mode="json"),
         endpoint=plan.endpoint,
         model=plan.model,
-        network=network or {},
         run_dir=run_dir,
         launch_id=secrets.token_hex(8),
-        launcher_pid=os.getpid(),
-        launcher_start_ticks=me.start_ticks if (me := read_process(os.getpid())) else None,
+        launcher_pid=me.pid,
+        launcher_start_ticks=me.start_ticks,
+        boot_id=me.boot,
     )
 
 
+def launcher(state: DeploymentState) -> ProcessIdentity | None:
+    """The command that launched it (``up``, or a supervisor's restart), as recorded."""
+    if state.launcher_pid is None or state.launcher_start_ticks is None:
+        return None
+    return ProcessIdentity(state.launcher_pid, state.launcher_start_ticks, state.boot_id)
+
+
 def interrupted(state: DeploymentState) -> bool:
-    """Its launch never became ready and the command that launched it is gone (killed).
+    """Its launch never became ready and the command that launched it is gone (killed, or the
+    machine rebooted): a live process that merely has its pid now does not count.
 
     What such a launch left is no deployment to protect: the next ``up`` clears it.
     """
     if state.ready or state.launcher_pid is None:
         return False
-    launcher = read_process(state.launcher_pid)
-    return (
-        launcher is None
-        or not launcher.alive
-        or (launcher.start_ticks != state.launcher_start_ticks)
-    )
+    recorded = launcher(state)
+    return recorded is None or recorded.find() is None
 
 
 def record_rank(

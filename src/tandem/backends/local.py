@@ -8,14 +8,16 @@ pinned per rank exactly as on separate hosts; otherwise all ranks share loopback
 
 1. remove what killed commands left (``netns.sweep_orphans``); refuse if the deployment is
    already running; clear what a dead earlier run of it left;
-2. record state, then build the network (netns isolation only);
+2. record state, then build the network (netns isolation only) and record it once built, so a
+   refused network (a clash with another one) is never "removed" by the cleanup;
 3. start the workers, then the leader, each in its own session and process group, with its log
    file, its own TMPDIR (vLLM leaves sockets and file stores there), the rank's environment
    and the launch's marks (``tandem.backends.processes``);
 4. wait for readiness (``tandem.readiness``), recording phases as reached; then record each
    rank's processes, the base the health model (``tandem.health``) compares against;
 5. on failure or a signal stop every rank and remove the network (a second Ctrl-C hurries that,
-   ``tandem.interrupts``), forget the state unless something survived, then raise the cause.
+   ``tandem.interrupts``), forget the state unless something survived, then raise the cause;
+   the event says which it was (``start-up failed``, ``interrupted by SIGTERM``).
 
 The processes outlive the command; ``status``, ``logs`` and ``down`` find them from the state.
 """
@@ -50,12 +52,11 @@ from tandem.backends.state import (
     RankState,
     list_deployments,
     load_state,
-    open_private,
-    private_dir,
     state_root,
 )
 from tandem.errors import BackendError
-from tandem.interrupts import Hurry, shielded
+from tandem.files import open_private, private_dir
+from tandem.interrupts import Hurry, interruption, shielded
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import LogTail, Readiness
 from tandem.spec.cluster import LocalIsolation
@@ -203,20 +204,20 @@ def up(
     directory = DeploymentDir.of(name)
     run_dir = directory.run_dir
     log_dir = directory.logs
-    shutil.rmtree(run_dir, ignore_errors=True)
+    try:
+        directory.clear_run_dir()
+    except OSError as exc:
+        raise BackendError(
+            f"cannot clear the ranks' run folder {run_dir}: {exc}",
+            hint="remove it by hand; another user's files may be in it",
+        ) from exc
     private_dir(run_dir)
     private_dir(log_dir)
     for old in directory.rank_logs():  # logs/restart-N/ of a supervisor stay
         old.unlink()
 
     network = netns.network_plan(name, deployment.cluster) if use_netns else None
-    state = new_state(
-        plan,
-        deployment,
-        backend="local",
-        network=network.model_dump() if network else {},
-        run_dir=str(run_dir),
-    )
+    state = new_state(plan, deployment, backend="local", run_dir=str(run_dir))
     state.save()
     launched: list[LaunchedRank] = []
     try:
@@ -227,6 +228,8 @@ def up(
                 + ", ".join(f"{n.netns} {n.interface} {n.address}" for n in network.nodes)
             )
             netns.create(network, state_file=directory.state_file, purpose=f"up of '{name}'")
+            state.network = network.model_dump()
+            state.save()
         for rank, argv in commands:
             log_path = directory.rank_log(rank.rank)
             with open_private(log_path, "ab") as log:
@@ -256,9 +259,10 @@ def up(
             plan, deployment, launched, state, timeout_s=timeout_s, on_phase=on_phase
         )
         _record_processes(state)
-    except BaseException:
+    except BaseException as exc:
         with shielded(on_event) as hurry:
-            on_event("start-up failed: stopping every rank")
+            if state.ranks:
+                on_event(f"{interruption(exc) or 'start-up failed'}: stopping every rank")
             if not _release(state, on_event=on_event, hurry=hurry):
                 directory.state_file.unlink(missing_ok=True)  # no phantom deployment
         raise
@@ -272,6 +276,7 @@ def owners(state: DeploymentState) -> list[processes.RankOwner]:
             deployment=state.name,
             rank=r.rank,
             launch=state.launch_id,
+            boot=state.boot_id,
             session=r.pid,
             started_after_s=r.started_at.timestamp() if r.started_at else None,
             netns=r.netns_inode,
@@ -315,7 +320,8 @@ def _release(
         on_progress=on_event,
         hurry=hurry,
     )
-    on_event(f"stopped {len(state.ranks)} rank(s) of '{state.name}'")
+    if state.ranks:
+        on_event(f"stopped {len(state.ranks)} rank(s) of '{state.name}'")
     leftovers = [f"process {p.pid} ({p.name}) survived SIGKILL" for p in survivors]
     if state.network:
         plan = netns.NetworkPlan.model_validate(state.network)
@@ -324,7 +330,10 @@ def _release(
     # Only the run dir this deployment's own state folder maps to: never a path state.json names.
     run_dir = state.directory.run_dir
     if state.run_dir and Path(state.run_dir) == run_dir:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        try:
+            state.directory.clear_run_dir()
+        except OSError as exc:
+            leftovers.append(f"run folder {run_dir}: {exc}")
     return leftovers
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from tandem import files
 from tandem.backends.processes import read_process
 from tandem.errors import BackendError
 from tandem.interrupts import shielded
@@ -178,9 +179,7 @@ def _write_ledger(plan: NetworkPlan, state_file: Path | None, purpose: str) -> N
         purpose=purpose,
     )
     LEDGER_DIR.mkdir(parents=True, exist_ok=True)
-    tmp = _ledger_path(plan).with_suffix(".tmp")
-    tmp.write_text(entry.model_dump_json())
-    tmp.replace(_ledger_path(plan))
+    files.write_json(_ledger_path(plan), entry)
 
 
 def ledger() -> list[LedgerEntry]:

@@ -13,6 +13,12 @@ every process is the deployment's by construction (``tandem.backends.netns``).
 So ``down`` finds every process of a rank even when the rank's main process is already dead, and
 touches nothing it does not own: a process with the same deployment name from another
 ``TANDEM_HOME``, another launch or another user lacks the launch id.
+
+A pid is never enough. Pids and sessions are reused, and after a reboot every one of them
+belongs to someone else, so the state records the machine's boot id
+(``/proc/sys/kernel/random/boot_id``) at launch and nothing of another boot is ever owned. A
+single process tandem must find again later (the supervisor, the ``up`` that launched) is
+recorded as a ``ProcessIdentity``: its pid, its start time and the boot.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from tandem.interrupts import Hurry
 
 _PROC = Path("/proc")
 _TICKS = os.sysconf("SC_CLK_TCK")
+_BOOT_ID = _PROC / "sys" / "kernel" / "random" / "boot_id"
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,66 @@ def started_at_s(process: Process) -> float:
     return boot_time_s() + process.start_ticks / _TICKS
 
 
+@functools.cache
+def boot_id() -> str | None:
+    """This boot's random id (a new one at every boot), None where the kernel hides it."""
+    try:
+        return _BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """One process for good: a pid is reused, its pid with its start time on one boot is not.
+
+    Usage:
+        me = ProcessIdentity.current(); ...; me.find()  # None once that process is gone
+    """
+
+    pid: int
+    start_ticks: int
+    """Clock ticks after boot; two processes of one boot never share pid and start."""
+    boot: str | None
+    """The boot id; None where it was not recorded (then pid and start time must do)."""
+
+    @classmethod
+    def of(cls, process: Process) -> ProcessIdentity:
+        return cls(pid=process.pid, start_ticks=process.start_ticks, boot=boot_id())
+
+    @classmethod
+    def current(cls) -> ProcessIdentity:
+        """This process."""
+        me = read_process(os.getpid())
+        return cls(pid=os.getpid(), start_ticks=me.start_ticks if me else 0, boot=boot_id())
+
+    def text(self) -> str:
+        """``PID START_TICKS BOOT_ID``, one line, as a pid file holds it."""
+        return f"{self.pid} {self.start_ticks} {self.boot or '-'}"
+
+    @classmethod
+    def parse(cls, text: str) -> ProcessIdentity | None:
+        """The identity ``text`` holds, None if it is no such line (a bare pid is none)."""
+        words = text.split()
+        if len(words) != 3 or not (words[0].isdigit() and words[1].isdigit()):
+            return None
+        return cls(int(words[0]), int(words[1]), None if words[2] == "-" else words[2])
+
+    def find(
+        self,
+        *,
+        read: Callable[[int], Process | None] = read_process,
+        this_boot: Callable[[], str | None] = boot_id,
+    ) -> Process | None:
+        """The process while it still runs; None once it is gone, whoever has its pid now."""
+        if self.boot is not None and self.boot != this_boot():
+            return None
+        process = read(self.pid)
+        if process is None or not process.alive or process.start_ticks != self.start_ticks:
+            return None
+        return process
+
+
 def netns_inode(pid: int) -> str | None:
     """The network namespace a process is in (``net:[4026532250]``), None if unreadable."""
     try:
@@ -141,17 +208,38 @@ def netns_inode(pid: int) -> str | None:
 
 @dataclass(frozen=True)
 class RankOwner:
-    """What tells the processes of one launched rank apart from every other process."""
+    """What tells the processes of one launched rank apart from every other process.
+
+    Nothing of another boot is owned: the rank's processes died with it, and its pids and its
+    session id now name others. On the launch's boot a process is the rank's when it carries the
+    rank's marks and the launch id, or, with no marks readable, when it is in the rank's session,
+    started after the rank and (netns) runs in the rank's namespace. A state written before
+    launch ids existed owns marked processes only when they started after the rank; one written
+    before boot ids existed counts as this boot's only when the rank started after this boot.
+    """
 
     deployment: str
     rank: int
     launch: str | None
     """The launch id of its ``up``; None for a state written before launch ids existed."""
+    boot: str | None = None
+    """The boot id at launch; None for a state written before boot ids were recorded."""
     session: int | None = None
     """The pid of the rank's first process, which led its session."""
     started_after_s: float | None = None
     netns: str | None = None
     """Inode of the rank's namespace when it runs in one that ``up`` made."""
+
+    def on_this_boot(
+        self,
+        *,
+        this_boot: Callable[[], str | None] = boot_id,
+        booted_at_s: Callable[[], float] = boot_time_s,
+    ) -> bool:
+        """The rank was launched since this machine last booted."""
+        if self.boot is not None:
+            return self.boot == this_boot()
+        return self.started_after_s is not None and self.started_after_s >= booted_at_s()
 
     def owns(
         self,
@@ -159,16 +247,23 @@ class RankOwner:
         *,
         netns_of: Callable[[int], str | None] = netns_inode,
         started: Callable[[Process], float] = started_at_s,
+        this_boot: Callable[[], str | None] = boot_id,
+        booted_at_s: Callable[[], float] = boot_time_s,
     ) -> bool:
+        if not self.on_this_boot(this_boot=this_boot, booted_at_s=booted_at_s):
+            return False
+        started_after = self.started_after_s is not None and (
+            started(process) >= self.started_after_s - 1
+        )
         marks = process.marks
         if marks.get(wire.TANDEM_DEPLOYMENT) == self.deployment and (
             marks.get(wire.TANDEM_RANK) == str(self.rank)
         ):
-            return self.launch is None or marks.get(wire.TANDEM_LAUNCH) == self.launch
-        if marks or self.session is None or process.sid != self.session:
-            return False  # marked for something else, or no session to recognise it by
-        if self.started_after_s is not None and started(process) < self.started_after_s - 1:
-            return False
+            if self.launch is None:
+                return started_after
+            return marks.get(wire.TANDEM_LAUNCH) == self.launch
+        if marks or self.session is None or process.sid != self.session or not started_after:
+            return False  # marked for something else, or nothing but a session id to go by
         return self.netns is None or netns_of(process.pid) == self.netns
 
 
@@ -236,12 +331,17 @@ def stop(
     only processes that ignore SIGTERM are left (multiprocessing's resource tracker), after
     ``orphan_grace_s`` when only orphans of a dead main process are left (a vLLM worker whose
     parent was killed does not act on SIGTERM), after ``grace_s``, or when ``hurry`` is
-    requested; a progress line names what is still running every 5 s.
+    requested. It says what it does, so a clean shutdown of a few seconds does not read like a
+    hang: what got SIGTERM and for how long, then every 5 s what each process still waits for.
     """
     hurry = hurry or Hurry()
     targets = find()
     if not targets:
         return []
+    on_progress(
+        f"SIGTERM to {len(targets)} process(es) ({_named(targets)}): waiting for them to shut "
+        f"down, at most {grace_s:g} s, then SIGKILL (Ctrl-C: SIGKILL now)"
+    )
     # A group is signalled only while one of its members is ours: a pgid whose members are all
     # gone may be reused by an unrelated process.
     groups = sorted({p.pgid for p in targets} & set(groups))
@@ -259,11 +359,7 @@ def stop(
         ):
             break
         if clock() >= next_note:
-            on_progress(
-                f"waiting for {len(left)} process(es) to exit after SIGTERM: "
-                + ", ".join(f"{p.name} {p.pid}" for p in left[:6])
-                + f" ({clock() - started:.0f}/{grace_s:.0f} s; Ctrl-C kills them now)"
-            )
+            on_progress(waiting_note(left, clock() - started, grace_s))
             next_note += 5
         sleep(0.2)
     left = find()
@@ -271,7 +367,7 @@ def stop(
         if not all(p.ignores_term for p in left):
             on_progress(
                 f"sending SIGKILL to {len(left)} process(es) after "
-                f"{clock() - started:.1f} s: " + ", ".join(f"{p.name} {p.pid}" for p in left[:6])
+                f"{clock() - started:.1f} s: {_named(left)}"
             )
         for pgid in groups:
             _signal_group(pgid, signal.SIGKILL)
@@ -281,6 +377,64 @@ def stop(
     while clock() < deadline and (left := find()):
         sleep(0.1)
     return left
+
+
+def _named(processes: list[Process], most: int = 6) -> str:
+    more = len(processes) - most
+    return ", ".join(f"{p.name} {p.pid}" for p in processes[:most]) + (
+        f" and {more} more" if more > 0 else ""
+    )
+
+
+def ignores_sigterm(pid: int) -> bool:
+    """SIGTERM is ignored by the process (``SigIgn`` of ``/proc/PID/status``): only SIGKILL ends
+    it."""
+    try:
+        for line in (_PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def waits_for(
+    process: Process,
+    left: list[Process],
+    *,
+    sigterm_ignored: Callable[[int], bool] = ignores_sigterm,
+) -> str:
+    """What ``process``, sent SIGTERM, still waits for before it exits (from ``/proc``)."""
+    children = [p for p in left if p.ppid == process.pid]
+    if process.ignores_term:
+        return "ignores SIGTERM by design (multiprocessing's resource tracker): killed at the end"
+    if sigterm_ignored(process.pid):
+        return "ignores SIGTERM: SIGKILL at the end of the grace"
+    if process.stopped:
+        return "is stopped by a signal or a tracer"
+    if children:
+        return f"waits for its child(ren) {_named(children, 3)} to exit"
+    if process.state == "D":
+        return "is in uninterruptible disk or device I/O"
+    return "is running its own shutdown"
+
+
+def waiting_note(
+    left: list[Process],
+    elapsed_s: float,
+    grace_s: float,
+    *,
+    sigterm_ignored: Callable[[int], bool] = ignores_sigterm,
+) -> str:
+    """The progress line of a stop: how long it has waited, and for what, process by process."""
+    shown = "; ".join(
+        f"{p.name} {p.pid} {waits_for(p, left, sigterm_ignored=sigterm_ignored)}" for p in left[:6]
+    )
+    more = f"; and {len(left) - 6} more" if len(left) > 6 else ""
+    return (
+        f"{len(left)} process(es) still shutting down, {elapsed_s:.0f} s after SIGTERM "
+        f"(SIGKILL at {grace_s:g} s, or now on Ctrl-C): {shown}{more}"
+    )
 
 
 def _still_running(processes: list[Process]) -> list[Process]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from tandem import files
 from tandem.backends.base import ProcessFact, RankObservation
 from tandem.backends.launch import (
     await_ready,
@@ -48,11 +49,10 @@ from tandem.backends.state import (
     RankState,
     list_deployments,
     load_state,
-    open_private,
-    private_dir,
 )
 from tandem.backends.sync import image_probe
 from tandem.errors import BackendError, SSHError
+from tandem.interrupts import interruption
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import Readiness
 from tandem.redact import Redactor
@@ -77,8 +77,10 @@ def runtime_for(cluster: Cluster, recipe: Recipe) -> Runtimes:
 
 
 def _state_runtime(state: DeploymentState) -> tuple[Cluster, Runtimes]:
-    cluster = Cluster.model_validate(state.cluster)
-    return cluster, runtime_for(cluster, Recipe.model_validate(state.recipe))
+    """The cluster and runtime a deployment was launched with, read leniently: an old state
+    whose recipe today's checks refuse must still be stopped, watched and bundled."""
+    deployment = state.deployment(lenient=True)
+    return deployment.cluster, runtime_for(deployment.cluster, deployment.recipe)
 
 
 class RemoteLog:
@@ -205,7 +207,7 @@ class SSHBackend:
             deployment = Deployment(recipe=recipe, cluster=cluster)
         if name in list_deployments():
             on_event(f"replacing the record of a stopped earlier run of '{name}'")
-        private_dir(DeploymentDir.of(name).logs)
+        files.private_dir(DeploymentDir.of(name).logs)
         state = new_state(plan, deployment, backend=self.name)
         state.save()
         watched: list[RemoteLog] = []
@@ -245,8 +247,8 @@ class SSHBackend:
                 plan, deployment, watched, state, timeout_s=timeout_s, on_phase=on_phase
             )
             self._record_processes(state, watched)
-        except BaseException:
-            on_event("start-up failed: stopping every rank on every node")
+        except BaseException as exc:
+            on_event(f"{interruption(exc) or 'start-up failed'}: stopping every rank on every node")
             self._stop_all(state, on_event=on_event)
             raise
         return state, readiness
@@ -352,7 +354,7 @@ class SSHBackend:
         cluster, runtime = _state_runtime(state)
         ssh = OpenSSH.for_cluster(cluster)
         targets = _targets(cluster)
-        private_dir(state.directory.logs)
+        files.private_dir(state.directory.logs)
         results = ssh.run_all(
             {
                 r.rank: (
@@ -366,8 +368,9 @@ class SSHBackend:
         )
         redactor = Redactor.for_caller()
         for rank, result in results.items():
-            with open_private(state.directory.rank_log(rank), "w") as handle:
-                handle.write(redactor.text(result.stdout))
+            files.write_text(
+                state.directory.rank_log(rank), result.stdout, redactor=redactor, private=True
+            )
 
     def down(self, state: DeploymentState, *, on_event=lambda text: None) -> None:
         try:
@@ -452,7 +455,7 @@ class SSHBackend:
             what = (
                 f"{runtime.options.docker_command} version --format "
                 "'docker {{.Server.Version}}' 2>&1; echo image "
-                f"'{Recipe.model_validate(state.recipe).engine.image}'"
+                f"'{state.deployment(lenient=True).recipe.engine.image}'"
             )
         else:
             # The version from the package metadata beside the vllm script: `vllm --version`

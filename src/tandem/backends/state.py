@@ -18,23 +18,28 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
+from tandem import files, ownership
 from tandem.errors import StateError
-from tandem.redact import Redactor
+from tandem.files import private_dir
+from tandem.jsonfiles import validation_text
+from tandem.redact import Redactor, redact_text
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
 from tandem.spec.recipe import Recipe
+from tandem.spec.saved import as_saved
 from tandem.vllm_log import BootFigures, PhaseMark
 
 SCHEMA_VERSION = 1
+_log = logging.getLogger("tandem.state")
 
 
 def state_root() -> Path:
@@ -51,7 +56,13 @@ class DeploymentDir:
 
     @classmethod
     def of(cls, name: str) -> DeploymentDir:
-        return cls(state_root() / "deployments" / name)
+        """The folder of deployment ``name``, which must pass the recipe's name rule: a name
+        is where every command's path starts, so ``..`` or ``/x`` never becomes one.
+
+        Raises:
+            SpecError: ``name`` is not a deployment name.
+        """
+        return cls(state_root() / "deployments" / ownership.check_name(name))
 
     @property
     def state_file(self) -> Path:
@@ -87,6 +98,16 @@ class DeploymentDir:
         directly in the system temp dir."""
         tag = hashlib.sha1(str(self.path.resolve()).encode()).hexdigest()[:10]
         return Path(tempfile.gettempdir()) / f"tandem-{tag}"
+
+    def clear_run_dir(self) -> None:
+        """Remove the ranks' TMPDIR, and only it: a link planted at its name that leads out of
+        the system temp dir is refused (``tandem.ownership``).
+
+        Raises:
+            NotOwned: the run dir resolves outside the temp dir.
+            OSError: a file in it could not be removed.
+        """
+        ownership.remove_tree(self.run_dir, root=Path(tempfile.gettempdir()))
 
 
 class ProcessRecord(BaseModel):
@@ -148,44 +169,67 @@ class DeploymentState(BaseModel):
         "was interrupted.",
     )
     launcher_start_ticks: int | None = None
+    boot_id: str | None = Field(
+        default=None,
+        description="This machine's boot id at launch (`/proc/sys/kernel/random/boot_id`): "
+        "a pid or session recorded on another boot names someone else's process now.",
+    )
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    _warned: set[str] = PrivateAttr(default_factory=set)
+    """The parts (recipe, cluster) read leniently and warned about once already."""
 
     @property
     def directory(self) -> DeploymentDir:
         return DeploymentDir.of(self.name)
 
-    def deployment(self) -> Deployment:
-        """The deployment this state was launched from (resolved recipe and cluster)."""
-        return Deployment(
-            recipe=Recipe.model_validate(self.recipe), cluster=Cluster.model_validate(self.cluster)
-        )
+    def deployment(self, *, lenient: bool = False) -> Deployment:
+        """The deployment this state was launched from (resolved recipe and cluster).
+
+        ``lenient`` is for the commands that stop, watch or bundle what already runs: a recipe
+        or cluster that today's validators refuse (saved by an older tandem) is read as saved
+        (``tandem.spec.saved``), with a warning on stderr, so an old deployment can always be
+        stopped. Without it (a relaunch) such a state is refused.
+
+        Raises:
+            StateError: not ``lenient``, and the saved recipe or cluster fails today's checks.
+        """
+        where = str(self.directory.state_file)
+        if not lenient:
+            try:
+                return Deployment(
+                    recipe=Recipe.model_validate(self.recipe),
+                    cluster=Cluster.model_validate(self.cluster),
+                )
+            except ValidationError as exc:
+                raise StateError(
+                    f"the saved recipe or cluster fails today's checks: {validation_text(exc)}",
+                    file=where,
+                    hint=f"stop it with `tandem down {self.name}`, fix the recipe or cluster, "
+                    "and launch it again with `tandem up`",
+                ) from exc
+        recipe, recipe_refused = as_saved(Recipe, self.recipe)
+        cluster, cluster_refused = as_saved(Cluster, self.cluster)
+        for part, refused in (("recipe", recipe_refused), ("cluster", cluster_refused)):
+            if refused and part not in self._warned:
+                self._warned.add(part)
+                _log.warning(
+                    redact_text(
+                        f"warning: {where}: the saved {part} fails today's checks ({refused}); "
+                        "read as saved to stop, watch or bundle it; launch it again to fix it"
+                    )
+                )
+        return Deployment.model_construct(recipe=recipe, cluster=cluster)
 
     def save(self) -> None:
         """Write atomically (a reader never sees half a file), private to the user (folder
-        0700, file 0600), and through the one redaction path (``tandem.redact``)."""
+        0700, file 0600), through the one writing path (``tandem.files``); the recipe's and
+        cluster's secret names are hidden too (``HF_TOKEN: ...`` of an old state)."""
         path = self.directory.state_file
         private_dir(path.parent)
-        tmp = path.with_suffix(".tmp")
-        data = Redactor.for_caller().data(self.model_dump(mode="json"))
-        with open_private(tmp, "w") as handle:
-            handle.write(json.dumps(data, indent=2))
-        tmp.replace(path)
-
-
-def private_dir(path: Path) -> Path:
-    """``path`` as a folder only its owner can enter (0700), created with its parents."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.chmod(0o700)
-    return path
-
-
-def open_private(path: Path, mode: str = "a") -> IO:
-    """Open ``path`` for writing (``w``, ``a``, ``ab``...), created mode 0600 if new, and made
-    0600 if it was not."""
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC)
-    handle = os.fdopen(os.open(path, flags, 0o600), mode)
-    os.chmod(path, 0o600)
-    return handle
+        redactor = Redactor.for_caller()
+        files.write_json(
+            path, redactor.data(self.model_dump(mode="json")), redactor=redactor, private=True
+        )
 
 
 def list_deployments() -> list[str]:

@@ -15,12 +15,12 @@ from tandem.backends.state import list_deployments, load_state
 from tandem.check import CheckReport
 from tandem.cli.check import show_preflight, show_skipped_preflight
 from tandem.cli.options import (
-    POSITIVE,
     FloatIn,
     api_key_option,
     cluster_option,
     machine_deployment,
     recipe_argument,
+    startup_timeout_option,
 )
 from tandem.cli.supervise import run_supervisor
 from tandem.endpoint import Endpoint
@@ -45,12 +45,7 @@ def _show_phase(mark: PhaseMark) -> None:
 @click.command("up")
 @recipe_argument
 @cluster_option
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=POSITIVE,
-    help="Start-up limit in seconds. Default: the recipe's timeouts.startup_s.",
-)
+@startup_timeout_option
 @click.option("--dry-run", is_flag=True, help="Print what would run, start nothing.")
 @click.option(
     "--skip-checks",
@@ -129,6 +124,8 @@ def up_command(
             "recompiled": "vLLM could not load its compile cache; kernel caches reused",
         }
         console.print(f"  start: {boot.compile_cache} ({said.get(boot.compile_cache, '')}){init}")
+    elif deployment.recipe.engine.serve.enforce_eager:
+        console.print("  start: eager (enforce_eager: no torch.compile, no compile cache to warm)")
     if boot.kv_cache_tokens:
         console.print(
             f"  KV cache: {boot.kv_cache_tokens:,} tokens, "

@@ -10,21 +10,30 @@ from rich.console import Console
 
 from tandem.backends.state import load_state
 from tandem.cli.options import NOT_NEGATIVE, POSITIVE
-from tandem.supervisor import SupervisorPolicy, supervise
+from tandem.interrupts import Interrupted, raise_on_termination
+from tandem.supervisor import BACKOFF_RESET_S, SupervisorPolicy, supervise
 
 console = Console(highlight=False)
 
 
-def _exit_on_term(signum, frame) -> None:
-    raise SystemExit(0)
-
-
 def run_supervisor(name: str, policy: SupervisorPolicy = SupervisorPolicy()) -> None:
-    """Supervise in the foreground until the deployment is taken down (exit 0) or given up (1)."""
-    signal.signal(signal.SIGTERM, _exit_on_term)
-    code = supervise(
-        name, policy, on_event=lambda text: console.print(f"  [dim]{text}[/dim]", soft_wrap=True)
-    )
+    """Supervise in the foreground until the deployment is taken down (exit 0) or given up (1).
+
+    SIGTERM is how ``tandem down`` stops it: it raises ``Interrupted`` like any stop, so a
+    restart in progress says it was interrupted (not that its start-up failed) and cleans up,
+    the supervisor writes why it stopped, and the exit status is 0.
+    """
+    raise_on_termination()
+    try:
+        code = supervise(
+            name,
+            policy,
+            on_event=lambda text: console.print(f"  [dim]{text}[/dim]", soft_wrap=True),
+        )
+    except Interrupted as exc:
+        if exc.signum != signal.SIGTERM:
+            raise
+        code = 0
     if code:
         sys.exit(code)
 
@@ -52,7 +61,8 @@ def run_supervisor(name: str, policy: SupervisorPolicy = SupervisorPolicy()) -> 
     type=NOT_NEGATIVE,
     default=10.0,
     show_default=True,
-    help="Seconds before the first restart; each further one waits twice as long.",
+    help="Seconds before the first restart; each further one waits twice as long, until "
+    f"the group stays healthy for {BACKOFF_RESET_S:g} s.",
 )
 @click.option(
     "--health-failures",

@@ -49,12 +49,17 @@ class CacheParityRule:
         states = {node: _describe(cache) for node, cache in found.items()}
         if len(set(keys.values())) == 1:
             warm = next(iter(keys.values()))
+            eager = ctx.deployment.recipe.engine.serve.enforce_eager
             yield Finding(
                 rule=self.name,
                 severity=Severity.INFO,
                 node=None,
                 message=(
-                    f"compile caches warm on every rank (key {warm}): this start loads "
+                    f"compile caches {'warm' if warm else 'cold'} on every rank"
+                    + (f" (key {warm})" if warm else "")
+                    + ": enforce_eager is on, so this start compiles no graph and loads none"
+                    if eager
+                    else f"compile caches warm on every rank (key {warm}): this start loads "
                     "compiled graphs and tuned kernels"
                     if warm
                     else "compile caches cold on every rank: this start compiles and tunes, "
