@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import PurePosixPath
 
 import pytest
 from factories import make_deployment, make_recipe
@@ -11,6 +12,7 @@ from tandem.backends.openssh import OpenSSH, SSHTarget, classify
 from tandem.backends.runtimes import (
     DockerRuntime,
     VenvRuntime,
+    observe_script,
     poll_script,
     rank_dir,
     resolve_runtime,
@@ -102,3 +104,27 @@ def test_venv_start_marks_the_process_and_records_its_pid():
 def test_unknown_failures_keep_the_ssh_message():
     error = classify(TARGET, 255, "kex_exchange_identification: read: Connection reset by peer")
     assert isinstance(error, SSHError) and error.reason == SSHError.UNREACHABLE
+
+
+def test_the_remote_sweep_finds_only_this_launchs_processes():
+    """Two processes marked with the same deployment and rank, of two launches: the shell the
+    ssh backend runs on a node to stop or observe a rank lists only its own launch's one."""
+    marks = {"TANDEM_DEPLOYMENT": "dup", "TANDEM_RANK": "0"}
+    ours, theirs = (
+        subprocess.Popen(["sleep", "30"], env={**marks, "TANDEM_LAUNCH": launch})
+        for launch in ("ours", "theirs")
+    )
+    try:
+        script = observe_script("dup", 0, PurePosixPath("/nonexistent"), None, launch="ours")
+        listed = subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout
+        pids = {int(line.split()[1]) for line in listed.splitlines() if line.startswith("proc ")}
+        assert pids == {ours.pid}
+        legacy = observe_script("dup", 0, PurePosixPath("/nonexistent"), None)  # no launch id
+        listed = subprocess.run(["sh", "-c", legacy], capture_output=True, text=True).stdout
+        assert {int(x.split()[1]) for x in listed.splitlines() if x.startswith("proc ")} == {
+            ours.pid,
+            theirs.pid,
+        }
+    finally:
+        ours.kill()
+        theirs.kill()

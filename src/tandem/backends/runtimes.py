@@ -85,17 +85,24 @@ def _prepare(directory: PurePosixPath, log: PurePosixPath, cache: PurePosixPath)
     )
 
 
-def _marked_pids(deployment: str, rank: int) -> str:
-    """A shell function ``marked`` printing the pids carrying both of the rank's marks."""
-    m1 = shlex.quote(f"{wire.TANDEM_DEPLOYMENT}={deployment}")
-    m2 = shlex.quote(f"{wire.TANDEM_RANK}={rank}")
+def _marked_pids(deployment: str, rank: int, launch: str | None = None) -> str:
+    """A shell function ``marked`` printing the pids carrying the rank's marks: deployment,
+    rank and, when the state has one, its launch id (a process of the same name from another
+    control machine or an earlier launch is not this launch's)."""
+    marks = [f"{wire.TANDEM_DEPLOYMENT}={deployment}", f"{wire.TANDEM_RANK}={rank}"]
+    if launch:
+        marks.append(f"{wire.TANDEM_LAUNCH}={launch}")
+    first, *rest = (shlex.quote(m) for m in marks)
     return (
-        "marked() { grep -lzxF " + m1 + " /proc/[0-9]*/environ 2>/dev/null | "
-        "xargs -r grep -lzxF " + m2 + " 2>/dev/null | cut -d/ -f3; }\n"
+        "marked() { grep -lzxF "
+        + first
+        + " /proc/[0-9]*/environ 2>/dev/null"
+        + "".join(" | xargs -r grep -lzxF " + m + " 2>/dev/null" for m in rest)
+        + " | cut -d/ -f3; }\n"
     )
 
 
-def _sweep(deployment: str, rank: int, grace_s: float) -> str:
+def _sweep(deployment: str, rank: int, grace_s: float, launch: str | None = None) -> str:
     """TERM (and CONT) every marked process, wait on evidence, KILL the rest, print survivors.
 
     The wait ends once only processes that ignore SIGTERM are left (multiprocessing's resource
@@ -103,7 +110,7 @@ def _sweep(deployment: str, rank: int, grace_s: float) -> str:
     """
     steps = max(1, int(grace_s * 2))
     return (
-        _marked_pids(deployment, rank)
+        _marked_pids(deployment, rank, launch)
         + "busy() { for p in $(marked); do grep -q resource_tracker /proc/$p/cmdline "
         '2>/dev/null || echo "$p"; done; }\n'
         + 'for p in $(marked); do kill -TERM "$p" 2>/dev/null || true; '
@@ -116,13 +123,18 @@ def _sweep(deployment: str, rank: int, grace_s: float) -> str:
 
 
 def observe_script(
-    deployment: str, rank: int, log: PurePosixPath, offset: int | None, max_bytes: int = 256_000
+    deployment: str,
+    rank: int,
+    log: PurePosixPath,
+    offset: int | None,
+    max_bytes: int = 256_000,
+    launch: str | None = None,
 ) -> str:
     """``proc PID STATE NAME`` for every marked process of the rank, then ``--log--`` and the
     log's bytes after ``offset`` (the health model's facts, ``tandem.health``)."""
     lg = shellwords.quote(str(log))
     script = (
-        _marked_pids(deployment, rank)
+        _marked_pids(deployment, rank, launch)
         + "for p in $(marked); do s=$(cat /proc/$p/stat 2>/dev/null) || continue; "
         'rest=${s##*) }; c=${s#*(}; echo "proc $p ${rest%% *} ${c%)*}"; done\n' + "echo --log--\n"
     )
@@ -189,7 +201,9 @@ class VenvRuntime:
             f'else echo "exited $(cat {d}/exit 2>/dev/null || echo unknown)"; fi\n'
         )
 
-    def stop_script(self, deployment: str, rank: int, grace_s: float = 30) -> str:
+    def stop_script(
+        self, deployment: str, rank: int, grace_s: float = 30, launch: str | None = None
+    ) -> str:
         d = shellwords.quote(str(rank_dir(self.options, deployment, rank)))
         mark = shlex.quote(f"{wire.TANDEM_DEPLOYMENT}={deployment}")
         # The recorded group first (only if its leader still carries the mark), then the sweep.
@@ -197,7 +211,7 @@ class VenvRuntime:
             f"pid=$(cat {d}/pid 2>/dev/null || true)\n"
             f'if [ -n "$pid" ] && grep -qzxF {mark} /proc/$pid/environ 2>/dev/null; '
             'then kill -TERM -- "-$pid" 2>/dev/null || true; fi\n'
-            + _sweep(deployment, rank, grace_s)
+            + _sweep(deployment, rank, grace_s, launch)
             + f"rm -rf {d}/tmp\n"
         )
 
@@ -254,14 +268,16 @@ class DockerRuntime:
             'case "$s" in true*) echo running;; *) echo "exited ${s#* }";; esac\n'
         )
 
-    def stop_script(self, deployment: str, rank: int, grace_s: float = 30) -> str:
+    def stop_script(
+        self, deployment: str, rank: int, grace_s: float = 30, launch: str | None = None
+    ) -> str:
         docker = self.options.docker_command
         name = shlex.quote(container_name(deployment, rank))
         d = shellwords.quote(str(rank_dir(self.options, deployment, rank)))
         return (
             f"{docker} stop --time {int(grace_s)} {name} >/dev/null 2>&1 || true\n"
             f"{docker} rm --force {name} >/dev/null 2>&1 || true\n"
-            + _sweep(deployment, rank, 5)
+            + _sweep(deployment, rank, 5, launch)
             + f"rm -rf {d}/tmp\n"
         )
 

@@ -332,7 +332,7 @@ class SSHBackend:
         for i, node in enumerate(cluster.nodes):  # a rank that crashed before it was recorded
             ranks.setdefault(i, node.name)
         jobs = {
-            rank: (targets[node], runtime.stop_script(state.name, rank))
+            rank: (targets[node], runtime.stop_script(state.name, rank, launch=state.launch_id))
             for rank, node in ranks.items()
         }
         results = ssh.run_all(jobs, timeout_s=90, check=False)
@@ -413,6 +413,7 @@ class SSHBackend:
                 record.rank,
                 log_path(runtime.options, state.name, record.rank),
                 record.log_offset_ready,
+                launch=state.launch_id,
             )
             try:
                 return ssh.run(targets[record.node], script, timeout_s=30, check=False).stdout
