@@ -3,10 +3,12 @@
 The layers, bottom to top (a module may import its own layer and the layers below it):
 
     foundation  errors, wire, redact,          names, errors and signal handling everything
-                ownership, interrupts,         shares; what tandem may delete, overwrite and kill;
+                ownership, files, interrupts,  shares; what tandem may delete, overwrite and kill;
+                                               the one writing path (redacted, atomic, private);
                 liveness,                      the stdlib-only liveness probe script;
                 vllm_metrics, vllm_log,        vLLM's /metrics names and parser; its boot log;
-                hf_cache, version              the Hugging Face cache layout; tandem's version
+                hf_cache, version              the Hugging Face cache layout; tandem's version;
+                jsonfiles                      reading saved JSON/JSONL files, one error edge
     spec        spec/, recipes/                the user's input: models, loading, built-ins
     core        rankplan, caches, plan/,       the Deployment's pure functions (and the check
                 render/, check/                probe and rules)
@@ -48,12 +50,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.wire",
             "tandem.redact",
             "tandem.ownership",
+            "tandem.files",
             "tandem.interrupts",
             "tandem.liveness",
             "tandem.vllm_metrics",
             "tandem.vllm_log",
             "tandem.hf_cache",
             "tandem.version",
+            "tandem.jsonfiles",
         ),
     ),
     ("spec", ("tandem.spec", "tandem.recipes")),

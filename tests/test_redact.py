@@ -18,12 +18,15 @@ from click.testing import CliRunner
 
 from tandem.backends.bundle import write_bundle
 from tandem.backends.launch import new_state, record_rank
-from tandem.backends.state import DeploymentState, open_private, private_dir
+from tandem.backends.state import DeploymentState
 from tandem.cli import main
+from tandem.errors import SpecError
+from tandem.files import open_private, private_dir
 from tandem.rankplan import plan_ranks
 from tandem.redact import REDACTED, Redactor, is_secret, looks_like_secret_value
 from tandem.render import renderer_for
-from tandem.spec.loading import load_deployment
+from tandem.spec.loading import load_cluster, load_deployment
+from tandem.spec.recipe import Engine
 from tandem.supervisor import EventLog
 from tandem.vllm_log import PhaseMark
 
@@ -56,6 +59,13 @@ def mode(path: Path) -> int:
         ("--api-key", True),
         ("--api_key", True),
         ("--hf-token", True),
+        ("--token", True),
+        ("--client-secret", True),
+        ("--auth-token", True),
+        ("--password", True),
+        ("--token-ids", False),
+        ("--return-tokens-as-token-ids", False),
+        ("--ssl-keyfile", False),
         ("TOKENIZERS_PARALLELISM", False),
         ("HF_TOKEN_PATH", False),
         ("VLLM_HOST_IP", False),
@@ -91,6 +101,57 @@ def test_texts_lose_every_secret_form(caller, line):
         "abc.def-ghi_jkl",
     ):
         assert secret not in safe
+
+
+UNKNOWN = "Zq7x-secret-nobody-exported-42"
+"""A secret no environment holds: only its place in the text can give it away."""
+SHAPES = [
+    f"GET http://user:{UNKNOWN}@10.0.0.1:8000/v1/models",
+    f"git clone https://{UNKNOWN}@example.com/repo",
+    f"env HF_TOKEN={UNKNOWN} vllm serve m",
+    f"DB_PASSWORD={UNKNOWN} run",
+    f"AWS_SECRET_ACCESS_KEY={UNKNOWN} run",
+    f"kubectl --token={UNKNOWN} get pods",
+    f"kubectl --token {UNKNOWN} get pods",
+    f"login --client-secret {UNKNOWN}",
+    f"login --auth-token={UNKNOWN}",
+    f"https://x/?token={UNKNOWN}&page=2",
+]
+
+
+@pytest.mark.parametrize("line", SHAPES)
+def test_secret_shaped_strings_are_found_without_knowing_the_value(line):
+    safe = Redactor().text(line)
+    assert UNKNOWN not in safe and REDACTED in safe
+    assert safe.split(REDACTED)[0] == line.split(UNKNOWN)[0]  # the rest stays: user, flag, name
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ssh://git@github.com/org/repo",
+        "see https://example.com/a?b=1 and http://127.0.0.1:8000/v1",
+        "HF_TOKEN_PATH=/run/secrets/hf TOKENIZERS_PARALLELISM=false",
+        "SamplingParams(stop_token_ids=[], max_tokens=16)",
+        "tandem bench --token-ids --max-num-batched-tokens 8192",
+        "export HF_TOKEN=$HF_TOKEN; curl http://u:${PASS}@h",
+    ],
+)
+def test_texts_without_a_secret_are_kept(text):
+    assert Redactor().text(text) == text
+
+
+def test_a_secret_flag_without_a_value_hides_no_flag():
+    argv = ["kubectl", "--token", "--v=2", "--client-secret", "s3", "--token-ids", "1"]
+    assert Redactor().argv(argv) == [
+        "kubectl",
+        "--token",
+        "--v=2",
+        "--client-secret",
+        REDACTED,
+        "--token-ids",
+        "1",
+    ]
 
 
 def test_shapes_of_credentials():
@@ -168,22 +229,57 @@ def test_state_file_is_private_and_redacted(caller):
     assert json.loads(text)["name"] == "s"
 
 
-def test_private_files_and_folders(tmp_path):
-    folder = private_dir(tmp_path / "a" / "b")
-    with open_private(folder / "log", "ab") as handle:
-        handle.write(b"x")
-    (folder / "old").write_text("y")
-    (folder / "old").chmod(0o644)
-    with open_private(folder / "old", "a") as handle:
-        handle.write("z")
-    assert mode(folder) == 0o700 and mode(folder / "log") == 0o600
-    assert mode(folder / "old") == 0o600 and (folder / "old").read_text() == "yz"
-
-
-def test_events_log_is_private(caller):
+def test_events_log_is_private_and_redacted(caller):
     log = EventLog("evt")
-    log("supervising")
+    log(f"restart 1/3: rank 0 exited, its command had --token={UNKNOWN}")
     assert mode(log.path) == 0o600 and mode(log.path.parent) == 0o700
+    assert log.path.read_text().endswith(f"--token={REDACTED}\n")
+
+
+def test_render_out_files_are_redacted(caller, monkeypatch):
+    """Whatever a target's files hold, they are written through ``tandem.files``."""
+    leaky = {"prometheus.yml": f"authorization: {{credentials: {API_KEY}}}\n"}
+    monkeypatch.setattr("tandem.cli.render.files_renderer_for", lambda target: lambda p, d: leaky)
+    out = caller / "prom"
+    assert main(["render", "tiny-local", "--target", "prometheus", "--out", str(out)]) == 0
+    assert (out / "prometheus.yml").read_text() == f"authorization: {{credentials: {REDACTED}}}\n"
+
+
+CLUSTER = "name: c\ntransport: {transport}\nnodes:\n  - {{name: n0, address: 10.0.0.1}}\n{extra}"
+
+
+@pytest.mark.parametrize(
+    "transport,extra,field",
+    [
+        ("k8s", f"kubernetes: {{kubectl: 'kubectl --token={UNKNOWN}'}}\n", "kubernetes.kubectl"),
+        ("k8s", f"kubernetes: {{kubectl: 'kubectl --token {UNKNOWN}'}}\n", "kubernetes.kubectl"),
+        ("ssh", f"ssh: {{vllm_command: 'env HF_TOKEN={UNKNOWN} vllm'}}\n", "ssh.vllm_command"),
+        (
+            "ssh",
+            f"ssh: {{docker_command: 'docker --config https://u:{UNKNOWN}@r'}}\n",
+            "ssh.docker_command",
+        ),
+    ],
+)
+def test_a_command_field_with_an_inline_secret_is_refused(tmp_path, transport, extra, field):
+    """Fields that become command lines refuse secrets as ``env`` does, naming the field and
+    the fix, and never echoing the secret."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(CLUSTER.format(transport=transport, extra=extra))
+    with pytest.raises(SpecError) as info:
+        load_cluster(path)
+    problems = {p.field: p for p in info.value.problems}
+    assert field in problems, problems
+    assert "holds a secret inline" in problems[field].message
+    assert "environment of `tandem up`" in (problems[field].hint or "")
+    assert UNKNOWN not in str(info.value)
+
+
+def test_extra_args_with_an_inline_secret_are_refused():
+    with pytest.raises(ValueError, match="holds a secret inline") as info:
+        Engine(extra_args=["--seed", "0", "--client-secret", UNKNOWN])
+    assert UNKNOWN not in str(info.value)
+    assert Engine(extra_args=["--seed", "0"]).extra_args == ["--seed", "0"]
 
 
 def launched_state(caller: Path) -> DeploymentState:

@@ -1,14 +1,20 @@
 """Keeping secrets out of logs, rendered commands, state files and support bundles.
 
 This is the one redaction path of tandem: every text or structure that leaves the process
-(``render``, ``up --dry-run``, ``state.json``, log copies, ``logs --bundle``) goes through it.
+goes through it: what is printed (``render``, ``up --dry-run``, error messages) and every file
+written, which ``tandem.files`` passes through it (``state.json``, watch samples, bench and eval
+results, log copies, ``logs --bundle``).
 
 A secret is recognised three ways:
 
 - by **name**: a variable or key whose name has a part ``TOKEN``, ``KEY``, ``SECRET``,
   ``PASSWORD`` or ``PASSWD`` (``HF_TOKEN``, ``VLLM_API_KEY``, ``AWS_SECRET_ACCESS_KEY``), but not
-  ``TOKENIZERS_PARALLELISM``; a flag that carries a key (``--api-key``, ``--hf-token``);
-- by **value**: text shaped like a credential (``hf_...``, ``sk-...``, ``Bearer ...``);
+  ``TOKENIZERS_PARALLELISM``; a flag whose last word is one (``--api-key``, ``--hf-token``,
+  ``--token``, ``--client-secret``, ``--password``), but not ``--token-ids``;
+- by **value**: text shaped like a credential (``hf_...``, ``sk-...``, ``Bearer ...``), and,
+  inside any text, a secret flag's value (``--token=X``, ``--token X``), a secret name's
+  assignment in a command (``env HF_TOKEN=X vllm serve``) and the password of a URL
+  (``http://user:X@host``; a userinfo that is a token alone, ``https://X@host``, too);
 - by **the caller's values**: whatever the caller's own environment holds under a secret name
   (its ``VLLM_API_KEY``, ``HF_TOKEN``), wherever that value shows up in a text, e.g. in a rank's
   log.
@@ -24,9 +30,9 @@ import re
 from collections.abc import Mapping
 
 REDACTED = "REDACTED"
-SECRET_FLAGS = ("--api-key", "--hf-token")
-"""`vllm serve` flags whose value is a credential."""
 _SECRET_PARTS = {"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "CREDENTIALS"}
+_SECRET_WORD = r"(?:token|key|secret|password|passwd|apikey|credentials)"
+"""A part of a name that makes it secret, as a pattern (matched case-insensitively)."""
 _SECRET_SUFFIXES = ("TOKEN", "APIKEY", "SECRET", "PASSWORD", "PASSWD")
 _REFERENCE_PARTS = {"PATH", "FILE", "DIR"}
 """A name ending in one of these holds where a secret is (``HF_TOKEN_PATH``), not the secret."""
@@ -35,13 +41,26 @@ _WORD = r"(?!(?-i:[a-z]+)(?:[\s,;:!?)]|\.(?:\s|$)|$))"
 """Not a plain lower-case word: ``--api-key or ...`` and ``Bearer token`` in prose stay."""
 _BEARER = re.compile(r"(\bBearer\s+)" + _WORD + r"[A-Za-z0-9._~+/=\-]+", re.IGNORECASE)
 _KEY_IN_TEXT = re.compile(
-    r"((?:--(?:api|hf)[-_](?:key|token)(?:=|\s+" + _WORD + r"))"
-    r"|\b(?:api|hf)[-_](?:key|token)(?:['\"]?\s*:\s*\[?\s*['\"]?|=))"
-    r"(?![.$<])[^\s'\",\]]+",
+    r"((?:--(?:[a-z0-9]+[-_])*" + _SECRET_WORD + r"(?:=|\s+" + _WORD + r"))"
+    r"|\b(?:api|hf)[-_](?:key|token)['\"]?\s*:\s*\[?\s*['\"]?"
+    r"|\b(?:[a-z0-9]+_)*" + _SECRET_WORD + r"=)"
+    r"(?![.$<])[^\s'\",;&\]\\]+",
     re.IGNORECASE,
 )
-"""``--api-key KEY``, ``--api-key=KEY``, ``'api_key': 'KEY'`` (vLLM's "non-default args"); a
-placeholder (``...``, ``$VAR``, ``<key>``) stays."""
+"""``--api-key KEY``, ``--client-secret=KEY``, ``'api_key': 'KEY'`` (vLLM's "non-default
+args"), ``HF_TOKEN=KEY`` in a command (a name ending in a secret word: not ``HF_TOKEN_PATH=``,
+not ``stop_token_ids=``); a placeholder (``...``, ``$VAR``, ``<key>``) stays. The value ends
+at a quote or a backslash, so JSON text stays JSON (``\\"`` keeps its backslash)."""
+_URL_PASSWORD = re.compile(
+    r"\b([a-z][a-z0-9+.-]*://[^\s/?#@:'\"<>]*:)(?![$<])[^\s/?#@'\"<>]+@", re.IGNORECASE
+)
+"""The password of a URL's userinfo (``http://user:PASS@host``); the user stays."""
+_URL_TOKEN = re.compile(
+    r"\b([a-z][a-z0-9+.-]*://)(?!(?-i:[a-z.-]{1,32})@)(?![$<])[^\s/?#@:'\"<>]+@",
+    re.IGNORECASE,
+)
+"""A userinfo without a password that is not a plain lower-case user name
+(``https://ghp_x1y2@host``): a token; ``ssh://git@host`` stays."""
 MIN_SECRET_CHARS = 6
 """Shorter caller values are not scrubbed from texts: they would match ordinary words."""
 
@@ -49,9 +68,9 @@ MIN_SECRET_CHARS = 6
 def is_secret(name: str) -> bool:
     """True for a variable or flag name that holds a credential, e.g. ``HF_TOKEN``."""
     flag = name.split("=", 1)[0]
-    if flag.startswith("-"):
-        return flag.replace("_", "-") in SECRET_FLAGS
     upper = flag.upper()
+    if flag.startswith("-"):
+        return re.split(r"[-_]+", upper.strip("-"))[-1] in _SECRET_PARTS
     words = re.split(r"[^A-Z0-9]+", upper)
     if words[-1] in _REFERENCE_PARTS:
         return False
@@ -97,6 +116,8 @@ class Redactor:
         """``text`` with known values, credential shapes, Bearer headers and key flags hidden."""
         for value in self.values:
             text = text.replace(value, REDACTED)
+        text = _URL_PASSWORD.sub(rf"\g<1>{REDACTED}@", text)
+        text = _URL_TOKEN.sub(rf"\g<1>{REDACTED}@", text)
         text = _SECRET_VALUE.sub(REDACTED, text)
         text = _BEARER.sub(rf"\g<1>{REDACTED}", text)
         return _KEY_IN_TEXT.sub(rf"\g<1>{REDACTED}", text)
@@ -116,10 +137,12 @@ class Redactor:
         out: list[str] = []
         hide_next = False
         for arg in argv:
-            if hide_next:
+            if hide_next and not arg.startswith("--"):  # `--token --next-flag`: no value
                 out.append(REDACTED)
                 hide_next = False
-            elif arg.startswith("--") and is_secret(arg) and "=" not in arg:
+                continue
+            hide_next = False
+            if arg.startswith("--") and is_secret(arg) and "=" not in arg:
                 out.append(arg)
                 hide_next = True
             elif arg.startswith("--") and "=" in arg and is_secret(arg):
@@ -128,14 +151,16 @@ class Redactor:
                 out.append(self.text(arg))
         return out
 
-    def data(self, data: object) -> object:
-        """A JSON-like structure with secret keys' values and secret-looking strings hidden."""
+    def data(self, data: object, *, names: bool = True) -> object:
+        """A JSON-like structure with secret-looking strings hidden, and with ``names`` the
+        string values of secret keys too (an ``env`` of the user's). A record whose keys are
+        tandem's own (an eval sample's ``key`` is a hash) is redacted with ``names=False``."""
         if isinstance(data, dict):
             return {
                 k: (
                     REDACTED
-                    if isinstance(k, str) and is_secret(k) and isinstance(v, str)
-                    else self.data(v)
+                    if names and isinstance(k, str) and is_secret(k) and isinstance(v, str)
+                    else self.data(v, names=names)
                 )
                 for k, v in data.items()
             }
@@ -143,11 +168,17 @@ class Redactor:
             return (
                 self.argv(data)
                 if all(isinstance(v, str) for v in data)
-                else [self.data(v) for v in data]
+                else [self.data(v, names=names) for v in data]
             )
         if isinstance(data, str):
             return self.text(data)
         return data
+
+
+def public_url(url: str) -> str:
+    """``url`` as tandem may show and store it: the password of its userinfo (and the caller's
+    secret values) hidden. The request still goes to the URL as given."""
+    return Redactor.for_caller().text(url)
 
 
 def redact_text(text: str) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import platform
 import shlex
 import sys
@@ -36,6 +35,7 @@ from tandem import ownership
 from tandem.backends.base import backend_for
 from tandem.backends.state import load_state
 from tandem.errors import TandemError
+from tandem.files import open_private
 from tandem.rankplan import plan_ranks
 from tandem.redact import Redactor, is_secret
 from tandem.version import TANDEM_VERSION
@@ -59,7 +59,7 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
         option="--bundle",
         force_flag=None,
     )
-    deployment = state.deployment()
+    deployment = state.deployment(lenient=True)  # an old state is bundled too
     plan = plan_ranks(deployment)
     redactor = Redactor.for_caller(
         [v for r in plan.ranks for k, v in r.env.items() if is_secret(k)]
@@ -82,7 +82,7 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
     files["versions.txt"] = "\n".join(versions) + "\n"
     events = state.directory.events
     if events.is_file():
-        files["events.log"] = redactor.text(events.read_text(errors="replace"))
+        files["events.log"] = events.read_text(errors="replace")
     for rank in plan.ranks:
         env = redactor.env(rank.env)
         files[f"ranks/rank{rank.rank}.env"] = (
@@ -95,17 +95,17 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
             text = "\n".join(lines[-LOG_LINES:]) + "\n"
         except TandemError as exc:
             text = f"(log unavailable: {exc.message})\n"
-        files[f"ranks/rank{record.rank}.log"] = redactor.text(text)
+        files[f"ranks/rank{record.rank}.log"] = text
     files["README.txt"] = (
         f"tandem support bundle of deployment '{state.name}' "
         f"({state.backend}), made {stamp}\n\n" + __doc__.split("::", 1)[1]
     )
     with (
-        os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as raw,
+        open_private(path, "xb") as raw,
         tarfile.open(fileobj=raw, mode="w:gz") as archive,
     ):
         for member, text in files.items():
-            data = text.encode()
+            data = redactor.text(text).encode()  # every member, whatever its source
             info = tarfile.TarInfo(f"{state.name}-bundle/{member}")
             info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
             archive.addfile(info, io.BytesIO(data))

@@ -122,7 +122,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         with _mapped(request):
             response = await session.request(
                 request.method,
-                str(request.url),
+                # httpx already sent a URL's user:password as the Authorization header;
+                # aiohttp refuses a URL that carries them beside it
+                str(request.url.copy_with(userinfo=b"")),
                 headers=request.headers.multi_items(),
                 data=body or None,
                 allow_redirects=False,

@@ -4,9 +4,26 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator
 
 from tandem.bench.metrics import Slo
+from tandem.errors import Problem
+from tandem.redact import public_url
+
+OWNED_BODY_KEYS = {
+    "max_tokens": "output_tokens (--output-tokens)",
+    "max_completion_tokens": "output_tokens (--output-tokens)",
+    "ignore_eos": "ignore_eos (--ignore-eos / --no-ignore-eos)",
+    "temperature": "temperature (--temperature)",
+    "model": "model (--model)",
+    "messages": "prompt_file (--prompt-file) or input_tokens (--input-tokens)",
+    "prompt": "prompt_file (--prompt-file) or input_tokens (--input-tokens)",
+    "stream": None,
+    "stream_options": None,
+}
+"""Request keys the benchmark sets itself, and the setting that sets each (None: always on,
+every timing is read from the stream and its usage). ``extra_body`` is merged last, so one of
+these there would change what is measured while the report shows the setting's value."""
 
 
 class BenchConfig(BaseModel):
@@ -130,6 +147,12 @@ class BenchConfig(BaseModel):
         url = url.rstrip("/")
         return url[:-3] if url.endswith("/v1") else url
 
+    @field_serializer("url")
+    def _without_password(self, url: str) -> str:
+        """A URL's password (``http://user:PASS@host``) is sent, never written or compared:
+        the summary shows ``user:REDACTED``, and a resumed run compares that."""
+        return public_url(url)
+
     @field_validator("concurrency")
     @classmethod
     def _positive(cls, values: list[int]) -> list[int]:
@@ -143,3 +166,46 @@ class BenchConfig(BaseModel):
         if any(v <= 0 for v in values):
             raise ValueError("every rate must be above 0 requests/s")
         return values
+
+    def conflicts(self) -> list[Problem]:
+        """Settings a run would ignore or override without a word, each with its fix.
+
+        Checked before a run starts (``tandem bench run``), not when a saved summary is read
+        back: a run of an older tandem may carry them, and what it measured stays readable.
+        """
+        problems = []
+        if self.prompt_token_ids and self.endpoint == "chat":
+            problems.append(
+                Problem(
+                    "prompt_token_ids",
+                    "token ids are sent to /v1/completions only; the chat endpoint takes a "
+                    "message, so they would be ignored",
+                    "add --endpoint completions, or drop --token-ids",
+                )
+            )
+        if self.prompt_token_ids and self.prompt_file:
+            problems.append(
+                Problem(
+                    "prompt_token_ids",
+                    "token ids replace synthetic prompts only; the prompts of a prompt file are "
+                    "sent as text, so they would be ignored",
+                    "drop --token-ids, or --prompt-file",
+                )
+            )
+        owned = [key for key in self.extra_body if key in OWNED_BODY_KEYS]
+        if owned:
+            instead = [
+                f"for {key} set {OWNED_BODY_KEYS[key]}"
+                if OWNED_BODY_KEYS[key]
+                else f"{key} is always on (the timings are read from the stream)"
+                for key in owned
+            ]
+            problems.append(
+                Problem(
+                    "extra_body",
+                    f"{', '.join(owned)} would override what the benchmark sends, while the "
+                    "report shows its own setting",
+                    "remove them from extra_body; " + "; ".join(instead),
+                )
+            )
+        return problems

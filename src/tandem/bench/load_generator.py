@@ -26,12 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Literal
+from typing import Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from tandem import wire
+from tandem import files, wire
 from tandem.bench import server_metrics
 from tandem.bench.aiohttp_transport import AiohttpTransport
 from tandem.bench.config import BenchConfig
@@ -59,6 +59,8 @@ from tandem.bench.workload import (
 )
 from tandem.endpoint import AsyncEndpoint, pick_model
 from tandem.errors import Problem, SpecError
+from tandem.jsonfiles import JsonLines, read_jsonl
+from tandem.redact import Redactor, public_url
 from tandem.version import TANDEM_VERSION
 from tandem.vllm_metrics import MetricsSnapshot
 
@@ -172,6 +174,10 @@ class LoadGenerator:
         self._added_tokens = 0
         """How many tokens the server adds to a text prompt on this endpoint (BOS, say)."""
         self._file_prompts: list[str] | None = None
+        key = config.api_key.get_secret_value() if config.api_key else None
+        self.redactor = Redactor.for_caller([key] if key else [])
+        """Every file of the run is written through it: it also knows a key given as
+        ``--api-key`` (not in the environment)."""
 
     async def arun(self) -> BenchResult:
         config = self.config
@@ -207,7 +213,7 @@ class LoadGenerator:
             if self._file_prompts is None:
                 warnings += await self._fill_token_pool(server.model)
             result.warnings += [w for w in warnings if w not in result.warnings]
-            jsonl = self._open_records(keep=done)
+            jsonl = self._open_records(keep=done, warnings=result.warnings)
             try:
                 todo = [(i, p) for i, p in enumerate(points) if p.label not in done]
                 await self._warmup(todo[0][1] if todo else None, server.model, len(points))
@@ -230,7 +236,7 @@ class LoadGenerator:
         models = await AsyncEndpoint(self.config.url, client=self.client).models()
         chosen = pick_model(models, self.config.model)
         return ServerInfo(
-            url=self.config.url,
+            url=public_url(self.config.url),
             model=chosen.id,
             max_model_len=chosen.max_model_len,
             version=await server_version(self.client, self.config.url),
@@ -352,7 +358,7 @@ class LoadGenerator:
         )
 
     async def _run_point(
-        self, point: LoadPoint, index: int, points: int, model: str, jsonl: IO[str] | None
+        self, point: LoadPoint, index: int, points: int, model: str, jsonl: files.LineLog | None
     ) -> LoadPointResult:
         config = self.config
         prompts = await self._prompts(point, model, first_index=index * 1_000_000)
@@ -394,8 +400,7 @@ class LoadGenerator:
                     slots.release()
             records.append(record)
             if jsonl is not None:
-                jsonl.write(record.model_dump_json() + "\n")
-                jsonl.flush()
+                jsonl.write_json(record)
             counts["errors"] += not record.ok
             if record.ok:
                 counts["tokens"] += record.output_tokens or 0
@@ -492,27 +497,26 @@ class LoadGenerator:
         previous.finished = False
         return previous
 
-    def _open_records(self, keep: set[str]) -> IO[str] | None:
+    def _open_records(self, keep: set[str], warnings: list[str]) -> files.LineLog | None:
         """``requests.jsonl`` for appending, holding only the records of the points in
-        ``keep`` (a resumed run drops the records of the point it was killed in)."""
+        ``keep`` (a resumed run drops the records of the point it was killed in); damaged
+        lines it drops are said in ``warnings``."""
         if self.out_dir is None:
             return None
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / REQUESTS_FILE
-        kept = [r for r in read_records(path) if r.load_point in keep] if path.exists() else []
+        read = read_records(path) if path.exists() else JsonLines[RequestRecord]()
+        if read.damaged:
+            warnings.append(f"{path}: {read.skipped_note}; their requests are not in the plots")
+        kept = [r for r in read.records if r.load_point in keep]
         self.records += kept
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(r.model_dump_json() + "\n" for r in kept), encoding="utf-8")
-        tmp.replace(path)
-        return open(path, "a", encoding="utf-8")
+        files.write_jsonl(path, kept, redactor=self.redactor)
+        return files.LineLog(path, redactor=self.redactor)
 
     def _write_summary(self, result: BenchResult) -> None:
         if self.out_dir is None:
             return
-        path = self.out_dir / SUMMARY_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(result.model_dump_json(indent=2), encoding="utf-8")
-        tmp.replace(path)
+        files.write_json(self.out_dir / SUMMARY_FILE, result, redactor=self.redactor)
 
     def _emit(
         self,
@@ -606,12 +610,16 @@ def _fast_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def read_records(path: Path) -> list[RequestRecord]:
-    """Records of a ``requests.jsonl``; a half-written last line (killed run) is skipped."""
-    records = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if not line.endswith("\n"):
-                break
-            records.append(RequestRecord.model_validate_json(line))
-    return records
+def read_records(path: Path) -> JsonLines[RequestRecord]:
+    """Records of a ``requests.jsonl``; a half-written last line (killed run) is skipped, and
+    damaged lines are counted (``tandem.jsonfiles``).
+
+    Raises:
+        SpecError: the file cannot be read, or no line of it is a request record.
+    """
+    return read_jsonl(
+        path,
+        RequestRecord.model_validate,
+        what="request record",
+        hint="give a run folder as `tandem bench --out` wrote it, or run the benchmark again",
+    )

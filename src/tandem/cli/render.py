@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tandem import ownership
+from tandem import files, ownership
 from tandem.cli.options import cluster_option, force_option, machine_deployment, recipe_argument
 from tandem.rankplan import plan_ranks
 from tandem.render import TARGETS, check_format, files_renderer_for, renderer_for
@@ -60,7 +60,7 @@ def render_command(
     if out_dir:
         out = ownership.output_folder(Path(out_dir), force=force)
         for name, text in files_renderer_for(target)(plan, deployment).items():
-            (out / name).write_text(text)
+            files.write_text(out / name, text)
             click.echo(f"wrote {out / name}")
         return
     click.echo(renderer_for(target)(plan, deployment, fmt), nl=False)

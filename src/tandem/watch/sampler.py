@@ -30,7 +30,6 @@ from tandem import lifecycle
 from tandem.backends.state import load_state
 from tandem.errors import StateError, TandemError
 from tandem.health import ProgressTracker
-from tandem.spec.recipe import Recipe
 from tandem.watch.events import EventReader
 from tandem.watch.folder import SampleLog, read_run, read_samples, write_run
 from tandem.watch.leader import LeaderScraper
@@ -83,12 +82,12 @@ class Watcher:
                 f"{self.out} holds a watch of '{previous.name}', not of '{self.state.name}'",
                 hint="point --out at a new folder",
             )
-        self.samples_before = read_samples(self.out) if previous else []
+        self.samples_before = read_samples(self.out).records if previous else []
         self.run_info = previous or self._new_run(interval_s, duration_s)
         self.reader = reader or reader_for(self.state)
 
     def _new_run(self, interval_s: float | None, duration_s: float | None) -> WatchRun:
-        thresholds = Recipe.model_validate(self.state.recipe).watch
+        thresholds = self.state.deployment(lenient=True).recipe.watch
         ranks = sorted(self.state.ranks, key=lambda r: r.rank)
         run = WatchRun(
             name=self.state.name,
