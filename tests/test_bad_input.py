@@ -14,26 +14,34 @@ Issue 16's points, each as a table of bad inputs (the case ids say what is wrong
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from tandem.backends import ssh as ssh_backend
 from tandem.backends.state import DeploymentState, RankState
 from tandem.bench.workload import load_prompt_file
 from tandem.check.rules import CheckContext, evaluate
 from tandem.check.rules.network import open_api_finding
 from tandem.cli import main
-from tandem.errors import ClusterError, PlanError, RecipeError, SpecError
+from tandem.cli.check import ByteSizes
+from tandem.errors import ClusterError, PlanError, RecipeError, SpecError, StateError
 from tandem.lifecycle import log_lines
 from tandem.plan.config import load_model_facts
 from tandem.plan.hardware import load_profile
 from tandem.plan.planner import plan_deployment
 from tandem.rankplan import plan_ranks, serve_argv
+from tandem.spec.cluster import LocalIsolation
+from tandem.spec.deployment import local_cluster
 from tandem.spec.loading import MAX_SPEC_BYTES, load_cluster, load_deployment, load_recipe
 from tandem.spec.recipe import RESERVED_FLAGS, TYPED_FLAGS, ServeOptions
-from tests.factories import make_deployment, make_recipe
+from tandem.watch.exporter import SampleCollector, serve
+from tandem.watch.nodes import SSHReader
+from tandem.watch.sampler import Watcher
+from tests.factories import make_cluster, make_deployment, make_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = str(ROOT / "examples" / "dgx-spark-pair.yaml")
@@ -331,10 +339,17 @@ def test_plan_problems_name_the_file_they_are_in(tmp_path):
 # --- 8. supervise of an unknown name --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["TYPO", "tiny-locall", "../etc"])
-def test_supervise_of_an_unknown_name_fails_and_writes_nothing(tmp_path, name):
+@pytest.mark.parametrize(
+    "name,said",
+    [
+        ("TYPO", "not a deployment name"),
+        ("tiny-locall", "no deployment named"),
+        ("../etc", "not a deployment name"),
+    ],
+)
+def test_supervise_of_an_unknown_name_fails_and_writes_nothing(tmp_path, name, said):
     code, output = cli("supervise", name, env={"TANDEM_HOME": str(tmp_path / "home")})
-    assert code == 2 and "no deployment named" in output
+    assert code == 2 and said in output
     assert not (tmp_path / "home").exists()
 
 
@@ -676,3 +691,356 @@ def test_up_refuses_to_launch_what_the_plan_refuses(tmp_path):
     assert code == 1, output
     assert "plan-does-not-fit" in output and "1,048,576" in output
     assert "started rank" not in output
+
+
+# --- issue 26: values that feed another program, and flags that contradict each other ----------
+
+DIGEST = "sha256:" + "a" * 64
+
+
+@pytest.mark.parametrize(
+    "recipe_text,cluster_text,field",
+    [
+        (
+            RECIPE.replace("org/model}", "org/model, cache_root: '/data/hf:ro'}"),
+            CLUSTER,
+            "model.cache_root",
+        ),
+        (RECIPE + "env: {HF_HOME: '/data/a:b'}\n", CLUSTER, "env"),
+        (RECIPE, CLUSTER.replace("10.0.0.2}", "10.0.0.2, env: {HF_HOME: '/h:f'}}"), "nodes.1.env"),
+        (RECIPE, CLUSTER + "ssh: {remote_dir: '/tmp/a:b'}\n", "ssh.remote_dir"),
+    ],
+    ids=["recipe cache_root", "recipe HF_HOME", "node HF_HOME", "remote_dir"],
+)
+def test_a_mount_source_with_a_colon_is_refused_naming_its_field(
+    tmp_path, recipe_text, cluster_text, field
+):
+    """docker's --volume SRC:DST splits at ':': '/data/hf:ro' would mount /data/hf read-only."""
+    with pytest.raises(SpecError) as info:
+        load_deployment(write(tmp_path, recipe_text), write(tmp_path, cluster_text, "c.yaml"))
+    problems = {p.field: f"{p.message} | {p.hint}" for p in info.value.problems}
+    assert "':'" in problems[field] and "without ':'" in problems[field]
+
+
+@pytest.mark.parametrize("runtime", ["venv", "docker"])
+def test_a_relative_cache_root_is_refused_on_every_runtime(tmp_path, runtime):
+    """The venv runtime would resolve it in the rank's working folder; docker refused it."""
+    recipe = RECIPE.replace("org/model}", "org/model, cache_root: hf}").replace(
+        "engine:\n", f"engine:\n  image: repo/vllm@{DIGEST}\n"
+    )
+    cluster = CLUSTER.replace("transport: ssh\n", f"transport: ssh\nssh: {{runtime: {runtime}}}\n")
+    with pytest.raises(SpecError) as info:
+        load_deployment(write(tmp_path, recipe), write(tmp_path, cluster, "c.yaml"))
+    assert "relative" in problems_of(info.value)["model.cache_root"]
+
+
+@pytest.mark.parametrize("value", ["none", "None", "'0'", "''"])
+def test_docker_gpus_none_is_refused_with_the_spelling_of_null(tmp_path, value):
+    error = refused_cluster(tmp_path, CLUSTER + f"ssh: {{docker_gpus: {value}}}\n")
+    assert "docker_gpus: null" in problems_of(error)["ssh.docker_gpus"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["device=0,1", "devices=0", "count=all,count=2", "two"],
+    ids=["unquoted device list", "unknown key", "key twice", "not a count"],
+)
+def test_a_gpu_request_docker_refuses_is_refused(tmp_path, value):
+    error = refused_cluster(tmp_path, CLUSTER + f"ssh: {{docker_gpus: '{value}'}}\n")
+    assert "docker takes" in problems_of(error)["ssh.docker_gpus"]
+
+
+@pytest.mark.parametrize(
+    "value", ["all", "2", "device=0", '"device=0,1"', "count=all,driver=nvidia"]
+)
+def test_gpu_requests_docker_takes_are_kept(tmp_path, value):
+    cluster = load_cluster(write(tmp_path, CLUSTER + f"ssh: {{docker_gpus: '{value}'}}\n"))
+    assert cluster.ssh.docker_gpus == value
+
+
+def test_docker_gpus_null_leaves_the_flag_out(tmp_path):
+    assert (
+        load_cluster(write(tmp_path, CLUSTER + "ssh: {docker_gpus: null}\n")).ssh.docker_gpus
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("docker_command", "''"), ("docker_command", "'   '"), ("vllm_command", "'\"/opt/vllm'")],
+    ids=["empty docker", "blank docker", "unclosed quote"],
+)
+def test_a_command_that_runs_nothing_is_refused(tmp_path, field, value):
+    error = refused_cluster(tmp_path, CLUSTER + f"ssh: {{{field}: {value}}}\n")
+    assert f"ssh.{field}" in problems_of(error)
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "repo/vllm@sha256:abc",
+        "repo/vllm@sha256:" + "A" * 64,
+        "repo/vllm@md5:" + "a" * 32,
+        "Repo Name:1",
+        "repo/vllm:bad tag",
+    ],
+    ids=["truncated digest", "upper-case digest", "unknown algorithm", "space", "bad tag"],
+)
+def test_an_image_reference_docker_refuses_is_refused(tmp_path, image):
+    error = refused_recipe(tmp_path, RECIPE + f"  image: '{image}'\n")
+    assert "docker images --digests" in problems_of(error)["engine.image"]
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        f"repo/vllm@{DIGEST}",
+        "ghcr.io/anemll/dspark-vllm-gx10:0.1.1",
+        f"localhost:5000/a/b:c@{DIGEST}",
+        "vllm",
+    ],
+)
+def test_image_references_docker_takes_are_kept(tmp_path, image):
+    assert load_recipe(write(tmp_path, RECIPE + f"  image: '{image}'\n")).engine.image == image
+
+
+def test_a_truncated_digest_says_how_many_digits_it_has(tmp_path):
+    error = refused_recipe(tmp_path, RECIPE + "  image: 'repo/vllm@sha256:abc'\n")
+    assert "64" in problems_of(error)["engine.image"] and "it has 3" in str(error)
+
+
+@pytest.mark.parametrize(
+    "watch,field",
+    [
+        ("{max_temperature_c: -5}", "watch.max_temperature_c"),
+        ("{max_temperature_c: 0}", "watch.max_temperature_c"),
+        ("{metrics_port: 8000}", "watch.metrics_port"),
+        ("{metrics_port: 29501}", "watch.metrics_port"),
+    ],
+    ids=["negative temperature", "zero temperature", "API port", "rendezvous port"],
+)
+def test_watch_limits_and_ports_are_checked(tmp_path, watch, field):
+    assert field in problems_of(refused_recipe(tmp_path, RECIPE + f"watch: {watch}\n"))
+
+
+def test_a_metrics_port_clash_is_reported_with_the_other_problems(tmp_path):
+    error = refused_recipe(
+        tmp_path, RECIPE + "watch: {metrics_port: 8000, max_error_rate: 5}\nshm_size: lots\n"
+    )
+    assert {"watch.metrics_port", "watch.max_error_rate", "shm_size"} <= set(problems_of(error))
+
+
+@pytest.mark.parametrize(
+    "option,value",
+    [("--max-error-rate", "5"), ("--max-temperature-c", "0"), ("--max-restarts", "-1")],
+)
+def test_watch_report_thresholds_have_the_bounds_of_the_recipe_fields(tmp_path, option, value):
+    code, output = cli("watch", "report", str(tmp_path), option, value)
+    assert code == 2 and f"'{option}'" in output, output
+
+
+def test_cli_overrides_take_the_options_of_the_fields_they_override():
+    """Each threshold of `watch report` and `--timeout` of `up`/`service install` is the
+    recipe field's: the same type and bounds (a share stays 0..1, a timeout above 0)."""
+    from tandem.cli.service import install_command
+    from tandem.cli.watch import report_command
+    from tandem.spec.recipe import Timeouts, Watch
+
+    def bounds(param):
+        return (param.type.min, param.type.max, param.type.min_open)
+
+    options = {p.name: p for p in report_command.params}
+    for name, info in Watch.model_fields.items():
+        if name.startswith("max_"):
+            limits = {
+                k: getattr(m, k) for m in info.metadata for k in ("ge", "gt", "le") if hasattr(m, k)
+            }
+            low, high, open_low = bounds(options[name])
+            assert (low, high) == (limits.get("ge", limits.get("gt")), limits.get("le")), name
+            assert open_low == ("gt" in limits), name
+    timeout = next(p for p in install_command.params if p.name == "timeout_s")
+    assert bounds(timeout) == (0, None, True) and Timeouts.model_fields["startup_s"].metadata
+
+
+def test_watch_serve_metrics_on_the_api_port_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    DeploymentState(
+        name="portdemo",
+        backend="local",
+        recipe={"ports": {"api": 8123, "master": 29501}},
+        cluster={},
+        endpoint="http://127.0.0.1:8123",
+        model="m",
+    ).save()
+    code, output = cli(
+        "watch", "portdemo", "--serve-metrics", "8123", "--quiet", "--duration", "1s"
+    )
+    assert code == 2 and "--serve-metrics" in output and "API port" in output, output
+    assert not (tmp_path / "home" / "portdemo" / "watch").exists()
+
+
+@pytest.mark.parametrize(
+    "args,flag,fix",
+    [
+        (["--token-ids"], "--token-ids", "--endpoint completions"),
+        (
+            ["--token-ids", "--endpoint", "completions", "--prompt-file", __file__],
+            "--token-ids",
+            "drop --token-ids",
+        ),
+        (["--extra-body", '{"max_tokens": 5}'], "--extra-body", "--output-tokens"),
+        (["--extra-body", '{"max_completion_tokens": 5}'], "--extra-body", "--output-tokens"),
+        (["--extra-body", '{"stream": false}'], "--extra-body", "always on"),
+    ],
+    ids=[
+        "token ids with chat",
+        "token ids with a prompt file",
+        "max_tokens",
+        "max_completion_tokens",
+        "stream",
+    ],
+)
+def test_bench_options_that_would_be_ignored_or_overridden_are_refused(tmp_path, args, flag, fix):
+    out = tmp_path / "run"
+    code, output = cli("bench", "--url", "http://127.0.0.1:9", "--out", str(out), *args)
+    assert code == 2 and f"{flag}:" in output and fix in output, output
+    assert not out.exists()
+
+
+def test_service_install_refuses_start_without_enable_and_writes_nothing(tmp_path):
+    units = tmp_path / "units"
+    code, output = cli(
+        "service", "install", "tiny-local", "--no-enable", "--start", "--unit-dir", str(units)
+    )
+    assert code == 2 and "--start" in output and "--no-enable" in output, output
+    assert not units.exists()
+
+
+@pytest.mark.parametrize(
+    "field,value,hint",
+    [
+        ("ssh_host", "-oProxyCommand", "not starting with '-'"),
+        ("ssh_user", "root@host", "login name"),
+    ],
+)
+def test_ssh_destinations_that_ssh_would_misread_are_refused(tmp_path, field, value, hint):
+    error = refused_cluster(
+        tmp_path, CLUSTER.replace("10.0.0.2}", f"10.0.0.2, {field}: '{value}'}}")
+    )
+    assert hint in problems_of(error)[f"nodes.1.{field}"]
+
+
+def test_a_namespace_kubectl_refuses_is_refused(tmp_path):
+    error = refused_cluster(tmp_path, CLUSTER + "namespace: My_Space\n")
+    assert "DNS-1123" in problems_of(error)["namespace"]
+
+
+@pytest.mark.parametrize(
+    "model,serve,field",
+    [
+        ("{repo_id: org/model, path: snapshots/abc}", "{}", "model.path"),
+        ("{repo_id: org/model, revision: 'v1 '}", "{}", "model.revision"),
+        ("{repo_id: org/model, served_name: ''}", "{}", "model.served_name"),
+        ("{repo_id: org/model}", "{kv_cache_dtype: ''}", "engine.serve.kv_cache_dtype"),
+    ],
+    ids=["relative model path", "revision with a space", "empty served name", "empty dtype"],
+)
+def test_model_words_of_the_serve_command_are_checked(tmp_path, model, serve, field):
+    text = f"name: demo\nmodel: {model}\nengine:\n  serve: {serve}\n"
+    assert field in problems_of(refused_recipe(tmp_path, text))
+
+
+# --- issue 26: one error edge ------------------------------------------------------------------
+
+
+def old_state(tmp_path: Path, monkeypatch, backend: str = "local") -> DeploymentState:
+    """A state saved by an older tandem: its recipe has a secret name in ``env``, which
+    today's validator refuses."""
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    recipe = make_recipe(name="olddemo", tp=1).model_dump(mode="json")
+    recipe["env"] = {"HF_TOKEN": "REDACTED"}
+    cluster = (
+        local_cluster(1, isolation=LocalIsolation.LOOPBACK)
+        if backend == "local"
+        else make_cluster(nodes=1)
+    ).model_dump(mode="json")
+    log = tmp_path / "rank0.log"
+    log.write_text("booting\n")
+    state = DeploymentState(
+        name="olddemo",
+        backend=backend,
+        recipe=recipe,
+        cluster=cluster,
+        endpoint="http://127.0.0.1:9",
+        model="m",
+        ranks=[
+            RankState(
+                rank=0,
+                node=cluster["nodes"][0]["name"],
+                role="leader",
+                address="127.0.0.1",
+                log=str(log),
+            )
+        ],
+    )
+    state.save()
+    return state
+
+
+def test_an_old_state_is_refused_for_a_launch_naming_its_file(tmp_path, monkeypatch):
+    state = old_state(tmp_path, monkeypatch)
+    with pytest.raises(StateError) as caught:
+        state.deployment()
+    assert caught.value.file == str(state.directory.state_file)
+    assert "env" in caught.value.message and "tandem down olddemo" in caught.value.hint
+
+
+def test_an_old_state_can_be_bundled_and_watched_with_a_warning(
+    tmp_path, monkeypatch, tandem_here, caplog
+):
+    state = old_state(tmp_path, monkeypatch)
+    done = tandem_here("logs", "olddemo", "--bundle", str(tmp_path))
+    assert done.code == 0, done.err
+    assert list(tmp_path.glob("olddemo-bundle-*.tar.gz"))
+    assert "the saved recipe fails today's checks (env" in caplog.text
+    watcher = Watcher("olddemo", tmp_path / "watch")
+    assert watcher.run_info.thresholds.max_restarts == 0
+    lenient = state.deployment(lenient=True)
+    assert lenient.recipe.env == {"HF_TOKEN": "REDACTED"}
+    assert lenient.recipe.engine.serve.tensor_parallel_size == 1  # the rest is typed
+
+
+def test_an_old_ssh_state_can_still_be_stopped_and_watched(tmp_path, monkeypatch):
+    state = old_state(tmp_path, monkeypatch, backend="ssh")
+    cluster, runtime = ssh_backend._state_runtime(state)  # what `down`, `logs`, `status` use
+    assert cluster.nodes[0].address == "192.168.1.10" and runtime is not None
+    assert SSHReader(state).targets  # `watch` of an ssh deployment
+
+
+@pytest.mark.parametrize("value", ["1kb", "lots", "0", "1KiB,", "8GiB"])
+def test_fabric_sizes_are_refused_naming_the_option(value):
+    code, output = cli("check", "tiny-local", "--fabric-sizes", value)
+    assert code == 2 and "'--fabric-sizes'" in output and "Traceback" not in output, output
+
+
+def test_fabric_sizes_take_the_units_their_help_shows():
+    assert ByteSizes().convert("1KiB,64 KiB,1MiB,4096", None, None) == [
+        1024,
+        65536,
+        1 << 20,
+        4096,
+    ]
+
+
+def test_a_metrics_port_in_use_or_a_bad_address_is_one_message():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SpecError) as caught:
+            serve(SampleCollector("d"), port, "127.0.0.1")
+        assert caught.value.field == "--serve-metrics" and "in use" in caught.value.message
+    for address in ("not an address", "10.255.255.254", "a..b"):
+        with pytest.raises(SpecError) as caught:
+            serve(SampleCollector("d"), 0, address)
+        assert caught.value.field == "--serve-address", address

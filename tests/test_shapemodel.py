@@ -4,6 +4,8 @@ vocabulary, and land in the Hugging Face cache layout vLLM reads offline."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -11,7 +13,7 @@ from safetensors import safe_open
 
 from tandem.cli.model import model_command
 from tandem.errors import SpecError
-from tandem.shapemodel import SHAPES, build_shape_model, shape_repo_id
+from tandem.shapemodel import SHAPES, build_shape_model, check_arguments, shape_repo_id
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +116,25 @@ def test_cli_builds_a_scaled_down_preset(tmp_path):
     assert (
         tmp_path / "hub" / "models--tandem-shapes--gemma-3-4b-2l-small" / "refs" / "main"
     ).is_file()
+
+
+def test_bad_arguments_are_refused_at_once_before_torch_is_imported(tmp_path):
+    """torch and transformers take seconds to import: a typo is answered without them, every
+    fault in one message, and nothing is written."""
+    code = (
+        "import sys; from tandem.cli import main; "
+        "rc = main(['model', 'shape', 'llama-3.1-8b', '--layers', '1', '--device', 'gpu', "
+        f"'--hf-home', {str(tmp_path / 'hf')!r}]); "
+        "print(rc, 'torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split()[-3:] == ["2", "False", "False"], done.stdout + done.stderr
+    assert "layers 1 is too few" in done.stderr and "'gpu'" in done.stderr, done.stderr
+    assert not (tmp_path / "hf").exists()
+
+
+def test_check_arguments_names_every_fault():
+    with pytest.raises(SpecError) as info:
+        check_arguments("llama-70b", layers=0, device="cuda0")
+    assert {p.field for p in info.value.problems} == {"preset", "layers", "device"}
+    check_arguments("gemma-3-4b", layers=2, device="cuda:1")  # no error

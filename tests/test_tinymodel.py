@@ -24,7 +24,6 @@ from transformers import AutoConfig, AutoTokenizer
 from tandem.cli import model as cli_model
 from tandem.cli.model import model_command
 from tandem.errors import SpecError
-from tandem.shapemodel import SHAPES
 from tandem.tinymodel import (
     ARCHITECTURES,
     DEFAULT_ARCH,
@@ -182,7 +181,6 @@ def test_the_cli_offers_exactly_the_models_the_builders_make():
     """`tandem model` names them without importing torch; this keeps the names in step."""
     assert tuple(ARCHITECTURES) == cli_model.ARCHITECTURES
     assert cli_model.DEFAULT_ARCH == DEFAULT_ARCH
-    assert tuple(SHAPES) == cli_model.SHAPES
 
 
 def test_model_help_does_not_import_torch():

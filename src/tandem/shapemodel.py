@@ -10,6 +10,9 @@ bf16 weights, built where it runs, on the GPU when there is one.
 
 Algorithm of ``build_shape_model``:
 
+0. Check every argument (``check_arguments``) before torch and transformers are imported: they
+   take seconds to load, and a typo is answered at once. This module imports them only inside
+   the functions that build.
 1. Make the preset's config (``SHAPES``); ``layers`` cuts the layer count (a smaller disk) and
    ``scale_down`` shrinks every width for a test on a CPU. The vocabulary stays the preset's: the
    local tokenizer of ``tandem.tinymodel`` (2,050 ids) uses its first ids only, as a real model's
@@ -24,26 +27,22 @@ Algorithm of ``build_shape_model``:
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
-from transformers import (
-    AutoModelForCausalLM,
-    DeepseekV2Config,
-    Gemma3TextConfig,
-    LlamaConfig,
-    PretrainedConfig,
-)
 
 from tandem import hf_cache
-from tandem.errors import SpecError
-from tandem.tinymodel import _commit_id, _sha256, _store, _train_tokenizer
+from tandem.errors import Problem, SpecError
 
-__all__ = ["SHAPES", "ShapeModel", "build_shape_model", "shape_repo_id"]
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+__all__ = ["SHAPES", "ShapeModel", "build_shape_model", "check_arguments", "shape_repo_id"]
 
 REPO_ORG = "tandem-shapes"
 MAX_POSITION_EMBEDDINGS = 131072
@@ -53,6 +52,8 @@ _SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4}
 
 def _llama_3_1_8b(layers: int | None, small: bool, **common) -> PretrainedConfig:
     """meta-llama/Llama-3.1-8B: GQA 32 heads / 8 KV heads, 128,256-token vocabulary."""
+    from transformers import LlamaConfig
+
     widths = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32)
     if small:
         widths = dict(_SMALL)
@@ -81,6 +82,8 @@ def _deepseek_v2_lite(layers: int | None, small: bool, **common) -> PretrainedCo
     """deepseek-ai/DeepSeek-V2-Lite: MLA (latent 512 + rope 64, no q LoRA), 64 routed experts
     + 2 shared, 6 per token, first layer dense, 102,400-token vocabulary. RoPE's YaRN scaling
     is left out (it changes no memory and no FLOP count)."""
+    from transformers import DeepseekV2Config
+
     widths = dict(
         hidden_size=2048,
         intermediate_size=10944,
@@ -121,6 +124,8 @@ def _gemma_3_4b(layers: int | None, small: bool, **common) -> PretrainedConfig:
     """The text decoder of google/gemma-3-4b-it as ``Gemma3ForCausalLM``: hybrid attention, five
     1,024-token sliding-window layers to one global layer, 8 heads / 4 KV heads of 256,
     262,208-token vocabulary, tied embeddings."""
+    from transformers import Gemma3TextConfig
+
     widths = dict(hidden_size=2560, intermediate_size=10240, num_attention_heads=8)
     if small:
         widths = dict(_SMALL)
@@ -145,6 +150,48 @@ SHAPES: dict[str, tuple[Callable[..., PretrainedConfig], str]] = {
     "gemma-3-4b": (_gemma_3_4b, "Gemma3ForCausalLM"),
 }
 """Preset name -> (config factory, architecture vLLM loads)."""
+MIN_LAYERS = 2
+"""DeepSeek's first layer is dense and the rest MoE: fewer would build no MoE layer."""
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+
+def check_arguments(preset: str, *, layers: int | None = None, device: str | None = None) -> None:
+    """Refuse what ``build_shape_model`` cannot build, every problem at once, without
+    importing torch.
+
+    Raises:
+        SpecError: an unknown preset, fewer than ``MIN_LAYERS`` layers, or a device that is
+            neither ``cpu`` nor ``cuda`` (``cuda:N``).
+    """
+    problems = []
+    if preset not in SHAPES:
+        problems.append(
+            Problem(
+                "preset", f"unknown shape preset {preset!r}", f"use one of: {', '.join(SHAPES)}"
+            )
+        )
+    if layers is not None and layers < MIN_LAYERS:
+        problems.append(
+            Problem(
+                "layers",
+                f"layers {layers} is too few",
+                f"use {MIN_LAYERS} or more (DeepSeek's first layer is dense, the rest MoE)",
+            )
+        )
+    if device is not None and not _DEVICE.fullmatch(device):
+        problems.append(
+            Problem(
+                "device",
+                f"{device!r} is not a device torch builds on here",
+                "write cpu, cuda or cuda:N (e.g. cuda:0), or leave it out for cuda when "
+                "there is one",
+            )
+        )
+    if len(problems) == 1:
+        p = problems[0]
+        raise SpecError(p.message, field=p.field, hint=p.hint)
+    if problems:
+        raise SpecError(f"{len(problems)} invalid argument(s)", problems=problems)
 
 
 class ShapeModel(BaseModel):
@@ -198,20 +245,25 @@ def build_shape_model(
         The ``ShapeModel``.
 
     Raises:
-        SpecError: ``preset`` is unknown or ``layers`` is below 2.
+        SpecError: an argument ``check_arguments`` refuses, or ``cuda`` asked for where torch
+            finds no GPU.
     """
-    if preset not in SHAPES:
-        raise SpecError(
-            f"unknown shape preset {preset!r}",
-            field="preset",
-            hint=f"use one of: {', '.join(SHAPES)}",
-        )
-    if layers is not None and layers < 2:
-        raise SpecError(
-            f"layers {layers} is too few",
-            field="layers",
-            hint="use 2 or more (DeepSeek's first layer is dense, the rest MoE)",
-        )
+    check_arguments(preset, layers=layers, device=device)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tandem.tinymodel import _commit_id, _sha256, _store, _train_tokenizer
+
+    if device and device.startswith("cuda"):
+        index = int(device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise SpecError(
+                f"device {device} asked for, but torch finds "
+                f"{torch.cuda.device_count()} CUDA GPU(s) here",
+                field="device",
+                hint="build with --device cpu (with --scale-down for a quick one), a GPU "
+                "index that exists, or on a machine with a GPU",
+            )
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     repo_id = repo_id or shape_repo_id(preset, layers=layers, scale_down=scale_down)
     repo_dir = hf_cache.repo_dir(Path(hf_home), repo_id)

@@ -7,6 +7,7 @@ is not one of its subcommands to ``run``, so the short form and the noun-verb fo
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from tandem import ownership
+from tandem import files, ownership
 from tandem.backends.state import load_state
 from tandem.bench.compare import compare, load_summary
 from tandem.bench.config import BenchConfig
@@ -35,6 +36,7 @@ from tandem.cli.options import (
     field_option,
     force_option,
     json_object,
+    option_of,
 )
 from tandem.errors import Problem, SpecError
 from tandem.plan.status import planned_roofline_tok_s
@@ -43,6 +45,7 @@ from tandem.report.bench import (
     comparison_markdown,
     comparison_table,
     markdown,
+    settings_warning,
     summary_table,
     write_plots,
 )
@@ -203,8 +206,17 @@ def run_command(
     except ValidationError as exc:
         raise SpecError(
             "invalid bench options",
-            problems=[Problem(".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()],
+            problems=[
+                Problem(option_of(BenchConfig, ".".join(str(p) for p in e["loc"])), e["msg"])
+                for e in exc.errors()
+            ],
         ) from exc
+    conflicts = config.conflicts()
+    if conflicts:
+        raise SpecError(
+            f"{len(conflicts)} bench option(s) would be ignored or overridden",
+            problems=[replace(p, field=option_of(BenchConfig, p.field)) for p in conflicts],
+        )
     if not config.concurrency and not config.rates_rps and not config.long_context:
         raise SpecError(
             "nothing to measure",
@@ -230,10 +242,10 @@ def run_command(
     for warning in result.warnings + [w for p in result.points for w in p.warnings]:
         console.print(f"[yellow]warning:[/] {warning}")
     if out is not None:
-        (out / REPORT_FILE).write_text(markdown(result), encoding="utf-8")
+        files.write_text(out / REPORT_FILE, markdown(result))
         written = [out / REPORT_FILE]
         if plots:
-            written += write_plots(result, read_records(out / REQUESTS_FILE), out)
+            written += write_plots(result, read_records(out / REQUESTS_FILE).records, out)
         if watch:
             written += report_folder(out / WATCH_DIR, plots=plots)[1]
         console.print(
@@ -298,6 +310,8 @@ def compare_command(a: str, b: str, as_markdown: bool) -> None:
       tandem bench compare runs/b1/summary.json runs/b2/summary.json --markdown > diff.md
     """
     comparison = compare(load_summary(a), load_summary(b), a, b)
+    if comparison.settings_differ:
+        click.echo(f"warning: {settings_warning(comparison)}", err=True)
     if as_markdown:
         click.echo(comparison_markdown(comparison), nl=False)
     else:
@@ -322,7 +336,10 @@ def report_command(run_dir: str, plots: bool) -> None:
     """
     out = Path(run_dir)
     result = load_summary(out)
-    (out / REPORT_FILE).write_text(markdown(result), encoding="utf-8")
+    files.write_text(out / REPORT_FILE, markdown(result))
     show(summary_table(result))
-    if plots and (out / REQUESTS_FILE).is_file():
-        write_plots(result, read_records(out / REQUESTS_FILE), out)
+    if plots and (out / REQUESTS_FILE).exists():
+        read = read_records(out / REQUESTS_FILE)
+        if read.damaged:
+            click.echo(f"warning: {out / REQUESTS_FILE}: {read.skipped_note}", err=True)
+        write_plots(result, read.records, out)

@@ -1,8 +1,10 @@
 """``tandem model``: build the local models vLLM serves (tiny ones, and real shapes for GPUs).
 
 The builders import torch and transformers (6 s of CPU), so they are imported when a model is
-built, not when ``--help`` or a bad argument is answered; the names the options accept are
-written here and a test keeps them equal to the builders' (``tests/test_tinymodel.py``).
+built, not when ``--help`` or a bad argument is answered: the tiny models' names are written
+here and a test keeps them equal to the builder's (``tests/test_tinymodel.py``); the shape
+presets and their argument check come from ``tandem.shapemodel``, which imports torch only to
+build.
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ import click
 from rich.console import Console
 
 from tandem import hf_cache
+from tandem.shapemodel import MIN_LAYERS, SHAPES, build_shape_model, check_arguments
 
 ARCHITECTURES = ("deepseek_v3", "llama", "mistral", "mixtral", "qwen2", "qwen3")
 """``tandem.tinymodel.ARCHITECTURES``' names."""
 DEFAULT_ARCH = "deepseek_v3"
-SHAPES = ("llama-3.1-8b", "deepseek-v2-lite", "gemma-3-4b")
-"""``tandem.shapemodel.SHAPES``' names."""
 
 
 def _quiet_transformers() -> None:
@@ -94,9 +95,10 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
 @click.argument("preset", type=click.Choice(list(SHAPES)))
 @click.option(
     "--layers",
-    type=click.IntRange(min=1),
+    type=int,
     default=None,
-    help="Build this many decoder layers instead of the preset's (less disk).",
+    help=f"Build this many decoder layers instead of the preset's (less disk), at least "
+    f"{MIN_LAYERS}.",
 )
 @click.option(
     "--scale-down",
@@ -106,7 +108,8 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
 @click.option(
     "--device",
     default=None,
-    help="Where torch builds the weights. Default: cuda when available, else cpu.",
+    help="Where torch builds the weights: cpu, cuda or cuda:N. Default: cuda when "
+    "available, else cpu.",
 )
 @click.option(
     "--hf-home",
@@ -141,8 +144,7 @@ def shape_command(
       tandem model shape deepseek-v2-lite --layers 13
       tandem model shape gemma-3-4b --scale-down --device cpu
     """
-    from tandem.shapemodel import build_shape_model
-
+    check_arguments(preset, layers=layers, device=device)  # before transformers is imported
     console = Console()
     _quiet_transformers()
     with console.status(f"building {preset}"):

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_deployment
+from tandem.spec.recipe import Timeouts
 
 
 class FloatIn(click.FloatRange):
@@ -115,6 +116,14 @@ def json_object(ctx: click.Context, param: click.Parameter, value: str | None) -
 # --- options generated from a config model's fields ------------------------------------------
 
 _FROM_MODEL: Any = object()
+_OPTIONS: dict[tuple[type[BaseModel], str], str] = {}
+"""(model, field) -> the flag ``field_option`` made for it."""
+
+
+def option_of(model: type[BaseModel], name: str) -> str:
+    """The flag that sets ``model``'s field ``name`` (``--token-ids``), so a problem found by
+    the model names what the user typed; the field's name when no option sets it."""
+    return _OPTIONS.get((model, name), name)
 
 
 def field_option(
@@ -145,6 +154,7 @@ def field_option(
     value = info.get_default(call_default_factory=True) if default is _FROM_MODEL else default
     kind = _bare(info.annotation)
     flag = flag or "--" + name.replace("_", "-")
+    _OPTIONS[(model, name)] = flag
     # pydantic keeps Field(ge=...) as annotated_types' Ge(ge=...), Gt, Le, Lt in the metadata
     bounds = {
         k: getattr(m, k) for m in info.metadata for k in ("ge", "gt", "le", "lt") if hasattr(m, k)
@@ -196,3 +206,14 @@ def _as_text(value: Any) -> str | None:
     if isinstance(value, dict):
         return json.dumps(value) if value else None
     return value
+
+
+startup_timeout_option = field_option(
+    Timeouts,
+    "startup_s",
+    flag="--timeout",
+    param="timeout_s",
+    default=None,
+    help="Start-up limit in seconds. Default: the recipe's timeouts.startup_s.",
+)
+"""``--timeout`` of ``up`` and ``service install``: the recipe's ``timeouts.startup_s``."""

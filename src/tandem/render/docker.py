@@ -14,7 +14,8 @@ under seed 002's eugr launcher and seed 000's LeaderWorkerSet pods:
   node, or one in the node user's home (``~/.cache/huggingface``, the default), which the shell
   form writes ``"$HOME"/.cache/huggingface`` so the node expands it (``tandem.render.
   shellwords``; docker takes a relative or quoted-``~`` source for a volume name and refuses
-  it). The JSON form keeps the ``~/``: expand it on the node before running the argv;
+  it). The recipe and inventory refuse any other source when they are read
+  (``tandem.spec.paths``). The JSON form keeps the ``~/``: expand it on the node first;
 - the rank's compile cache root on the node (``tandem.caches``: ``ssh.remote_dir/DEPLOYMENT/
   caches/rankN``) mounted at ``/cache/tandem``, with vLLM's, Inductor's, Triton's, FlashInfer's,
   DeepGEMM's and TileLang's cache variables pointing into it, so a new container starts warm;
@@ -34,7 +35,7 @@ import shlex
 
 from tandem import caches, wire
 from tandem.errors import RecipeError
-from tandem.rankplan import Mount, RankPlan, RankSpec
+from tandem.rankplan import RankPlan, RankSpec
 from tandem.redact import is_secret
 from tandem.render import shellwords
 from tandem.spec.deployment import Deployment
@@ -80,30 +81,6 @@ def host_source(rank: RankSpec, source: str, env_name: str | None) -> str:
     return rank.env.get(env_name, source) if env_name else source
 
 
-def checked_source(rank: RankSpec, mount: Mount, deployment: Deployment) -> str:
-    """``host_source``, refused when it is relative (docker would take it for a volume name).
-
-    Raises:
-        RecipeError: naming the node's variable or the recipe field the path came from.
-    """
-    path = host_source(rank, mount.source, mount.env)
-    if shellwords.is_node_path(path):
-        return path
-    node = next(n for n in deployment.cluster.nodes if n.name == rank.node)
-    field = (
-        f"nodes[{node.name}].env.{mount.env}"
-        if mount.env and mount.env in node.env
-        else "model.cache_root"
-    )
-    raise RecipeError(
-        f"mount source '{path}' of rank {rank.rank} is not an absolute path; docker would "
-        "take it for the name of a volume",
-        field=field,
-        rank=rank.rank,
-        hint="write an absolute path on the node, or one in the node user's home as ~/...",
-    )
-
-
 def docker_run_argv(
     rank: RankSpec, deployment: Deployment, *, image: str | None = None, docker: str = "docker"
 ) -> list[str]:
@@ -142,7 +119,7 @@ def docker_run_argv(
         if mount.kind == "device":
             argv += ["--device", f"{mount.source}:{mount.target}"]
         else:
-            argv += ["--volume", f"{checked_source(rank, mount, deployment)}:{mount.target}"]
+            argv += ["--volume", f"{host_source(rank, mount.source, mount.env)}:{mount.target}"]
     cache = caches.remote_root(deployment.cluster.ssh.remote_dir, deployment.name, rank.rank)
     argv += ["--volume", f"{cache}:{wire.CONTAINER_CACHE_ROOT}"]
     env = {**container_env(rank), **caches.cache_env(wire.CONTAINER_CACHE_ROOT)}

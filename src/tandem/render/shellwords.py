@@ -18,11 +18,6 @@ import shlex
 from collections.abc import Iterable
 
 
-def is_node_path(path: str) -> bool:
-    """True for a path the node can resolve: absolute, or in the node user's home (``~/``)."""
-    return path == "~" or path.startswith(("/", "~/"))
-
-
 def quote(word: str) -> str:
     """One shell word, with a leading ``~/`` kept for the node's shell to expand.
 

@@ -7,8 +7,10 @@ interface names, RDMA devices, GPUs, extra variables.
 
 from __future__ import annotations
 
+import csv
 import ipaddress
 import re
+import shlex
 from enum import StrEnum
 from typing import Any
 
@@ -25,7 +27,14 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from tandem.errors import FieldFault
 from tandem.spec.addresses import check_address, is_ip
 from tandem.spec.kubernetes import KubernetesOptions
-from tandem.spec.recipe import StrictModel, _env_str, refuse_secrets
+from tandem.spec.paths import check_env_folders, check_node_folder
+from tandem.spec.recipe import (
+    FOLDER_VARS,
+    StrictModel,
+    _env_str,
+    refuse_inline_secrets,
+    refuse_secrets,
+)
 
 
 class Transport(StrEnum):
@@ -104,7 +113,7 @@ class Node(StrictModel):
     @field_validator("env")
     @classmethod
     def _env_without_secrets(cls, value: dict[str, str]) -> dict[str, str]:
-        return refuse_secrets(value)
+        return check_env_folders(refuse_secrets(value), FOLDER_VARS)
 
     @field_validator("address")
     @classmethod
@@ -114,11 +123,25 @@ class Node(StrictModel):
     @field_validator("ssh_host")
     @classmethod
     def _ssh_host_shape(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z0-9_.:%\-\[\]]+", value):
+        # a leading '-' would reach ssh as an option, not a destination
+        if value is not None and not re.fullmatch(
+            r"[A-Za-z0-9_.:%\[\]][A-Za-z0-9_.:%\-\[\]]*", value
+        ):
             raise FieldFault(
                 f"'{value}' is not a host for ssh",
                 hint="write an address, a host name or an alias from "
-                "~/.ssh/config (no spaces), or leave it out",
+                "~/.ssh/config (no spaces, not starting with '-'), or leave it out",
+            )
+        return value
+
+    @field_validator("ssh_user")
+    @classmethod
+    def _ssh_user_shape(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,31}\$?", value):
+            raise FieldFault(
+                f"'{value}' is not a user name for ssh",
+                hint="write the login name on the node (letters, digits, '_', '.', '-'), "
+                "or leave it out for ssh's own",
             )
         return value
 
@@ -210,11 +233,88 @@ class SSHOptions(StrictModel):
     @field_validator("remote_dir")
     @classmethod
     def _remote_dir_on_the_node(cls, value: str) -> str:
-        if not (value == "~" or value.startswith(("/", "~/"))):
-            raise ValueError(
-                f"'{value}' is relative; write an absolute path, or ~/... for the ssh user's home"
-            )
-        return value
+        return check_node_folder(value)
+
+    @field_validator("vllm_command", "docker_command")
+    @classmethod
+    def _a_command(cls, value: str) -> str:
+        return check_command(value)
+
+    @field_validator("vllm_command", "docker_command")
+    @classmethod
+    def _command_without_secrets(cls, value: str) -> str:
+        return refuse_inline_secrets(value)
+
+    @field_validator("docker_gpus")
+    @classmethod
+    def _gpu_request(cls, value: str | None) -> str | None:
+        return value if value is None else check_gpu_request(value)
+
+
+def check_command(value: str) -> str:
+    """``value`` when it splits into shell words, the first one a program (``sudo docker``).
+
+    Raises:
+        FieldFault: it is empty, or its quotes do not close (``shlex.split`` refuses it).
+    """
+    try:
+        words = shlex.split(value)
+    except ValueError as exc:
+        raise FieldFault(
+            f"'{value}' cannot be split into words ({exc})", hint="close its quotes"
+        ) from None
+    if not words:
+        raise FieldFault(
+            "is empty: no program to run",
+            hint="name the program, e.g. `docker` or `sudo docker`, or leave the field out "
+            "for the default",
+        )
+    return value
+
+
+_GPU_KEYS = ("count", "device", "driver", "capabilities", "options")
+"""The keys of docker's ``--gpus`` (docker/cli ``opts/gpus.go``); a bare value is a count."""
+
+
+def check_gpu_request(value: str) -> str:
+    """``value`` when docker's ``--gpus`` takes it: ``all``, a count, or comma-separated
+    ``key=value`` fields (a field holding a comma quoted, as in ``'"device=0,1"'``).
+
+    YAML reads ``none`` as text, not as null; docker would refuse ``--gpus none`` on every
+    node, so it is refused here with the spelling that leaves the flag out.
+
+    Raises:
+        FieldFault: naming what docker would refuse.
+    """
+    if value.strip().lower() in ("none", "null", "no", "false", "0", ""):
+        raise FieldFault(
+            f"'{value}' is not a GPU request: docker's --gpus takes all, a count or "
+            "device=..., and YAML reads an unquoted none as the text 'none'",
+            hint="write `docker_gpus: null` to leave --gpus out (CPU-only nodes), or e.g. "
+            "all or device=0",
+        )
+    faults = []
+    seen: set[str] = set()
+    for item in next(csv.reader([value]), []):
+        key, eq, setting = item.partition("=")
+        if not eq:
+            key, setting = "count", item
+        if key not in _GPU_KEYS:
+            faults.append(f"unknown key '{key}' (docker knows {', '.join(_GPU_KEYS)})")
+        elif key in seen:
+            faults.append(f"'{key}' is given twice")
+        elif key == "count" and not (setting == "all" or (setting.isdigit() and int(setting) > 0)):
+            faults.append(f"count '{setting}' is neither all nor a number of GPUs")
+        seen.add(key)
+    if {"count", "device"} <= seen:
+        faults.append("a count and devices together (docker refuses both at once)")
+    if faults:
+        raise FieldFault(
+            f"'{value}' is not a GPU request docker takes: " + "; ".join(faults),
+            hint="write all, a count such as 2, device=0, or several devices quoted as "
+            "'\"device=0,1\"'; null leaves --gpus out",
+        )
+    return value
 
 
 class Cluster(StrictModel):
@@ -231,6 +331,17 @@ class Cluster(StrictModel):
     ssh: SSHOptions = Field(default_factory=SSHOptions)
     namespace: str = Field(default="default", description="Kubernetes namespace (k8s transport).")
     kubernetes: KubernetesOptions = Field(default_factory=KubernetesOptions)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_shape(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", value):
+            raise FieldFault(
+                f"'{value}' is not a Kubernetes namespace name",
+                hint="lower case letters, digits and dashes, at most 63 characters, starting "
+                "and ending alphanumeric (a DNS-1123 label), e.g. default",
+            )
+        return value
 
     @model_validator(mode="wrap")
     @classmethod

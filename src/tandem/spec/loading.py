@@ -312,6 +312,7 @@ def _problem(err: ErrorDetails) -> Problem:
         "dict_type": "write a mapping (key: value lines)",
         "list_type": "write a list (- item lines)",
         "string_type": "quote the value",
+        "string_too_short": "write a value, or leave the field out for its default",
         "string_pattern_mismatch": "use one of the values the docs list",
         "model_type": "write a mapping (key: value lines)",
         "model_attributes_type": "write a mapping (key: value lines)",

@@ -9,15 +9,18 @@ so a typo is an error that names the field instead of a setting silently ignored
 from __future__ import annotations
 
 import re
+import shlex
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from tandem import ownership, wire
 from tandem.errors import FieldFault
-from tandem.redact import is_secret, looks_like_secret_value
+from tandem.redact import REDACTED, Redactor, is_secret, looks_like_secret_value
 from tandem.spec.addresses import check_address
+from tandem.spec.paths import check_env_folders, check_node_folder
 
 
 class StrictModel(BaseModel):
@@ -28,6 +31,8 @@ class StrictModel(BaseModel):
 
 class ModelSource(StrictModel):
     """``model:`` — which weights to serve and where they are cached."""
+
+    model_config = ConfigDict(str_min_length=1)  # each becomes a word of a command
 
     repo_id: str = Field(
         description="Hugging Face repo id, e.g. `deepseek-ai/DeepSeek-V4-Flash`. Also the name "
@@ -44,14 +49,15 @@ class ModelSource(StrictModel):
     )
     path: str | None = Field(
         default=None,
-        description="Serve this local directory instead of the repo id (a snapshot path as it is "
-        "seen by the rank, e.g. inside the container). Default: serve by repo id, which vLLM "
-        "resolves to the cached snapshot when offline.",
+        description="Serve this local directory instead of the repo id (an absolute snapshot "
+        "path as it is seen by the rank, e.g. inside the container). Default: serve by repo "
+        "id, which vLLM resolves to the cached snapshot when offline.",
     )
     cache_root: str | None = Field(
         default=None,
-        description="The host's Hugging Face home (HF_HOME), holding `hub/`. Default: the "
-        "standard `~/.cache/huggingface` of the user running the rank.",
+        description="The host's Hugging Face home (HF_HOME), holding `hub/`: an absolute path "
+        "or `~/...`, without `:` (docker mounts it). Default: the standard "
+        "`~/.cache/huggingface` of the user running the rank.",
     )
     offline: bool = Field(
         default=True,
@@ -66,6 +72,32 @@ class ModelSource(StrictModel):
             raise ValueError(
                 f"'{value}' is not a Hugging Face repo id; write it as ORG/NAME, "
                 "e.g. deepseek-ai/DeepSeek-V4-Flash"
+            )
+        return value
+
+    @field_validator("cache_root")
+    @classmethod
+    def _cache_root_on_the_node(cls, value: str | None) -> str | None:
+        return value if value is None else check_node_folder(value)
+
+    @field_validator("revision")
+    @classmethod
+    def _one_word(cls, value: str) -> str:
+        if any(c.isspace() for c in value):
+            raise FieldFault(
+                f"'{value}' is not a revision", hint="write a branch, a tag or a 40-hex commit"
+            )
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _absolute_path(cls, value: str | None) -> str | None:
+        # vLLM takes a path it cannot find for a repo id, and expands no ~
+        if value is not None and not value.startswith("/"):
+            raise FieldFault(
+                f"'{value}' is not an absolute path; vLLM would look for a repo of that name",
+                hint="write the snapshot's absolute path as the rank sees it, or leave path out "
+                "to serve by repo id",
             )
         return value
 
@@ -92,6 +124,8 @@ class ServeOptions(StrictModel):
     A field left at ``null`` is not passed, so vLLM's own default applies. Anything without a
     field here goes into ``engine.extra_args``.
     """
+
+    model_config = ConfigDict(str_min_length=1)  # `--kv-cache-dtype ''` is no setting
 
     tensor_parallel_size: int = Field(
         default=1,
@@ -350,6 +384,11 @@ class Engine(StrictModel):
         "passed verbatim after the typed ones, e.g. [--seed, '0'].",
     )
 
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, value: str | None) -> str | None:
+        return value if value is None else check_image(value)
+
     @field_validator("extra_args")
     @classmethod
     def _no_flag_twice(cls, value: list[str]) -> list[str]:
@@ -374,9 +413,67 @@ class Engine(StrictModel):
             )
         return value
 
+    @field_validator("extra_args")
+    @classmethod
+    def _no_inline_secret(cls, value: list[str]) -> list[str]:
+        return refuse_inline_secrets(value)
+
 
 TYPED_FLAGS = _typed_flags()
 """The one table of `vllm serve` flags that a typed recipe field (or tandem itself) sets."""
+
+_IMAGE_HOST = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    r"|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?"
+)
+_IMAGE_PATH = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_IMAGE_TAG = re.compile(r"\w[\w.-]{0,127}")
+_DIGEST_HEX = {"sha256": 64, "sha512": 128}
+
+
+def check_image(image: str) -> str:
+    """``image`` when docker and Kubernetes read it as an image reference,
+    ``[HOST[:PORT]/]PATH[:TAG][@sha256:HEX]`` as distribution's grammar has it; else FieldFault.
+
+    A digest must be whole (64 hex digits for sha256): docker refuses a short one only on the
+    nodes, after the preflight passed.
+    """
+    faults = []
+    name, at, digest = image.partition("@")
+    if at:
+        algorithm, _, hex_digits = digest.partition(":")
+        length = _DIGEST_HEX.get(algorithm)
+        if length is None or not re.fullmatch(f"[0-9a-f]{{{length}}}", hex_digits):
+            faults.append(
+                f"digest '{digest}' must be sha256: and 64 lower-case hex digits "
+                f"(it has {len(hex_digits)} after '{algorithm}:')"
+            )
+    slash, colon = name.rfind("/"), name.rfind(":")
+    if colon > slash:
+        name, tag = name[:colon], name[colon + 1 :]
+        if not _IMAGE_TAG.fullmatch(tag):
+            faults.append(f"tag '{tag}' is not a tag (letters, digits, '_', '.', '-')")
+    parts = name.split("/")
+    host = parts[0]
+    if len(parts) > 1 and (
+        any(c in host for c in ".:") or host == "localhost" or host.lower() != host
+    ):
+        if not _IMAGE_HOST.fullmatch(host):
+            faults.append(f"registry '{host}' is not a host name with an optional port")
+        parts = parts[1:]
+    bad = [p for p in parts if not _IMAGE_PATH.fullmatch(p)]
+    if bad:
+        faults.append(
+            f"'{'/'.join(parts)}' is not a repository: lower-case letters and digits, "
+            "separated by '.', '_', '__', '-' or '/'"
+        )
+    if faults:
+        raise FieldFault(
+            f"'{image}' is not an image reference: " + "; ".join(faults),
+            hint="write REPO[:TAG] or REPO@sha256:<64 hex digits> as `docker images --digests` "
+            "shows it, e.g. vllm/vllm-openai:v0.32.0",
+        )
+    return image
 
 
 class DataPlaneTransport(StrEnum):
@@ -490,7 +587,7 @@ class Watch(StrictModel):
     """``watch:`` — what ``tandem watch report`` calls a good soak, and where watch exports.
 
     Each ``max_*`` is the largest value that still passes (``null``: shown, not checked). The
-    defaults are seed 000's soak: no thermal throttling, no OOM, no restart.
+    defaults are seed 000's soak: no thermal throttling, no OOM, no restart, no downtime.
     """
 
     interval_s: float = Field(
@@ -502,6 +599,7 @@ class Watch(StrictModel):
     )
     max_temperature_c: float | None = Field(
         default=85.0,
+        gt=0,
         description="Peak GPU temperature, degrees Celsius. Seed 000 never exceeded 65.",
     )
     max_throttle_events: int | None = Field(
@@ -530,6 +628,12 @@ class Watch(StrictModel):
         default=0,
         ge=0,
         description="Group restarts by `tandem supervise` (events.log) during the watch.",
+    )
+    max_down_samples: int | None = Field(
+        default=0,
+        ge=0,
+        description="Samples whose health verdict was `down` (no rank serving, or the "
+        "leader's API gone). Default 0: a soak with downtime fails.",
     )
     max_error_rate: float | None = Field(
         default=0.01,
@@ -593,7 +697,7 @@ class Recipe(StrictModel):
     @field_validator("env")
     @classmethod
     def _env_without_secrets(cls, value: dict[str, str]) -> dict[str, str]:
-        return refuse_secrets(value)
+        return check_env_folders(refuse_secrets(value), FOLDER_VARS)
 
     @field_validator("host")
     @classmethod
@@ -607,6 +711,25 @@ class Recipe(StrictModel):
             raise ValueError(f"'{value}' is not a size; write e.g. 64g or 512m")
         return str(value)
 
+    @model_validator(mode="after")
+    def _metrics_port_apart(self) -> Recipe:
+        clash = port_clash(self.watch.metrics_port, self.ports)
+        if clash:  # reported at the field, so the loader drops it and checks the rest
+            error = PydanticCustomError(
+                "value_error",
+                "{message}",
+                {"message": clash, "hint": "give the metrics endpoint its own port, e.g. 9478"},
+            )
+            raise ValidationError.from_exception_data(
+                type(self).__name__,
+                [
+                    InitErrorDetails(
+                        type=error, loc=("watch", "metrics_port"), input=self.watch.metrics_port
+                    )
+                ],
+            )
+        return self
+
     @property
     def shm_bytes(self) -> int:
         """``shm_size`` in bytes (binary units: 64g = 64 GiB)."""
@@ -614,6 +737,21 @@ class Recipe(StrictModel):
         return (
             int(number) * 1024 ** {None: 0, "k": 1, "m": 2, "g": 3}[unit.lower() if unit else None]
         )
+
+
+FOLDER_VARS = (wire.HF_HOME,)
+"""Variables of an ``env`` that name a folder on the node (docker mounts HF_HOME)."""
+
+
+def port_clash(port: int, ports: Ports) -> str | None:
+    """Why ``port`` cannot serve tandem's metrics beside the deployment's ``ports``, or None.
+
+    The rule of ``watch.metrics_port`` and of ``tandem watch --serve-metrics`` alike.
+    """
+    for field, what in (("api", "API"), ("master", "rendezvous")):
+        if port == getattr(ports, field):
+            return f"{port} is also the {what} port (ports.{field})"
+    return None
 
 
 def refuse_secrets(env: dict[str, str]) -> dict[str, str]:
@@ -633,6 +771,35 @@ def refuse_secrets(env: dict[str, str]) -> dict[str, str]:
             "it in a Kubernetes Secret, or point at a file (e.g. HF_TOKEN_PATH)",
         )
     return env
+
+
+Command = TypeVar("Command", str, list[str])
+"""A field that becomes a command line: one text (``ssh.vllm_command``) or argv items."""
+
+
+def refuse_inline_secrets(command: Command) -> Command:
+    """Refuse a field that becomes a command line (``ssh.vllm_command``, ``kubernetes.kubectl``,
+    ``engine.extra_args``...) when it holds a credential inline: a secret flag's value
+    (``--token=X``, ``--client-secret X``), a secret variable set in it (``env HF_TOKEN=X
+    vllm``), a URL with a password, a token's shape. Like ``env``, the file is printed,
+    rendered and stored as plain text; the message shows the command with the secret hidden."""
+    if isinstance(command, str):
+        try:
+            words = shlex.split(command)
+        except ValueError:  # unbalanced quotes: judge the words as they are
+            words = command.split()
+    else:
+        words = command
+    safe = Redactor().argv(words)  # a flag's value by its name, every other word by its shape
+    if safe == words:
+        return command
+    raise FieldFault(
+        f"'{shlex.join(safe)}' holds a secret inline (shown as {REDACTED}), and this file is "
+        "printed, rendered and stored as plain text",
+        hint="remove it from the file, and export it in the environment of `tandem up` "
+        "instead (HF_TOKEN and VLLM_API_KEY reach the ranks), or let the program read it "
+        "from a file (kubectl: a kubeconfig, named by `kubernetes.kubeconfig`)",
+    )
 
 
 def _env_str(value: Any) -> Any:
