@@ -15,6 +15,7 @@ import pytest
 from tandem_cli import run_tandem
 
 from tandem.backends import systemd
+from tandem.errors import BackendError
 from tandem.render.systemd import ServiceSpec, render_unit
 
 ANALYZE = shutil.which("systemd-analyze")
@@ -146,3 +147,37 @@ def test_install_start_and_uninstall_under_systemd(tmp_path: Path):
     removed = tandem_at("service", "uninstall", "tiny-local", home=home)
     assert removed.returncode == 0 and "tandem-tiny-local.service" in removed.stdout
     assert not Path("/etc/systemd/system/tandem-tiny-local.service").exists()
+
+
+def test_an_unwritable_secrets_folder_writes_nothing(tmp_path: Path):
+    blocker = tmp_path / "etc"
+    blocker.write_text("a file where /etc/tandem's parent should be")
+    units = tmp_path / "units"
+    spec = systemd.spec_for("tiny-local", "tiny-local", None)
+    with pytest.raises(BackendError) as caught:
+        systemd.install(
+            spec,
+            unit_dir=units,
+            enable=False,
+            secrets={"VLLM_API_KEY": "sk-x"},
+            env_path=blocker / "tandem" / "tiny-local.env",
+        )
+    assert caught.value.file == str(blocker / "tandem" / "tiny-local.env")
+    assert f"{blocker} is a file" in caught.value.message and "sudo" in caught.value.hint
+    assert not units.exists(), "the unit must not be written before the secrets file can be"
+
+
+def test_an_unwritable_unit_folder_is_one_message(tmp_path: Path, tandem_here):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = tandem_here(
+        "service",
+        "install",
+        "tiny-local",
+        "--no-enable",
+        "--unit-dir",
+        str(blocker / "units"),
+        TANDEM_HOME=str(tmp_path / "home"),
+    )
+    assert result.code == 2 and "Traceback" not in result.err
+    assert "cannot be written" in result.err and "--unit-dir" in result.err

@@ -129,6 +129,33 @@ def output_folder(path: Path, *, force: bool = False, option: str = "--out") -> 
         SpecError: it is a file, a parent is a file, it cannot be created, or it holds files
             tandem did not write.
     """
+    check_output_folder(path, force=force, option=option)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / OUTPUT_MARK).touch()
+    except OSError as exc:
+        raise SpecError(
+            f"cannot create {path}: {exc.strerror or exc}",
+            field=option,
+            hint="name a folder whose parents are folders you can write",
+        ) from exc
+    return path
+
+
+def check_output_folder(path: Path, *, force: bool = False, option: str = "--out") -> Path:
+    """``output_folder``'s refusals without creating anything: for a command that checks its
+    other input first and creates the folder when it writes its first result.
+
+    Raises:
+        SpecError: as ``output_folder``, except for a folder that cannot be created.
+    """
+    blocker = next((p for p in (path, *path.parents) if p.exists()), None)
+    if blocker is not None and blocker != path and not blocker.is_dir():
+        raise SpecError(
+            f"cannot create {path}: {blocker} is a file",
+            field=option,
+            hint="name a folder whose parents are folders you can write",
+        )
     if path.exists() and not path.is_dir():
         raise SpecError(
             f"{path} is a file, not a folder", field=option, hint="name a folder that is new"
@@ -143,15 +170,6 @@ def output_folder(path: Path, *, force: bool = False, option: str = "--out") -> 
                 hint=f"name a new folder for {option} (tandem creates it), or pass --force to "
                 "write into this one",
             )
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        (path / OUTPUT_MARK).touch()
-    except OSError as exc:
-        raise SpecError(
-            f"cannot create {path}: {exc.strerror or exc}",
-            field=option,
-            hint="name a folder whose parents are folders you can write",
-        ) from exc
     return path
 
 

@@ -135,12 +135,17 @@ def restart_group(
     on_event: Callable[[str], None],
     on_phase: Callable[[PhaseMark], None],
 ) -> DeploymentState:
-    """Stop every rank, keep the crashed group's logs, start the group again, wait for it."""
+    """Stop every rank, keep the crashed group's logs, start the group again, wait for it.
+
+    Raises:
+        StateError: the saved recipe or cluster fails today's checks; checked before anything
+            is stopped, so a group that cannot be relaunched is left running.
+    """
+    deployment = state.deployment()
     backend.down(state, on_event=on_event)
     kept = archive_logs(state.name)
     if kept:
         on_event(f"kept the crashed group's logs in {kept}")
-    deployment = state.deployment()
     new_state, _ = backend.up(
         plan_ranks(deployment), deployment, timeout_s=None, on_phase=on_phase, on_event=on_event
     )

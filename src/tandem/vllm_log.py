@@ -241,3 +241,26 @@ def failure_cause(log_text: str) -> str:
                 return m.group(1)[:400]
             return line[:400]
     return lines[-1][:400] if lines else "the log is empty"
+
+
+_MODEL_ARG = re.compile(
+    r"non-default args: \{.*?'model': '([^']+)'|replace model_id \[([^\]]+)\] to model_path"
+)
+"""``--model`` as given, a repo id or a path: the API server's arguments, or the offline
+resolution every rank logs."""
+_MODEL_PATH = re.compile(r"with config: model='([^']+)'|Starting to load model (\S+?)(?:\.\.\.)?$")
+"""The engine's config and each worker's load: the path vLLM resolved the model to."""
+
+
+def logged_model(log_text: str) -> str | None:
+    """The model a boot log says it serves: the ``--model`` argument the API server logs (a
+    repo id or a path), else the path the engine or a worker loads (a headless rank logs only
+    that); the last start's in a log of several. None when no line names one (a log cut
+    after its start)."""
+    argument = path = None
+    for line in log_text.splitlines():
+        if m := _MODEL_ARG.search(line):
+            argument = m.group(1) or m.group(2)
+        elif m := _MODEL_PATH.search(line):
+            path = m.group(1) or m.group(2)
+    return argument or path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -9,11 +10,12 @@ from click.testing import CliRunner
 
 from tandem.bench.compare import compare, load_summary
 from tandem.bench.config import BenchConfig
-from tandem.bench.load_generator import BenchResult, LoadPointResult, ServerInfo
+from tandem.bench.load_generator import BenchResult, LoadPointResult, ServerInfo, read_records
 from tandem.bench.metrics import load_point_metrics
 from tandem.bench.server_metrics import ServerDelta
 from tandem.bench.workload import LoadPoint
 from tandem.cli import cli
+from tandem.errors import SpecError
 from tandem.report.bench import comparison_markdown, markdown
 
 from .test_metrics import rec
@@ -137,3 +139,57 @@ def test_a_report_piped_to_a_file_keeps_the_whole_table(tmp_path, monkeypatch):
     for name in ("TTFT p50", "srv TTFT mean", "out tok/s", "server gen tok"):
         assert name in header, out.output
     assert "…" not in out.output and max(map(len, out.output.splitlines())) > 80
+
+
+def _run_folder(tmp_path, requests: bytes):
+    (tmp_path / "summary.json").write_text(result(0.1, 0.01).model_dump_json())
+    (tmp_path / "requests.jsonl").write_bytes(requests)
+    return tmp_path
+
+
+def test_a_damaged_request_line_is_counted_not_a_traceback(tmp_path, tandem_here):
+    lines = [rec(i).model_dump_json().encode() + b"\n" for i in range(3)]
+    folder = _run_folder(tmp_path, lines[0] + b'{"index": 1, "load_po\n' + lines[1] + lines[2])
+    read = read_records(folder / "requests.jsonl")
+    assert len(read.records) == 3 and read.damaged == [2]
+    done = tandem_here("bench", "report", str(folder))
+    assert done.code == 0, done.err
+    assert "requests.jsonl: 1 damaged line(s) skipped (line 2)" in done.err
+    assert list(folder.glob("*.png")), "the plots are drawn from the other records"
+
+
+def test_a_binary_request_log_is_one_message(tmp_path, tandem_here):
+    folder = _run_folder(tmp_path, gzip.compress(rec(0).model_dump_json().encode() * 30))
+    done = tandem_here("bench", "report", str(folder))
+    assert done.code == 2 and "Traceback" not in done.err
+    assert f"{folder / 'requests.jsonl'}: no line is a request record" in done.err
+    assert "line 1: not UTF-8 text" in done.err
+
+
+def test_a_gzipped_summary_names_its_line(tmp_path):
+    (tmp_path / "summary.json").write_bytes(
+        gzip.compress(result(0.1, 0.01).model_dump_json().encode())
+    )
+    with pytest.raises(SpecError, match="line 1: not UTF-8 text"):
+        load_summary(tmp_path)
+
+
+def test_compare_names_the_settings_the_runs_differ_in(tmp_path, tandem_here):
+    a, b = result(0.1, 0.01), result(0.1, 0.01)
+    b.config = b.config.model_copy(update={"output_tokens": 512, "temperature": 0.7})
+    assert [(d.name, d.a, d.b) for d in compare(a, b).settings_differ] == [
+        ("output_tokens", 128, 512),
+        ("temperature", None, 0.7),
+    ]
+    b.config = b.config.model_copy(update={"url": "http://other:8000"})  # what an A/B is about
+    assert [d.name for d in compare(a, b).settings_differ] == ["output_tokens", "temperature"]
+    for name, run in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(run.model_dump_json())
+    done = tandem_here("bench", "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--markdown")
+    assert done.code == 0
+    assert "warning: the runs were measured with different settings" in done.err
+    assert "output_tokens (A 128, B 512), temperature (A None, B 0.7)" in done.err
+    assert "**Warning**" in done.out and "output_tokens (A 128, B 512)" in done.out
+    same = compare(a, result(0.1, 0.01))
+    assert same.settings_differ == [] and "Warning" not in comparison_markdown(same)

@@ -42,7 +42,7 @@ def test_tokens_match_the_servers_counters(tiny_endpoint, tmp_path, endpoint, to
     result = asyncio.run(LoadGenerator(config, tmp_path).arun())
 
     assert result.finished and [p.point.label for p in result.points] == ["c1", "c2"]
-    records = read_records(tmp_path / "requests.jsonl")
+    records = read_records(tmp_path / "requests.jsonl").records
     assert len(records) == 6 and all(r.ok for r in records), [r.error_detail for r in records]
     for point in result.points:
         m, server = point.metrics, point.server
@@ -148,7 +148,7 @@ def test_a_killed_run_is_refused_then_resumed_without_losing_a_record(tiny_deplo
         time.sleep(0.02)
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL, "the run ended before its second point was cut"
-    first = [r for r in read_records(requests) if r.load_point == "c1"]
+    first = [r for r in read_records(requests).records if r.load_point == "c1"]
     summary = json.loads((out / "summary.json").read_text())
     assert len(first) == 4 and [p["point"]["label"] for p in summary["points"]] == ["c1"]
     assert summary["finished"] is False
@@ -157,7 +157,7 @@ def test_a_killed_run_is_refused_then_resumed_without_losing_a_record(tiny_deplo
     assert refused.returncode == 2 and "--resume" in refused.stderr
 
     tiny_deployment.tandem(*args, "--resume", timeout=300)
-    records = read_records(requests)
+    records = read_records(requests).records
     assert [r.load_point for r in records].count("c1") == 4
     assert [r.load_point for r in records].count("c2") == 4
     assert [r for r in records if r.load_point == "c1"] == first  # kept as measured

@@ -86,6 +86,7 @@ def test_harness_writes_log_and_report(tiny_endpoint, tmp_path: Path) -> None:  
     assert report["n_questions"] == 3 and report["n_samples"] == 3
     assert 0 <= report["ci95_low"] <= report["accuracy"] <= report["ci95_high"] <= 1
     assert report["rates"]["truncated"] == 1.0
+    assert report["rates"]["reasked"] == 1.0  # every question was asked again: said so
     assert report["model"] == tiny_endpoint.model
     assert {d["name"] for d in report["by_domain"]} == {"Physics", "Chemistry", "Biology"}
     assert (out / "report.md").is_file() and (out / "report.html").is_file()

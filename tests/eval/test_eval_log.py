@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -163,3 +164,29 @@ def test_rescore_reextracts_from_saved_texts(tmp_path: Path) -> None:
     assert {"accuracy", "ci95_low", "ci95_high", "n_questions"} <= set(written)
     assert (tmp_path / "report.md").is_file() and (tmp_path / "report.html").is_file()
     assert "<details>" in (tmp_path / "report.html").read_text()
+
+
+def test_a_gzipped_log_is_one_message_naming_its_line(tmp_path: Path, tandem_here) -> None:
+    path = tmp_path / "responses.jsonl"
+    protocol = make_protocol()
+    log = ResponseLog.open(path, protocol, "q.csv", resume=False, now=0.0)
+    log.append(make_record(protocol, "r1", "ANSWER: B"))
+    log.close()
+    path.write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(SpecError, match="line 1: not UTF-8 text"):
+        read_log(path)
+    done = tandem_here("eval", "rescore", str(path))
+    assert done.code == 2 and f"{path}: line 1: not UTF-8 text" in done.err, done.err
+
+
+def test_every_question_reasked_is_not_a_zero_fallback(tmp_path: Path) -> None:
+    path = tmp_path / "responses.jsonl"
+    protocol = make_protocol()
+    log = ResponseLog.open(path, protocol, "q.csv", resume=False, now=0.0)
+    for rid in ("r1", "r2"):
+        log.append(make_record(protocol, rid, "thinking...", fallback="still thinking"))
+    log.close()
+    report = rescore_log(path)
+    assert report.rates.reasked == 1.0 and report.rates.fallback == 0.0
+    text = (tmp_path / "report.md").read_text()
+    assert "re-asked 100.0% (answered by the re-ask 0.0%)" in text

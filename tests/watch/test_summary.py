@@ -179,3 +179,34 @@ def test_rates_skip_a_resume_and_a_counter_reset():
     assert cols.rank_cpu_pct["rank 0 (spark-101)"] == [None, pytest.approx(40)]
     assert list(cols.gpu_temperature_c) == ["GPU 0 on spark-101", "GPU 0 on spark-102"]  # legend
     assert covered_s([a, b, make_sample(7, segment=1), make_sample(9, segment=1)]) == 15
+
+
+def test_nothing_to_judge_fails_instead_of_passing():
+    summary = summarize(make_run(), [])
+    assert not summary.passed
+    assert results(summary)["samples judged"] is Result.FAIL
+    assert "nothing to judge" in next(c.detail for c in summary.checks if c.name.startswith("samp"))
+
+
+def test_downtime_fails_unless_allowed():
+    samples = [make_sample(i) for i in range(4)]
+    for s in samples[1:3]:
+        s.verdict = Verdict.DOWN
+    summary = summarize(make_run(), samples)
+    assert results(summary)["down samples"] is Result.FAIL and not summary.passed
+    assert "2 of 4 samples `down`" in next(
+        c.detail for c in summary.checks if c.name == "down samples"
+    )
+    assert summarize(make_run(max_down_samples=2), samples).passed
+    every = [make_sample(i) for i in range(3)]
+    for s in every:
+        s.verdict = Verdict.DOWN
+    assert not summarize(make_run(), every).passed
+
+
+def test_damaged_lines_are_counted_in_the_summary():
+    summary = summarize(make_run(), [make_sample(0)], damaged_lines=[2, 5], torn_last_line=True)
+    assert summary.damaged_lines == [2, 5] and summary.torn_last_line
+    assert "2 damaged line(s)" in next(
+        c.detail for c in summary.checks if c.name.startswith("samp")
+    )

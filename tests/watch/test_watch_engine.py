@@ -86,7 +86,7 @@ def test_a_watch_under_load_killed_and_resumed_is_reported(tiny_deployment, tmp_
         time.sleep(32)
         watch.kill()  # SIGKILL: no chance to flush or clean up
         watch.wait(10)
-        before = read_samples(out)
+        before = read_samples(out).records
         assert len(before) >= 5 and {s.segment for s in before} == {0}
         resumed = _spawn(tiny_deployment, "watch", "tiny-local", "--out", str(out), "--quiet")
         assert resumed.wait(90) == 0, resumed.stdout.read()
@@ -94,7 +94,7 @@ def test_a_watch_under_load_killed_and_resumed_is_reported(tiny_deployment, tmp_
     finally:
         if load.poll() is None:
             load.kill()
-    samples = read_samples(out)
+    samples = read_samples(out).records
     assert [s.seq for s in samples] == list(range(len(samples)))
     assert {s.segment for s in samples} == {0, 1}
     covered = sum(
@@ -130,7 +130,8 @@ def test_a_watch_under_load_killed_and_resumed_is_reported(tiny_deployment, tmp_
     assert not (out / "gpu.png").exists()
     assert "| memory used node0 |" in (out / "report.md").read_text()
 
-    beside = read_samples(bench_out / "watch")  # bench --watch: telemetry beside the results
+    # bench --watch: telemetry beside the results
+    beside = read_samples(bench_out / "watch").records
     assert len(beside) >= 2
     assert beside[-1].leader.generation_tokens > beside[0].leader.generation_tokens
     assert (bench_out / "watch" / "report.md").is_file()
@@ -160,7 +161,7 @@ def test_eval_watch_records_the_telemetry_beside_the_responses(tiny_deployment, 
         timeout=300,
     )
     assert "watch: PASS" in done.stdout or "watch: FAIL" in done.stdout
-    samples = read_samples(out / "watch")
+    samples = read_samples(out / "watch").records
     assert samples and samples[0].verdict == "healthy"
     assert (out / "watch" / "report.md").is_file() and (out / "responses.jsonl").is_file()
 

@@ -17,7 +17,6 @@ down once, in ``DeploymentDir``; every other module asks it for a path::
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import tempfile
@@ -30,7 +29,7 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 from tandem import files, ownership
 from tandem.errors import StateError
 from tandem.files import private_dir
-from tandem.jsonfiles import validation_text
+from tandem.jsonfiles import read_json, validation_text
 from tandem.redact import Redactor, redact_text
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
@@ -263,11 +262,10 @@ def load_state(name: str | None = None) -> DeploymentState:
             f"no deployment named '{name}' (known: {known})",
             hint="check the name with `tandem status`",
         )
-    try:
-        return DeploymentState.model_validate(json.loads(path.read_text()))
-    except (OSError, ValueError) as exc:
-        raise StateError(
-            f"state file is unreadable: {exc}",
-            file=str(path),
-            hint="remove the folder if the deployment is gone",
-        ) from exc
+    return read_json(
+        path,
+        DeploymentState,
+        what="deployment state",
+        hint="remove the folder if the deployment is gone",
+        error=StateError,
+    )

@@ -138,33 +138,76 @@ def install(
     secrets: dict[str, str] | None = None,
     env_path: Path | None = None,
 ) -> tuple[Path, Path | None]:
-    """Write the unit (and the secrets file when secrets are given), then enable it.
+    """Write the secrets file (when secrets are given) and the unit, then enable it.
+
+    Every file is checked writable before any is written, so a refusal leaves nothing behind;
+    the secrets file is written first, so the unit never names one that is not there (its
+    ``EnvironmentFile=-`` would start the API without its key).
 
     Returns:
         The unit's path and the secrets file's path (None when none was written).
 
     Raises:
-        BackendError: systemd is not running and ``enable`` or ``start`` was asked, or
-            systemctl refused.
+        BackendError: systemd is not running and ``enable`` or ``start`` was asked, a file
+            cannot be written (nothing was), or systemctl refused.
     """
     if enable or start:
         _require_systemd("enable the service")
-    unit_dir.mkdir(parents=True, exist_ok=True)
     unit_path = unit_dir / unit_name(spec.deployment)
-    unit_path.write_text(render_unit(spec))
-    written = None
     secrets = {k: v for k, v in (secrets or {}).items() if k in SECRET_VARS and v}
-    if secrets:
-        written = env_path or Path(env_file(spec.deployment))
-        written.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(render_env_file(secrets))
-        os.chmod(written, 0o600)
+    written = (env_path or Path(env_file(spec.deployment))) if secrets else None
+    unit_text = render_unit(spec)
+    _check_writable(unit_path, hint="run it as root (sudo), or give --unit-dir a folder you own")
+    if written:
+        _check_writable(
+            written,
+            hint=f"run it as root (sudo): the secrets file goes to {written.parent}, "
+            "readable by root only",
+        )
+    try:
+        if written:
+            written.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(render_env_file(secrets))
+            os.chmod(written, 0o600)
+        unit_dir.mkdir(parents=True, exist_ok=True)
+        unit_path.write_text(unit_text)
+    except OSError as exc:
+        raise BackendError(
+            f"cannot be written: {exc.strerror or exc}",
+            file=str(exc.filename or unit_path),
+            hint="run it as root (sudo), or give --unit-dir a folder you own",
+        ) from exc
     if enable or start:
         _systemctl("daemon-reload")
         _systemctl("enable", *(["--now"] if start else []), unit_path.name)
     return unit_path, written
+
+
+def _check_writable(path: Path, *, hint: str) -> None:
+    """Refuse ``path`` when this user cannot create or replace it: its nearest existing
+    folder is a file or not writable, or the path itself is a folder or read-only.
+
+    Raises:
+        BackendError: it cannot be written; nothing was.
+    """
+    existing = path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    problem = None
+    if path.is_dir():
+        problem = "it is a folder"
+    elif not existing.is_dir():
+        problem = f"{existing} is a file, not a folder"
+    elif path.exists() and not os.access(path, os.W_OK):
+        problem = "it is not writable by this user"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problem = f"{existing} is not writable by this user"
+    if problem:
+        raise BackendError(
+            f"cannot be written: {problem}; nothing was written", file=str(path), hint=hint
+        )
 
 
 def status(deployment: str, *, unit_dir: Path = Path(UNIT_DIR)) -> ServiceStatus:

@@ -3,18 +3,21 @@
 Load points match by label (``c1``, ``r2``, ``long``). For each headline figure the comparison
 holds A's value, B's value, B − A and the relative change (B − A) / A; a lower latency or a
 higher throughput is better, and ``better`` says which side won.
+
+Two runs measured with different workload settings (``COMPARED_SETTINGS``: prompt and output
+lengths, sampling, request counts...) compare unlike with unlike: the comparison lists each
+such setting with both values in ``settings_differ``, and every view of it says so.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from tandem.bench.load_generator import SUMMARY_FILE, BenchResult, LoadPointResult
-from tandem.errors import SpecError
+from tandem.jsonfiles import read_json
 
 Unit = Literal["s", "tok/s", "req/s", "requests"]
 
@@ -50,6 +53,39 @@ def headline(point: LoadPointResult) -> dict[str, float | None]:
     }
 
 
+COMPARED_SETTINGS: tuple[str, ...] = (
+    "endpoint",
+    "input_tokens",
+    "output_tokens",
+    "ignore_eos",
+    "temperature",
+    "prompt_token_ids",
+    "prompt_file",
+    "extra_body",
+    "requests",
+    "burstiness",
+    "max_concurrency",
+    "long_context_requests",
+    "warmup_requests",
+    "seed",
+    "scrape_metrics",
+    "kv_sample_interval_s",
+)
+"""``BenchConfig`` fields that change what a load point measures. Not compared: the URL and the
+model (what an A/B is usually about), the ladders (points match by label), the SLOs and the
+roofline (goodput and the roofline fraction are not compared), timeouts and the idle check."""
+
+
+class SettingDiff(BaseModel):
+    """A workload setting in which the two runs differ."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    a: Any
+    b: Any
+
+
 class FigureDiff(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -80,6 +116,9 @@ class Comparison(BaseModel):
     points: list[PointDiff]
     only_in_a: list[str]
     only_in_b: list[str]
+    settings_differ: list[SettingDiff] = Field(
+        default_factory=list, description="Workload settings that differ: unlike compared."
+    )
 
 
 def compare(a: BenchResult, b: BenchResult, a_name: str = "A", b_name: str = "B") -> Comparison:
@@ -119,7 +158,18 @@ def compare(a: BenchResult, b: BenchResult, a_name: str = "A", b_name: str = "B"
         points=points,
         only_in_a=sorted(labels_a - labels_b),
         only_in_b=sorted(labels_b - labels_a),
+        settings_differ=differing_settings(a, b),
     )
+
+
+def differing_settings(a: BenchResult, b: BenchResult) -> list[SettingDiff]:
+    """The ``COMPARED_SETTINGS`` whose values differ between the two runs."""
+    va, vb = a.config.model_dump(mode="json"), b.config.model_dump(mode="json")
+    return [
+        SettingDiff(name=name, a=va.get(name), b=vb.get(name))
+        for name in COMPARED_SETTINGS
+        if va.get(name) != vb.get(name)
+    ]
 
 
 def load_summary(path: str | Path) -> BenchResult:
@@ -129,21 +179,9 @@ def load_summary(path: str | Path) -> BenchResult:
         SpecError: missing, unreadable, or not a tandem bench summary.
     """
     p = Path(path)
-    if p.is_dir():
-        p = p / SUMMARY_FILE
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError(
-            f"cannot read the bench summary: {exc.strerror}",
-            file=str(p),
-            hint="pass a run folder written by `tandem bench --out DIR` or its summary.json",
-        ) from exc
-    except ValueError as exc:
-        raise SpecError(f"not JSON: {exc}", file=str(p)) from exc
-    try:
-        return BenchResult.model_validate(data)
-    except ValueError as exc:
-        raise SpecError(
-            f"not a tandem bench summary: {str(exc).splitlines()[0]}", file=str(p)
-        ) from exc
+    return read_json(
+        p / SUMMARY_FILE if p.is_dir() else p,
+        BenchResult,
+        what="tandem bench summary",
+        hint="pass a run folder written by `tandem bench --out DIR` or its summary.json",
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 import click
 from rich.console import Console
@@ -22,6 +23,41 @@ from tandem.report.terminal import show
 console = Console(highlight=False)
 logger = logging.getLogger("tandem.check")
 _COLOUR = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+_SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB)?", re.IGNORECASE)
+_UNIT_BYTES = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+MAX_FABRIC_BYTES = 4 << 30
+"""The largest all-reduce message the fabric test sends: beyond it a buffer is the test."""
+
+
+class ByteSizes(click.ParamType):
+    """``1KiB,64KiB,1MiB`` or plain bytes ``1024,65536`` -> a list of byte counts, each from
+    1 byte to ``MAX_FABRIC_BYTES``; the units are the binary ones the help itself shows."""
+
+    name = "sizes"
+
+    def convert(self, value, param, ctx) -> list[int]:
+        if isinstance(value, list):
+            return value
+        sizes = []
+        for part in str(value).split(","):
+            match = _SIZE.fullmatch(part.strip())
+            if not match:
+                self.fail(
+                    f"'{part.strip()}' is not a size; write bytes or a number with B, KiB, MiB "
+                    "or GiB, e.g. 1KiB,64KiB,1MiB",
+                    param,
+                    ctx,
+                )
+            number, unit = match.groups()
+            size = int(number) * _UNIT_BYTES[(unit or "").lower()]
+            if not 1 <= size <= MAX_FABRIC_BYTES:
+                self.fail(
+                    f"'{part.strip()}' is not between 1 B and {MAX_FABRIC_BYTES >> 30} GiB",
+                    param,
+                    ctx,
+                )
+            sizes.append(size)
+        return sizes
 
 
 @click.command("check")
@@ -43,9 +79,11 @@ _COLOUR = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cy
 )
 @click.option(
     "--fabric-sizes",
+    type=ByteSizes(),
     default=None,
-    metavar="BYTES,...",
-    help="Message sizes of the fabric test. Default: 1 KiB..256 MiB (NCCL), 1 KiB..16 MiB (Gloo).",
+    metavar="SIZE,...",
+    help="Message sizes of the fabric test, in bytes or with a binary unit: e.g. "
+    "1KiB,64KiB,1MiB. Default: 1 KiB..256 MiB (NCCL), 1 KiB..16 MiB (Gloo).",
 )
 @click.option(
     "--hash",
@@ -60,7 +98,7 @@ def check_command(
     cluster_path: str | None,
     fabric: bool,
     fabric_port: int,
-    fabric_sizes: str | None,
+    fabric_sizes: list[int] | None,
     with_hashes: bool,
     as_json: bool,
 ) -> None:
@@ -80,12 +118,11 @@ def check_command(
       tandem check dsv4-flash-tp2 --cluster examples/dgx-spark-eks.yaml
     """
     deployment = machine_deployment(recipe, cluster_path)
-    sizes = [int(s) for s in fabric_sizes.split(",")] if fabric_sizes else None
     report = run_check(
         deployment,
         fabric=fabric,
         fabric_port=fabric_port,
-        fabric_sizes=sizes,
+        fabric_sizes=fabric_sizes,
         with_hashes=with_hashes,
         on_event=(lambda text: None) if as_json else _show_event,
     )

@@ -10,7 +10,9 @@ import click
 from tandem import ownership
 from tandem.backends.state import load_state
 from tandem.cli.options import api_key_option, field_option, force_option, json_object
+from tandem.endpoint import Endpoint, pick_model
 from tandem.errors import SpecError
+from tandem.eval import smoke
 from tandem.eval.log import SamplingParams
 from tandem.eval.report import EvalReport, render_markdown
 from tandem.eval.runner import GPQAConfig, rescore_log, run_gpqa
@@ -153,7 +155,7 @@ def gpqa_command(
         url=url,
         model=model,
         api_key=api_key,
-        out_dir=ownership.output_folder(Path(out_dir), force=force),
+        out_dir=ownership.check_output_folder(Path(out_dir), force=force),
         limit=limit,
         repeats=repeats,
         seed=seed,
@@ -218,3 +220,125 @@ def rescore_command(log: str, out_dir: str | None, force: bool) -> None:
 def _show(report: EvalReport, out_dir: Path) -> None:
     click.echo(render_markdown(report))
     click.echo(f"reports: {out_dir / 'report.json'}, report.md, report.html")
+
+
+def _lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    if not value:
+        return None
+    try:
+        lengths = [int(v) for v in value.split(",")]
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not a comma-separated list of token counts"
+        ) from None
+    if any(n < 16 for n in lengths):
+        raise click.BadParameter("each length must be at least 16 tokens")
+    return lengths
+
+
+@eval_command.command("smoke")
+@click.argument("deployment", required=False)
+@click.option("--url", help="Base URL of the endpoint, instead of a DEPLOYMENT name.")
+@click.option(
+    "--model",
+    help="Model name to send. Default: the deployment's, or the only one the server lists.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder for smoke.jsonl (each check as it ends), smoke.json and smoke.md.",
+)
+@click.option(
+    "--check",
+    "checks",
+    multiple=True,
+    type=click.Choice(list(smoke.CHECKS)),
+    help="Run only this check (repeatable). Default: all.",
+)
+@click.option(
+    "--needle-lengths",
+    callback=_lengths,
+    help="Prompt lengths in tokens for the needle, e.g. 256,900. Default: a quarter, half and "
+    "nearly all of the deployment's max_model_len.",
+)
+@click.option(
+    "--max-model-len",
+    type=click.IntRange(min=64),
+    help="With --url: the server's context length, for the needle.",
+)
+@click.option("--tool-call-parser", help="With --url: the server's --tool-call-parser.")
+@click.option("--reasoning-parser", help="With --url: the server's --reasoning-parser.")
+@click.option("--resume", is_flag=True, help="Keep the checks already in --out; run the rest.")
+@force_option
+@api_key_option
+def smoke_command(
+    deployment: str | None,
+    url: str | None,
+    model: str | None,
+    out_dir: str,
+    checks: tuple[str, ...],
+    needle_lengths: list[int] | None,
+    max_model_len: int | None,
+    tool_call_parser: str | None,
+    reasoning_parser: str | None,
+    resume: bool,
+    force: bool,
+    api_key: str | None,
+) -> None:
+    """The checks to run right after a deployment boots: chat template, greedy determinism,
+    tool calls, a long-context needle, reasoning split, speculative acceptance.
+
+    Each check is a verdict with its evidence; one that cannot apply says why. Exit status 1
+    when any check fails.
+
+    \b
+    Examples:
+      tandem eval smoke tiny-local --out runs/smoke1
+      tandem eval smoke --url http://10.77.0.1:8000 --max-model-len 8192 --out runs/s2
+      tandem eval smoke tiny-local --check determinism --out runs/s3
+    """
+    if (deployment is None) == (url is None):
+        raise SpecError(
+            "give either a DEPLOYMENT name or --url, not both and not neither",
+            field="DEPLOYMENT/--url",
+            hint="e.g. `tandem eval smoke tiny-local --out D`",
+        )
+    if deployment is not None:
+        state = load_state(deployment)
+        serve = state.deployment().recipe.engine.serve
+        target = smoke.SmokeTarget(
+            url=state.endpoint,
+            model=model or state.model,
+            max_model_len=serve.max_model_len,
+            tool_call_parser=serve.tool_call_parser,
+            auto_tool_choice=serve.enable_auto_tool_choice,
+            reasoning_parser=serve.reasoning_parser,
+            speculative=serve.speculative_config is not None,
+        )
+    else:
+        assert url is not None
+        with Endpoint(url, api_key=api_key) as endpoint:
+            served = pick_model(endpoint.models(), model)
+        target = smoke.SmokeTarget(
+            url=url,
+            model=served.id,
+            max_model_len=max_model_len or served.max_model_len,
+            tool_call_parser=tool_call_parser,
+            auto_tool_choice=tool_call_parser is not None,
+            reasoning_parser=reasoning_parser,
+        )
+    out = ownership.output_folder(Path(out_dir), force=force)
+    report = smoke.run_smoke(
+        target,
+        out,
+        api_key=api_key,
+        checks=list(checks) or None,
+        needle=needle_lengths,
+        resume=resume,
+        on_result=lambda r: click.echo(f"{r.check:<12} {r.outcome.value:<15} {r.summary}"),
+    )
+    click.echo(f"{'PASS' if report.ok else 'FAIL'}: reports {out / smoke.REPORT_MD}, smoke.json")
+    if not report.ok:
+        raise click.exceptions.Exit(1)

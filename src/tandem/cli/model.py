@@ -95,7 +95,7 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
 @click.argument("preset", type=click.Choice(list(SHAPES)))
 @click.option(
     "--layers",
-    type=int,
+    type=click.IntRange(min=1),  # fewer than MIN_LAYERS: check_arguments, with the other faults
     default=None,
     help=f"Build this many decoder layers instead of the preset's (less disk), at least "
     f"{MIN_LAYERS}.",

@@ -6,12 +6,20 @@ from pathlib import Path
 
 import click
 
-from tandem.cli.options import SHARE, FloatIn, cluster_option, machine_deployment, recipe_argument
+from tandem.cli.options import (
+    SHARE,
+    cluster_option,
+    field_option,
+    machine_deployment,
+    recipe_argument,
+)
 from tandem.errors import PlanError
-from tandem.plan.calibrate import figures_from_log, planned_vs_measured
+from tandem.plan.calibrate import figures_from_log, planned_vs_measured, serves_model
 from tandem.plan.config import default_cache_roots, load_model_facts
 from tandem.plan.planner import infer_hardware, plan_deployment
 from tandem.report.plan import print_plan
+from tandem.spec.recipe import ModelSource, ServeOptions
+from tandem.vllm_log import BootFigures, logged_model
 
 
 @click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,15 +38,17 @@ from tandem.report.plan import print_plan
     help="Hardware profile: gb10, h100, h200, b200, gb200, cpu. Default: from the "
     "cluster (DGX Spark names -> gb10, a local CPU cluster -> cpu).",
 )
-@click.option(
-    "--max-model-len",
-    type=click.IntRange(min=1),
+@field_option(
+    ServeOptions,
+    "max_model_len",
+    default=None,
     help="Plan at this max_model_len instead of the recipe's.",
 )
-@click.option(
-    "--gpu-memory-utilization",
-    "utilization",
-    type=FloatIn(min=0, max=1, min_open=True),
+@field_option(
+    ServeOptions,
+    "gpu_memory_utilization",
+    param="utilization",
+    default=None,
     help="Plan at this utilization instead of the recipe's.",
 )
 @click.option(
@@ -101,6 +111,7 @@ def plan_command(
     """
     deployment = machine_deployment(recipe, cluster_path)
     model = deployment.recipe.model
+    figures = _boot_figures(log_path, model) if log_path else None  # refused before planning
     facts = load_model_facts(
         model.repo_id,
         model_dir=model_dir,
@@ -120,21 +131,7 @@ def plan_command(
         concurrency=concurrency,
         use_shipped_boots=not no_shipped_calibration,
     )
-    if log_path is not None:
-        try:
-            text = log_path.read_text(errors="replace")
-        except OSError as exc:
-            raise PlanError(
-                f"cannot read the log: {exc.strerror}", file=str(log_path), field="--calibrate"
-            ) from exc
-        figures = figures_from_log(text)
-        if figures.kv_cache_tokens is None:
-            raise PlanError(
-                "no 'KV cache size: N tokens' line in the log",
-                file=str(log_path),
-                field="--calibrate",
-                hint="pass the leader's log of a boot that got past KV cache sizing",
-            )
+    if figures is not None:
         plan.calibration = planned_vs_measured(
             kv_pool_bytes=plan.kv_pool_bytes,
             kv_pool_tokens=plan.kv_pool_tokens,
@@ -146,3 +143,40 @@ def plan_command(
         click.echo(plan.model_dump_json(indent=2))
     else:
         print_plan(plan)
+
+
+def _boot_figures(log_path: Path, model: ModelSource) -> BootFigures:
+    """The memory figures of ``--calibrate``'s boot log, which must be a boot of ``model``
+    that got past KV cache sizing: another model's figures would calibrate nothing.
+
+    Raises:
+        PlanError: the log cannot be read, has no KV cache size, or boots another model (or
+            names none).
+    """
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError as exc:
+        raise PlanError(
+            f"cannot read the log: {exc.strerror}", file=str(log_path), field="--calibrate"
+        ) from exc
+    figures = figures_from_log(text)
+    if figures.kv_cache_tokens is None:
+        raise PlanError(
+            "no 'KV cache size: N tokens' line in the log",
+            file=str(log_path),
+            field="--calibrate",
+            hint="pass the leader's log of a boot that got past KV cache sizing",
+        )
+    logged = logged_model(text)
+    if logged is None or not serves_model(logged, model):
+        raise PlanError(
+            f"the log is a boot of '{logged}', not of the deployment's model "
+            f"'{model.path or model.repo_id}'"
+            if logged
+            else "no line of the log names the model it booted",
+            file=str(log_path),
+            field="--calibrate",
+            hint=f"pass a boot log of '{model.repo_id}' (the leader's rank0.log of this "
+            "deployment), whole from its first line, where vLLM names the model",
+        )
+    return figures

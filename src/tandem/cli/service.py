@@ -9,7 +9,13 @@ import click
 from rich.console import Console
 
 from tandem.backends import systemd
-from tandem.cli.options import FloatIn, cluster_option, machine_deployment, recipe_argument
+from tandem.cli.options import (
+    cluster_option,
+    machine_deployment,
+    recipe_argument,
+    startup_timeout_option,
+)
+from tandem.errors import SpecError
 from tandem.render.systemd import SECRET_VARS, UNIT_DIR
 
 console = Console(highlight=False, soft_wrap=True)
@@ -45,9 +51,7 @@ def service_command() -> None:
 @unit_dir_option
 @click.option("--no-enable", is_flag=True, help="Only write the unit; do not enable it.")
 @click.option("--start", is_flag=True, help="Also start it now (`systemctl enable --now`).")
-@click.option(
-    "--timeout", "timeout_s", type=FloatIn(min=1), help="Start-up limit of `tandem up`, seconds."
-)
+@startup_timeout_option
 def install_command(
     recipe: str,
     cluster_path: str | None,
@@ -67,6 +71,14 @@ def install_command(
       VLLM_API_KEY=... tandem service install deepseek-v4-flash --cluster pair.yaml
       tandem service install tiny-local --no-enable --unit-dir ./units
     """
+    if no_enable and start:
+        raise SpecError(
+            "contradicts --no-enable: it enables the unit as it starts it "
+            "(`systemctl enable --now`)",
+            field="--start",
+            hint="drop --no-enable to enable and start it now, or drop --start to only write "
+            "the unit",
+        )
     deployment = machine_deployment(recipe, cluster_path)
     spec = systemd.spec_for(
         deployment.name, recipe, cluster_path, ["--timeout", f"{timeout_s:g}"] if timeout_s else []

@@ -17,9 +17,10 @@ from rich.live import Live
 
 from tandem import ownership
 from tandem.backends.state import load_state
-from tandem.cli.options import FloatIn, force_option
-from tandem.errors import CheckFailed
+from tandem.cli.options import field_option, force_option
+from tandem.errors import CheckFailed, SpecError
 from tandem.report.watch import live_view, markdown, report_folder
+from tandem.spec.recipe import Watch, port_clash
 from tandem.watch.exporter import SampleCollector, serve
 from tandem.watch.sample import Sample
 from tandem.watch.sampler import Watcher
@@ -130,6 +131,23 @@ def run_command(
       tandem watch run --quiet --serve-metrics 9478
     """
     state = load_state(name)
+    clash = metrics_port and port_clash(
+        metrics_port,
+        state.deployment(lenient=True).recipe.ports,  # an old state is watched too
+    )
+    if clash:
+        raise SpecError(
+            f"{clash} of '{state.name}'",
+            field="--serve-metrics",
+            hint=f"serve the metrics on another port, e.g. {Watch().metrics_port} "
+            "(the recipe's watch.metrics_port)",
+        )
+    handlers = []
+    collector = None
+    if metrics_port:  # bound first: a port in use or a bad address refuses before any file
+        collector = SampleCollector(state.name)
+        serve(collector, metrics_port, serve_address)
+        handlers.append(collector.update)
     out = ownership.output_folder(Path(out_dir), force=force) if out_dir else state.directory.watch
     watcher = Watcher(state.name, out, interval_s=interval_s, duration_s=duration_s)
     if watcher.resumed and (interval_s or duration_s):
@@ -137,12 +155,6 @@ def run_command(
             f"resuming {out}: its own interval "
             f"({watcher.run_info.interval_s:g} s) and duration apply"
         )
-    handlers = []
-    collector = None
-    if metrics_port:
-        collector = SampleCollector(state.name)
-        serve(collector, metrics_port, serve_address)
-        handlers.append(collector.update)
     window: deque[Sample] = deque(maxlen=60)
     console = Console(stderr=True)
     live = None if quiet else Live(console=console, auto_refresh=False, transient=False)
@@ -166,22 +178,23 @@ def run_command(
     console.print(f"samples in {out / 'samples.jsonl'}; `tandem watch report {out}` judges them")
 
 
-def _threshold(flag: str, help_text: str, kind: type = float):
-    bounds = click.IntRange(min=0) if kind is int else FloatIn(min=0)
-    return click.option(flag, type=bounds, default=None, help=help_text)
+def _threshold(name: str, help_text: str):
+    """An override of the recipe's ``watch.NAME``: its type and bounds are the field's."""
+    return field_option(Watch, name, default=None, help=help_text)
 
 
 @watch_command.command("report")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of Markdown.")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Write PNG plots.")
-@_threshold("--max-temperature-c", "Peak GPU temperature that passes, °C.")
-@_threshold("--max-throttle-events", "GPU throttle events that pass.", int)
-@_threshold("--max-memory-used-gib", "Highest memory in use on a node that passes, GiB.")
-@_threshold("--max-memory-drift-gib", "Largest memory drift on a node that passes, GiB.")
-@_threshold("--max-oom-events", "OOM kills on a node that pass.", int)
-@_threshold("--max-restarts", "Group restarts that pass.", int)
-@_threshold("--max-error-rate", "Share of requests ending in error or abort that passes.")
+@_threshold("max_temperature_c", "Peak GPU temperature that passes, °C.")
+@_threshold("max_throttle_events", "GPU throttle events that pass.")
+@_threshold("max_memory_used_gib", "Highest memory in use on a node that passes, GiB.")
+@_threshold("max_memory_drift_gib", "Largest memory drift on a node that passes, GiB.")
+@_threshold("max_oom_events", "OOM kills on a node that pass.")
+@_threshold("max_restarts", "Group restarts that pass.")
+@_threshold("max_down_samples", "Samples whose health verdict was `down` that pass.")
+@_threshold("max_error_rate", "Share of requests ending in error or abort that passes, 0-1.")
 def report_command(run_dir: str, as_json: bool, plots: bool, **limits: float | None) -> None:
     """Judge a watch folder: checks against thresholds (PASS/FAIL), report.md, plots.
 

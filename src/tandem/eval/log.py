@@ -11,21 +11,24 @@ A sample's ``key`` is the SHA-256 of the endpoint, model, sampling parameters, t
 option permutation, the record id and the repeat index (``sample_key``): anything that changes
 what is asked changes the key. ``--resume`` skips samples whose key is in the log, and refuses a
 log whose header names another model, endpoint, data set or protocol (``open_log``). A line cut
-short by a crash is dropped when the log is reopened.
+short by a crash is dropped when the log is reopened. Every line goes through ``tandem.files``
+(redacted: a response may quote a key); the header's endpoint is already without a password.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 
+from tandem import files, ownership
 from tandem.errors import Problem, SpecError
 from tandem.eval.client import ChatResponse
+from tandem.jsonfiles import read_jsonl
+from tandem.redact import Redactor
 
 SCHEMA_VERSION = 1
 LOG_NAME = "responses.jsonl"
@@ -145,51 +148,49 @@ class LogContents(BaseModel):
     samples: list[SampleRecord] = Field(default_factory=list)
 
 
+_RECORD: TypeAdapter[HeaderRecord | SessionRecord | SampleRecord] = TypeAdapter(
+    Annotated[HeaderRecord | SessionRecord | SampleRecord, Field(discriminator="kind")]
+)
+
+
 def read_log(path: str | Path) -> LogContents:
     """Parse a response log; a last line cut short by a crash is ignored.
 
     Raises:
-        SpecError: the file is missing, has no header, or a complete line is not a record.
+        SpecError: the file is missing or unreadable (a gzip'ed copy), has no header first, or
+            a complete line is not a record (named by its number; a log that is resumed and
+            rescored must be whole).
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SpecError(
-            f"cannot read the response log: {exc.strerror or exc}",
-            file=str(path),
-            hint="pass the responses.jsonl an eval run wrote",
-        ) from exc
-    complete = data[: data.rfind(b"\n") + 1]
-    header: HeaderRecord | None = None
-    contents: LogContents | None = None
-    for number, line in enumerate(complete.decode().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            kind = record.get("kind")
-            if number == 1 or header is None:
-                header = HeaderRecord.model_validate(record)
-                contents = LogContents(header=header)
-            elif kind == "session":
-                contents.sessions.append(SessionRecord.model_validate(record))  # type: ignore[union-attr]
-            elif kind == "sample":
-                contents.samples.append(SampleRecord.model_validate(record))  # type: ignore[union-attr]
-            else:
-                raise ValueError(f"unknown record kind {kind!r}")
-        except ValueError as exc:
-            raise SpecError(
-                f"line {number} is not a tandem eval record: {str(exc)[:300]}",
-                file=str(path),
-                hint="point at a responses.jsonl written by "
-                "`tandem eval gpqa`, or start a new run in another --out",
-            ) from exc
-    if contents is None:
+    first = True
+
+    def record(value: Any) -> HeaderRecord | SessionRecord | SampleRecord:
+        nonlocal first
+        parsed = _RECORD.validate_python(value)
+        if isinstance(parsed, HeaderRecord) != first:
+            raise ValueError("the header must be the first record, and the only one")
+        first = False
+        return parsed
+
+    records = read_jsonl(
+        path,
+        record,
+        what="tandem eval record",
+        kind="response log",
+        hint="point at a responses.jsonl written by `tandem eval gpqa` (not compressed), "
+        "or start a new run in another --out",
+        strict=True,
+    ).records
+    if not records:
         raise SpecError(
             "the response log is empty", file=str(path), hint="start a new run without --resume"
         )
-    return contents
+    header, *rest = records
+    return LogContents(
+        header=cast(HeaderRecord, header),  # record() refuses any other first
+        sessions=[r for r in rest if isinstance(r, SessionRecord)],
+        samples=[r for r in rest if isinstance(r, SampleRecord)],
+    )
 
 
 class ResponseLog:
@@ -200,24 +201,35 @@ class ResponseLog:
         if key not in log.done: ...; log.append(record)
     """
 
-    def __init__(self, path: Path, contents: LogContents) -> None:
+    def __init__(self, path: Path, contents: LogContents, redactor: Redactor) -> None:
         self.path = path
         self.header = contents.header
         self.done: dict[str, SampleRecord] = {s.key: s for s in contents.samples}
         self.session = len(contents.sessions)
-        self._file = path.open("ab")
+        self._file = files.LineLog(path, redactor=redactor, fsync=True)
 
     @classmethod
     def open(
-        cls, path: str | Path, protocol: Protocol, dataset_path: str, *, resume: bool, now: float
+        cls,
+        path: str | Path,
+        protocol: Protocol,
+        dataset_path: str,
+        *,
+        resume: bool,
+        now: float,
+        redactor: Redactor | None = None,
     ) -> ResponseLog:
         """Create a log, or reopen one to resume; starts a new session either way.
+
+        ``redactor``: the one every line goes through (default: the caller's); the runner's
+        also knows a key given as ``--api-key``.
 
         Raises:
             SpecError: the log exists and ``resume`` is off, or it was written for another
                 model, endpoint, data set or protocol (every differing field is listed).
         """
         path = Path(path)
+        redactor = redactor or Redactor.for_caller()
         if path.exists() and path.stat().st_size > 0:
             if not resume:
                 raise SpecError(
@@ -227,9 +239,10 @@ class ResponseLog:
                 )
             contents = read_log(path)
             _check_same_protocol(path, contents.header.protocol, protocol)
-            _drop_partial_line(path)
+            files.cut_torn_line(path)
         else:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # the command checked the folder before any request; created and marked now
+            ownership.output_folder(path.parent, force=True)
             header = HeaderRecord(
                 protocol=protocol,
                 protocol_hash=protocol.digest(),
@@ -237,8 +250,9 @@ class ResponseLog:
                 created_at=now,
             )
             contents = LogContents(header=header)
-            _append_line(path, header.model_dump_json(), create=True)
-        log = cls(path, contents)
+            with files.LineLog(path, redactor=redactor, fsync=True, new=True) as new:
+                new.write_json(header)
+        log = cls(path, contents, redactor)
         log._write(SessionRecord(index=log.session, started_at=now, resumed=bool(log.done)))
         return log
 
@@ -252,25 +266,7 @@ class ResponseLog:
         self._file.close()
 
     def _write(self, record: BaseModel) -> None:
-        self._file.write(record.model_dump_json().encode() + b"\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-
-
-def _append_line(path: Path, line: str, *, create: bool = False) -> None:
-    with path.open("xb" if create else "ab") as handle:
-        handle.write(line.encode() + b"\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _drop_partial_line(path: Path) -> None:
-    data = path.read_bytes()
-    keep = data.rfind(b"\n") + 1
-    if keep != len(data):
-        with path.open("r+b") as handle:
-            handle.truncate(keep)
-            os.fsync(handle.fileno())
+        self._file.write_json(record)
 
 
 def _check_same_protocol(path: Path, logged: Protocol, current: Protocol) -> None:

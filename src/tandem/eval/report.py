@@ -16,9 +16,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from tandem import files
 from tandem.eval.log import LogContents, SampleRecord
 from tandem.eval.score import ScoredSample, score_sample
 from tandem.eval.stats import Accuracy, clustered_accuracy, group_scores
+from tandem.redact import Redactor
 
 SCHEMA_VERSION = 1
 PUBLISHED_REFERENCE = 0.881
@@ -36,7 +38,8 @@ class Rates(BaseModel):
     """Fractions of samples (not questions)."""
 
     truncated: float = Field(description="Main response hit max_tokens (finish_reason length).")
-    fallback: float = Field(description="Answer taken from the thinking-off re-ask.")
+    reasked: float = Field(description="Asked again (the thinking-off re-ask): no answer found.")
+    fallback: float = Field(description="Answer taken from the re-ask (a share of all samples).")
     unparsed: float = Field(description="No answer found, re-ask included; scored wrong.")
     errors: float = Field(description="The server refused the request (4xx).")
     rules: dict[str, int] = Field(description="Samples per extraction rule that fired.")
@@ -133,6 +136,7 @@ def build_report(
         by_subdomain=_groups(scored, lambda s: f"{s.domain} / {s.subdomain}"),
         rates=Rates(
             truncated=sum(s.truncated for s in scored) / n,
+            reasked=sum(s.reasked for s in scored) / n,
             fallback=sum(s.fallback_used for s in scored) / n,
             unparsed=sum(s.letter is None for s in scored) / n,
             errors=sum(s.error is not None for s in scored) / n,
@@ -225,7 +229,8 @@ def render_markdown(report: EvalReport) -> str:
         f"- accuracy (lenient, pass@1): **{_acc(r.lenient)}** 95% CI ({r.ci_method})",
         f"- accuracy (strict `ANSWER: X` only): {_acc(r.strict)}",
         f"- published reference: {_pct(r.reference_accuracy)}",
-        f"- truncated {_pct(r.rates.truncated)} · fallback {_pct(r.rates.fallback)} · "
+        f"- truncated {_pct(r.rates.truncated)} · re-asked {_pct(r.rates.reasked)} "
+        f"(answered by the re-ask {_pct(r.rates.fallback)}) · "
         f"unparsed {_pct(r.rates.unparsed)} · errors {_pct(r.rates.errors)}",
         "- rules: " + ", ".join(f"{k} {v}" for k, v in r.rates.rules.items()),
         f"- wall time {r.timing.wall_time_s:.1f} s over {r.timing.sessions} session(s), "
@@ -280,14 +285,16 @@ def render_html(report: EvalReport, samples: list[SampleRecord]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def write_reports(report: EvalReport, samples: list[SampleRecord], out_dir: Path) -> None:
-    """Write ``report.json``, ``report.md`` and ``report.html`` into ``out_dir``."""
+def write_reports(
+    report: EvalReport,
+    samples: list[SampleRecord],
+    out_dir: Path,
+    redactor: Redactor | None = None,
+) -> None:
+    """Write ``report.json``, ``report.md`` and ``report.html`` into ``out_dir``, through the
+    one writing path (``tandem.files``: atomic, redacted with ``redactor``, default the
+    caller's)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in (
-        ("report.json", report.model_dump_json(indent=2)),
-        ("report.md", render_markdown(report)),
-        ("report.html", render_html(report, samples)),
-    ):
-        tmp = out_dir / (name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(out_dir / name)
+    files.write_json(out_dir / "report.json", report, redactor=redactor)
+    files.write_text(out_dir / "report.md", render_markdown(report), redactor=redactor)
+    files.write_text(out_dir / "report.html", render_html(report, samples), redactor=redactor)

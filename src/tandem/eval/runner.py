@@ -46,6 +46,7 @@ from tandem.eval.prompt import QUERY_TEMPLATE, fallback_messages, question_promp
 from tandem.eval.report import PUBLISHED_REFERENCE, EvalReport, build_report, write_reports
 from tandem.eval.score import score_sample
 from tandem.eval.stats import clustered_accuracy, group_scores
+from tandem.redact import Redactor, public_url
 
 
 class GPQAConfig(BaseModel):
@@ -124,6 +125,7 @@ async def _run(config: GPQAConfig, console: Console) -> EvalReport:
     samples = make_samples(dataset, repeats=config.repeats, seed=config.seed, limit=config.limit)
     retry = RetryPolicy(budget_s=config.retry_budget_s)
     key = config.api_key.get_secret_value() if config.api_key else None
+    redactor = Redactor.for_caller([key] if key else [])
     async with ChatClient(
         config.url,
         config.model or "",
@@ -133,7 +135,7 @@ async def _run(config: GPQAConfig, console: Console) -> EvalReport:
     ) as client:
         client.model = pick_model(await client.served_models(), config.model).id
         protocol = Protocol(
-            endpoint=client.base_url,
+            endpoint=public_url(client.base_url),  # a password is sent, not logged or shown
             model=client.model,
             dataset_sha256=dataset.sha256,
             seed=config.seed,
@@ -144,7 +146,12 @@ async def _run(config: GPQAConfig, console: Console) -> EvalReport:
             fallback_context_chars=config.fallback_context_chars,
         )
         log = ResponseLog.open(
-            config.out_dir / LOG_NAME, protocol, dataset.path, resume=config.resume, now=time.time()
+            config.out_dir / LOG_NAME,
+            protocol,
+            dataset.path,
+            resume=config.resume,
+            now=time.time(),
+            redactor=redactor,
         )
         try:
             prompts = {id(s): question_prompt(s) for s in samples}
@@ -173,7 +180,7 @@ async def _run(config: GPQAConfig, console: Console) -> EvalReport:
     report = build_report(
         contents, expected_keys=set(keys.values()), reference_accuracy=config.reference_accuracy
     )
-    write_reports(report, contents.samples, config.out_dir)
+    write_reports(report, contents.samples, config.out_dir, redactor)
     return report
 
 

@@ -28,6 +28,8 @@ class ScoredSample:
     strict_correct: bool
     truncated: bool
     """The main response hit ``max_tokens`` (finish_reason ``length``)."""
+    reasked: bool
+    """The main response gave no answer, so the question was asked again (the re-ask)."""
     fallback_used: bool
     """The answer came from the re-ask."""
     error: str | None
@@ -73,6 +75,7 @@ def score_sample(record: SampleRecord) -> ScoredSample:
         correct=letter == record.correct_letter,
         strict_correct=strict_letter == record.correct_letter,
         truncated=main.finish_reason == "length",
+        reasked=record.fallback is not None,
         fallback_used=fallback_used,
         error=main.error or (record.fallback.error if record.fallback else None),
         completion_tokens=tokens,

@@ -3,13 +3,17 @@
 ``planned_vs_measured`` reads the figures vLLM prints while booting (``Available KV cache
 memory`` or the CPU's ``Explicitly set (X/Y) GiB for KV cache``, ``KV cache size: N tokens``,
 ``Maximum concurrency for L tokens per request: Cx``) with ``tandem.vllm_log.BootLog`` and
-reports the planner's error on each, as ``(planned - measured) / measured``.
+reports the planner's error on each, as ``(planned - measured) / measured``. A log of another
+model calibrates nothing: ``serves_model`` tells whether the log is of the deployment's.
 """
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 from pydantic import BaseModel, Field
 
+from tandem.spec.recipe import ModelSource
 from tandem.vllm_log import BootFigures, BootLog
 
 GIB = 1024**3
@@ -39,6 +43,15 @@ def figures_from_log(text: str) -> BootFigures:
     for line in text.splitlines():
         log.feed(line)
     return log.figures
+
+
+def serves_model(logged: str, model: ModelSource) -> bool:
+    """Whether the model a boot log names (``tandem.vllm_log.logged_model``) is ``model``: its
+    repo id, its local path, or a snapshot inside its Hugging Face cache folder
+    (``hub/models--ORG--NAME``, as ``tandem.hf_cache`` lays it out)."""
+    if logged in (model.repo_id, model.path):
+        return True
+    return "models--" + model.repo_id.replace("/", "--") in PurePosixPath(logged).parts
 
 
 def compare(name: str, planned: float | None, measured: float | None) -> Comparison:

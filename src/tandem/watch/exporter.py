@@ -14,6 +14,7 @@ watts), ``_total`` for counters; labels ``deployment``, ``node``, ``rank``, ``ro
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Iterator
 
@@ -21,6 +22,7 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
+from tandem.errors import SpecError
 from tandem.watch.sample import Sample, Verdict
 
 
@@ -153,7 +155,24 @@ class SampleCollector:
 
 
 def serve(collector: SampleCollector, port: int, address: str = "0.0.0.0"):
-    """Serve the collector on ``http://ADDRESS:PORT/metrics``; returns (server, thread)."""
+    """Serve the collector on ``http://ADDRESS:PORT/metrics``; returns (server, thread).
+
+    Raises:
+        SpecError: the port is in use (or privileged), or the address is not one of this
+            machine's (``--serve-address``).
+    """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    return start_http_server(port, addr=address, registry=registry)
+    try:
+        return start_http_server(port, addr=address, registry=registry)
+    except (OSError, UnicodeError) as exc:  # a name the resolver refuses is a UnicodeError
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        port_fault = {
+            errno.EADDRINUSE: f"pick a free port (`ss -ltnp 'sport = :{port}'` shows who holds it)",
+            errno.EACCES: "pick a port above 1023 (the ones below need root)",
+        }.get(getattr(exc, "errno", None) or 0)
+        raise SpecError(
+            f"cannot serve metrics on {address}:{port}: {reason}",
+            field="--serve-metrics" if port_fault else "--serve-address",
+            hint=port_fault or "bind an address of this machine, e.g. 0.0.0.0 (all) or 127.0.0.1",
+        ) from exc

@@ -25,7 +25,6 @@ from tandem.backends.k8s import Kubectl
 from tandem.backends.openssh import OpenSSH, SSHTarget
 from tandem.backends.state import DeploymentState
 from tandem.errors import TandemError
-from tandem.spec.cluster import Cluster
 from tandem.watch import host
 from tandem.watch.gpu import parse_nvidia_smi
 from tandem.watch.sample import NodeReading, RankUsage, RdmaPort
@@ -141,7 +140,7 @@ class SSHReader:
     """Nodes over ssh: host.py on each node's python3, in parallel."""
 
     def __init__(self, state: DeploymentState) -> None:
-        cluster = Cluster.model_validate(state.cluster)
+        cluster = state.deployment(lenient=True).cluster  # an old state is watched too
         self.ssh = OpenSSH.for_cluster(cluster)
         self.targets = {n.name: SSHTarget.of(n) for n in cluster.nodes}
         self.state = state

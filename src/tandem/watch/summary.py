@@ -17,6 +17,11 @@ restarts. The checks, each PASS, FAIL or SKIP (no data, or no threshold set):
   ``max_restarts``;
 - ``error rate``: (Δ error + Δ abort) / Δ all finished requests, from vLLM's
   ``request_success_total`` per ``finished_reason``, against ``max_error_rate``.
+
+Two checks make the verdict fail closed: ``samples judged`` fails when no sample could be read
+(nothing to judge is no success), and ``down samples``, the samples whose health verdict was
+``down``, is held against ``max_down_samples`` (default 0: downtime is no success either).
+Lines of ``samples.jsonl`` that were no sample are counted in the summary and shown.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from tandem.spec.recipe import Watch
-from tandem.watch.sample import Sample, WatchRun
+from tandem.watch.sample import Sample, Verdict, WatchRun
 from tandem.watch.series import (
     GIB,
     counter_increase,
@@ -98,6 +103,13 @@ class WatchSummary(_Model):
     max_requests_waiting: float | None
     preemptions: int
     verdicts: dict[str, int] = Field(description="Samples per verdict.")
+    damaged_lines: list[int] = Field(
+        default_factory=list,
+        description="Numbers of the lines of samples.jsonl that were no sample (not judged).",
+    )
+    torn_last_line: bool = Field(
+        default=False, description="The last line was cut short (a watch killed mid-write)."
+    )
     mean_sample_cost_s: float | None
     thresholds: Watch
     checks: list[Check]
@@ -176,10 +188,17 @@ def throttle_events(samples: list[Sample]) -> int:
 
 
 def summarize(
-    run: WatchRun, samples: list[Sample], thresholds: Watch | None = None
+    run: WatchRun,
+    samples: list[Sample],
+    thresholds: Watch | None = None,
+    *,
+    damaged_lines: list[int] | None = None,
+    torn_last_line: bool = False,
 ) -> WatchSummary:
-    """The figures and checks of a watch folder's samples."""
+    """The figures and checks of a watch folder's samples; ``damaged_lines`` and
+    ``torn_last_line`` say what of the file was not a sample (``tandem.jsonfiles``)."""
     limits = thresholds or run.thresholds
+    damaged = damaged_lines or []
     nodes = [_node_memory(node, samples) for node in run.nodes]
     temperatures = [
         g.temperature_c
@@ -206,7 +225,16 @@ def summarize(
     for s in samples:
         verdicts[s.verdict.value] = verdicts.get(s.verdict.value, 0) + 1
     no_gpu = "no GPU reported" if not gpus else ""
+    down = verdicts.get(Verdict.DOWN.value, 0)
     checks = [
+        _samples_judged(len(samples), damaged),
+        _check(
+            "down samples",
+            down if samples else None,
+            limits.max_down_samples,
+            "samples",
+            f"{down} of {len(samples)} samples `down`" if samples else "",
+        ),
         _check(
             "peak temperature",
             max(temperatures, default=None),
@@ -288,10 +316,27 @@ def summarize(
         max_requests_waiting=max(waiting, default=None),
         preemptions=round(counter_increase(samples, leader_value("preemptions"))),
         verdicts=verdicts,
+        damaged_lines=damaged,
+        torn_last_line=torn_last_line,
         mean_sample_cost_s=sum(costs) / len(costs) if costs else None,
         thresholds=limits,
         checks=checks,
         passed=all(c.result is not Result.FAIL for c in checks),
+    )
+
+
+def _samples_judged(count: int, damaged: list[int]) -> Check:
+    """PASS with at least one sample, FAIL with none: a report with nothing to judge fails."""
+    detail = f"{len(damaged)} damaged line(s) not judged" if damaged else ""
+    if not count:
+        detail = "nothing to judge: no readable sample" + (f"; {detail}" if detail else "")
+    return Check(
+        name="samples judged",
+        observed=count,
+        threshold=None,
+        unit="samples",
+        result=Result.PASS if count else Result.FAIL,
+        detail=detail,
     )
 
 

