@@ -306,17 +306,7 @@ def smoke_command(
             hint="e.g. `tandem eval smoke tiny-local --out D`",
         )
     if deployment is not None:
-        state = load_state(deployment)
-        serve = state.deployment().recipe.engine.serve
-        target = smoke.SmokeTarget(
-            url=state.endpoint,
-            model=model or state.model,
-            max_model_len=serve.max_model_len,
-            tool_call_parser=serve.tool_call_parser,
-            auto_tool_choice=serve.enable_auto_tool_choice,
-            reasoning_parser=serve.reasoning_parser,
-            speculative=serve.speculative_config is not None,
-        )
+        target = smoke.target_of(load_state(deployment), model)
     else:
         assert url is not None
         with Endpoint(url, api_key=api_key) as endpoint:

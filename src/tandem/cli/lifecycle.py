@@ -9,9 +9,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from tandem import lifecycle
+from tandem import lifecycle, ownership
 from tandem.backends.bundle import write_bundle
-from tandem.backends.state import list_deployments, load_state
+from tandem.backends.state import DeploymentState, list_deployments, load_state
 from tandem.check import CheckReport
 from tandem.cli.check import show_preflight, show_skipped_preflight
 from tandem.cli.options import (
@@ -24,6 +24,8 @@ from tandem.cli.options import (
 )
 from tandem.cli.supervise import run_supervisor
 from tandem.endpoint import Endpoint
+from tandem.errors import CheckFailed
+from tandem.eval import smoke as smoke_checks
 from tandem.readiness import Readiness
 from tandem.redact import Redactor
 from tandem.report.terminal import show
@@ -58,6 +60,12 @@ def _show_phase(mark: PhaseMark) -> None:
     help="Stay in the foreground once ready and restart "
     "the whole group when a rank dies (see `tandem supervise`).",
 )
+@click.option(
+    "--smoke",
+    is_flag=True,
+    help="Once ready, run `tandem eval smoke` (reports in the deployment's state folder, "
+    "smoke/) and exit 1 naming the failing check; the deployment stays up to inspect.",
+)
 def up_command(
     recipe: str,
     cluster_path: str | None,
@@ -65,6 +73,7 @@ def up_command(
     dry_run: bool,
     supervise: bool,
     skip_checks: bool = False,
+    smoke: bool = False,
 ) -> None:
     """Launch every rank, workers first, and wait until the model answers.
 
@@ -134,8 +143,32 @@ def up_command(
             "tokens per request"
         )
     console.print(f"  {first_answer(ready)}")
+    if smoke:
+        _smoke(state)
     if supervise:
         run_supervisor(state.name)
+
+
+def _smoke(state: DeploymentState) -> None:
+    """``tandem eval smoke`` on the deployment just started.
+
+    Raises:
+        CheckFailed: a check failed (the deployment stays up).
+    """
+    out = ownership.output_folder(state.directory.path / "smoke", force=True)
+    report = smoke_checks.run_smoke(
+        smoke_checks.target_of(state),
+        out,
+        on_result=lambda r: console.print(
+            f"  smoke {r.check:<12} {r.outcome.value:<15} {r.summary}"
+        ),
+    )
+    failed = [c.check for c in report.checks if c.outcome is smoke_checks.Outcome.FAIL]
+    if failed:
+        raise CheckFailed(
+            f"'{state.name}' is up, but its smoke check failed: {', '.join(failed)}",
+            hint=f"read {out / smoke_checks.REPORT_MD}; `tandem down {state.name}` stops it",
+        )
 
 
 def first_answer(ready: Readiness) -> str:

@@ -41,6 +41,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from tandem import files, wire
+from tandem.backends.state import DeploymentState
 from tandem.errors import EndpointError
 from tandem.jsonfiles import read_jsonl
 from tandem.redact import public_url
@@ -87,6 +88,20 @@ class SmokeTarget(BaseModel):
     auto_tool_choice: bool = False
     reasoning_parser: str | None = None
     speculative: bool = False
+
+
+def target_of(state: DeploymentState, model: str | None = None) -> SmokeTarget:
+    """What a deployment's recipe promises, from its state."""
+    serve = state.deployment(lenient=True).recipe.engine.serve
+    return SmokeTarget(
+        url=state.endpoint,
+        model=model or state.model,
+        max_model_len=serve.max_model_len,
+        tool_call_parser=serve.tool_call_parser,
+        auto_tool_choice=serve.enable_auto_tool_choice,
+        reasoning_parser=serve.reasoning_parser,
+        speculative=serve.speculative_config is not None,
+    )
 
 
 class SmokeReport(BaseModel):
