@@ -64,3 +64,22 @@ def test_a_resumed_run_keeps_what_finished_and_runs_the_rest(tmp_path):
 def test_url_mode_needs_a_reachable_server_and_names_it(tandem_here, tmp_path):
     result = tandem_here("eval", "smoke", "--url", "http://127.0.0.1:9", "--out", str(tmp_path))
     assert result.code == 2 and "127.0.0.1:9" in result.err and "Traceback" not in result.err
+
+
+def steps(*pairs: tuple[str, float]) -> list[smoke.Step]:
+    return [smoke.Step(token=t, margin=m) for t, m in pairs]
+
+
+def test_a_difference_is_placed_at_its_first_token_with_the_cold_margin():
+    cold = steps(("a", 3.0), ("b", 0.01), ("c", 2.0))
+    assert smoke.divergence(cold, steps(("a", 3.0), ("b", 0.01), ("c", 2.0))) is None
+    index, step = smoke.divergence(cold, steps(("a", 3.0), ("x", 0.01)))
+    assert index == 1 and step.margin == 0.01
+    assert smoke.divergence(cold, steps(("a", 3.0)))[0] == 1  # cut short
+
+
+def test_margins_come_from_the_top_two_logprobs():
+    (step,) = smoke.steps_of(
+        [{"token": "a", "top_logprobs": [{"logprob": -0.5}, {"logprob": -0.1}]}]
+    )
+    assert step.token == "a" and step.margin == pytest.approx(0.4)

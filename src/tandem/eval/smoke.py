@@ -52,6 +52,9 @@ REPORT_MD = "smoke.md"
 GREEDY: dict[str, Any] = {"temperature": 0.0, "seed": 0}
 BATCH = 8
 NEEDLE_DEPTHS = (0.1, 0.5, 0.9)
+NEAR_TIE = 0.05
+"""A greedy token led its runner-up by less than this (log-probability): another batch shape
+may flip it without anything being wrong (vLLM is not batch-invariant)."""
 NEEDLE_MARGIN_TOKENS = 64
 """Room left below ``max_model_len`` for the question and the answer."""
 FILLER = (
@@ -152,10 +155,10 @@ class Server:
         except ValueError:
             return response.status_code, {"error": response.text[:300]}
 
-    def stream_chat(self, messages: list[dict], **params: Any) -> tuple[str, str | None]:
-        """A streamed chat: its text and finish reason."""
+    def stream_steps(self, messages: list[dict], **params: Any) -> list[Step]:
+        """A streamed chat's tokens with their log-probability margins (``logprobs`` asked)."""
         body = {"model": self.target.model, "messages": messages, "stream": True, **params}
-        text, finish = [], None
+        found: list[Step] = []
         with self.client.stream("POST", self.url + wire.CHAT_PATH, json=body) as response:
             if response.status_code != 200:
                 raise EndpointError(f"streamed chat answered {response.status_code}")
@@ -163,9 +166,8 @@ class Server:
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 for choice in json.loads(line[6:]).get("choices") or []:
-                    text.append((choice.get("delta") or {}).get("content") or "")
-                    finish = choice.get("finish_reason") or finish
-        return "".join(text), finish
+                    found += steps_of((choice.get("logprobs") or {}).get("content") or [])
+        return found
 
     def tokenize_chat(self, messages: list[dict]) -> list[int]:
         body = {"model": self.target.model, "messages": messages, "add_generation_prompt": True}
@@ -236,41 +238,98 @@ def check_template(server: Server) -> CheckResult:
     )
 
 
+class Step(BaseModel):
+    """One generated token, and how far ahead of the runner-up it was (log-probability)."""
+
+    token: str
+    margin: float | None = None
+
+
+def steps_of(logprobs: list[dict[str, Any]]) -> list[Step]:
+    """The tokens of a response's ``logprobs.content``, each with its lead over the second
+    most likely token."""
+    steps = []
+    for item in logprobs:
+        top = sorted((t.get("logprob", 0.0) for t in item.get("top_logprobs") or []), reverse=True)
+        steps.append(
+            Step(token=item.get("token", ""), margin=top[0] - top[1] if len(top) > 1 else None)
+        )
+    return steps
+
+
+def divergence(reference: list[Step], other: list[Step]) -> tuple[int, Step] | None:
+    """Where ``other`` first leaves ``reference``: the index and the reference's step there."""
+    for index, (a, b) in enumerate(zip(reference, other, strict=False)):
+        if a.token != b.token:
+            return index, a
+    if len(reference) != len(other):
+        shorter = min(len(reference), len(other))
+        return shorter, reference[shorter] if shorter < len(reference) else Step(token="")
+    return None
+
+
 def check_determinism(server: Server) -> CheckResult:
+    """Greedy tokens cold, from the prefix cache, streamed and in a batch of eight.
+
+    vLLM is not batch-invariant: another batch shape or a cached prefix changes the order of
+    floating-point sums, which may flip a token whose runner-up was within ``NEAR_TIE`` of it
+    (a random model has such ties everywhere). A path that leaves the cold tokens at such a near
+    tie is reported, not failed; one that leaves them where the cold answer was sure is the
+    garbling this check is for.
+    """
     nonce = uuid.uuid4().hex[:8]  # a prompt no earlier request left in the prefix cache
     prompt = _ask(f"Session {nonce}. " + FILLER * 8 + "Continue the story of the green grass.")
-    params = {"max_tokens": 32, **GREEDY}
-    cold = _message(server.chat(prompt, **params))[0].get("content") or ""
-    cached = _message(server.chat(prompt, **params))[0].get("content") or ""
-    streamed, _ = server.stream_chat(prompt, **params)
+    params = {"max_tokens": 32, "logprobs": True, "top_logprobs": 2, **GREEDY}
+
+    def steps(body: dict[str, Any]) -> list[Step]:
+        choice = (body.get("choices") or [{}])[0]
+        return steps_of((choice.get("logprobs") or {}).get("content") or [])
+
+    cold = steps(server.chat(prompt, **params))
+    runs = {"from the prefix cache": steps(server.chat(prompt, **params))}
+    runs["streamed"] = server.stream_steps(prompt, **params)
     others = [_ask(f"Tell me fact number {i} about rivers.") for i in range(BATCH - 1)]
     with ThreadPoolExecutor(BATCH) as pool:
         futures = [pool.submit(server.chat, m, **params) for m in [prompt, *others]]
-        batched = _message(futures[0].result())[0].get("content") or ""
-    runs = {"from the prefix cache": cached, "streamed": streamed, "in a batch of 8": batched}
-    differ = {k: v for k, v in runs.items() if v != cold}
-    evidence = [f"cold: {cold!r}"] + [f"{k}: {v!r}" for k, v in runs.items()]
-    if differ:
-        where = ", ".join(
-            f"{k} (first difference at character {_first_diff(cold, v)})" for k, v in differ.items()
+        runs["in a batch of 8"] = steps(futures[0].result())
+    evidence = [f"cold: {''.join(s.token for s in cold)!r}"]
+    garbled: list[str] = []
+    near: list[str] = []
+    for path, run in runs.items():
+        evidence.append(f"{path}: {''.join(s.token for s in run)!r}")
+        split = divergence(cold, run)
+        if split is None:
+            continue
+        index, step = split
+        margin = step.margin
+        said = (
+            f"{path} at token {index} (cold led by {margin:.4f})"
+            if margin is not None
+            else (f"{path} at token {index}")
         )
+        (near if margin is not None and margin < NEAR_TIE else garbled).append(said)
+    if not cold:
         return CheckResult(
             check="determinism",
             outcome=Outcome.FAIL,
-            summary=f"greedy output changed {where}",
+            summary="the server returned no token log-probabilities",
+            evidence=evidence,
+        )
+    if garbled:
+        return CheckResult(
+            check="determinism",
+            outcome=Outcome.FAIL,
+            summary="greedy output changed where the cold answer was sure: " + "; ".join(garbled),
             evidence=evidence,
         )
     return CheckResult(
         check="determinism",
         outcome=Outcome.PASS,
-        summary="the same greedy tokens cold, cached, streamed and in a batch of 8",
+        summary="the same greedy tokens cold, cached, streamed and in a batch of 8"
+        + (
+            f", except at near ties (batch-variance, not garble): {'; '.join(near)}" if near else ""
+        ),
         evidence=evidence,
-    )
-
-
-def _first_diff(a: str, b: str) -> int:
-    return next(
-        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
     )
 
 
@@ -388,21 +447,22 @@ def check_needle(server: Server, lengths: list[int] | None = None) -> CheckResul
     code = f"{uuid.uuid4().int % 90000 + 10000}"
     needle = f" The secret number is {code}. "
     question = " What is the secret number? Answer with the number only."
-    filler_ids = server.tokenize(FILLER, special=False)
-    per_filler = max(1, len(filler_ids))
+    per_filler = max(1, len(server.tokenize(FILLER, special=False)))
+
+    def haystack(repeats: int, depth: float) -> list[dict]:
+        before = int(repeats * depth)
+        return _ask(FILLER * before + needle + FILLER * (repeats - before) + question)
+
+    overhead = len(server.tokenize_chat(haystack(0, 0.0)))
     misses, evidence = [], []
     for length in lengths:
         for depth in NEEDLE_DEPTHS:
-            repeats = max(1, length // per_filler)
-            before = int(repeats * depth)
-            text = FILLER * before + needle + FILLER * (repeats - before) + question
-            messages = _ask(text)
-            while len(server.tokenize_chat(messages)) > length and repeats > 1:
-                repeats -= max(1, repeats // 20)
-                before = int(repeats * depth)
-                text = FILLER * before + needle + FILLER * (repeats - before) + question
-                messages = _ask(text)
-            size = len(server.tokenize_chat(messages))
+            # sized by the server's own count: the first guess, then down until it fits
+            repeats = max(0, (length - overhead) // per_filler)
+            messages = haystack(repeats, depth)
+            while (size := len(server.tokenize_chat(messages))) > length and repeats > 0:
+                repeats -= max(1, (size - length) // per_filler)
+                messages = haystack(max(0, repeats), depth)
             answer = (
                 _message(server.chat(messages, max_tokens=12, **GREEDY))[0].get("content") or ""
             )
