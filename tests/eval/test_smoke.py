@@ -83,3 +83,15 @@ def test_margins_come_from_the_top_two_logprobs():
         [{"token": "a", "top_logprobs": [{"logprob": -0.5}, {"logprob": -0.1}]}]
     )
     assert step.token == "a" and step.margin == pytest.approx(0.4)
+
+
+def test_a_needle_beyond_the_context_fails_before_any_request():
+    target = SmokeTarget(url="http://127.0.0.1:9", model="m", max_model_len=1024)
+    result = smoke.check_needle(smoke.Server(target, None, 1), [512, 4096])
+    assert result.outcome is Outcome.FAIL and "4096" in result.summary and "1024" in result.summary
+
+
+def test_a_server_that_breaks_a_check_fails_that_check_and_the_run_goes_on(tmp_path):
+    report = smoke.run_smoke(unreachable(), tmp_path, checks=["template", "tools"])
+    assert [c.outcome for c in report.checks] == [Outcome.FAIL, Outcome.NOT_APPLICABLE]
+    assert "did not answer" in report.checks[0].summary

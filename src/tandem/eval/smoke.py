@@ -444,6 +444,14 @@ def check_needle(server: Server, lengths: list[int] | None = None) -> CheckResul
                 summary="max_model_len unknown: give --needle-lengths",
             )
         lengths = needle_lengths(server.target.max_model_len)
+    beyond = [n for n in lengths if server.target.max_model_len and n > server.target.max_model_len]
+    if beyond:
+        return CheckResult(
+            check="needle",
+            outcome=Outcome.FAIL,
+            summary=f"prompts of {', '.join(map(str, beyond))} tokens do not fit the server's "
+            f"max_model_len {server.target.max_model_len}",
+        )
     code = f"{uuid.uuid4().int % 90000 + 10000}"
     needle = f" The secret number is {code}. "
     question = " What is the secret number? Answer with the number only."
@@ -624,7 +632,15 @@ def run_smoke(
                 if name in finished:
                     continue
                 started = time.monotonic()
-                result = runners[name](server)
+                try:
+                    result = runners[name](server)
+                except EndpointError as exc:  # a refusal or a broken answer is the verdict
+                    result = CheckResult(
+                        check=name,
+                        outcome=Outcome.FAIL,
+                        summary=f"the server broke the check: {exc.message}",
+                        evidence=[exc.message],
+                    )
                 result.seconds = round(time.monotonic() - started, 2)
                 log.write_json(result)
                 report.checks.append(result)
