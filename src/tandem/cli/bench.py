@@ -36,6 +36,7 @@ from tandem.cli.options import (
     field_option,
     force_option,
     json_object,
+    model_option,
     option_of,
 )
 from tandem.errors import Problem, SpecError
@@ -110,10 +111,7 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
     show_envvar=True,
     help="Server root (no /v1), instead of a DEPLOYMENT name.",
 )
-@click.option(
-    "--model",
-    help="Model name to send. Default: the deployment's, or the only one the server lists.",
-)
+@model_option
 @click.option(
     "--out",
     "out_dir",

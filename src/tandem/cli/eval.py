@@ -9,7 +9,14 @@ import click
 
 from tandem import ownership
 from tandem.backends.state import load_state
-from tandem.cli.options import api_key_option, field_option, force_option, json_object
+from tandem.cli.options import (
+    api_key_option,
+    field_option,
+    force_option,
+    json_object,
+    model_option,
+    url_option,
+)
 from tandem.endpoint import Endpoint, pick_model
 from tandem.errors import SpecError
 from tandem.eval import smoke
@@ -47,11 +54,8 @@ def eval_command() -> None:
     type=click.Path(dir_okay=False),
     help="GPQA CSV (official columns). The data set is gated: bring your own copy.",
 )
-@click.option("--url", help="Base URL of the endpoint, instead of a DEPLOYMENT name.")
-@click.option(
-    "--model",
-    help="Model name to send. Default: the deployment's, or the only one the server lists.",
-)
+@url_option
+@model_option
 @click.option(
     "--out",
     "out_dir",
@@ -238,11 +242,8 @@ def _lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> l
 
 @eval_command.command("smoke")
 @click.argument("deployment", required=False)
-@click.option("--url", help="Base URL of the endpoint, instead of a DEPLOYMENT name.")
-@click.option(
-    "--model",
-    help="Model name to send. Default: the deployment's, or the only one the server lists.",
-)
+@url_option
+@model_option
 @click.option(
     "--out",
     "out_dir",

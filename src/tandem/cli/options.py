@@ -69,6 +69,11 @@ cluster_option = click.option(
     help="Cluster inventory YAML. Default: this machine, one node per device.",
 )
 
+model_option = click.option(
+    "--model",
+    help="Model name to send. Default: the deployment's, or the only one the server lists.",
+)
+url_option = click.option("--url", help="Base URL of the endpoint, instead of a DEPLOYMENT name.")
 force_option = click.option(
     "--force",
     is_flag=True,
