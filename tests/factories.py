@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from tandem.backends.launch import new_state, record_rank
+from tandem.backends.state import DeploymentState
+from tandem.files import private_dir
+from tandem.rankplan import plan_ranks
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
+from tandem.spec.loading import load_deployment
 from tandem.spec.recipe import Recipe
 
 
@@ -41,3 +47,26 @@ def make_cluster(
 
 def make_deployment(recipe: Recipe | None = None, cluster: Cluster | None = None) -> Deployment:
     return Deployment(recipe=recipe or make_recipe(), cluster=cluster or make_cluster())
+
+
+LOOPBACK_CLUSTER = (
+    "name: here\ntransport: local\nlocal: {isolation: loopback}\nnodes:\n"
+    "  - {name: n0, address: 127.0.0.1}\n  - {name: n1, address: 127.0.0.1}\n"
+)
+"""Two local ranks on loopback: a cluster file that needs neither root nor namespaces."""
+
+
+def launched_local_state(folder: Path, log_text: str = "INFO ready\n") -> DeploymentState:
+    """``tiny-local``'s state as ``up`` leaves it on two loopback ranks, each rank's log holding
+    ``log_text`` (no process runs: for what reads a state, never for what stops one)."""
+    cluster = folder / "loopback.yaml"
+    cluster.write_text(LOOPBACK_CLUSTER)
+    deployment = load_deployment("tiny-local", cluster)
+    plan = plan_ranks(deployment)
+    state = new_state(plan, deployment, backend="local")
+    logs = private_dir(state.directory.logs)
+    for rank in plan.ranks:
+        log = logs / f"rank{rank.rank}.log"
+        log.write_text(log_text)
+        record_rank(state, rank, log=str(log), pid=None)
+    return state

@@ -13,15 +13,13 @@ import os
 from pathlib import Path
 
 import pytest
+from factories import launched_local_state
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tandem import ownership
-from tandem.backends.launch import new_state, record_rank
-from tandem.backends.state import DeploymentDir, private_dir
+from tandem.backends.state import DeploymentDir
 from tandem.errors import NotOwned, SpecError
-from tandem.rankplan import plan_ranks
-from tandem.spec.loading import load_deployment
 
 USER_FILE = "keep-me.txt"
 
@@ -161,25 +159,8 @@ def test_an_out_folder_under_a_file_is_one_message(tandem_here, tmp_path):
     assert result.code == 2 and "is a file" in result.err
 
 
-def local_state(tmp_path: Path) -> str:
-    """A launched local deployment's state, with one empty rank log each."""
-    cluster = tmp_path / "loopback.yaml"
-    cluster.write_text(
-        "name: here\ntransport: local\nlocal: {isolation: loopback}\nnodes:\n"
-        "  - {name: n0, address: 127.0.0.1}\n  - {name: n1, address: 127.0.0.1}\n"
-    )
-    deployment = load_deployment("tiny-local", cluster)
-    plan = plan_ranks(deployment)
-    state = new_state(plan, deployment, backend="local")
-    logs = private_dir(state.directory.logs)
-    for rank in plan.ranks:
-        (logs / f"rank{rank.rank}.log").write_text("INFO ready\n")
-        record_rank(state, rank, log=str(logs / f"rank{rank.rank}.log"), pid=None)
-    return state.name
-
-
 def test_a_bundle_never_replaces_a_file(tandem_here, home, tmp_path):
-    name = local_state(tmp_path)
+    name = launched_local_state(tmp_path).name
     mine = tmp_path / "notes.tar.gz"
     mine.write_text("the user's")
     result = tandem_here("logs", name, "--bundle", str(mine))

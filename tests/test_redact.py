@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from factories import launched_local_state
 
 from tandem.backends.bundle import write_bundle
-from tandem.backends.launch import new_state, record_rank
 from tandem.backends.state import DeploymentState
 from tandem.cli import main
 from tandem.errors import SpecError
-from tandem.files import open_private, private_dir
+from tandem.files import open_private
 from tandem.rankplan import plan_ranks
 from tandem.redact import REDACTED, Redactor, is_secret, looks_like_secret_value
 from tandem.render import renderer_for
@@ -284,22 +284,11 @@ def test_extra_args_with_an_inline_secret_are_refused():
 
 def launched_state(caller: Path) -> DeploymentState:
     """A local deployment's state as `up` leaves it, its rank logs holding the caller's secrets."""
-    cluster = caller / "loopback.yaml"
-    cluster.write_text(
-        "name: here\ntransport: local\nlocal: {isolation: loopback}\nnodes:\n"
-        "  - {name: n0, address: 127.0.0.1}\n  - {name: n1, address: 127.0.0.1}\n"
+    state = launched_local_state(
+        caller,
+        f"INFO args: --api-key {API_KEY}\nGET /v1/models Authorization: Bearer "
+        f"{API_KEY}\nhub token {HF_TOKEN}\nINFO ready\n",
     )
-    deployment = load_deployment("tiny-local", cluster)
-    plan = plan_ranks(deployment)
-    state = new_state(plan, deployment, backend="local")
-    logs = private_dir(state.directory.logs)
-    for rank in plan.ranks:
-        log = logs / f"rank{rank.rank}.log"
-        log.write_text(
-            f"INFO args: --api-key {API_KEY}\nGET /v1/models Authorization: Bearer "
-            f"{API_KEY}\nhub token {HF_TOKEN}\nINFO ready\n"
-        )
-        record_rank(state, rank, log=str(log), pid=None)
     with open_private(state.directory.events, "a") as handle:
         handle.write(f"restart: leader answered 401 to key {API_KEY}\n")
     return state
