@@ -16,9 +16,10 @@ The layers, bottom to top (a module may import its own layer and the layers belo
     readiness   readiness                      what "ready" means, read from logs and HTTP
     backends    backends/                      launching, state on disk, hosts, Kubernetes
     lifecycle   lifecycle, preflight,          up / down / status, the preflight, health and
-                health, supervisor             gang restarts over any backend
-    tools       bench/, eval/, watch/,         consumers of an endpoint or a model folder
-                report/, tinymodel, shapemodel
+                health, supervisor, revisions  gang restarts over any backend; what each up ran
+    tools       bench/, eval/, watch/,         consumers of an endpoint or a model folder;
+                report/, tinymodel, shapemodel, an upgrade's gate (smoke and bench) and
+                upgrade                        its rollback
     surface     cli/, the ``tandem`` package   the command line and the public API
 
 Imports are read with ``ast`` from the source files, nothing is imported: ``import`` and
@@ -65,7 +66,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("endpoint", ("tandem.endpoint",)),
     ("readiness", ("tandem.readiness",)),
     ("backends", ("tandem.backends",)),
-    ("lifecycle", ("tandem.lifecycle", "tandem.preflight", "tandem.health", "tandem.supervisor")),
+    (
+        "lifecycle",
+        (
+            "tandem.lifecycle",
+            "tandem.preflight",
+            "tandem.health",
+            "tandem.supervisor",
+            "tandem.revisions",
+        ),
+    ),
     (
         "tools",
         (
@@ -75,6 +85,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.report",
             "tandem.tinymodel",
             "tandem.shapemodel",
+            "tandem.upgrade",
         ),
     ),
     ("surface", ("tandem.cli", "tandem")),

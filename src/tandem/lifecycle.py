@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 from pydantic import BaseModel, Field
 
-from tandem import ownership
+from tandem import ownership, revisions
 from tandem.backends import cache_roots, netns
 from tandem.backends.base import Backend, OnEvent, OnPhase, ProcessFact, backend_for
 from tandem.backends.launch import interrupted
@@ -64,6 +64,8 @@ def up(
     on_phase: OnPhase = lambda mark: None,
     on_event: OnEvent = lambda text: None,
     on_report: Callable[[CheckReport], None] = lambda report: None,
+    gated: bool = False,
+    revision: int | None = None,
 ) -> tuple[DeploymentState, Readiness]:
     """The launch policy, the same for the CLI and a script: refuse when the deployment already
     runs, run the preflight (``tandem.preflight.run_check``) and refuse on any error in it, then
@@ -75,6 +77,8 @@ def up(
     Args:
         preflight: False launches without the checks (``tandem up --skip-checks``).
         on_report: given the preflight's report, whatever it found, before a refusal.
+        gated: record the new revision as ``starting``, for an upgrade's gate to judge.
+        revision: run this recorded revision again (a rollback): no new one is recorded.
 
     Raises:
         BackendError: the deployment is already running.
@@ -82,6 +86,7 @@ def up(
         RankFailed: a rank exited during start-up, or it timed out.
     """
     refuse_if_running(deployment, on_event)
+    report = None
     if preflight:
         report = run_check(deployment, on_event=on_event)
         on_report(report)
@@ -93,7 +98,16 @@ def up(
             )
     plan = plan_ranks(deployment)
     backend = backend_for(deployment.cluster.transport.value)
-    return backend.up(plan, deployment, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event)
+    state, ready = backend.up(
+        plan, deployment, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event
+    )
+    if revision is None:
+        recorded = revisions.record(deployment, report, outcome="starting" if gated else "good")
+        revision = recorded.number
+        on_event(f"recorded as revision {revision} (`tandem history {deployment.name}`)")
+    state.revision = revision
+    state.save()
+    return state, ready
 
 
 def dry_run(deployment: Deployment) -> tuple[RankPlan, list]:

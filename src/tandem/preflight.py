@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tandem import caches, wire
+from tandem import caches, revisions, wire
 from tandem.backends import netns
 from tandem.backends.k8s_check import KubernetesNodeTransport
 from tandem.backends.ssh_check import SSHNodeTransport
@@ -266,7 +266,8 @@ def run_check(
                 )
                 fabric_result = result.model_dump(mode="json")
                 findings += extra
-    findings.sort(key=lambda f: f.severity.rank)
-    return CheckReport(
-        deployment=deployment.name, nodes=facts, findings=findings, fabric=fabric_result
-    )
+    report = CheckReport(deployment=deployment.name, nodes=facts, findings=findings)
+    report.findings += revisions.host_changes(deployment.name, report)
+    report.findings.sort(key=lambda f: f.severity.rank)
+    report.fabric = fabric_result
+    return report

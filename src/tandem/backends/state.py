@@ -8,6 +8,7 @@ down once, in ``DeploymentDir``; every other module asks it for a path::
     deployments/NAME/events.log     the supervisor's events (read by the bundle and watch)
     deployments/NAME/supervisor.pid the supervisor that keeps it up, while one runs
     deployments/NAME/watch/         ``tandem watch``'s samples, unless told elsewhere
+    deployments/NAME/revisions/N.json  what each ``up`` ran (``tandem.revisions``)
     (folders 0700, files 0600: they hold commands, addresses and logs of the user's model)
     $TMPDIR/tandem-HASH/rankN/      TMPDIR of the ranks (removed by down; short, because
                                     vLLM's IPC socket paths must fit in 107 bytes)
@@ -91,6 +92,11 @@ class DeploymentDir:
         return self.path / "watch"
 
     @property
+    def revisions(self) -> Path:
+        """``N.json`` for each revision (``tandem.revisions``); kept by ``down``."""
+        return self.path / "revisions"
+
+    @property
     def run_dir(self) -> Path:
         """A short folder for the ranks' TMPDIR, named by a hash of this folder: vLLM puts
         ZeroMQ IPC sockets in TMPDIR, and a socket path may not exceed 107 bytes, so it lives
@@ -168,6 +174,9 @@ class DeploymentState(BaseModel):
         "was interrupted.",
     )
     launcher_start_ticks: int | None = None
+    revision: int | None = Field(
+        default=None, description="The revision this launch runs (`tandem.revisions`)."
+    )
     boot_id: str | None = Field(
         default=None,
         description="This machine's boot id at launch (`/proc/sys/kernel/random/boot_id`): "

@@ -45,6 +45,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "down": ("tandem.cli.lifecycle", "Stop every rank and remove what up created."),
     "supervise": ("tandem.cli.supervise", "Restart the whole group when a rank dies."),
     "service": ("tandem.cli.service", "Run a deployment as a systemd service (install, status)."),
+    "upgrade": (
+        "tandem.cli.upgrade",
+        "Move a running deployment to a new recipe behind a gate; roll back on failure.",
+    ),
+    "rollback": ("tandem.cli.upgrade", "Start an earlier revision of a deployment again."),
+    "history": ("tandem.cli.upgrade", "List a deployment's revisions and what changed."),
     "sync": ("tandem.cli.sync", "Make every node hold the same image and model snapshot."),
     "chat": ("tandem.cli.lifecycle", "Send one chat message to a deployment and print the answer."),
     "bench": ("tandem.cli.bench", "Measure serving performance of an OpenAI-compatible endpoint."),

@@ -37,7 +37,7 @@ console = Console(highlight=False, soft_wrap=True)
 name_argument = click.argument("name", required=False)
 
 
-def _show_phase(mark: PhaseMark) -> None:
+def show_phase(mark: PhaseMark) -> None:
     who = f"rank {mark.rank}" if mark.rank is not None else ""
     console.print(
         f"  [dim]{mark.elapsed_s:7.1f}s[/dim]  {who:7}  {mark.phase:16} [dim]{mark.detail}[/dim]"
@@ -112,8 +112,8 @@ def up_command(
         deployment,
         preflight=not skip_checks,
         timeout_s=timeout_s,
-        on_phase=_show_phase,
-        on_event=_show_event,
+        on_phase=show_phase,
+        on_event=show_event,
         on_report=lambda report: _show_launch(deployment, report),
     )
     boot = state.boot
@@ -197,7 +197,7 @@ def _show_launch(deployment: Deployment, report: CheckReport | None) -> None:
     )
 
 
-def _show_event(text: str) -> None:
+def show_event(text: str) -> None:
     console.print(f"  [dim]{text}[/dim]")
 
 
@@ -372,9 +372,9 @@ def down_command(name: str | None, purge_caches: bool, cluster_path: str | None)
     """
     if purge_caches and name and name not in list_deployments():
         cluster = load_cluster(cluster_path) if cluster_path else None
-        lifecycle.purge_compile_caches(name, cluster, on_event=_show_event)  # says what it found
+        lifecycle.purge_compile_caches(name, cluster, on_event=show_event)  # says what it found
         return
-    state = lifecycle.down(name, purge_caches=purge_caches, on_event=_show_event)
+    state = lifecycle.down(name, purge_caches=purge_caches, on_event=show_event)
     if state is None:
         console.print("no deployment was running; removed what killed commands left")
         return

@@ -1,0 +1,124 @@
+"""``tandem upgrade``, ``tandem rollback``, ``tandem history``: a deployment's revisions."""
+
+from __future__ import annotations
+
+import click
+
+from tandem import revisions
+from tandem.cli.lifecycle import console, show_event, show_phase
+from tandem.cli.options import (
+    cluster_option,
+    field_option,
+    machine_deployment,
+    startup_timeout_option,
+)
+from tandem.upgrade import GateLimits, interrupted_upgrade, rollback, upgrade
+
+
+@click.command("upgrade")
+@click.argument("name")
+@click.option("--recipe", "recipe", required=True, help="The new recipe (a built-in name or YAML).")
+@cluster_option
+@startup_timeout_option
+@field_option(GateLimits, "max_tpot_increase")
+@field_option(GateLimits, "max_throughput_drop")
+@field_option(GateLimits, "bench")
+def upgrade_command(
+    name: str,
+    recipe: str,
+    cluster_path: str | None,
+    timeout_s: float | None,
+    **limits: object,
+) -> None:
+    """Move the running deployment NAME to a new recipe, behind a gate; roll back on failure.
+
+    The new recipe is planned first (nothing stops if it does not fit). Then the current
+    revision stops (its compile caches kept), the new one starts, and the gate runs: `tandem
+    eval smoke` (all but the needle) and a short bench against the old revision's figures. A
+    failed start or gate stops the new revision and starts the old one again, warm; the
+    failed check and its evidence are printed and kept in `tandem history`. Exit 1 on a
+    rollback.
+
+    \b
+    Examples:
+      tandem upgrade tiny-local --recipe new-tiny.yaml
+      tandem upgrade deepseek-v4-flash --recipe dsv4-new.yaml --cluster pair.yaml --no-bench
+    """
+    marker = interrupted_upgrade(name)
+    if marker:
+        show_event(
+            f"an earlier upgrade from revision {marker.from_revision} was interrupted "
+            f"({marker.phase}); starting from what runs now"
+        )
+    result = upgrade(
+        name,
+        machine_deployment(recipe, cluster_path),
+        limits=GateLimits.model_validate(limits),
+        timeout_s=timeout_s,
+        on_event=show_event,
+        on_phase=show_phase,
+    )
+    if result.outcome == "upgraded":
+        console.print(
+            f"[bold]{name}[/bold]: revision {result.to_revision} passed the gate and runs "
+            f"(was {result.from_revision})"
+        )
+        return
+    console.print(
+        f"[bold]{name}[/bold]: revision {result.to_revision} [red]failed[/red] "
+        f"({result.gate.check}); rolled back to revision {result.running_revision}"
+    )
+    for line in result.gate.evidence[:6]:
+        console.print(f"  [dim]{line}[/dim]")
+    raise click.exceptions.Exit(1)
+
+
+@click.command("rollback")
+@click.argument("name")
+@click.option(
+    "--to",
+    "to",
+    type=click.IntRange(min=1),
+    help="Revision number. Default: the good one before the current.",
+)
+@startup_timeout_option
+def rollback_command(name: str, to: int | None, timeout_s: float | None) -> None:
+    """Stop what runs of NAME and start an earlier revision again (warm: caches are kept).
+
+    \b
+    Examples:
+      tandem rollback tiny-local
+      tandem rollback tiny-local --to 2
+    """
+    target = rollback(name, to, timeout_s=timeout_s, on_event=show_event, on_phase=show_phase)
+    console.print(f"[bold]{name}[/bold]: revision {target.number} runs")
+
+
+@click.command("history")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Every revision as JSON.")
+def history_command(name: str, as_json: bool) -> None:
+    """List the revisions of NAME, oldest first, each with what changed from the one before.
+
+    \b
+    Examples:
+      tandem history tiny-local
+    """
+    known = revisions.history(name)
+    if as_json:
+        click.echo("[" + ",\n".join(r.model_dump_json(indent=2) for r in known) + "]")
+        return
+    if not known:
+        console.print(f"[bold]{name}[/bold] has no revision yet (every `tandem up` records one)")
+        return
+    previous: revisions.Revision | None = None
+    for revision in known:
+        reason = f": {revision.reason}" if revision.reason else ""
+        console.print(
+            f"revision {revision.number}  {revision.created_at:%Y-%m-%d %H:%M:%S}  "
+            f"{revision.outcome}{reason}"
+        )
+        changed: list[str] = revisions.changes(previous, revision) if previous else []
+        for change in changed:
+            console.print(f"  {change}")
+        previous = revision

@@ -1,0 +1,222 @@
+"""What ran, each time: a deployment's revisions, so a change can be compared, gated and undone.
+
+Every ``up`` that becomes ready records a revision in the deployment's folder
+(``revisions/N.json``, kept by ``down``): the recipe and cluster as applied, the engine image,
+the model snapshot each node holds, the tandem and vLLM versions, and each host's facts that
+break deployments when they change (kernel, GPU driver, CUDA, NCCL, NIC firmware, as the
+preflight probe read them). ``tandem history`` lists them with what changed between them;
+``tandem check`` names a host fact that changed since the last good revision; ``tandem
+upgrade`` gates a new revision against the current one and rolls back to it.
+
+A revision's ``outcome``: ``good`` once it answered (and passed the gate of an upgrade),
+``failed`` when its start or its gate failed (``reason`` says which check, with its evidence).
+The current revision is the newest good one that the state names.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from tandem import files
+from tandem.backends.state import DeploymentDir, DeploymentState
+from tandem.check.findings import CheckReport, Finding, Severity
+from tandem.errors import StateError
+from tandem.jsonfiles import read_json
+from tandem.spec.deployment import Deployment
+from tandem.version import TANDEM_VERSION
+
+_FILE = re.compile(r"^(\d+)\.json$")
+
+
+class HostFacts(BaseModel):
+    """The facts of one node whose change has broken working deployments (a new kernel broke
+    RoCE memory registration; a driver or NCCL update changes the fabric)."""
+
+    kernel: str | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    nccl: str | None = None
+    vllm: str | None = None
+    nic_firmware: dict[str, str] = Field(default_factory=dict)
+    model_commit: str | None = None
+
+    def named(self) -> dict[str, str]:
+        """Each fact by its name in a message (``kernel``, ``NIC mlx5_0 firmware``...)."""
+        found = {
+            "kernel": self.kernel,
+            "GPU driver": self.driver,
+            "CUDA": self.cuda,
+            "NCCL": self.nccl,
+            "vLLM": self.vllm,
+            "model snapshot": self.model_commit,
+        }
+        found |= {f"NIC {nic} firmware": fw for nic, fw in self.nic_firmware.items()}
+        return {k: v for k, v in found.items() if v}
+
+
+def host_facts(facts: dict[str, Any]) -> HostFacts:
+    """A node's ``HostFacts`` from the probe's facts (``tandem.check.probe``)."""
+    section = lambda name: facts.get(name) or {}  # noqa: E731 - a probe section may be None
+    packages = section("software").get("packages") or {}
+    nccl = next((v for k, v in packages.items() if k.startswith("nvidia-nccl")), None)
+    return HostFacts(
+        kernel=section("system").get("kernel"),
+        driver=section("gpu").get("driver_version"),
+        cuda=section("gpu").get("cuda_version"),
+        nccl=nccl,
+        vllm=section("software").get("vllm_version"),
+        nic_firmware={
+            d["name"]: d["fw_ver"]
+            for d in section("rdma").get("devices") or []
+            if d.get("name") and d.get("fw_ver")
+        },
+        model_commit=section("model").get("commit"),
+    )
+
+
+Outcome = Literal["starting", "good", "failed"]
+
+
+class Revision(BaseModel):
+    """One revision of a deployment: what ran, and how it ended."""
+
+    schema_version: int = 1
+    number: int
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    recipe: dict[str, Any]
+    cluster: dict[str, Any]
+    image: str | None = None
+    tandem_version: str = TANDEM_VERSION
+    hosts: dict[str, HostFacts] = Field(
+        default_factory=dict, description="Node -> its facts; empty when no preflight ran."
+    )
+    outcome: Outcome = "starting"
+    reason: str = ""
+    baseline: dict[str, float] = Field(
+        default_factory=dict,
+        description="The gate's bench figures on this revision (TPOT, throughput), once measured.",
+    )
+
+    def deployment(self) -> Deployment:
+        """The deployment this revision ran (for a rollback)."""
+        return Deployment.model_validate({"recipe": self.recipe, "cluster": self.cluster})
+
+
+def folder(name: str) -> DeploymentDir:
+    return DeploymentDir.of(name)
+
+
+def history(name: str) -> list[Revision]:
+    """Every revision of deployment ``name``, oldest first."""
+    where = folder(name).revisions
+    if not where.is_dir():
+        return []
+    numbered = sorted((int(m.group(1)), p) for p in where.iterdir() if (m := _FILE.match(p.name)))
+    return [read_json(p, Revision, what="revision", hint="remove the file") for _, p in numbered]
+
+
+def save(name: str, revision: Revision) -> Revision:
+    where = files.private_dir(folder(name).revisions)
+    files.write_json(where / f"{revision.number}.json", revision, private=True)
+    return revision
+
+
+def record(
+    deployment: Deployment, report: CheckReport | None, *, outcome: Outcome = "good"
+) -> Revision:
+    """Record what ``up`` just started as the deployment's next revision."""
+    known = history(deployment.name)
+    revision = Revision(
+        number=(known[-1].number + 1) if known else 1,
+        recipe=deployment.recipe.model_dump(mode="json"),
+        cluster=deployment.cluster.model_dump(mode="json"),
+        image=deployment.recipe.engine.image,
+        hosts={n: host_facts(f) for n, f in (report.nodes if report else {}).items()},
+        outcome=outcome,
+    )
+    return save(deployment.name, revision)
+
+
+def current(state: DeploymentState) -> Revision | None:
+    """The revision the running deployment is (the state names it)."""
+    return next((r for r in history(state.name) if r.number == state.revision), None)
+
+
+def last_good(name: str) -> Revision | None:
+    return next((r for r in reversed(history(name)) if r.outcome == "good"), None)
+
+
+def revision(name: str, number: int) -> Revision:
+    """Revision ``number`` of ``name``.
+
+    Raises:
+        StateError: there is none.
+    """
+    found = next((r for r in history(name) if r.number == number), None)
+    if found is None:
+        numbers = ", ".join(str(r.number) for r in history(name)) or "none"
+        raise StateError(
+            f"deployment '{name}' has no revision {number} (known: {numbers})",
+            hint=f"`tandem history {name}` lists them",
+        )
+    return found
+
+
+def changes(old: Revision, new: Revision) -> list[str]:
+    """What differs from ``old`` to ``new``: recipe and cluster fields by dotted path, the
+    image, and each host's facts."""
+    found = [
+        f"{path}: {a!r} -> {b!r}"
+        for part in ("recipe", "cluster")
+        for path, a, b in _diff(getattr(old, part), getattr(new, part), part)
+    ]
+    for node in sorted(set(old.hosts) & set(new.hosts)):
+        was, now = old.hosts[node].named(), new.hosts[node].named()
+        found += [
+            f"{fact} {was[fact]} -> {now[fact]} on {node}"
+            for fact in sorted(set(was) & set(now))
+            if was[fact] != now[fact]
+        ]
+    return found
+
+
+def _diff(a: Any, b: Any, path: str) -> list[tuple[str, Any, Any]]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [
+            change
+            for key in sorted(set(a) | set(b), key=str)
+            for change in _diff(a.get(key), b.get(key), f"{path}.{key}")
+        ]
+    return [] if a == b else [(path, a, b)]
+
+
+def host_changes(name: str, report: CheckReport) -> list[Finding]:
+    """A warning for each host fact that changed since the deployment's last good revision
+    ("kernel 6.17.0-1026 -> 7.0.0-1019 on spark-102 since revision 3")."""
+    good = last_good(name)
+    if good is None:
+        return []
+    found = []
+    for node, facts in report.nodes.items():
+        if node not in good.hosts:
+            continue
+        was, now = good.hosts[node].named(), host_facts(facts).named()
+        for fact in sorted(set(was) & set(now)):
+            if was[fact] != now[fact]:
+                found.append(
+                    Finding(
+                        rule="host-changed",
+                        severity=Severity.WARNING,
+                        node=node,
+                        message=f"{fact} {was[fact]} -> {now[fact]} on {node} since revision "
+                        f"{good.number}, the last good one",
+                        evidence=f"revision {good.number} recorded {fact} {was[fact]}",
+                        fix="if the deployment misbehaves, this change is the first suspect; "
+                        "`tandem history` lists what ran before",
+                    )
+                )
+    return found

@@ -1,0 +1,109 @@
+"""Revisions without an engine: what is recorded, what changed, a host fact that moved, and
+the bench part of an upgrade's gate."""
+
+from __future__ import annotations
+
+import pytest
+from factories import LOOPBACK_CLUSTER
+
+from tandem import revisions
+from tandem.check.findings import CheckReport
+from tandem.errors import SpecError, StateError
+from tandem.spec.loading import load_deployment
+from tandem.upgrade import GateLimits, judge_bench, upgrade
+
+FACTS = {
+    "system": {"kernel": "6.17.0-1026-nvidia"},
+    "gpu": {"driver_version": "580.95", "cuda_version": "13.0"},
+    "software": {"packages": {"nvidia-nccl-cu13": "2.28.3"}, "vllm_version": "0.25.1"},
+    "rdma": {"devices": [{"name": "rocep1s0f0", "fw_ver": "28.45.1020"}]},
+    "model": {"commit": "abc123"},
+}
+
+
+def test_host_facts_are_read_from_the_probe():
+    facts = revisions.host_facts(FACTS)
+    assert facts.named() == {
+        "kernel": "6.17.0-1026-nvidia",
+        "GPU driver": "580.95",
+        "CUDA": "13.0",
+        "NCCL": "2.28.3",
+        "vLLM": "0.25.1",
+        "model snapshot": "abc123",
+        "NIC rocep1s0f0 firmware": "28.45.1020",
+    }
+    assert revisions.host_facts({"system": None, "gpu": None}).named() == {}
+
+
+@pytest.fixture
+def deployment(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    (tmp_path / "c.yaml").write_text(LOOPBACK_CLUSTER)
+    return load_deployment("tiny-local", tmp_path / "c.yaml")
+
+
+def report(deployment, kernel: str) -> CheckReport:
+    nodes = {n.name: FACTS | {"system": {"kernel": kernel}} for n in deployment.cluster.nodes}
+    return CheckReport(deployment=deployment.name, nodes=nodes)
+
+
+def test_each_up_is_the_next_revision_and_the_changes_are_named(deployment):
+    first = revisions.record(deployment, report(deployment, "6.17.0-1026"))
+    changed = deployment.model_copy(
+        update={
+            "recipe": deployment.recipe.model_copy(update={"description": "new", "shm_size": "2g"})
+        }
+    )
+    second = revisions.record(changed, report(deployment, "7.0.0-1019"), outcome="failed")
+    assert [r.number for r in revisions.history("tiny-local")] == [1, 2]
+    assert (first.outcome, second.outcome) == ("good", "failed")
+    said = revisions.changes(first, second)
+    assert "recipe.shm_size: '1g' -> '2g'" in said
+    assert "kernel 6.17.0-1026 -> 7.0.0-1019 on n0" in said
+
+
+def test_a_host_fact_changed_since_the_last_good_revision_is_a_warning(deployment):
+    revisions.record(deployment, report(deployment, "6.17.0-1026"))
+    found = revisions.host_changes("tiny-local", report(deployment, "7.0.0-1019"))
+    assert {f.node for f in found} == {"n0", "n1"}
+    assert found[0].message == (
+        "kernel 6.17.0-1026 -> 7.0.0-1019 on n0 since revision 1, the last good one"
+    )
+    assert revisions.host_changes("tiny-local", report(deployment, "6.17.0-1026")) == []
+
+
+def test_an_unknown_revision_is_one_message(deployment):
+    revisions.record(deployment, None)
+    with pytest.raises(StateError, match=r"no revision 7 \(known: 1\)"):
+        revisions.revision("tiny-local", 7)
+
+
+BASE = {"tpot_p50_s": 0.010, "output_tok_s": 400.0, "failed": 0.0}
+
+
+@pytest.mark.parametrize(
+    "figures,failed",
+    [
+        ({"tpot_p50_s": 0.012, "output_tok_s": 380.0, "failed": 0.0}, None),
+        ({"tpot_p50_s": 0.013, "output_tok_s": 380.0, "failed": 0.0}, "median TPOT 13.0 ms"),
+        ({"tpot_p50_s": 0.010, "output_tok_s": 250.0, "failed": 0.0}, "output 250.0 tok/s"),
+        ({"tpot_p50_s": 0.010, "output_tok_s": 400.0, "failed": 2.0}, "failed requests"),
+    ],
+)
+def test_the_gate_bench_holds_the_new_revision_to_the_baseline(figures, failed):
+    result = judge_bench(BASE, figures, GateLimits())
+    assert result.passed is (failed is None)
+    assert failed is None or failed in (result.check or "")
+
+
+def test_an_upgrade_to_another_deployment_is_refused_first(deployment):
+    other = deployment.model_copy(
+        update={"recipe": deployment.recipe.model_copy(update={"name": "other"})}
+    )
+    with pytest.raises(SpecError, match="not 'tiny-local'"):
+        upgrade("tiny-local", other)
+
+
+def test_an_upgrade_of_what_does_not_run_is_refused(deployment):
+    with pytest.raises(StateError):
+        upgrade("tiny-local", deployment)

@@ -1,0 +1,128 @@
+"""``tandem upgrade``, ``rollback`` and ``history`` on the real engine: a deployment of its own
+(``tiny-upgrade``, on its own subnet, beside the session's tiny-local), upgraded to a good
+revision that passes the gate, then to one whose engine does not start, which is rolled back
+automatically to the revision before: it answers the same greedy tokens as before, warm."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+from tandem_cli import run_tandem
+
+pytestmark = pytest.mark.engine
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "tiny-upgrade"
+
+
+def recipe(folder: Path, tag: str, *, serve: str = "", engine: str = "") -> Path:
+    """tiny-local as deployment tiny-upgrade, with ``serve`` lines under engine.serve and
+    ``engine`` lines under engine."""
+    text = (ROOT / "src/tandem/recipes/tiny-local.yaml").read_text()
+    text = text.replace("name: tiny-local", f"name: {NAME}")
+    text = text.replace("description: ", f"description: {tag} ")
+    text = text.replace("  serve:\n", engine + "  serve:\n" + serve)
+    path = folder / f"{tag}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def deployment(tiny_hf_home, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("upgrade")
+    cluster = folder / "cluster.yaml"
+    cluster.write_text(
+        (ROOT / "examples/local-netns.yaml").read_text().replace("10.77.0.", "10.78.0.")
+        if os.geteuid() == 0
+        else "name: here\ntransport: local\nlocal: {isolation: loopback}\nnodes:\n"
+        "  - {name: n0, address: 127.0.0.1}\n  - {name: n1, address: 127.0.0.1}\n"
+    )
+    env = {
+        **os.environ,
+        "HF_HOME": str(tiny_hf_home),
+        "TANDEM_HOME": str(folder / "home"),
+        "TANDEM_CLUSTER": str(cluster),
+    }
+    env.pop("VLLM_API_KEY", None)
+    up = run_tandem("up", str(recipe(folder, "r1")), env=env, timeout=900, check=False)
+    assert up.returncode == 0, up.stdout + up.stderr
+    yield folder, env
+    run_tandem("down", NAME, env=env, timeout=180, check=False)
+
+
+def greedy(env: dict[str, str]) -> str:
+    status = json.loads(run_tandem("status", NAME, "--json", env=env, check=False).stdout)
+    body = {
+        "model": status["model"],
+        "messages": [{"role": "user", "content": "Name two planets."}],
+        "max_tokens": 12,
+        "temperature": 0,
+    }
+    answer = httpx.post(f"{status['endpoint']}/v1/chat/completions", json=body, timeout=120)
+    return answer.json()["choices"][0]["message"]["content"]
+
+
+def history(env: dict[str, str]) -> list[dict]:
+    return json.loads(run_tandem("history", NAME, "--json", env=env).stdout)
+
+
+def test_up_records_revision_one(deployment):
+    _, env = deployment
+    (first,) = history(env)
+    assert first["number"] == 1 and first["outcome"] == "good"
+    assert first["hosts"], "the preflight's host facts are recorded"
+
+
+def test_a_good_upgrade_passes_the_gate_and_becomes_current(deployment):
+    folder, env = deployment
+    new = recipe(folder, "r2", serve="    max_num_seqs: 6\n")
+    result = run_tandem(
+        "upgrade",
+        NAME,
+        "--recipe",
+        str(new),
+        "--max-tpot-increase",
+        "3",
+        "--max-throughput-drop",
+        "0.9",
+        env=env,
+        timeout=1200,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "revision 2 passed the gate" in result.stdout
+    revisions = history(env)
+    assert [r["outcome"] for r in revisions] == ["good", "good"]
+    assert revisions[0]["baseline"] and revisions[1]["baseline"]
+    shown = run_tandem("history", NAME, env=env).stdout
+    assert "recipe.engine.serve.max_num_seqs: 8 -> 6" in shown
+
+
+def test_a_revision_that_does_not_fit_is_refused_before_anything_stops(deployment):
+    folder, env = deployment
+    pid_before = json.loads(run_tandem("status", NAME, "--json", env=env).stdout)["ranks"][0]["pid"]
+    huge = recipe(folder, "huge", serve="    max_model_len: 999999999\n")
+    result = run_tandem("upgrade", NAME, "--recipe", str(huge), env=env, timeout=300, check=False)
+    assert result.returncode == 1 and "nothing was stopped" in result.stderr, result.stderr
+    status = json.loads(run_tandem("status", NAME, "--json", env=env).stdout)
+    assert status["ranks"][0]["pid"] == pid_before and len(history(env)) == 2
+
+
+def test_an_engine_that_does_not_start_is_rolled_back(deployment):
+    folder, env = deployment
+    before = greedy(env)
+    bad = recipe(folder, "r3", engine="  extra_args: [--no-such-vllm-flag]\n")
+    result = run_tandem("upgrade", NAME, "--recipe", str(bad), env=env, timeout=1500, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "revision 3 failed (start)" in result.stdout
+    assert "rolled back to revision 2" in result.stdout
+    revisions = history(env)
+    assert [r["outcome"] for r in revisions] == ["good", "good", "failed"]
+    assert revisions[2]["reason"] == "start"
+    status = json.loads(run_tandem("status", NAME, "--json", env=env, check=False).stdout)
+    assert status["verdict"] == "healthy"
+    assert greedy(env) == before  # the old revision answers as it did
