@@ -19,13 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 NAME = "tiny-upgrade"
 
 
-def recipe(folder: Path, tag: str, *, serve: str = "", engine: str = "") -> Path:
-    """tiny-local as deployment tiny-upgrade, with ``serve`` lines under engine.serve and
-    ``engine`` lines under engine."""
+def recipe(folder: Path, tag: str, *changes: tuple[str, str]) -> Path:
+    """tiny-local as deployment tiny-upgrade, with each (old, new) text change made."""
     text = (ROOT / "src/tandem/recipes/tiny-local.yaml").read_text()
     text = text.replace("name: tiny-local", f"name: {NAME}")
     text = text.replace("description: ", f"description: {tag} ")
-    text = text.replace("  serve:\n", engine + "  serve:\n" + serve)
+    for old, new in changes:
+        assert old in text, old
+        text = text.replace(old, new)
     path = folder / f"{tag}.yaml"
     path.write_text(text)
     return path
@@ -79,7 +80,7 @@ def test_up_records_revision_one(deployment):
 
 def test_a_good_upgrade_passes_the_gate_and_becomes_current(deployment):
     folder, env = deployment
-    new = recipe(folder, "r2", serve="    max_num_seqs: 6\n")
+    new = recipe(folder, "r2", ("max_num_seqs: 8", "max_num_seqs: 6"))
     result = run_tandem(
         "upgrade",
         NAME,
@@ -105,7 +106,7 @@ def test_a_good_upgrade_passes_the_gate_and_becomes_current(deployment):
 def test_a_revision_that_does_not_fit_is_refused_before_anything_stops(deployment):
     folder, env = deployment
     pid_before = json.loads(run_tandem("status", NAME, "--json", env=env).stdout)["ranks"][0]["pid"]
-    huge = recipe(folder, "huge", serve="    max_model_len: 999999999\n")
+    huge = recipe(folder, "huge", ("max_model_len: 1024", "max_model_len: 999999999"))
     result = run_tandem("upgrade", NAME, "--recipe", str(huge), env=env, timeout=300, check=False)
     assert result.returncode == 1 and "nothing was stopped" in result.stderr, result.stderr
     status = json.loads(run_tandem("status", NAME, "--json", env=env).stdout)
@@ -115,7 +116,7 @@ def test_a_revision_that_does_not_fit_is_refused_before_anything_stops(deploymen
 def test_an_engine_that_does_not_start_is_rolled_back(deployment):
     folder, env = deployment
     before = greedy(env)
-    bad = recipe(folder, "r3", engine="  extra_args: [--no-such-vllm-flag]\n")
+    bad = recipe(folder, "r3", ("  serve:\n", "  extra_args: [--no-such-vllm-flag]\n  serve:\n"))
     result = run_tandem("upgrade", NAME, "--recipe", str(bad), env=env, timeout=1500, check=False)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "revision 3 failed (start)" in result.stdout
