@@ -111,3 +111,32 @@ def test_it_answers_a_factual_question_from_two_pipeline_stages(deployment):
     assert "finish_reason stop" in answer.stdout  # the template's stop token was honoured
     logs = {rank: (state_dir / "logs" / f"rank{rank}.log").read_text() for rank in (0, 1)}
     assert "PP rank 0" in logs[0] and "PP rank 1" in logs[1]
+
+
+def test_the_smoke_checks_judge_the_real_model(deployment, tmp_path):
+    """The smoke checks that need meaning can pass here, where on random weights they fail."""
+    env, _ = deployment
+    out = tmp_path / "smoke"
+    result = run_tandem(
+        "eval",
+        "smoke",
+        NAME,
+        "--out",
+        str(out),
+        "--needle-lengths",
+        "300,1000",
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    checks = {c["check"]: c for c in json.loads((out / "smoke.json").read_text())["checks"]}
+    outcomes = {name: check["outcome"] for name, check in checks.items()}
+    assert outcomes == {
+        "template": "pass",
+        "determinism": "pass",
+        "needle": "pass",  # the number found at every depth of ~300 and ~1000 tokens
+        "tools": "not-applicable",
+        "reasoning": "not-applicable",
+        "speculative": "not-applicable",
+    }, (out / "smoke.md").read_text()
+    assert result.returncode == 0 and "PASS" in result.stdout
