@@ -2,7 +2,8 @@
 
 It lists one model, answers a chat completion with ``ANSWER: A`` (JSON, or the recorded vLLM
 stream of ``fixtures/bench/sse_chat_ok.txt`` when ``stream`` is asked), has no ``/metrics``, and
-keeps the ``Authorization`` header of every request, so a test can see what credentials arrived.
+keeps the ``Authorization`` header of every request, so a test can see what credentials arrived,
+and the body of every chat completion, so it can see what was asked.
 It is a real socket (the bench sends through aiohttp, eval through httpx).
 
 Usage:
@@ -42,6 +43,7 @@ ANSWER = {
 class Stub:
     port: int
     authorizations: list[str] = field(default_factory=list)
+    bodies: list[dict] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -83,7 +85,9 @@ def openai_stub() -> Iterator[Stub]:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             if self.path != "/v1/chat/completions":
                 self._send(404, b'{"error": "not found"}')
-            elif body.get("stream"):
+                return
+            stub.bodies.append(body)
+            if body.get("stream"):
                 self._send(200, STREAM, "text/event-stream")
             else:
                 self._send(200, json.dumps(ANSWER).encode())

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from tandem.backends import ssh as ssh_backend
 from tandem.backends.state import DeploymentState, RankState
-from tandem.bench.workload import load_prompt_file
+from tandem.bench.datasets import load_dataset
 from tandem.check.rules import CheckContext, evaluate
 from tandem.check.rules.network import open_api_finding
 from tandem.cli import main
@@ -303,7 +303,7 @@ def test_cluster_not_utf8_is_one_message(tmp_path, raw):
 
 def test_prompt_file_not_utf8_is_one_message(tmp_path):
     with pytest.raises(SpecError) as info:
-        load_prompt_file(write(tmp_path, "caf\xe9\n".encode("latin-1"), "prompts.txt"))
+        load_dataset(write(tmp_path, "caf\xe9\n".encode("latin-1"), "prompts.txt"))
     assert info.value.field == "prompt_file" and "UTF-8" in info.value.message
 
 

@@ -70,6 +70,7 @@ def read_jsonl(
     error: type[TandemError] = SpecError,
     strict: bool = False,
     kind: str | None = None,
+    torn_last_line: bool = True,
 ) -> JsonLines[T]:
     """Every record of the JSONL file ``path``, each line's JSON value passed to ``parse``
     (a model's ``model_validate``; it raises ``ValueError``, as ``ValidationError`` is, for a
@@ -82,6 +83,8 @@ def read_jsonl(
         error: ``SpecError`` for a file the user gave, ``StateError`` for tandem's own state.
         strict: refuse the first damaged line instead of counting it (a log that is resumed).
         kind: the file in words (``response log``); default "``what`` file".
+        torn_last_line: an unterminated last line is a writer killed mid-line (skipped); False
+            for a file a person wrote, whose last line is a record that lacks its newline.
 
     Raises:
         error: the file cannot be read, has damaged lines but no record, or (``strict``) has
@@ -96,7 +99,7 @@ def read_jsonl(
         with path.open("rb") as handle:
             for number, raw in enumerate(handle, start=1):
                 try:
-                    if not raw.endswith(b"\n"):
+                    if torn_last_line and not raw.endswith(b"\n"):
                         _check_torn(raw)
                         torn = True
                     elif raw.strip():

@@ -23,6 +23,12 @@ SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
 SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+# Prefix cache, in tokens: every prompt token looked up counts as a query, every one found cached
+# as a hit. Counted only while prefix caching is on (``cache_config_info``'s
+# ``enable_prefix_caching`` label says whether it is: vLLM-CPU turns it off for MLA models).
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
 # Histograms (seconds), observed per request by vLLM's front end. TTFT runs from the request's
 # arrival in the engine client (after the API server has parsed and tokenized it) to its first
 # token; queue time is the wait in the scheduler's queue; prefill time runs from the first
@@ -38,6 +44,8 @@ _TOTALS = (
     SPEC_DRAFTS,
     SPEC_DRAFT_TOKENS,
     SPEC_ACCEPTED,
+    PREFIX_CACHE_QUERIES,
+    PREFIX_CACHE_HITS,
 )
 _GAUGES = (KV_CACHE_USAGE, REQUESTS_RUNNING, REQUESTS_WAITING)
 _HISTOGRAMS = (TTFT_SECONDS, QUEUE_SECONDS, PREFILL_SECONDS)
@@ -56,6 +64,10 @@ class MetricsSnapshot(BaseModel):
     )
     per_position: dict[int, float] = Field(
         default_factory=dict, description="Speculative position -> accepted tokens."
+    )
+    prefix_caching: bool | None = Field(
+        default=None,
+        description="Whether the server caches prefixes (``cache_config_info``); None: unsaid.",
     )
 
     def get(self, name: str) -> float | None:
@@ -78,20 +90,26 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     """
     values: dict[str, float] = {}
     per_position: dict[int, float] = {}
+    prefix_caching: bool | None = None
     for family in text_string_to_metric_families(_only_used_families(text)):
         if not family.name.startswith("vllm:"):
             continue
         for sample in family.samples:
-            if sample.name == SPEC_ACCEPTED_PER_POS:
+            if sample.name == CACHE_CONFIG_INFO and "enable_prefix_caching" in sample.labels:
+                prefix_caching = sample.labels["enable_prefix_caching"] == "True"
+            elif sample.name == SPEC_ACCEPTED_PER_POS:
                 pos = int(sample.labels.get("position", 0))
                 per_position[pos] = per_position.get(pos, 0.0) + sample.value
             elif sample.name in _WANTED:
                 values[sample.name] = values.get(sample.name, 0.0) + sample.value
-    return MetricsSnapshot(values=values, per_position=per_position)
+    return MetricsSnapshot(values=values, per_position=per_position, prefix_caching=prefix_caching)
 
 
 _FAMILY_PREFIXES = tuple(
-    {name.removesuffix("_total") for name in (*_TOTALS, *_GAUGES, SPEC_ACCEPTED_PER_POS)}
+    {
+        name.removesuffix("_total")
+        for name in (*_TOTALS, *_GAUGES, SPEC_ACCEPTED_PER_POS, CACHE_CONFIG_INFO)
+    }
 )
 
 

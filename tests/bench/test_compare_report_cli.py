@@ -193,3 +193,109 @@ def test_compare_names_the_settings_the_runs_differ_in(tmp_path, tandem_here):
     assert "**Warning**" in done.out and "output_tokens (A 128, B 512)" in done.out
     same = compare(a, result(0.1, 0.01))
     assert same.settings_differ == [] and "Warning" not in comparison_markdown(same)
+
+
+def rounds_result(ttfts: list[float], gap: float = 0.01) -> BenchResult:
+    """A run of one point measured once per TTFT given (a round each)."""
+    runs = [result(ttft, gap) for ttft in ttfts]
+    base = runs[0]
+    base.config = base.config.model_copy(update={"rounds": len(ttfts)})
+    base.points = [
+        p.model_copy(update={"point": p.point.model_copy(update={"round": r})})
+        for r, run in enumerate(runs, 1)
+        for p in run.points
+    ]
+    return base
+
+
+def test_compare_takes_medians_over_rounds_and_says_what_is_beyond_the_noise():
+    a = rounds_result([0.100, 0.102, 0.098, 0.101, 0.099])
+    slower = rounds_result([0.120, 0.118, 0.122, 0.121, 0.119])
+    comp = compare(a, slower)
+    ttft = {f.key: f for f in comp.points[0].figures}["ttft_p50_s"]
+    assert (ttft.a, ttft.b) == pytest.approx((0.100, 0.120))
+    assert ttft.noise is not None and ttft.noise.verdict == "beyond-noise"
+    assert ttft.better == "a" and ttft.beyond_noise
+    verdict = comp.verdict()
+    assert not verdict.passed
+    # the slower first token moves E2EL and throughput too; TPOT and ITL stay (the same gaps)
+    assert [r.figure.key for r in verdict.worse] == [
+        "ttft_p50_s",
+        "ttft_p99_s",
+        "e2el_p50_s",
+        "output_throughput_tok_s",
+        "request_throughput_rps",
+    ]
+    assert verdict.better == [] and verdict.undecided == []
+    same = compare(a, rounds_result([0.101, 0.099, 0.100, 0.103, 0.097]))
+    assert same.verdict().passed and same.verdict().worse == []
+
+
+def test_one_round_a_side_is_undecided_not_a_regression():
+    comp = compare(result(0.1, 0.01), result(0.2, 0.01))
+    verdict = comp.verdict()
+    assert verdict.passed and verdict.worse == [] and verdict.undecided
+    assert "too few rounds to tell" in comparison_markdown(comp)
+
+
+def test_the_cli_gate_exits_1_when_b_is_worse_beyond_the_noise(tmp_path, tandem_here):
+    runs = {
+        "a": rounds_result([0.100, 0.102, 0.098, 0.101]),
+        "b": rounds_result([0.100, 0.101, 0.099, 0.102]),
+        "worse": rounds_result([0.150, 0.152, 0.149, 0.151]),
+    }
+    for name, run in runs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(run.model_dump_json())
+    a, b, worse = (str(tmp_path / name) for name in runs)
+    passed = tandem_here("bench", "compare", a, b, "--fail-if-worse")
+    assert passed.code == 0, passed.err
+    assert "verdict: no difference beyond the noise (95%)" in passed.out
+    failed = tandem_here("bench", "compare", a, worse, "--fail-if-worse")
+    assert failed.code == 1
+    assert "verdict: B is worse beyond the noise (95%) in c1 TTFT p50 (+49.8%)" in failed.out
+    assert "error: B is worse than A beyond the noise in 5 figure(s): c1 TTFT p50" in failed.err
+    assert tandem_here("bench", "compare", a, worse).code == 0  # without the gate: a report
+
+
+def test_the_report_gives_medians_over_rounds_with_their_intervals():
+    text = markdown(rounds_result([0.100, 0.110, 0.090, 0.105, 0.095, 0.120]))
+    assert "## c1 #6: concurrency 1" in text and "## Rounds" in text
+    assert "| c1 | TTFT p50 | 6 | 102.5 | 90.0 | 120.0 | 96.9% |" in text
+
+
+def test_the_report_shows_turns_prefix_hits_and_the_prompt_file():
+    from tandem.bench.datasets import DatasetSummary
+    from tandem.bench.metrics import LatencyStats
+
+    records = [
+        rec(i, ttft=0.05 * turn, prompt=40 * turn).model_copy(update={"turn": turn})
+        for i, turn in enumerate([1, 2, 1, 2])
+    ]
+    run = result(0.1, 0.01)
+    run.points[0].metrics = load_point_metrics(records)
+    run.points[0].server = ServerDelta(
+        prefix_caching=True,
+        prefix_cache_queries=400,
+        prefix_cache_hits=100,
+        prefix_cache_hit_rate=0.25,
+    )
+    run.config = run.config.model_copy(update={"turns": 2, "prompt_file": "d.json"})
+    run.dataset = DatasetSummary(
+        file="d.json",
+        format="json",
+        rows=10,
+        measured=5,
+        too_long=1,
+        sent=4,
+        distinct=4,
+        prompt_tokens=LatencyStats.of([40.0, 41.0, 42.0, 43.0]),
+    )
+    text = markdown(run)
+    assert "prompts from d.json, 128 out tokens, 2 turns" in text
+    assert "| 2 | 2/2 | 80 | 100.0 | 100.0 |" in text  # turn 2: 80 prompt tokens, TTFT 100 ms
+    assert "prefix cache hit rate 25.0% (100 of 400 prompt tokens found cached)" in text
+    assert "| c1 | concurrency 1 | 4/4 |" in text and "| 25.0% |" in text
+    assert "4 conversations from 4 of the 10 rows of `d.json` (json)" in text
+    run.points[0].server = ServerDelta(prefix_caching=False, prefix_cache_queries=0)
+    assert "prefix caching off on the server" in markdown(run)

@@ -181,3 +181,18 @@ def test_merged_chunks_are_warned_about(tokens, chunks, acceptance, warned):
     metrics = load_point_metrics([_streamed(tokens, chunks)], Slo())
     delta = ServerDelta(spec_acceptance_length=acceptance) if acceptance else None
     assert bool(coalescing_warnings(metrics, delta)) is warned
+
+
+def test_ttft_is_reported_per_turn():
+    records = [
+        rec(i, ttft=0.1 * turn, prompt=100 * turn).model_copy(
+            update={"conversation": i // 3, "turn": turn}
+        )
+        for i, turn in enumerate([1, 2, 3, 1, 2, 3])
+    ]
+    records.append(rec(6, ok=False).model_copy(update={"conversation": 2, "turn": 1}))
+    turns = load_point_metrics(records).turns
+    assert [(t.turn, t.requests, t.completed) for t in turns] == [(1, 3, 2), (2, 2, 2), (3, 2, 2)]
+    assert [t.ttft_s.p50 for t in turns] == pytest.approx([0.1, 0.2, 0.3])
+    assert [t.prompt_tokens.p50 for t in turns] == [100, 200, 300]
+    assert load_point_metrics([rec(0)]).turns == []  # one turn: no per-turn table

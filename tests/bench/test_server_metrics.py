@@ -80,3 +80,33 @@ def test_spec_decode_acceptance_sums_engines_and_uses_vllms_definitions():
     assert d.spec_acceptance_length == pytest.approx(2.5)
     assert d.spec_per_position_rate == pytest.approx([90 / 200, 60 / 200])
     assert d.kv_cache_usage_peak == 0.75
+
+
+PREFIX = """# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{{engine="0",model_name="m"}} {queries}
+vllm:prefix_cache_queries_total{{engine="1",model_name="m"}} {queries}
+# TYPE vllm:prefix_cache_hits counter
+vllm:prefix_cache_hits_total{{engine="0",model_name="m"}} {hits}
+vllm:prefix_cache_hits_total{{engine="1",model_name="m"}} {hits}
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{{block_size="16",enable_prefix_caching="True",engine="0"}} 1.0
+"""
+
+
+def test_the_prefix_cache_hit_rate_is_hits_over_queries_of_the_point():
+    before = parse_metrics(PREFIX.format(queries=1000, hits=200))
+    after = parse_metrics(PREFIX.format(queries=3000, hits=1700))
+    d = server_delta(before, after)
+    assert (d.prefix_cache_queries, d.prefix_cache_hits) == (4000, 3000)
+    assert d.prefix_cache_hit_rate == pytest.approx(0.75) and d.prefix_caching is True
+    assert server_delta(after, after).prefix_cache_hit_rate is None  # nothing looked up
+
+
+def test_a_server_without_prefix_caching_says_so(fixture_bytes):
+    """The recorded vLLM-CPU (an MLA model: prefix caching forced off) exports the counters
+    at 0 and says `enable_prefix_caching="False"`: the report says "off", not a 0 % hit rate."""
+    before = parse_metrics(fixture_bytes("metrics_before.txt").decode())
+    after = parse_metrics(fixture_bytes("metrics_after.txt").decode())
+    d = server_delta(before, after)
+    assert d.prefix_caching is False and d.prefix_cache_queries == 0
+    assert d.prefix_cache_hit_rate is None

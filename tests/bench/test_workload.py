@@ -7,11 +7,13 @@ import math
 import pytest
 
 from tandem.bench.config import BenchConfig
+from tandem.bench.timed_request import ENDPOINTS, Exchange, Prompt, Sampling
 from tandem.bench.workload import (
+    Conversation,
     arrival_offsets_s,
-    load_prompt_file,
     plan_load_points,
     sample_token_ids,
+    schedule,
 )
 from tandem.errors import SpecError
 
@@ -73,20 +75,6 @@ def test_impossible_workloads_name_the_field(kwargs, max_len, field):
     assert info.value.field == field
 
 
-def test_prompt_file_reads_jsonl_and_plain_lines(tmp_path):
-    path = tmp_path / "p.jsonl"
-    path.write_text('{"prompt": "a b"}\n\nplain line\n')
-    assert load_prompt_file(path) == ["a b", "plain line"]
-
-
-def test_prompt_file_error_names_file_and_line(tmp_path):
-    path = tmp_path / "p.jsonl"
-    path.write_text('{"text": "x"}\n')
-    with pytest.raises(SpecError) as info:
-        load_prompt_file(path)
-    assert info.value.file == str(path) and "line 1" in info.value.message
-
-
 def test_a_constant_rate_run_reads_back_from_its_summary():
     """burstiness=inf (constant rate) survives JSON, which has no infinity."""
     import math
@@ -97,3 +85,71 @@ def test_a_constant_rate_run_reads_back_from_its_summary():
     config = BenchConfig(url="http://x", concurrency=[], rates_rps=[2.0], burstiness=math.inf)
     result = BenchResult(config=config, server=ServerInfo(url="http://x", model="m"))
     assert BenchResult.model_validate_json(result.model_dump_json()).config.burstiness == math.inf
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"turns": 6, "input_tokens": 100, "output_tokens": 100}, "6 turns × (input_tokens"),
+        ({"prefix_tokens": 900, "input_tokens": 100, "output_tokens": 100}, "prefix_tokens +"),
+    ],
+    ids=["the last turn is too long", "the prefix is too long"],
+)
+def test_a_conversation_that_outgrows_the_context_is_refused(kwargs, said):
+    with pytest.raises(SpecError) as info:
+        plan_load_points(BenchConfig(url="http://h", endpoint="chat", **kwargs), 1024)
+    assert said in info.value.message and info.value.field == "input_tokens"
+    fits = BenchConfig(url="http://h", turns=2, input_tokens=100, output_tokens=100)
+    assert plan_load_points(fits, 1024)[0].label == "c1"
+
+
+def test_rounds_repeat_the_whole_ladder_in_order():
+    points = plan_load_points(BenchConfig(url="http://h", concurrency=[1, 4]), 1024)
+    assert [(p.label, p.round) for p in schedule(points, 3)] == [
+        ("c1", 1),
+        ("c4", 1),
+        ("c1", 2),
+        ("c4", 2),
+        ("c1", 3),
+        ("c4", 3),
+    ]
+
+
+def test_a_later_turn_carries_the_system_prompt_and_the_earlier_exchanges():
+    conversation = Conversation((Prompt("first"), Prompt("second")), system="shared", group=2)
+    prompt = conversation.prompt(1, (Exchange("first", "an answer"),))
+    body = ENDPOINTS["chat"].payload("m", prompt, Sampling(max_tokens=4))
+    assert body["messages"] == [
+        {"role": "system", "content": "shared"},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "an answer"},
+        {"role": "user", "content": "second"},
+    ]
+    # completions: the shared prefix, a blank line, the prompt; token ids as they are
+    body = ENDPOINTS["completions"].payload("m", conversation.prompt(0), Sampling(max_tokens=4))
+    assert body["prompt"] == "shared\n\nfirst"
+    ids = Prompt("", (5, 6, 7))
+    assert ENDPOINTS["completions"].payload("m", ids, Sampling(max_tokens=4))["prompt"] == [5, 6, 7]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"turns": 2, "endpoint": "completions"}, "turns"),
+        ({"prefix_groups": 4}, "prefix_groups"),
+        ({"prefix_tokens": 64, "prompt_file": "p.jsonl"}, "prefix_tokens"),
+        ({"prompt_column": "text", "prompt_file": "p.jsonl"}, "prompt_column"),
+        ({"prompt_column": "text"}, "prompt_column"),
+    ],
+    ids=[
+        "turns on completions",
+        "groups without a prefix",
+        "a prefix in front of a prompt file",
+        "a column of a JSONL file",
+        "a column without a file",
+    ],
+)
+def test_settings_a_run_would_ignore_are_conflicts(kwargs, field):
+    problems = BenchConfig(url="http://h", **kwargs).conflicts()
+    assert [p.field for p in problems] == [field]
+    assert BenchConfig(url="http://h", prompt_column="q", prompt_file="x.CSV").conflicts() == []

@@ -2,7 +2,14 @@
 
 Load points match by label (``c1``, ``r2``, ``long``). For each headline figure the comparison
 holds A's value, B's value, B − A and the relative change (B − A) / A; a lower latency or a
-higher throughput is better, and ``better`` says which side won.
+higher throughput is better, and ``better`` says which side won. With several rounds on a side
+(``--rounds``) its value is the median over its rounds.
+
+Whether a difference is beyond the noise is decided over the rounds (``stats.shift_ci``): the
+exact distribution-free interval of the shift B − A at ``confidence`` (Hodges–Lehmann /
+Mann–Whitney) leaves out 0, or it does not, or the rounds are too few to tell (fewer than 4
+on each side at 95 %). ``Comparison.verdict()`` is the answer an upgrade gate asks for: the
+figures B made worse beyond the noise, those it made better, and those it cannot tell.
 
 Two runs measured with different workload settings (``COMPARED_SETTINGS``: prompt and output
 lengths, sampling, request counts...) compare unlike with unlike: the comparison lists each
@@ -16,42 +23,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tandem.bench.load_generator import SUMMARY_FILE, BenchResult, LoadPointResult
+from tandem.bench.load_generator import SUMMARY_FILE, BenchResult
+from tandem.bench.rounds import HEADLINE, Unit, values_over_rounds
+from tandem.bench.stats import SAME, ShiftCI, median_ci, shift_ci
 from tandem.jsonfiles import read_json
-
-Unit = Literal["s", "tok/s", "req/s", "requests"]
-
-HEADLINE: tuple[tuple[str, str, Unit, Literal["lower", "higher"]], ...] = (
-    ("ttft_p50_s", "TTFT p50", "s", "lower"),
-    ("ttft_p99_s", "TTFT p99", "s", "lower"),
-    ("tpot_p50_s", "TPOT p50", "s", "lower"),
-    ("tpot_p99_s", "TPOT p99", "s", "lower"),
-    ("itl_p50_s", "ITL p50", "s", "lower"),
-    ("e2el_p50_s", "E2EL p50", "s", "lower"),
-    ("server_ttft_mean_s", "server's TTFT mean", "s", "lower"),
-    ("output_throughput_tok_s", "output tok/s", "tok/s", "higher"),
-    ("request_throughput_rps", "requests/s", "req/s", "higher"),
-    ("failed", "failed", "requests", "lower"),
-)
-"""Key, name, unit (a key's suffix does not say it: ``_tok_s`` is a rate), and which is better."""
-
-
-def headline(point: LoadPointResult) -> dict[str, float | None]:
-    """The figures compared, by key of ``HEADLINE``."""
-    m = point.metrics
-    return {
-        "ttft_p50_s": m.ttft_s.p50,
-        "ttft_p99_s": m.ttft_s.p99,
-        "tpot_p50_s": m.tpot_s.p50,
-        "tpot_p99_s": m.tpot_s.p99,
-        "itl_p50_s": m.itl_s.p50,
-        "e2el_p50_s": m.e2el_s.p50,
-        "server_ttft_mean_s": point.server.ttft_mean_s if point.server else None,
-        "output_throughput_tok_s": m.output_throughput_tok_s,
-        "request_throughput_rps": m.request_throughput_rps,
-        "failed": float(m.failed),
-    }
-
 
 COMPARED_SETTINGS: tuple[str, ...] = (
     "endpoint",
@@ -61,6 +36,10 @@ COMPARED_SETTINGS: tuple[str, ...] = (
     "temperature",
     "prompt_token_ids",
     "prompt_file",
+    "prompt_column",
+    "prefix_tokens",
+    "prefix_groups",
+    "turns",
     "extra_body",
     "requests",
     "burstiness",
@@ -72,8 +51,9 @@ COMPARED_SETTINGS: tuple[str, ...] = (
     "kv_sample_interval_s",
 )
 """``BenchConfig`` fields that change what a load point measures. Not compared: the URL and the
-model (what an A/B is usually about), the ladders (points match by label), the SLOs and the
-roofline (goodput and the roofline fraction are not compared), timeouts and the idle check."""
+model (what an A/B is usually about), the ladders (points match by label), the rounds (more
+only narrow the noise), the SLOs and the roofline (goodput and the roofline fraction are not
+compared), timeouts and the idle check."""
 
 
 class SettingDiff(BaseModel):
@@ -97,6 +77,13 @@ class FigureDiff(BaseModel):
     diff: float | None
     relative: float | None
     better: Literal["a", "b", "same"] | None
+    noise: ShiftCI | None = Field(
+        default=None, description="B − A over the rounds, and whether it is beyond the noise."
+    )
+
+    @property
+    def beyond_noise(self) -> bool:
+        return self.noise is not None and self.noise.verdict == "beyond-noise"
 
 
 class PointDiff(BaseModel):
@@ -104,6 +91,40 @@ class PointDiff(BaseModel):
 
     label: str
     figures: list[FigureDiff]
+
+
+class FigureRef(BaseModel):
+    """One figure of one load point, as a verdict lists it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str
+    figure: FigureDiff
+
+
+class Verdict(BaseModel):
+    """B against A, beyond the noise of their rounds: what an upgrade gate acts on.
+
+    Usage:
+        verdict = compare(load_summary("runs/base"), load_summary("runs/new")).verdict()
+        if not verdict.passed:
+            for ref in verdict.worse: print(ref.label, ref.figure.name, ref.figure.relative)
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    confidence: float
+    worse: list[FigureRef] = Field(description="B worse than A beyond the noise.")
+    better: list[FigureRef] = Field(description="B better than A beyond the noise.")
+    undecided: list[FigureRef] = Field(
+        description="Too few rounds on a side to tell noise from a change."
+    )
+
+    @property
+    def passed(self) -> bool:
+        """No figure got worse beyond the noise (figures too few rounds can judge do not fail
+        it: a gate that needs them judged asks for ``undecided`` to be empty too)."""
+        return not self.worse
 
 
 class Comparison(BaseModel):
@@ -119,26 +140,49 @@ class Comparison(BaseModel):
     settings_differ: list[SettingDiff] = Field(
         default_factory=list, description="Workload settings that differ: unlike compared."
     )
+    confidence: float = Field(default=0.95, description="Level of the noise intervals, 0..1.")
+
+    def verdict(self) -> Verdict:
+        """The figures B changed beyond the noise, each way, and those it cannot tell."""
+        refs: dict[str, list[FigureRef]] = {"worse": [], "better": [], "undecided": []}
+        for point in self.points:
+            for f in point.figures:
+                if f.noise is None or f.better is None:
+                    continue
+                if f.noise.verdict == "too-few-rounds":
+                    refs["undecided"].append(FigureRef(label=point.label, figure=f))
+                elif f.beyond_noise and f.better != "same":
+                    side = "better" if f.better == "b" else "worse"
+                    refs[side].append(FigureRef(label=point.label, figure=f))
+        return Verdict(confidence=self.confidence, **refs)
 
 
-def compare(a: BenchResult, b: BenchResult, a_name: str = "A", b_name: str = "B") -> Comparison:
-    """Differences of B against A for every load point both have."""
-    labels_b = {p.point.label for p in b.points}
-    labels_a = {p.point.label for p in a.points}
+def compare(
+    a: BenchResult,
+    b: BenchResult,
+    a_name: str = "A",
+    b_name: str = "B",
+    *,
+    confidence: float = 0.95,
+) -> Comparison:
+    """Differences of B against A for every load point both have, medians over rounds."""
+    labels_b = set(b.labels())
+    labels_a = set(a.labels())
     points = []
-    for pa in a.points:
-        pb = b.point(pa.point.label)
-        if pb is None:
+    for label in a.labels():
+        rounds_a, rounds_b = a.rounds_of(label), b.rounds_of(label)
+        if not rounds_b:
             continue
-        ha, hb = headline(pa), headline(pb)
         figures = []
         for key, name, unit, good in HEADLINE:
-            va, vb = ha[key], hb[key]
+            xs, ys = values_over_rounds(rounds_a, key), values_over_rounds(rounds_b, key)
+            va, vb = median_ci(xs).median, median_ci(ys).median
             diff = vb - va if va is not None and vb is not None else None
             rel = diff / va if diff is not None and va else None
             better: Literal["a", "b", "same"] | None = None
             if diff is not None:
-                better = "same" if diff == 0 else ("b" if (diff < 0) == (good == "lower") else "a")
+                same = abs(diff) <= SAME * max(abs(va or 0), abs(vb or 0))
+                better = "same" if same else ("b" if (diff < 0) == (good == "lower") else "a")
             figures.append(
                 FigureDiff(
                     key=key,
@@ -149,9 +193,10 @@ def compare(a: BenchResult, b: BenchResult, a_name: str = "A", b_name: str = "B"
                     diff=diff,
                     relative=rel,
                     better=better,
+                    noise=shift_ci(xs, ys, confidence) if xs and ys else None,
                 )
             )
-        points.append(PointDiff(label=pa.point.label, figures=figures))
+        points.append(PointDiff(label=label, figures=figures))
     return Comparison(
         a=a_name,
         b=b_name,
@@ -159,6 +204,7 @@ def compare(a: BenchResult, b: BenchResult, a_name: str = "A", b_name: str = "B"
         only_in_a=sorted(labels_a - labels_b),
         only_in_b=sorted(labels_b - labels_a),
         settings_differ=differing_settings(a, b),
+        confidence=confidence,
     )
 
 

@@ -101,8 +101,40 @@ class BenchConfig(BaseModel):
     )
     prompt_file: str | None = Field(
         default=None,
-        description="Prompts to use instead of synthetic fixed-length ones: "
-        "JSONL with a `prompt` field, or plain text one per line.",
+        description="Prompts to use instead of synthetic fixed-length ones, sampled with the "
+        "seed: a ShareGPT JSON file (`.json`: a list of `conversations`), JSONL of chat "
+        "`messages`, completion `prompt` s or ShareGPT rows (`.jsonl`), a CSV column (`.csv`), "
+        "or plain text, one prompt a line. Every row is checked before a request is sent.",
+    )
+    prompt_column: str | None = Field(
+        default=None,
+        description="The column of a CSV prompt file that holds the prompts; default `prompt`.",
+    )
+    prefix_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Shared-prefix workload: a system prompt of this many tokens in front of "
+        "every prompt, the same for every request of a group (the prefix-cache case); 0: none.",
+    )
+    prefix_groups: int = Field(
+        default=1,
+        ge=1,
+        description="How many different shared prefixes: request i of a point uses prefix i "
+        "mod this.",
+    )
+    turns: int = Field(
+        default=1,
+        ge=1,
+        description="Multi-turn chat: user turns per conversation, each sent with the earlier "
+        "turns and the server's answers to them (a prompt file: up to this many of each "
+        "row's user messages). TTFT is reported per turn.",
+    )
+    rounds: int = Field(
+        default=1,
+        ge=1,
+        description="Measure the whole ladder this many times, round after round; the report "
+        "gives each figure's median over the rounds with a distribution-free confidence "
+        "interval, and `bench compare` says whether a difference is beyond their noise.",
     )
     long_context: bool = Field(
         default=False,
@@ -190,6 +222,40 @@ class BenchConfig(BaseModel):
                     "token ids replace synthetic prompts only; the prompts of a prompt file are "
                     "sent as text, so they would be ignored",
                     "drop --token-ids, or --prompt-file",
+                )
+            )
+        if self.turns > 1 and self.endpoint != "chat":
+            problems.append(
+                Problem(
+                    "turns",
+                    "a later turn carries the earlier turns and answers as chat messages; "
+                    "/v1/completions takes one prompt",
+                    "add --endpoint chat, or drop --turns",
+                )
+            )
+        if self.prefix_groups > 1 and not self.prefix_tokens:
+            problems.append(
+                Problem(
+                    "prefix_groups",
+                    "groups differ by their shared prefix, and there is none",
+                    "add --prefix-tokens, or drop --prefix-groups",
+                )
+            )
+        if self.prefix_tokens and self.prompt_file:
+            problems.append(
+                Problem(
+                    "prefix_tokens",
+                    "the shared prefix is synthetic, in front of synthetic prompts; the rows of "
+                    "a prompt file bring their own system prompts",
+                    "drop --prefix-tokens, or --prompt-file",
+                )
+            )
+        if self.prompt_column and not (self.prompt_file or "").lower().endswith(".csv"):
+            problems.append(
+                Problem(
+                    "prompt_column",
+                    "names a column of a CSV prompt file, and no .csv prompt file is given",
+                    "give --prompt-file FILE.csv, or drop --prompt-column",
                 )
             )
         owned = [key for key in self.extra_body if key in OWNED_BODY_KEYS]

@@ -2,13 +2,18 @@
 
 Algorithm of ``LoadGenerator.arun``:
 
+0. Read and check the prompt file, if any (``datasets.load_dataset``): a bad row stops the run
+   before anything is sent.
 1. Ask the server what it serves (``/v1/models``: model name, max_model_len) and plan the load
-   points (``workload.plan_load_points``).
+   points (``workload.plan_load_points``), every round of them (``workload.schedule``).
 2. Idle check: scrape ``/metrics`` twice ``idle_check_s`` apart before sending anything; counters
    that move mean someone else uses the server, and the result carries a warning.
-3. Warm-up: ``warmup_requests`` requests, one at a time, discarded.
-4. For each load point: build its prompts (untimed), scrape ``/metrics``, then dispatch requests
-   at their scheduled offsets, each waiting for a concurrency slot; every finished request is
+3. Prepare the prompts (``prompt_source``: the synthetic token pool, the prompt file's rows
+   measured with the server's tokenizer).
+4. Warm-up: ``warmup_requests`` requests, one at a time, discarded.
+5. For each load point: build its conversations (untimed), scrape ``/metrics``, then dispatch
+   conversations at their scheduled offsets, each waiting for a concurrency slot and sending its
+   turns one after the other (a turn carries the earlier answers); every finished request is
    appended to ``requests.jsonl`` and flushed at once. While the point runs, ``/metrics`` is
    sampled for the KV cache peak. Scrape again, difference, and check the server's token counters
    against the sum of the requests' ``usage``. ``summary.json`` is rewritten after every point,
@@ -35,28 +40,21 @@ from tandem import files, wire
 from tandem.bench import server_metrics
 from tandem.bench.aiohttp_transport import AiohttpTransport
 from tandem.bench.config import BenchConfig
+from tandem.bench.datasets import DatasetSummary, load_dataset
 from tandem.bench.metrics import LoadPointMetrics, load_point_metrics
+from tandem.bench.prompt_source import PromptSource
 from tandem.bench.records import RequestRecord
 from tandem.bench.server_metrics import ServerDelta
 from tandem.bench.timed_request import (
     ENDPOINTS,
     Clock,
-    Prompt,
+    Exchange,
     RequestSlot,
     Sampling,
-    detokenize,
     send_request,
     server_version,
-    tokenize,
 )
-from tandem.bench.workload import (
-    LoadPoint,
-    arrival_offsets_s,
-    load_prompt_file,
-    plan_load_points,
-    sample_token_ids,
-    synthetic_text,
-)
+from tandem.bench.workload import LoadPoint, arrival_offsets_s, plan_load_points, schedule
 from tandem.endpoint import AsyncEndpoint, pick_model
 from tandem.errors import Problem, SpecError
 from tandem.jsonfiles import JsonLines, read_jsonl
@@ -67,8 +65,6 @@ from tandem.vllm_metrics import MetricsSnapshot
 SCHEMA_VERSION = 1
 REQUESTS_FILE = "requests.jsonl"
 SUMMARY_FILE = "summary.json"
-FIT_PASSES = 3
-"""Tokenize-and-cut passes that fit a synthetic text prompt to its length (one usually does)."""
 
 
 class ServerInfo(BaseModel):
@@ -108,11 +104,21 @@ class BenchResult(BaseModel):
     finished: bool = Field(default=False, description="False while running or when killed.")
     config: BenchConfig
     server: ServerInfo
-    points: list[LoadPointResult] = Field(default_factory=list)
+    points: list[LoadPointResult] = Field(
+        default_factory=list, description="Every measured point of every round, in order."
+    )
+    dataset: DatasetSummary | None = Field(
+        default=None, description="What the run took from its prompt file, if any."
+    )
     warnings: list[str] = Field(default_factory=list)
 
-    def point(self, label: str) -> LoadPointResult | None:
-        return next((p for p in self.points if p.point.label == label), None)
+    def rounds_of(self, label: str) -> list[LoadPointResult]:
+        """The point's results, one per round measured."""
+        return [p for p in self.points if p.point.label == label]
+
+    def labels(self) -> list[str]:
+        """The points' labels, each once, in the order measured."""
+        return list(dict.fromkeys(p.point.label for p in self.points))
 
 
 @dataclass(frozen=True)
@@ -170,10 +176,6 @@ class LoadGenerator:
         self.clock = clock
         self.endpoint = ENDPOINTS[config.endpoint]
         self.records: list[RequestRecord] = []
-        self._token_pool: list[int] | None = None
-        self._added_tokens = 0
-        """How many tokens the server adds to a text prompt on this endpoint (BOS, say)."""
-        self._file_prompts: list[str] | None = None
         key = config.api_key.get_secret_value() if config.api_key else None
         self.redactor = Redactor.for_caller([key] if key else [])
         """Every file of the run is written through it: it also knows a key given as
@@ -181,8 +183,9 @@ class LoadGenerator:
 
     async def arun(self) -> BenchResult:
         config = self.config
-        if config.prompt_file:
-            self._file_prompts = load_prompt_file(config.prompt_file)
+        dataset = (
+            load_dataset(config.prompt_file, config.prompt_column) if config.prompt_file else None
+        )
         previous = self._previous_run()
         timeout = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=None)
         transport = AiohttpTransport(max_connections=None)
@@ -194,7 +197,7 @@ class LoadGenerator:
         ) as client:
             self.client = client
             server = await self._server_info()
-            points = plan_load_points(config, server.max_model_len)
+            points = schedule(plan_load_points(config, server.max_model_len), config.rounds)
             result = previous or BenchResult(
                 config=config, server=server, tandem_version=TANDEM_VERSION
             )
@@ -205,17 +208,20 @@ class LoadGenerator:
                     field="model",
                     hint="resume against the same model, or choose another --out",
                 )
-            done = {p.point.label for p in result.points}
+            done = {(p.point.label, p.point.round) for p in result.points}
             self._emit("prepare", None, 0, len(points))
             warnings = []
             if config.scrape_metrics and config.idle_check_s > 0:
                 warnings += await self._idle_check()
-            if self._file_prompts is None:
-                warnings += await self._fill_token_pool(server.model)
+            self.source = PromptSource(
+                client, config, self.endpoint.name, server.model, server.max_model_len
+            )
+            warnings += await self.source.prepare(points, dataset)
+            result.dataset = self.source.summary
             result.warnings += [w for w in warnings if w not in result.warnings]
             jsonl = self._open_records(keep=done, warnings=result.warnings)
             try:
-                todo = [(i, p) for i, p in enumerate(points) if p.label not in done]
+                todo = [(i, p) for i, p in enumerate(points) if (p.label, p.round) not in done]
                 await self._warmup(todo[0][1] if todo else None, server.model, len(points))
                 for i, point in todo:
                     result.points.append(
@@ -257,82 +263,12 @@ class LoadGenerator:
             "latencies and server deltas include its load"
         ]
 
-    async def _fill_token_pool(self, model: str) -> list[str]:
-        text = synthetic_text(self.config.seed, 2000)
-        ids = await tokenize(self.client, self.config.url, model, text)
-        if not ids:
-            return [
-                "the server has no /tokenize, so prompt lengths are approximate "
-                "(one word per token); prompt tokens are still read from usage"
-            ]
-        self._token_pool = sorted(set(ids))
-        if self.endpoint.name == "completions":  # chat leaves special tokens to its template
-            counted = await tokenize(
-                self.client, self.config.url, model, text, add_special_tokens=True
-            )
-            self._added_tokens = max(0, len(counted or ids) - len(ids))
-        return []
-
-    async def _prompts(self, point: LoadPoint, model: str, first_index: int) -> list[Prompt]:
-        n = point.requests
-        if self._file_prompts is not None:
-            fp = self._file_prompts
-            return [Prompt(fp[(first_index + i) % len(fp)]) for i in range(n)]
-        seed = self.config.seed
-        if self._token_pool is None:
-            return [
-                Prompt(synthetic_text(seed * 7919 + first_index + i, point.input_tokens))
-                for i in range(n)
-            ]
-        if self.endpoint.name == "completions" and self.config.prompt_token_ids:
-            pool, length = self._token_pool, point.input_tokens
-            return [
-                Prompt("", tuple(sample_token_ids(pool, length, seed, first_index + i)))
-                for i in range(n)
-            ]
-        # A text prompt's count includes what the server adds, as vLLM's random dataset's does
-        content = max(1, point.input_tokens - self._added_tokens)
-        ids = [sample_token_ids(self._token_pool, content, seed, first_index + i) for i in range(n)]
-        gate = asyncio.Semaphore(8)
-
-        async def text_of(token_ids: list[int]) -> Prompt:
-            async with gate:
-                text = await self._fitted_text(model, token_ids)
-            return Prompt(text if text is not None else synthetic_text(seed, len(token_ids)))
-
-        return list(await asyncio.gather(*(text_of(x) for x in ids)))
-
-    async def _fitted_text(self, model: str, token_ids: list[int]) -> str | None:
-        """Text the server tokenizes to ``len(token_ids)`` tokens, or None without /detokenize.
-
-        Decoded ids need not tokenize back to as many: pieces merge differently where they
-        join (510 to 550 tokens for 512 drawn, on the tiny model's tokenizer). So the server's own
-        tokenization of the text is cut to length (or topped up from the drawn ids) and
-        decoded again (one pass brought all of 16 such prompts to 512), until it holds or
-        FIT_PASSES run out; usage reports the length either way.
-        """
-        n, url = len(token_ids), self.config.url
-        text = await detokenize(self.client, url, model, token_ids)
-        for _ in range(FIT_PASSES):
-            got = None if text is None else await tokenize(self.client, url, model, text)
-            if got is None or len(got) == n:
-                break
-            text = await detokenize(
-                self.client, url, model, got[:n] if len(got) > n else got + token_ids[len(got) :]
-            )
-        return text
-
     async def _warmup(self, first: LoadPoint | None, model: str, points: int) -> None:
         if first is None or self.config.warmup_requests == 0:
             return
         self._emit("warmup", first, 0, points, total=self.config.warmup_requests)
-        shape = first.model_copy(
-            update={
-                "requests": self.config.warmup_requests,
-                "output_tokens": min(first.output_tokens, 16),
-            }
-        )
-        prompts = await self._prompts(shape, model, first_index=10_000_000)
+        shape = first.model_copy(update={"output_tokens": min(first.output_tokens, 16)})
+        prompts = await self.source.warmup(shape, self.config.warmup_requests)
         sampling = self._sampling(shape)
         for i, prompt in enumerate(prompts):
             payload = self.endpoint.payload(model, prompt, sampling)
@@ -361,11 +297,17 @@ class LoadGenerator:
         self, point: LoadPoint, index: int, points: int, model: str, jsonl: files.LineLog | None
     ) -> LoadPointResult:
         config = self.config
-        prompts = await self._prompts(point, model, first_index=index * 1_000_000)
+        conversations = await self.source.conversations(point, index)
         sampling = self._sampling(point)
-        payloads = [self.endpoint.payload(model, p, sampling) for p in prompts]
+        first_payloads = [
+            self.endpoint.payload(model, c.prompt(0), sampling) for c in conversations
+        ]
+        multi_turn = config.turns > 1 and point.kind != "long-context"
+        first_index = [0]
+        for c in conversations:
+            first_index.append(first_index[-1] + len(c.turns))
         offsets = arrival_offsets_s(
-            point.requests,
+            len(conversations),
             point.rate_rps,
             point.burstiness if point.burstiness is not None else 1.0,
             seed=config.seed + index,
@@ -381,23 +323,36 @@ class LoadGenerator:
         records: list[RequestRecord] = []
         slots = asyncio.Semaphore(point.concurrency) if point.concurrency else None
         origin = self.clock()
-        counts = {"errors": 0, "tokens": 0}
+        counts = {"errors": 0, "tokens": 0, "total": first_index[-1], "unsent": 0}
 
-        async def one(i: int, scheduled: float) -> None:
-            try:
-                record = await send_request(
-                    self.client,
-                    config.url,
-                    self.endpoint,
-                    payloads[i],
-                    RequestSlot(i, point.label, scheduled),
-                    origin=origin,
-                    timeout_s=config.request_timeout_s,
-                    clock=self.clock,
-                )
-            finally:
-                if slots is not None:
-                    slots.release()
+        async def send(i: int, turn: int, scheduled: float, history: tuple[Exchange, ...]):
+            conversation = conversations[i]
+            last = turn == len(conversation.turns) - 1
+            answer: list[str] | None = None if last else []
+            payload = (
+                first_payloads[i]
+                if turn == 0
+                else self.endpoint.payload(model, conversation.prompt(turn, history), sampling)
+            )
+            record = await send_request(
+                self.client,
+                config.url,
+                self.endpoint,
+                payload,
+                RequestSlot(
+                    first_index[i] + turn,
+                    point.label,
+                    scheduled,
+                    round=point.round,
+                    conversation=i if multi_turn else None,
+                    turn=turn + 1 if multi_turn else None,
+                    prefix_group=conversation.group,
+                ),
+                origin=origin,
+                timeout_s=config.request_timeout_s,
+                clock=self.clock,
+                answer=answer,
+            )
             records.append(record)
             if jsonl is not None:
                 jsonl.write_json(record)
@@ -410,13 +365,32 @@ class LoadGenerator:
                 index,
                 points,
                 done=len(records),
-                total=point.requests,
+                total=counts["total"],
                 errors=counts["errors"],
                 output_tokens=counts["tokens"],
                 elapsed_s=self.clock() - origin,
             )
+            return record, "".join(answer or ())
 
-        self._emit("run", point, index, points, total=point.requests)
+        async def one(i: int, scheduled: float) -> None:
+            """Conversation i, turn after turn; a failed turn ends it (the next would lack
+            its answer)."""
+            turns = conversations[i].turns
+            history: tuple[Exchange, ...] = ()
+            try:
+                for turn in range(len(turns)):
+                    at = scheduled if turn == 0 else self.clock() - origin
+                    record, answer = await send(i, turn, at, history)
+                    if not record.ok:
+                        counts["unsent"] += len(turns) - turn - 1
+                        counts["total"] -= len(turns) - turn - 1
+                        break
+                    history = (*history, Exchange(turns[turn].text, answer))
+            finally:
+                if slots is not None:
+                    slots.release()
+
+        self._emit("run", point, index, points, total=counts["total"])
         tasks = []
         for i, offset in enumerate(offsets):
             delay = origin + offset - self.clock()
@@ -436,12 +410,18 @@ class LoadGenerator:
         self.records += records
         metrics = load_point_metrics(records, config.slo)
         delta = server_metrics.server_delta(before, after, samples) if before and after else None
+        warnings = _consistency_warnings(records, delta) + coalescing_warnings(metrics, delta)
+        if counts["unsent"]:
+            warnings.append(
+                f"{counts['unsent']} later turns were not sent: a conversation ends at its "
+                "first failed turn"
+            )
         return LoadPointResult(
             point=point,
             metrics=metrics,
             server=delta,
             decode_roofline_fraction=_roofline_fraction(point, metrics, config),
-            warnings=_consistency_warnings(records, delta) + coalescing_warnings(metrics, delta),
+            warnings=warnings,
         )
 
     async def _sample(self, into: list[MetricsSnapshot]) -> None:
@@ -497,9 +477,11 @@ class LoadGenerator:
         previous.finished = False
         return previous
 
-    def _open_records(self, keep: set[str], warnings: list[str]) -> files.LineLog | None:
-        """``requests.jsonl`` for appending, holding only the records of the points in
-        ``keep`` (a resumed run drops the records of the point it was killed in); damaged
+    def _open_records(
+        self, keep: set[tuple[str, int]], warnings: list[str]
+    ) -> files.LineLog | None:
+        """``requests.jsonl`` for appending, holding only the records of the (label, round)
+        points in ``keep`` (a resumed run drops the records of the point it was killed in); damaged
         lines it drops are said in ``warnings``."""
         if self.out_dir is None:
             return None
@@ -508,7 +490,7 @@ class LoadGenerator:
         read = read_records(path) if path.exists() else JsonLines[RequestRecord]()
         if read.damaged:
             warnings.append(f"{path}: {read.skipped_note}; their requests are not in the plots")
-        kept = [r for r in read.records if r.load_point in keep]
+        kept = [r for r in read.records if (r.load_point, r.round) in keep]
         self.records += kept
         files.write_jsonl(path, kept, redactor=self.redactor)
         return files.LineLog(path, redactor=self.redactor)

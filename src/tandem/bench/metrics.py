@@ -29,6 +29,9 @@ Per load point (``LoadPointMetrics``):
 - **total_token_throughput_tok_s** = Σ (prompt + output tokens) / duration_s.
 - **goodput_rps** = requests meeting *every* given SLO (TTFT, TPOT, E2EL maxima) / duration_s
   (DistServe's definition, as in vLLM). None when no SLO is given.
+- **turns** (multi-turn runs): per turn number, its requests' TTFT and prompt tokens. A later
+  turn's prompt holds every earlier turn and answer, so its TTFT shows what a longer context
+  costs (or, with the prefix cache on, what re-reading the conversation does not).
 - Distributions are ``LatencyStats``: count, mean, population std, min, max, p50/p90/p99
   (percentiles by linear interpolation, as ``numpy.percentile``). With no data every field is
   None, never 0.
@@ -160,6 +163,18 @@ class Slo(BaseModel):
         return self.tpot_s is None or tpot is None or tpot <= self.tpot_s
 
 
+class TurnMetrics(BaseModel):
+    """The requests of one turn number of a multi-turn point."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turn: int = Field(description="From 1.")
+    requests: int
+    completed: int
+    prompt_tokens: LatencyStats = Field(default_factory=LatencyStats)
+    ttft_s: LatencyStats = Field(default_factory=LatencyStats)
+
+
 class LoadPointMetrics(BaseModel):
     """Every client-side figure of one load point, computed from its records."""
 
@@ -191,6 +206,9 @@ class LoadPointMetrics(BaseModel):
     tokens_per_chunk: LatencyStats = Field(default_factory=LatencyStats)
     output_tokens: LatencyStats = Field(
         default_factory=LatencyStats, description="Output tokens per completed request."
+    )
+    turns: list[TurnMetrics] = Field(
+        default_factory=list, description="Per turn of the conversations; empty for one turn."
     )
 
 
@@ -246,7 +264,29 @@ def load_point_metrics(
         output_tokens=LatencyStats.of(
             float(r.output_tokens) for r in done if r.output_tokens is not None
         ),
+        turns=turn_metrics(records),
     )
+
+
+def turn_metrics(records: Sequence[RequestRecord]) -> list[TurnMetrics]:
+    """TTFT and prompt tokens per turn number; empty when no record has a turn."""
+    numbers = sorted({r.turn for r in records if r.turn is not None})
+    result = []
+    for number in numbers:
+        mine = [r for r in records if r.turn == number]
+        done = [r for r in mine if r.ok]
+        result.append(
+            TurnMetrics(
+                turn=number,
+                requests=len(mine),
+                completed=len(done),
+                prompt_tokens=LatencyStats.of(
+                    float(r.prompt_tokens) for r in done if r.prompt_tokens is not None
+                ),
+                ttft_s=LatencyStats.of(r.ttft_s for r in done),
+            )
+        )
+    return result
 
 
 def max_concurrency(records: Iterable[RequestRecord]) -> int:
@@ -270,10 +310,12 @@ __all__ = [
     "LatencyStats",
     "LoadPointMetrics",
     "Slo",
+    "TurnMetrics",
     "itl_gaps_s",
     "load_point_metrics",
     "max_concurrency",
     "percentile",
     "tokens_per_chunk",
     "tpot_s",
+    "turn_metrics",
 ]

@@ -50,6 +50,16 @@ class RequestRecord(BaseModel):
 
     index: int = Field(description="Position of the request in its load point, from 0.")
     load_point: str = Field(description="Label of the load point, e.g. `c4` or `r2.0`.")
+    round: int = Field(default=1, description="Which round of the run (`--rounds`), from 1.")
+    conversation: int | None = Field(
+        default=None, description="The conversation it is a turn of (multi-turn runs)."
+    )
+    turn: int | None = Field(
+        default=None, description="Its turn in that conversation, from 1 (multi-turn runs)."
+    )
+    prefix_group: int | None = Field(
+        default=None, description="The shared prefix it starts with (shared-prefix runs)."
+    )
     endpoint: str = Field(description="`chat` (/v1/chat/completions) or `completions`.")
     scheduled_s: float = Field(
         description="When the arrival schedule wanted the request sent, from the load point start."

@@ -24,6 +24,11 @@ Figures (``ServerDelta``), each None when the server does not export the counter
   ``queue_mean_s`` and ``prefill_mean_s`` split the server's part the same way
   (``vllm:request_queue_time_seconds``, ``vllm:request_prefill_time_seconds``; observed as each
   request finishes, so a point that waits for all of its requests counts all of them).
+- ``prefix_cache_hit_rate`` = Δ``vllm:prefix_cache_hits_total`` /
+  Δ``vllm:prefix_cache_queries_total`` (both in prompt tokens: the share of the point's prompt
+  tokens the server found cached), None when nothing was queried; ``prefix_caching`` is what
+  the server says of its own prefix cache (``vllm:cache_config_info``), so an absent hit rate
+  reads "off", not "no hits".
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from tandem.vllm_metrics import (
     KV_CACHE_USAGE,
     PREEMPTIONS,
     PREFILL_SECONDS,
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
     PROMPT_TOKENS,
     QUEUE_SECONDS,
     SPEC_ACCEPTED,
@@ -95,6 +102,18 @@ class ServerDelta(BaseModel):
     prefill_mean_s: float | None = Field(
         default=None, description="The server's mean prefill time, seconds."
     )
+    prefix_caching: bool | None = Field(
+        default=None, description="Whether the server caches prefixes; None: it does not say."
+    )
+    prefix_cache_queries: int | None = Field(
+        default=None, description="Prompt tokens looked up in the prefix cache."
+    )
+    prefix_cache_hits: int | None = Field(
+        default=None, description="Prompt tokens found there (not computed again)."
+    )
+    prefix_cache_hit_rate: float | None = Field(
+        default=None, description="hits / queries; None when nothing was looked up."
+    )
 
 
 def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int | None:
@@ -137,6 +156,8 @@ def server_delta(
     kv = [s.get(KV_CACHE_USAGE) for s in (before, *during, after)]
     kv_seen = [v for v in kv if v is not None]
     ttft = _histogram_delta(before, after, TTFT_SECONDS)
+    queries = _delta(before, after, PREFIX_CACHE_QUERIES)
+    hits = _delta(before, after, PREFIX_CACHE_HITS)
     return ServerDelta(
         prompt_tokens=_delta(before, after, PROMPT_TOKENS),
         generation_tokens=_delta(before, after, GENERATION_TOKENS),
@@ -152,6 +173,10 @@ def server_delta(
         ttft_mean_s=_mean(ttft),
         queue_mean_s=_mean(_histogram_delta(before, after, QUEUE_SECONDS)),
         prefill_mean_s=_mean(_histogram_delta(before, after, PREFILL_SECONDS)),
+        prefix_caching=after.prefix_caching,
+        prefix_cache_queries=queries,
+        prefix_cache_hits=hits,
+        prefix_cache_hit_rate=hits / queries if hits is not None and queries else None,
     )
 
 

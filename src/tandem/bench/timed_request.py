@@ -105,12 +105,37 @@ def _parse_block(block: bytes) -> SSEEvent | None:
 # --- endpoint kinds -------------------------------------------------------------------------
 
 
+class Exchange(NamedTuple):
+    """One earlier turn of a conversation: what the user said and what the server answered."""
+
+    user: str
+    assistant: str
+
+
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt: its text, and its token ids when they are known exactly."""
+    """One request's input: the user's text (and its token ids when they are known exactly),
+    after a system prompt and the earlier exchanges of its conversation, if any."""
 
     text: str
     token_ids: tuple[int, ...] | None = None
+    system: str | None = None
+    history: tuple[Exchange, ...] = ()
+
+    def messages(self) -> list[dict[str, str]]:
+        """The prompt as chat messages."""
+        messages = [{"role": "system", "content": self.system}] if self.system else []
+        for user, assistant in self.history:
+            messages += [
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": assistant},
+            ]
+        return [*messages, {"role": "user", "content": self.text}]
+
+    def completion_text(self) -> str:
+        """The prompt as one completions string: the system prompt, a blank line, the text.
+        (Conversations of several turns are chat only: ``BenchConfig.conflicts``.)"""
+        return f"{self.system}\n\n{self.text}" if self.system else self.text
 
 
 @dataclass(frozen=True)
@@ -163,8 +188,9 @@ def _common(payload: dict[str, Any], sampling: Sampling) -> dict[str, Any]:
 
 
 class ChatEndpoint:
-    """``/v1/chat/completions``: one user message; reasoning read from ``reasoning`` and
-    ``reasoning_content`` (vLLM renamed the field; both are read)."""
+    """``/v1/chat/completions``: the system prompt, the earlier exchanges and the user message;
+    reasoning read from ``reasoning`` and ``reasoning_content`` (vLLM renamed the field; both
+    are read)."""
 
     name = "chat"
     path = wire.CHAT_PATH
@@ -173,7 +199,7 @@ class ChatEndpoint:
         return _common(
             {
                 "model": model,
-                "messages": [{"role": "user", "content": prompt.text}],
+                "messages": prompt.messages(),
                 "max_completion_tokens": sampling.max_tokens,
             },
             sampling,
@@ -194,13 +220,17 @@ class ChatEndpoint:
 
 
 class CompletionsEndpoint:
-    """``/v1/completions``: the prompt is sent as token ids when the prompt carries them."""
+    """``/v1/completions``: the prompt is sent as token ids when the prompt carries them (a
+    shared prefix's ids are then already in front)."""
 
     name = "completions"
     path = wire.COMPLETIONS_PATH
 
     def payload(self, model: str, prompt: Prompt, sampling: Sampling) -> dict[str, Any]:
-        body = list(prompt.token_ids) if prompt.token_ids is not None else prompt.text
+        if prompt.token_ids is not None:
+            body: str | list[int] = list(prompt.token_ids)
+        else:
+            body = prompt.completion_text()
         return _common(
             {"model": model, "prompt": body, "max_tokens": sampling.max_tokens}, sampling
         )
@@ -229,8 +259,11 @@ class StreamAccumulator:
         fields = acc.finish(clean_end=True)   # dict of RequestRecord fields
     """
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, answer: list[str] | None = None) -> None:
         self.endpoint = endpoint
+        self.answer = answer
+        """Where the answer's text pieces go, when the caller needs the text (a conversation's
+        next turn carries it); None keeps only their length."""
         self.decoder = SSEDecoder()
         self.ttft_s: float | None = None
         self.ttfat_s: float | None = None
@@ -282,6 +315,8 @@ class StreamAccumulator:
             self.reasoning_chunks += 1
             self.reasoning_chars += len(text.reasoning)
         self.output_chars += len(text.answer)
+        if self.answer is not None and text.answer:
+            self.answer.append(text.answer)
         self.chunk_times_s.append(t)
 
     def finish(self, clean_end: bool) -> dict[str, Any]:
@@ -339,6 +374,10 @@ class RequestSlot:
     index: int
     load_point: str
     scheduled_s: float
+    round: int = 1
+    conversation: int | None = None
+    turn: int | None = None
+    prefix_group: int | None = None
 
 
 async def send_request(
@@ -351,6 +390,7 @@ async def send_request(
     origin: float,
     timeout_s: float,
     clock: Clock = time.perf_counter,
+    answer: list[str] | None = None,
 ) -> RequestRecord:
     """Send one streaming request and measure it; never raises for a failed request.
 
@@ -362,9 +402,10 @@ async def send_request(
         origin: the load point's start on ``clock``; ``start_s`` is measured from it.
         timeout_s: the whole request, connect to last byte.
         clock: monotonic seconds; injectable for tests.
+        answer: a list the answer's text pieces are appended to, when the caller needs them.
     """
     start = clock()
-    acc = StreamAccumulator(endpoint)
+    acc = StreamAccumulator(endpoint, answer)
     status: int | None = None
     fields: dict[str, Any]
     try:
@@ -396,6 +437,10 @@ async def send_request(
     return RequestRecord(
         index=slot.index,
         load_point=slot.load_point,
+        round=slot.round,
+        conversation=slot.conversation,
+        turn=slot.turn,
+        prefix_group=slot.prefix_group,
         endpoint=endpoint.name,
         scheduled_s=slot.scheduled_s,
         start_s=start - origin,
@@ -446,6 +491,26 @@ async def tokenize(
             return None
         return list(response.json()["tokens"])
     except (httpx.HTTPError, ValueError, KeyError):
+        return None
+
+
+async def count_tokens(
+    client: httpx.AsyncClient, base_url: str, model: str, endpoint: str, prompt: Prompt
+) -> int | None:
+    """How many prompt tokens the server will count for ``prompt`` on ``endpoint`` (``chat``:
+    its messages through the chat template; ``completions``: its text with the special tokens
+    the route adds), from vLLM's ``/tokenize``; None when the server has no such route."""
+    body: dict[str, Any] = {"model": model}
+    if endpoint == "chat":
+        body |= {"messages": prompt.messages(), "add_generation_prompt": True}
+    else:
+        body |= {"prompt": prompt.completion_text(), "add_special_tokens": True}
+    try:
+        response = await client.post(base_url + wire.TOKENIZE_PATH, timeout=30, json=body)
+        if response.status_code != 200:
+            return None
+        return int(response.json()["count"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return None
 
 

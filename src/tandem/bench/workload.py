@@ -1,32 +1,43 @@
-"""Workloads: the load points of a run, their prompts and their arrival schedules. Pure.
+"""Workloads: the load points of a run, their conversations and their arrival schedules. Pure.
 
-A *load point* is one measured setting: a closed-loop concurrency (``c4``: four requests always
-in flight), an open-loop request rate (``r2``: two requests/s on a seeded Poisson or gamma
-schedule), or the long-context prefill case (``long``: one stream with a prompt filling the
-model's context). ``plan_load_points`` derives them from a ``BenchConfig``.
+A *load point* is one measured setting: a closed-loop concurrency (``c4``: four conversations
+always in flight), an open-loop request rate (``r2``: two conversations/s on a seeded Poisson or
+gamma schedule), or the long-context prefill case (``long``: one stream with a prompt filling
+the model's context). ``plan_load_points`` derives them from a ``BenchConfig``; with ``rounds``
+the whole ladder is measured that many times, round after round (``schedule``), so a drift of
+the server shows as spread between rounds, not as a difference between points.
+
+A *conversation* is what one slot sends: its user turns one after the other, each turn carrying
+the earlier turns and the server's answers (multi-turn chat; one turn by default), all after an
+optional system prompt shared by its *prefix group* (the shared-prefix workload: request i of a
+point is in group i mod G, so G prefixes of P tokens each are computed once and then served
+from the prefix cache).
 
 Arrival schedule (``arrival_offsets_s``), as vLLM's ``get_request``: inter-arrival gaps are
 drawn from Gamma(shape=burstiness, scale=1/(rate·burstiness)) with a seeded RNG (burstiness 1 is
 Poisson; ``inf`` a constant rate), accumulated, and rescaled so the last arrival falls at
 n/rate. A concurrency point sends everything at offset 0 and lets the slots gate it.
 
-Prompts: with a prompt file, its prompts in order (cycled). Otherwise fixed-length synthetic
-prompts: token ids drawn (seeded, per request, so no two share a prefix and the prefix cache
-cannot help) from the ids of a seeded word text as the server tokenizes it, sent as their text
-(fitted to length by the load generator) unless ``prompt_token_ids`` asks for the ids.
+Prompts: with a prompt file, its rows (``tandem.bench.datasets``), sampled with the seed.
+Otherwise fixed-length synthetic prompts: token ids drawn (seeded, per request and turn, so no
+two share a prefix and the prefix cache cannot help, unless a shared prefix is asked for) from
+the ids of a seeded word text as the server tokenizes it, sent as their text (fitted to length
+by the load generator) unless ``prompt_token_ids`` asks for the ids. Every round and point draws
+its own prompts and prefixes (seeded from its place in the schedule), so none is served from an
+earlier one's cache.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import random
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tandem.bench.config import BenchConfig
+from tandem.bench.timed_request import Exchange, Prompt
 from tandem.errors import SpecError
 
 CHAT_TEMPLATE_MARGIN_TOKENS = 64
@@ -93,9 +104,33 @@ class LoadPoint(BaseModel):
     concurrency: int | None = Field(default=None, description="Requests in flight; None: no cap.")
     rate_rps: float | None = Field(default=None, description="Open-loop arrival rate.")
     burstiness: float | None = None
-    requests: int
+    requests: int = Field(description="Conversations sent (requests, when each has one turn).")
     input_tokens: int
     output_tokens: int
+    round: int = Field(default=1, description="Which repetition of the ladder, from 1.")
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """The user's side of one conversation; the answers are the server's, added as they come.
+
+    ``prompt_tokens`` is the first turn's length as the server's tokenizer counts it, when it was
+    measured (prompts from a file).
+    """
+
+    turns: tuple[Prompt, ...]
+    system: str | None = None
+    group: int | None = None
+    prompt_tokens: int | None = None
+
+    def prompt(self, turn: int, history: tuple[Exchange, ...] = ()) -> Prompt:
+        """Turn ``turn`` (from 0) as sent: the system prompt, the earlier exchanges, the turn."""
+        return replace(self.turns[turn], system=self.system, history=history)
+
+
+def schedule(points: list[LoadPoint], rounds: int) -> list[LoadPoint]:
+    """Every point of every round, in the order measured: the whole ladder, then again."""
+    return [p.model_copy(update={"round": r}) for r in range(1, rounds + 1) for p in points]
 
 
 def plan_load_points(config: BenchConfig, max_model_len: int | None) -> list[LoadPoint]:
@@ -107,12 +142,20 @@ def plan_load_points(config: BenchConfig, max_model_len: int | None) -> list[Loa
     """
     points: list[LoadPoint] = []
     io = {"input_tokens": config.input_tokens, "output_tokens": config.output_tokens}
-    if max_model_len is not None and config.input_tokens + config.output_tokens > max_model_len:
+    longest = config.prefix_tokens + config.turns * (config.input_tokens + config.output_tokens)
+    if max_model_len is not None and not config.prompt_file and longest > max_model_len:
+        parts = ["input_tokens + output_tokens"]
+        if config.turns > 1:
+            parts = [f"{config.turns} turns × ({parts[0]})"]
+        if config.prefix_tokens:
+            parts.insert(0, "prefix_tokens")
         raise SpecError(
-            f"input_tokens + output_tokens = {config.input_tokens + config.output_tokens} does not "
-            f"fit the model's max_model_len {max_model_len}",
+            f"{' + '.join(parts)} = {longest}: the last prompt and its answer do not fit the "
+            f"model's max_model_len {max_model_len}",
             field="input_tokens",
-            hint="lower --input-tokens or --output-tokens",
+            hint="lower --input-tokens or --output-tokens"
+            + (", --turns" if config.turns > 1 else "")
+            + (", --prefix-tokens" if config.prefix_tokens else ""),
         )
     for c in config.concurrency:
         points.append(
@@ -204,45 +247,3 @@ def sample_token_ids(pool: list[int], n: int, seed: int, index: int) -> list[int
         raise ValueError("empty token pool")
     rng = random.Random(seed * 1_000_003 + index)
     return [pool[rng.randrange(len(pool))] for _ in range(n)]
-
-
-def load_prompt_file(path: str | Path) -> list[str]:
-    """Prompts from a file: JSONL whose objects have a ``prompt`` string, or plain text lines.
-
-    Raises:
-        SpecError: unreadable file, a JSONL line without ``prompt``, or no prompt at all.
-    """
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise SpecError(
-            f"cannot read prompt file: {exc.strerror}", file=str(p), field="prompt_file"
-        ) from exc
-    except UnicodeDecodeError as exc:
-        raise SpecError(
-            f"the prompt file is not UTF-8 text (byte offset {exc.start})",
-            file=str(p),
-            field="prompt_file",
-            hint="save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)",
-        ) from None
-    prompts: list[str] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        if line.lstrip().startswith("{"):
-            try:
-                obj = json.loads(line)
-                prompts.append(str(obj["prompt"]))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise SpecError(
-                    f"line {number} is not a JSON object with a `prompt` string",
-                    file=str(p),
-                    field="prompt_file",
-                    hint='write one {"prompt": "..."} per line',
-                ) from exc
-        else:
-            prompts.append(line)
-    if not prompts:
-        raise SpecError("the prompt file holds no prompt", file=str(p), field="prompt_file")
-    return prompts

@@ -39,15 +39,17 @@ from tandem.cli.options import (
     model_option,
     option_of,
 )
-from tandem.errors import Problem, SpecError
+from tandem.errors import CheckFailed, Problem, SpecError
 from tandem.plan.status import planned_roofline_tok_s
 from tandem.report.bench import (
     REPORT_FILE,
     comparison_markdown,
     comparison_table,
     markdown,
+    rounds_table,
     settings_warning,
     summary_table,
+    verdict_text,
     write_plots,
 )
 from tandem.report.terminal import show
@@ -71,8 +73,11 @@ def bench_command() -> None:
     Streams requests at each load point (a concurrency ladder, a request-rate ladder, a
     long-context prefill case) and records TTFT, TPOT, ITL and E2EL per request, with tokens
     from the server's usage and the server's own /metrics counters differenced per point: its
-    token counts and its own mean TTFT, queue and prefill time over the point's requests, so
-    the report says how much of the TTFT the HTTP path and the client add.
+    token counts, prefix cache hit rate and its own mean TTFT, queue and prefill time over the
+    point's requests, so the report says how much of the TTFT the HTTP path and the client add.
+    Prompts are synthetic (optionally behind prefixes shared by groups of requests, or as
+    multi-turn chats) or rows of a prompt file; `--rounds` repeats the ladder for confidence
+    intervals, and `compare` says whether a difference is beyond their noise.
     `tandem bench ...` without a subcommand is `tandem bench run ...`.
 
     \b
@@ -80,6 +85,10 @@ def bench_command() -> None:
       tandem bench tiny-local --concurrency 1,2,4 --out runs/b1
       tandem bench --url http://10.77.0.1:8000 --model tiny --concurrency 1,2,4 --out runs/b1
       tandem bench --url http://127.0.0.1:8000 --rates 1,2,4 --max-concurrency 8 --out runs/r1
+      tandem bench tiny-local --prefix-tokens 512 --prefix-groups 4 --concurrency 4 --out runs/p1
+      tandem bench tiny-local --turns 4 --concurrency 2 --out runs/chat1
+      tandem bench tiny-local --prompt-file sharegpt.json --requests 200 --out runs/d1
+      tandem bench tiny-local --concurrency 1,4 --rounds 5 --out runs/b1
       tandem bench compare runs/b1 runs/b2
       tandem bench report runs/b1
     """
@@ -130,6 +139,11 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
 @field_option(BenchConfig, "ignore_eos")
 @field_option(BenchConfig, "temperature")
 @field_option(BenchConfig, "prompt_file", type=click.Path(dir_okay=False, exists=True))
+@field_option(BenchConfig, "prompt_column")
+@field_option(BenchConfig, "prefix_tokens")
+@field_option(BenchConfig, "prefix_groups")
+@field_option(BenchConfig, "turns")
+@field_option(BenchConfig, "rounds")
 @field_option(BenchConfig, "long_context")
 @field_option(BenchConfig, "warmup_requests", flag="--warmup")
 @field_option(BenchConfig, "request_timeout_s", flag="--timeout")
@@ -237,6 +251,8 @@ def run_command(
             with _LiveProgress(console) as progress:
                 result = run(config, out, progress.update, resume=resume)
     show(summary_table(result))
+    if (table := rounds_table(result)) is not None:
+        show(table)
     for warning in result.warnings + [w for p in result.points for w in p.warnings]:
         console.print(f"[yellow]warning:[/] {warning}")
     if out is not None:
@@ -281,17 +297,21 @@ class _LiveProgress:
     def update(self, event: ProgressEvent) -> None:
         if event.point is None:
             return
-        key = f"{event.phase}:{event.point.label}"
+        point = event.point
+        key = f"{event.phase}:{point.label}:{point.round}"
         if key not in self.tasks:
-            name = (
-                "warm-up"
-                if event.phase == "warmup"
-                else f"[{event.point_index + 1}/{event.points}] {event.point.label}"
-            )
+            name = f"[{event.point_index + 1}/{event.points}] {point.label}"
+            if point.round > 1:
+                name += f" #{point.round}"
+            if event.phase == "warmup":
+                name = "warm-up"
             self.tasks[key] = self.progress.add_task(name, total=event.total or None, rate="")
         errors = f", [red]{event.errors} errors[/]" if event.errors else ""
         self.progress.update(
-            self.tasks[key], completed=event.done, rate=f"{event.output_tok_s:7.1f} tok/s{errors}"
+            self.tasks[key],
+            completed=event.done,
+            total=event.total or None,
+            rate=f"{event.output_tok_s:7.1f} tok/s{errors}",
         )
 
 
@@ -299,15 +319,35 @@ class _LiveProgress:
 @click.argument("a", type=click.Path(exists=True))
 @click.argument("b", type=click.Path(exists=True))
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print Markdown instead.")
-def compare_command(a: str, b: str, as_markdown: bool) -> None:
+@click.option(
+    "--confidence",
+    type=FloatIn(min=0.5, max=1, max_open=True),
+    default=0.95,
+    show_default=True,
+    help="Level of the intervals that tell a difference from the rounds' noise.",
+)
+@click.option(
+    "--fail-if-worse",
+    is_flag=True,
+    help="Exit 1 when B is worse than A beyond the noise in any figure (an upgrade gate).",
+)
+def compare_command(
+    a: str, b: str, as_markdown: bool, confidence: float, fail_if_worse: bool
+) -> None:
     """Compare two runs (run folders or summary.json files): B against A, per load point.
+
+    With several rounds a side (`tandem bench --rounds`), each figure is the median over the
+    rounds, and the noise column gives the exact distribution-free interval of the shift B − A
+    (Hodges–Lehmann with Mann–Whitney's distribution): "beyond" when it leaves out 0. Four
+    rounds a side are the fewest that can show a difference at 95 %.
 
     \b
     Examples:
       tandem bench compare runs/b1 runs/b2
       tandem bench compare runs/b1/summary.json runs/b2/summary.json --markdown > diff.md
+      tandem bench compare runs/base runs/new --fail-if-worse   # exit 1 on a regression
     """
-    comparison = compare(load_summary(a), load_summary(b), a, b)
+    comparison = compare(load_summary(a), load_summary(b), a, b, confidence=confidence)
     if comparison.settings_differ:
         click.echo(f"warning: {settings_warning(comparison)}", err=True)
     if as_markdown:
@@ -319,6 +359,13 @@ def compare_command(a: str, b: str, as_markdown: bool) -> None:
                 f"only in A: {', '.join(comparison.only_in_a) or 'none'}; "
                 f"only in B: {', '.join(comparison.only_in_b) or 'none'}"
             )
+        click.echo(f"verdict: {verdict_text(comparison)}")
+    worse = comparison.verdict().worse
+    if fail_if_worse and worse:
+        raise CheckFailed(
+            f"B is worse than A beyond the noise in {len(worse)} figure(s): "
+            + ", ".join(f"{r.label} {r.figure.name}" for r in worse)
+        )
 
 
 @bench_command.command("report")
@@ -336,6 +383,8 @@ def report_command(run_dir: str, plots: bool) -> None:
     result = load_summary(out)
     files.write_text(out / REPORT_FILE, markdown(result))
     show(summary_table(result))
+    if (table := rounds_table(result)) is not None:
+        show(table)
     if plots and (out / REQUESTS_FILE).exists():
         read = read_records(out / REQUESTS_FILE)
         if read.damaged:

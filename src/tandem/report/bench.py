@@ -6,16 +6,20 @@ Everything here renders from ``BenchResult`` / ``Comparison`` (and, for distribu
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.table import Table
 
-from tandem.bench.compare import Comparison
+from tandem.bench.compare import Comparison, FigureDiff
+from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import BenchResult, LoadPointResult
-from tandem.bench.metrics import LatencyStats, tpot_s
+from tandem.bench.metrics import LatencyStats, LoadPointMetrics, tpot_s
 from tandem.bench.records import RequestRecord
+from tandem.bench.rounds import PointRounds, rounds_summary
 from tandem.bench.server_metrics import ServerDelta
+from tandem.bench.stats import MedianCI
 
 REPORT_FILE = "report.md"
 
@@ -38,6 +42,39 @@ def _load(p: LoadPointResult) -> str:
     return f"concurrency {point.concurrency}"
 
 
+def _label(p: LoadPointResult, rounds: int) -> str:
+    return f"{p.point.label} #{p.point.round}" if rounds > 1 else p.point.label
+
+
+def workload(config: BenchConfig) -> str:
+    """The prompts of a run in a few words: ``128 in / 128 out tokens``, a prefix, turns, a
+    file, rounds."""
+    if config.prompt_file:
+        text = f"prompts from {config.prompt_file}, {config.output_tokens} out tokens"
+    else:
+        text = f"{config.input_tokens} in / {config.output_tokens} out tokens"
+        if config.prefix_tokens:
+            groups = config.prefix_groups
+            text = (
+                f"{config.prefix_tokens}-token prefix shared in {groups} "
+                f"group{'s' if groups > 1 else ''} + {text}"
+            )
+    if config.turns > 1:
+        text += f", {config.turns} turns"
+    if config.rounds > 1:
+        text += f", {config.rounds} rounds"
+    return text
+
+
+def prefix_hit(server: ServerDelta | None) -> str:
+    """The prefix cache hit rate of a point, "off" when the server caches no prefixes."""
+    if server is None:
+        return "–"
+    if server.prefix_cache_hit_rate is not None:
+        return f"{server.prefix_cache_hit_rate:.1%}"
+    return "off" if server.prefix_caching is False else "–"
+
+
 SUMMARY_COLUMNS = (
     "point",
     "load",
@@ -52,6 +89,7 @@ SUMMARY_COLUMNS = (
     "out tok/s",
     "tok/chunk",
     "server gen tok",
+    "prefix hit",
 )
 
 
@@ -62,7 +100,7 @@ def summary_rows(result: BenchResult) -> list[list[str]]:
         m = p.metrics
         rows.append(
             [
-                p.point.label,
+                _label(p, result.config.rounds),
                 _load(p),
                 f"{m.completed}/{m.requests}",
                 _ms(m.ttft_s.p50),
@@ -77,6 +115,7 @@ def summary_rows(result: BenchResult) -> list[list[str]]:
                 str(p.server.generation_tokens)
                 if p.server and p.server.generation_tokens is not None
                 else "–",
+                prefix_hit(p.server),
             ]
         )
     return rows
@@ -86,14 +125,113 @@ def summary_table(result: BenchResult) -> Table:
     """The run as a rich table: one row per load point."""
     table = Table(
         title=f"tandem bench · {result.server.model} · {result.config.endpoint} · "
-        f"{result.config.input_tokens} in / {result.config.output_tokens} out "
-        "(latencies in ms)"
+        f"{workload(result.config)} (latencies in ms)"
     )
     for i, name in enumerate(SUMMARY_COLUMNS):
         table.add_column(name, justify="left" if i < 2 else "right")
     for row in summary_rows(result):
         table.add_row(*row)
     return table
+
+
+ROUND_FIGURES = ("ttft_p50_s", "tpot_p50_s", "e2el_p50_s", "output_throughput_tok_s")
+"""The figures the terminal's rounds table shows (report.md shows every headline figure)."""
+
+
+def _ci(ci: MedianCI, unit: str) -> str:
+    fmt = _ms if unit == "s" else _num
+    if ci.low is None or ci.high is None or ci.confidence is None:
+        return fmt(ci.median)
+    return f"{fmt(ci.median)} ({fmt(ci.low)}, {fmt(ci.high)}) {ci.confidence:.0%}"
+
+
+def rounds_table(result: BenchResult) -> Table | None:
+    """Per point, a few figures' medians over the rounds with their intervals; None for one
+    round."""
+    if result.config.rounds < 2:
+        return None
+    table = Table(
+        title="median over the rounds, its distribution-free interval (low, high) and that "
+        "interval's confidence; latencies in ms"
+    )
+    summary = rounds_summary(result)
+    table.add_column("point")
+    table.add_column("rounds", justify="right")
+    for key in ROUND_FIGURES:
+        table.add_column(summary[0].figure(key).name if summary else key, justify="right")
+    for point in summary:
+        cells = [_ci(point.figure(k).median, point.figure(k).unit) for k in ROUND_FIGURES]
+        table.add_row(point.label, str(point.rounds), *cells)
+    return table
+
+
+def _rounds_markdown(summary: list[PointRounds]) -> list[str]:
+    lines = [
+        "",
+        "## Rounds",
+        "",
+        "Each figure's median over the rounds, and the order-statistic interval around it: "
+        "[x(k), x(n+1−k)] of the n sorted round values, which holds the true median with the "
+        "confidence shown (1 − 2·P(Binomial(n, ½) < k); below 6 rounds it cannot reach 95 %, "
+        "and the interval is the rounds' range). Latencies in ms.",
+        "",
+        "| point | figure | rounds | median | low | high | confidence |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for point in summary:
+        for f in point.figures:
+            fmt = _ms if f.unit == "s" else _num
+            ci = f.median
+            conf = "–" if ci.confidence is None else f"{ci.confidence:.1%}"
+            lines.append(
+                f"| {point.label} | {f.name} | {ci.n} | {fmt(ci.median)} | {fmt(ci.low)} | "
+                f"{fmt(ci.high)} | {conf} |"
+            )
+    return lines
+
+
+def _turns_markdown(m: LoadPointMetrics) -> list[str]:
+    if not m.turns:
+        return []
+    lines = [
+        "",
+        "TTFT per turn (a turn's prompt holds every earlier turn and answer):",
+        "",
+        "| turn | ok/sent | prompt tokens p50 | TTFT mean | TTFT p50 | TTFT p90 | TTFT p99 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for t in m.turns:
+        lines.append(
+            f"| {t.turn} | {t.completed}/{t.requests} | {_num(t.prompt_tokens.p50, 0)} | "
+            f"{_ms(t.ttft_s.mean)} | {_ms(t.ttft_s.p50)} | {_ms(t.ttft_s.p90)} | "
+            f"{_ms(t.ttft_s.p99)} |"
+        )
+    return lines
+
+
+def _dataset_markdown(result: BenchResult) -> list[str]:
+    d = result.dataset
+    if d is None:
+        return []
+    t = d.prompt_tokens
+    return [
+        "",
+        f"Prompts: {d.sent} conversations from {d.distinct} of the {d.rows} rows of `{d.file}` "
+        f"({d.format}), in the seed's order; {d.too_long} of {d.measured} measured rows left "
+        f"out as too long. Their tokens by the server's tokenizer: mean {_num(t.mean)}, p50 "
+        f"{_num(t.p50, 0)}, p90 {_num(t.p90, 0)}, max {_num(t.max, 0)}.",
+    ]
+
+
+def _prefix_text(s: ServerDelta) -> str | None:
+    if s.prefix_cache_hit_rate is not None:
+        return (
+            f"prefix cache hit rate {s.prefix_cache_hit_rate:.1%} ({s.prefix_cache_hits} of "
+            f"{s.prefix_cache_queries} prompt tokens found cached)"
+        )
+    if s.prefix_caching is False:
+        return "prefix caching off on the server"
+    return None
 
 
 def _stats_row(name: str, s: LatencyStats) -> str:
@@ -109,7 +247,7 @@ def markdown(result: BenchResult) -> str:
         "",
         f"- Server: {result.server.url} (vLLM {result.server.version or 'unknown'}, "
         f"max_model_len {result.server.max_model_len or 'unknown'})",
-        f"- Endpoint: `{c.endpoint}`; {c.input_tokens} input / {c.output_tokens} output tokens"
+        f"- Endpoint: `{c.endpoint}`; {workload(c)}"
         f"{' (ignore_eos)' if c.ignore_eos else ''}; warm-up {c.warmup_requests} requests; "
         f"seed {c.seed}",
         f"- Run: {result.created_at:%Y-%m-%d %H:%M:%S} UTC, tandem {result.tandem_version}, "
@@ -123,13 +261,14 @@ def markdown(result: BenchResult) -> str:
         "|" + "---|" * len(SUMMARY_COLUMNS),
     ]
     lines += ["| " + " | ".join(row) + " |" for row in summary_rows(result)]
+    lines += _dataset_markdown(result)
     for w in result.warnings:
         lines += ["", f"> **Warning:** {w}"]
     for p in result.points:
         m, s = p.metrics, p.server
         lines += [
             "",
-            f"## {p.point.label}: {_load(p)}",
+            f"## {_label(p, c.rounds)}: {_load(p)}",
             "",
             f"{m.completed} of {m.requests} requests completed in {_num(m.duration_s, 2)} s; "
             f"{m.output_tokens_total} output and {m.prompt_tokens_total} prompt tokens; "
@@ -160,6 +299,7 @@ def markdown(result: BenchResult) -> str:
             ("client queue", m.queue_s),
         ):
             lines.append(_stats_row(name, stats))
+        lines += _turns_markdown(m)
         if s is not None:
             kv = s.kv_cache_usage_peak
             server = [
@@ -168,6 +308,8 @@ def markdown(result: BenchResult) -> str:
                 f"preemptions {s.preemptions}",
                 f"KV cache peak {_num(kv * 100 if kv is not None else None)} %",
             ]
+            if (prefix := _prefix_text(s)) is not None:
+                server.append(prefix)
             if s.spec_acceptance_rate is not None:
                 server.append(
                     f"spec-decode acceptance {s.spec_acceptance_rate:.1%}, length "
@@ -178,6 +320,8 @@ def markdown(result: BenchResult) -> str:
                 lines.append(said)
         for w in p.warnings:
             lines += ["", f"> **Warning:** {w}"]
+    if c.rounds > 1:
+        lines += _rounds_markdown(rounds_summary(result))
     return "\n".join(lines) + "\n"
 
 
@@ -204,6 +348,18 @@ def _pct(rel: float | None) -> str:
     return "–" if rel is None else f"{rel:+.1%}"
 
 
+def _noise(f: FigureDiff) -> str:
+    """Whether B − A is beyond the rounds' noise, with the interval of the shift."""
+    n = f.noise
+    if n is None:
+        return ""
+    if n.verdict == "too-few-rounds":
+        return f"? ({n.rounds_a} vs {n.rounds_b} rounds)"
+    fmt = _ms if f.unit == "s" else _num
+    word = "beyond" if n.verdict == "beyond-noise" else "within"
+    return f"{word} [{fmt(n.low)}, {fmt(n.high)}]"
+
+
 def comparison_rows(comp: Comparison) -> list[list[str]]:
     rows = []
     for point in comp.points:
@@ -218,12 +374,36 @@ def comparison_rows(comp: Comparison) -> list[list[str]]:
                     fmt(f.b),
                     _pct(f.relative),
                     {"a": "A", "b": "B"}.get(f.better or "", ""),
+                    _noise(f),
                 ]
             )
     return rows
 
 
-COMPARISON_COLUMNS = ("point", "figure", "A", "B", "B vs A", "better")
+COMPARISON_COLUMNS = ("point", "figure", "A", "B", "B vs A", "better", "noise")
+
+
+def verdict_text(comp: Comparison) -> str:
+    """One line: the figures B made worse (or better) beyond the noise, or that none are."""
+    verdict = comp.verdict()
+    level = f"{comp.confidence:.0%}"
+
+    def names(refs: list) -> str:
+        return ", ".join(f"{r.label} {r.figure.name} ({_pct(r.figure.relative)})" for r in refs)
+
+    parts = []
+    if verdict.worse:
+        parts.append(f"B is worse beyond the noise ({level}) in {names(verdict.worse)}")
+    if verdict.better:
+        parts.append(f"B is better beyond the noise ({level}) in {names(verdict.better)}")
+    if not parts:
+        parts.append(f"no difference beyond the noise ({level})")
+    if verdict.undecided:
+        parts.append(
+            f"{len(verdict.undecided)} figures have too few rounds to tell (4 a side at least "
+            "for 95 %: `--rounds`)"
+        )
+    return "; ".join(parts)
 
 
 def comparison_table(comp: Comparison) -> Table:
@@ -254,6 +434,13 @@ def comparison_markdown(comp: Comparison) -> str:
         "|" + "---|" * len(COMPARISON_COLUMNS),
     ]
     lines += ["| " + " | ".join(row) + " |" for row in comparison_rows(comp)]
+    lines += [
+        "",
+        "Noise: the distribution-free interval of the shift B − A over the rounds "
+        f"(Hodges–Lehmann, Mann–Whitney, {comp.confidence:.0%}); beyond: it leaves out 0.",
+        "",
+        f"Verdict: {verdict_text(comp)}.",
+    ]
     if comp.settings_differ:
         lines += ["", f"**Warning**: {settings_warning(comp)}."]
     if comp.only_in_a or comp.only_in_b:
@@ -278,13 +465,20 @@ def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: 
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    ladder = [p for p in result.points if p.point.kind == "concurrency"]
+    ladder = [
+        result.rounds_of(label)
+        for label in result.labels()
+        if result.rounds_of(label)[0].point.kind == "concurrency"
+    ]
     if ladder:
-        x = [p.point.concurrency for p in ladder if p.point.concurrency is not None]
+        x = [rounds[0].point.concurrency or 0 for rounds in ladder]
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for name, attr in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2EL", "e2el_s")):
             for q, style in (("p50", "-o"), ("p99", "--")):
-                ys = [getattr(getattr(p.metrics, attr), q) for p in ladder]
+                ys = [
+                    _median_of([getattr(getattr(p.metrics, attr), q) for p in rounds])
+                    for rounds in ladder
+                ]
                 ax.plot(
                     x,
                     [y * 1000 if y is not None else float("nan") for y in ys],
@@ -302,15 +496,10 @@ def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: 
         ax.legend(fontsize=8)
         written.append(_save(fig, out_dir / "latency_vs_concurrency.png", plt))
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        ax.plot(
-            x,
-            [p.metrics.output_throughput_tok_s or float("nan") for p in ladder],
-            "-o",
-            label="output tok/s (all streams)",
-        )
-        per_user = [
-            1 / p.metrics.tpot_s.p50 if p.metrics.tpot_s.p50 else float("nan") for p in ladder
-        ]
+        tok_s = [_median_of([p.metrics.output_throughput_tok_s for p in r]) for r in ladder]
+        ax.plot(x, [y or float("nan") for y in tok_s], "-o", label="output tok/s (all streams)")
+        tpots = [_median_of([p.metrics.tpot_s.p50 for p in r]) for r in ladder]
+        per_user = [1 / t if t else float("nan") for t in tpots]
         ax.plot(x, per_user, "-s", label="tok/s per stream (1 / TPOT p50)")
         ax.set(
             xlabel="concurrency",
@@ -343,6 +532,12 @@ def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: 
             ax.legend(fontsize=8)
         written.append(_save(fig, out_dir / "latency_cdf.png", plt))
     return written
+
+
+def _median_of(values: Sequence[float | None]) -> float | None:
+    """The median of a figure over a point's rounds (the figure itself for one round)."""
+    seen = [v for v in values if v is not None]
+    return statistics.median(seen) if seen else None
 
 
 def _save(fig, path: Path, plt) -> Path:
