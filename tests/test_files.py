@@ -98,6 +98,7 @@ WRITES_ELSEWHERE = {
     "tandem/check/probe.py": "the stdlib-only probe on a node: JSON to its stdout",
     "tandem/tinymodel.py": "a model's own files (config, refs) in the HF cache, no user text",
     "tandem/shapemodel.py": "a model's own files (config) in the HF cache, no user text",
+    "tandem/realmodel.py": "a model's own files (refs/main) in the HF cache, no user text",
     "tandem/cli/helpdoc.py": "docs/cli.md, generated from the CLI's help",
     "tandem/backends/systemd.py": "the service's env file exists to hold the key; its unit",
     "tandem/check/fabric.py": "a child process's output, read back through a redactor",
