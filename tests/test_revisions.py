@@ -107,3 +107,16 @@ def test_an_upgrade_to_another_deployment_is_refused_first(deployment):
 def test_an_upgrade_of_what_does_not_run_is_refused(deployment):
     with pytest.raises(StateError):
         upgrade("tiny-local", deployment)
+
+
+def test_a_killed_upgrade_is_named_with_the_way_back(deployment):
+    from tandem import files, lifecycle
+    from tandem.backends.state import DeploymentDir
+
+    assert revisions.interrupted_upgrade("tiny-local") is None
+    folder = files.private_dir(DeploymentDir.of("tiny-local").path)
+    marker = revisions.UpgradeMarker(from_revision=3, phase="gate")
+    files.write_json(folder / revisions.MARKER, marker)
+    assert revisions.interrupted_upgrade("tiny-local") == marker
+    said = lifecycle._interrupted_upgrade("tiny-local")
+    assert said and "from revision 3 was interrupted (gate)" in said and "--to 3" in said

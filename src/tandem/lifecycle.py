@@ -110,6 +110,16 @@ def up(
     return state, ready
 
 
+def _interrupted_upgrade(name: str) -> str | None:
+    marker = revisions.interrupted_upgrade(name)
+    if marker is None:
+        return None
+    return (
+        f"an upgrade from revision {marker.from_revision} was interrupted ({marker.phase}); "
+        f"`tandem rollback {name} --to {marker.from_revision}` or `tandem upgrade` again"
+    )
+
+
 def dry_run(deployment: Deployment) -> tuple[RankPlan, list]:
     """The rank plan and the commands ``up`` would run, without running anything."""
     plan = plan_ranks(deployment)
@@ -146,6 +156,10 @@ class DeploymentStatus(BaseModel):
     boot: BootFigures
     phases: list[PhaseMark]
     planned: PlannedVsActual | None = None
+    revision: int | None = Field(default=None, description="The revision it runs.")
+    upgrade_interrupted: str | None = Field(
+        default=None, description="What a killed `tandem upgrade` was doing, if one was."
+    )
 
 
 def status(
@@ -195,6 +209,8 @@ def status(
         boot=state.boot,
         phases=state.phases,
         planned=planned_vs_boot(state.recipe, state.cluster, state.boot),
+        revision=state.revision,
+        upgrade_interrupted=_interrupted_upgrade(state.name),
     )
 
 

@@ -106,6 +106,25 @@ class Revision(BaseModel):
         return Deployment.model_validate({"recipe": self.recipe, "cluster": self.cluster})
 
 
+MARKER = "upgrade.json"
+"""In the deployment's folder while ``tandem upgrade`` runs: a killed upgrade leaves it."""
+
+
+class UpgradeMarker(BaseModel):
+    """What an upgrade in progress writes, so a killed one can be named."""
+
+    from_revision: int
+    phase: str
+
+
+def interrupted_upgrade(name: str) -> UpgradeMarker | None:
+    """The marker a killed upgrade of ``name`` left, if any."""
+    path = folder(name).path / MARKER
+    if not path.exists():
+        return None
+    return read_json(path, UpgradeMarker, what="upgrade marker", hint="remove it", error=StateError)
+
+
 def folder(name: str) -> DeploymentDir:
     return DeploymentDir.of(name)
 

@@ -36,12 +36,10 @@ from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import run as run_bench
 from tandem.errors import CheckFailed, SpecError, StateError, TandemError
 from tandem.eval import smoke
-from tandem.jsonfiles import read_json
 from tandem.preflight import run_check
 from tandem.rankplan import plan_ranks
 from tandem.spec.deployment import Deployment
 
-MARKER = "upgrade.json"
 HELD_BY_THE_RUNNING = {"port-taken", "memory-headroom", "shm-too-small"}
 """Preflight rules that the running revision itself fails the new one on (its ports, its
 memory): checked again once it has stopped, by the new revision's own ``up``."""
@@ -82,21 +80,6 @@ class UpgradeResult(BaseModel):
     outcome: Literal["upgraded", "rolled-back"]
     gate: GateResult
     running_revision: int
-
-
-class Marker(BaseModel):
-    """What an upgrade in progress writes, so a killed one can be named."""
-
-    from_revision: int
-    phase: str
-
-
-def interrupted_upgrade(name: str) -> Marker | None:
-    """The marker a killed upgrade of ``name`` left, if any."""
-    path = DeploymentDir.of(name).path / MARKER
-    if not path.exists():
-        return None
-    return read_json(path, Marker, what="upgrade marker", hint="remove it", error=StateError)
 
 
 def measure(state: DeploymentState, limits: GateLimits, out: Path) -> dict[str, float]:
@@ -221,8 +204,10 @@ def upgrade(
         on_event(f"measuring the baseline of revision {old.number} (the gate compares with it)")
         old.baseline = measure(state, limits, work / "baseline")
         revisions.save(name, old)
-    marker = state.directory.path / MARKER
-    files.write_json(marker, Marker(from_revision=old.number, phase="starting the new revision"))
+    marker = state.directory.path / revisions.MARKER
+    files.write_json(
+        marker, revisions.UpgradeMarker(from_revision=old.number, phase="starting the new revision")
+    )
     on_event(f"stopping revision {old.number} (compile caches kept)")
     lifecycle.down(name, on_event=on_event)
     try:
@@ -233,7 +218,7 @@ def upgrade(
         failed = revisions.record(new, None, outcome="failed")
         result = GateResult(passed=False, check="start", evidence=[str(exc)])
         return _roll_back(name, old, failed, result, marker, timeout_s, on_event, on_phase)
-    files.write_json(marker, Marker(from_revision=old.number, phase="gate"))
+    files.write_json(marker, revisions.UpgradeMarker(from_revision=old.number, phase="gate"))
     result = gate(new_state, old.baseline, limits, work / f"to-{new_state.revision}", on_event)
     candidate = revisions.revision(name, new_state.revision or 0)
     if not result.passed:
@@ -270,7 +255,9 @@ def _roll_back(
     on_event(
         f"revision {failed.number} failed the gate ({result.check}): rolling back to {old.number}"
     )
-    files.write_json(marker, Marker(from_revision=old.number, phase="rolling back"))
+    files.write_json(
+        marker, revisions.UpgradeMarker(from_revision=old.number, phase="rolling back")
+    )
     lifecycle.up(
         old.deployment(),
         timeout_s=timeout_s,
@@ -315,7 +302,7 @@ def rollback(
         target = earlier[-1]
     else:
         target = revisions.revision(name, to)
-    (DeploymentDir.of(name).path / MARKER).unlink(missing_ok=True)
+    (DeploymentDir.of(name).path / revisions.MARKER).unlink(missing_ok=True)
     if running is not None or name in list_deployments():
         lifecycle.down(name, on_event=on_event)
     on_event(f"starting revision {target.number}")

@@ -257,8 +257,11 @@ _VERDICT_COLOUR = {
 
 def _print_status(status: lifecycle.DeploymentStatus) -> None:
     colour = _VERDICT_COLOUR[status.verdict.value]
+    if status.upgrade_interrupted:
+        console.print(f"[yellow]{status.upgrade_interrupted}[/yellow]")
+    revision = f" revision {status.revision}" if status.revision is not None else ""
     console.print(
-        f"[bold]{status.name}[/bold] ({status.backend}) {status.endpoint}/v1 "
+        f"[bold]{status.name}[/bold]{revision} ({status.backend}) {status.endpoint}/v1 "
         f"model '{status.model}': [{colour}]{status.verdict.value}[/{colour}]"
         + (
             f" — {'rank ' + str(status.rank) + ': ' if status.rank is not None else ''}"

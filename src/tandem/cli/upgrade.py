@@ -12,7 +12,7 @@ from tandem.cli.options import (
     machine_deployment,
     startup_timeout_option,
 )
-from tandem.upgrade import GateLimits, interrupted_upgrade, rollback, upgrade
+from tandem.upgrade import GateLimits, rollback, upgrade
 
 
 @click.command("upgrade")
@@ -44,7 +44,7 @@ def upgrade_command(
       tandem upgrade tiny-local --recipe new-tiny.yaml
       tandem upgrade deepseek-v4-flash --recipe dsv4-new.yaml --cluster pair.yaml --no-bench
     """
-    marker = interrupted_upgrade(name)
+    marker = revisions.interrupted_upgrade(name)
     if marker:
         show_event(
             f"an earlier upgrade from revision {marker.from_revision} was interrupted "
