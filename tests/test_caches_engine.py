@@ -65,5 +65,5 @@ def test_down_keeps_the_caches_and_purge_clears_them(tiny_deployment):
         tiny_deployment.tandem("down", tiny_deployment.name, timeout=300)
     assert all((root / "vllm").is_dir() for root in roots(tiny_deployment))
     result = tiny_deployment.tandem("down", tiny_deployment.name, "--purge-caches")
-    assert "compile caches removed" in result.stdout
+    assert "removed the compile caches of" in result.stdout
     assert not any(root.exists() for root in roots(tiny_deployment))

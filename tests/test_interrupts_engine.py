@@ -178,7 +178,10 @@ def test_what_sigkill_leaves_the_next_command_removes_and_up_comes_up(files, slo
     )
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        assert f"clearing what an interrupted `up` of '{NAME}' (pid {up_pid}) left" in up.stdout
+        assert (
+            f"an earlier `up` of '{NAME}' (pid {up_pid}) was killed before it became ready"
+            in up.stdout
+        )
         assert "ready at" in up.stdout
     finally:
         down = subprocess.run(

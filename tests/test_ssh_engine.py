@@ -342,7 +342,7 @@ def test_down_keeps_each_ranks_caches_and_purge_clears_them_over_ssh(deployment:
         found = deployment.hosts.ssh(host, f"ls {root}/vllm/modelinfos | wc -l").stdout.strip()
         assert found != "0", root
     result = deployment.tandem("down", NAME, "--purge-caches", "--cluster", str(deployment.cluster))
-    assert "compile caches removed" in result.stdout, result.stdout
+    assert "removed the compile caches of 'tiny-ssh'" in result.stdout, result.stdout
     for host, root in zip(deployment.hosts.hosts, roots):
         assert deployment.hosts.ssh(host, f"test -e {root} && echo left || true").stdout == ""
 
