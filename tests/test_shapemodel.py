@@ -19,9 +19,9 @@ from tandem.shapemodel import SHAPES, build_shape_model, check_arguments, shape_
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     home = tmp_path_factory.mktemp("hf")
-    layers = {"llama-3.1-8b": 2, "deepseek-v2-lite": 3, "gemma-3-4b": 6}
+    layers = {"deepseek-v2-lite": 3, "gemma-3-4b": 6, "deepseek-v3": 4}
     return home, {
-        p: build_shape_model(home, p, layers=layers[p], scale_down=True, device="cpu")
+        p: build_shape_model(home, p, layers=layers.get(p, 2), scale_down=True, device="cpu")
         for p in SHAPES
     }
 
@@ -55,6 +55,24 @@ def test_deepseek_preset_keeps_mla_and_moe(built):
     assert any(".mlp.experts." in n for n in names) and any(
         "kv_a_proj_with_mqa" in n for n in names
     )
+
+
+def test_deepseek_v3_preset_keeps_mla_with_q_lora_and_grouped_sigmoid_routing(built):
+    config = _config(built[1]["deepseek-v3"])
+    assert config["architectures"] == ["DeepseekV3ForCausalLM"]
+    assert (config["kv_lora_rank"], config["q_lora_rank"] > 0) == (512, True)
+    assert (config["first_k_dense_replace"], config["n_shared_experts"]) == (3, 1)
+    assert (config["scoring_func"], config["topk_method"]) == ("sigmoid", "noaux_tc")
+    assert config["vocab_size"] == 129280 and config["num_hidden_layers"] == 4
+
+
+def test_moe_presets_without_mla(built):
+    qwen = _config(built[1]["qwen3-30b-a3b"])
+    mixtral = _config(built[1]["mixtral-8x7b"])
+    assert qwen["architectures"] == ["Qwen3MoeForCausalLM"] and "kv_lora_rank" not in qwen
+    assert (qwen["vocab_size"], qwen["mlp_only_layers"]) == (151936, [])
+    assert mixtral["architectures"] == ["MixtralForCausalLM"]
+    assert (mixtral["num_local_experts"], mixtral["num_experts_per_tok"]) == (8, 2)
 
 
 def test_gemma_preset_is_hybrid_sliding_window(built):

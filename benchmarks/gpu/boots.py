@@ -13,6 +13,11 @@ as soon as the leader logged ``Maximum concurrency`` (the KV cache is sized then
 
 A boot already in ``--state`` is skipped, so a later call goes on where the deadline stopped an
 earlier one. Each boot leaves ``<name>/rank*.log`` and one JSON line in ``boots.jsonl``.
+
+A shape found in ``--shapes DIR/serve/<shape>`` (``shape_dirs.py``: config and tokenizer, no
+weights) is served from there with ``--load-format dummy``, others from the HF cache (``REPOS``).
+A spec may end in ``:max_model_len:max_num_seqs`` (default 8192 and 256). With
+``--probe``, each boot runs with ``TANDEM_PROBE_DIR`` set to its log folder (``vllm_probe.py``).
 """
 
 from __future__ import annotations
@@ -43,17 +48,31 @@ FAILED = re.compile(r"(RuntimeError|ValueError|NCCL error|CUDA out of memory|Tra
 NS = {0: ("gpu-n0", "10.77.0.1", "tdm0"), 1: ("gpu-n1", "10.77.0.2", "tdm1")}
 
 
-def serve_args(shape: str, util: float, mode: str, tp: int) -> list[str]:
+def dummy(shape: str, shapes: Path | None) -> bool:
+    """Served from shape_dirs.py's folder (no weights) rather than the HF cache."""
+    return shapes is not None and (shapes / "serve" / shape).is_dir()
+
+
+def serve_args(
+    shape: str,
+    util: float,
+    mode: str,
+    tp: int,
+    shapes: Path | None = None,
+    max_model_len: int = MAX_MODEL_LEN,
+    max_num_seqs: int = MAX_NUM_SEQS,
+) -> list[str]:
+    model = str(shapes / "serve" / shape) if shapes and dummy(shape, shapes) else REPOS[shape]
     args = [
         "vllm",
         "serve",
-        REPOS[shape],
+        model,
         "--served-model-name",
         shape,
         "--max-model-len",
-        str(MAX_MODEL_LEN),
+        str(max_model_len),
         "--max-num-seqs",
-        str(MAX_NUM_SEQS),
+        str(max_num_seqs),
         "--gpu-memory-utilization",
         str(util),
         "--generation-config",
@@ -61,6 +80,8 @@ def serve_args(shape: str, util: float, mode: str, tp: int) -> list[str]:
         "--tensor-parallel-size",
         str(tp),
     ]
+    if dummy(shape, shapes):
+        args += ["--load-format", "dummy"]
     if mode == "eager":
         args.append("--enforce-eager")
     if tp > 1:
@@ -125,14 +146,28 @@ def stop(procs: list[subprocess.Popen]) -> None:
         p.wait()
 
 
-def boot(spec: str, out: Path, gpus: int, full: bool, limit_s: float) -> dict:
-    shape, util, mode, tp = spec.split(":")
+def boot(
+    spec: str,
+    out: Path,
+    gpus: int,
+    full: bool,
+    limit_s: float,
+    shapes: Path | None = None,
+    probe: bool = False,
+) -> dict:
+    shape, util, mode, tp, *lengths = spec.split(":")
     util_f, tp_i = float(util), int(tp)
+    max_model_len = int(lengths[0]) if lengths else MAX_MODEL_LEN
+    max_num_seqs = int(lengths[1]) if len(lengths) > 1 else MAX_NUM_SEQS
     name = f"{shape}-u{util}-{mode}-tp{tp}"
+    if lengths:
+        name += f"-len{max_model_len}-seqs{max_num_seqs}"
     logdir = out / name
     logdir.mkdir(parents=True, exist_ok=True)
-    args = serve_args(shape, util_f, mode, tp_i)
+    args = serve_args(shape, util_f, mode, tp_i, shapes, max_model_len, max_num_seqs)
     env = dict(os.environ, VLLM_LOGGING_LEVEL="DEBUG")
+    if probe:
+        env["TANDEM_PROBE_DIR"] = str(logdir)
     if tp_i == 1:
         env["CUDA_VISIBLE_DEVICES"] = "0"
         commands = {0: args}
@@ -190,9 +225,10 @@ def boot(spec: str, out: Path, gpus: int, full: bool, limit_s: float) -> dict:
         "started": wall0,
         "idle_wait_s": round(idle_s, 1),
         "error": error,
-        "repo_id": REPOS[shape],
-        "max_model_len": MAX_MODEL_LEN,
-        "max_num_seqs": MAX_NUM_SEQS,
+        "repo_id": REPOS.get(shape, f"tandem-shapes/{shape}"),
+        "load_format": "dummy" if dummy(shape, shapes) else "auto",
+        "max_model_len": max_model_len,
+        "max_num_seqs": max_num_seqs,
     }
 
 
@@ -204,7 +240,11 @@ def main() -> None:
     parser.add_argument("--expect", type=float, default=75, help="seconds one boot needs")
     parser.add_argument("--limit", type=float, default=240, help="seconds one boot may take")
     parser.add_argument("--full", action="store_true", help="boot until the API is up")
-    parser.add_argument("specs", nargs="+", help="shape:util:eager|graph:tp")
+    parser.add_argument("--shapes", type=Path, help="shape_dirs.py output (dummy-load shapes)")
+    parser.add_argument("--probe", action="store_true", help="set TANDEM_PROBE_DIR per boot")
+    parser.add_argument(
+        "specs", nargs="+", help="shape:util:eager|graph:tp[:max_model_len:max_num_seqs]"
+    )
     opts = parser.parse_args()
     t0 = time.monotonic()
     opts.out.mkdir(parents=True, exist_ok=True)
@@ -223,7 +263,15 @@ def main() -> None:
         if left < opts.expect:
             print(f"DEFER {spec}: {left:.0f} s left", flush=True)
             continue
-        result = boot(spec, opts.state / "logs", gpus, opts.full, min(opts.limit, left - 10))
+        result = boot(
+            spec,
+            opts.state / "logs",
+            gpus,
+            opts.full,
+            min(opts.limit, left - 10),
+            opts.shapes,
+            opts.probe,
+        )
         result["spec"] = spec
         print("BOOT " + json.dumps(result), flush=True)
         with done_file.open("a") as f:

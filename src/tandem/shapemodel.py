@@ -1,4 +1,5 @@
-"""Random-weight models of real shape (Llama-3.1-8B, DeepSeek-V2-Lite, Gemma-3-4B) for GPU runs.
+"""Random-weight models of real shape (Llama-3.1-8B, DeepSeek-V2-Lite/V3, Gemma-3-4B, Qwen3-MoE,
+Mixtral) for GPU runs.
 
 The tiny models of ``tandem.tinymodel`` measure vLLM's per-step overhead, not a GPU: their
 weights are megabytes and their KV cache is a rounding error. What the planner predicts on a GPU
@@ -144,10 +145,112 @@ def _gemma_3_4b(layers: int | None, small: bool, **common) -> PretrainedConfig:
     )
 
 
+def _deepseek_v3(layers: int | None, small: bool, **common) -> PretrainedConfig:
+    """deepseek-ai/DeepSeek-V3 in bf16: MLA with 128 heads (q LoRA 1,536, latent 512 + rope 64),
+    256 routed experts + 1 shared, 8 per token in 8 groups (top 4 groups), sigmoid scores, the
+    first three layers dense (cut it to 4 layers or more to keep a MoE layer), 129,280-token
+    vocabulary. The published checkpoint is fp8; the MTP layer and RoPE's YaRN scaling are left
+    out (neither is loaded by a plain serve)."""
+    from transformers import DeepseekV3Config
+
+    widths = dict(
+        hidden_size=7168,
+        intermediate_size=18432,
+        num_attention_heads=128,
+        moe_intermediate_size=2048,
+        n_routed_experts=256,
+        q_lora_rank=1536,
+    )
+    routing = dict(num_experts_per_tok=8, n_group=8, topk_group=4)
+    if small:
+        widths = dict(_SMALL, moe_intermediate_size=32, n_routed_experts=8, q_lora_rank=32)
+        routing = dict(num_experts_per_tok=2, n_group=2, topk_group=1)
+    return DeepseekV3Config(
+        **widths,
+        **routing,
+        num_hidden_layers=layers or 61,
+        num_key_value_heads=widths["num_attention_heads"],
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        qk_nope_head_dim=128,
+        v_head_dim=128,
+        n_shared_experts=1,
+        first_k_dense_replace=3,
+        norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+        scoring_func="sigmoid",
+        topk_method="noaux_tc",
+        num_nextn_predict_layers=0,
+        vocab_size=129280,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        tie_word_embeddings=False,
+        **common,
+    )
+
+
+def _qwen3_30b_a3b(layers: int | None, small: bool, **common) -> PretrainedConfig:
+    """Qwen/Qwen3-30B-A3B: GQA 32 heads / 4 KV heads of 128, every layer MoE (128 experts, 8 per
+    token, no shared expert), 151,936-token vocabulary. ``num_experts`` is written under both
+    names transformers has used for it."""
+    from transformers import Qwen3MoeConfig
+
+    widths = dict(
+        hidden_size=2048, intermediate_size=6144, num_attention_heads=32, moe_intermediate_size=768
+    )
+    experts = 128
+    if small:
+        widths = dict(_SMALL, moe_intermediate_size=32)
+        experts = 8
+    config = Qwen3MoeConfig(
+        **widths,
+        num_hidden_layers=layers or 48,
+        num_key_value_heads=4 if not small else 2,
+        head_dim=128 if not small else 16,
+        num_local_experts=experts,
+        num_experts_per_tok=8 if not small else 2,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        norm_topk_prob=True,
+        vocab_size=151936,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        tie_word_embeddings=False,
+        **common,
+    )
+    config.num_experts = experts
+    return config
+
+
+def _mixtral_8x7b(layers: int | None, small: bool, **common) -> PretrainedConfig:
+    """mistralai/Mixtral-8x7B-v0.1: GQA 32 heads / 8 KV heads, every layer MoE with 8 large
+    experts (14,336 wide), 2 per token, 32,000-token vocabulary."""
+    from transformers import MixtralConfig
+
+    widths = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32)
+    if small:
+        widths = dict(_SMALL)
+    return MixtralConfig(
+        **widths,
+        num_hidden_layers=layers or 32,
+        num_key_value_heads=8 if not small else 2,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        vocab_size=32000,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        tie_word_embeddings=False,
+        **common,
+    )
+
+
 SHAPES: dict[str, tuple[Callable[..., PretrainedConfig], str]] = {
     "llama-3.1-8b": (_llama_3_1_8b, "LlamaForCausalLM"),
     "deepseek-v2-lite": (_deepseek_v2_lite, "DeepseekV2ForCausalLM"),
     "gemma-3-4b": (_gemma_3_4b, "Gemma3ForCausalLM"),
+    "deepseek-v3": (_deepseek_v3, "DeepseekV3ForCausalLM"),
+    "qwen3-30b-a3b": (_qwen3_30b_a3b, "Qwen3MoeForCausalLM"),
+    "mixtral-8x7b": (_mixtral_8x7b, "MixtralForCausalLM"),
 }
 """Preset name -> (config factory, architecture vLLM loads)."""
 MIN_LAYERS = 2

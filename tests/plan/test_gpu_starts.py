@@ -76,7 +76,10 @@ def test_status_planned_vs_actual_on_the_h200_within_half_a_percent():
     tokens = result.comparison.kv_pool_tokens
     assert tokens.measured == 896_912 and abs(tokens.error_pct) < 0.5
     shown = json.loads((STARTS / "llama-3.1-8b-tp1-status.json").read_text())
-    assert shown["planned"]["comparison"]["kv_pool_tokens"]["planned"] == tokens.planned
+    # recorded by the planner of 2026-12-01; the profile-run walk (issue 33) moved it 0.03 %
+    recorded = shown["planned"]["comparison"]["kv_pool_tokens"]
+    assert recorded["measured"] == tokens.measured
+    assert abs(recorded["planned"] - tokens.planned) / tokens.planned < 0.001
 
 
 @pytest.mark.parametrize(

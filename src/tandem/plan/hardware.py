@@ -62,8 +62,16 @@ class HardwareProfile(BaseModel):
     activation: Literal["scaled", "derived"] = Field(
         default="scaled",
         description="`scaled`: "
-        "65 B per batched token per hidden unit (GB10); `derived`: the profile run's buffers "
-        "(MLP/MoE intermediates, residual, sampler logits), checked on H200 boots.",
+        "65 B per batched token per hidden unit (GB10), and `cudagraph_gib` flat; `derived`: "
+        "vLLM 0.25.1's profile run walked buffer by buffer and its own CUDA-graph estimate "
+        "(plan/profile_run.py), checked on H200 boots.",
+    )
+    sm_count: Figure | None = Field(
+        default=None, description="Streaming multiprocessors: vLLM's sampler sizes a buffer by it."
+    )
+    mla_block_size: Figure | None = Field(
+        default=None,
+        description="KV block size vLLM picks for MLA on this device when the recipe sets none.",
     )
     kv_cache_space_env: str | None = Field(
         default=None, description="CPU only: the variable whose GiB become the KV pool."

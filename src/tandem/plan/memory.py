@@ -24,9 +24,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from tandem.errors import PlanError
 from tandem.plan.config import ModelFacts
 from tandem.plan.hardware import HardwareProfile
 from tandem.plan.kv import KVLayout, default_block_size, is_deepseek_v4, kv_layout
+from tandem.plan.profile_run import (
+    ProfileSettings,
+    activation_peak,
+    cudagraph_estimate,
+    v2_model_runner,
+)
 
 GIB = 1024**3
 # Activation peak of the profile run, bytes per batched token per hidden unit: 2.03 GiB at
@@ -93,6 +100,8 @@ def resolve_settings(
     block = serve.block_size
     if block is None or is_deepseek_v4(config):
         default, why = default_block_size(config, hardware.device)
+        if hardware.mla_block_size and "kv_lora_rank" in config and not is_deepseek_v4(config):
+            default, why = int(hardware.mla_block_size.value), hardware.mla_block_size.source
         if block is None:
             defaults.append(f"block_size {default} ({why})")
         block = default
@@ -210,8 +219,9 @@ def reserves_for(
     config = facts.config
     hidden = int(config.get("hidden_size", 0))
     batched = settings.max_num_batched_tokens
-    if hardware.activation == "derived":
-        reserves = [derived_activation(config, settings)]
+    derived = hardware.activation == "derived"
+    if derived:
+        reserves = [derived_activation(config, settings, hardware)]
     else:
         reserves = [
             Reserve(
@@ -238,17 +248,19 @@ def reserves_for(
                 basis=_basis(hardware.non_torch_tp_extra_gib.source),
             )
         )
-    graphs_reserved = not (
-        hardware.device == "cuda" and not hardware.unified_memory and v2_model_runner(config)
-    )
-    if hardware.cudagraph_gib and not settings.enforce_eager and graphs_reserved:
-        reserves.append(
-            Reserve(
-                name="CUDA graphs",
-                bytes=int(hardware.cudagraph_gib.value * GIB),
-                basis=_basis(hardware.cudagraph_gib.source),
+    # vLLM's V2 model runner captures its graphs after sizing the KV cache: nothing reserved.
+    discrete_cuda = hardware.device == "cuda" and not hardware.unified_memory
+    if not settings.enforce_eager and not (discrete_cuda and v2_model_runner(config)):
+        if derived:
+            reserves.append(derived_cudagraphs(config, settings))
+        elif hardware.cudagraph_gib:
+            reserves.append(
+                Reserve(
+                    name="CUDA graphs",
+                    bytes=int(hardware.cudagraph_gib.value * GIB),
+                    basis=_basis(hardware.cudagraph_gib.source),
+                )
             )
-        )
     if is_deepseek_v4(config):
         window = int(config.get("sliding_window", 128))
         workspace = 4 * (settings.max_model_len // 4 + window + batched) * 512 * 2
@@ -272,54 +284,54 @@ def reserves_for(
     return reserves
 
 
-# vLLM 0.25.1 (config/vllm.py): architectures that run on the V2 model runner although MoE.
-V2_RUNNER_MOE_ARCHITECTURES = (
-    "DeepseekV2ForCausalLM",
-    "Qwen2MoeForCausalLM",
-    "GraniteMoeForCausalLM",
-)
+def _profile_settings(settings: ServeSettings) -> ProfileSettings:
+    return ProfileSettings(
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        max_num_seqs=settings.max_num_seqs,
+        max_model_len=settings.max_model_len,
+        block_size=settings.block_size,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        enforce_eager=settings.enforce_eager,
+        num_speculative_tokens=settings.num_speculative_tokens,
+    )
 
 
-def is_moe(config: dict[str, Any]) -> bool:
-    return any(config.get(k) for k in ("n_routed_experts", "num_local_experts", "num_experts"))
-
-
-def v2_model_runner(config: dict[str, Any]) -> bool:
-    """True when vLLM 0.25.1 runs the model on its V2 model runner (every dense model and a few
-    MoE ones, ``VllmConfig._is_default_v2_model_runner_model``). That runner's
-    ``profile_cudagraph_memory`` returns 0: its graphs are captured after the KV cache is
-    sized and take nothing from the pool (seen on every H200 boot of benchmarks/gpu)."""
-    architectures = config.get("architectures") or []
-    return any(a in V2_RUNNER_MOE_ARCHITECTURES for a in architectures) or not is_moe(config)
-
-
-def derived_activation(config: dict[str, Any], settings: ServeSettings) -> Reserve:
-    """The profile run's torch peak from the buffers it holds at once, per rank.
-
-    Largest MLP of a layer: ``batched x (gate_up 2I + act I) x 2 B`` over ``I / TP`` (a MoE
-    layer: ``batched x top_k x (2I + I + hidden) x 2 B`` of the fused-MoE workspace plus the
-    shared experts' MLP); two hidden-sized bf16 buffers (residual, normed input); the
-    sampler's fp32 logits for ``max_num_seqs`` rows of the full vocabulary.
-    """
-    tp = settings.tensor_parallel_size
-    batched = settings.max_num_batched_tokens
-    hidden = int(config.get("hidden_size", 0))
-    dense_i = int(config.get("intermediate_size", 0))
-    mlp = batched * 3 * dense_i // tp * 2
-    if is_moe(config):
-        moe_i = int(config.get("moe_intermediate_size") or dense_i)
-        top_k = int(config.get("num_experts_per_tok", 1) or 1)
-        shared = int(config.get("n_shared_experts") or 0) * moe_i
-        moe = batched * top_k * (3 * moe_i // tp + hidden) * 2 + batched * 3 * shared // tp * 2
-        mlp = max(mlp, moe)
-    residual = batched * hidden * 2 * 2
-    logits = settings.max_num_seqs * int(config.get("vocab_size", 0)) * 4
+def derived_activation(
+    config: dict[str, Any], settings: ServeSettings, hardware: HardwareProfile
+) -> Reserve:
+    """The profile run's torch peak, walked the way vLLM allocates it (``plan.profile_run``)."""
+    if hardware.sm_count is None:
+        raise PlanError(
+            f"hardware profile {hardware.name} derives the activation peak but has no sm_count",
+            field="sm_count",
+            hint="add the device's streaming-multiprocessor count (vLLM's sampler sizes a "
+            "buffer by it) to the profile",
+        )
+    peak = activation_peak(config, _profile_settings(settings), int(hardware.sm_count.value))
+    parts = ", ".join(f"{k} {v / GIB:.2f}" for k, v in peak.parts.items() if v >= GIB // 100)
+    unprobed = (
+        " (DeepSeek-V4's attention not probed: walked as GQA)" if is_deepseek_v4(config) else ""
+    )
     return Reserve(
         name="activation peak (profile run)",
-        bytes=mlp + residual + logits,
-        basis=f"derived: largest MLP {mlp / GIB:.2f} GiB + residual {residual / GIB:.2f} GiB + "
-        f"sampler logits {logits / GIB:.2f} GiB at {batched} batched tokens, "
-        f"{settings.max_num_seqs} seqs (benchmarks/gpu, docs/gpu.md)",
+        bytes=peak.bytes,
+        basis=f"derived: vLLM's profile run of {settings.max_num_batched_tokens} tokens, "
+        f"{settings.max_num_seqs} seqs; peak at {peak.moment}: {parts} GiB{unprobed} "
+        "(plan/profile_run.py, benchmarks/gpu/results/planner.md)",
+    )
+
+
+def derived_cudagraphs(config: dict[str, Any], settings: ServeSettings) -> Reserve:
+    """vLLM 0.25.1's own CUDA-graph estimate on the V1 runner, subtracted before the KV cache."""
+    graphs = cudagraph_estimate(config, _profile_settings(settings))
+    return Reserve(
+        name="CUDA graphs (vLLM's estimate, V1 runner)",
+        bytes=graphs.bytes,
+        basis=f"derived: max(first PIECEWISE capture {graphs.piecewise_first_bytes / GIB:.2f}, "
+        f"first FULL capture {graphs.full_first_bytes / GIB:.2f}) GiB + "
+        f"{graphs.piecewise_graphs - 1} x 2 MiB + {graphs.full_graphs - 1} x 1 MiB; the "
+        "PIECEWISE pool calibrated (GPUModelRunner.profile_cudagraph_memory; "
+        "plan/profile_run.py)",
     )
 
 
