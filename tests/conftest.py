@@ -25,6 +25,7 @@ import docker_hosts
 import pytest
 from tandem_cli import TANDEM, run_tandem
 
+from tandem.backends import netns
 from tandem.cli import main
 
 API_KEY = "tandem-test-key"
@@ -51,6 +52,32 @@ class TinyDeployment:
 
     def tandem(self, *args: str, timeout: float = 120, check: bool = True):
         return run_tandem(*args, env=self.env, timeout=timeout, check=check)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_deployment_of_a_killed_session(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Take down what an earlier, killed test session left running on this machine.
+
+    A session stopped by SIGKILL (a CI wall, a closed terminal) never runs its fixtures'
+    ``down``, so its deployments keep their namespaces, their bridge and so the subnet, which
+    ``tandem up`` of this session then refuses as a clash, rightly. Only deployments whose
+    state lies in an earlier session's pytest folder are taken down, each with its own
+    TANDEM_HOME and tandem's own ``down``; anything else is not the suite's to touch.
+    """
+    if os.geteuid() != 0:
+        return
+    ours = tmp_path_factory.getbasetemp().resolve()
+    for entry in netns.ledger():
+        state = Path(entry.state_file or "")
+        if not state.is_relative_to(ours.parent) or state.is_relative_to(ours):
+            continue
+        if state.is_file() and state.parent.parent.name == "deployments":
+            subprocess.run(
+                [*TANDEM, "down", state.parent.name],
+                env={**os.environ, "TANDEM_HOME": str(state.parent.parent.parent)},
+                capture_output=True,
+                timeout=120,
+            )
 
 
 @pytest.fixture(scope="session")
