@@ -205,3 +205,12 @@ def test_a_dead_leader_main_process_is_down_at_once_with_its_pid():
     )
     assert report.ranks[0].health.state == "broken"
     assert "ConnectError" in report.evidence
+
+
+def test_each_verdict_owns_one_exit_code_apart_from_the_clis_own():
+    from tandem.cli import ExitCode
+
+    codes = [v.exit_code for v in Verdict]
+    assert Verdict.HEALTHY.exit_code == 0 and len(set(codes)) == len(codes)
+    assert not set(codes) - {0} & {int(c) for c in ExitCode}
+    assert {v.colour for v in Verdict} >= {"green", "bold red"}

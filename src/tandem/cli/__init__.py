@@ -23,11 +23,7 @@ class ExitCode(IntEnum):
     SUCCESS = 0
     CHECK_FAILED = 1
     USER_ERROR = 2
-    # `tandem status`: the verdict when it is not healthy (tandem.health.Verdict)
-    STARTING = 3
-    DEGRADED = 4
-    STALLED = 5
-    DOWN = 6
+    # 3-6: `tandem status`'s verdict when it is not healthy (tandem.health.Verdict.exit_code)
     INTERRUPTED = 130
 
 

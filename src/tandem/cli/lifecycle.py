@@ -234,29 +234,18 @@ def status_command(name: str | None, as_json: bool, canary_timeout_s: float) -> 
       tandem status
       tandem status tiny-local --json
     """
-    from tandem.cli import ExitCode
 
     status = lifecycle.status(name, canary_timeout_s=canary_timeout_s)
     if as_json:
         click.echo(status.model_dump_json(indent=2))
     else:
         _print_status(status)
-    code = ExitCode[status.verdict.name] if status.verdict.name in ExitCode.__members__ else 0
-    if code:
-        raise click.exceptions.Exit(int(code))
-
-
-_VERDICT_COLOUR = {
-    "healthy": "green",
-    "starting": "yellow",
-    "degraded": "red",
-    "stalled": "red",
-    "down": "red",
-}
+    if status.verdict.exit_code:
+        raise click.exceptions.Exit(status.verdict.exit_code)
 
 
 def _print_status(status: lifecycle.DeploymentStatus) -> None:
-    colour = _VERDICT_COLOUR[status.verdict.value]
+    colour = status.verdict.colour
     if status.upgrade_interrupted:
         console.print(f"[yellow]{status.upgrade_interrupted}[/yellow]")
     revision = f" revision {status.revision}" if status.revision is not None else ""

@@ -11,8 +11,10 @@ its evidence (the request and what came back):
 - ``determinism``: greedy decoding gives the same tokens streamed and not, alone and inside a
   batch of eight, cold and then from the prefix cache (the garble check);
 - ``tools``: with the recipe's ``--tool-call-parser`` and ``--enable-auto-tool-choice``, a
-  required call comes back as a call of the named tool whose arguments are JSON matching the
-  schema, and ``tool_choice: none`` gives text;
+  battery of parts, each judged against the tool's schema: a required call, a named tool with
+  nested arguments, parallel calls, a tool result fed back, a call cut by ``max_tokens`` (must
+  say ``length``), ``tool_choice: none`` (text), and ``auto``, where the model decides and the
+  parser must take its call out of the text;
 - ``needle``: a fact hidden at several depths of prompts up to ``max_model_len`` (lengths
   measured with the server's tokenizer) comes back;
 - ``reasoning``: with a ``--reasoning-parser``, reasoning and content come back apart;
@@ -43,6 +45,12 @@ from pydantic import BaseModel, Field
 from tandem import files, wire
 from tandem.backends.state import DeploymentState
 from tandem.errors import EndpointError
+from tandem.eval.toolschema import (
+    PARAMETERS_OF,
+    TRIP_TOOL,
+    WEATHER_TOOL,
+    schema_problems,
+)
 from tandem.jsonfiles import read_jsonl
 from tandem.redact import public_url
 
@@ -336,56 +344,194 @@ def check_determinism(server: Server) -> CheckResult:
     )
 
 
-WEATHER_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string"},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-    },
-    "required": ["city"],
-}
-WEATHER_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The current weather of a city.",
-        "parameters": WEATHER_PARAMETERS,
-    },
-}
-
-
-def schema_problems(arguments: str, schema: dict[str, Any]) -> list[str]:
-    """What is wrong with a call's ``arguments`` text against its tool's JSON schema (an object
-    of typed properties): not JSON, not an object, a required key missing, a value of the wrong
-    type or outside its ``enum``, a key the schema does not name."""
-    try:
-        value = json.loads(arguments)
-    except ValueError as exc:
-        return [f"arguments are not JSON ({exc}): {arguments[:120]!r}"]
-    if not isinstance(value, dict):
-        return [f"arguments are {type(value).__name__}, not an object"]
-    properties = schema.get("properties") or {}
-    found = [f"required '{k}' missing" for k in schema.get("required", []) if k not in value]
-    types: dict[str, type | tuple[type, ...]] = {
-        "string": str,
-        "number": (int, float),
-        "integer": int,
-        "boolean": bool,
-        "object": dict,
-        "array": list,
-    }
-    for key, item in value.items():
-        spec = properties.get(key)
-        if spec is None:
-            found.append(f"'{key}' is not a parameter of the tool")
-        elif not isinstance(item, types.get(spec.get("type"), object)):
-            found.append(f"'{key}' is {type(item).__name__}, not {spec.get('type')}")
-        elif "enum" in spec and item not in spec["enum"]:
-            found.append(f"'{key}' is {item!r}, not one of {spec['enum']}")
+def _arguments_problems(calls: list[dict[str, Any]]) -> list[str]:
+    """Each call names a tool that was offered and its arguments match that tool's schema."""
+    found = []
+    for call in calls:
+        function = call.get("function") or {}
+        name = function.get("name")
+        schema = PARAMETERS_OF.get(name or "")
+        if schema is None:
+            found.append(f"called {name!r}, which was not offered")
+            continue
+        found += [f"{name}: {p}" for p in schema_problems(function.get("arguments") or "", schema)]
     return found
 
 
+def _looks_like_a_call(text: str) -> bool:
+    """Text that carries a call of the offered tool (its name beside a JSON object): what a
+    model wrote when the server's parser did not take it out as a call."""
+    return "get_weather" in text and "{" in text
+
+
+class ToolPart(BaseModel):
+    """One part of the tool battery: its outcome (pass, fail or cannot-judge) and what came
+    back."""
+
+    part: str
+    outcome: Outcome
+    said: str
+
+
+def _tool_parts(server: Server) -> list[ToolPart]:
+    """The battery, each part one request or two (parts need no meaning unless they say so)."""
+    weather = _ask("What is the weather in Paris? Use the tool.")
+    parts: list[ToolPart] = []
+
+    def part(name: str, failed: list[str], said: str, *, cannot_judge: str = "") -> None:
+        outcome = Outcome.FAIL if failed else Outcome.CANNOT_JUDGE if cannot_judge else Outcome.PASS
+        detail = "; ".join(failed) or cannot_judge
+        parts.append(
+            ToolPart(part=name, outcome=outcome, said=said + (f": {detail}" if detail else ""))
+        )
+
+    # required: the server must return a call (its structured output forces one)
+    status, body = server.chat_status(
+        weather, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=128, **GREEDY
+    )
+    message, finish, _ = _message(body)
+    calls = message.get("tool_calls") or []
+    part(
+        "required",
+        (_arguments_problems(calls) or ([] if calls else ["no tool call"]))
+        if status == 200
+        else [f"HTTP {status}"],
+        f"HTTP {status}, finish {finish!r}, calls {_calls_text(calls)}",
+    )
+
+    # a named tool with nested arguments: an object in the object, an array of strings
+    status, body = server.chat_status(
+        _ask("Book a trip to Rome and Oslo for Ada, who is 36."),
+        tools=[WEATHER_TOOL, TRIP_TOOL],
+        tool_choice={"type": "function", "function": {"name": "book_trip"}},
+        max_tokens=160,
+        **GREEDY,
+    )
+    message, finish, _ = _message(body)
+    calls = message.get("tool_calls") or []
+    problems = _arguments_problems(calls) + (
+        []
+        if [c.get("function", {}).get("name") for c in calls] == ["book_trip"]
+        else ["not exactly one call of book_trip"]
+    )
+    part(
+        "named, nested arguments",
+        problems if status == 200 else [f"HTTP {status}"],
+        f"HTTP {status}, calls {_calls_text(calls)}",
+    )
+
+    # parallel calls: two cities, one call each; a small model may make one (it cannot judge)
+    status, body = server.chat_status(
+        _ask("What is the weather in Paris and in Tokyo? Call the tool once for each city."),
+        tools=[WEATHER_TOOL],
+        tool_choice="required",
+        max_tokens=200,
+        **GREEDY,
+    )
+    message, finish, _ = _message(body)
+    calls = message.get("tool_calls") or []
+    ids = {c.get("id") for c in calls}
+    problems = _arguments_problems(calls) + (
+        [] if len(ids) == len(calls) else ["two calls share an id"]
+    )
+    part(
+        "parallel",
+        problems if status == 200 else [f"HTTP {status}"],
+        f"HTTP {status}, calls {_calls_text(calls)}",
+        cannot_judge="" if len(calls) >= 2 else f"{len(calls)} call(s) where two were asked",
+    )
+
+    # a tool result fed back: the template must render the call and the result
+    call_id = "call_smoke_1"
+    history = [
+        *weather,
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "content": '{"temperature_c": 21, "sky": "clear"}',
+        },
+    ]
+    status, body = server.chat_status(history, tools=[WEATHER_TOOL], max_tokens=48, **GREEDY)
+    message, finish, _ = _message(body)
+    answer = message.get("content") or ""
+    part(
+        "tool result fed back",
+        [] if status == 200 else [f"HTTP {status}: {str(body.get('error') or body)[:200]}"],
+        f"HTTP {status}, answer {answer[:120]!r}",
+        cannot_judge="" if "21" in answer else "the answer does not use the result (21)",
+    )
+
+    # a call cut by max_tokens: it must say 'length', never hand out a call as complete
+    status, body = server.chat_status(
+        weather, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=4, **GREEDY
+    )
+    message, finish, _ = _message(body)
+    calls = message.get("tool_calls") or []
+    part(
+        "cut by max_tokens",
+        []
+        if status == 200 and finish == "length"
+        else [f"HTTP {status}, finish {finish!r} where max_tokens cut the call ('length')"],
+        f"HTTP {status}, finish {finish!r}, calls {_calls_text(calls)}",
+    )
+
+    # tool_choice none: text, no call
+    status, body = server.chat_status(
+        weather, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=16, **GREEDY
+    )
+    message, _, _ = _message(body)
+    part(
+        "none",
+        []
+        if status == 200 and not message.get("tool_calls")
+        else ["a tool was still called" if status == 200 else f"HTTP {status}"],
+        f"HTTP {status}, calls {_calls_text(message.get('tool_calls') or [])}",
+    )
+
+    # auto: the model decides and the server's parser takes the call out of its text
+    status, body = server.chat_status(
+        weather, tools=[WEATHER_TOOL], tool_choice="auto", max_tokens=128, **GREEDY
+    )
+    message, finish, _ = _message(body)
+    calls = message.get("tool_calls") or []
+    text = message.get("content") or ""
+    failed = [f"HTTP {status}"] if status != 200 else _arguments_problems(calls)
+    if status == 200 and not calls and _looks_like_a_call(text):
+        failed.append(
+            f"the model wrote a call that --tool-call-parser {server.target.tool_call_parser} "
+            "did not take out of the text: is it this model's parser?"
+        )
+    part(
+        "auto (the parser)",
+        failed,
+        f"HTTP {status}, finish {finish!r}, calls {_calls_text(calls)}, text {text[:120]!r}",
+        cannot_judge="" if calls else "the model answered in text, calling nothing",
+    )
+    return parts
+
+
+def _calls_text(calls: list[dict[str, Any]]) -> str:
+    shown = [
+        f"{(c.get('function') or {}).get('name')}({(c.get('function') or {}).get('arguments')})"
+        for c in calls
+    ]
+    return "[" + ", ".join(shown) + "]"
+
+
 def check_tools(server: Server) -> CheckResult:
+    """Fails on any part that fails; passes when none fails and one passes, naming the parts
+    it could not judge on this model (a small model may not call tools unprompted)."""
     target = server.target
     if not (target.tool_call_parser and target.auto_tool_choice):
         return CheckResult(
@@ -393,43 +539,23 @@ def check_tools(server: Server) -> CheckResult:
             outcome=Outcome.NOT_APPLICABLE,
             summary="the deployment has no --tool-call-parser with --enable-auto-tool-choice",
         )
-    messages = _ask("What is the weather in Paris? Use the tool.")
-    failed, evidence = [], []
-    status, body = server.chat_status(
-        messages, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=128, **GREEDY
-    )
-    message, finish, _ = _message(body)
-    calls = message.get("tool_calls") or []
-    evidence.append(f"tool_choice required: HTTP {status}, finish {finish!r}, calls {calls}")
-    if status != 200 or not calls:
-        failed.append(f"a required call gave no tool call (HTTP {status})")
-    for call in calls:
-        function = call.get("function") or {}
-        if function.get("name") != "get_weather":
-            failed.append(f"called {function.get('name')!r}, not 'get_weather'")
-        problems = schema_problems(function.get("arguments") or "", WEATHER_PARAMETERS)
-        failed += [f"get_weather: {p}" for p in problems]
-    status, body = server.chat_status(
-        messages, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=16, **GREEDY
-    )
-    message, _, _ = _message(body)
-    evidence.append(f"tool_choice none: HTTP {status}, calls {message.get('tool_calls')}")
-    if status != 200 or message.get("tool_calls"):
-        failed.append(
-            "tool_choice none still called a tool"
-            if status == 200
-            else f"tool_choice none: HTTP {status}"
-        )
+    parts = _tool_parts(server)
+    evidence = [f"{p.part} [{p.outcome}]: {p.said}" for p in parts]
+    failed = [p for p in parts if p.outcome is Outcome.FAIL]
+    unjudged = [p.part for p in parts if p.outcome is Outcome.CANNOT_JUDGE]
+    passed = [p.part for p in parts if p.outcome is Outcome.PASS]
     if failed:
-        return CheckResult(
-            check="tools", outcome=Outcome.FAIL, summary="; ".join(failed), evidence=evidence
+        outcome = Outcome.FAIL
+        summary = "; ".join(f"{p.part}: {p.said}" for p in failed)
+    elif passed:
+        outcome = Outcome.PASS
+        summary = f"{len(passed)} of {len(parts)} parts pass ({', '.join(passed)})" + (
+            f"; cannot judge on this model: {', '.join(unjudged)}" if unjudged else ""
         )
-    return CheckResult(
-        check="tools",
-        outcome=Outcome.PASS,
-        summary="required call valid against its schema; none gives text",
-        evidence=evidence,
-    )
+    else:
+        outcome = Outcome.CANNOT_JUDGE
+        summary = "no part could be judged: " + ", ".join(unjudged)
+    return CheckResult(check="tools", outcome=outcome, summary=summary, evidence=evidence)
 
 
 def needle_lengths(max_model_len: int) -> list[int]:

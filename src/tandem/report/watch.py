@@ -26,13 +26,6 @@ from tandem.watch.summary import SUMMARY_FILE, Result, WatchSummary, summarize
 
 REPORT_FILE = "report.md"
 _BLOCKS = "▁▂▃▄▅▆▇█"
-_COLOURS = {
-    "healthy": "green",
-    "starting": "cyan",
-    "degraded": "yellow",
-    "stalled": "red",
-    "down": "bold red",
-}
 
 
 def sparkline(values: Sequence[float | None], width: int = 24) -> str:
@@ -61,7 +54,7 @@ def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
     window = list(window)
     latest = window[-1]
     columns = series(window)
-    colour = _COLOURS.get(latest.verdict.value, "white")
+    colour = latest.verdict.colour
     head = Text.assemble(
         (f"{run.name}  ", "bold"),
         (latest.verdict.value, colour),
