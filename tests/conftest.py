@@ -25,7 +25,7 @@ import docker_hosts
 import pytest
 from tandem_cli import TANDEM, run_tandem
 
-from tandem.backends import netns
+from tandem.backends import netns, processes
 from tandem.cli import main
 
 API_KEY = "tandem-test-key"
@@ -61,8 +61,10 @@ def _no_deployment_of_a_killed_session(tmp_path_factory: pytest.TempPathFactory)
     A session stopped by SIGKILL (a CI wall, a closed terminal) never runs its fixtures'
     ``down``, so its deployments keep their namespaces, their bridge and so the subnet, which
     ``tandem up`` of this session then refuses as a clash, rightly. Only deployments whose
-    state lies in an earlier session's pytest folder are taken down, each with its own
-    TANDEM_HOME and tandem's own ``down``; anything else is not the suite's to touch.
+    state lies in another session's pytest folder are taken down, and only when that session
+    is over: pytest keeps the pid of a running session in its folder's ``.lock`` (another
+    session may be running beside this one: its deployments are its own). Each is taken down
+    with its own TANDEM_HOME and tandem's own ``down``.
     """
     if os.geteuid() != 0:
         return
@@ -71,13 +73,25 @@ def _no_deployment_of_a_killed_session(tmp_path_factory: pytest.TempPathFactory)
         state = Path(entry.state_file or "")
         if not state.is_relative_to(ours.parent) or state.is_relative_to(ours):
             continue
-        if state.is_file() and state.parent.parent.name == "deployments":
+        session = ours.parent / state.relative_to(ours.parent).parts[0]
+        if _session_running(session) or not state.is_file():
+            continue
+        if state.parent.parent.name == "deployments":
             subprocess.run(
                 [*TANDEM, "down", state.parent.name],
                 env={**os.environ, "TANDEM_HOME": str(state.parent.parent.parent)},
                 capture_output=True,
                 timeout=120,
             )
+
+
+def _session_running(folder: Path) -> bool:
+    """The pytest session of ``folder`` is still running (its ``.lock`` names a live pid)."""
+    try:
+        pid = int((folder / ".lock").read_text().strip())
+    except (OSError, ValueError):
+        return False  # a session that ended removed its lock
+    return processes.is_alive(pid)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,6 @@ own address, the node's overrides. No I/O happens here.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from enum import StrEnum
 from typing import Literal
@@ -30,7 +29,7 @@ from tandem import hf_cache, wire
 from tandem.errors import PlanError
 from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment, deployment_problems
-from tandem.spec.recipe import DataPlaneTransport, Recipe, ServeOptions
+from tandem.spec.recipe import DataPlaneTransport, Recipe
 
 
 class Role(StrEnum):
@@ -151,65 +150,9 @@ def in_files(error: PlanError, deployment: Deployment) -> PlanError:
     return error
 
 
-def _parallel_flags(serve: ServeOptions) -> list[str]:
-    return [
-        "--tensor-parallel-size",
-        str(serve.tensor_parallel_size),
-        "--pipeline-parallel-size",
-        str(serve.pipeline_parallel_size),
-    ]
-
-
-def _tuning_flags(serve: ServeOptions) -> list[str]:
-    """The remaining typed options as flags, in the order seed 000 writes them."""
-    valued = [
-        ("--kv-cache-dtype", serve.kv_cache_dtype),
-        ("--block-size", serve.block_size),
-        ("--max-model-len", serve.max_model_len),
-        ("--max-num-seqs", serve.max_num_seqs),
-        ("--max-num-batched-tokens", serve.max_num_batched_tokens),
-        ("--max-cudagraph-capture-size", serve.max_cudagraph_capture_size),
-        ("--gpu-memory-utilization", serve.gpu_memory_utilization),
-        ("--moe-backend", serve.moe_backend),
-        ("--tokenizer-mode", serve.tokenizer_mode),
-        ("--load-format", serve.load_format),
-        ("--generation-config", serve.generation_config),
-    ]
-    args: list[str] = []
-    for flag, value in valued:
-        if value is not None:
-            args += [flag, str(value)]
-    if serve.speculative_config is not None:
-        args += [
-            "--speculative-config",
-            json.dumps(serve.speculative_config, separators=(",", ":")),
-        ]
-    toggles = [
-        ("--enable-prefix-caching", serve.enable_prefix_caching),
-        ("--async-scheduling", serve.async_scheduling),
-        ("--enable-chunked-prefill", serve.enable_chunked_prefill),
-        ("--enable-flashinfer-autotune", serve.enable_flashinfer_autotune),
-    ]
-    for flag, value in toggles:
-        if value is True:
-            args.append(flag)
-        elif value is False:
-            args.append("--no-" + flag.removeprefix("--"))
-    for flag, value in [
-        ("--reasoning-parser", serve.reasoning_parser),
-        ("--tool-call-parser", serve.tool_call_parser),
-    ]:
-        if value is not None:
-            args += [flag, value]
-    for flag, on in [
-        ("--enable-auto-tool-choice", serve.enable_auto_tool_choice),
-        ("--enable-expert-parallel", serve.enable_expert_parallel),
-        ("--enforce-eager", serve.enforce_eager),
-        ("--trust-remote-code", serve.trust_remote_code),
-    ]:
-        if on:
-            args.append(flag)
-    return args
+PARALLEL_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size")
+"""Written before the distributed arguments, the rest of ``engine.serve`` after them, as the
+seed's command line does."""
 
 
 def serve_argv(deployment: Deployment, rank: int) -> list[str]:
@@ -227,7 +170,7 @@ def serve_argv(deployment: Deployment, rank: int) -> list[str]:
         "--port",
         str(recipe.ports.api),
     ]
-    argv += _parallel_flags(recipe.engine.serve)
+    argv += recipe.engine.serve.argv(only=PARALLEL_FIELDS)
     argv += ["--distributed-executor-backend", recipe.engine.executor.value]
     if len(cluster.nodes) > 1:
         argv += [
@@ -242,7 +185,7 @@ def serve_argv(deployment: Deployment, rank: int) -> list[str]:
         ]
         if rank > 0:
             argv.append(wire.HEADLESS_FLAG)
-    argv += _tuning_flags(recipe.engine.serve)
+    argv += recipe.engine.serve.argv(skip=PARALLEL_FIELDS)
     argv += recipe.engine.extra_args
     return argv
 

@@ -8,8 +8,10 @@ so a typo is an error that names the field instead of a setting silently ignored
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+from collections.abc import Collection
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
@@ -122,7 +124,9 @@ class ServeOptions(StrictModel):
     """``engine.serve:`` — typed `vllm serve` options, each rendered to its flag.
 
     A field left at ``null`` is not passed, so vLLM's own default applies. Anything without a
-    field here goes into ``engine.extra_args``.
+    field here goes into ``engine.extra_args``. Each field is the flag of its own name
+    (``max_model_len`` -> ``--max-model-len``, ``argv``); the fields stand in the order the
+    seed's command line writes their flags.
     """
 
     model_config = ConfigDict(str_min_length=1)  # `--kv-cache-dtype ''` is no setting
@@ -135,11 +139,6 @@ class ServeOptions(StrictModel):
     )
     pipeline_parallel_size: int = Field(
         default=1, ge=1, description="`--pipeline-parallel-size`: stages of consecutive layers."
-    )
-    enable_expert_parallel: bool = Field(
-        default=False,
-        description="`--enable-expert-parallel`: "
-        "shard MoE experts instead of splitting each expert.",
     )
     kv_cache_dtype: str | None = Field(
         default=None,
@@ -177,6 +176,11 @@ class ServeOptions(StrictModel):
     load_format: str | None = Field(
         default=None, description="`--load-format`, e.g. `safetensors`."
     )
+    generation_config: str | None = Field(
+        default=None,
+        description="`--generation-config`, e.g. `vllm` to ignore the model's sampling defaults.",
+    )
+
     speculative_config: dict[str, Any] | None = Field(
         default=None,
         description="`--speculative-config` as a mapping, rendered as compact JSON, e.g. "
@@ -202,16 +206,38 @@ class ServeOptions(StrictModel):
     )
     tool_call_parser: str | None = Field(default=None, description="`--tool-call-parser`.")
     enable_auto_tool_choice: bool = Field(default=False, description="`--enable-auto-tool-choice`.")
+    enable_expert_parallel: bool = Field(
+        default=False,
+        description="`--enable-expert-parallel`: "
+        "shard MoE experts instead of splitting each expert.",
+    )
     enforce_eager: bool = Field(
         default=False,
         description="`--enforce-eager`: no graph capture or "
         "torch.compile; slower decode, faster start.",
     )
     trust_remote_code: bool = Field(default=False, description="`--trust-remote-code`.")
-    generation_config: str | None = Field(
-        default=None,
-        description="`--generation-config`, e.g. `vllm` to ignore the model's sampling defaults.",
-    )
+
+    def argv(self, *, only: Collection[str] = (), skip: Collection[str] = ()) -> list[str]:
+        """The set fields as ``vllm serve`` flags, in field order (``only``/``skip``: field
+        names): a value as ``--flag VALUE``, a mapping as compact JSON, a plain boolean as the
+        bare flag when true, a three-way one as ``--flag`` or ``--no-flag``."""
+        args: list[str] = []
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            if (only and name not in only) or name in skip or value is None:
+                continue
+            flag = serve_flag(name)
+            if isinstance(value, bool):
+                if value:
+                    args.append(flag)
+                elif info.annotation is not bool:  # bool | None: false is said, null is not
+                    args.append("--no-" + flag.removeprefix("--"))
+            elif isinstance(value, dict):
+                args += [flag, json.dumps(value, separators=(",", ":"))]
+            else:
+                args += [flag, str(value)]
+        return args
 
     @field_validator("speculative_config")
     @classmethod
@@ -339,7 +365,7 @@ def _typed_flags() -> dict[str, str]:
     as ``--no-...``; plus vLLM's short aliases and the model's own flags."""
     table = {}
     for name, info in ServeOptions.model_fields.items():
-        flag = "--" + name.replace("_", "-")
+        flag = serve_flag(name)
         table[flag] = f"engine.serve.{name}"
         if info.annotation in (bool, bool | None):
             table["--no-" + flag.removeprefix("--")] = f"engine.serve.{name}"
@@ -352,6 +378,11 @@ def _typed_flags() -> dict[str, str]:
         "--hf-token": "HF_TOKEN in the environment of `tandem up`",
     }
     return table
+
+
+def serve_flag(field: str) -> str:
+    """The ``vllm serve`` flag of an ``engine.serve`` field: its name, dashed."""
+    return "--" + field.replace("_", "-")
 
 
 def flag_name(arg: str) -> str:
