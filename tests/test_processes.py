@@ -241,6 +241,52 @@ def test_orphans_of_a_dead_main_process_get_only_the_short_grace(tmp_path, clean
     assert time.monotonic() - started < 6.5 and not processes.is_alive(child)
 
 
+WAITS_FOR_GONE_PEERS = """
+import signal, sys, time
+def shut_down(*_):
+    time.sleep(120)  # a shutdown that waits for peers on other ranks, gone already
+    sys.exit(0)
+signal.signal(signal.SIGTERM, shut_down)
+print(0, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_process_stopped_before_the_stop_gets_only_the_short_grace(tmp_path, cleanup):
+    # A hung rank (SIGSTOP): continued, its vLLM worker waited the whole 30 s for peers.
+    main, _ = start_rank(tmp_path, script=WAITS_FOR_GONE_PEERS)
+    cleanup.append(main)
+    os.kill(main.pid, signal.SIGSTOP)
+    notes: list[str] = []
+    clock = fast_clock(4)
+    started = clock()
+    survivors = processes.stop(
+        lambda: processes.owned([owner(main)])[1],
+        groups=[main.pid],
+        grace_s=30,
+        orphan_grace_s=5,
+        on_progress=notes.append,
+        clock=clock,
+    )
+    assert survivors == [] and 5 <= clock() - started < 30, notes
+    assert "sending SIGKILL to 1 process(es) after 5." in notes[-1]
+
+
+def test_the_same_shutdown_not_hung_gets_the_whole_grace(tmp_path, cleanup):
+    main, _ = start_rank(tmp_path, script=WAITS_FOR_GONE_PEERS)
+    cleanup.append(main)
+    clock = fast_clock(4)
+    started = clock()
+    processes.stop(
+        lambda: processes.owned([owner(main)])[1],
+        groups=[main.pid],
+        grace_s=10,
+        orphan_grace_s=0.5,
+        clock=clock,
+    )
+    assert clock() - started >= 10  # it is running its own shutdown: no reason to cut it
+
+
 # --- ownership: never a pid alone -----------------------------------------------------------
 
 RANK_STARTED_S = 1_000_000.0

@@ -303,14 +303,19 @@ def is_alive(pid: int) -> bool:
     return process is not None and process.alive
 
 
-def _orphans(left: list[Process]) -> bool:
-    """Only processes whose rank lost its main process are left (or the resource tracker).
+def _orphans_or_hung(left: list[Process], hung: set[int]) -> bool:
+    """Only processes that cannot shut down in order are left (or the resource tracker).
 
-    Their parent is outside the set and they lead no session: nothing above them will shut
-    them down in order, so waiting the whole grace for them is waste.
+    An orphan's parent is outside the set and it leads no session: nothing above it will shut
+    it down in order. A hung one was stopped (a SIGSTOP, a debugger) when the stop began:
+    continued, it wakes into a shutdown whose peers on the other ranks have already gone, and
+    waits for them (seen: a vLLM worker of a stopped rank waited the whole 30 s). Waiting the
+    whole grace for either is waste.
     """
     pids = {p.pid for p in left}
-    return all(p.ignores_term or (p.ppid not in pids and p.pid != p.sid) for p in left)
+    return all(
+        p.ignores_term or p.pid in hung or (p.ppid not in pids and p.pid != p.sid) for p in left
+    )
 
 
 def stop(
@@ -329,10 +334,11 @@ def stop(
     ``groups`` are the ranks' process groups, signalled as a whole even when their leader is
     dead. Stopped processes are continued so they can act on SIGTERM. The wait ends as soon as
     only processes that ignore SIGTERM are left (multiprocessing's resource tracker), after
-    ``orphan_grace_s`` when only orphans of a dead main process are left (a vLLM worker whose
-    parent was killed does not act on SIGTERM), after ``grace_s``, or when ``hurry`` is
-    requested. It says what it does, so a clean shutdown of a few seconds does not read like a
-    hang: what got SIGTERM and for how long, then every 5 s what each process still waits for.
+    ``orphan_grace_s`` when only orphans of a dead main process (a vLLM worker whose parent
+    was killed does not act on SIGTERM) or processes that were stopped when the stop began
+    are left, after ``grace_s``, or when ``hurry`` is requested. It says what it does, so a
+    clean shutdown of a few seconds does not read like a hang: what got SIGTERM and for how
+    long, then every 5 s what each process still waits for.
     """
     hurry = hurry or Hurry()
     targets = find()
@@ -345,6 +351,7 @@ def stop(
     # A group is signalled only while one of its members is ours: a pgid whose members are all
     # gone may be reused by an unrelated process.
     groups = sorted({p.pgid for p in targets} & set(groups))
+    hung = {p.pid for p in targets if p.stopped}
     for sig in (signal.SIGTERM, signal.SIGCONT):
         for pgid in groups:
             _signal_group(pgid, sig)
@@ -355,7 +362,7 @@ def stop(
     while not hurry.requested and clock() - started < grace_s:
         left = _still_running(targets)  # the known pids only: a whole /proc scan at 5 Hz is waste
         if all(p.ignores_term for p in left) or (
-            _orphans(left) and clock() - started >= orphan_grace_s
+            _orphans_or_hung(left, hung) and clock() - started >= orphan_grace_s
         ):
             break
         if clock() >= next_note:
