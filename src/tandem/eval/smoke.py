@@ -385,17 +385,25 @@ def _tool_parts(server: Server) -> list[ToolPart]:
             ToolPart(part=name, outcome=outcome, said=said + (f": {detail}" if detail else ""))
         )
 
+    def forced(name: str, status: int, finish: str | None, problems: list[str], said: str) -> None:
+        """A call the request forced: a refusal or a wrong call fails; one that ran out of
+        ``max_tokens`` before it closed says so (a small model may repeat a list forever)."""
+        if status == 200 and finish == "length" and problems:
+            part(name, [], said, cannot_judge="the call ran past max_tokens before it closed")
+        else:
+            part(name, problems if status == 200 else [f"HTTP {status}"], said)
+
     # required: the server must return a call (its structured output forces one)
     status, body = server.chat_status(
         weather, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=128, **GREEDY
     )
     message, finish, _ = _message(body)
     calls = message.get("tool_calls") or []
-    part(
+    forced(
         "required",
-        (_arguments_problems(calls) or ([] if calls else ["no tool call"]))
-        if status == 200
-        else [f"HTTP {status}"],
+        status,
+        finish,
+        _arguments_problems(calls) or ([] if calls else ["no tool call"]),
         f"HTTP {status}, finish {finish!r}, calls {_calls_text(calls)}",
     )
 
@@ -414,10 +422,12 @@ def _tool_parts(server: Server) -> list[ToolPart]:
         if [c.get("function", {}).get("name") for c in calls] == ["book_trip"]
         else ["not exactly one call of book_trip"]
     )
-    part(
-        "named, nested arguments",
-        problems if status == 200 else [f"HTTP {status}"],
-        f"HTTP {status}, calls {_calls_text(calls)}",
+    forced(
+        "named with nested arguments",
+        status,
+        finish,
+        problems,
+        f"HTTP {status}, finish {finish!r}, calls {_calls_text(calls)}",
     )
 
     # parallel calls: two cities, one call each; a small model may make one (it cannot judge)

@@ -28,17 +28,27 @@ TRIP_PARAMETERS: dict[str, Any] = {
             "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
             "required": ["name", "age"],
         },
-        "cities": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "cities": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 4},
     },
     "required": ["traveller", "cities"],
 }
-"""Nested arguments: an object inside the object, and an array of strings."""
+"""Nested arguments: an object inside the object, and an array of strings (at most four: a
+small model repeats an open list until ``max_tokens``; the bound makes the server close it)."""
 
 
 def function_tool(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """A tool as the OpenAI API takes it, ``strict``: the server then promises arguments that
+    match the schema, so a call that does not is the server's fault, not the model's. (vLLM's
+    ``--tool-strict-level auto`` pins the arguments only for a strict tool; without it the
+    real SmolLM2-135M called ``get_weather`` with the string ``"Paris"``.)"""
     return {
         "type": "function",
-        "function": {"name": name, "description": description, "parameters": parameters},
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": parameters,
+            "strict": True,
+        },
     }
 
 
@@ -94,6 +104,8 @@ def _problems(value: Any, schema: dict[str, Any], where: str) -> list[str]:
     if isinstance(value, list) and expected == "array":
         if len(value) < schema.get("minItems", 0):
             found.append(f"{named} has {len(value)} item(s), fewer than {schema['minItems']}")
+        if len(value) > schema.get("maxItems", len(value)):
+            found.append(f"{named} has {len(value)} item(s), more than {schema['maxItems']}")
         for i, item in enumerate(value):
             found += _problems(item, schema.get("items") or {}, f"{where}[{i}]")
     return found
