@@ -39,9 +39,8 @@ from tandem.check.node_transport import LocalTransport, NodeTransport, ProbeErro
 from tandem.check.rules import CheckContext, evaluate
 from tandem.errors import BackendError, PlanError, TandemError
 from tandem.interrupts import shielded
-from tandem.plan import infer_hardware, load_model_facts, plan_deployment
-from tandem.plan.config import default_cache_roots
-from tandem.plan.planner import Plan
+from tandem.plan.config import facts_of
+from tandem.plan.planner import Plan, infer_hardware, plan_deployment
 from tandem.rankplan import RankPlan, plan_ranks
 from tandem.spec.cluster import LocalIsolation, Transport
 from tandem.spec.deployment import Deployment
@@ -146,14 +145,8 @@ def memory_plan(deployment: Deployment) -> tuple[Plan | None, str | None, PlanEr
     preflight). A refusal (``max_model_len`` beyond the model, a KV dtype the model cannot use)
     is an error of the preflight.
     """
-    model = deployment.recipe.model
     try:
-        facts = load_model_facts(
-            model.repo_id,
-            revision=model.revision,
-            local_path=model.path,
-            cache_roots=default_cache_roots(model.cache_root),
-        )
+        facts = facts_of(deployment.recipe.model)
         hardware = infer_hardware(deployment, None)
     except TandemError as exc:
         return None, f"tandem plan could not plan it: {exc.message}", None

@@ -15,8 +15,7 @@ from tandem.cli.options import (
 )
 from tandem.errors import PlanError
 from tandem.plan.calibrate import figures_from_log, planned_vs_measured, serves_model
-from tandem.plan.config import default_cache_roots, load_model_facts
-from tandem.plan.planner import infer_hardware, plan_deployment
+from tandem.plan.planner import plan_for
 from tandem.report.plan import print_plan
 from tandem.spec.recipe import ModelSource, ServeOptions
 from tandem.vllm_log import BootFigures, logged_model
@@ -112,18 +111,10 @@ def plan_command(
     deployment = machine_deployment(recipe, cluster_path)
     model = deployment.recipe.model
     figures = _boot_figures(log_path, model) if log_path else None  # refused before planning
-    facts = load_model_facts(
-        model.repo_id,
-        model_dir=model_dir,
-        revision=model.revision,
-        cache_roots=default_cache_roots(model.cache_root),
-        local_path=model.path,
-    )
-    hardware = infer_hardware(deployment, hardware_name)
-    plan = plan_deployment(
+    plan = plan_for(
         deployment,
-        facts,
-        hardware,
+        model_dir=model_dir,
+        hardware=hardware_name,
         max_model_len=max_model_len,
         gpu_memory_utilization=utilization,
         context_tokens=context_tokens,

@@ -1,4 +1,7 @@
-"""GPQA-Diamond evaluation of an OpenAI-compatible endpoint: crash-safe, statistically honest.
+"""Does the served model answer right: GPQA-Diamond over hours, and the smoke checks in a minute.
+
+GPQA (``runner``) is crash-safe and statistically honest; the smoke checks (``smoke``, with the
+tool-call judge in ``toolschema``) are what people run by hand right after a boot or an upgrade.
 
 Public surface:
 - ``extract_answer(text) -> (letter | None, rule)``: the layered answer extraction;

@@ -1,13 +1,14 @@
 """The planner: memory per rank, KV pool in tokens, concurrency, fit and decode roofline.
 
 Usage:
-    from tandem.plan import load_model_facts, load_profile, plan_deployment
+    from tandem.plan import plan_for
     from tandem.spec.loading import load_deployment
 
     deployment = load_deployment("deepseek-v4-flash-dspark", "examples/dgx-spark-eks.yaml")
-    facts = load_model_facts(deployment.recipe.model.repo_id)
-    plan = plan_deployment(deployment, facts, load_profile("gb10"))
+    plan = plan_for(deployment, hardware="gb10")  # the model found where the recipe says
     plan.kv_pool_tokens, plan.fits, plan.model_dump_json()
+
+``plan_deployment`` takes the model's facts and a hardware profile given by hand.
 
 Modules: ``config`` (config.json and safetensors headers), ``kv`` (KV layout by architecture),
 ``memory`` (budget, weights, reserves, pool, fit), ``roofline`` (decode bound), ``calibrate``
@@ -18,7 +19,7 @@ from tandem.plan.calibrate import Calibration, figures_from_log, planned_vs_meas
 from tandem.plan.config import ModelFacts, WeightPart, load_model_facts, read_safetensors_header
 from tandem.plan.hardware import HardwareProfile, load_profile, profile_names
 from tandem.plan.kv import KVLayout, kv_layout
-from tandem.plan.planner import Plan, infer_hardware, plan_deployment
+from tandem.plan.planner import Plan, infer_hardware, plan_deployment, plan_for
 
 __all__ = [
     "Calibration",
@@ -33,6 +34,7 @@ __all__ = [
     "load_model_facts",
     "load_profile",
     "plan_deployment",
+    "plan_for",
     "planned_vs_measured",
     "profile_names",
     "read_safetensors_header",

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from tandem import hf_cache, wire
 from tandem.errors import PlanError
+from tandem.spec.recipe import ModelSource
 
 PartRole = Literal[
     "routed_experts",
@@ -263,6 +264,22 @@ def load_model_facts(
         local_path=local_path,
     )
     return facts.model_copy(update={"observations": shipped_observations(repo_id)})
+
+
+def facts_of(model: ModelSource, *, model_dir: Path | None = None) -> ModelFacts:
+    """The facts of a recipe's model, looked for where the recipe says it is (``model.path``,
+    its ``cache_root`` and revision), or in ``model_dir``.
+
+    Raises:
+        PlanError: nothing found; the hint says which flag to pass.
+    """
+    return load_model_facts(
+        model.repo_id,
+        model_dir=model_dir,
+        revision=model.revision,
+        cache_roots=default_cache_roots(model.cache_root),
+        local_path=model.path,
+    )
 
 
 def _find_model_facts(

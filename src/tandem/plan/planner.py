@@ -18,6 +18,7 @@ Pure: no I/O besides what the caller passed in.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -25,7 +26,7 @@ from pydantic import BaseModel, Field
 from tandem import wire
 from tandem.errors import PlanError
 from tandem.plan.calibrate import Calibration
-from tandem.plan.config import ModelFacts
+from tandem.plan.config import ModelFacts, facts_of
 from tandem.plan.hardware import HardwareProfile, load_profile, profile_names
 from tandem.plan.kv import KVLayout
 from tandem.plan.memory import (
@@ -164,6 +165,25 @@ def _shipped_boot(
         ):
             return obs
     return None
+
+
+def plan_for(
+    deployment: Deployment,
+    *,
+    model_dir: Path | None = None,
+    hardware: str | None = None,
+    **options: Any,
+) -> Plan:
+    """Plan a deployment from its own recipe and cluster: the model's facts found where the
+    recipe says (or in ``model_dir``), the hardware named (or inferred from the cluster), and
+    ``plan_deployment``'s options. What ``tandem plan`` and a launched deployment's status use.
+
+    Raises:
+        PlanError: the model's facts are nowhere, no hardware profile fits, or the deployment
+            is impossible.
+    """
+    facts = facts_of(deployment.recipe.model, model_dir=model_dir)
+    return plan_deployment(deployment, facts, infer_hardware(deployment, hardware), **options)
 
 
 def plan_deployment(

@@ -10,8 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from tandem.errors import TandemError
 from tandem.plan.calibrate import Calibration, planned_vs_measured
-from tandem.plan.config import default_cache_roots, load_model_facts
-from tandem.plan.planner import Plan, infer_hardware, plan_deployment
+from tandem.plan.planner import Plan, plan_for
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
 from tandem.spec.recipe import Recipe
@@ -35,14 +34,7 @@ def launched_plan(recipe: dict[str, Any], cluster: dict[str, Any]) -> Plan:
     deployment = Deployment(
         recipe=Recipe.model_validate(recipe), cluster=Cluster.model_validate(cluster)
     )
-    model = deployment.recipe.model
-    facts = load_model_facts(
-        model.repo_id,
-        revision=model.revision,
-        cache_roots=default_cache_roots(model.cache_root),
-        local_path=model.path,
-    )
-    return plan_deployment(deployment, facts, infer_hardware(deployment, None))
+    return plan_for(deployment)
 
 
 def planned_roofline_tok_s(recipe: dict[str, Any], cluster: dict[str, Any]) -> float | None:
