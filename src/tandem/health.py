@@ -105,12 +105,39 @@ _VERDICT_EXIT_CODES = {
 }
 
 
+class RankCondition(StrEnum):
+    """One rank's health in a word, from its processes, its log and (for the leader) its API."""
+
+    HEALTHY = "healthy"
+    STARTING = "starting"
+    DEAD = "dead"
+    """No process of the rank is alive."""
+    BROKEN = "broken"
+    """Some of its processes are gone, or its node reports a problem."""
+    STALLED = "stalled"
+    """A process is stopped (a signal or a debugger) and runs no code."""
+    ERROR = "error"
+    """Its log since ready shows a fatal error while the processes live."""
+    UNREACHABLE = "unreachable"
+    """Its node could not be asked."""
+    NOT_ANSWERING = "not-answering"
+    """The leader's processes live but its /health does not answer."""
+
+    @property
+    def colour(self) -> str:
+        return {RankCondition.HEALTHY: "green", RankCondition.STARTING: "cyan"}.get(self, "red")
+
+
+_FINE = (RankCondition.HEALTHY, RankCondition.STARTING)
+_LOST_PROCESSES = (RankCondition.DEAD, RankCondition.BROKEN)
+_EXPLAINS_SILENCE = (RankCondition.BROKEN, RankCondition.STALLED, RankCondition.ERROR)
+"""What the process table or the log say that makes a silent /health need no more looks."""
+
+
 class Health(BaseModel):
     """One rank's health."""
 
-    state: str = Field(
-        description="healthy, starting, dead, broken, stalled, error, unreachable or not-answering."
-    )
+    state: RankCondition
     reason: str = ""
     evidence: str = Field(default="", description="The fact or log line that shows it.")
 
@@ -161,6 +188,19 @@ class Assessment(BaseModel):
     api: ApiFacts = Field(default_factory=ApiFacts)
     checked_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
+    @property
+    def only_the_api_is_silent(self) -> bool:
+        """Down only because the leader's /health did not answer, every process in place: one
+        miss may be a slow answer, so a watcher counts several before it acts."""
+        return (
+            self.verdict is Verdict.DOWN
+            and self.rank is not None
+            and all(
+                r.health.state in (RankCondition.HEALTHY, RankCondition.NOT_ANSWERING)
+                for r in self.ranks
+            )
+        )
+
 
 # Log lines that mean a rank's engine is broken even while its processes live.
 ERROR_SIGNATURES: list[tuple[re.Pattern[str], str]] = [
@@ -203,7 +243,7 @@ def rank_health(record: RankState, seen: RankObservation, *, ready: bool) -> Hea
     """One rank's health from its recorded processes and what its node shows now (pure)."""
     if seen.unreachable:
         return Health(
-            state="unreachable",
+            state=RankCondition.UNREACHABLE,
             reason=f"node {record.node} could not be asked",
             evidence=seen.unreachable,
         )
@@ -211,7 +251,7 @@ def rank_health(record: RankState, seen: RankObservation, *, ready: bool) -> Hea
     if not alive and seen.alive is not True:
         expected = ", ".join(f"{p.name} {p.pid}" for p in record.processes) or f"pid {record.pid}"
         return Health(
-            state="dead",
+            state=RankCondition.DEAD,
             reason=f"no process of rank {record.rank} is alive",
             evidence=f"expected: {expected}",
         )
@@ -219,13 +259,13 @@ def rank_health(record: RankState, seen: RankObservation, *, ready: bool) -> Hea
     if stopped:
         p = stopped[0]
         return Health(
-            state="stalled",
+            state=RankCondition.STALLED,
             reason=f"{p.name} (pid {p.pid}) is stopped and runs no code",
             evidence=f"/proc/{p.pid}/stat state {p.state}",
         )
     if seen.problem:
         return Health(
-            state="broken",
+            state=RankCondition.BROKEN,
             reason=seen.problem,
             evidence=", ".join(f"{p.name} {p.pid}" for p in seen.processes),
         )
@@ -234,16 +274,16 @@ def rank_health(record: RankState, seen: RankObservation, *, ready: bool) -> Hea
         gone = ", ".join(f"{p.name} (pid {p.pid})" for p in missing)
         left = ", ".join(f"{p.name} {p.pid}" for p in seen.processes) or "none"
         return Health(
-            state="broken",
+            state=RankCondition.BROKEN,
             reason=f"{gone} of rank {record.rank} {'is' if len(missing) == 1 else 'are'} gone",
             evidence=f"left: {left}",
         )
     found = error_signature(seen.log_since_ready)
     if found:
-        return Health(state="error", reason=found[0], evidence=found[1])
+        return Health(state=RankCondition.ERROR, reason=found[0], evidence=found[1])
     if not ready:
-        return Health(state="starting", reason="start-up in progress")
-    return Health(state="healthy")
+        return Health(state=RankCondition.STARTING, reason="start-up in progress")
+    return Health(state=RankCondition.HEALTHY)
 
 
 def _seen(observed: Mapping[int, RankObservation], rank: int) -> RankObservation:
@@ -282,10 +322,10 @@ def judge(
         )
 
     leader = next((r for r in ranks if r.role == "leader"), ranks[0] if ranks else None)
-    if leader is None or all(r.health.state == "dead" for r in ranks):
+    if leader is None or all(r.health.state is RankCondition.DEAD for r in ranks):
         return verdict(Verdict.DOWN, None, "no rank is running")
     if not state.ready:
-        dead = next((r for r in ranks if r.health.state in ("dead", "broken")), None)
+        dead = next((r for r in ranks if r.health.state in _LOST_PROCESSES), None)
         if dead:
             return verdict(
                 Verdict.DOWN,
@@ -302,9 +342,9 @@ def judge(
                 "`tandem down` stops it",
             )
         return verdict(Verdict.STARTING, None, "start-up in progress")
-    if leader.health.state == "dead":
+    if leader.health.state is RankCondition.DEAD:
         return verdict(Verdict.DOWN, leader.rank, leader.health.reason, leader.health.evidence)
-    if not api.answers and leader.health.state in ("broken", "stalled", "error"):
+    if not api.answers and leader.health.state in _EXPLAINS_SILENCE:
         # The process table or the log already says why /health is silent (its main process
         # gone, say): that is the verdict, at once, with the pid; no more looks will add to it.
         return verdict(
@@ -319,12 +359,12 @@ def judge(
         )
     if not api.answers:
         leader.health = Health(
-            state="not-answering",
+            state=RankCondition.NOT_ANSWERING,
             reason="the leader does not answer /health",
             evidence=api.health_error or f"HTTP {api.health_status}",
         )
         return verdict(Verdict.DOWN, leader.rank, leader.health.reason, leader.health.evidence)
-    stalled = next((r for r in ranks if r.health.state == "stalled"), None)
+    stalled = next((r for r in ranks if r.health.state is RankCondition.STALLED), None)
     if stalled:
         return verdict(
             Verdict.STALLED, stalled.rank, stalled.health.reason, stalled.health.evidence
@@ -344,7 +384,7 @@ def judge(
             f"but no token counted for {api.stalled_for_s:.0f} s",
             f"{REQUESTS_RUNNING} {api.requests_running:g}",
         )
-    broken = next((r for r in ranks if r.health.state not in ("healthy", "starting")), None)
+    broken = next((r for r in ranks if r.health.state not in _FINE), None)
     if broken:
         return verdict(Verdict.DEGRADED, broken.rank, broken.health.reason, broken.health.evidence)
     if api.canary == "error":
@@ -497,7 +537,8 @@ def assess(
     """
     observed = observe(state, backend)
     suspicious = any(
-        rank_health(r, _seen(observed, r.rank), ready=True).state != "healthy" for r in state.ranks
+        rank_health(r, _seen(observed, r.rank), ready=True).state is not RankCondition.HEALTHY
+        for r in state.ranks
     )
     api = probe_api(
         state,

@@ -19,7 +19,14 @@ from tandem.backends.launch import interrupted
 from tandem.backends.state import DeploymentState, list_deployments, load_state
 from tandem.check.findings import CheckReport
 from tandem.errors import BackendError, CheckFailed, StateError
-from tandem.health import Assessment, Health, ProgressTracker, Verdict, assess
+from tandem.health import (
+    Assessment,
+    Health,
+    ProgressTracker,
+    RankCondition,
+    Verdict,
+    assess,
+)
 from tandem.plan.status import PlannedVsActual, planned_vs_boot
 from tandem.preflight import run_check
 from tandem.rankplan import RankPlan, plan_ranks
@@ -190,7 +197,7 @@ def status(
             log=r.log,
             health=health[r.rank].health,
             processes=health[r.rank].processes,
-            state="exited" if health[r.rank].health.state == "dead" else "running",
+            state="exited" if health[r.rank].health.state is RankCondition.DEAD else "running",
         )
         for r in sorted(state.ranks, key=lambda r: r.rank)
     ]

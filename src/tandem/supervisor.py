@@ -228,11 +228,7 @@ def supervise(
                 healthy_since = None
             elif healthy_since is None:
                 healthy_since = clock()
-            only_health = (
-                report.verdict is Verdict.DOWN
-                and report.rank is not None
-                and all(r.health.state in ("healthy", "not-answering") for r in report.ranks)
-            )
+            only_health = report.only_the_api_is_silent
             misses = misses + 1 if only_health else 0
             if report.verdict in (Verdict.HEALTHY, Verdict.STARTING) or (
                 only_health and misses < policy.health_failures

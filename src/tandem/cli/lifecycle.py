@@ -263,7 +263,7 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
         console.print(f"  [dim]evidence: {status.evidence}[/dim]")
     table = Table("rank", "role", "node", "address", "processes", "health")
     for r in status.ranks:
-        shade = "green" if r.health.state == "healthy" else "red"
+        shade = r.health.state.colour
         procs = (
             ", ".join(
                 f"{p.name} {p.pid}{' (' + p.state + ')' if p.state in 'TtDZ' else ''}"
