@@ -127,3 +127,29 @@ def test_an_engine_that_does_not_start_is_rolled_back(deployment):
     status = json.loads(run_tandem("status", NAME, "--json", env=env, check=False).stdout)
     assert status["verdict"] == "healthy"
     assert greedy(env) == before  # the old revision answers as it did
+
+
+def test_a_template_that_doubles_bos_fails_the_smoke_gate_and_is_rolled_back(
+    deployment, tiny_hf_home
+):
+    """The break-on-purpose case of the template check, on the engine: the model's own chat
+    template with one more BOS in front, given to vLLM with ``--chat-template``."""
+    folder, env = deployment
+    (own,) = (tiny_hf_home / "hub").glob(
+        "models--*tiny-deepseek-v3/snapshots/*/chat_template.jinja"
+    )
+    doubled = folder / "doubled-bos.jinja"
+    doubled.write_text("{{ bos_token }}" + own.read_text())
+    before = greedy(env)
+    bad = recipe(
+        folder, "r4", ("  serve:\n", f"  extra_args: [--chat-template, {doubled}]\n  serve:\n")
+    )
+    result = run_tandem(
+        "upgrade", NAME, "--recipe", str(bad), "--no-bench", env=env, timeout=1500, check=False
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "doubled BOS" in result.stdout and "rolled back to revision 2" in result.stdout
+    revisions = history(env)
+    assert [r["outcome"] for r in revisions] == ["good", "good", "failed", "failed"]
+    assert revisions[3]["reason"].startswith("smoke template: the special prefix")
+    assert greedy(env) == before
