@@ -257,8 +257,11 @@ def test_a_process_stopped_before_the_stop_gets_only_the_short_grace(tmp_path, c
     main, _ = start_rank(tmp_path, script=WAITS_FOR_GONE_PEERS)
     cleanup.append(main)
     os.kill(main.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while not processes.read_process(main.pid).stopped and time.monotonic() < deadline:
+        time.sleep(0.05)  # the signal is delivered asynchronously
     notes: list[str] = []
-    clock = fast_clock(4)
+    clock = fast_clock(10)
     started = clock()
     survivors = processes.stop(
         lambda: processes.owned([owner(main)])[1],
@@ -269,22 +272,23 @@ def test_a_process_stopped_before_the_stop_gets_only_the_short_grace(tmp_path, c
         clock=clock,
     )
     assert survivors == [] and 5 <= clock() - started < 30, notes
-    assert "sending SIGKILL to 1 process(es) after 5." in notes[-1]
+    killed_after = float(notes[-1].split(" after ")[1].split(" s")[0])
+    assert notes[-1].startswith("sending SIGKILL to 1 process(es)") and 5 <= killed_after < 10
 
 
 def test_the_same_shutdown_not_hung_gets_the_whole_grace(tmp_path, cleanup):
     main, _ = start_rank(tmp_path, script=WAITS_FOR_GONE_PEERS)
     cleanup.append(main)
-    clock = fast_clock(4)
+    clock = fast_clock(8)
     started = clock()
     processes.stop(
         lambda: processes.owned([owner(main)])[1],
         groups=[main.pid],
-        grace_s=10,
+        grace_s=8,
         orphan_grace_s=0.5,
         clock=clock,
     )
-    assert clock() - started >= 10  # it is running its own shutdown: no reason to cut it
+    assert clock() - started >= 8  # it is running its own shutdown: no reason to cut it
 
 
 # --- ownership: never a pid alone -----------------------------------------------------------
