@@ -1,7 +1,8 @@
 """``tandem upgrade``, ``rollback`` and ``history`` on the real engine: a deployment of its own
 (``tiny-upgrade``, on its own subnet, beside the session's tiny-local), upgraded to a good
-revision that passes the gate, then to one whose engine does not start, which is rolled back
-automatically to the revision before: it answers the same greedy tokens as before, warm."""
+revision that passes the gate, then to bad ones (an engine that does not start, a template
+that doubles BOS, one sequence at a time), each rolled back automatically to the revision
+before: it answers the same greedy tokens as before, warm."""
 
 from __future__ import annotations
 
@@ -152,4 +153,33 @@ def test_a_template_that_doubles_bos_fails_the_smoke_gate_and_is_rolled_back(
     revisions = history(env)
     assert [r["outcome"] for r in revisions] == ["good", "good", "failed", "failed"]
     assert revisions[3]["reason"].startswith("smoke template: the special prefix")
+    assert greedy(env) == before
+
+
+def test_a_much_slower_revision_fails_the_bench_gate_and_is_rolled_back(deployment):
+    """The slow kind: one sequence at a time (``max_num_seqs: 1``) under the gate bench's
+    concurrency of 4 serves the same answers at a fraction of the throughput."""
+    folder, env = deployment
+    before, known = greedy(env), len(history(env))
+    running = json.loads(run_tandem("status", NAME, "--json", env=env).stdout)["revision"]
+    slow = recipe(folder, "r5", ("max_num_seqs: 8", "max_num_seqs: 1"))
+    result = run_tandem(
+        "upgrade",
+        NAME,
+        "--recipe",
+        str(slow),
+        "--max-tpot-increase",
+        "3",
+        "--max-throughput-drop",
+        "0.5",
+        env=env,
+        timeout=1500,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "bench: output" in result.stdout, result.stdout
+    assert f"rolled back to revision {running}" in result.stdout
+    revisions = history(env)
+    assert len(revisions) == known + 1 and revisions[-1]["outcome"] == "failed"
+    assert revisions[-1]["reason"].startswith("bench: output")
     assert greedy(env) == before
