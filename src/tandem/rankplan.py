@@ -155,9 +155,50 @@ PARALLEL_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size")
 seed's command line does."""
 
 
-def serve_argv(deployment: Deployment, rank: int) -> list[str]:
-    """The ``vllm serve`` command of one rank; workers differ only in rank and ``--headless``."""
-    recipe, cluster = deployment.recipe, deployment.cluster
+class Distributed(BaseModel):
+    """The flags that join one rank to a multi-node group, as text: the Kubernetes renderer
+    puts LeaderWorkerSet's variables where it knows them only at run time (the worker's index,
+    the leader's address)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    nnodes: str
+    node_rank: str
+    master_addr: str
+    master_port: str
+    headless: bool
+
+    def argv(self) -> list[str]:
+        return [
+            wire.NNODES_FLAG,
+            self.nnodes,
+            wire.NODE_RANK_FLAG,
+            self.node_rank,
+            wire.MASTER_ADDR_FLAG,
+            self.master_addr,
+            wire.MASTER_PORT_FLAG,
+            self.master_port,
+        ] + ([wire.HEADLESS_FLAG] if self.headless else [])
+
+
+def distributed(deployment: Deployment, rank: int) -> Distributed | None:
+    """Rank ``rank``'s place in the group; ``None`` on one node (no flags)."""
+    cluster = deployment.cluster
+    if len(cluster.nodes) == 1:
+        return None
+    return Distributed(
+        nnodes=str(len(cluster.nodes)),
+        node_rank=str(rank),
+        master_addr=cluster.leader.address,
+        master_port=str(deployment.recipe.ports.master),
+        headless=rank > 0,
+    )
+
+
+def serve_argv(deployment: Deployment, rank: int, group: Distributed | None = None) -> list[str]:
+    """The ``vllm serve`` command of one rank; workers differ only in rank and ``--headless``.
+    ``group`` replaces the rank's own distributed flags (a renderer's templated ones)."""
+    recipe = deployment.recipe
     model = recipe.model
     argv = ["vllm", "serve", model.path or model.repo_id]
     if model.path is None and model.revision != "main":
@@ -172,19 +213,9 @@ def serve_argv(deployment: Deployment, rank: int) -> list[str]:
     ]
     argv += recipe.engine.serve.argv(only=PARALLEL_FIELDS)
     argv += ["--distributed-executor-backend", recipe.engine.executor.value]
-    if len(cluster.nodes) > 1:
-        argv += [
-            wire.NNODES_FLAG,
-            str(len(cluster.nodes)),
-            wire.NODE_RANK_FLAG,
-            str(rank),
-            wire.MASTER_ADDR_FLAG,
-            cluster.leader.address,
-            wire.MASTER_PORT_FLAG,
-            str(recipe.ports.master),
-        ]
-        if rank > 0:
-            argv.append(wire.HEADLESS_FLAG)
+    group = group or distributed(deployment, rank)
+    if group is not None:
+        argv += group.argv()
     argv += recipe.engine.serve.argv(skip=PARALLEL_FIELDS)
     argv += recipe.engine.extra_args
     return argv

@@ -44,7 +44,7 @@ import yaml
 
 from tandem import caches, liveness, wire
 from tandem.errors import PlanError, Problem
-from tandem.rankplan import Mount, RankPlan, RankSpec, Role, in_files
+from tandem.rankplan import Mount, RankPlan, RankSpec, Role, distributed, in_files, serve_argv
 from tandem.spec.deployment import Deployment
 from tandem.spec.kubernetes import LeaderAddress, ServiceType
 
@@ -171,37 +171,23 @@ def _volumes(deployment: Deployment, rank: RankSpec) -> tuple[list[dict], list[d
     return volumes, mounts
 
 
-def _flag_values(argv: list[str]) -> dict[str, int]:
-    """Index of each ``--flag``'s value in argv."""
-    return {a: i + 1 for i, a in enumerate(argv[:-1]) if a.startswith("--")}
-
-
-def _templated_argv(argv: list[str], replace: dict[str, str]) -> list[str]:
-    result = list(argv)
-    where = _flag_values(argv)
-    for flag, value in replace.items():
-        if flag in where:
-            result[where[flag]] = value
-    return result
-
-
-def _role_argv(ranks: list[RankSpec], mode: LeaderAddress) -> list[str]:
+def _role_argv(deployment: Deployment, ranks: list[RankSpec], mode: LeaderAddress) -> list[str]:
     """One argv for every rank of a template: literal where the ranks agree, LWS variables
     where LeaderWorkerSet knows the value."""
-    lws_vars = {
-        wire.NNODES_FLAG: f"$({wire.LWS_GROUP_SIZE})",
-        wire.NODE_RANK_FLAG: f"$({wire.LWS_WORKER_INDEX})",
-        wire.MASTER_ADDR_FLAG: f"$({wire.LWS_LEADER_ADDRESS})",
-    }
-    if mode is LeaderAddress.LWS:
-        argvs = [_templated_argv(r.argv, lws_vars) for r in ranks]
-    else:
-        argvs = [
-            _templated_argv(r.argv, {wire.NODE_RANK_FLAG: lws_vars[wire.NODE_RANK_FLAG]})
-            if len(ranks) > 1
-            else r.argv
-            for r in ranks
-        ]
+
+    def templated(rank: RankSpec) -> list[str]:
+        group = distributed(deployment, rank.rank)
+        if group is None or (mode is not LeaderAddress.LWS and len(ranks) == 1):
+            return rank.argv
+        known_to_lws = {"node_rank": f"$({wire.LWS_WORKER_INDEX})"}
+        if mode is LeaderAddress.LWS:
+            known_to_lws |= {
+                "nnodes": f"$({wire.LWS_GROUP_SIZE})",
+                "master_addr": f"$({wire.LWS_LEADER_ADDRESS})",
+            }
+        return serve_argv(deployment, rank.rank, group.model_copy(update=known_to_lws))
+
+    argvs = [templated(r) for r in ranks]
     if any(a != argvs[0] for a in argvs):
         raise PlanError(
             "the worker ranks run different commands, but a LeaderWorkerSet has one "
@@ -380,7 +366,7 @@ def pod_template(deployment: Deployment, ranks: list[RankSpec], role: Role) -> d
         "imagePullPolicy": options.image_pull_policy,
     }
     try:
-        container["command"] = _role_argv(ranks, options.leader_address)
+        container["command"] = _role_argv(deployment, ranks, options.leader_address)
         container["env"] = _role_env(
             ranks, options.leader_address, secret_name(deployment) if leader else None
         )
