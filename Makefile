@@ -40,7 +40,7 @@ demo: $(STAMP)
 	status=$$? ; $(BIN)/tandem down smollm2-local && exit $$status
 
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=25
 
 test-fast: $(TEST_STAMP)
 	$(BIN)/python -m pytest tests -m "not engine and not netns and not apiserver" -q
