@@ -72,6 +72,13 @@ def history(env: dict[str, str]) -> list[dict]:
     return json.loads(run_tandem("history", NAME, "--json", env=env).stdout)
 
 
+def upgrade(env: dict[str, str], new: Path, *flags: str, timeout: int = 1500):
+    """``tandem upgrade tiny-upgrade --recipe NEW FLAGS...``, its exit code left to the test."""
+    return run_tandem(
+        "upgrade", NAME, "--recipe", str(new), *flags, env=env, timeout=timeout, check=False
+    )
+
+
 def test_up_records_revision_one(deployment):
     _, env = deployment
     (first,) = history(env)
@@ -82,18 +89,8 @@ def test_up_records_revision_one(deployment):
 def test_a_good_upgrade_passes_the_gate_and_becomes_current(deployment):
     folder, env = deployment
     new = recipe(folder, "r2", ("max_num_seqs: 8", "max_num_seqs: 6"))
-    result = run_tandem(
-        "upgrade",
-        NAME,
-        "--recipe",
-        str(new),
-        "--max-tpot-increase",
-        "3",
-        "--max-throughput-drop",
-        "0.9",
-        env=env,
-        timeout=1200,
-        check=False,
+    result = upgrade(
+        env, new, "--max-tpot-increase", "3", "--max-throughput-drop", "0.9", timeout=1200
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "revision 2 passed the gate" in result.stdout
@@ -108,7 +105,7 @@ def test_a_revision_that_does_not_fit_is_refused_before_anything_stops(deploymen
     folder, env = deployment
     pid_before = json.loads(run_tandem("status", NAME, "--json", env=env).stdout)["ranks"][0]["pid"]
     huge = recipe(folder, "huge", ("max_model_len: 1024", "max_model_len: 999999999"))
-    result = run_tandem("upgrade", NAME, "--recipe", str(huge), env=env, timeout=300, check=False)
+    result = upgrade(env, huge, timeout=300)
     assert result.returncode == 1 and "nothing was stopped" in result.stderr, result.stderr
     status = json.loads(run_tandem("status", NAME, "--json", env=env).stdout)
     assert status["ranks"][0]["pid"] == pid_before and len(history(env)) == 2
@@ -118,7 +115,7 @@ def test_an_engine_that_does_not_start_is_rolled_back(deployment):
     folder, env = deployment
     before = greedy(env)
     bad = recipe(folder, "r3", ("  serve:\n", "  extra_args: [--no-such-vllm-flag]\n  serve:\n"))
-    result = run_tandem("upgrade", NAME, "--recipe", str(bad), env=env, timeout=1500, check=False)
+    result = upgrade(env, bad)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "revision 3 failed (start)" in result.stdout
     assert "rolled back to revision 2" in result.stdout
@@ -145,9 +142,7 @@ def test_a_template_that_doubles_bos_fails_the_smoke_gate_and_is_rolled_back(
     bad = recipe(
         folder, "r4", ("  serve:\n", f"  extra_args: [--chat-template, {doubled}]\n  serve:\n")
     )
-    result = run_tandem(
-        "upgrade", NAME, "--recipe", str(bad), "--no-bench", env=env, timeout=1500, check=False
-    )
+    result = upgrade(env, bad, "--no-bench")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "doubled BOS" in result.stdout and "rolled back to revision 2" in result.stdout
     revisions = history(env)
@@ -163,19 +158,7 @@ def test_a_much_slower_revision_fails_the_bench_gate_and_is_rolled_back(deployme
     before, known = greedy(env), len(history(env))
     running = json.loads(run_tandem("status", NAME, "--json", env=env).stdout)["revision"]
     slow = recipe(folder, "r5", ("max_num_seqs: 8", "max_num_seqs: 1"))
-    result = run_tandem(
-        "upgrade",
-        NAME,
-        "--recipe",
-        str(slow),
-        "--max-tpot-increase",
-        "3",
-        "--max-throughput-drop",
-        "0.5",
-        env=env,
-        timeout=1500,
-        check=False,
-    )
+    result = upgrade(env, slow, "--max-tpot-increase", "3", "--max-throughput-drop", "0.5")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "bench: output" in result.stdout, result.stdout
     assert f"rolled back to revision {running}" in result.stdout
