@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,14 +27,14 @@ pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "real-answers"
 CLUSTER = """\
-name: real-answers
+name: {name}
 transport: local
-local: {isolation: auto, subnet: 10.85.0.0/24}
+local: {{isolation: auto, subnet: 10.{net}.0.0/24}}
 nodes:
-  - {name: node0, address: 10.85.0.1, control_plane_interface: tdm0,
-     env: {VLLM_CPU_OMP_THREADS_BIND: "0"}}
-  - {name: node1, address: 10.85.0.2, control_plane_interface: tdm1,
-     env: {VLLM_CPU_OMP_THREADS_BIND: "1"}}
+  - {{name: node0, address: 10.{net}.0.1, control_plane_interface: tdm0,
+     env: {{VLLM_CPU_OMP_THREADS_BIND: "0"}}}}
+  - {{name: node1, address: 10.{net}.0.2, control_plane_interface: tdm1,
+     env: {{VLLM_CPU_OMP_THREADS_BIND: "1"}}}}
 """
 API_KEY = "tandem-real-key"
 
@@ -51,27 +53,24 @@ def snapshot(hf_home: Path) -> Path:
     return repo / "snapshots" / (repo / "refs" / "main").read_text()
 
 
-@pytest.fixture(scope="module")
-def deployment(hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The built-in smollm2-local recipe under its own name and ports, up on two ranks."""
-    folder = tmp_path_factory.mktemp("real-answers")
+@contextmanager
+def served(
+    hf_home: Path, folder: Path, name: str, net: int, api: int, serve: str
+) -> Iterator[dict[str, str]]:
+    """The built-in smollm2-local recipe as deployment ``name`` on subnet 10.``net``.0.0/24 and
+    API port ``api`` (the master port beside it), with ``serve`` added to its ``engine.serve``,
+    up on two ranks until the block ends."""
     recipe = (ROOT / "src/tandem/recipes/smollm2-local.yaml").read_text()
     for old, new in [
-        ("name: smollm2-local", f"name: {NAME}"),
-        ("api: 8000", "api: 8010"),
-        ("master: 29501", "master: 29511"),
-        # tool calling on, with the ChatML family's parser: the smoke battery runs for real
-        (
-            "    max_num_seqs: 8\n",
-            "    max_num_seqs: 8\n"
-            "    enable_auto_tool_choice: true\n"
-            "    tool_call_parser: hermes\n",
-        ),
+        ("name: smollm2-local", f"name: {name}"),
+        ("api: 8000", f"api: {api}"),
+        ("master: 29501", f"master: {api + 21501}"),
+        ("    max_num_seqs: 8\n", "    max_num_seqs: 8\n" + serve),
     ]:
         assert old in recipe
         recipe = recipe.replace(old, new, 1)
     (folder / "recipe.yaml").write_text(recipe)
-    (folder / "cluster.yaml").write_text(CLUSTER)
+    (folder / "cluster.yaml").write_text(CLUSTER.format(name=name, net=net))
     env = {
         **os.environ,
         "HF_HOME": str(hf_home),
@@ -87,10 +86,22 @@ def deployment(hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
         timeout=900,
         check=False,
     )
-    if up.returncode:
-        pytest.fail(f"tandem up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
-    yield env, folder / "home" / "deployments" / NAME
-    run_tandem("down", NAME, env=env, timeout=120, check=False)
+    try:
+        if up.returncode:
+            pytest.fail(f"tandem up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+        yield env
+    finally:
+        run_tandem("down", name, env=env, timeout=120, check=False)
+
+
+@pytest.fixture(scope="module")
+def deployment(hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The real model under its own name and ports, with tool calling on and the ChatML
+    family's parser: the smoke battery runs for real."""
+    folder = tmp_path_factory.mktemp("real-answers")
+    tools = "    enable_auto_tool_choice: true\n    tool_call_parser: hermes\n"
+    with served(hf_home, folder, NAME, 85, 8010, tools) as env:
+        yield env, folder / "home" / "deployments" / NAME
 
 
 def test_the_conversion_is_a_dense_bf16_checkpoint_with_the_models_chat_template(snapshot):
@@ -156,3 +167,29 @@ def test_the_smoke_checks_judge_the_real_model(deployment, tmp_path):
         assert parts[part] == "pass", checks["tools"]["evidence"]
     assert parts["cut by max_tokens"] == "pass" and parts["auto (the parser)"] == "cannot-judge"
     assert result.returncode == 0 and "PASS" in result.stdout
+
+
+def test_a_reasoning_parser_the_model_does_not_speak_fails_the_reasoning_check(hf_home, tmp_path):
+    """Break-on-purpose for the reasoning split: SmolLM2 never thinks, and under vLLM's qwen3
+    parser its whole answer comes back as reasoning with the content empty (``deepseek_r1``
+    is refused by vLLM at boot: no think tokens in this tokenizer). A deployment of its own,
+    on its own subnet and ports."""
+    with served(
+        hf_home, tmp_path, "real-reasoning", 87, 8030, "    reasoning_parser: qwen3\n"
+    ) as env:
+        out = tmp_path / "smoke"
+        result = run_tandem(
+            "eval",
+            "smoke",
+            "real-reasoning",
+            "--check",
+            "reasoning",
+            "--out",
+            str(out),
+            env=env,
+            timeout=300,
+            check=False,
+        )
+    (check,) = json.loads((out / "smoke.json").read_text())["checks"]
+    assert result.returncode == 1 and check["outcome"] == "fail", check
+    assert "the content is empty" in check["summary"] and "qwen3" in check["summary"], check

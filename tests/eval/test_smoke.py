@@ -311,3 +311,35 @@ def test_the_recorder_replaces_no_file_without_force(tmp_path):
     )
     assert done.returncode == 2 and "replaces no file" in done.stderr, done.stderr
     assert mine.read_text() == "keep"
+
+
+class Answers(smoke.Server):
+    """Answers every chat with one message (the reasoning judge, not the engine)."""
+
+    def __init__(self, message: dict, finish: str) -> None:
+        target = SmokeTarget(url="http://127.0.0.1:9", model="m", reasoning_parser="qwen3")
+        super().__init__(target, None, 1)
+        self.body = {"choices": [{"message": message, "finish_reason": finish}]}
+
+    def chat(self, messages, **params):
+        return self.body
+
+
+@pytest.mark.parametrize(
+    "message,finish,outcome,said",
+    [
+        ({"reasoning": "17 and 25", "content": "42"}, "stop", Outcome.PASS, "apart"),
+        ({"content": "<think>17 and 25</think>42"}, "stop", Outcome.FAIL, "think tags"),
+        ({"content": "42"}, "stop", Outcome.FAIL, "no reasoning field"),
+        (
+            {"reasoning": "17 + 25 = 32.", "content": ""},
+            "stop",
+            Outcome.FAIL,
+            "--reasoning-parser qwen3 this model's?",
+        ),
+        ({"reasoning": "17 and", "content": None}, "length", Outcome.CANNOT_JUDGE, "max_tokens"),
+    ],
+)
+def test_reasoning_and_content_must_both_come_back(message, finish, outcome, said):
+    result = smoke.check_reasoning(Answers(message, finish))
+    assert result.outcome is outcome and said in result.summary, result

@@ -661,6 +661,19 @@ def check_reasoning(server: Server) -> CheckResult:
             summary="no reasoning field in the message",
             evidence=evidence,
         )
+    if not content.strip():
+        # A model that never thinks, under a parser that calls all text before an end of
+        # thinking reasoning, answers nothing a client shows (seen: SmolLM2 under qwen3).
+        return CheckResult(
+            check="reasoning",
+            outcome=Outcome.CANNOT_JUDGE if finish == "length" else Outcome.FAIL,
+            summary="max_tokens ended the answer while it was still reasoning"
+            if finish == "length"
+            else "the whole answer came back as reasoning and the content is empty: the "
+            f"parser found no end of thinking (is --reasoning-parser "
+            f"{server.target.reasoning_parser} this model's?)",
+            evidence=evidence,
+        )
     return CheckResult(
         check="reasoning",
         outcome=Outcome.PASS,
