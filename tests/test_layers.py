@@ -16,7 +16,8 @@ The layers, bottom to top (a module may import its own layer and the layers belo
     readiness   readiness                      what "ready" means, read from logs and HTTP
     backends    backends/                      launching, state on disk, hosts, Kubernetes
     lifecycle   lifecycle, preflight,          up / down / status, the preflight, health and
-                health, supervisor, revisions  gang restarts over any backend; what each up ran
+                health, supervisor, revisions, gang restarts over any backend; what each up ran;
+                fleet                          several groups behind one router
     tools       bench/, eval/, watch/,         consumers of an endpoint or a model folder;
                 report/, tinymodel, realmodel, an upgrade's gate (smoke and bench) and
                 shapemodel, upgrade            its rollback
@@ -74,6 +75,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.health",
             "tandem.supervisor",
             "tandem.revisions",
+            "tandem.fleet",
         ),
     ),
     (

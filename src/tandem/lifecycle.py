@@ -146,6 +146,33 @@ class RankStatus(BaseModel):
     log: str
 
 
+class GroupStatus(BaseModel):
+    """One group of a deployment: its own verdict and ranks (``tandem status --json``'s
+    ``groups``; a deployment without replicas has one)."""
+
+    group: int
+    name: str = Field(description="The group's own deployment name (`NAME-gG` with replicas).")
+    endpoint: str = Field(description="Its leader's API.")
+    verdict: Verdict
+    reason: str = ""
+    member: bool | None = Field(
+        default=None, description="In the router's rotation; None without a router."
+    )
+    ranks: list[RankStatus]
+
+
+class RouterStatus(BaseModel):
+    """The front door of a deployment with replicas (``tandem status --json``'s ``router``)."""
+
+    url: str
+    policy: str
+    version: str
+    pid: int
+    running: bool
+    members: list[str] = Field(description="The group leaders it sends requests to.")
+    metrics_url: str
+
+
 class DeploymentStatus(BaseModel):
     """What ``tandem status --json`` prints."""
 
@@ -167,6 +194,8 @@ class DeploymentStatus(BaseModel):
     upgrade_interrupted: str | None = Field(
         default=None, description="What a killed `tandem upgrade` was doing, if one was."
     )
+    groups: list[GroupStatus] = Field(default_factory=list)
+    router: RouterStatus | None = None
 
 
 def status(
@@ -201,7 +230,16 @@ def status(
         )
         for r in sorted(state.ranks, key=lambda r: r.rank)
     ]
+    group = GroupStatus(
+        group=0,
+        name=state.name,
+        endpoint=state.endpoint,
+        verdict=report.verdict,
+        reason=report.reason,
+        ranks=ranks,
+    )
     return DeploymentStatus(
+        groups=[group],
         name=state.name,
         backend=state.backend,
         endpoint=state.endpoint,

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tandem import hf_cache, wire
 from tandem.errors import PlanError
 from tandem.spec.cluster import Node
-from tandem.spec.deployment import Deployment, deployment_problems
+from tandem.spec.deployment import Deployment, deployment_problems, groups
 from tandem.spec.recipe import DataPlaneTransport, Recipe
 
 
@@ -90,12 +90,23 @@ class RankPlan(BaseModel):
 
 
 def plan_ranks(deployment: Deployment) -> RankPlan:
-    """Compute the rank plan of a deployment.
+    """Compute the rank plan of a deployment of one group (with ``replicas``, plan each of
+    ``tandem.spec.deployment.groups``).
 
     Raises:
-        PlanError: listing every reason the deployment cannot work.
+        PlanError: listing every reason the deployment cannot work, or it has replicas.
     """
     validate(deployment)
+    if deployment.recipe.replicas > 1:
+        raise in_files(
+            PlanError(
+                f"'{deployment.name}' has {deployment.recipe.replicas} groups; a rank plan is "
+                "one group's",
+                field="replicas",
+                hint="plan each group (tandem.spec.deployment.groups); `tandem up` does",
+            ),
+            deployment,
+        )
     recipe, cluster = deployment.recipe, deployment.cluster
     ranks = [
         RankSpec(
@@ -119,6 +130,18 @@ def plan_ranks(deployment: Deployment) -> RankPlan:
         endpoint=f"http://{url_host}:{recipe.ports.api}",
         ranks=ranks,
     )
+
+
+def placed_groups(deployment: Deployment) -> list[Deployment]:
+    """The deployment's groups (``tandem.spec.deployment.groups``), once the whole deployment
+    is known to work: replicas that do not divide the nodes are refused before any group is
+    cut from them.
+
+    Raises:
+        PlanError: listing every reason the deployment cannot work.
+    """
+    validate(deployment)
+    return groups(deployment)
 
 
 def validate(deployment: Deployment) -> None:

@@ -40,15 +40,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tandem.backends import router as routers
 from tandem.backends.base import Backend, backend_for
 from tandem.backends.processes import ProcessIdentity, boot_time_s, read_process, started_at_s
 from tandem.backends.state import (
     DeploymentDir,
     DeploymentState,
     PhaseMark,
+    fleet_of,
     load_state,
 )
-from tandem.errors import StateError, TandemError
+from tandem.errors import BackendError, StateError, TandemError
 from tandem.files import append_line, private_dir, write_text
 from tandem.health import Assessment, ProgressTracker, Verdict, assess
 from tandem.interrupts import interruption
@@ -152,6 +154,33 @@ def restart_group(
     return new_state
 
 
+def leave_rotation(name: str, endpoint: str, log: Callable[[str], None]) -> None:
+    """Take a broken group out of its fleet's router before anything else is done to it, so
+    that no new request reaches it while it waits for its back-off and restarts. A group of
+    no fleet has nothing to leave."""
+    fleet = fleet_of(name)
+    if fleet is None or fleet.router is None:
+        return
+    try:
+        routers.remove(fleet.router, endpoint)
+        log(f"out of the router's rotation: {endpoint} (fleet '{fleet.name}')")
+    except BackendError as exc:
+        log(f"could not take {endpoint} out of the router's rotation: {exc.message}")
+
+
+def join_rotation(name: str, endpoint: str, log: Callable[[str], None]) -> None:
+    """Put a restarted group back into its fleet's router: only after its restart answered a
+    real completion at its own leader (``restart_group`` waits for one, as ``up`` does)."""
+    fleet = fleet_of(name)
+    if fleet is None or fleet.router is None:
+        return
+    try:
+        routers.add(fleet.router, endpoint)
+        log(f"back in the router's rotation after its canary answered: {endpoint}")
+    except BackendError as exc:
+        log(f"could not put {endpoint} back into the router's rotation: {exc.message}")
+
+
 def describe(report: Assessment) -> str:
     """One event line: verdict, rank, reason, evidence."""
     who = f"rank {report.rank}: " if report.rank is not None else ""
@@ -247,6 +276,7 @@ def supervise(
                 continue
             seen_at = clock()
             log("group broken: " + describe(report))
+            leave_rotation(name, state.endpoint, log)
             if restarts >= policy.max_restarts:
                 log(
                     f"giving up after {restarts} restart(s): stopping every rank "
@@ -279,6 +309,7 @@ def supervise(
                     f"restart {restarts} done: {new_state.endpoint} answers again "
                     f"{clock() - seen_at:.1f} s after the fault was seen"
                 )
+                join_rotation(name, new_state.endpoint, log)
                 misses = 0
                 tracker = ProgressTracker(clock=clock)
             except TandemError as exc:

@@ -4,6 +4,8 @@ Layout under the state root (``$TANDEM_HOME``, default ``~/.local/state/tandem``
 down once, in ``DeploymentDir``; every other module asks it for a path::
 
     deployments/NAME/state.json     this model, rewritten after every change
+    deployments/NAME/fleet.json     with replicas: the groups (each a deployment NAME-gG)
+                                    and the router in front (``tandem.fleet``)
     deployments/NAME/logs/rankN.log each rank's stdout and stderr (restart-N/: earlier runs)
     deployments/NAME/events.log     the supervisor's events (read by the bundle and watch)
     deployments/NAME/supervisor.pid the supervisor that keeps it up, while one runs
@@ -20,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +31,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from tandem import files, ownership
+from tandem.backends.processes import ProcessIdentity
+from tandem.backends.router import RouterProcess
 from tandem.errors import StateError
 from tandem.files import private_dir
 from tandem.jsonfiles import read_json, validation_text
@@ -78,6 +83,15 @@ class DeploymentDir:
     def rank_logs(self) -> list[Path]:
         """The current run's rank logs, in rank order (a supervisor's ``logs/restart-N/`` not)."""
         return sorted(self.logs.glob("rank*.log"), key=lambda p: (len(p.name), p.name))
+
+    @property
+    def fleet_file(self) -> Path:
+        """A deployment with replicas: its groups and its router (``tandem.fleet``)."""
+        return self.path / "fleet.json"
+
+    @property
+    def router_log(self) -> Path:
+        return self.logs / "router.log"
 
     @property
     def events(self) -> Path:
@@ -238,6 +252,68 @@ class DeploymentState(BaseModel):
         files.write_json(
             path, redactor.data(self.model_dump(mode="json")), redactor=redactor, private=True
         )
+
+
+class FleetState(BaseModel):
+    """What ``up`` started for a deployment with replicas (``deployments/NAME/fleet.json``):
+    its groups, each a deployment of its own, and the router in front (``tandem.fleet``)."""
+
+    name: str
+    groups: list[str] = Field(description="Each group's deployment name, in group order.")
+    model: str
+    router: RouterProcess | None = None
+    launcher: str | None = Field(
+        default=None, description="The `up` that started it (pid, start, boot) while it runs."
+    )
+    ready: bool = False
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def directory(self) -> DeploymentDir:
+        return DeploymentDir.of(self.name)
+
+    def save(self) -> None:
+        private_dir(self.directory.path)
+        files.write_json(self.directory.fleet_file, self.model_dump(mode="json"), private=True)
+
+    def interrupted(self) -> bool:
+        """Its ``up`` died before the fleet was ready."""
+        if self.ready or self.launcher is None:
+            return False
+        launcher = ProcessIdentity.parse(self.launcher)
+        return launcher is None or launcher.find() is None
+
+
+def fleet_exists(name: str) -> bool:
+    """``name`` is a deployment with replicas that tandem started."""
+    return DeploymentDir.of(name).fleet_file.is_file()
+
+
+def load_fleet(name: str) -> FleetState:
+    """The fleet record of ``name``.
+
+    Raises:
+        StateError: none, or unreadable.
+    """
+    return read_json(
+        DeploymentDir.of(name).fleet_file,
+        FleetState,
+        what="fleet state",
+        hint=f"`tandem down {name}` stops what it names",
+        error=StateError,
+    )
+
+
+def fleet_of(group: str) -> FleetState | None:
+    """The fleet whose group ``group`` is (``NAME-gG`` listed in NAME's record), else None."""
+    match = re.fullmatch(r"(.+)-g\d+", group)
+    if match is None or not fleet_exists(match.group(1)):
+        return None
+    try:
+        fleet = load_fleet(match.group(1))
+    except StateError:
+        return None
+    return fleet if group in fleet.groups else None
 
 
 def list_deployments() -> list[str]:

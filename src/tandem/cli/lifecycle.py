@@ -9,9 +9,17 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from tandem import lifecycle, ownership
+from tandem import fleet, lifecycle, ownership
 from tandem.backends.bundle import write_bundle
-from tandem.backends.state import DeploymentState, list_deployments, load_state
+from tandem.backends.router import LOOPBACK
+from tandem.backends.router import argv as router_argv
+from tandem.backends.state import (
+    DeploymentState,
+    fleet_exists,
+    list_deployments,
+    load_fleet,
+    load_state,
+)
 from tandem.check import CheckReport
 from tandem.cli.check import show_preflight, show_skipped_preflight
 from tandem.cli.options import (
@@ -26,6 +34,7 @@ from tandem.cli.supervise import run_supervisor
 from tandem.endpoint import Endpoint
 from tandem.errors import CheckFailed
 from tandem.eval import smoke as smoke_checks
+from tandem.rankplan import placed_groups
 from tandem.readiness import Readiness
 from tandem.redact import Redactor
 from tandem.report.terminal import show
@@ -91,17 +100,32 @@ def up_command(
     """
     deployment = machine_deployment(recipe, cluster_path)
     if dry_run:
-        _, commands = lifecycle.dry_run(deployment)
         redactor = Redactor.for_caller()
-        for rank, argv in commands:
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redactor.env(rank.env).items())
-            argv = redactor.argv(argv)
-            local = deployment.cluster.transport.value == "local"  # remote commands carry it
+        local = deployment.cluster.transport.value == "local"  # remote commands carry it
+        for group in placed_groups(deployment):
+            _, commands = lifecycle.dry_run(group)
+            for rank, argv in commands:
+                env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redactor.env(rank.env).items())
+                click.echo(
+                    f"# {group.name}: rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
+                    + (f"env {env} " if local else "")
+                    + f"{shlex.join(redactor.argv(argv))}\n"
+                )
+        if deployment.recipe.replicas > 1:
+            spec = deployment.recipe.router
             click.echo(
-                f"# rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
-                + (f"env {env} " if local else "")
-                + f"{shlex.join(argv)}\n"
+                f"# the router, then each group's leader added to it\n"
+                f"{shlex.join(router_argv(spec, host=LOOPBACK))}"
             )
+        return
+    if deployment.recipe.replicas > 1:
+        _up_fleet(
+            deployment,
+            timeout_s=timeout_s,
+            skip_checks=skip_checks,
+            smoke=smoke,
+            supervise=supervise,
+        )
         return
     if skip_checks:
         show_skipped_preflight(deployment)
@@ -147,6 +171,36 @@ def up_command(
         _smoke(state)
     if supervise:
         run_supervisor(state.name)
+
+
+def _up_fleet(
+    deployment: Deployment,
+    *,
+    timeout_s: float | None,
+    skip_checks: bool,
+    smoke: bool,
+    supervise: bool,
+) -> None:
+    """``tandem up`` of a recipe with replicas: each group as a deployment of its own, then the
+    router in front (``tandem.fleet``)."""
+    if smoke or supervise:
+        raise click.UsageError(
+            "--smoke and --supervise take one group so far; run them on a group (NAME-gG)"
+        )
+    started = fleet.up(
+        deployment,
+        preflight=not skip_checks,
+        timeout_s=timeout_s,
+        on_phase=show_phase,
+        on_event=show_event,
+        on_report=show_preflight,
+    )
+    assert started.router is not None
+    console.print(
+        f"[green]ready[/green] at {started.router.url}/v1 as model '{started.model}': "
+        f"{len(started.groups)} groups behind vllm-router {started.router.version} "
+        f"({started.router.policy})"
+    )
 
 
 def _smoke(state: DeploymentState) -> None:
@@ -235,7 +289,7 @@ def status_command(name: str | None, as_json: bool, canary_timeout_s: float) -> 
       tandem status tiny-local --json
     """
 
-    status = lifecycle.status(name, canary_timeout_s=canary_timeout_s)
+    status = fleet.status(name, canary_timeout_s=canary_timeout_s)
     if as_json:
         click.echo(status.model_dump_json(indent=2))
     else:
@@ -261,6 +315,9 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
     )
     if status.evidence and status.verdict.value != "healthy":
         console.print(f"  [dim]evidence: {status.evidence}[/dim]")
+    if status.router is not None:
+        _print_groups(status)
+        return
     table = Table("rank", "role", "node", "address", "processes", "health")
     for r in status.ranks:
         shade = r.health.state.colour
@@ -295,6 +352,29 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
             )
     elif status.planned and status.planned.unavailable:
         console.print(f"  [dim]planned vs actual: {status.planned.unavailable}[/dim]")
+
+
+def _print_groups(status: lifecycle.DeploymentStatus) -> None:
+    """The router and its members, then each group's verdict and ranks."""
+    router = status.router
+    assert router is not None
+    console.print(
+        f"  router vllm-router {router.version} ({router.policy}) pid {router.pid}: "
+        + ("running" if router.running else "[bold red]not running[/bold red]")
+        + f", {len(router.members)} member(s)"
+    )
+    table = Table("group", "deployment", "leader", "in rotation", "verdict", "ranks")
+    for g in status.groups:
+        colour = g.verdict.colour
+        table.add_row(
+            str(g.group),
+            g.name,
+            g.endpoint,
+            "yes" if g.member else "no",
+            f"[{colour}]{g.verdict.value}[/{colour}]" + (f" {g.reason}" if g.reason else ""),
+            ", ".join(f"{r.rank} {r.health.state}" for r in g.ranks) or "none",
+        )
+    show(table, console)
 
 
 @click.command("logs")
@@ -366,6 +446,10 @@ def down_command(name: str | None, purge_caches: bool, cluster_path: str | None)
         cluster = load_cluster(cluster_path) if cluster_path else None
         lifecycle.purge_compile_caches(name, cluster, on_event=show_event)  # says what it found
         return
+    if name is not None and fleet_exists(ownership.check_name(name)):
+        fleet.down(name, purge_caches=purge_caches, on_event=show_event)
+        console.print(f"[bold]{name}[/bold] is down: the router and every group")
+        return
     state = lifecycle.down(name, purge_caches=purge_caches, on_event=show_event)
     if state is None:
         console.print("no deployment was running; removed what killed commands left")
@@ -386,14 +470,17 @@ def chat_command(message: str, name: str | None, max_tokens: int, api_key: str |
       tandem chat "What is tensor parallelism?"
       tandem chat "Hello" --name tiny-local --max-tokens 16
     """
-    state = load_state(name)
+    if name is not None and fleet_exists(ownership.check_name(name)):
+        front = load_fleet(name)  # through its router
+        endpoint, model = (front.router.url if front.router else ""), front.model
+    else:
+        state = load_state(name)
+        endpoint, model = state.endpoint, state.model
     messages = [{"role": "user", "content": message}]
-    with Endpoint(state.endpoint, api_key=api_key) as server:
-        data = server.chat(
-            state.model, messages, timeout_s=300, max_tokens=max_tokens, temperature=0
-        )
+    with Endpoint(endpoint, api_key=api_key) as server:
+        data = server.chat(model, messages, timeout_s=300, max_tokens=max_tokens, temperature=0)
     usage = data.get("usage", {})
-    console.print(f"[bold]{state.model}[/bold]: {data['choices'][0]['message'].get('content')!r}")
+    console.print(f"[bold]{model}[/bold]: {data['choices'][0]['message'].get('content')!r}")
     console.print(
         f"  [dim]{usage.get('prompt_tokens')} prompt + {usage.get('completion_tokens')}"
         f" completion tokens, finish_reason {data['choices'][0].get('finish_reason')}"

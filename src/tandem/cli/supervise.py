@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 
 import click
 from rich.console import Console
 
-from tandem.backends.state import load_state
+from tandem import ownership
+from tandem.backends.state import FleetState, fleet_exists, load_fleet, load_state
 from tandem.cli.options import NOT_NEGATIVE, POSITIVE
 from tandem.interrupts import Interrupted, raise_on_termination
 from tandem.supervisor import BACKOFF_RESET_S, SupervisorPolicy, supervise
@@ -108,11 +110,26 @@ def supervise_command(
     again) goes to the deployment's events.log (included in `tandem logs --bundle`). Runs until
     `tandem down`.
 
+    With replicas, each group is supervised by a process of its own: a broken group leaves
+    the router's rotation at once, before its back-off and restart, and joins it again only
+    after its restart answered a real completion at its own leader.
+
     \b
     Examples:
       tandem supervise tiny-ssh
+      tandem supervise smollm2-replicas
       nohup tandem supervise tiny-ssh --max-restarts 5 --backoff 30 &
     """
+    if name is not None and fleet_exists(ownership.check_name(name)):
+        options = [
+            f"--interval={interval_s}",
+            f"--max-restarts={max_restarts}",
+            f"--backoff={backoff_s}",
+            f"--health-failures={health_failures}",
+            f"--canary-interval={canary_interval_s}",
+            f"--stall={stall_s}",
+        ]
+        sys.exit(supervise_groups(load_fleet(name), options))
     name = load_state(name).name  # an unknown name is an error here, before any file is written
     run_supervisor(
         name,
@@ -125,3 +142,24 @@ def supervise_command(
             stall_s=stall_s,
         ),
     )
+
+
+def supervise_groups(fleet: FleetState, options: list[str]) -> int:
+    """Supervise each group of a fleet in a process of its own (``tandem supervise NAME-gG``),
+    so a group's restart never holds up another group's look; each takes its group out of the
+    router before it restarts it and back in after its canary (``tandem.supervisor``). SIGTERM
+    or Ctrl-C is passed on to every one; the worst exit status is returned."""
+    console.print(f"supervising the {len(fleet.groups)} groups of '{fleet.name}'")
+    children = [
+        subprocess.Popen([sys.executable, "-m", "tandem.cli", "supervise", group, *options])
+        for group in fleet.groups
+    ]
+
+    def forward(signum: int, frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    return max(child.wait() for child in children)

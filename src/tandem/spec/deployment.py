@@ -11,7 +11,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict
 
-from tandem import wire
+from tandem import ownership, wire
 from tandem.errors import Problem, ProblemList
 from tandem.spec.cluster import Cluster, LocalIsolation, LocalOptions, Node, Transport
 from tandem.spec.recipe import DataPlaneTransport, ExecutorBackend, Recipe
@@ -42,6 +42,11 @@ class Deployment(BaseModel):
         if top in Cluster.model_fields and top not in Recipe.model_fields:
             return self.cluster_file or "this machine's cluster"
         return self.recipe_file
+
+    @property
+    def nodes_per_group(self) -> int:
+        """Nodes of one group: the cluster's nodes over ``replicas`` (all of them for one)."""
+        return max(len(self.cluster.nodes) // self.recipe.replicas, 1)
 
     @property
     def world_size(self) -> int:
@@ -122,14 +127,100 @@ def resolve_isolation(cluster: Cluster, *, as_root: bool) -> Cluster:
     return cluster.model_copy(update={"nodes": nodes, "local": local})
 
 
+def group_name(name: str, group: int) -> str:
+    """The name of group ``group`` of deployment ``name`` (its state, processes, networks)."""
+    return f"{name}-g{group}"
+
+
+def groups(deployment: Deployment) -> list[Deployment]:
+    """The deployment's groups, each a deployment of one TP x PP group on its own nodes.
+
+    Group g runs on nodes ``g*k .. g*k+k-1`` of the cluster (``k = nodes_per_group``), under
+    the name ``NAME-gG``, so it has its own rank plan, state, ports, caches and logs, and stays
+    the unit of launch, health and restart. On this machine's network namespaces each group is
+    its own small LAN: group g's nodes move to the g-th subnet after the cluster's (10.77.0.0/24
+    -> 10.77.1.0/24), since two bridges cannot hold one subnet. One replica is the deployment.
+    """
+    recipe, cluster = deployment.recipe, deployment.cluster
+    if recipe.replicas == 1:
+        return [deployment]
+    k = deployment.nodes_per_group
+    result = []
+    for g in range(recipe.replicas):
+        nodes = list(cluster.nodes[g * k : (g + 1) * k])
+        local = cluster.local
+        if cluster.transport is Transport.LOCAL and local.isolation is LocalIsolation.NETNS:
+            subnet = ipaddress.ip_network(local.subnet)
+            step = g * subnet.num_addresses
+            shifted = ipaddress.ip_network((int(subnet.network_address) + step, subnet.prefixlen))
+            nodes = [
+                n.model_copy(update={"address": str(ipaddress.ip_address(n.address) + step)})
+                for n in nodes
+            ]
+            local = local.model_copy(update={"subnet": str(shifted)})
+        name = group_name(recipe.name, g)
+        result.append(
+            Deployment(
+                recipe=recipe.model_copy(update={"name": name, "replicas": 1}),
+                cluster=cluster.model_copy(update={"nodes": nodes, "local": local}),
+                recipe_file=deployment.recipe_file,
+                cluster_file=deployment.cluster_file,
+            )
+        )
+    return result
+
+
+def _replica_problems(deployment: Deployment, problems: ProblemList) -> bool:
+    """Add why ``replicas`` cannot be placed on the cluster; True when the groups can be."""
+    recipe, cluster = deployment.recipe, deployment.cluster
+    replicas, nnodes = recipe.replicas, len(cluster.nodes)
+    if replicas == 1:
+        return True
+    fits = True
+    if nnodes % replicas:
+        problems.add(
+            "replicas",
+            f"{replicas} groups cannot split the cluster's {nnodes} node(s) evenly",
+            f"list a multiple of {replicas} nodes (each group gets the same number, in order), "
+            "or change replicas",
+        )
+        fits = False
+    last = group_name(recipe.name, replicas - 1)
+    if problem := ownership.name_problem(last):
+        problems.add(
+            "name",
+            f"with {replicas} replicas its groups are named up to '{last}'; {problem}",
+            "shorten the name",
+        )
+    if cluster.transport is not Transport.LOCAL:
+        problems.add(
+            "replicas",
+            f"replicas run on this machine's cluster (transport local) so far, not on "
+            f"{cluster.transport.value}",
+            "set replicas: 1 and run one deployment per group, or use a local cluster",
+        )
+        fits = False
+    elif cluster.local.isolation is LocalIsolation.LOOPBACK:
+        problems.add(
+            "local.isolation",
+            "on loopback every group's leader would claim the same API port of 127.0.0.1",
+            "run as root, so that each group gets its own network namespaces (netns)",
+        )
+        fits = False
+    return fits
+
+
 def deployment_problems(deployment: Deployment) -> list[Problem]:
     """Every reason a valid recipe and a valid cluster cannot work together, each with its
     field path (the rank plan refuses them with a ``PlanError``; the loader reports them with
-    the files' own problems)."""
+    the files' own problems). With replicas, the nodes of one group are judged against the
+    recipe's TP x PP."""
     recipe, cluster = deployment.recipe, deployment.cluster
     serve = recipe.engine.serve
     problems = ProblemList()
-    nnodes = len(cluster.nodes)
+    if not _replica_problems(deployment, problems):
+        return problems.items
+    nnodes = deployment.nodes_per_group
     world = deployment.world_size
     gpus = {n.gpus for n in cluster.nodes}
 
@@ -146,7 +237,8 @@ def deployment_problems(deployment: Deployment) -> list[Problem]:
             "engine.serve",
             f"tensor_parallel_size x pipeline_parallel_size = {world} cannot be "
             f"split evenly over {nnodes} nodes",
-            f"use a multiple of {nnodes} devices, or list {world} node(s) in the cluster",
+            f"use a multiple of {nnodes} devices, or list {world * recipe.replicas} node(s) in the "
+            "cluster",
         )
     elif len(gpus) > 1:
         problems.add(

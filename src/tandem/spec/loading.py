@@ -331,8 +331,8 @@ def load_deployment(
     """Load a recipe and place it on a cluster.
 
     Without ``cluster_path`` the recipe runs on this machine: one local node per device of the
-    world size (TP x PP), as namespaces when ``as_root``, else on loopback. A local cluster's
-    ``auto`` isolation is made concrete the same way.
+    world size (TP x PP) of each of its replicas, as namespaces when ``as_root``, else on
+    loopback. A local cluster's ``auto`` isolation is made concrete the same way.
 
     Raises:
         SpecError: every problem of the recipe, the cluster and the plan of the two together,
@@ -346,7 +346,7 @@ def load_deployment(
         if recipe.model is not None:
             serve = recipe.model.engine.serve
             cluster.model = local_cluster(
-                serve.tensor_parallel_size * serve.pipeline_parallel_size,
+                serve.tensor_parallel_size * serve.pipeline_parallel_size * recipe.model.replicas,
                 isolation=LocalIsolation.AUTO,
                 cpu_count=cpu_count,
                 gpu_count=gpu_count,

