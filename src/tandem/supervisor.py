@@ -90,6 +90,10 @@ class SupervisorPolicy:
     """A canary slower than this means the engine makes no progress."""
     stall_s: float = 30.0
     """Requests running and no token counted for this long means stalled."""
+    membership: bool = True
+    """A group of a fleet leaves the router's rotation when broken and joins it again after
+    its restart; False leaves membership to the router's own ``/health`` poll (a benchmark's
+    baseline)."""
 
 
 def backoff_delay(policy: SupervisorPolicy, attempt: int) -> float:
@@ -276,7 +280,8 @@ def supervise(
                 continue
             seen_at = clock()
             log("group broken: " + describe(report))
-            leave_rotation(name, state.endpoint, log)
+            if policy.membership:
+                leave_rotation(name, state.endpoint, log)
             if restarts >= policy.max_restarts:
                 log(
                     f"giving up after {restarts} restart(s): stopping every rank "
@@ -309,7 +314,8 @@ def supervise(
                     f"restart {restarts} done: {new_state.endpoint} answers again "
                     f"{clock() - seen_at:.1f} s after the fault was seen"
                 )
-                join_rotation(name, new_state.endpoint, log)
+                if policy.membership:
+                    join_rotation(name, new_state.endpoint, log)
                 misses = 0
                 tracker = ProgressTracker(clock=clock)
             except TandemError as exc:

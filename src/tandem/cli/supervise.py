@@ -90,6 +90,14 @@ def run_supervisor(name: str, policy: SupervisorPolicy = SupervisorPolicy()) -> 
     show_default=True,
     help="Seconds with requests running and no token counted that mean stalled.",
 )
+@click.option(
+    "--router-membership/--no-router-membership",
+    "membership",
+    default=True,
+    show_default=True,
+    help="With replicas: take a broken group out of the router before its restart and put "
+    "it back after its canary (off: the router's own /health poll decides alone).",
+)
 def supervise_command(
     name: str | None,
     interval_s: float,
@@ -98,6 +106,7 @@ def supervise_command(
     health_failures: int,
     canary_interval_s: float,
     stall_s: float,
+    membership: bool,
 ) -> None:
     """Watch a deployment and restart the whole group when any rank faults.
 
@@ -128,6 +137,7 @@ def supervise_command(
             f"--health-failures={health_failures}",
             f"--canary-interval={canary_interval_s}",
             f"--stall={stall_s}",
+            "--router-membership" if membership else "--no-router-membership",
         ]
         sys.exit(supervise_groups(load_fleet(name), options))
     name = load_state(name).name  # an unknown name is an error here, before any file is written
@@ -140,6 +150,7 @@ def supervise_command(
             health_failures=health_failures,
             canary_interval_s=canary_interval_s,
             stall_s=stall_s,
+            membership=membership,
         ),
     )
 
