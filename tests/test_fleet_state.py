@@ -1,0 +1,85 @@
+"""The fleet's record (``fleet.json``) as an interrupted ``up`` or a stale router leaves it:
+``down`` clears it without signalling any process it cannot prove is its router, ``status``
+says down with the reason, and a group finds its fleet. No engine, no router here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tandem import fleet
+from tandem.backends.processes import ProcessIdentity, read_process
+from tandem.backends.router import RouterProcess
+from tandem.backends.state import FleetState, fleet_exists, fleet_of, load_fleet
+from tandem.health import Verdict
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
+    return tmp_path
+
+
+def router_of(identity: ProcessIdentity) -> RouterProcess:
+    return RouterProcess(
+        pid=identity.pid,
+        start_ticks=identity.start_ticks,
+        boot=identity.boot,
+        url="http://127.0.0.1:9",
+        metrics_url="http://127.0.0.1:9/metrics",
+        policy="cache_aware",
+        version="0.1.17",
+        log="router.log",
+    )
+
+
+def dead_identity() -> ProcessIdentity:
+    """The identity of a process that has exited."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    process = read_process(child.pid)
+    assert process is not None
+    child.kill()
+    child.wait()
+    return ProcessIdentity.of(process)
+
+
+def test_an_interrupted_up_is_told_from_a_running_or_finished_one():
+    me = ProcessIdentity.current()
+    gone = FleetState(name="f", groups=["f-g0"], model="m", launcher=dead_identity().text())
+    assert gone.interrupted()
+    assert not gone.model_copy(update={"launcher": me.text()}).interrupted()
+    assert not gone.model_copy(update={"ready": True}).interrupted()
+
+
+def test_down_clears_the_record_and_signals_no_process_it_cannot_prove_is_its_router():
+    me = ProcessIdentity.current()
+    impostor = ProcessIdentity(me.pid, me.start_ticks + 1, me.boot)  # our pid, not our start
+    FleetState(name="f", groups=["f-g0", "f-g1"], model="m", router=router_of(impostor)).save()
+    assert fleet_exists("f")
+    fleet.down("f")
+    assert not fleet_exists("f")
+    assert ProcessIdentity.current() == me  # still alive: nothing was signalled
+
+
+def test_status_of_a_fleet_whose_router_and_groups_are_gone_is_down_with_the_reason():
+    FleetState(
+        name="f", groups=["f-g0", "f-g1"], model="m", router=router_of(dead_identity())
+    ).save()
+    shown = fleet.status("f")
+    assert shown.verdict is Verdict.DOWN and shown.reason == "the router is not running"
+    assert shown.router is not None and not shown.router.running
+    assert [(g.group, g.name, g.verdict, g.member) for g in shown.groups] == [
+        (0, "f-g0", Verdict.DOWN, False),
+        (1, "f-g1", Verdict.DOWN, False),
+    ]
+
+
+def test_a_group_finds_its_fleet_and_nothing_else_does():
+    FleetState(name="f", groups=["f-g0", "f-g1"], model="m").save()
+    assert fleet_of("f-g1") == load_fleet("f")
+    assert fleet_of("f-g7") is None  # not one of its groups
+    assert fleet_of("f") is None and fleet_of("other-g0") is None
+    assert os.stat(load_fleet("f").directory.fleet_file).st_mode & 0o077 == 0
