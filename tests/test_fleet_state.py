@@ -14,6 +14,7 @@ from tandem import fleet
 from tandem.backends.processes import ProcessIdentity, read_process
 from tandem.backends.router import RouterProcess
 from tandem.backends.state import FleetState, fleet_exists, fleet_of, load_fleet
+from tandem.errors import StateError
 from tandem.health import Verdict
 
 
@@ -83,3 +84,11 @@ def test_a_group_finds_its_fleet_and_nothing_else_does():
     assert fleet_of("f-g7") is None  # not one of its groups
     assert fleet_of("f") is None and fleet_of("other-g0") is None
     assert os.stat(load_fleet("f").directory.fleet_file).st_mode & 0o077 == 0
+
+
+def test_clients_of_a_fleet_are_sent_to_its_router():
+    FleetState(name="f", groups=["f-g0"], model="m", router=router_of(dead_identity())).save()
+    assert fleet.front_door("f") == ("http://127.0.0.1:9", "m")
+    FleetState(name="g", groups=["g-g0"], model="m").save()
+    with pytest.raises(StateError, match="has no router yet"):
+        fleet.front_door("g")

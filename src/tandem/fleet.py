@@ -34,16 +34,36 @@ from tandem.backends.state import (
     fleet_exists,
     list_deployments,
     load_fleet,
+    load_state,
 )
 from tandem.check.findings import CheckReport
 from tandem.endpoint import Endpoint
-from tandem.errors import BackendError, EndpointError, RankFailed
+from tandem.errors import BackendError, EndpointError, RankFailed, StateError
 from tandem.health import Verdict
 from tandem.rankplan import placed_groups
 from tandem.spec.deployment import Deployment
 from tandem.vllm_log import BootFigures
 
 READY_QUESTION = "What is the capital of France?"
+
+
+def front_door(name: str | None) -> tuple[str, str]:
+    """Where clients of deployment ``name`` send requests, and the model they name: the
+    router of a deployment with replicas, else the leader.
+
+    Raises:
+        StateError: no such deployment, or its router was never started.
+    """
+    if name is not None and fleet_exists(ownership.check_name(name)):
+        fleet = load_fleet(name)
+        if fleet.router is None:
+            raise StateError(
+                f"'{name}' has no router yet (its `up` did not get that far)",
+                hint=f"`tandem down {name}`, then `tandem up` again",
+            )
+        return fleet.router.url, fleet.model
+    state = load_state(name)
+    return state.endpoint, state.model
 
 
 def _api_key() -> str | None:

@@ -24,7 +24,7 @@ from rich.progress import (
 )
 
 from tandem import files, ownership
-from tandem.backends.state import load_state
+from tandem.backends.state import fleet_exists, load_state
 from tandem.bench.compare import compare, load_summary
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import REQUESTS_FILE, ProgressEvent, read_records, run
@@ -40,6 +40,7 @@ from tandem.cli.options import (
     option_of,
 )
 from tandem.errors import CheckFailed, Problem, SpecError
+from tandem.fleet import front_door
 from tandem.plan.status import planned_roofline_tok_s
 from tandem.report.bench import (
     REPORT_FILE,
@@ -205,7 +206,10 @@ def run_command(
     """
     if deployment and url:
         raise SpecError("give a DEPLOYMENT or --url, not both", field="url")
-    if not url:
+    if not url and deployment and fleet_exists(ownership.check_name(deployment)):
+        url, served = front_door(deployment)  # through the router, to every group
+        model = model or served
+    elif not url:
         state = load_state(deployment)
         url, model = state.endpoint, model or state.model
         if fields["roofline_decode_tok_s"] is None:  # a launched deployment has a plan

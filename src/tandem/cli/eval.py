@@ -23,6 +23,7 @@ from tandem.eval import smoke
 from tandem.eval.log import SamplingParams
 from tandem.eval.report import EvalReport, render_markdown
 from tandem.eval.runner import GPQAConfig, rescore_log, run_gpqa
+from tandem.fleet import front_door
 from tandem.report.watch import report_folder
 from tandem.watch.background import WATCH_DIR, BackgroundWatch
 
@@ -152,8 +153,8 @@ def gpqa_command(
             hint="e.g. `tandem eval gpqa --csv F tiny-local --out D`",
         )
     if deployment is not None:
-        state = load_state(deployment)
-        url, model = state.endpoint, model or state.model
+        url, served = front_door(deployment)  # with replicas, through the router
+        model = model or served
     config = GPQAConfig(
         csv=Path(csv_path),
         url=url,

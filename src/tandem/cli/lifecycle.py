@@ -17,8 +17,6 @@ from tandem.backends.state import (
     DeploymentState,
     fleet_exists,
     list_deployments,
-    load_fleet,
-    load_state,
 )
 from tandem.check import CheckReport
 from tandem.cli.check import show_preflight, show_skipped_preflight
@@ -470,12 +468,7 @@ def chat_command(message: str, name: str | None, max_tokens: int, api_key: str |
       tandem chat "What is tensor parallelism?"
       tandem chat "Hello" --name tiny-local --max-tokens 16
     """
-    if name is not None and fleet_exists(ownership.check_name(name)):
-        front = load_fleet(name)  # through its router
-        endpoint, model = (front.router.url if front.router else ""), front.model
-    else:
-        state = load_state(name)
-        endpoint, model = state.endpoint, state.model
+    endpoint, model = fleet.front_door(name)  # a deployment with replicas: its router
     messages = [{"role": "user", "content": message}]
     with Endpoint(endpoint, api_key=api_key) as server:
         data = server.chat(model, messages, timeout_s=300, max_tokens=max_tokens, temperature=0)
