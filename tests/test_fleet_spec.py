@@ -11,7 +11,8 @@ from factories import make_cluster, make_deployment, make_recipe
 
 from tandem.errors import PlanError, RecipeError, SpecError
 from tandem.rankplan import placed_groups, plan_ranks
-from tandem.spec.deployment import deployment_problems, groups, local_cluster
+from tandem.render import kubernetes as k8s_render
+from tandem.spec.deployment import deployment_problems, groups, local_cluster, template_group
 from tandem.spec.loading import load_deployment, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,3 +163,67 @@ def test_the_built_in_recipe_dry_runs_both_groups_and_the_router(tandem_here):
     assert "# smollm2-replicas-g0: rank 0 (leader)" in result.out
     assert "# smollm2-replicas-g1: rank 0 (leader)" in result.out
     assert "--policy cache_aware" in result.out and "--port 8100" in result.out
+
+
+# --- Kubernetes: LeaderWorkerSet replicas behind the router ----------------------------------
+
+FOUR_SPARKS = ROOT / "examples" / "dgx-spark-eks-four.yaml"
+
+
+def replicated_seed(tmp_path: Path, router: str) -> Path:
+    """Seed 000's recipe with two replicas and ``router`` as its router section."""
+    recipe = (ROOT / "src/tandem/recipes/deepseek-v4-flash-dspark.yaml").read_text()
+    path = tmp_path / "replicas.yaml"
+    path.write_text(recipe + f"replicas: 2\nrouter: {router}\n")
+    return path
+
+
+def test_replicas_on_kubernetes_need_lws_leader_addresses_and_a_router_image(tmp_path):
+    deployment = load_deployment(
+        replicated_seed(tmp_path, "{policy: round_robin}"), ROOT / "examples/dgx-spark-eks.yaml"
+    )
+    found = {p.field: f"{p.message} | {p.hint}" for p in deployment_problems(deployment)}
+    assert "every group has its own leader" in found["kubernetes.leader_address"]
+    assert "set kubernetes.leader_address: lws" in found["kubernetes.leader_address"]
+    assert "pip install vllm-router==0.1.17" in found["router.image"]
+
+
+def test_kubernetes_renders_lws_replicas_any_node_one_pod_each_and_the_router(tmp_path):
+    router = "{image: registry.example/vllm-router:0.1.17, policy: round_robin, port: 8100}"
+    deployment = load_deployment(replicated_seed(tmp_path, router), FOUR_SPARKS)
+    plan = plan_ranks(template_group(deployment))
+    objs = {o["kind"]: o for o in k8s_render.objects(plan, deployment)}
+    lws = objs["LeaderWorkerSet"]["spec"]
+    assert (lws["replicas"], lws["leaderWorkerTemplate"]["size"]) == (2, 2)
+    for key in ("leaderTemplate", "workerTemplate"):
+        affinity = lws["leaderWorkerTemplate"][key]["spec"]["affinity"]
+        terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        pool = terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
+        assert pool == ["spark-101", "spark-102", "spark-103", "spark-104"]
+        repel = affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert repel[0]["labelSelector"]["matchLabels"] == {
+            "leaderworkerset.sigs.k8s.io/name": "dsv4-flash-tp2"
+        }
+        command = lws["leaderWorkerTemplate"][key]["spec"]["containers"][0]["command"]
+        assert command[command.index("--master-addr") + 1] == "$(LWS_LEADER_ADDRESS)"
+        assert command[command.index("--nnodes") + 1] == "$(LWS_GROUP_SIZE)"
+    service = objs["Service"]["spec"]
+    assert service["selector"] == {"app.kubernetes.io/name": "dsv4-flash-tp2-router"}
+    assert service["ports"][0]["targetPort"] == 8100
+    router_pod = objs["Deployment"]["spec"]["template"]["spec"]
+    assert router_pod["serviceAccountName"] == "dsv4-flash-tp2-router"
+    argv = router_pod["containers"][0]["command"]
+    selectors = argv[argv.index("--selector") + 1 : argv.index("--service-discovery-port")]
+    assert selectors == [
+        "leaderworkerset.sigs.k8s.io/name=dsv4-flash-tp2",
+        "leaderworkerset.sigs.k8s.io/worker-index=0",  # leaders only
+    ]
+    assert argv[argv.index("--policy") + 1] == "round_robin"
+    assert objs["Role"]["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    ]
+
+
+def test_other_render_targets_take_one_group(tandem_here, tmp_path):
+    result = tandem_here("render", "smollm2-replicas", "--target", "docker")
+    assert result.code == 2 and "renders one group" in result.err

@@ -151,6 +151,50 @@ def test_cli_render_output_applies_server_side(apiserver):
     assert done.returncode == 0, done.stderr
 
 
+def test_replicas_and_the_router_apply_and_read_back(apiserver, namespace, tmp_path):
+    """Two LeaderWorkerSet groups of seed 000 on four Sparks behind vllm-router, rendered by the
+    CLI and created for real: the server keeps every field, the router's ServiceAccount may
+    watch pods, and the Service fronts the router."""
+    recipe = (ROOT / "src/tandem/recipes/deepseek-v4-flash-dspark.yaml").read_text()
+    (tmp_path / "r.yaml").write_text(
+        recipe + "replicas: 2\nrouter: {image: registry.example/vllm-router:0.1.17}\n"
+    )
+    cluster = (ROOT / "examples" / "dgx-spark-eks-four.yaml").read_text()
+    (tmp_path / "c.yaml").write_text(
+        cluster.replace("namespace: default", f"namespace: {namespace}")
+    )
+    text = subprocess.run(
+        [sys.executable, "-m", "tandem.cli", "render", str(tmp_path / "r.yaml"),
+         "--cluster", str(tmp_path / "c.yaml"), "--target", "k8s"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    objs = for_server_1_20(list(yaml.safe_load_all(text)))
+    assert [o["kind"] for o in objs] == [
+        "LeaderWorkerSet", "Service", "ServiceAccount", "Role", "RoleBinding", "Deployment",
+    ]  # fmt: skip
+    kubectl = backend.Kubectl(
+        backend.kubectl_program(Cluster.model_fields["kubernetes"].default_factory()), namespace
+    )
+    kubectl.apply(objs)
+    lws = kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", "dsv4-flash-tp2")
+    assert lws["spec"]["replicas"] == 2
+    assert stated_mismatches(objs[0]["spec"], lws["spec"]) == []
+    router = kubectl.get_json("deployment", "dsv4-flash-tp2-router")
+    assert stated_mismatches(objs[5]["spec"], router["spec"]) == []
+    allowed = apiserver.kubectl(
+        "auth", "can-i", "watch", "pods", "-n", namespace,
+        f"--as=system:serviceaccount:{namespace}:dsv4-flash-tp2-router", check=False,
+    )  # fmt: skip
+    assert allowed.stdout.strip() == "yes", allowed.stdout + allowed.stderr
+    refused = apiserver.kubectl(
+        "auth", "can-i", "delete", "pods", "-n", namespace,
+        f"--as=system:serviceaccount:{namespace}:dsv4-flash-tp2-router", check=False,
+    )  # fmt: skip
+    assert refused.stdout.strip() == "no"
+    service = kubectl.get_json("service", "dsv4-flash-tp2-external")
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "dsv4-flash-tp2-router"}
+
+
 # --- broken variants -----------------------------------------------------------------------------
 
 SERVER_CHECKED = [c for c in BROKEN if c.server]

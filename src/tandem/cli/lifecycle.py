@@ -185,6 +185,11 @@ def _up_fleet(
         raise click.UsageError(
             "--smoke and --supervise take one group so far; run them on a group (NAME-gG)"
         )
+    if deployment.cluster.transport.value == "k8s":
+        raise click.UsageError(
+            "`tandem up` of replicas on Kubernetes is not wired yet: `tandem render --target k8s` "
+            "renders the LeaderWorkerSet's replicas and the router; apply them with kubectl"
+        )
     started = fleet.up(
         deployment,
         preflight=not skip_checks,

@@ -8,8 +8,9 @@ import click
 
 from tandem import files, ownership
 from tandem.cli.options import cluster_option, force_option, machine_deployment, recipe_argument
-from tandem.rankplan import plan_ranks
+from tandem.rankplan import plan_ranks, validate
 from tandem.render import TARGETS, check_format, files_renderer_for, renderer_for
+from tandem.spec.deployment import template_group
 
 
 @click.command("render")
@@ -56,7 +57,13 @@ def render_command(
     """
     fmt = check_format(target, fmt)  # before any file is read: a wrong flag is the first fault
     deployment = machine_deployment(recipe, cluster_path)
-    plan = plan_ranks(deployment)
+    if deployment.recipe.replicas > 1 and target != "k8s":
+        raise click.UsageError(
+            f"--target {target} renders one group; with replicas `tandem up --dry-run` shows "
+            "every group's commands, and --target k8s renders the LeaderWorkerSet's replicas"
+        )
+    validate(deployment)  # the whole deployment first: replicas must divide the inventory
+    plan = plan_ranks(template_group(deployment))  # with replicas: one group, the template
     if out_dir:
         out = ownership.output_folder(Path(out_dir), force=force)
         for name, text in files_renderer_for(target)(plan, deployment).items():

@@ -367,7 +367,9 @@ def _name_problems(obj: dict, where: str) -> list[Problem]:
     return problems
 
 
-def _service_problems(svc: dict, where: str, leader_labels: dict | None) -> list[Problem]:
+def _service_problems(
+    svc: dict, where: str, leader_labels: dict | None, fronted: str = "the leader pod"
+) -> list[Problem]:
     problems: list[Problem] = []
     spec = svc.get("spec") or {}
     kind = spec.get("type", "ClusterIP")
@@ -424,8 +426,10 @@ def _service_problems(svc: dict, where: str, leader_labels: dict | None) -> list
         problems.append(
             Problem(
                 f"{where}.spec.selector",
-                f"{selector} does not match the leader pod's labels {leader_labels}",
-                f"select {wire.LWS_NAME_LABEL}: <name>, {wire.ROLE_LABEL}: leader",
+                f"{selector} does not match {fronted}'s labels {leader_labels}",
+                f"select {wire.LWS_NAME_LABEL}: <name>, {wire.ROLE_LABEL}: leader"
+                if fronted == "the leader pod"
+                else f"select {wire.K8S_NAME_LABEL}: <name>-router",
             )
         )
     return problems
@@ -443,6 +447,11 @@ def check_objects(objects: list[dict]) -> list[Problem]:
                 **((leader.get("metadata") or {}).get("labels") or {}),
                 wire.LWS_NAME_LABEL: (obj.get("metadata") or {}).get("name"),
             }
+    fronted = "the leader pod"
+    for obj in objects:  # with replicas the Service is in front of the router's pods
+        if obj.get("kind") == "Deployment":
+            router = ((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}
+            leader_labels, fronted = router.get("labels") or {}, "the router's pods"
     for obj in objects:
         kind = obj.get("kind", "?")
         where = f"{kind}/{(obj.get('metadata') or {}).get('name')}"
@@ -454,7 +463,7 @@ def check_objects(objects: list[dict]) -> list[Problem]:
                     template.get("spec") or {}, f"{where}.spec.leaderWorkerTemplate.{key}.spec"
                 )
         elif kind == "Service":
-            problems += _service_problems(obj, where, leader_labels)
+            problems += _service_problems(obj, where, leader_labels, fronted)
     return problems
 
 

@@ -1,6 +1,7 @@
-"""The rank plan as Kubernetes objects: one LeaderWorkerSet, a Service for the leader, a Secret.
+"""The rank plan as Kubernetes objects: one LeaderWorkerSet, a Service for the leader, a Secret;
+with ``replicas``, vLLM's router in front (``router_objects``) and the Service on it.
 
-Model (LeaderWorkerSet, ``leaderworkerset.x-k8s.io/v1``): one **group** (``replicas: 1``) of
+Model (LeaderWorkerSet, ``leaderworkerset.x-k8s.io/v1``): ``replicas`` **groups** of
 ``size`` = nodes pods. The **leader** pod (worker index 0, pod ``<name>-0``) runs rank 0 and
 serves the API; **worker** pods (indexes 1..size-1, pods ``<name>-0-<i>``) run the headless
 ranks. ``RecreateGroupOnPodRestart`` restarts the whole group when any pod restarts, because a
@@ -45,7 +46,7 @@ import yaml
 from tandem import caches, liveness, wire
 from tandem.errors import PlanError, Problem
 from tandem.rankplan import Mount, RankPlan, RankSpec, Role, distributed, in_files, serve_argv
-from tandem.spec.deployment import Deployment
+from tandem.spec.deployment import Deployment, template_group
 from tandem.spec.kubernetes import LeaderAddress, ServiceType
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -79,6 +80,11 @@ def service_name(deployment: Deployment) -> str:
         return service.name
     suffix = "api" if service.type is ServiceType.CLUSTER_IP else "external"
     return f"{deployment.name}-{suffix}"
+
+
+def router_name(deployment: Deployment) -> str:
+    """The router's Deployment, ServiceAccount, Role and RoleBinding (with replicas)."""
+    return f"{deployment.name}-router"
 
 
 def secret_name(deployment: Deployment) -> str:
@@ -244,10 +250,14 @@ def _role_env(ranks: list[RankSpec], mode: LeaderAddress, secret: str | None) ->
     return env
 
 
-def _placement(ranks: list[RankSpec], deployment: Deployment, role: Role) -> dict:
+def _placement(
+    ranks: list[RankSpec], deployment: Deployment, role: Role, pool: list[str] | None = None
+) -> dict:
     """nodeSelector for one node (seed 000); several workers: node affinity to their nodes and
-    anti-affinity between the group's pods, so each worker gets a node of its own."""
-    nodes = sorted({r.node for r in ranks})
+    anti-affinity between the group's pods, so each worker gets a node of its own. With
+    replicas, ``pool`` is every node of the inventory: any pod of any group may land on any of
+    them, one pod a node (every pod of the LeaderWorkerSet repels the others)."""
+    nodes = pool or sorted({r.node for r in ranks})
     if len(nodes) == 1:
         return {"nodeSelector": {wire.K8S_HOSTNAME_LABEL: nodes[0]}}
     return {
@@ -354,8 +364,11 @@ def _liveness(deployment: Deployment, role: Role) -> dict:
     return probes
 
 
-def pod_template(deployment: Deployment, ranks: list[RankSpec], role: Role) -> dict:
-    """The pod template of one role, built from its ranks (all on the same settings)."""
+def pod_template(
+    deployment: Deployment, ranks: list[RankSpec], role: Role, pool: list[str] | None = None
+) -> dict:
+    """The pod template of one role, built from its ranks (all on the same settings); ``pool``:
+    the nodes any replica may use (``_placement``)."""
     options = deployment.cluster.kubernetes
     leader = role is Role.LEADER
     volumes, mounts = _volumes(deployment, ranks[0])
@@ -390,7 +403,7 @@ def pod_template(deployment: Deployment, ranks: list[RankSpec], role: Role) -> d
         "dnsPolicy": "ClusterFirstWithHostNet",
         # No docker-link variables: a Service named like `vllm` would set VLLM_PORT=tcp://...
         "enableServiceLinks": False,
-        **_placement(ranks, deployment, role),
+        **_placement(ranks, deployment, role, pool),
         "containers": [container],
         "volumes": volumes,
     }
@@ -404,10 +417,16 @@ def pod_template(deployment: Deployment, ranks: list[RankSpec], role: Role) -> d
 
 
 def leader_worker_set(plan: RankPlan, deployment: Deployment) -> dict:
-    """The LeaderWorkerSet: one group of ``len(nodes)`` pods, leader and worker templates."""
+    """The LeaderWorkerSet: ``replicas`` groups of ``len(plan.ranks)`` pods, leader and worker
+    templates. ``plan`` is one group's (``template_group``); with replicas the templates may
+    use any node of the inventory."""
+    unit = template_group(deployment)
+    pool = (
+        sorted(n.name for n in deployment.cluster.nodes) if deployment.recipe.replicas > 1 else None
+    )
     workers = [r for r in plan.ranks if r.role is Role.WORKER]
-    leader_template = pod_template(deployment, [plan.leader], Role.LEADER)
-    worker_template = pod_template(deployment, workers, Role.WORKER) if workers else leader_template
+    leader_template = pod_template(unit, [plan.leader], Role.LEADER, pool)
+    worker_template = pod_template(unit, workers, Role.WORKER, pool) if workers else leader_template
     return {
         "apiVersion": LWS_API_VERSION,
         "kind": "LeaderWorkerSet",
@@ -417,7 +436,7 @@ def leader_worker_set(plan: RankPlan, deployment: Deployment) -> dict:
             "labels": _labels(deployment),
         },
         "spec": {
-            "replicas": 1,
+            "replicas": deployment.recipe.replicas,
             "startupPolicy": "LeaderCreated",
             "leaderWorkerTemplate": {
                 "size": len(plan.ranks),
@@ -455,8 +474,97 @@ def service(deployment: Deployment) -> dict:
             "protocol": "TCP",
         }
     ]
-    spec["selector"] = {wire.LWS_NAME_LABEL: lws_name(deployment), wire.ROLE_LABEL: "leader"}
+    if deployment.recipe.replicas > 1:  # the front door is the router
+        spec["ports"][0]["targetPort"] = deployment.recipe.router.port
+        spec["selector"] = {wire.K8S_NAME_LABEL: router_name(deployment)}
+    else:
+        spec["selector"] = {
+            wire.LWS_NAME_LABEL: lws_name(deployment),
+            wire.ROLE_LABEL: "leader",
+        }
     return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
+
+
+def router_objects(deployment: Deployment) -> list[dict]:
+    """vLLM's router in front of the groups' leaders: a ServiceAccount allowed to watch the
+    namespace's pods, and a Deployment whose router finds the leaders itself (its Kubernetes
+    service discovery: pods of this LeaderWorkerSet with worker index 0, leaders only, since
+    workers serve no API). A leader joins when Kubernetes calls it ready and leaves when it is
+    not: its startup, readiness and liveness probes (``_probes``, ``_liveness``) are tandem's
+    health verdict on this backend. The router is ready once one group is."""
+    spec = deployment.recipe.router
+    namespace = deployment.cluster.namespace
+    name = router_name(deployment)
+    labels = {**_labels(deployment), wire.K8S_NAME_LABEL: name}
+    meta = {"name": name, "namespace": namespace, "labels": labels}
+    command = [
+        "vllm-router",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(spec.port),
+        "--policy",
+        spec.policy.value,
+        "--service-discovery",
+        "--selector",
+        f"{wire.LWS_NAME_LABEL}={lws_name(deployment)}",
+        f"{wire.LWS_WORKER_INDEX_LABEL}=0",
+        "--service-discovery-port",
+        str(deployment.recipe.ports.api),
+        "--service-discovery-namespace",
+        namespace,
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        str(spec.metrics_port),
+    ]
+    container = {
+        "name": "router",
+        "image": spec.image,
+        "command": command,
+        "ports": [
+            {"name": API_PORT_NAME, "containerPort": spec.port, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": spec.metrics_port, "protocol": "TCP"},
+        ],
+        "readinessProbe": {
+            "httpGet": {"path": "/readiness", "port": spec.port},
+            "periodSeconds": PROBE_PERIOD_S,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/liveness", "port": spec.port},
+            "periodSeconds": PROBE_PERIOD_S,
+        },
+    }
+    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {wire.K8S_NAME_LABEL: name}},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"serviceAccountName": name, "containers": [container]},
+                },
+            },
+        },
+    ]
 
 
 def api_key_secret(deployment: Deployment, api_key: str) -> dict:
@@ -484,6 +592,8 @@ def objects(plan: RankPlan, deployment: Deployment) -> list[dict]:
     from tandem.render.k8s_validate import check_objects
 
     result = [leader_worker_set(plan, deployment), service(deployment)]
+    if deployment.recipe.replicas > 1:
+        result += router_objects(deployment)
     problems = check_objects(result)
     if problems:
         raise PlanError(
@@ -502,11 +612,25 @@ def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:
     if fmt == "json":
         return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2) + "\n"
     cluster = deployment.cluster
-    header = (
-        f"# deployment {plan.deployment}: LeaderWorkerSet of {len(plan.ranks)} pod(s) on "
-        f"{', '.join(r.node for r in plan.ranks)} (namespace {cluster.namespace}),\n"
-        f"# API at {plan.endpoint}/v1 as model '{plan.model}' and through Service "
-        f"{service_name(deployment)}.\n"
+    replicas = deployment.recipe.replicas
+    if replicas > 1:
+        router = deployment.recipe.router
+        where = (
+            f"# deployment {plan.deployment}: LeaderWorkerSet of {replicas} groups of "
+            f"{len(plan.ranks)} pod(s), one pod a node of "
+            f"{', '.join(n.name for n in cluster.nodes)} (namespace {cluster.namespace}),\n"
+            f"# behind vllm-router {router.version} ({router.policy.value}, Deployment "
+            f"{router_name(deployment)}), API through Service {service_name(deployment)} as "
+            f"model '{plan.model}'.\n"
+        )
+    else:
+        where = (
+            f"# deployment {plan.deployment}: LeaderWorkerSet of {len(plan.ranks)} pod(s) on "
+            f"{', '.join(r.node for r in plan.ranks)} (namespace {cluster.namespace}),\n"
+            f"# API at {plan.endpoint}/v1 as model '{plan.model}' and through Service "
+            f"{service_name(deployment)}.\n"
+        )
+    header = where + (
         "# Apply server-side (the LeaderWorkerSet CRD must be installed):\n"
         "#   kubectl apply --server-side -f THIS_FILE\n"
         "# API key (optional; read by the leader as VLLM_API_KEY):\n"

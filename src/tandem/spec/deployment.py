@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from tandem import ownership, wire
 from tandem.errors import Problem, ProblemList
 from tandem.spec.cluster import Cluster, LocalIsolation, LocalOptions, Node, Transport
+from tandem.spec.kubernetes import LeaderAddress
 from tandem.spec.recipe import DataPlaneTransport, ExecutorBackend, Recipe
 
 LOCAL_CLUSTER_NAME = "local"
@@ -170,6 +171,22 @@ def groups(deployment: Deployment) -> list[Deployment]:
     return result
 
 
+def template_group(deployment: Deployment) -> Deployment:
+    """Group 0's nodes under the deployment's own name: what a Kubernetes pod template says for
+    every replica (LeaderWorkerSet ``replicas`` copies it; the group's place is the scheduler's).
+    One replica is the deployment."""
+    recipe = deployment.recipe
+    if recipe.replicas == 1:
+        return deployment
+    nodes = list(deployment.cluster.nodes[: deployment.nodes_per_group])
+    return deployment.model_copy(
+        update={
+            "recipe": recipe.model_copy(update={"replicas": 1}),
+            "cluster": deployment.cluster.model_copy(update={"nodes": nodes}),
+        }
+    )
+
+
 def _replica_problems(deployment: Deployment, problems: ProblemList) -> bool:
     """Add why ``replicas`` cannot be placed on the cluster; True when the groups can be."""
     recipe, cluster = deployment.recipe, deployment.cluster
@@ -192,10 +209,26 @@ def _replica_problems(deployment: Deployment, problems: ProblemList) -> bool:
             f"with {replicas} replicas its groups are named up to '{last}'; {problem}",
             "shorten the name",
         )
-    if cluster.transport is not Transport.LOCAL:
+    if cluster.transport is Transport.K8S:
+        if cluster.kubernetes.leader_address is not LeaderAddress.LWS:
+            problems.add(
+                "kubernetes.leader_address",
+                f"'{cluster.kubernetes.leader_address.value}' writes one group's leader address "
+                "into the manifest; with replicas every group has its own leader",
+                "set kubernetes.leader_address: lws",
+            )
+        if not recipe.router.image:
+            problems.add(
+                "router.image",
+                "on Kubernetes the router runs as a Deployment, and no image of vllm-router is "
+                "published",
+                f"name an image holding vllm-router {recipe.router.version} (e.g. one built "
+                f"FROM python:3.12-slim with `pip install vllm-router=={recipe.router.version}`)",
+            )
+    elif cluster.transport is not Transport.LOCAL:
         problems.add(
             "replicas",
-            f"replicas run on this machine's cluster (transport local) so far, not on "
+            f"replicas run on this machine's cluster or on Kubernetes so far, not on "
             f"{cluster.transport.value}",
             "set replicas: 1 and run one deployment per group, or use a local cluster",
         )

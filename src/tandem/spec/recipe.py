@@ -722,6 +722,11 @@ class Router(StrictModel):
     metrics_port: int = Field(
         default=8190, ge=1, le=65535, description="The router's own Prometheus `/metrics`."
     )
+    image: str | None = Field(
+        default=None,
+        description="Kubernetes only: the image of the router's Deployment, holding "
+        "`vllm-router` of `version` (none is published).",
+    )
 
 
 _SHM = re.compile(r"^(\d+)([kmgKMG])?[iI]?[bB]?$")
