@@ -120,6 +120,26 @@ def test_the_groups_key_guards_the_front_door(fleet):
     assert served.status_code == 200, served.text
 
 
+def test_watch_samples_every_group_and_the_router(fleet, tmp_path):
+    env, _, _ = fleet
+    out = tmp_path / "watch"
+    run_tandem(
+        "watch", "run", NAME, "--interval", "1s", "--duration", "6s", "--out", str(out),
+        "--quiet", env=env, timeout=120,
+    )  # fmt: skip
+    for group in GROUPS:
+        samples = (out / group / "samples.jsonl").read_text().splitlines()
+        assert len(samples) >= 3
+        assert all(json.loads(line)["verdict"] == "healthy" for line in samples)
+    looks = [json.loads(line) for line in (out / "router.jsonl").read_text().splitlines()]
+    assert len(looks) >= 3 and all(look["running"] for look in looks)
+    assert all(len(look["members"]) == 2 and look["groups"] == 2 for look in looks)
+    assert set(looks[-1]["workers"]) == {"http://10.90.0.1:8000", "http://10.90.1.2:8000"}
+    report = run_tandem("watch", "report", str(out), "--no-plots", env=env, check=False)
+    assert "fleet-real-g0: PASS" in report.stdout and "fleet-real-g1: PASS" in report.stdout
+    assert "router: PASS" in report.stdout and report.returncode == 0, report.stdout
+
+
 def test_a_killed_group_leaves_the_rotation_is_restarted_and_joins_again(fleet):
     """Under `tandem supervise`, group 1's leader SIGKILLed: the fleet reads degraded, the
     group leaves the router before its restart, the router keeps answering through group 0,

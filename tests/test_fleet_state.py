@@ -1,9 +1,11 @@
 """The fleet's record (``fleet.json``) as an interrupted ``up`` or a stale router leaves it:
 ``down`` clears it without signalling any process it cannot prove is its router, ``status``
-says down with the reason, and a group finds its fleet. No engine, no router here."""
+says down with the reason, a group finds its fleet, and a watch's router looks add up. No
+engine, no router here."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,8 +16,9 @@ from tandem import fleet
 from tandem.backends.processes import ProcessIdentity, read_process
 from tandem.backends.router import RouterProcess
 from tandem.backends.state import FleetState, fleet_exists, fleet_of, load_fleet
-from tandem.errors import StateError
+from tandem.errors import SpecError, StateError
 from tandem.health import Verdict
+from tandem.watch.fleet import router_record
 
 
 @pytest.fixture(autouse=True)
@@ -92,3 +95,33 @@ def test_clients_of_a_fleet_are_sent_to_its_router():
     FleetState(name="g", groups=["g-g0"], model="m").save()
     with pytest.raises(StateError, match="has no router yet"):
         fleet.front_door("g")
+
+
+def look_line(t: int, *, running: bool = True, members: int = 2, sent: float = 0.0) -> str:
+    workers = {"http://a:8000": {"processed": sent}, "http://b:8000": {"processed": 2 * sent}}
+    return json.dumps(
+        {
+            "time": f"2026-12-03T10:00:0{t}Z",
+            "groups": 2,
+            "running": running,
+            "members": ["http://a:8000", "http://b:8000"][:members] if running else [],
+            "workers": workers if running else {},
+        }
+    )
+
+
+def test_the_routers_record_counts_missed_looks_and_groups_out_of_rotation(tmp_path):
+    (tmp_path / "router.jsonl").write_text(
+        "\n".join([look_line(0, sent=1), look_line(1, members=1), look_line(2, sent=4)]) + "\n"
+    )
+    record = router_record(tmp_path)
+    assert (record.looks, record.not_running, record.short_of_members) == (3, 0, 1)
+    assert record.sent == {"http://a:8000": 3.0, "http://b:8000": 6.0}
+    assert not record.ok
+    (tmp_path / "router.jsonl").write_text(look_line(0) + "\n" + look_line(1) + "\n")
+    assert router_record(tmp_path).ok
+
+
+def test_a_folder_of_one_group_has_no_router_record(tmp_path):
+    with pytest.raises(SpecError, match=r"no router\.jsonl"):
+        router_record(tmp_path)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
 
 from tandem.backends.processes import ProcessIdentity, read_process
@@ -216,3 +217,47 @@ def _admin(router: RouterProcess, route: str, worker: str) -> None:
         raise BackendError(
             f"the router refused {route} {worker}: {response.status_code} {response.text[:200]}"
         )
+
+
+class WorkerFigures(BaseModel):
+    """What the router's own ``/metrics`` says of one group's leader."""
+
+    processed: float = Field(default=0.0, description="Requests it sent there, in total.")
+    healthy: bool | None = Field(default=None, description="Its own /health poll's opinion.")
+    circuit_open: bool | None = Field(default=None, description="Its circuit breaker tripped.")
+
+
+class RouterFigures(BaseModel):
+    """One look at the router: its members and its own counters."""
+
+    running: bool
+    members: list[str] = Field(default_factory=list)
+    workers: dict[str, WorkerFigures] = Field(default_factory=dict)
+    request_errors: float = 0.0
+
+
+def look(router: RouterProcess) -> RouterFigures:
+    """The router's members (``/list_workers``) and its ``/metrics`` per worker; a router
+    that does not answer is ``running: false``, not an error."""
+    try:
+        listed = members(router)
+        text = httpx.get(router.metrics_url, timeout=5).text
+    except (BackendError, httpx.HTTPError):
+        return RouterFigures(running=False)
+    workers: dict[str, WorkerFigures] = {}
+    errors = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            worker = sample.labels.get("worker")
+            if sample.name == "vllm_router_request_errors_total":
+                errors += sample.value
+            if worker is None:
+                continue
+            figures = workers.setdefault(worker, WorkerFigures())
+            if sample.name == "vllm_router_processed_requests_total":
+                figures.processed += sample.value
+            elif sample.name == "vllm_router_worker_health":
+                figures.healthy = sample.value == 1
+            elif sample.name == "vllm_router_cb_state":
+                figures.circuit_open = sample.value != 0
+    return RouterFigures(running=True, members=listed, workers=workers, request_errors=errors)

@@ -16,12 +16,19 @@ from rich.console import Console
 from rich.live import Live
 
 from tandem import ownership
-from tandem.backends.state import load_state
+from tandem.backends.state import fleet_exists, load_fleet, load_state
 from tandem.cli.options import field_option, force_option
 from tandem.errors import CheckFailed, SpecError
 from tandem.report.watch import live_view, markdown, report_folder
 from tandem.spec.recipe import Watch, port_clash
 from tandem.watch.exporter import SampleCollector, serve
+from tandem.watch.fleet import (
+    RouterLook,
+    group_folders,
+    is_fleet_watch,
+    router_record,
+    watch_fleet,
+)
 from tandem.watch.sample import Sample
 from tandem.watch.sampler import Watcher
 
@@ -129,7 +136,14 @@ def run_command(
     Examples:
       tandem watch run tiny-local --interval 5s --duration 3h --out runs/soak1
       tandem watch run --quiet --serve-metrics 9478
+      tandem watch run smollm2-replicas --duration 1h --out runs/fleet1
+
+    With replicas, each group is watched into a folder of its own (OUT/NAME-gG/) and the
+    router (running, members, requests sent to each group) into OUT/router.jsonl.
     """
+    if name is not None and fleet_exists(ownership.check_name(name)):
+        _watch_fleet(name, interval_s, duration_s, out_dir, metrics_port, quiet, force)
+        return
     state = load_state(name)
     clash = metrics_port and port_clash(
         metrics_port,
@@ -178,6 +192,84 @@ def run_command(
     console.print(f"samples in {out / 'samples.jsonl'}; `tandem watch report {out}` judges them")
 
 
+def _watch_fleet(
+    name: str,
+    interval_s: float | None,
+    duration_s: float | None,
+    out_dir: str | None,
+    metrics_port: int | None,
+    quiet: bool,
+    force: bool,
+) -> None:
+    """``watch run`` of a deployment with replicas: each group into its own folder, the router
+    beside them (``tandem.watch.fleet``); a line per look at the router."""
+    if metrics_port:
+        raise SpecError(
+            f"'{name}' has replicas; --serve-metrics serves one group's samples",
+            field="--serve-metrics",
+            hint=f"watch a group (`tandem watch run {name}-g0 --serve-metrics ...`); the "
+            "router has its own /metrics",
+        )
+    fleet = load_fleet(name)
+    out = ownership.output_folder(Path(out_dir), force=force) if out_dir else fleet.directory.watch
+    console = Console(stderr=True)
+
+    def on_look(look: RouterLook) -> None:
+        if quiet:
+            return
+        sent = ", ".join(f"{w} {f.processed:g}" for w, f in sorted(look.workers.items()))
+        console.print(
+            f"{look.time:%H:%M:%S} router "
+            + (
+                f"{len(look.members)}/{look.groups} groups in rotation; sent {sent or 'none'}"
+                if look.running
+                else "[bold red]not answering[/bold red]"
+            )
+        )
+
+    try:
+        watch_fleet(name, out, interval_s=interval_s, duration_s=duration_s, on_look=on_look)
+    except KeyboardInterrupt:
+        pass
+    console.print(f"groups and router in {out}; `tandem watch report {out}` judges them")
+
+
+def _report_fleet(run_dir: Path, overrides: dict, *, as_json: bool, plots: bool) -> None:
+    """``watch report`` of a fleet's folder: each group judged as a watch of its own, then the
+    router's record; fails when a group fails or the router missed a look or a member."""
+    results = {}
+    failed = []
+    for folder in group_folders(run_dir):
+        summary, _ = report_folder(folder, overrides, plots=plots)
+        results[folder.name] = summary
+        if not summary.passed:
+            failed.append(folder.name)
+    record = router_record(run_dir)
+    if not record.ok:
+        failed.append("router")
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "groups": {k: v.model_dump(mode="json") for k, v in results.items()},
+                    "router": record.model_dump(mode="json"),
+                    "passed": not failed,
+                },
+                indent=2,
+            )
+        )
+    else:
+        for group, summary in results.items():
+            click.echo(f"{group}: {'PASS' if summary.passed else 'FAIL'} ({run_dir / group})")
+        click.echo(
+            f"router: {'PASS' if record.ok else 'FAIL'} — {record.looks} looks, not answering "
+            f"in {record.not_running}, a group out of rotation in {record.short_of_members}; "
+            "sent " + (", ".join(f"{w} {n:g}" for w, n in sorted(record.sent.items())) or "none")
+        )
+    if failed:
+        raise CheckFailed(f"the watch failed for {', '.join(failed)}")
+
+
 def _threshold(name: str, help_text: str):
     """An override of the recipe's ``watch.NAME``: its type and bounds are the field's."""
     return field_option(Watch, name, default=None, help=help_text)
@@ -207,6 +299,9 @@ def report_command(run_dir: str, as_json: bool, plots: bool, **limits: float | N
       tandem watch report runs/soak1 --max-memory-used-gib 120 --max-temperature-c 70 --json
     """
     overrides = {k: v for k, v in limits.items() if v is not None}
+    if is_fleet_watch(Path(run_dir)):
+        _report_fleet(Path(run_dir), overrides, as_json=as_json, plots=plots)
+        return
     summary, written = report_folder(Path(run_dir), overrides, plots=plots)
     if as_json:
         click.echo(json.dumps(summary.model_dump(mode="json"), indent=2))
