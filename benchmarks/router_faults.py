@@ -500,7 +500,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--warmup", type=float, default=20.0, help="Load before the fault, s.")
     parser.add_argument("--tail", type=float, default=10.0, help="Load after the rejoin, s.")
-    parser.add_argument("--max-after", type=float, default=150.0, help="Cap after the fault, s.")
+    parser.add_argument("--max-after", type=float, default=200.0, help="Cap after the fault, s.")
     parser.add_argument("--request-timeout", type=float, default=30.0)
     parser.add_argument("--hf-home", type=Path, default=Path(tempfile.gettempdir()) / "tandem-hf")
     parser.add_argument(

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
+
 from tandem.backends import router as routers
 from tandem.backends.base import Backend, backend_for
 from tandem.backends.processes import ProcessIdentity, boot_time_s, read_process, started_at_s
@@ -55,6 +57,7 @@ from tandem.files import append_line, private_dir, write_text
 from tandem.health import Assessment, ProgressTracker, Verdict, assess
 from tandem.interrupts import interruption
 from tandem.rankplan import plan_ranks
+from tandem.vllm_metrics import REQUESTS_RUNNING, REQUESTS_WAITING, parse_metrics
 
 BACKOFF_RESET_S = 120.0
 """Healthy this long and the back-off starts over: faults minutes apart are unrelated, and only
@@ -185,6 +188,47 @@ def join_rotation(name: str, endpoint: str, log: Callable[[str], None]) -> None:
         log(f"could not put {endpoint} back into the router's rotation: {exc.message}")
 
 
+def drain(endpoint: str, timeout_s: float, log: Callable[[str], None]) -> bool:
+    """Wait until the group at ``endpoint`` has no request running or waiting (its /metrics),
+    at most ``timeout_s``; True when it drained. A group that does not answer has nothing to
+    drain."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            snapshot = parse_metrics(httpx.get(endpoint + "/metrics", timeout=5).text)
+        except httpx.HTTPError:
+            return True
+        left = (snapshot.get(REQUESTS_RUNNING) or 0.0) + (snapshot.get(REQUESTS_WAITING) or 0.0)
+        if not left:
+            return True
+        if time.monotonic() >= deadline:
+            log(f"{endpoint} still has {left:g} request(s) after {timeout_s:g} s: not waiting")
+            return False
+        time.sleep(0.5)
+
+
+def cycle_group(
+    name: str,
+    endpoint: str,
+    relaunch: Callable[[], str],
+    log: Callable[[str], None],
+    *,
+    drain_s: float = 0.0,
+) -> str:
+    """Drain, restart, canary, re-add: group ``name`` of a fleet leaves the router's rotation,
+    finishes what it runs (up to ``drain_s``), is relaunched, and joins again. ``relaunch``
+    stops and starts the group (a gang restart, or an upgrade's switch and gate) and returns
+    the endpoint that answered a real completion at the group's own leader, which is the
+    canary; a relaunch that raises leaves the group out of rotation. A group of no fleet is
+    just relaunched. Returns the new endpoint."""
+    leave_rotation(name, endpoint, log)
+    if drain_s > 0:
+        drain(endpoint, drain_s, log)
+    answered = relaunch()
+    join_rotation(name, answered, log)
+    return answered
+
+
 def describe(report: Assessment) -> str:
     """One event line: verdict, rank, reason, evidence."""
     who = f"rank {report.rank}: " if report.rank is not None else ""
@@ -300,7 +344,13 @@ def supervise(
             sleep(delay)
             if should_stop() or not DeploymentDir.of(name).state_file.exists():
                 continue
-            try:
+
+            def relaunch(
+                state: DeploymentState = state,
+                backend: Backend = backend,
+                restart: int = restarts,
+                seen_at: float = seen_at,
+            ) -> str:
                 new_state = restart_group(
                     state,
                     backend,
@@ -311,11 +361,16 @@ def supervise(
                     ),
                 )
                 log(
-                    f"restart {restarts} done: {new_state.endpoint} answers again "
+                    f"restart {restart} done: {new_state.endpoint} answers again "
                     f"{clock() - seen_at:.1f} s after the fault was seen"
                 )
-                if policy.membership:
-                    join_rotation(name, new_state.endpoint, log)
+                return new_state.endpoint
+
+            try:
+                if policy.membership:  # it left at once; a broken group has nothing to drain
+                    cycle_group(name, state.endpoint, relaunch, log)
+                else:
+                    relaunch()
                 misses = 0
                 tracker = ProgressTracker(clock=clock)
             except TandemError as exc:

@@ -31,14 +31,21 @@ from pydantic import BaseModel, Field
 
 from tandem import files, lifecycle, ownership, revisions
 from tandem.backends.base import OnEvent, OnPhase
-from tandem.backends.state import DeploymentDir, DeploymentState, list_deployments, load_state
+from tandem.backends.state import (
+    DeploymentDir,
+    DeploymentState,
+    list_deployments,
+    load_fleet,
+    load_state,
+)
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import run as run_bench
 from tandem.errors import CheckFailed, SpecError, StateError, TandemError
 from tandem.eval import smoke
 from tandem.preflight import run_check
-from tandem.rankplan import plan_ranks
+from tandem.rankplan import placed_groups, plan_ranks
 from tandem.spec.deployment import Deployment
+from tandem.supervisor import cycle_group
 
 HELD_BY_THE_RUNNING = {"port-taken", "memory-headroom", "shm-too-small"}
 """Preflight rules that the running revision itself fails the new one on (its ports, its
@@ -237,6 +244,82 @@ def upgrade(
         gate=result,
         running_revision=candidate.number,
     )
+
+
+def rolling_upgrade(
+    name: str,
+    new: Deployment,
+    *,
+    limits: GateLimits | None = None,
+    timeout_s: float | None = None,
+    drain_s: float = 60.0,
+    on_event: OnEvent = lambda text: None,
+    on_phase: OnPhase = lambda mark: None,
+) -> list[UpgradeResult]:
+    """Move a deployment with replicas to ``new`` one group at a time, the first as the canary.
+
+    Each group leaves the router, drains (up to ``drain_s``), is upgraded behind the gate on its
+    own leader (``upgrade``: switch, smoke and bench against its own baseline, or back to its
+    old revision) and joins again (``tandem.supervisor.cycle_group``), while the other groups
+    serve. The first group that fails its gate is rolled back and the roll stops: the groups
+    after it never leave the revision that runs. Returns each group's result, in order.
+
+    Raises:
+        SpecError: ``new`` is another deployment, or has another number of groups.
+        PlanError: ``new`` does not fit (nothing was stopped).
+    """
+    fleet = load_fleet(name)
+    if new.name != name:
+        raise SpecError(
+            f"the new recipe is deployment '{new.name}', not '{name}'",
+            field="name",
+            hint=f"an upgrade keeps the name: set `name: {name}` in the new recipe",
+        )
+    if new.recipe.replicas != len(fleet.groups):
+        raise SpecError(
+            f"the new recipe has {new.recipe.replicas} replicas, the running deployment "
+            f"{len(fleet.groups)}; an upgrade changes what each group runs, not how many run",
+            field="replicas",
+            hint=f"keep replicas: {len(fleet.groups)}, or `tandem down` and `tandem up` anew",
+        )
+    targets = placed_groups(new)  # refuse what does not fit before anything stops
+    results: list[UpgradeResult] = []
+    for index, (group, target) in enumerate(zip(fleet.groups, targets, strict=True)):
+        role = "the canary" if index == 0 else f"group {index}"
+        on_event(f"{role} ({group}): out of rotation, drained, upgraded behind the gate")
+        state = load_state(group)
+
+        refused: list[TandemError] = []
+
+        def relaunch(
+            group: str = group, target: Deployment = target, refused: list = refused
+        ) -> str:
+            try:
+                results.append(
+                    upgrade(
+                        group,
+                        target,
+                        limits=limits,
+                        timeout_s=timeout_s,
+                        on_event=on_event,
+                        on_phase=on_phase,
+                    )
+                )
+            except TandemError as exc:  # refused before anything stopped: it serves as it was
+                refused.append(exc)
+            return load_state(group).endpoint
+
+        cycle_group(group, state.endpoint, relaunch, on_event, drain_s=drain_s)
+        if refused:
+            raise refused[0]
+        if results[-1].outcome == "rolled-back":
+            on_event(
+                f"{role} failed its gate and runs revision {results[-1].running_revision} "
+                f"again: the rolling upgrade stops; {len(fleet.groups) - index - 1} group(s) "
+                "never left their revision"
+            )
+            break
+    return results
 
 
 def _roll_back(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from tandem import revisions
+from tandem import ownership, revisions
+from tandem.backends.state import fleet_exists
 from tandem.cli.lifecycle import console, show_event, show_phase
 from tandem.cli.options import (
     cluster_option,
@@ -12,7 +13,8 @@ from tandem.cli.options import (
     machine_deployment,
     startup_timeout_option,
 )
-from tandem.upgrade import GateLimits, rollback, upgrade
+from tandem.spec.deployment import Deployment
+from tandem.upgrade import GateLimits, rollback, rolling_upgrade, upgrade
 
 
 @click.command("upgrade")
@@ -40,8 +42,14 @@ def upgrade_command(
     rollback.
 
     \b
+    With replicas the upgrade rolls: one group at a time leaves the router, drains, is
+    upgraded behind the gate and joins again while the others serve; the first group is the
+    canary, and the first group that fails is rolled back and stops the roll.
+
+    \b
     Examples:
       tandem upgrade tiny-local --recipe new-tiny.yaml
+      tandem upgrade smollm2-replicas --recipe new-replicas.yaml
       tandem upgrade deepseek-v4-flash --recipe dsv4-new.yaml --cluster pair.yaml --no-bench
     """
     marker = revisions.interrupted_upgrade(name)
@@ -50,6 +58,9 @@ def upgrade_command(
             f"an earlier upgrade from revision {marker.from_revision} was interrupted "
             f"({marker.phase}); starting from what runs now"
         )
+    if fleet_exists(ownership.check_name(name)):
+        _rolling(name, machine_deployment(recipe, cluster_path), timeout_s, limits)
+        return
     result = upgrade(
         name,
         machine_deployment(recipe, cluster_path),
@@ -71,6 +82,28 @@ def upgrade_command(
     for line in result.gate.evidence[:6]:
         console.print(f"  [dim]{line}[/dim]")
     raise click.exceptions.Exit(1)
+
+
+def _rolling(name: str, new: Deployment, timeout_s: float | None, limits: dict) -> None:
+    """``upgrade`` of a deployment with replicas: group by group, the first the canary."""
+    results = rolling_upgrade(
+        name,
+        new,
+        limits=GateLimits.model_validate(limits),
+        timeout_s=timeout_s,
+        on_event=show_event,
+        on_phase=show_phase,
+    )
+    for index, result in enumerate(results):
+        verdict = (
+            f"revision {result.to_revision} passed the gate"
+            if result.outcome == "upgraded"
+            else f"revision {result.to_revision} [red]failed[/red] ({result.gate.check}); "
+            f"back on revision {result.running_revision}"
+        )
+        console.print(f"[bold]{result.name}[/bold] (group {index}): {verdict}")
+    if any(r.outcome == "rolled-back" for r in results):
+        raise click.exceptions.Exit(1)
 
 
 @click.command("rollback")
