@@ -18,6 +18,8 @@ from tandem.backends.router import RouterProcess
 from tandem.backends.state import FleetState, fleet_exists, fleet_of, load_fleet
 from tandem.errors import SpecError, StateError
 from tandem.health import Verdict
+from tandem.spec.loading import load_deployment
+from tandem.upgrade import rolling_upgrade
 from tandem.watch.fleet import router_record
 
 
@@ -125,3 +127,14 @@ def test_the_routers_record_counts_missed_looks_and_groups_out_of_rotation(tmp_p
 def test_a_folder_of_one_group_has_no_router_record(tmp_path):
     with pytest.raises(SpecError, match=r"no router\.jsonl"):
         router_record(tmp_path)
+
+
+def test_a_rolling_upgrade_keeps_the_name_and_the_number_of_groups(tmp_path):
+    FleetState(name="smollm2-replicas", groups=["smollm2-replicas-g0"], model="m").save()
+    two = load_deployment("smollm2-replicas", as_root=True)
+    with pytest.raises(SpecError, match="an upgrade changes what each group runs") as info:
+        rolling_upgrade("smollm2-replicas", two)
+    assert info.value.field == "replicas"
+    FleetState(name="other", groups=["other-g0", "other-g1"], model="m").save()
+    with pytest.raises(SpecError, match="not 'other'"):
+        rolling_upgrade("other", two)
