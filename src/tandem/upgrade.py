@@ -24,12 +24,13 @@ revision was being left and which was coming.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from tandem import files, lifecycle, ownership, revisions
+from tandem import files, lifecycle, ownership, revisions, wire
 from tandem.backends.base import OnEvent, OnPhase
 from tandem.backends.state import (
     DeploymentDir,
@@ -94,6 +95,7 @@ def measure(state: DeploymentState, limits: GateLimits, out: Path) -> dict[str, 
     config = BenchConfig(
         url=state.endpoint,
         model=state.model,
+        api_key=os.environ.get(wire.VLLM_API_KEY),
         concurrency=[limits.concurrency],
         requests=limits.requests,
         input_tokens=limits.input_tokens,
@@ -151,6 +153,7 @@ def gate(
     report = smoke.run_smoke(
         smoke.target_of(state),
         ownership.output_folder(out / "smoke", force=True),
+        api_key=os.environ.get(wire.VLLM_API_KEY),  # the key the deployment was started with
         checks=GATE_SMOKE_CHECKS,
         on_result=lambda r: on_event(f"gate: smoke {r.check} {r.outcome.value}: {r.summary}"),
     )

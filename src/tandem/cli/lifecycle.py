@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from tandem import fleet, lifecycle, ownership
+from tandem import fleet, lifecycle, ownership, wire
 from tandem.backends.bundle import write_bundle
 from tandem.backends.router import LOOPBACK
 from tandem.backends.router import argv as router_argv
@@ -216,6 +217,7 @@ def _smoke(state: DeploymentState) -> None:
     report = smoke_checks.run_smoke(
         smoke_checks.target_of(state),
         out,
+        api_key=os.environ.get(wire.VLLM_API_KEY),  # the key the ranks were started with
         on_result=lambda r: console.print(
             f"  smoke {r.check:<12} {r.outcome.value:<15} {r.summary}"
         ),
