@@ -13,8 +13,12 @@ closed loop at `--concurrency`, fixed input and output lengths, no warm-up (the 
 each answered a completion at `up`), no /metrics scraping by the bench (through the router it
 would not reach the groups). Around every bench the script itself scrapes each leader's
 /metrics (`vllm:prefix_cache_hits_total` / `vllm:prefix_cache_queries_total`, in prompt
-tokens, and `vllm:request_success_total`) and the router's (`vllm_router_processed_requests_total`
-per worker): the hit rate per group and overall is the ratio of the deltas. Then `tandem down`.
+tokens, and `vllm:request_success_total`: the requests each group served) and the router's
+(`vllm_router_processed_requests_total` per worker, and every other router counter that moved):
+the hit rate per group and overall is the ratio of the deltas. Then `tandem down`. The router's
+per-worker count is its routing decisions, and these include the /tokenize and /detokenize
+calls the bench makes through it while it fits its prompts (before any completion is sent), so
+the groups' own request counts are the ones that say where the completions went.
 Each workload is one bench run with a seed of its own, the same seeds for every policy, so the
 policies see the same prompts and a later run never meets an earlier run's prefixes.
 
@@ -233,9 +237,10 @@ def policy_run(
     served = [total(after[0][g], SUCCESS) - total(before[0][g], SUCCESS) for g in range(2)]
     routed_before, routed_after = per_worker(before[1], PROCESSED), per_worker(after[1], PROCESSED)
     routed = [routed_after.get(u, 0.0) - routed_before.get(u, 0.0) for u in LEADERS]
-    router_cache = {
-        name: total(after[1], name) - total(before[1], name)
-        for name in ("vllm_router_cache_hits_total", "vllm_router_cache_misses_total")
+    router_counters = {  # every router counter that moved: routes, kv_routing_inputs, cache...
+        name + json.dumps(dict(labels), sort_keys=True): value - before[1].get((name, labels), 0.0)
+        for (name, labels), value in after[1].items()
+        if name.endswith("_total") and value != before[1].get((name, labels), 0.0)
     }
     bench = bench_point(out)
     (point,) = bench["points"].values()
@@ -255,13 +260,16 @@ def policy_run(
         "prefix_cache_queries": queries,
         "requests_per_group": served,
         "router_processed_per_group": routed,
-        "router_cache": router_cache,
+        "router_counters": router_counters,
         "bench_warnings": bench["warnings"],
     }
     log(
         f"{policy} G={groups}: {point['requests']} requests in {wall:.0f} s, hit rate "
         f"{row['hit_rate']} overall {row['hit_rate_overall']}, served {served}, routed {routed}"
     )
+    for key, value in sorted(router_counters.items()):
+        if not key.startswith(("vllm_router_processed", "vllm_router_cb_", "vllm_router_policy")):
+            log(f"  router {key} +{value:.0f}")
     return row
 
 
@@ -376,7 +384,8 @@ def print_tables(rows: list[dict], over: dict | None) -> None:
     print()
     print(
         "| policy | prefix groups | requests | hit rate g0 | hit rate g1 | hit rate overall "
-        "| requests g0 / g1 (router: g0 / g1) | TTFT p50 ms | TTFT p90 ms | TPOT p50 ms |"
+        "| requests g0 / g1 (router decisions g0 / g1) | TTFT p50 ms | TTFT p90 ms "
+        "| TPOT p50 ms |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
