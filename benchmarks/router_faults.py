@@ -40,6 +40,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -113,6 +114,7 @@ class Scenario:
     membership: list[list] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     fault_at: float = 0.0
+    fault_monotonic: float = 0.0
     requests_detail: list[dict] = field(default_factory=list)
 
 
@@ -310,6 +312,7 @@ def scenario(
     fault (``under_load``), then the supervisor stopped and a stopped process never left."""
     result = Scenario(mode=mode, kind=kind)
     result.notes += wait_ready(env, home)
+    g1 = group_endpoint(home, GROUPS[1])
     events = home / "deployments" / GROUPS[1] / "events.log"
     offset = events.stat().st_size if events.exists() else 0
     supervisor = subprocess.Popen(
@@ -338,7 +341,20 @@ def scenario(
                 raise SystemExit(f"the supervisor of {GROUPS[1]} did not start")
             time.sleep(0.2)
         asyncio.run(under_load(result, home, events, offset, args, touched))
+        if not settled(result):
+            late(result, home, g1, events, offset)
     finally:
+        waited = time.monotonic()
+        while restart_running(events, offset) and supervisor.poll() is None:
+            if time.monotonic() - waited > 480:
+                result.notes.append("a restart still ran 480 s after the window: stopped")
+                break
+            time.sleep(1)
+        if time.monotonic() - waited > 1:
+            result.notes.append(
+                f"a restart of group 1 ran when the window ended: waited "
+                f"{time.monotonic() - waited:.0f} s for it before stopping the supervisor"
+            )
         supervisor.send_signal(signal.SIGTERM)
         try:
             supervisor.wait(timeout=180)
@@ -356,6 +372,72 @@ def scenario(
                 os.kill(target.pid, signal.SIGCONT)
                 os.kill(target.pid, signal.SIGKILL)
     return result
+
+
+def restart_running(events: Path, offset: int) -> bool:
+    """A restart of group 1 begun and neither done nor failed (stopping its supervisor now
+    would stop the group)."""
+    lines = events_since(events, offset)
+    begun = sum(1 for line in lines if re.search(r"restart \d+/\d+ in ", line))
+    ended = sum(1 for line in lines if re.search(r"restart \d+ (done|failed)", line))
+    return begun > ended
+
+
+def leader_now(home: Path) -> str:
+    """Group 1's leader as /proc shows it and the size of its log: evidence for a slow start."""
+    from tandem.backends.processes import read_process
+
+    try:
+        rank = json.loads((home / "deployments" / GROUPS[1] / "state.json").read_text())
+        rank = rank["ranks"][0]
+    except (OSError, ValueError, KeyError, IndexError):
+        return "no state of group 1"
+    process = read_process(rank["pid"]) if rank.get("pid") else None
+    try:
+        size = Path(rank["log"]).stat().st_size
+    except OSError:
+        size = -1
+    if process is None:
+        return f"leader pid {rank.get('pid')} gone, log {size} bytes"
+    return (
+        f"leader pid {process.pid} state {process.state}, {process.cpu_s:.1f} s CPU, "
+        f"log {size} bytes"
+    )
+
+
+def settled(result: Scenario) -> bool:
+    """Group 1 back in rotation, or (never out of it) answering again at its leader."""
+    return (
+        result.rejoin_s is not None
+        if result.leave_s is not None
+        else (result.answers_again_s is not None)
+    )
+
+
+def late(
+    result: Scenario, home: Path, g1: str, events: Path, offset: int, timeout_s: float = 480
+) -> None:
+    """The window ended before group 1 came back: keep its supervisor running (stopping it
+    mid-restart would stop the group) until it does, and record the late times."""
+    result.notes.append(
+        "group 1 not back when the window ended: waited for it after the load; then: "
+        + leader_now(home)
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not settled(result):
+        since = round(time.monotonic() - result.fault_monotonic, 2)
+        if result.answers_again_s is None and any(
+            "done:" in line and "answers again" in line for line in events_since(events, offset)
+        ):
+            result.answers_again_s = since
+        try:
+            if result.leave_s is not None and workers().get(g1):
+                result.rejoin_s = since
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+        time.sleep(0.5)
+    if not settled(result):
+        result.notes.append(f"group 1 still not back {timeout_s:.0f} s after the window")
 
 
 async def under_load(
@@ -444,6 +526,7 @@ async def under_load(
         result.errors[kind_of_error] = result.errors.get(kind_of_error, 0) + 1
     result.requests_detail = [asdict(r) for r in records]
     result.fault_at = round(fault, 3)
+    result.fault_monotonic = t0 + fault
 
 
 # ---------------------------------------------------------------------------------- report
@@ -467,7 +550,8 @@ def table(results: list[Scenario]) -> str:
         rows.append(
             f"| {r.mode} | {r.kind} | {r.requests} | {r.failed} | {fmt(r.in_flight_g1)} | "
             f"{r.failed_beyond_in_flight} | {r.failed_started_after_fault} | {leave} | "
-            f"{fmt(r.rejoin_s)} | {fmt(r.answers_again_s)} | {r.window_s:.1f} |"
+            f"{fmt(r.rejoin_s) if r.leave_s is not None else 'n/a'} | "
+            f"{fmt(r.answers_again_s)} | {r.window_s:.1f} |"
         )
     return "\n".join(rows)
 
@@ -491,6 +575,13 @@ def details(results: list[Scenario]) -> str:
 
 
 # ---------------------------------------------------------------------------------- main
+
+
+def tree() -> str:
+    """The commit the run measures, and whether src/ differs from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True)
+    dirty = subprocess.run(["git", "status", "--short", "src"], cwd=ROOT, capture_output=True)
+    return head.stdout.decode().strip() + (" (src/ modified)" if dirty.stdout.strip() else "")
 
 
 def main() -> int:
@@ -526,7 +617,8 @@ def main() -> int:
     }
     os.environ.update(env)
     started = time.monotonic()
-    extra: dict = {"home": str(home), "boot_s": None}
+    extra: dict = {"home": str(home), "boot_s": None, "tree": tree()}
+    print(f"tandem at {extra['tree']}", flush=True)
     if not (home / "deployments" / NAME / "fleet.json").exists():
         if not (args.hf_home / "hub").is_dir():
             tandem("model", "real", "--hf-home", str(args.hf_home), env=env, check=True)
