@@ -584,6 +584,25 @@ def tree() -> str:
     return head.stdout.decode().strip() + (" (src/ modified)" if dirty.stdout.strip() else "")
 
 
+def boot(home: Path, hf_home: Path, env: dict[str, str]) -> float | None:
+    """``tandem up`` of the fleet in ``home`` (the real model built into ``hf_home`` first),
+    unless one is already up there; the seconds it took, or None when reused."""
+    if (home / "deployments" / NAME / "fleet.json").exists():
+        return None
+    started = time.monotonic()
+    if not (hf_home / "hub").is_dir():
+        tandem("model", "real", "--hf-home", str(hf_home), env=env, check=True)
+    (home / "recipe.yaml").write_text(recipe_text())
+    (home / "cluster.yaml").write_text(CLUSTER)
+    up = tandem("up", str(home / "recipe.yaml"), "--cluster", str(home / "cluster.yaml"), env=env)
+    if up.returncode:
+        tandem("down", NAME, env=env, timeout=300)
+        raise SystemExit(f"up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+    took = round(time.monotonic() - started, 1)
+    print(f"fleet up in {took} s", flush=True)
+    return took
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", default=",".join(KINDS))
@@ -619,19 +638,7 @@ def main() -> int:
     started = time.monotonic()
     extra: dict = {"home": str(home), "boot_s": None, "tree": tree()}
     print(f"tandem at {extra['tree']}", flush=True)
-    if not (home / "deployments" / NAME / "fleet.json").exists():
-        if not (args.hf_home / "hub").is_dir():
-            tandem("model", "real", "--hf-home", str(args.hf_home), env=env, check=True)
-        (home / "recipe.yaml").write_text(recipe_text())
-        (home / "cluster.yaml").write_text(CLUSTER)
-        up = tandem(
-            "up", str(home / "recipe.yaml"), "--cluster", str(home / "cluster.yaml"), env=env
-        )
-        if up.returncode:
-            tandem("down", NAME, env=env, timeout=300)
-            raise SystemExit(f"up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
-        extra["boot_s"] = round(time.monotonic() - started, 1)
-        print(f"fleet up in {extra['boot_s']} s", flush=True)
+    extra["boot_s"] = boot(home, args.hf_home, env)
     results: list[Scenario] = []
     try:
         for mode in modes:
