@@ -14,11 +14,12 @@ import pytest
 
 from tandem import fleet
 from tandem.backends.processes import ProcessIdentity, read_process
-from tandem.backends.router import RouterProcess
+from tandem.backends.router import RouterFigures, RouterProcess, WorkerFigures
 from tandem.backends.state import FleetState, fleet_exists, fleet_of, load_fleet
-from tandem.errors import SpecError, StateError
+from tandem.errors import BackendError, SpecError, StateError
 from tandem.health import Verdict
 from tandem.spec.loading import load_deployment
+from tandem.supervisor import Member, who_serves
 from tandem.upgrade import rolling_upgrade
 from tandem.watch.fleet import router_record
 
@@ -138,3 +139,41 @@ def test_a_rolling_upgrade_keeps_the_name_and_the_number_of_groups(tmp_path):
     FleetState(name="other", groups=["other-g0", "other-g1"], model="m").save()
     with pytest.raises(SpecError, match="not 'other'"):
         rolling_upgrade("other", two)
+
+
+def test_a_rolling_upgrade_never_takes_out_the_last_group_that_serves():
+    """The router of this fleet does not run and its other group has no state: the roll stops
+    before the canary, and nothing was stopped (the canary's state is not even read)."""
+    FleetState(
+        name="smollm2-replicas",
+        groups=["smollm2-replicas-g0", "smollm2-replicas-g1"],
+        model="m",
+        router=router_of(dead_identity()),
+    ).save()
+    two = load_deployment("smollm2-replicas", as_root=True)
+    with pytest.raises(BackendError, match="would leave no group serving") as info:
+        rolling_upgrade("smollm2-replicas", two)
+    assert "no other group runs; the rolling upgrade stops before smollm2-replicas-g0" in str(
+        info.value
+    )
+
+
+def member(name: str, verdict: Verdict = Verdict.HEALTHY) -> Member:
+    return Member(name, f"http://{name}:8000", verdict)
+
+
+def test_only_healthy_members_serve_and_a_held_breaker_is_named():
+    """tandem's verdict says who serves; the router's breaker says whom to put in again."""
+    a, b, c, d = member("a"), member("b"), member("c", Verdict.STALLED), member("d")
+    figures = RouterFigures(
+        running=True,
+        members=[a.endpoint, b.endpoint, c.endpoint],  # d healthy but out of the rotation
+        workers={
+            a.endpoint: WorkerFigures(circuit_open=False),
+            b.endpoint: WorkerFigures(circuit_open=True),
+            c.endpoint: WorkerFigures(circuit_open=True),
+        },
+    )
+    serving, stuck = who_serves([a, b, c, d], figures)
+    assert serving == [a, b] and stuck == [b]
+    assert who_serves([c, d], figures) == ([], [])

@@ -188,6 +188,72 @@ def join_rotation(name: str, endpoint: str, log: Callable[[str], None]) -> None:
         log(f"could not put {endpoint} back into the router's rotation: {exc.message}")
 
 
+@dataclass(frozen=True)
+class Member:
+    """Another group of the fleet, as a planned stop of one group needs to know it."""
+
+    name: str
+    endpoint: str
+    verdict: Verdict
+
+
+def who_serves(
+    others: list[Member], figures: routers.RouterFigures
+) -> tuple[list[Member], list[Member]]:
+    """Of the other groups, those that can take the traffic while one group is out (healthy
+    by tandem's verdict and members of the router), and among them those whose circuit
+    breaker the router holds open. The router answers 503 while every member is unavailable
+    to it, and it kept a breaker open for minutes after the group's restart answered (vllm-router
+    0.1.17, after a wedged engine): tandem's verdict, not the breaker, says who serves."""
+    serving = [m for m in others if m.verdict is Verdict.HEALTHY and m.endpoint in figures.members]
+    stuck = [
+        m
+        for m in serving
+        if (worker := figures.workers.get(m.endpoint)) is not None and worker.circuit_open
+    ]
+    return serving, stuck
+
+
+def others_serve(name: str, log: Callable[[str], None], *, judge: Assess | None = None) -> None:
+    """Before a planned stop of group ``name`` (a step of a rolling upgrade), make sure another
+    group of its fleet serves: each other group is judged (``tandem.health.assess``), and one
+    that is healthy but whose breaker the router holds open is put in again (a worker added
+    anew starts with its breaker closed). A group of no fleet has nothing to check.
+
+    Raises:
+        BackendError: no other group is healthy and in the router's rotation; nothing was
+            stopped.
+    """
+    fleet = fleet_of(name)
+    if fleet is None or fleet.router is None:
+        return
+    judge = judge or assess
+    others: list[Member] = []
+    for other in fleet.groups:
+        if other == name:
+            continue
+        try:
+            state = load_state(other)
+            verdict = judge(state, backend=backend_for(state.backend)).verdict
+        except TandemError:
+            continue
+        others.append(Member(other, state.endpoint, verdict))
+    serving, stuck = who_serves(others, routers.look(fleet.router))
+    for member in stuck:
+        routers.remove(fleet.router, member.endpoint)
+        routers.add(fleet.router, member.endpoint)
+        log(
+            f"{member.name} is healthy but the router held its circuit breaker open: put in "
+            f"again ({member.endpoint})"
+        )
+    if not serving:
+        raise BackendError(
+            f"taking {name} out of the router would leave no group serving: "
+            + ("; ".join(f"{m.name} {m.verdict.value}" for m in others) or "no other group runs"),
+            hint=f"`tandem status {fleet.name}`; bring the others back first",
+        )
+
+
 def drain(endpoint: str, timeout_s: float, log: Callable[[str], None]) -> bool:
     """Wait until the group at ``endpoint`` has no request running or waiting (its /metrics),
     at most ``timeout_s``; True when it drained. A group that does not answer has nothing to

@@ -41,12 +41,12 @@ from tandem.backends.state import (
 )
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import run as run_bench
-from tandem.errors import CheckFailed, SpecError, StateError, TandemError
+from tandem.errors import BackendError, CheckFailed, SpecError, StateError, TandemError
 from tandem.eval import smoke
 from tandem.preflight import run_check
 from tandem.rankplan import placed_groups, plan_ranks
 from tandem.spec.deployment import Deployment
-from tandem.supervisor import cycle_group
+from tandem.supervisor import cycle_group, others_serve
 
 HELD_BY_THE_RUNNING = {"port-taken", "memory-headroom", "shm-too-small"}
 """Preflight rules that the running revision itself fails the new one on (its ports, its
@@ -264,12 +264,15 @@ def rolling_upgrade(
     Each group leaves the router, drains (up to ``drain_s``), is upgraded behind the gate on its
     own leader (``upgrade``: switch, smoke and bench against its own baseline, or back to its
     old revision) and joins again (``tandem.supervisor.cycle_group``), while the other groups
-    serve. The first group that fails its gate is rolled back and the roll stops: the groups
-    after it never leave the revision that runs. Returns each group's result, in order.
+    serve. A group leaves only while another serves (``tandem.supervisor.others_serve``). The
+    first group that fails its gate is rolled back and the roll stops: the groups after it
+    never leave the revision that runs. Returns each group's result, in order.
 
     Raises:
         SpecError: ``new`` is another deployment, or has another number of groups.
         PlanError: ``new`` does not fit (nothing was stopped).
+        BackendError: no other group would serve while the next one is out (the roll stops
+            before it).
     """
     fleet = load_fleet(name)
     if new.name != name:
@@ -289,6 +292,14 @@ def rolling_upgrade(
     results: list[UpgradeResult] = []
     for index, (group, target) in enumerate(zip(fleet.groups, targets, strict=True)):
         role = "the canary" if index == 0 else f"group {index}"
+        try:
+            others_serve(group, on_event)
+        except BackendError as exc:
+            raise BackendError(
+                f"{exc.message}; the rolling upgrade stops before {group}"
+                + (f" ({index} group(s) already run the new revision)" if index else ""),
+                hint=exc.hint,
+            ) from exc
         on_event(f"{role} ({group}): out of rotation, drained, upgraded behind the gate")
         state = load_state(group)
 
