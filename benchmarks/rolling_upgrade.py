@@ -77,6 +77,7 @@ class Roll:
     revisions_after: dict[str, list[str]] = field(default_factory=dict)
     members_after: list[str] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
+    put_in_again: list[str] = field(default_factory=list)
     output_tail: str = ""
 
 
@@ -117,7 +118,9 @@ async def under_load(roll: Roll, argv: list[str], env: dict[str, str], concurren
         await asyncio.gather(*clients)
     roll.exit = process.returncode if process.returncode is not None else -1
     roll.wall_s = round(ended - began, 1)
-    roll.output_tail = out.decode(errors="replace")[-3000:]
+    said = out.decode(errors="replace")
+    roll.output_tail = said[-3000:]
+    roll.put_in_again = [line.strip() for line in said.splitlines() if "put in again" in line]
     roll.requests = len(records)
     failed = [r for r in records if not r.ok]
     roll.failed = len(failed)
@@ -233,6 +236,8 @@ def main() -> int:
         print()
         print(table(rolls))
         for r in rolls:
+            for line in r.put_in_again:
+                print(f"{r.scenario}: {line}")
             if r.exit != r.expected_exit or r.failed:
                 print(f"\n{r.scenario}: errors {r.errors}\n{r.output_tail}")
         if "greedy_same_after_rollback" in extra:
