@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -46,6 +45,7 @@ from router_faults import (
     Request,
     boot,
     client_loop,
+    fleet_env,
     group_endpoint,
     leftovers,
     tandem,
@@ -193,15 +193,7 @@ def main() -> int:
     scenarios = [s for s in args.scenarios.split(",") if s]
     if unknown := sorted(set(scenarios) - set(CHANGES)):
         parser.error(f"unknown {unknown}; scenarios: {', '.join(CHANGES)}")
-    home = args.home or Path(tempfile.mkdtemp(prefix="tandem-rolling-"))
-    home.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "HF_HOME": str(args.hf_home),
-        "TANDEM_HOME": str(home),
-        "VLLM_API_KEY": API_KEY,
-    }
-    os.environ.update(env)
+    home, env = fleet_env(args.home, args.hf_home, "tandem-rolling-")
     extra: dict = {"home": str(home), "tree": tree()}
     print(f"tandem at {extra['tree']}", flush=True)
     extra["boot_s"] = boot(home, args.hf_home, env)

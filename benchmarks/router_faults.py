@@ -584,6 +584,16 @@ def tree() -> str:
     return head.stdout.decode().strip() + (" (src/ modified)" if dirty.stdout.strip() else "")
 
 
+def fleet_env(home: Path | None, hf_home: Path, prefix: str) -> tuple[Path, dict[str, str]]:
+    """The fleet's ``TANDEM_HOME`` (a new temp folder unless given) and the environment every
+    tandem command of the run gets (this process's too: the fault code reads the state)."""
+    home = home or Path(tempfile.mkdtemp(prefix=prefix))
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HF_HOME": str(hf_home), "TANDEM_HOME": str(home), "VLLM_API_KEY": API_KEY}
+    os.environ.update(env)
+    return home, env
+
+
 def boot(home: Path, hf_home: Path, env: dict[str, str]) -> float | None:
     """``tandem up`` of the fleet in ``home`` (the real model built into ``hf_home`` first),
     unless one is already up there; the seconds it took, or None when reused."""
@@ -626,15 +636,7 @@ def main() -> int:
     modes = [m for m in args.modes.split(",") if m]
     if unknown := sorted(set(kinds) - set(KINDS)) + sorted(set(modes) - set(MODES)):
         parser.error(f"unknown {unknown}; kinds: {', '.join(KINDS)}; modes: {', '.join(MODES)}")
-    home = args.home or Path(tempfile.mkdtemp(prefix="tandem-rfaults-"))
-    home.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "HF_HOME": str(args.hf_home),
-        "TANDEM_HOME": str(home),
-        "VLLM_API_KEY": API_KEY,
-    }
-    os.environ.update(env)
+    home, env = fleet_env(args.home, args.hf_home, "tandem-rfaults-")
     started = time.monotonic()
     extra: dict = {"home": str(home), "boot_s": None, "tree": tree()}
     print(f"tandem at {extra['tree']}", flush=True)

@@ -214,7 +214,7 @@ def who_serves(
     return serving, stuck
 
 
-def others_serve(name: str, log: Callable[[str], None], *, judge: Assess | None = None) -> None:
+def others_serve(name: str, log: Callable[[str], None]) -> None:
     """Before a planned stop of group ``name`` (a step of a rolling upgrade), make sure another
     group of its fleet serves: each other group is judged (``tandem.health.assess``), and one
     that is healthy but whose breaker the router holds open is put in again (a worker added
@@ -227,14 +227,13 @@ def others_serve(name: str, log: Callable[[str], None], *, judge: Assess | None 
     fleet = fleet_of(name)
     if fleet is None or fleet.router is None:
         return
-    judge = judge or assess
     others: list[Member] = []
     for other in fleet.groups:
         if other == name:
             continue
         try:
             state = load_state(other)
-            verdict = judge(state, backend=backend_for(state.backend)).verdict
+            verdict = assess(state, backend=backend_for(state.backend)).verdict
         except TandemError:
             continue
         others.append(Member(other, state.endpoint, verdict))
