@@ -55,22 +55,34 @@ def snapshot(hf_home: Path) -> Path:
 
 @contextmanager
 def served(
-    hf_home: Path, folder: Path, name: str, net: int, api: int, serve: str
+    hf_home: Path, folder: Path, name: str, net: int, api: int, serve: str, *, stages: int = 2
 ) -> Iterator[dict[str, str]]:
     """The built-in smollm2-local recipe as deployment ``name`` on subnet 10.``net``.0.0/24 and
     API port ``api`` (the master port beside it), with ``serve`` added to its ``engine.serve``,
-    up on two ranks until the block ends."""
+    up on two ranks until the block ends. ``stages=1``: one rank, eager (the Dynamo trace is
+    for a later pipeline stage's buffer), a boot of about half the time."""
     recipe = (ROOT / "src/tandem/recipes/smollm2-local.yaml").read_text()
-    for old, new in [
+    changes = [
         ("name: smollm2-local", f"name: {name}"),
         ("api: 8000", f"api: {api}"),
         ("master: 29501", f"master: {api + 21501}"),
         ("    max_num_seqs: 8\n", "    max_num_seqs: 8\n" + serve),
-    ]:
+    ]
+    if stages == 1:
+        changes += [
+            ("pipeline_parallel_size: 2", "pipeline_parallel_size: 1"),
+            ("    max_num_seqs: 8\n", "    max_num_seqs: 8\n    enforce_eager: true\n"),
+        ]
+    for old, new in changes:
         assert old in recipe
         recipe = recipe.replace(old, new, 1)
+    if stages == 1:
+        recipe = "".join(line for line in recipe.splitlines(True) if "extra_args:" not in line)
+    cluster = CLUSTER.format(name=name, net=net)
     (folder / "recipe.yaml").write_text(recipe)
-    (folder / "cluster.yaml").write_text(CLUSTER.format(name=name, net=net))
+    (folder / "cluster.yaml").write_text(
+        cluster if stages == 2 else cluster.split("  - {name: node1")[0]
+    )
     env = {
         **os.environ,
         "HF_HOME": str(hf_home),
@@ -173,10 +185,10 @@ def test_a_reasoning_parser_the_model_does_not_speak_fails_the_reasoning_check(h
     """Break-on-purpose for the reasoning split: SmolLM2 never thinks, and under vLLM's qwen3
     parser its whole answer comes back as reasoning with the content empty (``deepseek_r1``
     is refused by vLLM at boot: no think tokens in this tokenizer). A deployment of its own,
-    on its own subnet and ports."""
-    with served(
-        hf_home, tmp_path, "real-reasoning", 87, 8030, "    reasoning_parser: qwen3\n"
-    ) as env:
+    on its own subnet and ports, on one rank: the parser runs in the API server, whatever
+    the stages."""
+    parser = "    reasoning_parser: qwen3\n"
+    with served(hf_home, tmp_path, "real-reasoning", 87, 8030, parser, stages=1) as env:
         out = tmp_path / "smoke"
         result = run_tandem(
             "eval",
