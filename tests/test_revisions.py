@@ -114,9 +114,10 @@ def test_a_killed_upgrade_is_named_with_the_way_back(deployment):
     from tandem.backends.state import DeploymentDir
 
     assert revisions.interrupted_upgrade("tiny-local") is None
-    folder = files.private_dir(DeploymentDir.of("tiny-local").path)
+    files.private_dir(DeploymentDir.of("tiny-local").path)
+    path = revisions.mark_upgrade("tiny-local", 3, "gate")
+    assert path.stat().st_mode & 0o777 == 0o600  # private, like the state beside it
     marker = revisions.UpgradeMarker(from_revision=3, phase="gate")
-    files.write_json(folder / revisions.MARKER, marker)
     assert revisions.interrupted_upgrade("tiny-local") == marker
     said = lifecycle._interrupted_upgrade("tiny-local")
     assert said and "from revision 3 was interrupted (gate)" in said and "--to 3" in said

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -115,6 +116,14 @@ class UpgradeMarker(BaseModel):
 
     from_revision: int
     phase: str
+
+
+def mark_upgrade(name: str, from_revision: int, phase: str) -> Path:
+    """Say that an upgrade of ``name`` from ``from_revision`` is in ``phase`` (the marker, private
+    like the rest of the deployment's state); returns its path, which the upgrade removes when
+    it ends."""
+    marker = UpgradeMarker(from_revision=from_revision, phase=phase)
+    return files.write_json(folder(name).path / MARKER, marker, private=True)
 
 
 def interrupted_upgrade(name: str) -> UpgradeMarker | None:

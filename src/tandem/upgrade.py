@@ -214,10 +214,7 @@ def upgrade(
         on_event(f"measuring the baseline of revision {old.number} (the gate compares with it)")
         old.baseline = measure(state, limits, work / "baseline")
         revisions.save(name, old)
-    marker = state.directory.path / revisions.MARKER
-    files.write_json(
-        marker, revisions.UpgradeMarker(from_revision=old.number, phase="starting the new revision")
-    )
+    marker = revisions.mark_upgrade(name, old.number, "starting the new revision")
     on_event(f"stopping revision {old.number} (compile caches kept)")
     lifecycle.down(name, on_event=on_event)
     try:
@@ -228,7 +225,7 @@ def upgrade(
         failed = revisions.record(new, None, outcome="failed")
         result = GateResult(passed=False, check="start", evidence=[str(exc)])
         return _roll_back(name, old, failed, result, marker, timeout_s, on_event, on_phase)
-    files.write_json(marker, revisions.UpgradeMarker(from_revision=old.number, phase="gate"))
+    revisions.mark_upgrade(name, old.number, "gate")
     result = gate(new_state, old.baseline, limits, work / f"to-{new_state.revision}", on_event)
     candidate = revisions.revision(name, new_state.revision or 0)
     if not result.passed:
@@ -352,9 +349,7 @@ def _roll_back(
     on_event(
         f"revision {failed.number} failed the gate ({result.check}): rolling back to {old.number}"
     )
-    files.write_json(
-        marker, revisions.UpgradeMarker(from_revision=old.number, phase="rolling back")
-    )
+    revisions.mark_upgrade(name, old.number, "rolling back")
     lifecycle.up(
         old.deployment(),
         timeout_s=timeout_s,
