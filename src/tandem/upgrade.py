@@ -155,6 +155,7 @@ def gate(
         ownership.output_folder(out / "smoke", force=True),
         api_key=os.environ.get(wire.VLLM_API_KEY),  # the key the deployment was started with
         checks=GATE_SMOKE_CHECKS,
+        first_failure=True,
         on_result=lambda r: on_event(f"gate: smoke {r.check} {r.outcome.value}: {r.summary}"),
     )
     failed = next((c for c in report.checks if c.outcome is smoke.Outcome.FAIL), None)

