@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from factories import make_cluster, make_deployment, make_recipe
 
+from tandem.backends.router_node import RouterNode
 from tandem.errors import PlanError, RecipeError, SpecError
 from tandem.rankplan import placed_groups, plan_ranks
 from tandem.render import kubernetes as k8s_render
+from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import deployment_problems, groups, local_cluster, template_group
 from tandem.spec.loading import load_deployment, load_recipe
 
@@ -144,10 +146,48 @@ def test_replicas_on_loopback_are_refused_for_the_shared_api_port(tmp_path):
     assert "run as root" in found["local.isolation"]
 
 
-def test_replicas_beyond_this_machine_are_refused_for_now():
-    deployment = make_deployment(make_recipe(tp=1, replicas=2), make_cluster(nodes=2))
-    found = {p.field: p.message for p in deployment_problems(deployment)}
-    assert "not on ssh" in found["replicas"]
+def with_router_node(cluster: Cluster, node: str) -> Cluster:
+    data = cluster.model_dump(mode="json")
+    data["ssh"]["router_node"] = node
+    return Cluster.model_validate(data)
+
+
+def test_replicas_over_ssh_place_one_group_a_node_pair_and_the_router_on_a_named_node():
+    cluster = with_router_node(make_cluster(nodes=4), "n2")
+    deployment = make_deployment(make_recipe(tp=2, replicas=2), cluster)
+    assert deployment_problems(deployment) == []
+    groups = placed_groups(deployment)
+    assert [[n.name for n in g.cluster.nodes] for g in groups] == [["n0", "n1"], ["n2", "n3"]]
+    node = RouterNode.of(deployment.cluster, deployment.name)
+    assert node is not None and (node.node, node.address) == ("n2", "192.168.1.12")
+    assert RouterNode.of(make_cluster(nodes=4), deployment.name) is None  # here
+
+
+def test_a_router_node_the_cluster_does_not_have_is_refused_naming_the_nodes():
+    cluster = with_router_node(make_cluster(nodes=2), "spark-9")
+    deployment = make_deployment(make_recipe(tp=1, replicas=2), cluster)
+    found = {p.field: (p.message, p.hint) for p in deployment_problems(deployment)}
+    message, hint = found["ssh.router_node"]
+    assert "'spark-9' is not a node of the cluster" in message and "n0, n1" in hint
+
+
+def test_the_router_on_a_node_starts_in_its_own_folder_and_binds_that_node():
+    node = RouterNode.of(
+        Cluster.model_validate(
+            {
+                "name": "c",
+                "nodes": [
+                    {"name": "a", "address": "10.0.0.1"},
+                    {"name": "b", "address": "10.0.0.2"},
+                ],
+                "ssh": {"router_node": "b", "router_command": "/opt/r/bin/vllm-router"},
+            }
+        ),
+        "fleet",
+    )
+    assert node is not None
+    script = node.start_script(["/opt/r/bin/vllm-router", "--host", node.address])
+    assert "/tmp/tandem/fleet/router/router.log" in script and "--host 10.0.0.2" in script
 
 
 def test_a_name_too_long_for_its_groups_is_refused():
@@ -163,6 +203,21 @@ def test_the_built_in_recipe_dry_runs_both_groups_and_the_router(tandem_here):
     assert "# smollm2-replicas-g0: rank 0 (leader)" in result.out
     assert "# smollm2-replicas-g1: rank 0 (leader)" in result.out
     assert "--policy cache_aware" in result.out and "--port 8100" in result.out
+
+
+def test_a_dry_run_over_ssh_prints_the_router_on_its_node_at_that_address(tandem_here, tmp_path):
+    cluster = tmp_path / "sparks.yaml"
+    cluster.write_text(
+        "name: sparks\ntransport: ssh\n"
+        "ssh: {router_node: spark-b, router_command: /opt/router/bin/vllm-router}\nnodes:\n"
+        "  - {name: spark-a, address: 192.168.100.10}\n"
+        "  - {name: spark-b, address: 192.168.100.11}\n"
+    )
+    result = tandem_here("up", "smollm2-replicas", "--cluster", str(cluster), "--dry-run")
+    assert result.code == 0, result.out + result.err
+    assert "# smollm2-replicas-g1: rank 0 (leader) on spark-b" in result.out
+    assert "# the router on spark-b (over ssh)" in result.out
+    assert "/opt/router/bin/vllm-router --host 192.168.100.11 --port 8100" in result.out
 
 
 # --- Kubernetes: LeaderWorkerSet replicas behind the router ----------------------------------

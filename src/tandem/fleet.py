@@ -28,6 +28,7 @@ from tandem import lifecycle, ownership, wire
 from tandem.backends import router as routers
 from tandem.backends.base import OnEvent, OnPhase
 from tandem.backends.processes import ProcessIdentity
+from tandem.backends.router_node import RouterNode
 from tandem.backends.state import (
     DeploymentState,
     FleetState,
@@ -110,7 +111,8 @@ def up(
             field="router.version",
             hint=f"pip install {routers.PACKAGE}=={spec.version} beside tandem",
         )
-    for field in ("port", "metrics_port"):
+    node = RouterNode.of(deployment.cluster, name)
+    for field in ("port", "metrics_port") if node is None else ():
         port = getattr(spec, field)
         if _port_taken(port):
             raise BackendError(
@@ -138,7 +140,9 @@ def up(
                 on_report=on_report,
             )
             states.append(state)
-        fleet.router = routers.start(spec, log=fleet.directory.router_log, on_event=on_event)
+        fleet.router = routers.start(
+            spec, log=fleet.directory.router_log, node=node, on_event=on_event
+        )
         fleet.save()
         for index, state in enumerate(states):
             routers.add(fleet.router, state.endpoint)
@@ -287,7 +291,8 @@ def down(
         return
     fleet = load_fleet(name)
     if fleet.router is not None and routers.stop(fleet.router):
-        on_event(f"stopped the router (pid {fleet.router.pid})")
+        where = f" on {fleet.router.node.node}" if fleet.router.node else ""
+        on_event(f"stopped the router (pid {fleet.router.pid}{where})")
     running = list_deployments()
     failures = []
     for group_name in fleet.groups:

@@ -1,5 +1,5 @@
-"""vLLM's router (PyPI ``vllm-router``) on this machine: the one front door of a deployment's
-groups.
+"""vLLM's router (PyPI ``vllm-router``): the one front door of a deployment's groups, on this
+machine or on a node of an ssh cluster (``tandem.backends.router_node``).
 
 tandem does not route: it starts the router empty and adds a group's leader (``/add_worker``)
 only once tandem has seen that group answer, and removes it (``/remove_worker``) when tandem's
@@ -9,13 +9,15 @@ wedged engine that still answers ``/health``) stays on as a backstop.
 What was read from the router itself (0.1.17): it passes the client's ``Authorization`` header
 through, so the groups' API key guards the front door too; its admin API (``/add_worker``,
 ``/remove_worker``, ``/list_workers``) has no key at all, so on this machine it binds
-127.0.0.1 only; ``/add_worker`` answers 400 for a worker it already has or cannot reach.
+127.0.0.1 only (on a node, that node's address: the cluster's network must be private);
+``/add_worker`` answers 400 for a worker it already has or cannot reach.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -29,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
 
 from tandem.backends.processes import ProcessIdentity, read_process
+from tandem.backends.router_node import RouterNode
 from tandem.errors import BackendError
 from tandem.files import open_private, private_dir
 from tandem.spec.recipe import Router
@@ -48,12 +51,17 @@ class RouterProcess(BaseModel):
     policy: str
     version: str
     log: str
+    node: RouterNode | None = Field(
+        default=None, description="Set when it runs on a cluster node (pid and log are there)."
+    )
 
     @property
     def identity(self) -> ProcessIdentity:
         return ProcessIdentity(self.pid, self.start_ticks, self.boot)
 
     def running(self) -> bool:
+        if self.node is not None:
+            return self.node.alive(self.identity)
         return self.identity.find() is not None
 
 
@@ -104,14 +112,17 @@ def start(
     *,
     log: Path,
     host: str = LOOPBACK,
+    node: RouterNode | None = None,
     timeout_s: float = 30.0,
     on_event: Callable[[str], None] = lambda text: None,
 ) -> RouterProcess:
-    """Start the router and wait until it answers ``/liveness``.
+    """Start the router, here or on ``node``, and wait until it answers ``/liveness``.
 
     Raises:
         BackendError: the pinned version is not installed, or it exited or did not answer.
     """
+    if node is not None:
+        return _start_on(node, spec, timeout_s=timeout_s, on_event=on_event)
     if problem := version_problem(spec):
         raise BackendError(
             problem,
@@ -142,26 +153,91 @@ def start(
         log=str(log),
     )
     on_event(f"router: vllm-router {spec.version} ({spec.policy.value}) pid {process.pid}, {url}")
+    _wait_live(
+        started,
+        timeout_s,
+        exited=lambda: process.poll() is not None,
+        log=lambda: "\n".join(log.read_text(errors="replace").splitlines()[-20:]),
+    )
+    return started
+
+
+def _start_on(
+    node: RouterNode, spec: Router, *, timeout_s: float, on_event: Callable[[str], None]
+) -> RouterProcess:
+    found = node.version()
+    if found != spec.version:
+        raise BackendError(
+            f"{node.command} on {node.node} is vllm-router {found or 'of an unknown version'}; "
+            f"the recipe pins {spec.version}",
+            field="ssh.router_command",
+            node=node.node,
+            hint=f"pip install {PACKAGE}=={spec.version} on {node.node} and name that program "
+            "in ssh.router_command",
+        )
+    command = [*shlex.split(node.command), *argv(spec, host=node.address)[1:]]
+    out = node.run(node.start_script(command))
+    identity = ProcessIdentity.parse(out.strip().splitlines()[-1] if out.strip() else "")
+    if identity is None:
+        raise BackendError(
+            f"vllm-router did not start on {node.node}: {out.strip()[-200:] or 'no pid'}; the "
+            f"end of its log ({node.log}):\n{node.tail()}",
+            node=node.node,
+        )
+    pid = identity.pid
+    url = f"http://{node.address}:{spec.port}"
+    started = RouterProcess(
+        pid=pid,
+        start_ticks=identity.start_ticks,
+        boot=identity.boot,
+        url=url,
+        metrics_url=f"http://{node.address}:{spec.metrics_port}/metrics",
+        policy=spec.policy.value,
+        version=spec.version,
+        log=f"{node.node}:{node.log}",
+        node=node,
+    )
+    on_event(
+        f"router: vllm-router {spec.version} ({spec.policy.value}) on {node.node}, pid {pid}, {url}"
+    )
+    _wait_live(started, timeout_s, exited=lambda: not node.alive(identity), log=node.tail)
+    return started
+
+
+def _wait_live(
+    router: RouterProcess,
+    timeout_s: float,
+    *,
+    exited: Callable[[], bool],
+    log: Callable[[], str],
+) -> None:
+    """Until the router answers ``/liveness``; stop it and raise when it exits or stays mute.
+
+    Raises:
+        BackendError: it exited, or did not answer in ``timeout_s``.
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise BackendError(
-                f"vllm-router exited with status {process.returncode} at start",
-                hint=f"see its log {log}",
-            )
         try:
-            if httpx.get(url + "/liveness", timeout=2).status_code == 200:
-                return started
+            if httpx.get(router.url + "/liveness", timeout=2).status_code == 200:
+                return
         except httpx.HTTPError:
             pass
+        if exited():
+            raise BackendError(
+                f"vllm-router exited at start; the end of its log ({router.log}):\n{log()}"
+            )
         time.sleep(0.2)
-    stop(started)
-    raise BackendError(f"vllm-router did not answer {url}/liveness in {timeout_s:.0f} s")
+    stop(router)
+    raise BackendError(f"vllm-router did not answer {router.url}/liveness in {timeout_s:.0f} s")
 
 
 def stop(router: RouterProcess, *, grace_s: float = 10.0) -> bool:
     """Stop the router tandem started, and nothing else: the pid must still be that process
-    (its start time on this boot). True when it was running."""
+    (its start time on this boot), or on a node carry the launch's marks. True when it was
+    running."""
+    if router.node is not None:
+        return router.node.stop(router.identity, grace_s)
     process = router.identity.find()
     if process is None:
         return False

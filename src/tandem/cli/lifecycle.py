@@ -14,6 +14,7 @@ from tandem import fleet, lifecycle, ownership, wire
 from tandem.backends.bundle import write_bundle
 from tandem.backends.router import LOOPBACK
 from tandem.backends.router import argv as router_argv
+from tandem.backends.router_node import RouterNode
 from tandem.backends.state import (
     DeploymentState,
     fleet_exists,
@@ -112,9 +113,13 @@ def up_command(
                 )
         if deployment.recipe.replicas > 1:
             spec = deployment.recipe.router
+            node = RouterNode.of(deployment.cluster, deployment.name)
+            argv = router_argv(spec, host=node.address if node else LOOPBACK)
+            if node:
+                argv = [*shlex.split(node.command), *argv[1:]]
             click.echo(
-                f"# the router, then each group's leader added to it\n"
-                f"{shlex.join(router_argv(spec, host=LOOPBACK))}"
+                f"# the router{f' on {node.node} (over ssh)' if node else ''}, then each "
+                f"group's leader added to it\n{shlex.join(argv)}"
             )
         return
     if deployment.recipe.replicas > 1:

@@ -229,18 +229,29 @@ class SSHOptions(StrictModel):
         "`~/...` in the ssh user's home.",
     )
     connect_timeout_s: float = Field(default=10, gt=0, description="ssh ConnectTimeout, seconds.")
+    router_node: str | None = Field(
+        default=None,
+        description="With replicas: the node (by name) that runs vLLM's router, bound to that "
+        "node's address, which becomes the deployment's front door. Its admin API has no key, "
+        "so keep that network private. Default: this machine, on 127.0.0.1.",
+    )
+    router_command: str = Field(
+        default="vllm-router",
+        description="The `vllm-router` program on `router_node`, e.g. "
+        "`/opt/router/.venv/bin/vllm-router`. Default: `vllm-router` on the login PATH.",
+    )
 
     @field_validator("remote_dir")
     @classmethod
     def _remote_dir_on_the_node(cls, value: str) -> str:
         return check_node_folder(value)
 
-    @field_validator("vllm_command", "docker_command")
+    @field_validator("vllm_command", "docker_command", "router_command")
     @classmethod
     def _a_command(cls, value: str) -> str:
         return check_command(value)
 
-    @field_validator("vllm_command", "docker_command")
+    @field_validator("vllm_command", "docker_command", "router_command")
     @classmethod
     def _command_without_secrets(cls, value: str) -> str:
         return refuse_inline_secrets(value)

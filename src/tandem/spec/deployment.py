@@ -225,14 +225,14 @@ def _replica_problems(deployment: Deployment, problems: ProblemList) -> bool:
                 f"name an image holding vllm-router {recipe.router.version} (e.g. one built "
                 f"FROM python:3.12-slim with `pip install vllm-router=={recipe.router.version}`)",
             )
-    elif cluster.transport is not Transport.LOCAL:
-        problems.add(
-            "replicas",
-            f"replicas run on this machine's cluster or on Kubernetes so far, not on "
-            f"{cluster.transport.value}",
-            "set replicas: 1 and run one deployment per group, or use a local cluster",
-        )
-        fits = False
+    elif cluster.transport is Transport.SSH:
+        names = [n.name for n in cluster.nodes]
+        if cluster.ssh.router_node is not None and cluster.ssh.router_node not in names:
+            problems.add(
+                "ssh.router_node",
+                f"'{cluster.ssh.router_node}' is not a node of the cluster",
+                f"name one of {', '.join(names)}, or leave it out to run the router here",
+            )
     elif cluster.local.isolation is LocalIsolation.LOOPBACK:
         problems.add(
             "local.isolation",
