@@ -141,18 +141,10 @@ def start(
         )
     facts = read_process(process.pid)
     identity = ProcessIdentity.of(facts) if facts else ProcessIdentity(process.pid, 0, None)
-    url = f"http://{host}:{spec.port}"
-    started = RouterProcess(
-        pid=process.pid,
-        start_ticks=identity.start_ticks,
-        boot=identity.boot,
-        url=url,
-        metrics_url=f"http://{host}:{spec.metrics_port}/metrics",
-        policy=spec.policy.value,
-        version=spec.version,
-        log=str(log),
+    started = _record(spec, identity, host=host, log=str(log))
+    on_event(
+        f"router: vllm-router {spec.version} ({spec.policy.value}) pid {process.pid}, {started.url}"
     )
-    on_event(f"router: vllm-router {spec.version} ({spec.policy.value}) pid {process.pid}, {url}")
     _wait_live(
         started,
         timeout_s,
@@ -160,6 +152,23 @@ def start(
         log=lambda: "\n".join(log.read_text(errors="replace").splitlines()[-20:]),
     )
     return started
+
+
+def _record(
+    spec: Router, identity: ProcessIdentity, *, host: str, log: str, node: RouterNode | None = None
+) -> RouterProcess:
+    """What ``fleet.json`` keeps of a router just started at ``host``."""
+    return RouterProcess(
+        pid=identity.pid,
+        start_ticks=identity.start_ticks,
+        boot=identity.boot,
+        url=f"http://{host}:{spec.port}",
+        metrics_url=f"http://{host}:{spec.metrics_port}/metrics",
+        policy=spec.policy.value,
+        version=spec.version,
+        log=log,
+        node=node,
+    )
 
 
 def _start_on(
@@ -184,21 +193,10 @@ def _start_on(
             f"end of its log ({node.log}):\n{node.tail()}",
             node=node.node,
         )
-    pid = identity.pid
-    url = f"http://{node.address}:{spec.port}"
-    started = RouterProcess(
-        pid=pid,
-        start_ticks=identity.start_ticks,
-        boot=identity.boot,
-        url=url,
-        metrics_url=f"http://{node.address}:{spec.metrics_port}/metrics",
-        policy=spec.policy.value,
-        version=spec.version,
-        log=f"{node.node}:{node.log}",
-        node=node,
-    )
+    started = _record(spec, identity, host=node.address, log=f"{node.node}:{node.log}", node=node)
     on_event(
-        f"router: vllm-router {spec.version} ({spec.policy.value}) on {node.node}, pid {pid}, {url}"
+        f"router: vllm-router {spec.version} ({spec.policy.value}) on {node.node}, "
+        f"pid {identity.pid}, {started.url}"
     )
     _wait_live(started, timeout_s, exited=lambda: not node.alive(identity), log=node.tail)
     return started
