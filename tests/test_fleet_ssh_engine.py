@@ -4,7 +4,10 @@ there, bound to that host's address, and answers through it; ``status`` reads th
 members there; ``down`` stops the router by its identity on the node and every group, leaving
 nothing on either host.
 
-One boot for the module, on hosts, subnet and ports of its own (10.94.0.0/24, router 8160).
+One boot for the module, on hosts, subnet and ports of its own (10.94.0.0/24, router 8160):
+3 min 22 s on two cores, which CI's hour has no room for beside tests/test_fleet_engine.py, so
+it is run by hand (``pytest tests/test_fleet_ssh_engine.py -m by_hand``); the router-on-a-node
+code itself is in the suite (``tests/test_router_node.py``, a real sshd and vllm-router).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import ssh_hosts
 import yaml
 from tandem_cli import run_tandem
 
-pytestmark = [pytest.mark.engine, pytest.mark.netns]
+pytestmark = [pytest.mark.engine, pytest.mark.netns, pytest.mark.by_hand]
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -154,7 +154,7 @@ def test_the_smoke_checks_judge_the_real_model(deployment, tmp_path):
         "--out",
         str(out),
         "--needle-lengths",
-        "300,1000",
+        "300",
         env=env,
         timeout=600,
         check=False,
@@ -164,7 +164,7 @@ def test_the_smoke_checks_judge_the_real_model(deployment, tmp_path):
     assert outcomes == {
         "template": "pass",
         "determinism": "pass",
-        "needle": "pass",  # the number found at every depth of ~300 and ~1000 tokens
+        "needle": "pass",  # the number found at every depth of a ~300-token prompt
         "tools": "pass",
         "reasoning": "not-applicable",
         "speculative": "not-applicable",
