@@ -85,7 +85,7 @@ def _prepare(directory: PurePosixPath, log: PurePosixPath, cache: PurePosixPath)
     )
 
 
-def marked_pids_script(deployment: str, rank: int | str, launch: str | None = None) -> str:
+def _marked_pids(deployment: str, rank: int, launch: str | None = None) -> str:
     """A shell function ``marked`` printing the pids carrying the rank's marks: deployment,
     rank and, when the state has one, its launch id (a process of the same name from another
     control machine or an earlier launch is not this launch's)."""
@@ -102,9 +102,7 @@ def marked_pids_script(deployment: str, rank: int | str, launch: str | None = No
     )
 
 
-def sweep_script(
-    deployment: str, rank: int | str, grace_s: float, launch: str | None = None
-) -> str:
+def _sweep(deployment: str, rank: int, grace_s: float, launch: str | None = None) -> str:
     """TERM (and CONT) every marked process, wait on evidence, KILL the rest, print survivors.
 
     The wait ends once only processes that ignore SIGTERM are left (multiprocessing's resource
@@ -112,7 +110,7 @@ def sweep_script(
     """
     steps = max(1, int(grace_s * 2))
     return (
-        marked_pids_script(deployment, rank, launch)
+        _marked_pids(deployment, rank, launch)
         + "busy() { for p in $(marked); do grep -q resource_tracker /proc/$p/cmdline "
         '2>/dev/null || echo "$p"; done; }\n'
         + 'for p in $(marked); do kill -TERM "$p" 2>/dev/null || true; '
@@ -136,7 +134,7 @@ def observe_script(
     log's bytes after ``offset`` (the health model's facts, ``tandem.health``)."""
     lg = shellwords.quote(str(log))
     script = (
-        marked_pids_script(deployment, rank, launch)
+        _marked_pids(deployment, rank, launch)
         + "for p in $(marked); do s=$(cat /proc/$p/stat 2>/dev/null) || continue; "
         'rest=${s##*) }; c=${s#*(}; echo "proc $p ${rest%% *} ${c%)*}"; done\n' + "echo --log--\n"
     )
@@ -213,7 +211,7 @@ class VenvRuntime:
             f"pid=$(cat {d}/pid 2>/dev/null || true)\n"
             f'if [ -n "$pid" ] && grep -qzxF {mark} /proc/$pid/environ 2>/dev/null; '
             'then kill -TERM -- "-$pid" 2>/dev/null || true; fi\n'
-            + sweep_script(deployment, rank, grace_s, launch)
+            + _sweep(deployment, rank, grace_s, launch)
             + f"rm -rf {d}/tmp\n"
         )
 
@@ -279,7 +277,7 @@ class DockerRuntime:
         return (
             f"{docker} stop --time {int(grace_s)} {name} >/dev/null 2>&1 || true\n"
             f"{docker} rm --force {name} >/dev/null 2>&1 || true\n"
-            + sweep_script(deployment, rank, 5, launch)
+            + _sweep(deployment, rank, 5, launch)
             + f"rm -rf {d}/tmp\n"
         )
 
