@@ -8,6 +8,13 @@ wall second, i.e. the share of one core; the issue's budget is 1 %. Also reporte
 wall time of one sample (``cost_s`` in samples.jsonl), most of it waiting on the leader's
 /metrics and the rank liveness checks, and the start-up CPU that a long soak amortizes.
 
+And what one sample asks of the leader and of the nodes, counted in this process by a watch of
+``--count-samples`` samples at a 1 s interval (``Watcher.run``, the loop ``tandem watch`` runs):
+the HTTP requests by path (``/metrics``, ``/health``; canaries apart, at most one a minute) and
+the scans of ``/proc`` (on the local backend every node is this machine, so a scan is the round
+trip an ssh node pays as one ``ssh`` call). vLLM does not count its own ``/metrics`` and
+``/health`` requests (its instrumentator excludes them), so the count is the client's.
+
 Usage (a deployment must be up, e.g. `tandem up tiny-local`):
     .venv/bin/python benchmarks/watch_cost.py tiny-local --window 120
     .venv/bin/python benchmarks/watch_cost.py tiny-local --window 60 --live   # with the live view
@@ -24,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -31,6 +40,39 @@ def cpu_s(pid: int) -> float:
     """utime + stime + cutime + cstime of a process, seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return sum(int(v) for v in fields[11:15]) / TICK
+
+
+def counted_sample_costs(name: str, samples: int) -> dict[str, float]:
+    """Requests by path and /proc scans per sample, over ``samples`` samples in this process."""
+    from tandem.watch.sampler import Watcher
+
+    counts: dict[str, int] = {}
+    send, listdir, iterdir = httpx.Client.send, os.listdir, Path.iterdir
+
+    def counting_send(self, request, *args, **kwargs):
+        counts[request.url.path] = counts.get(request.url.path, 0) + 1
+        return send(self, request, *args, **kwargs)
+
+    def counting_listdir(path="."):
+        if str(path) == "/proc":
+            counts["/proc scans"] = counts.get("/proc scans", 0) + 1
+        return listdir(path)
+
+    def counting_iterdir(self):
+        if str(self) == "/proc":
+            counts["/proc scans"] = counts.get("/proc scans", 0) + 1
+        return iterdir(self)
+
+    httpx.Client.send, os.listdir, Path.iterdir = counting_send, counting_listdir, counting_iterdir
+    try:
+        with tempfile.TemporaryDirectory(prefix="watch-count-") as out:
+            Watcher(name, Path(out), interval_s=1.0, duration_s=samples - 0.5).run()
+            taken = _samples_taken(Path(out))
+    finally:
+        httpx.Client.send, os.listdir, Path.iterdir = send, listdir, iterdir
+    return {f"{key} per sample": round(n / taken, 2) for key, n in sorted(counts.items())} | {
+        "counted samples": taken
+    }
 
 
 def main() -> int:
@@ -41,6 +83,9 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=120.0, help="seconds measured")
     parser.add_argument("--live", action="store_true", help="with the live terminal view")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--count-samples", type=int, default=10, help="samples whose requests are counted"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="watch-cost-") as out:
         argv = [
@@ -88,12 +133,18 @@ def main() -> int:
         "mean_sample_wall_ms": round(sum(s["cost_s"] for s in measured) / len(measured) * 1000, 1),
         "elapsed_s": round(time.monotonic() - started, 1),
     }
+    figures |= counted_sample_costs(args.name, args.count_samples)
     if args.json:
         print(json.dumps(figures))
     else:
         for key, value in figures.items():
             print(f"{key:28} {value}")
     return 0
+
+
+def _samples_taken(out: Path) -> int:
+    path = out / "samples.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 def _seconds(text: str) -> float:
