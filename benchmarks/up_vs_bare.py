@@ -44,12 +44,12 @@ import httpx
 
 from tandem import caches
 from tandem.backends import netns
+from tandem.backends.agent import nvidia_smi
 from tandem.backends.state import DeploymentDir
 from tandem.spec.cluster import LocalIsolation
 from tandem.spec.loading import load_cluster
 from tandem.vllm_log import BootLog
 from tandem.watch.gpu import parse_nvidia_smi
-from tandem.watch.host import nvidia_smi
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:

@@ -39,7 +39,6 @@ from tandem.spec.deployment import local_cluster
 from tandem.spec.loading import MAX_SPEC_BYTES, load_cluster, load_deployment, load_recipe
 from tandem.spec.recipe import RESERVED_FLAGS, TYPED_FLAGS, ServeOptions
 from tandem.watch.exporter import SampleCollector, serve
-from tandem.watch.nodes import SSHReader
 from tandem.watch.sampler import Watcher
 from tests.factories import make_cluster, make_deployment, make_recipe
 
@@ -1014,7 +1013,7 @@ def test_an_old_ssh_state_can_still_be_stopped_and_watched(tmp_path, monkeypatch
     state = old_state(tmp_path, monkeypatch, backend="ssh")
     cluster, runtime = ssh_backend._state_runtime(state)  # what `down`, `logs`, `status` use
     assert cluster.nodes[0].address == "192.168.1.10" and runtime is not None
-    assert SSHReader(state).targets  # `watch` of an ssh deployment
+    assert ssh_backend._targets(cluster)  # what a look at its nodes reaches (`watch`)
 
 
 @pytest.mark.parametrize("value", ["1kb", "lots", "0", "1KiB,", "8GiB"])

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from factories import make_deployment
 
-from tandem.backends.base import ProcessFact, RankObservation
+from tandem import health
+from tandem.backends.base import Look, ProcessFact, RankObservation
 from tandem.backends.launch import new_state
 from tandem.backends.state import ProcessRecord, RankState
-from tandem.health import ApiFacts, ProgressTracker, Verdict, error_signature, judge
+from tandem.health import ApiFacts, ProgressTracker, Verdict, error_signature
 from tandem.rankplan import plan_ranks
 
 LEADER = [
@@ -18,6 +19,11 @@ LEADER = [
 ]
 WORKER = [ProcessRecord(pid=20, name="vllm"), ProcessRecord(pid=21, name="VLLM::Worker_TP1")]
 ANSWERS = ApiFacts(health_status=200, canary="ok")
+
+
+def judge(state, seen: dict[int, RankObservation], api: ApiFacts, **kwargs):
+    """``health.judge`` on what each rank's node showed."""
+    return health.judge(state, Look(ranks=seen), api, **kwargs)
 
 
 def state(ready: bool = True):

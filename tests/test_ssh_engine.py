@@ -24,7 +24,10 @@ import ssh_hosts
 import yaml
 from tandem_cli import TANDEM, run_tandem
 
+from tandem.backends.openssh import OpenSSH
 from tandem.spec.loading import load_recipe
+from tandem.watch.folder import read_samples
+from tandem.watch.sampler import Watcher
 
 pytestmark = [pytest.mark.engine, pytest.mark.netns]
 NAME = "tiny-ssh"
@@ -219,6 +222,29 @@ def test_watch_reads_each_host_over_ssh(deployment: SSHDeployment):
             (True, True, True)
         ]
     assert [n["node"] for n in samples[-1]["nodes"]] == ["host0", "host1"]
+
+
+def test_a_watch_sample_is_one_ssh_call_a_host(
+    deployment: SSHDeployment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """One look a sample (issue 27): the node agent once on each host gives the verdict its
+    processes and logs and the sample its memory; before, each rank and then each host were
+    asked apart."""
+    monkeypatch.setenv("TANDEM_HOME", deployment.env["TANDEM_HOME"])
+    monkeypatch.delenv("TANDEM_SSH_CONFIG", raising=False)
+    asked: list[str] = []
+    run = OpenSSH.run
+
+    def counting(self, target, script, **kwargs):
+        asked.append(target.node)
+        return run(self, target, script, **kwargs)
+
+    monkeypatch.setattr(OpenSSH, "run", counting)
+    out = tmp_path / "watch"
+    Watcher(NAME, out, interval_s=1.0, duration_s=2.5).run()
+    samples = read_samples(out).records
+    assert len(samples) >= 2 and all(s.verdict == "healthy" for s in samples)
+    assert sorted(asked) == sorted(["host0", "host1"] * len(samples))
 
 
 def test_logs_merge_ranks_and_follow(deployment: SSHDeployment):

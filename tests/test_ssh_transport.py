@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
-from pathlib import PurePosixPath
+import sys
 
 import pytest
 from factories import make_deployment, make_recipe
 
+from tandem.backends.observation import agent_source
 from tandem.backends.openssh import OpenSSH, SSHTarget, classify
 from tandem.backends.runtimes import (
     DockerRuntime,
     VenvRuntime,
-    observe_script,
     poll_script,
     rank_dir,
     resolve_runtime,
@@ -106,25 +107,33 @@ def test_unknown_failures_keep_the_ssh_message():
     assert isinstance(error, SSHError) and error.reason == SSHError.UNREACHABLE
 
 
-def test_the_remote_sweep_finds_only_this_launchs_processes():
-    """Two processes marked with the same deployment and rank, of two launches: the shell the
-    ssh backend runs on a node to stop or observe a rank lists only its own launch's one."""
+def _agent(request: dict) -> dict:
+    """The node agent as the ssh backend runs it: its source on a Python's stdin."""
+    done = subprocess.run(
+        [sys.executable, "-", json.dumps(request)],
+        input=agent_source(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def test_the_node_agent_finds_only_this_launchs_processes():
+    """Two processes marked with the same deployment and rank, of two launches: the node agent
+    the ssh backend runs on a node to observe a rank lists only its own launch's one."""
     marks = {"TANDEM_DEPLOYMENT": "dup", "TANDEM_RANK": "0"}
     ours, theirs = (
         subprocess.Popen(["sleep", "30"], env={**marks, "TANDEM_LAUNCH": launch})
         for launch in ("ours", "theirs")
     )
     try:
-        script = observe_script("dup", 0, PurePosixPath("/nonexistent"), None, launch="ours")
-        listed = subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout
-        pids = {int(line.split()[1]) for line in listed.splitlines() if line.startswith("proc ")}
-        assert pids == {ours.pid}
-        legacy = observe_script("dup", 0, PurePosixPath("/nonexistent"), None)  # no launch id
-        listed = subprocess.run(["sh", "-c", legacy], capture_output=True, text=True).stdout
-        assert {int(x.split()[1]) for x in listed.splitlines() if x.startswith("proc ")} == {
-            ours.pid,
-            theirs.pid,
-        }
+        request = {"deployment": "dup", "launch": "ours", "logs": {"0": ["/nonexistent", 0]}}
+        answer = _agent(request)
+        assert {p["pid"] for p in answer["ranks"]["0"]} == {ours.pid}
+        assert answer["logs"] == {"0": []} and answer["node"] is None
+        legacy = _agent({"deployment": "dup", "launch": None})  # a state without a launch id
+        assert {p["pid"] for p in legacy["ranks"]["0"]} == {ours.pid, theirs.pid}
     finally:
         ours.kill()
         theirs.kill()

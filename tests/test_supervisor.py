@@ -10,7 +10,7 @@ import pytest
 from factories import make_deployment
 
 from tandem import health, supervisor
-from tandem.backends.base import ProcessFact, RankObservation
+from tandem.backends.base import Look, ProcessFact, RankObservation
 from tandem.backends.launch import new_state
 from tandem.backends.processes import ProcessIdentity, read_process
 from tandem.backends.state import DeploymentDir, ProcessRecord, RankState
@@ -45,10 +45,10 @@ class ScriptedBackend:
         self.up_raises = up_raises
         self.calls: list[str] = []
 
-    def observe(self, state):
+    def observe(self, state, *, nodes=False):
         dead = self.deaths.pop(0) if self.deaths else set()
         mains_gone = self.mains_gone.pop(0) if self.mains_gone else set()
-        return {
+        ranks = {
             r.rank: RankObservation(
                 rank=r.rank,
                 processes=[]
@@ -61,6 +61,7 @@ class ScriptedBackend:
             )
             for r in state.ranks
         }
+        return Look(ranks=ranks)
 
     def down(self, state, *, on_event):
         self.calls.append("down")

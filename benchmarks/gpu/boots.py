@@ -32,8 +32,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from tandem.backends.agent import nvidia_smi
 from tandem.watch.gpu import parse_nvidia_smi
-from tandem.watch.host import nvidia_smi
 
 REPOS = {
     "llama-3.1-8b": "tandem-shapes/llama-3.1-8b",

@@ -43,7 +43,7 @@ import functools
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -52,7 +52,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from tandem import wire
-from tandem.backends.base import Backend, ProcessFact, RankObservation, backend_for
+from tandem.backends.base import Backend, Look, ProcessFact, RankObservation, backend_for
 from tandem.backends.launch import interrupted
 from tandem.backends.state import DeploymentState, RankState
 from tandem.endpoint import Endpoint
@@ -170,6 +170,13 @@ class ApiFacts(BaseModel):
     canary: str = Field(default="skipped", description="ok, timeout, error or skipped.")
     canary_s: float | None = None
     canary_detail: str = ""
+    metrics_text: str | None = Field(
+        default=None,
+        exclude=True,
+        description="The last /metrics page as served, for a caller that records more of it "
+        "(a watch sample) without a second scrape.",
+    )
+    metrics_s: float | None = Field(default=None, exclude=True, description="Its scrape's time.")
 
     @property
     def answers(self) -> bool:
@@ -286,14 +293,9 @@ def rank_health(record: RankState, seen: RankObservation, *, ready: bool) -> Hea
     return Health(state=RankCondition.HEALTHY)
 
 
-def _seen(observed: Mapping[int, RankObservation], rank: int) -> RankObservation:
-    """What the backend saw of a rank; nothing seen is a rank with no process."""
-    return observed.get(rank) or RankObservation(rank=rank)
-
-
 def judge(
     state: DeploymentState,
-    observed: Mapping[int, RankObservation],
+    look: Look,
     api: ApiFacts,
     *,
     stall_s: float = 30.0,
@@ -304,8 +306,8 @@ def judge(
             rank=r.rank,
             role=r.role,
             node=r.node,
-            health=rank_health(r, _seen(observed, r.rank), ready=state.ready),
-            processes=_seen(observed, r.rank).processes,
+            health=rank_health(r, look.rank(r.rank), ready=state.ready),
+            processes=look.rank(r.rank).processes,
         )
         for r in sorted(state.ranks, key=lambda r: r.rank)
     ]
@@ -422,20 +424,26 @@ class ProgressTracker:
         return now - self.last_moved_s if self.last_moved_s is not None else 0.0
 
 
-def _metrics(server: Endpoint) -> tuple[float | None, float | None, float | None]:
-    """(running, waiting, prompt + generation tokens) from one scrape; Nones if it fails."""
+def _scrape(server: Endpoint, facts: ApiFacts) -> float | None:
+    """One GET /metrics: the queue into ``facts`` (and the page, for a watch); returns prompt +
+    generation tokens, None when the scrape or the counters fail."""
+    started = time.perf_counter()
     try:
         response = server.client.get(
-            server.url + wire.METRICS_PATH, timeout=5, headers=server.headers
+            server.url + wire.METRICS_PATH,
+            timeout=5,
+            headers={**server.headers, "Accept-Encoding": "identity"},
         )
-        snapshot = parse_metrics(response.text) if response.status_code == 200 else None
     except httpx.HTTPError:
-        snapshot = None
-    if snapshot is None:
-        return None, None, None
+        return None
+    if response.status_code != 200:
+        return None
+    facts.metrics_text, facts.metrics_s = response.text, time.perf_counter() - started
+    snapshot = parse_metrics(response.text)
+    facts.requests_running = snapshot.get(REQUESTS_RUNNING)
+    facts.requests_waiting = snapshot.get(REQUESTS_WAITING)
     tokens = [snapshot.get(PROMPT_TOKENS), snapshot.get(GENERATION_TOKENS)]
-    total = sum(t for t in tokens if t is not None) if any(t is not None for t in tokens) else None
-    return snapshot.get(REQUESTS_RUNNING), snapshot.get(REQUESTS_WAITING), total
+    return sum(t for t in tokens if t is not None) if any(t is not None for t in tokens) else None
 
 
 def canary(server: Endpoint, model: str, *, timeout_s: float) -> tuple[str, float, str]:
@@ -496,15 +504,13 @@ def probe_api(
         facts.health_error = exc.message
     if not facts.answers:
         return facts
-    running, waiting, tokens = _metrics(server)
-    facts.requests_running, facts.requests_waiting = running, waiting
+    tokens = _scrape(server, facts)
+    running = facts.requests_running
     if tracker is not None:
         facts.stalled_for_s = tracker.update(running, tokens)
     elif running:
         time.sleep(window_s)
-        running2, _, tokens2 = _metrics(server)
-        facts.tokens_moved = tokens2 != tokens
-        facts.requests_running = running2
+        facts.tokens_moved = _scrape(server, facts) != tokens
     busy_and_moving = bool(running) and (
         facts.tokens_moved or (tracker is not None and facts.stalled_for_s is None)
     )
@@ -513,11 +519,6 @@ def probe_api(
             server, state.model, timeout_s=canary_timeout_s
         )
     return facts
-
-
-def observe(state: DeploymentState, backend: Backend | None = None) -> dict[int, RankObservation]:
-    """Every rank's processes and recent log, from the deployment's backend."""
-    return (backend or backend_for(state.backend)).observe(state)
 
 
 def assess(
@@ -529,15 +530,19 @@ def assess(
     tracker: ProgressTracker | None = None,
     stall_s: float = 30.0,
     api_key: str | None = None,
+    look: Look | None = None,
 ) -> Assessment:
-    """Gather the facts of a deployment and judge them.
+    """Gather the facts of a deployment and judge them: one look at its nodes (``look``, when
+    the caller took it already, as a watch does to keep the nodes' readings) and one at its
+    leader.
 
     The canary runs only when the ranks' processes look right (a request into a group with a
     dead worker would itself crash the leader) and the server is idle or not moving.
     """
-    observed = observe(state, backend)
+    if look is None:
+        look = (backend or backend_for(state.backend)).observe(state)
     suspicious = any(
-        rank_health(r, _seen(observed, r.rank), ready=True).state is not RankCondition.HEALTHY
+        rank_health(r, look.rank(r.rank), ready=True).state is not RankCondition.HEALTHY
         for r in state.ranks
     )
     api = probe_api(
@@ -547,4 +552,4 @@ def assess(
         tracker=tracker,
         api_key=api_key or os.environ.get(wire.VLLM_API_KEY),
     )
-    return judge(state, observed, api, stall_s=stall_s)
+    return judge(state, look, api, stall_s=stall_s)

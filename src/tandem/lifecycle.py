@@ -27,7 +27,7 @@ from tandem.health import (
     Verdict,
     assess,
 )
-from tandem.plan.status import PlannedVsActual, planned_vs_boot
+from tandem.plan.status import PlannedVsActual
 from tandem.preflight import run_check
 from tandem.rankplan import RankPlan, plan_ranks
 from tandem.readiness import Readiness
@@ -253,7 +253,10 @@ def status(
         ranks=ranks,
         boot=state.boot,
         phases=state.phases,
-        planned=planned_vs_boot(state.recipe, state.cluster, state.boot),
+        planned=state.planned
+        or PlannedVsActual(
+            unavailable="not compared: launched by an older tandem, or not ready yet"
+        ),
         revision=state.revision,
         upgrade_interrupted=_interrupted_upgrade(state.name),
     )

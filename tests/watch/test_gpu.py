@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tandem.backends.agent import NVIDIA_SMI_FIELDS
 from tandem.watch.gpu import parse_nvidia_smi
-from tandem.watch.host import NVIDIA_SMI_FIELDS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "watch"
 

@@ -8,7 +8,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tandem.watch import host
+from tandem import wire
+from tandem.backends import agent
 from tandem.watch.events import EventReader, parse_event
 from tandem.watch.leader import parse_leader_metrics
 
@@ -48,7 +49,7 @@ def test_events_log_restarts_are_counted_and_only_new_lines_returned(tmp_path):
 
 def test_this_hosts_proc_gives_memory_and_a_marked_process(tmp_path):
     """A real child process marked as rank 3 of a deployment is found with its RSS and CPU."""
-    env = {**os.environ, host.MARK_DEPLOYMENT: "watch-test", host.MARK_RANK: "3"}
+    env = {**os.environ, agent.MARK_DEPLOYMENT: "watch-test", agent.MARK_RANK: "3"}
     child = subprocess.Popen(
         [sys.executable, "-c", "import time; print(flush=True); time.sleep(30)"],
         env=env,
@@ -56,14 +57,25 @@ def test_this_hosts_proc_gives_memory_and_a_marked_process(tmp_path):
     )
     try:
         child.stdout.readline()  # an interpreter, not the fork before exec (16 KiB on a busy box)
-        raw = host.raw_sample("watch-test", gpus=False)
+        raw = agent.look({"deployment": "watch-test", "node": True})
     finally:
         child.kill()
         child.wait()
-    assert raw["meminfo"]["MemTotal"] > raw["meminfo"]["MemAvailable"] > 0
-    assert raw["ranks"]["3"]["pids"] == [child.pid]
-    assert raw["ranks"]["3"]["rss_bytes"] > 1024**2 and raw["ranks"]["3"]["processes"] == 1
-    assert raw["oom_kills"] is None or raw["oom_kills"] >= 0
+    node = raw["node"]
+    assert node["meminfo"]["MemTotal"] > node["meminfo"]["MemAvailable"] > 0
+    [process] = raw["ranks"]["3"]
+    assert process["pid"] == child.pid and process["state"] in ("R", "S")
+    assert process["rss_bytes"] > 1024**2 and process["name"].startswith("python")
+    assert node["oom_kills"] is None or node["oom_kills"] >= 0
+
+
+def test_the_agents_marks_are_the_names_tandem_sets():
+    """The agent runs where tandem is not installed, so it spells the marks itself."""
+    assert (agent.MARK_DEPLOYMENT, agent.MARK_RANK, agent.MARK_LAUNCH) == (
+        wire.TANDEM_DEPLOYMENT,
+        wire.TANDEM_RANK,
+        wire.TANDEM_LAUNCH,
+    )
 
 
 def test_rdma_port_counters_from_a_sysfs_tree(tmp_path):
@@ -74,7 +86,7 @@ def test_rdma_port_counters_from_a_sysfs_tree(tmp_path):
     (port / "state").write_text("4: ACTIVE\n")
     (port / "counters" / "port_xmit_data").write_text("1000\n")
     (port / "counters" / "port_rcv_data").write_text("250\n")
-    [found] = host.rdma_ports(str(tmp_path))
+    [found] = agent.rdma_ports(str(tmp_path))
     assert found["device"] == "rocep1s0f1" and found["state"] == "4: ACTIVE"
     assert found["port_xmit_data"] == 1000 and found["symbol_error"] is None
-    assert host.rdma_ports(str(tmp_path / "none")) == []
+    assert agent.rdma_ports(str(tmp_path / "none")) == []

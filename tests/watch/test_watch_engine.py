@@ -13,9 +13,11 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from importlib import resources
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 import pytest
@@ -23,8 +25,11 @@ import yaml
 from ports import free_port
 from tandem_cli import TANDEM
 
+from tandem import lifecycle
+from tandem.backends.local import LocalBackend
 from tandem.backends.processes import marked_processes
 from tandem.watch.folder import read_samples
+from tandem.watch.sampler import Watcher
 
 pytestmark = pytest.mark.engine
 
@@ -181,6 +186,92 @@ def _wait(what: str, predicate, timeout_s: float) -> None:
             pass
         time.sleep(1)
     pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def test_a_sample_asks_each_node_once_and_the_leader_once(tiny_deployment, tmp_path, monkeypatch):
+    """Issue 27's one observation: every sample is one look at the nodes (one node-agent call
+    a node; on this machine one scan of /proc serves both namespaces) and one /health and one
+    /metrics at the leader, which the verdict and the sample's leader reading share. Counted
+    on the real deployment, in this process."""
+    for name in ("TANDEM_HOME", "HF_HOME", "VLLM_API_KEY"):
+        monkeypatch.setenv(name, tiny_deployment.env[name])
+    asked: dict[str, int] = {}
+
+    def count(key: str) -> None:
+        asked[key] = asked.get(key, 0) + 1
+
+    send, iterdir = httpx.Client.send, Path.iterdir
+
+    def counting_send(client, request, *args, **kwargs):
+        count(request.url.path)
+        return send(client, request, *args, **kwargs)
+
+    def counting_iterdir(path):
+        if str(path) == "/proc":
+            count("/proc scan")
+        return iterdir(path)
+
+    class CountingBackend(LocalBackend):
+        def observe(self, state, *, nodes=False):
+            count(f"observe nodes={nodes}")
+            return super().observe(state, nodes=nodes)
+
+    monkeypatch.setattr(httpx.Client, "send", counting_send)
+    monkeypatch.setattr(Path, "iterdir", counting_iterdir)
+    out = tmp_path / "watch"
+    Watcher("tiny-local", out, interval_s=0.5, duration_s=2.0, backend=CountingBackend()).run()
+    samples = read_samples(out).records
+    n = len(samples)
+    assert n >= 3
+    canaries = asked.pop("/v1/completions", 0)
+    assert canaries <= 1  # at most one a minute
+    assert asked == {
+        "observe nodes=True": n,
+        "/proc scan": n,
+        "/health": n,
+        "/metrics": n,
+    }, f"{n} samples"
+    for sample in samples:
+        assert sample.verdict == "healthy" and sample.leader is not None
+        assert sample.leader.generation_tokens is not None  # the verdict's scrape, parsed
+        assert [node.error for node in sample.nodes] == [None, None]
+        assert all(node.mem_total_bytes for node in sample.nodes)
+        assert all(
+            r.up and r.processes >= 2 and r.rss_bytes for n_ in sample.nodes for r in n_.ranks
+        )
+
+
+class _Opens:
+    """Files this process opens while ``recording`` (an audit hook: added once, never removed)."""
+
+    hooked = False
+    recording = False
+    paths: ClassVar[list[str]] = []
+
+    @classmethod
+    def hook(cls, event: str, args: tuple) -> None:
+        if cls.recording and event == "open" and isinstance(args[0], str | Path):
+            cls.paths.append(str(args[0]))
+
+
+def test_status_plans_nothing_and_reads_no_weights(tiny_deployment, monkeypatch):
+    """The plan was compared with the boot when `up` recorded it; a look opens no weight file
+    and no model config (issue 27)."""
+    for name in ("TANDEM_HOME", "HF_HOME", "VLLM_API_KEY"):
+        monkeypatch.setenv(name, tiny_deployment.env[name])
+    if not _Opens.hooked:
+        sys.addaudithook(_Opens.hook)
+        _Opens.hooked = True
+    _Opens.paths.clear()
+    _Opens.recording = True
+    try:
+        status = lifecycle.status("tiny-local")
+    finally:
+        _Opens.recording = False
+    assert status.verdict == "healthy"
+    assert status.planned.comparison is not None, status.planned.unavailable
+    hf_home = tiny_deployment.env["HF_HOME"]
+    assert [p for p in _Opens.paths if p.startswith(hf_home)] == []
 
 
 @pytest.mark.breaks_deployment

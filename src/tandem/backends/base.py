@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -65,6 +65,78 @@ class RankObservation(BaseModel):
     log_since_ready: list[str] = Field(default_factory=list)
 
 
+class RdmaCounters(BaseModel):
+    """An RDMA port's state and counters as sysfs names them (data counters in 4-byte words)."""
+
+    device: str
+    port: int
+    state: str | None = None
+    port_xmit_data: int | None = None
+    port_rcv_data: int | None = None
+    port_xmit_discards: int | None = None
+    symbol_error: int | None = None
+    link_downed: int | None = None
+
+
+class NodeMemory(BaseModel):
+    """A node's memory and its OOM kills, as its own files say (``/proc/meminfo``,
+    ``/proc/vmstat``); on DGX Spark the GPU's memory too."""
+
+    node: str
+    mem_total_bytes: int | None = None
+    mem_available_bytes: int | None = None
+    swap_total_bytes: int | None = None
+    swap_free_bytes: int | None = None
+    oom_kills: int | None = Field(default=None, description="/proc/vmstat oom_kill since boot.")
+
+    @property
+    def mem_used_bytes(self) -> int | None:
+        if self.mem_total_bytes is None or self.mem_available_bytes is None:
+            return None
+        return self.mem_total_bytes - self.mem_available_bytes
+
+    def memory(self) -> dict[str, str | int | None]:
+        """The node and these fields alone, to carry them into a model that has them too."""
+        return {name: getattr(self, name) for name in NodeMemory.model_fields}
+
+
+class NodeFacts(NodeMemory):
+    """One node's own readings, from the node agent (``tandem.backends.agent``)."""
+
+    nvidia_smi: str | None = Field(
+        default=None, description="nvidia-smi's CSV as printed; None where there is none."
+    )
+    rdma: list[RdmaCounters] = Field(default_factory=list)
+    error: str | None = Field(default=None, description="Why the node could not be read.")
+
+    @classmethod
+    def of(cls, node: str, readings: dict[str, Any]) -> NodeFacts:
+        """From the agent's ``node_readings``."""
+        mem = readings.get("meminfo") or {}
+        return cls(
+            node=node,
+            mem_total_bytes=mem.get("MemTotal"),
+            mem_available_bytes=mem.get("MemAvailable"),
+            swap_total_bytes=mem.get("SwapTotal"),
+            swap_free_bytes=mem.get("SwapFree"),
+            oom_kills=readings.get("oom_kills"),
+            nvidia_smi=readings.get("nvidia_smi"),
+            rdma=[RdmaCounters.model_validate(p) for p in readings.get("rdma") or []],
+        )
+
+
+class Look(BaseModel):
+    """One observation of a deployment: every rank as its node shows it and, when asked for,
+    each node's own readings; one round trip a node (``Backend.observe``)."""
+
+    ranks: dict[int, RankObservation] = Field(default_factory=dict)
+    nodes: dict[str, NodeFacts] = Field(default_factory=dict)
+
+    def rank(self, rank: int) -> RankObservation:
+        """What was seen of a rank; nothing seen is a rank with no process."""
+        return self.ranks.get(rank) or RankObservation(rank=rank)
+
+
 class LogReader(Protocol):
     """Reads a rank's log incrementally."""
 
@@ -99,8 +171,9 @@ class Backend(Protocol):
     def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
         """True while the rank's process (or pod) is alive."""
 
-    def observe(self, state: DeploymentState) -> dict[int, RankObservation]:
-        """Every rank's live processes and log lines since ready, all nodes at once."""
+    def observe(self, state: DeploymentState, *, nodes: bool = False) -> Look:
+        """Every rank's live processes and log lines since ready and, with ``nodes``, each
+        node's readings: one call of the node agent a node, all nodes at once."""
 
     def log_reader(self, state: DeploymentState, rank: RankState) -> LogReader:
         """A reader of the rank's log."""

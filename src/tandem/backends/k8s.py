@@ -33,10 +33,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tandem import wire
-from tandem.backends.base import RankObservation
+from tandem.backends.base import Look, NodeFacts, ProcessFact, RankObservation
 from tandem.backends.launch import await_ready
+from tandem.backends.observation import agent_source, parse_answer, ranks_by_node
 from tandem.backends.state import DeploymentState, RankState
-from tandem.errors import BackendError, KubernetesError, Problem, RankFailed
+from tandem.errors import BackendError, KubernetesError, Problem, RankFailed, TandemError
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import Readiness
 from tandem.render import kubernetes as k8s_render
@@ -61,6 +62,8 @@ UNSCHEDULABLE_GRACE_S = 60.0
 """How long a pod may stay unschedulable before up gives up (a GPU freed by a terminating
 earlier pod makes it schedulable within seconds; a wrong node label never does)."""
 POD_APPEAR_TIMEOUT_S = 120.0
+AGENT_TIMEOUT_S = 20.0
+"""How long the node agent may take in a pod (``nvidia-smi`` included)."""
 """How long up waits for the LeaderWorkerSet controller to create a pod at all."""
 
 
@@ -642,12 +645,31 @@ class KubernetesBackend:
     def down(self, state: DeploymentState, *, on_event: Callable[[str], None]) -> None:
         down(state, on_event=on_event)
 
-    def observe(self, state: DeploymentState) -> dict[int, RankObservation]:
-        """A pod's processes are the kubelet's business here: whether each rank's pod runs."""
-        return {
-            r.rank: RankObservation(rank=r.rank, alive=self.rank_running(state, r))
-            for r in state.ranks
-        }
+    def observe(self, state: DeploymentState, *, nodes: bool = False) -> Look:
+        """A pod's processes are the kubelet's business here: whether each rank's pod runs.
+        With ``nodes``, the node agent runs in one rank pod a node (``kubectl exec``) for the
+        node's readings and the processes of its ranks."""
+        look = Look(
+            ranks={
+                r.rank: RankObservation(rank=r.rank, alive=self.rank_running(state, r))
+                for r in state.ranks
+            }
+        )
+        if nodes:
+            kubectl = Kubectl.of_state(state)
+            request = json.dumps({"deployment": state.name, "node": True})
+            for node, ranks in ranks_by_node(state).items():
+                answer = _ask_agent(kubectl, ranks[0], request)
+                if isinstance(answer, str):
+                    look.nodes[node] = NodeFacts(node=node, error=answer[-200:])
+                    continue
+                look.nodes[node] = NodeFacts.of(node, answer.get("node") or {})
+                found = answer.get("ranks") or {}
+                for r in ranks:
+                    look.ranks[r.rank].processes = [
+                        ProcessFact.model_validate(p) for p in found.get(str(r.rank), [])
+                    ]
+        return look
 
     def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
         pod = Kubectl.of_state(state).get_json("pod", rank.log.removeprefix("pod/"))
@@ -664,3 +686,29 @@ class KubernetesBackend:
 
     def log_reader(self, state: DeploymentState, rank: RankState) -> PodLog:
         return PodLog(Kubectl.of_state(state), rank.log.removeprefix("pod/"))
+
+
+def _ask_agent(kubectl: Kubectl, record: RankState, request: str) -> dict | str:
+    """The node agent's answer from the rank's pod, or why there is none."""
+    pod = record.log.removeprefix("pod/")
+    try:
+        done = kubectl.run(
+            "exec",
+            "-i",
+            pod,
+            "--",
+            "python3",
+            "-",
+            request,
+            stdin=agent_source(),
+            check=False,
+            timeout_s=AGENT_TIMEOUT_S,
+        )
+    except TandemError as exc:
+        return exc.message
+    if done.returncode != 0:
+        return done.stderr.strip() or f"the node agent exited {done.returncode}"
+    try:
+        return parse_answer(done.stdout)
+    except ValueError as exc:
+        return str(exc)

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from tandem import wire
 from tandem.backends.processes import ProcessIdentity
 from tandem.backends.state import DeploymentState, RankState
+from tandem.plan.status import planned_vs_boot
 from tandem.rankplan import RankPlan, RankSpec, Role
 from tandem.readiness import Readiness, WatchedRank, wait_ready
 from tandem.spec.deployment import Deployment
@@ -139,7 +140,8 @@ def await_ready(
     timeout_s: float | None,
     on_phase: Callable[[PhaseMark], None],
 ) -> Readiness:
-    """Wait for readiness with the recipe's timeouts, saving phases and then the boot figures.
+    """Wait for readiness with the recipe's timeouts, saving phases and then the boot figures,
+    compared with the plan once, here (``tandem status`` shows the comparison and plans nothing).
 
     The API key, when the server needs one, comes from tandem's own VLLM_API_KEY.
     """
@@ -153,6 +155,7 @@ def await_ready(
         api_key=os.environ.get(wire.VLLM_API_KEY),
     )
     state.boot = readiness.boot
+    state.planned = planned_vs_boot(state.recipe, state.cluster, state.boot)
     state.ready = True
     state.save()
     return readiness

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tandem import caches, wire
-from tandem.backends import netns, processes
-from tandem.backends.base import ProcessFact, RankObservation
+from tandem.backends import agent, netns, processes
+from tandem.backends.base import Look, NodeFacts, ProcessFact, RankObservation
 from tandem.backends.launch import (
     await_ready,
     interrupted,
@@ -44,6 +44,7 @@ from tandem.backends.launch import (
     record_rank,
     with_caller_secrets,
 )
+from tandem.backends.observation import ranks_by_node
 from tandem.backends.state import (
     DeploymentDir,
     DeploymentState,
@@ -337,33 +338,28 @@ def _release(
     return leftovers
 
 
-def observe(state: DeploymentState) -> dict[int, RankObservation]:
-    """Each rank's live processes and the log lines it wrote since the deployment was ready."""
+def observe(state: DeploymentState, *, nodes: bool = False) -> Look:
+    """Each rank's live processes and the log lines it wrote since the deployment was ready;
+    with ``nodes``, this machine's readings under each node's name (every node is here, so one
+    scan of ``/proc`` and one set of readings serve them all)."""
     found = owned_processes(state)
-    return {
-        r.rank: RankObservation(
-            rank=r.rank,
-            processes=[ProcessFact.of(p) for p in found.get(r.rank, [])],
-            log_since_ready=read_since(Path(r.log), r.log_offset_ready),
-            problem=f"its network namespace {r.netns} was deleted"
-            if r.netns and not (netns.NETNS_DIR / r.netns).exists()
-            else None,
-        )
-        for r in state.ranks
-    }
-
-
-def read_since(path: Path, offset: int | None, max_bytes: int = 256_000) -> list[str]:
-    """Lines appended to a log after ``offset`` (the last ``max_bytes`` of them at most)."""
-    if offset is None:
-        return []
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
-            handle.seek(max(offset, size - max_bytes))
-            return handle.read().decode(errors="replace").splitlines()
-    except OSError:
-        return []
+    look = Look(
+        ranks={
+            r.rank: RankObservation(
+                rank=r.rank,
+                processes=[ProcessFact.of(p) for p in found.get(r.rank, [])],
+                log_since_ready=agent.log_since(r.log, r.log_offset_ready),
+                problem=f"its network namespace {r.netns} was deleted"
+                if r.netns and not (netns.NETNS_DIR / r.netns).exists()
+                else None,
+            )
+            for r in state.ranks
+        }
+    )
+    if nodes:
+        readings = agent.node_readings()
+        look.nodes = {node: NodeFacts.of(node, readings) for node in ranks_by_node(state)}
+    return look
 
 
 class LocalBackend:
@@ -401,8 +397,8 @@ class LocalBackend:
         """True while any process of the rank is alive."""
         return bool(owned_processes(state).get(rank.rank))
 
-    def observe(self, state: DeploymentState) -> dict[int, RankObservation]:
-        return observe(state)
+    def observe(self, state: DeploymentState, *, nodes: bool = False) -> Look:
+        return observe(state, nodes=nodes)
 
     def node_versions(self, state: DeploymentState) -> dict[str, str]:
         """The nodes are this machine: the bundle's own versions cover them."""

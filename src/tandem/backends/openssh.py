@@ -49,8 +49,18 @@ _KEY_REFUSED = (
     "no mutual signature algorithm",
 )
 
+_PY_EOF = "TANDEM_PY_EOF_7f3a"
+
 K = TypeVar("K", str, int)
 """A key of `OpenSSH.run_all`'s jobs: a node's name or a rank."""
+
+
+def engine_python(vllm_command: str) -> str:
+    """The Python beside the configured ``vllm`` (the engine's venv), else ``python3``."""
+    vllm = shlex.split(vllm_command)[0]
+    if vllm.startswith("/"):
+        return vllm.rsplit("/", 1)[0] + "/python3"
+    return "python3"
 
 
 @dataclass(frozen=True)
@@ -248,6 +258,28 @@ class OpenSSH:
         if error and (check or error.reason != SSHError.COMMAND_MISSING):
             raise error
         return result
+
+    def run_python(
+        self,
+        target: SSHTarget,
+        source: str,
+        args: Sequence[str] = (),
+        *,
+        python: str = "python3",
+        env: dict[str, str] | None = None,
+        timeout_s: float = 60,
+        check: bool = True,
+    ) -> Result:
+        """Run a standard-library Python file on a node: the source on stdin (``python -
+        ARGS``), with ``python`` (the engine's) where it is there, else the node's ``python3``,
+        and ``env`` exported first. The one way tandem's node scripts reach an ssh node (the
+        preflight's probe, the node agent)."""
+        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in (env or {}).items())
+        script = (
+            f'{exports}py={shlex.quote(python)}; [ -x "$py" ] || py=python3\n'
+            f"\"$py\" - {shlex.join(args)} <<'{_PY_EOF}'\n{source}\n{_PY_EOF}\n"
+        )
+        return self.run(target, script, timeout_s=timeout_s, check=check, program="python3")
 
     def run_all(
         self, jobs: dict[K, tuple[SSHTarget, str]], *, timeout_s: float = 60, check: bool = True

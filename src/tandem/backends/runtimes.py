@@ -122,38 +122,6 @@ def _sweep(deployment: str, rank: int, grace_s: float, launch: str | None = None
     )
 
 
-def observe_script(
-    deployment: str,
-    rank: int,
-    log: PurePosixPath,
-    offset: int | None,
-    max_bytes: int = 256_000,
-    launch: str | None = None,
-) -> str:
-    """``proc PID STATE NAME`` for every marked process of the rank, then ``--log--`` and the
-    log's bytes after ``offset`` (the health model's facts, ``tandem.health``)."""
-    lg = shellwords.quote(str(log))
-    script = (
-        _marked_pids(deployment, rank, launch)
-        + "for p in $(marked); do s=$(cat /proc/$p/stat 2>/dev/null) || continue; "
-        'rest=${s##*) }; c=${s#*(}; echo "proc $p ${rest%% *} ${c%)*}"; done\n' + "echo --log--\n"
-    )
-    if offset is not None:
-        script += f"tail -c +{int(offset) + 1} {lg} 2>/dev/null | tail -c {int(max_bytes)}\n"
-    return script
-
-
-def parse_observation(text: str) -> tuple[list[tuple[int, str, str]], list[str]]:
-    """(pid, state, name) triples and log lines from ``observe_script``'s output."""
-    head, _, log = text.partition("--log--\n")
-    procs = []
-    for line in head.splitlines():
-        words = line.split(" ", 3)
-        if len(words) == 4 and words[0] == "proc" and words[1].isdigit():
-            procs.append((int(words[1]), words[2], words[3]))
-    return procs, log.splitlines()
-
-
 @dataclass(frozen=True)
 class VenvRuntime:
     """A vLLM installed on the host, started as a detached process group."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from tandem import files
-from tandem.backends.base import ProcessFact, RankObservation
+from tandem.backends.base import Look
 from tandem.backends.launch import (
     await_ready,
     interrupted,
@@ -31,13 +31,18 @@ from tandem.backends.launch import (
     record_rank,
     with_caller_secrets,
 )
-from tandem.backends.openssh import OpenSSH, SSHTarget
+from tandem.backends.observation import (
+    agent_request,
+    agent_source,
+    look_of,
+    parse_answer,
+    ranks_by_node,
+)
+from tandem.backends.openssh import OpenSSH, SSHTarget, engine_python
 from tandem.backends.runtimes import (
     DockerRuntime,
     VenvRuntime,
     log_path,
-    observe_script,
-    parse_observation,
     poll_script,
     resolve_runtime,
     tail_script,
@@ -395,49 +400,45 @@ class SSHBackend:
     def _record_processes(self, state: DeploymentState, watched: list[RemoteLog]) -> None:
         """Each rank's processes and log size at ready, the health model's base."""
         offsets = {w.rank: w.offset for w in watched}
-        for rank, seen in self.observe(state).items():
+        for rank, seen in self.observe(state).ranks.items():
             record = next(r for r in state.ranks if r.rank == rank)
             record.processes = [ProcessRecord(pid=p.pid, name=p.name) for p in seen.processes]
             record.log_offset_ready = offsets.get(rank)
         state.save()
 
-    def observe(self, state: DeploymentState) -> dict[int, RankObservation]:
-        """Every rank's marked processes and log since ready, all nodes in parallel."""
+    def observe(self, state: DeploymentState, *, nodes: bool = False) -> Look:
+        """One call of the node agent a node, all nodes in parallel (``backends.observation``)."""
         cluster, runtime = _state_runtime(state)
         targets = _targets(cluster)
         ssh = OpenSSH.for_cluster(cluster)
+        python = engine_python(cluster.ssh.vllm_command)
+        source = agent_source()
 
-        def ask(record: RankState) -> str | SSHError:
-            script = observe_script(
-                state.name,
-                record.rank,
-                log_path(runtime.options, state.name, record.rank),
-                record.log_offset_ready,
-                launch=state.launch_id,
+        def ask(node: str, ranks: list[RankState]) -> dict | str:
+            request = agent_request(
+                state,
+                ranks,
+                lambda r: str(log_path(runtime.options, state.name, r.rank)),
+                nodes=nodes,
             )
             try:
-                return ssh.run(targets[record.node], script, timeout_s=30, check=False).stdout
+                done = ssh.run_python(
+                    targets[node], source, [request], python=python, timeout_s=30, check=False
+                )
             except SSHError as exc:  # one node down must not hide the others
-                return exc
+                return exc.message
+            if not done.ok:
+                return done.stderr.strip()[-300:] or f"the node agent exited {done.returncode}"
+            try:
+                return parse_answer(done.stdout)
+            except ValueError as exc:
+                return str(exc)
 
-        with ThreadPoolExecutor(max_workers=max(1, len(state.ranks))) as pool:
-            answers = dict(zip([r.rank for r in state.ranks], pool.map(ask, state.ranks)))
-        observed = {}
-        for rank, answer in answers.items():
-            if isinstance(answer, SSHError):
-                observed[rank] = RankObservation(rank=rank, unreachable=answer.message[:300])
-                continue
-            procs, lines = parse_observation(answer)
-            observed[rank] = RankObservation(
-                rank=rank,
-                log_since_ready=lines,
-                processes=[
-                    ProcessFact(pid=pid, name=name, state=st)
-                    for pid, st, name in procs
-                    if st not in ("Z", "X")
-                ],
-            )
-        return observed
+        by_node = ranks_by_node(state)
+        with ThreadPoolExecutor(max_workers=max(1, len(by_node))) as pool:
+            futures = {node: pool.submit(ask, node, ranks) for node, ranks in by_node.items()}
+            answers = {node: future.result() for node, future in futures.items()}
+        return look_of(state, answers, nodes=nodes)
 
     def log_reader(self, state: DeploymentState, rank: RankState) -> RemoteLog:
         cluster, runtime = _state_runtime(state)

@@ -11,13 +11,11 @@ a probe that runs and fails becomes that node's ``probe_error`` finding.
 
 from __future__ import annotations
 
-import shlex
 import subprocess
 import time
-from pathlib import PurePosixPath
 from typing import IO, Any
 
-from tandem.backends.openssh import OpenSSH, SSHTarget
+from tandem.backends.openssh import OpenSSH, SSHTarget, engine_python
 from tandem.check.node_transport import (
     PROBE_TIMEOUT_S,
     finished_probe,
@@ -27,15 +25,10 @@ from tandem.check.node_transport import (
 from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment
 
-_EOF = "TANDEM_PROBE_EOF_7f3a"
-
 
 def node_python(deployment: Deployment) -> str:
     """The Python beside the configured vllm (the engine's venv), else ``python3``."""
-    vllm = shlex.split(deployment.cluster.ssh.vllm_command)[0]
-    if vllm.startswith("/"):
-        return str(PurePosixPath(vllm).parent / "python3")
-    return "python3"
+    return engine_python(deployment.cluster.ssh.vllm_command)
 
 
 class SSHNodeTransport:
@@ -56,23 +49,20 @@ class SSHNodeTransport:
         self.compile_caches = compile_caches or {}
 
     def run_probe(self, node: Node) -> dict[str, Any]:
-        args = shlex.join(
-            probe_args(
-                self.deployment,
-                with_hashes=self.with_hashes,
-                compile_cache=self.compile_caches.get(node.name),
-            )
-        )
-        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in node.env.items())
-        # the engine's Python when it is there, else the node's python3
-        script = (
-            f'{exports}py={shlex.quote(self.python)}; [ -x "$py" ] || py=python3\n'
-            f"\"$py\" - {args} <<'{_EOF}'\n"
-            f"{probe_source()}\n{_EOF}\n"
+        args = probe_args(
+            self.deployment,
+            with_hashes=self.with_hashes,
+            compile_cache=self.compile_caches.get(node.name),
         )
         started = time.time()
-        result = self.ssh.run(
-            SSHTarget.of(node), script, timeout_s=PROBE_TIMEOUT_S, program="python3"
+        # the engine's Python when it is there, else the node's python3
+        result = self.ssh.run_python(
+            SSHTarget.of(node),
+            probe_source(),
+            args,
+            python=self.python,
+            env=node.env,
+            timeout_s=PROBE_TIMEOUT_S,
         )
         return finished_probe(result.returncode, result.stdout, result.stderr, node.name, started)
 

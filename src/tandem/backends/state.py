@@ -36,6 +36,7 @@ from tandem.backends.router import RouterProcess
 from tandem.errors import StateError
 from tandem.files import private_dir
 from tandem.jsonfiles import read_json, validation_text
+from tandem.plan.status import PlannedVsActual
 from tandem.redact import Redactor, redact_text
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
@@ -176,6 +177,11 @@ class DeploymentState(BaseModel):
     run_dir: str | None = Field(default=None, description="The ranks' TMPDIR.")
     phases: list[PhaseMark] = Field(default_factory=list)
     boot: BootFigures = Field(default_factory=BootFigures)
+    planned: PlannedVsActual | None = Field(
+        default=None,
+        description="The plan of this launch against its boot figures, compared once, when "
+        "`up` recorded them: a look at the deployment plans nothing.",
+    )
     ready: bool = False
     launch_id: str | None = Field(
         default=None,

@@ -1,9 +1,9 @@
 """``tandem watch``: a running deployment sampled over time, for soaks of hours.
 
-Modules, one job each: ``host`` (what a node's own files say; also a script for remote nodes),
-``nodes`` (reaching every node through its backend), ``leader`` (the leader's /metrics),
-``gpu`` (nvidia-smi's CSV), ``events`` (restarts from events.log), ``verdict`` (the health
-verdict), ``sample`` (the versioned sample model), ``folder`` (the JSONL on disk),
+Modules, one job each: ``nodes`` (a sample's nodes, from the one look at the deployment that
+the health verdict judges too), ``leader`` (the leader's /metrics page),
+``gpu`` (nvidia-smi's CSV), ``events`` (restarts from events.log),
+``sample`` (the versioned sample model), ``folder`` (the JSONL on disk),
 ``sampler`` (the loop), ``background`` (beside bench and eval), ``series`` (rates and columns),
 ``summary`` (the checks), ``exporter`` (the latest sample for Prometheus). Views are in
 ``tandem.report.watch``.

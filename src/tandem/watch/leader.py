@@ -8,18 +8,15 @@ sample). Samples of one name are summed over their label sets (one per engine), 
 leave it out, ``pypi-peers.md`` §3.3).
 
 Only the leader exports ``/metrics``; headless workers have no API server, so their health
-comes from their hosts (``tandem.watch.host``).
+comes from their nodes (``tandem.backends.agent``). The page is the one the health verdict's
+scrape brought (``tandem.health.ApiFacts.metrics_text``): a sample scrapes once.
 """
 
 from __future__ import annotations
 
-import time
-
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tandem import vllm_metrics as names
-from tandem import wire
 from tandem.watch.sample import LeaderReading
 
 REQUEST_SUCCESS = "vllm:request_success_total"
@@ -69,46 +66,3 @@ def _used_lines(text: str) -> str:
         if name.removesuffix("_total").removesuffix("_created") in _FAMILIES:
             kept.append(line)
     return "\n".join(kept) + "\n"
-
-
-class LeaderScraper:
-    """Scrapes one leader's ``/metrics``, one short connection a sample.
-
-    Usage:
-        with LeaderScraper("http://10.77.0.1:8000") as scraper:
-            reading = scraper.read()   # None when the leader does not answer
-    """
-
-    def __init__(self, endpoint: str, *, timeout_s: float = 5.0, clock=time.perf_counter) -> None:
-        self.url = endpoint.rstrip("/") + wire.METRICS_PATH
-        # no keep-alive: uvicorn closes an idle connection after 5 s (its default), so at a 5 s
-        # interval a kept connection races the close and the scrape fails; a new TCP
-        # connection per sample costs far less than the parse
-        self.client = httpx.Client(
-            timeout=timeout_s,
-            headers={"Accept-Encoding": "identity"},
-            limits=httpx.Limits(max_keepalive_connections=0),
-        )
-        self.clock = clock
-
-    def read(self) -> LeaderReading | None:
-        started = self.clock()
-        try:
-            response = self.client.get(self.url)
-        except httpx.HTTPError:
-            return None
-        if response.status_code != 200:
-            return None
-        try:
-            return parse_leader_metrics(response.text, self.clock() - started)
-        except ValueError:
-            return None
-
-    def close(self) -> None:
-        self.client.close()
-
-    def __enter__(self) -> LeaderScraper:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tandem.backends.base import NodeMemory
 from tandem.health import Verdict
 from tandem.spec.recipe import Watch
 
@@ -74,25 +75,13 @@ class RdmaPort(_Model):
     link_downed: int | None = None
 
 
-class NodeReading(_Model):
+class NodeReading(_Model, NodeMemory):
     """One node at one instant."""
 
-    node: str
-    mem_total_bytes: int | None = None
-    mem_available_bytes: int | None = None
-    swap_total_bytes: int | None = None
-    swap_free_bytes: int | None = None
-    oom_kills: int | None = Field(default=None, description="/proc/vmstat oom_kill since boot.")
     ranks: list[RankUsage] = Field(default_factory=list)
     gpus: list[GpuReading] = Field(default_factory=list)
     rdma: list[RdmaPort] = Field(default_factory=list)
     error: str | None = Field(default=None, description="Why the node could not be read.")
-
-    @property
-    def mem_used_bytes(self) -> int | None:
-        if self.mem_total_bytes is None or self.mem_available_bytes is None:
-            return None
-        return self.mem_total_bytes - self.mem_available_bytes
 
 
 class LeaderReading(_Model):

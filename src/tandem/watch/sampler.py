@@ -8,9 +8,12 @@ Algorithm (``Watcher.run``):
    gap while no watch ran does not). A new folder gets a ``watch.json`` from the state and the
    recipe's ``watch:`` section;
 2. every ``interval_s`` (ticks on a fixed grid, so a slow sample does not shift the next):
-   ``lifecycle.status`` for the ranks' liveness and the verdict, every node through its
-   backend's reader, the leader's ``/metrics``, the new lines of ``events.log``; append the
-   sample and hand it to ``on_sample`` (the live view, the exporter);
+   one look at the deployment — its backend asks each node once (``Backend.observe(state,
+   nodes=True)``: the ranks' processes and logs for the verdict, the node's memory, GPUs and
+   RDMA ports for the sample), the leader is asked once (``/health``, one ``/metrics`` scrape
+   that both the verdict and the sample read), judged once by ``tandem.health`` — and the new
+   lines of ``events.log``; append the sample and hand it to ``on_sample`` (the live view, the
+   exporter);
 3. stop when the duration is covered, ``should_stop()`` says so, the deployment was taken
    down (its state is gone), or on Ctrl-C; the file is complete after every sample, so a kill
    loses at most the sample being taken. A node that cannot be reached is a sample with the
@@ -26,17 +29,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tandem import lifecycle
+from tandem.backends.base import Backend, Look, NodeFacts, backend_for
 from tandem.backends.state import load_state
 from tandem.errors import StateError, TandemError
-from tandem.health import ProgressTracker
+from tandem.health import Assessment, ProgressTracker, RankCondition, Verdict, assess
 from tandem.watch.events import EventReader
 from tandem.watch.folder import SampleLog, read_run, read_samples, write_run
-from tandem.watch.leader import LeaderScraper
-from tandem.watch.nodes import NodeReader, reader_for
-from tandem.watch.sample import RankInfo, Sample, Verdict, WatchRun
+from tandem.watch.leader import parse_leader_metrics
+from tandem.watch.nodes import node_readings
+from tandem.watch.sample import LeaderReading, RankInfo, Sample, WatchRun
 from tandem.watch.series import covered_s
-from tandem.watch.verdict import deployment_verdict
 
 CANARY_EVERY_S = 60.0
 """At most one 1-token canary a minute from a watch (an idle engine that hangs shows then)."""
@@ -52,7 +54,7 @@ class Watcher:
         interval_s, duration_s: for a new folder (None: the recipe's interval; run until
             stopped); a resumed folder keeps its own.
         on_sample: called with each sample after it is written.
-        status: ``lifecycle.status`` (liveness and verdict); injected for tests of the loop.
+        backend: how the nodes are reached (the deployment's own backend unless given).
     """
 
     def __init__(
@@ -66,14 +68,12 @@ class Watcher:
         should_stop: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
-        status: Callable[[str], lifecycle.DeploymentStatus] | None = None,
-        reader: NodeReader | None = None,
+        backend: Backend | None = None,
     ) -> None:
         self.state = load_state(name)
         self.out = Path(out)
         self.on_sample, self.should_stop = on_sample, should_stop
         self.clock, self.sleep = clock, sleep
-        self.status = status or self._health
         self._tracker = ProgressTracker()
         self._last_canary = -CANARY_EVERY_S
         previous = read_run(self.out)
@@ -84,7 +84,7 @@ class Watcher:
             )
         self.samples_before = read_samples(self.out).records if previous else []
         self.run_info = previous or self._new_run(interval_s, duration_s)
-        self.reader = reader or reader_for(self.state)
+        self.backend = backend or backend_for(self.state.backend)
 
     def _new_run(self, interval_s: float | None, duration_s: float | None) -> WatchRun:
         thresholds = self.state.deployment(lenient=True).recipe.watch
@@ -123,60 +123,78 @@ class Watcher:
         log = SampleLog(self.out)
         started = self.clock()
         try:
-            with LeaderScraper(self.state.endpoint) as scraper:
-                while not self.should_stop() and (remaining is None or remaining > 0):
-                    tick = self.clock()
-                    try:
-                        sample = self.take(scraper, events, seq=seq, segment=segment)
-                    except StateError:  # `tandem down` removed the state: nothing to watch
-                        break
-                    log.append(sample)
-                    self.on_sample(sample)
-                    seq += 1
-                    if remaining is not None and self.clock() - started >= remaining:
-                        break
-                    elapsed = self.clock() - tick
-                    self.sleep(max(0.0, interval - elapsed % interval))
+            while not self.should_stop() and (remaining is None or remaining > 0):
+                tick = self.clock()
+                try:
+                    sample = self.take(events, seq=seq, segment=segment)
+                except StateError:  # `tandem down` removed the state: nothing to watch
+                    break
+                log.append(sample)
+                self.on_sample(sample)
+                seq += 1
+                if remaining is not None and self.clock() - started >= remaining:
+                    break
+                elapsed = self.clock() - tick
+                self.sleep(max(0.0, interval - elapsed % interval))
         finally:
             log.close()
         return self.run_info
 
-    def _health(self, name: str) -> lifecycle.DeploymentStatus:
-        """The health model's verdict; a canary completion at most every ``CANARY_EVERY_S``
-        (between them the token counters, tracked across samples, show progress), so the
-        watch does not add a request to the counters it records at every sample."""
+    def _judge(self, look: Look) -> Assessment:
+        """The health model's verdict on this look; a canary completion at most every
+        ``CANARY_EVERY_S`` (between them the token counters, tracked across samples, show
+        progress), so the watch does not add a request to the counters it records at every
+        sample."""
         due = self.clock() - self._last_canary >= CANARY_EVERY_S
-        status = lifecycle.status(
-            name, canary_mode="idle" if due else "never", tracker=self._tracker
+        report = assess(
+            self.state,
+            look=look,
+            canary_mode="idle" if due else "never",
+            tracker=self._tracker,
         )
         if due:
             self._last_canary = self.clock()
-        return status
+        return report
 
-    def take(
-        self, scraper: LeaderScraper, events: EventReader, *, seq: int, segment: int
-    ) -> Sample:
-        """One sample now."""
+    def take(self, events: EventReader, *, seq: int, segment: int) -> Sample:
+        """One sample now: one look at the nodes and the leader, judged once.
+
+        Raises:
+            StateError: the deployment's state is gone (taken down).
+        """
         begun = self.clock()
+        self.state = load_state(self.state.name)  # a restart records new processes
         try:
-            status = self.status(self.state.name)
-            up = {r.rank: r.state == "running" for r in status.ranks}
-            verdict = deployment_verdict(status)
-        except StateError:
-            raise
-        except TandemError:  # a node unreachable: its ranks count as down
-            up, verdict = {}, Verdict.DOWN
-        nodes = self.reader.read(up)
-        leader = scraper.read()
+            look = self.backend.observe(self.state, nodes=True)
+        except TandemError as exc:  # no node could be asked: every rank counts as down
+            look = Look(
+                nodes={n: NodeFacts(node=n, error=exc.message) for n in self.run_info.nodes}
+            )
+            up, verdict, leader = {}, Verdict.DOWN, None
+        else:
+            report = self._judge(look)
+            up = {r.rank: r.health.state is not RankCondition.DEAD for r in report.ranks}
+            verdict, api = report.verdict, report.api
+            leader = _leader_reading(api.metrics_text, api.metrics_s)
         new, restarts = events.read()
         return Sample(
             seq=seq,
             segment=segment,
             time=datetime.fromtimestamp(begun, UTC),
             verdict=verdict,
-            nodes=nodes,
+            nodes=node_readings(self.state, look, up),
             leader=leader,
             restarts=restarts,
             events=new,
             cost_s=round(self.clock() - begun, 4),
         )
+
+
+def _leader_reading(text: str | None, scrape_s: float | None) -> LeaderReading | None:
+    """The sample's reading of the page the verdict's scrape brought; None without one."""
+    if text is None:
+        return None
+    try:
+        return parse_leader_metrics(text, scrape_s or 0.0)
+    except ValueError:
+        return None

@@ -1,0 +1,88 @@
+"""One look at a deployment: the node agent's request for each node, and its answers typed.
+
+The backends differ only in how they reach a node (this machine's ``/proc``, ``ssh``,
+``kubectl exec``); what a node is asked and how its answer becomes a ``Look`` is here, once.
+A node that cannot be asked makes its ranks ``unreachable`` and its readings an ``error``: one
+bad node never hides the others.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from importlib import resources
+
+from tandem.backends.base import Look, NodeFacts, ProcessFact, RankObservation
+from tandem.backends.state import DeploymentState, RankState
+
+
+def agent_source() -> str:
+    """The node agent's source, shipped as it is to a remote node."""
+    return resources.files("tandem.backends").joinpath("agent.py").read_text()
+
+
+def ranks_by_node(state: DeploymentState) -> dict[str, list[RankState]]:
+    """Each node's ranks, in rank order."""
+    nodes: dict[str, list[RankState]] = {}
+    for record in sorted(state.ranks, key=lambda r: r.rank):
+        nodes.setdefault(record.node, []).append(record)
+    return nodes
+
+
+def agent_request(
+    state: DeploymentState,
+    ranks: list[RankState],
+    log_of: Callable[[RankState], str],
+    *,
+    nodes: bool,
+) -> str:
+    """The JSON request for the node holding ``ranks`` (``tandem.backends.agent``)."""
+    return json.dumps(
+        {
+            "deployment": state.name,
+            "launch": state.launch_id,
+            "logs": {str(r.rank): [log_of(r), r.log_offset_ready] for r in ranks},
+            "node": nodes,
+        }
+    )
+
+
+def parse_answer(stdout: str) -> dict:
+    """The agent's JSON line.
+
+    Raises:
+        ValueError: it printed none.
+    """
+    lines = stdout.strip().splitlines()
+    if not lines:
+        raise ValueError("the node agent printed nothing")
+    answer = json.loads(lines[-1])
+    if not isinstance(answer, dict):
+        raise ValueError(f"the node agent printed {lines[-1][:200]!r}")
+    return answer
+
+
+def look_of(state: DeploymentState, answers: Mapping[str, dict | str], *, nodes: bool) -> Look:
+    """The look from each node's answer (a dict) or why it could not be asked (a str). Pure."""
+    look = Look()
+    for node, ranks in ranks_by_node(state).items():
+        answer = answers.get(node, "not asked")
+        if isinstance(answer, str):
+            for record in ranks:
+                look.ranks[record.rank] = RankObservation(
+                    rank=record.rank, unreachable=answer[:300]
+                )
+            if nodes:
+                look.nodes[node] = NodeFacts(node=node, error=answer[-200:])
+            continue
+        found = answer.get("ranks") or {}
+        logs = answer.get("logs") or {}
+        for record in ranks:
+            look.ranks[record.rank] = RankObservation(
+                rank=record.rank,
+                processes=[ProcessFact.model_validate(p) for p in found.get(str(record.rank), [])],
+                log_since_ready=logs.get(str(record.rank), []),
+            )
+        if nodes:
+            look.nodes[node] = NodeFacts.of(node, answer.get("node") or {})
+    return look
