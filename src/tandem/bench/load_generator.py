@@ -188,7 +188,7 @@ class LoadGenerator:
         )
         previous = self._previous_run()
         timeout = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=None)
-        transport = AiohttpTransport(max_connections=None)
+        transport = AiohttpTransport(max_connections=None, clock=self.clock)
         key = config.api_key.get_secret_value() if config.api_key else None
         # identity: the SSE parser reads raw bytes, so a proxy must not compress the stream
         headers = {"Accept-Encoding": "identity", **wire.bearer(key)}

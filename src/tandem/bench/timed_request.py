@@ -2,9 +2,11 @@
 
 The timing loop is written once (``send_request``); what differs between
 ``/v1/chat/completions`` and ``/v1/completions`` is only the payload and how a choice becomes
-text, and that is the ``Endpoint`` protocol (registry: ``ENDPOINTS``). The clock is stamped when
-a network read returns, before any JSON is parsed, and it is injected (``clock``), so tests can
-replay a recorded stream with chosen arrival times through ``StreamAccumulator``.
+text, and that is the ``Endpoint`` protocol (registry: ``ENDPOINTS``). A network read is stamped
+with the time its bytes arrived, which the transport notes where they come off the socket
+(``aiohttp_transport.ARRIVED_AT``), or else when the read returns; before any JSON is parsed.
+The clock is injected (``clock``, the transport's too), so tests can replay a recorded stream
+with chosen arrival times through ``StreamAccumulator``.
 
 A failed request is data, not an exception: ``send_request`` always returns a
 ``RequestRecord``, with an ``ErrorCategory`` when it failed. httpx exceptions are mapped to
@@ -23,6 +25,7 @@ from typing import Any, NamedTuple, Protocol
 import httpx
 
 from tandem import wire
+from tandem.bench.aiohttp_transport import ARRIVED_AT
 from tandem.bench.records import ErrorCategory, RequestRecord
 from tandem.endpoint import reasoning_of
 
@@ -420,9 +423,11 @@ async def send_request(
                     )
                 else:
                     clean = True
+                    arrived_at = response.extensions.get(ARRIVED_AT)
                     try:
                         async for raw in response.aiter_raw():
-                            acc.feed(raw, clock() - start)
+                            at = arrived_at() if arrived_at is not None else None
+                            acc.feed(raw, (clock() if at is None else at) - start)
                     except (httpx.RemoteProtocolError, httpx.ReadError):
                         clean = False
                     fields = acc.finish(clean_end=clean)
