@@ -47,7 +47,7 @@ def counted_sample_costs(name: str, samples: int) -> dict[str, float]:
     from tandem.watch.sampler import Watcher
 
     counts: dict[str, int] = {}
-    send, listdir, iterdir = httpx.Client.send, os.listdir, Path.iterdir
+    send, listdir, scandir = httpx.Client.send, os.listdir, os.scandir
 
     def counting_send(self, request, *args, **kwargs):
         counts[request.url.path] = counts.get(request.url.path, 0) + 1
@@ -58,18 +58,19 @@ def counted_sample_costs(name: str, samples: int) -> dict[str, float]:
             counts["/proc scans"] = counts.get("/proc scans", 0) + 1
         return listdir(path)
 
-    def counting_iterdir(self):
-        if str(self) == "/proc":
+    def counting_scandir(path="."):
+        if str(path) == "/proc":
             counts["/proc scans"] = counts.get("/proc scans", 0) + 1
-        return iterdir(self)
+        return scandir(path)
 
-    httpx.Client.send, os.listdir, Path.iterdir = counting_send, counting_listdir, counting_iterdir
+    # Path.iterdir lists through one of these two, so each scan counts once
+    httpx.Client.send, os.listdir, os.scandir = counting_send, counting_listdir, counting_scandir
     try:
         with tempfile.TemporaryDirectory(prefix="watch-count-") as out:
             Watcher(name, Path(out), interval_s=1.0, duration_s=samples - 0.5).run()
             taken = _samples_taken(Path(out))
     finally:
-        httpx.Client.send, os.listdir, Path.iterdir = send, listdir, iterdir
+        httpx.Client.send, os.listdir, os.scandir = send, listdir, scandir
     return {f"{key} per sample": round(n / taken, 2) for key, n in sorted(counts.items())} | {
         "counted samples": taken
     }
