@@ -35,7 +35,7 @@ from pathlib import Path
 from tandem import wire
 from tandem.backends.base import Look, NodeFacts, ProcessFact, RankObservation
 from tandem.backends.launch import await_ready
-from tandem.backends.observation import agent_source, parse_answer, ranks_by_node
+from tandem.backends.observation import agent_source, answer_of, ranks_by_node
 from tandem.backends.state import DeploymentState, RankState
 from tandem.errors import BackendError, KubernetesError, Problem, RankFailed, TandemError
 from tandem.rankplan import RankPlan, RankSpec
@@ -62,9 +62,9 @@ UNSCHEDULABLE_GRACE_S = 60.0
 """How long a pod may stay unschedulable before up gives up (a GPU freed by a terminating
 earlier pod makes it schedulable within seconds; a wrong node label never does)."""
 POD_APPEAR_TIMEOUT_S = 120.0
+"""How long up waits for the LeaderWorkerSet controller to create a pod at all."""
 AGENT_TIMEOUT_S = 20.0
 """How long the node agent may take in a pod (``nvidia-smi`` included)."""
-"""How long up waits for the LeaderWorkerSet controller to create a pod at all."""
 
 
 # --- kubectl ------------------------------------------------------------------------------------
@@ -706,9 +706,4 @@ def _ask_agent(kubectl: Kubectl, record: RankState, request: str) -> dict | str:
         )
     except TandemError as exc:
         return exc.message
-    if done.returncode != 0:
-        return done.stderr.strip() or f"the node agent exited {done.returncode}"
-    try:
-        return parse_answer(done.stdout)
-    except ValueError as exc:
-        return str(exc)
+    return answer_of(done.returncode, done.stdout, done.stderr)

@@ -8,6 +8,7 @@ bad node never hides the others.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from importlib import resources
@@ -16,8 +17,10 @@ from tandem.backends.base import Look, NodeFacts, ProcessFact, RankObservation
 from tandem.backends.state import DeploymentState, RankState
 
 
+@functools.cache
 def agent_source() -> str:
-    """The node agent's source, shipped as it is to a remote node."""
+    """The node agent's source, shipped as it is to a remote node (read once a process: a
+    watch sends it at every sample)."""
     return resources.files("tandem.backends").joinpath("agent.py").read_text()
 
 
@@ -47,18 +50,17 @@ def agent_request(
     )
 
 
-def parse_answer(stdout: str) -> dict:
-    """The agent's JSON line.
-
-    Raises:
-        ValueError: it printed none.
-    """
+def answer_of(returncode: int, stdout: str, stderr: str) -> dict | str:
+    """The agent's answer from how its run ended: its JSON line, or why there is none."""
+    if returncode != 0:
+        return stderr.strip()[-300:] or f"the node agent exited {returncode}"
     lines = stdout.strip().splitlines()
-    if not lines:
-        raise ValueError("the node agent printed nothing")
-    answer = json.loads(lines[-1])
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
     if not isinstance(answer, dict):
-        raise ValueError(f"the node agent printed {lines[-1][:200]!r}")
+        return f"the node agent printed no answer: {stdout[-200:]!r}"
     return answer
 
 

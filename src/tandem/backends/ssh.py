@@ -34,8 +34,8 @@ from tandem.backends.launch import (
 from tandem.backends.observation import (
     agent_request,
     agent_source,
+    answer_of,
     look_of,
-    parse_answer,
     ranks_by_node,
 )
 from tandem.backends.openssh import OpenSSH, SSHTarget, engine_python
@@ -427,12 +427,7 @@ class SSHBackend:
                 )
             except SSHError as exc:  # one node down must not hide the others
                 return exc.message
-            if not done.ok:
-                return done.stderr.strip()[-300:] or f"the node agent exited {done.returncode}"
-            try:
-                return parse_answer(done.stdout)
-            except ValueError as exc:
-                return str(exc)
+            return answer_of(done.returncode, done.stdout, done.stderr)
 
         by_node = ranks_by_node(state)
         with ThreadPoolExecutor(max_workers=max(1, len(by_node))) as pool:

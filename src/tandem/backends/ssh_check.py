@@ -26,11 +26,6 @@ from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment
 
 
-def node_python(deployment: Deployment) -> str:
-    """The Python beside the configured vllm (the engine's venv), else ``python3``."""
-    return engine_python(deployment.cluster.ssh.vllm_command)
-
-
 class SSHNodeTransport:
     """Probe and spawn on ssh nodes (``check.node_transport.NodeTransport``)."""
 
@@ -44,7 +39,7 @@ class SSHNodeTransport:
     ) -> None:
         self.deployment = deployment
         self.ssh = OpenSSH.for_cluster(deployment.cluster)
-        self.python = python or node_python(deployment)
+        self.python = python or engine_python(deployment.cluster.ssh.vllm_command)
         self.with_hashes = with_hashes
         self.compile_caches = compile_caches or {}
 
