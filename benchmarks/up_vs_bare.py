@@ -43,8 +43,8 @@ from pathlib import Path
 import httpx
 
 from tandem import caches
+from tandem.agent import nvidia_smi
 from tandem.backends import netns
-from tandem.backends.agent import nvidia_smi
 from tandem.backends.state import DeploymentDir
 from tandem.spec.cluster import LocalIsolation
 from tandem.spec.loading import load_cluster

@@ -94,7 +94,7 @@ def test_private_files_and_folders(tmp_path):
 
 WRITES_ELSEWHERE = {
     "tandem/files.py": "the one writing path itself",
-    "tandem/liveness.py": "the stdlib-only probe on a node: its own state file, no tandem import",
+    "tandem/agent.py": "the stdlib-only node agent: the liveness probe's state file in a pod",
     "tandem/check/probe.py": "the stdlib-only probe on a node: JSON to its stdout",
     "tandem/tinymodel.py": "a model's own files (config, refs) in the HF cache, no user text",
     "tandem/shapemodel.py": "a model's own files (config) in the HF cache, no user text",

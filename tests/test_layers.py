@@ -5,7 +5,7 @@ The layers, bottom to top (a module may import its own layer and the layers belo
     foundation  errors, wire, redact,          names, errors and signal handling everything
                 ownership, files, interrupts,  shares; what tandem may delete, overwrite and kill;
                                                the one writing path (redacted, atomic, private);
-                liveness,                      the stdlib-only liveness probe script;
+                agent,                         the stdlib-only node agent (looks, liveness);
                 vllm_metrics, vllm_log,        vLLM's /metrics names and parser; its boot log;
                 hf_cache, version              the Hugging Face cache layout; tandem's version;
                 jsonfiles                      reading saved JSON/JSONL files, one error edge
@@ -54,7 +54,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.ownership",
             "tandem.files",
             "tandem.interrupts",
-            "tandem.liveness",
+            "tandem.agent",
             "tandem.vllm_metrics",
             "tandem.vllm_log",
             "tandem.hf_cache",

@@ -1,4 +1,5 @@
-"""The liveness probe script (``tandem.liveness``), run as Kubernetes runs it: ``python3 -c``."""
+"""The node agent's liveness probe (``tandem.agent alive``), run as Kubernetes runs it:
+``python3 -c SOURCE alive ...``."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import time
 
 import pytest
 
-from tandem import liveness, wire
+from tandem import agent, wire
 
 
 def probe(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", inspect.getsource(liveness), *args],
+        [sys.executable, "-c", inspect.getsource(agent), "alive", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -28,7 +29,12 @@ def probe(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 @pytest.fixture
 def worker_process():
     """A process renamed like vLLM's worker, marked as a rank's processes are."""
-    env = {**os.environ, wire.TANDEM_DEPLOYMENT: "probe-test", wire.SPT_NOENV: "1"}
+    env = {
+        **os.environ,
+        wire.TANDEM_DEPLOYMENT: "probe-test",
+        wire.TANDEM_RANK: "1",
+        wire.SPT_NOENV: "1",
+    }
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -66,7 +72,7 @@ def test_metrics_sum_the_token_counters_over_engines():
         'vllm:prompt_tokens_total{engine="1"} 5.0\nvllm:generation_tokens_total 7.0\n'
         'vllm:num_requests_running{engine="0"} 2.0\nvllm:other 1\n'
     )
-    assert liveness.metrics(text) == {
+    assert agent.token_counters(text) == {
         "vllm:prompt_tokens_total": 15.0,
         "vllm:generation_tokens_total": 7.0,
         "vllm:num_requests_running": 2.0,

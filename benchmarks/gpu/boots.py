@@ -32,7 +32,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tandem.backends.agent import nvidia_smi
+from tandem.agent import nvidia_smi
 from tandem.watch.gpu import parse_nvidia_smi
 
 REPOS = {

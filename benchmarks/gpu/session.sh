@@ -27,7 +27,7 @@ if ! command -v ip >/dev/null && [ -x /root/iproute/bin/ip ]; then
   printf '#!/bin/sh\nLD_LIBRARY_PATH=/root/iproute/usr/lib/x86_64-linux-gnu:/root/iproute/lib/x86_64-linux-gnu exec /root/iproute/bin/ip "$@"\n' > $SITE/bin/ip
   chmod +x $SITE/bin/ip
 fi
-SMI_ARGS=$(python3 -c "from tandem.backends.agent import NVIDIA_SMI_ARGV as a; print(' '.join(a[1:]))")
+SMI_ARGS=$(python3 -c "from tandem.agent import NVIDIA_SMI_ARGV as a; print(' '.join(a[1:]))")
 TP2=(--recipe examples/recipes/gpu-llama8b.yaml --cluster examples/gpu-cluster-1gpu.yaml)
 TP1R=examples/recipes/gpu-llama8b-tp1.yaml
 TP1C=examples/gpu-cluster-h200.yaml

@@ -28,15 +28,34 @@ Sources, each optional (a missing file gives ``null``, never an error):
   since boot), ``nvidia-smi --query-gpu=... --format=csv,nounits`` where the command exists
   (its text as is), and ``/sys/class/infiniband/DEV/ports/N/`` state and counters
   (``port_xmit_data`` and ``port_rcv_data`` count 4-byte words).
+
+It is also the Kubernetes liveness probe (``python3 -c SOURCE alive ROLE --deployment NAME ...``
+as an ``exec`` probe in every rank's pod; vLLM's images have Python), because vLLM has no
+endpoint that means "the engine makes progress": ``/health`` stays 200 while a worker is gone or
+an all-reduce hangs. It applies ``tandem.health``'s rules where the kubelet can act on them:
+
+- every role: the rank's vLLM processes (``VLLM::Worker_TPn``, and ``VLLM::EngineCore`` on the
+  leader) are among the processes above and none is stopped;
+- leader: ``/health`` is 200; under load (``vllm:num_requests_running`` > 0) the token counters
+  moved within ``--stall`` seconds (kept between runs in ``--state-file``); idle, a 1-token
+  canary completion answers within ``--canary-timeout``.
+
+Exit 0 prints ``alive``; 1 prints the reason (the kubelet records it in the pod's events) and,
+after ``failureThreshold`` failures, restarts the container, which LeaderWorkerSet turns into a
+restart of the whole group (``RecreateGroupOnPodRestart``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 
 NVIDIA_SMI_FIELDS = (
     "index",
@@ -65,6 +84,9 @@ MARK_LAUNCH = "TANDEM_LAUNCH"
 (a test holds them equal)."""
 LOG_MAX_BYTES = 256_000
 _MEMINFO_KEYS = ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree")
+TOKEN_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+RUNNING = "vllm:num_requests_running"
+"""vLLM's metric names (``tandem.vllm_metrics`` spells them for the control side)."""
 _RDMA_COUNTERS = (
     "port_xmit_data",
     "port_rcv_data",
@@ -224,10 +246,120 @@ def look(request: dict, proc: str = "/proc", sys_root: str = "/sys") -> dict:
     }
 
 
+def stopped_or_missing(role: str, deployment: str, proc: str = "/proc") -> str | None:
+    """Why the rank's vLLM processes here are not all running, or None."""
+    found = [p for procs in rank_processes(deployment, None, proc).values() for p in procs]
+    stopped = [p for p in found if p["state"] in ("T", "t")]
+    if stopped:
+        return f"{stopped[0]['name']} (pid {stopped[0]['pid']}) is stopped"
+    names = [p["name"] for p in found]
+    # the kernel keeps 15 characters of a renamed process's name: VLLM::EngineCor(e)
+    needed = ["VLLM::Worker"] + (["VLLM::EngineCor"] if role == "leader" else [])
+    missing = [n for n in needed if not any(name.startswith(n) for name in names)]
+    if missing:
+        return f"no {' and no '.join(missing)} process (found: {', '.join(names) or 'none'})"
+    return None
+
+
+def _http(url: str, key: str | None, timeout: float, body: dict | None = None) -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(url, data=data, headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return response.status, response.read().decode(errors="replace")
+
+
+def token_counters(text: str) -> dict[str, float]:
+    """The token counters and running requests of a ``/metrics`` page, summed over engines."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in TOKEN_COUNTERS or name == RUNNING:
+            try:
+                values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                pass
+    return values
+
+
+def leader_stalled(args: argparse.Namespace, key: str | None) -> str | None:
+    """Why the leader's API does not serve or make progress, or None."""
+    try:
+        status, _ = _http(f"{args.url}/health", key, 5)
+    except (OSError, urllib.error.URLError) as exc:
+        return f"/health: {exc}"
+    if status != 200:
+        return f"/health answered {status}"
+    try:
+        _, text = _http(f"{args.url}/metrics", key, 5)
+    except (OSError, urllib.error.URLError) as exc:
+        return f"/metrics: {exc}"
+    values = token_counters(text)
+    tokens = sum(values.get(name, 0.0) for name in TOKEN_COUNTERS)
+    now = time.time()
+    try:
+        with open(args.state_file) as handle:
+            last = json.load(handle)
+    except (OSError, ValueError):
+        last = {}
+    if values.get(RUNNING, 0) > 0:
+        if last.get("tokens") == tokens and now - last.get("since", now) >= args.stall:
+            return (
+                f"{values[RUNNING]:g} request(s) running and no token counted for "
+                f"{now - last['since']:.0f} s"
+            )
+        if last.get("tokens") != tokens:
+            last = {"tokens": tokens, "since": now}
+    else:
+        last = {"tokens": tokens, "since": now}
+        started = time.monotonic()
+        try:
+            _http(
+                f"{args.url}/v1/completions",
+                key,
+                args.canary_timeout,
+                body={"model": args.model, "prompt": "health", "max_tokens": 1, "temperature": 0},
+            )
+        except (OSError, urllib.error.URLError) as exc:
+            return f"a 1-token canary failed after {time.monotonic() - started:.1f} s: {exc}"
+    with open(args.state_file, "w") as handle:
+        json.dump(last, handle)
+    return None
+
+
+def alive(argv: list[str]) -> int:
+    """``alive ROLE --deployment NAME [...]``: the liveness probe (module docstring)."""
+    parser = argparse.ArgumentParser(prog="tandem-liveness")
+    parser.add_argument("role", choices=("leader", "worker"))
+    parser.add_argument("--deployment", required=True)
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--model", default="")
+    parser.add_argument("--stall", type=float, default=30.0)
+    parser.add_argument("--canary-timeout", type=float, default=10.0)
+    parser.add_argument("--state-file", default="/tmp/tandem-liveness.json")
+    args = parser.parse_args(argv)
+    problem = stopped_or_missing(args.role, args.deployment)
+    if problem is None and args.role == "leader":
+        problem = leader_stalled(args, os.environ.get("VLLM_API_KEY"))
+    if problem:
+        print(f"not alive: {problem}")
+        return 1
+    print("alive")
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    """``python3 agent.py REQUEST``: print the answer as one JSON line."""
+    """``agent.py REQUEST``: print the answer as one JSON line; ``agent.py alive ...``: the
+    liveness probe."""
+    if argv[:1] == ["alive"]:
+        return alive(argv[1:])
     if len(argv) != 1:
-        print("usage: agent.py REQUEST_JSON", file=sys.stderr)
+        print("usage: agent.py REQUEST | agent.py alive ROLE --deployment NAME", file=sys.stderr)
         return 2
     print(json.dumps(look(json.loads(argv[0]))))
     return 0

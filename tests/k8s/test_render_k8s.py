@@ -21,7 +21,7 @@ from k8s.manifests import (
     seed_yaml,
     stated_mismatches,
 )
-from tandem import liveness, wire
+from tandem import agent, wire
 from tandem.errors import PlanError
 from tandem.rankplan import plan_ranks
 from tandem.render import kubernetes as k8s_render
@@ -81,14 +81,14 @@ def test_liveness_probes_run_the_health_model_in_every_pod():
     lws = rendered(seed000_deployment())[0]["spec"]["leaderWorkerTemplate"]
     leader = lws["leaderTemplate"]["spec"]["containers"][0]
     worker = lws["workerTemplate"]["spec"]["containers"][0]
-    source = inspect.getsource(liveness)
+    source = inspect.getsource(agent)
     lead = leader["livenessProbe"]["exec"]["command"]
-    assert lead[:3] == ["python3", "-c", source] and lead[3] == "leader"
+    assert lead[:5] == ["python3", "-c", source, "alive", "leader"]
     assert "--canary-timeout" in lead and "--stall" in lead
     work = worker["livenessProbe"]["exec"]["command"]
-    assert work[:4] == ["python3", "-c", source, "worker"]
+    assert work[:5] == ["python3", "-c", source, "alive", "worker"]
     # A worker has no HTTP: it waits for its vLLM worker process within the start-up allowance.
-    assert worker["startupProbe"]["exec"]["command"][3] == "worker"
+    assert worker["startupProbe"]["exec"]["command"][3:5] == ["alive", "worker"]
     startup_s = seed000_deployment().recipe.timeouts.startup_s
     assert (
         worker["startupProbe"]["periodSeconds"] * worker["startupProbe"]["failureThreshold"]

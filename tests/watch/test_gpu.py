@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem.backends.agent import NVIDIA_SMI_FIELDS
+from tandem.agent import NVIDIA_SMI_FIELDS
 from tandem.watch.gpu import parse_nvidia_smi
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "watch"

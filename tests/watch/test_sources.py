@@ -8,8 +8,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tandem import wire
-from tandem.backends import agent
+from tandem import agent, wire
 from tandem.watch.events import EventReader, parse_event
 from tandem.watch.leader import parse_leader_metrics
 

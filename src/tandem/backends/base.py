@@ -101,7 +101,7 @@ class NodeMemory(BaseModel):
 
 
 class NodeFacts(NodeMemory):
-    """One node's own readings, from the node agent (``tandem.backends.agent``)."""
+    """One node's own readings, from the node agent (``tandem.agent``)."""
 
     nvidia_smi: str | None = Field(
         default=None, description="nvidia-smi's CSV as printed; None where there is none."

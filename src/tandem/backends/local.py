@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tandem import caches, wire
-from tandem.backends import agent, netns, processes
+from tandem import agent, caches, wire
+from tandem.backends import netns, processes
 from tandem.backends.base import Look, NodeFacts, ProcessFact, RankObservation
 from tandem.backends.launch import (
     await_ready,

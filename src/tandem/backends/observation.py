@@ -21,7 +21,7 @@ from tandem.backends.state import DeploymentState, RankState
 def agent_source() -> str:
     """The node agent's source, shipped as it is to a remote node (read once a process: a
     watch sends it at every sample)."""
-    return resources.files("tandem.backends").joinpath("agent.py").read_text()
+    return resources.files("tandem").joinpath("agent.py").read_text()
 
 
 def ranks_by_node(state: DeploymentState) -> dict[str, list[RankState]]:
@@ -39,7 +39,7 @@ def agent_request(
     *,
     nodes: bool,
 ) -> str:
-    """The JSON request for the node holding ``ranks`` (``tandem.backends.agent``)."""
+    """The JSON request for the node holding ``ranks`` (``tandem.agent``)."""
     return json.dumps(
         {
             "deployment": state.name,

@@ -43,7 +43,7 @@ from typing import Any
 
 import yaml
 
-from tandem import caches, liveness, wire
+from tandem import agent, caches, wire
 from tandem.errors import PlanError, Problem
 from tandem.rankplan import Mount, RankPlan, RankSpec, Role, distributed, in_files, serve_argv
 from tandem.spec.deployment import Deployment, template_group
@@ -319,12 +319,13 @@ LIVENESS_FAILURES = 3
 def _liveness(deployment: Deployment, role: Role) -> dict:
     """Probes that mean the rank's engine is alive and, on the leader, makes progress.
 
-    The health model as a stdlib script (``tandem.liveness``) run in the pod. The leader's
-    liveness starts after its startup probe; a worker, which serves no HTTP, gets a startup
-    probe of its own that waits for its vLLM worker process within ``timeouts.startup_s``.
+    The health model as the node agent's ``alive`` check (``tandem.agent``, standard library
+    only) run in the pod. The leader's liveness starts after its startup probe; a worker, which
+    serves no HTTP, gets a startup probe of its own that waits for its vLLM worker process
+    within ``timeouts.startup_s``.
     """
     recipe = deployment.recipe
-    args = [role.value, "--deployment", deployment.name]
+    args = ["alive", role.value, "--deployment", deployment.name]
     canary_s = max(10, min(60, recipe.timeouts.request_s))
     if role is Role.LEADER:
         args += [
@@ -337,7 +338,7 @@ def _liveness(deployment: Deployment, role: Role) -> dict:
             "--canary-timeout",
             str(canary_s),
         ]
-    exec_ = {"command": ["python3", "-c", inspect.getsource(liveness), *args]}
+    exec_ = {"command": ["python3", "-c", inspect.getsource(agent), *args]}
     probes = {
         "livenessProbe": {
             "exec": exec_,
@@ -352,7 +353,8 @@ def _liveness(deployment: Deployment, role: Role) -> dict:
                 "command": [
                     "python3",
                     "-c",
-                    inspect.getsource(liveness),
+                    inspect.getsource(agent),
+                    "alive",
                     role.value,
                     "--deployment",
                     deployment.name,

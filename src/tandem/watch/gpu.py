@@ -1,6 +1,6 @@
 """``nvidia-smi --query-gpu`` CSV -> ``GpuReading``s (pure).
 
-The query is ``tandem.backends.agent.NVIDIA_SMI_ARGV``: ``--format=csv,nounits``, one header line,
+The query is ``tandem.agent.NVIDIA_SMI_ARGV``: ``--format=csv,nounits``, one header line,
 then one line per GPU with the fields of ``NVIDIA_SMI_FIELDS`` in order. Columns are read by
 position, since the header's spelling changes between drivers (``clocks.sm`` prints as
 ``clocks.current.sm [MHz]``). A field a GPU does not report prints ``[N/A]`` or
@@ -13,7 +13,7 @@ or by the board (not idle, not an application clock setting, not the power cap a
 
 from __future__ import annotations
 
-from tandem.backends.agent import NVIDIA_SMI_FIELDS
+from tandem.agent import NVIDIA_SMI_FIELDS
 from tandem.watch.sample import GpuReading
 
 EVENT_REASONS = {

@@ -8,7 +8,7 @@ sample). Samples of one name are summed over their label sets (one per engine), 
 leave it out, ``pypi-peers.md`` §3.3).
 
 Only the leader exports ``/metrics``; headless workers have no API server, so their health
-comes from their nodes (``tandem.backends.agent``). The page is the one the health verdict's
+comes from their nodes (``tandem.agent``). The page is the one the health verdict's
 scrape brought (``tandem.health.ApiFacts.metrics_text``): a sample scrapes once.
 """
 

@@ -1,7 +1,7 @@
 """A sample's nodes, from the one look the sample took (``Backend.observe(state, nodes=True)``).
 
 Every backend reaches its nodes once per sample through the node agent
-(``tandem.backends.agent``): the same answer gives the health model the ranks' processes and
+(``tandem.agent``): the same answer gives the health model the ranks' processes and
 the watch each node's memory, GPUs and RDMA ports, and the ranks' RSS and CPU. A node that
 could not be read has ``error`` set, not an exception, so one bad node never stops the watch.
 """
