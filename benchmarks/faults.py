@@ -11,6 +11,11 @@ Usage (as root, from the project root, after `make install`):
 
     .venv/bin/python benchmarks/faults.py                     # every kind, a table
     .venv/bin/python benchmarks/faults.py --kinds worker-stop,worker-main --json out.json
+    .venv/bin/python benchmarks/faults.py --attach tiny-local   # a running 2-rank deployment
+
+With ``--attach NAME`` the faults go into a deployment that already runs under ``TANDEM_HOME``
+(its key from ``VLLM_API_KEY``) and it is left running, healthy, with no supervisor: the test
+suite uses its shared deployment so, saving a boot, and checks what ``down`` leaves at its end.
 
 The kinds: SIGKILL of each process kind of each rank (leader main, engine, worker; worker main,
 worker), SIGSTOP of the worker's worker process (a hang), and deletion of the worker's network
@@ -78,17 +83,17 @@ def recipe_text() -> str:
     return text.replace("name: tiny-local", f"name: {NAME}", 1)
 
 
-def status():
+def status(name: str):
     from tandem.lifecycle import status as read_status
 
-    return read_status(NAME, canary_timeout_s=5)
+    return read_status(name, canary_timeout_s=5)
 
 
-def wait_healthy(timeout_s: float) -> float:
+def wait_healthy(name: str, timeout_s: float) -> float:
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
         try:
-            report = status()
+            report = status(name)
             if report.verdict.value == "healthy" and chat_answers(report.endpoint, report.model):
                 return time.monotonic() - started
         except Exception:  # noqa: BLE001 - state rewritten mid-restart; look again
@@ -102,7 +107,7 @@ def chat_answers(endpoint: str, model: str) -> bool:
         response = httpx.post(
             f"{endpoint}/v1/chat/completions",
             timeout=30,
-            headers={"Authorization": f"Bearer {API_KEY}"},
+            headers={"Authorization": f"Bearer {os.environ.get('VLLM_API_KEY', '')}"},
             json={"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]},
         )
     except httpx.HTTPError:
@@ -158,14 +163,11 @@ def leftovers(cluster: Path) -> list[str]:
     return found
 
 
-def run(kinds: list[str], hf_home: Path, home: Path) -> tuple[list[Outcome], dict]:
-    env = {**os.environ, "HF_HOME": str(hf_home), "TANDEM_HOME": str(home), "VLLM_API_KEY": API_KEY}
-    os.environ.update(env)
+def boot(hf_home: Path, home: Path) -> tuple[Path, float]:
+    """The faults deployment, up on its own subnet: its cluster file and the boot's seconds."""
+    os.environ.update({"HF_HOME": str(hf_home), "TANDEM_HOME": str(home), "VLLM_API_KEY": API_KEY})
     subprocess.run(
-        [*TANDEM, "model", "tiny", "--hf-home", str(hf_home)],
-        env=env,
-        check=True,
-        capture_output=True,
+        [*TANDEM, "model", "tiny", "--hf-home", str(hf_home)], check=True, capture_output=True
     )
     recipe, cluster = home / "faults.yaml", home / "cluster.yaml"
     home.mkdir(parents=True, exist_ok=True)
@@ -174,19 +176,22 @@ def run(kinds: list[str], hf_home: Path, home: Path) -> tuple[list[Outcome], dic
     started = time.monotonic()
     up = subprocess.run(
         [*TANDEM, "up", str(recipe), "--cluster", str(cluster), "--skip-checks"],
-        env=env,
         capture_output=True,
         text=True,
     )
     if up.returncode:
         raise SystemExit(f"up failed:\n{up.stdout}\n{up.stderr}")
-    boot_s = time.monotonic() - started
-    state_dir = home / "deployments" / NAME
+    return cluster, time.monotonic() - started
+
+
+def inject_all(name: str, kinds: list[str], home: Path) -> tuple[list[Outcome], subprocess.Popen]:
+    """Each fault into deployment ``name`` under a supervisor started here (returned running)."""
+    state_dir = home / "deployments" / name
     supervisor = subprocess.Popen(
         [
             *TANDEM,
             "supervise",
-            NAME,
+            name,
             "--interval",
             "1",
             "--backoff",
@@ -196,21 +201,20 @@ def run(kinds: list[str], hf_home: Path, home: Path) -> tuple[list[Outcome], dic
             "--canary-interval",
             "5",
         ],
-        env=env,
-        stdout=(home / "supervise.out").open("w"),
+        stdout=(home / f"supervise-{name}.out").open("w"),
         stderr=subprocess.STDOUT,
     )
     outcomes = []
     try:
         for kind in kinds:
-            wait_healthy(600)
+            wait_healthy(name, 600)
             before = restart_folders(state_dir)
             target = inject(kind, state_dir)
             injected = time.monotonic()
             verdict, rank, reason, detect_s = "healthy", None, "", None
             while time.monotonic() - injected < 60:
                 try:
-                    report = status()
+                    report = status(name)
                 except Exception:  # noqa: BLE001 - the supervisor may be rewriting the state
                     time.sleep(0.2)
                     continue
@@ -219,7 +223,7 @@ def run(kinds: list[str], hf_home: Path, home: Path) -> tuple[list[Outcome], dic
                     detect_s = time.monotonic() - injected
                     break
                 time.sleep(0.5)
-            wait_healthy(900)
+            wait_healthy(name, 900)
             answer_again_s = time.monotonic() - injected
             right = verdict in KINDS[kind][3] and rank == KINDS[kind][0]
             outcomes.append(
@@ -240,9 +244,22 @@ def run(kinds: list[str], hf_home: Path, home: Path) -> tuple[list[Outcome], dic
                 f"answers again after {answer_again_s:.1f} s: {reason}",
                 flush=True,
             )
-    finally:
-        down = subprocess.run([*TANDEM, "down", NAME], env=env, capture_output=True, text=True)
+    except BaseException:
+        supervisor.terminate()
         supervisor.wait(timeout=120)
+        raise
+    return outcomes, supervisor
+
+
+def run(kinds: list[str], hf_home: Path, home: Path) -> tuple[list[Outcome], dict]:
+    """Boot the faults deployment, inject every kind, then ``down`` and look for leftovers."""
+    cluster, boot_s = boot(hf_home, home)
+    outcomes: list[Outcome] = []
+    try:
+        outcomes, supervisor = inject_all(NAME, kinds, home)
+    finally:
+        down = subprocess.run([*TANDEM, "down", NAME], capture_output=True, text=True)
+    supervisor.wait(timeout=120)
     left = leftovers(cluster)
     return outcomes, {
         "boot_s": boot_s,
@@ -250,6 +267,15 @@ def run(kinds: list[str], hf_home: Path, home: Path) -> tuple[list[Outcome], dic
         "leftovers": left,
         "down_output": down.stdout[-2000:],
     }
+
+
+def attach(name: str, kinds: list[str]) -> tuple[list[Outcome], dict]:
+    """Inject every kind into the running deployment ``name``; stop the supervisor, keep it."""
+    home = Path(os.environ.get("TANDEM_HOME", Path.home() / ".tandem"))
+    outcomes, supervisor = inject_all(name, kinds, home)
+    supervisor.terminate()
+    supervisor.wait(timeout=120)
+    return outcomes, {"boot_s": None, "down_rc": None, "leftovers": None, "down_output": ""}
 
 
 def table(outcomes: list[Outcome], extra: dict) -> str:
@@ -266,10 +292,11 @@ def table(outcomes: list[Outcome], extra: dict) -> str:
             f"{'yes' if o.restart_logs_kept else 'no'} | {o.reason} |"
         )
     rows.append("")
-    rows.append(
-        f"first boot {extra['boot_s']:.1f} s; `tandem down` exit {extra['down_rc']}, "
-        f"left behind: {', '.join(extra['leftovers']) or 'nothing'}"
-    )
+    if extra["boot_s"] is not None:
+        rows.append(
+            f"first boot {extra['boot_s']:.1f} s; `tandem down` exit {extra['down_rc']}, "
+            f"left behind: {', '.join(extra['leftovers']) or 'nothing'}"
+        )
     return "\n".join(rows)
 
 
@@ -281,20 +308,27 @@ def main() -> int:
         "--home", type=Path, default=None, help="TANDEM_HOME (default: a temp folder)"
     )
     parser.add_argument("--json", type=Path, default=None, help="Also write the outcomes here.")
+    parser.add_argument(
+        "--attach", metavar="NAME", help="Fault a deployment already running; leave it running."
+    )
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
         parser.error(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
-    home = args.home or Path(tempfile.mkdtemp(prefix="tandem-faults-"))
-    outcomes, extra = run(kinds, args.hf_home, home)
+    if args.attach:
+        outcomes, extra = attach(args.attach, kinds)
+    else:
+        home = args.home or Path(tempfile.mkdtemp(prefix="tandem-faults-"))
+        outcomes, extra = run(kinds, args.hf_home, home)
     print(table(outcomes, extra))
     if args.json:
         args.json.write_text(
             json.dumps({"outcomes": [asdict(o) for o in outcomes], **extra}, indent=2)
         )
     ok = all(o.right and o.detect_s is not None and o.detect_s <= 10 for o in outcomes)
-    return 0 if ok and not extra["leftovers"] and extra["down_rc"] == 0 else 1
+    clean = args.attach or (not extra["leftovers"] and extra["down_rc"] == 0)
+    return 0 if ok and clean else 1
 
 
 if __name__ == "__main__":

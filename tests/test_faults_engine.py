@@ -1,9 +1,10 @@
 """Faults in a real 2-rank deployment: the verdict and the rank within 10 s, and supervise.
 
-A SIGSTOP of the worker's worker process is undone, so it runs on the shared deployment; the
-destructive faults run through ``benchmarks/faults.py`` on a deployment of their own, with
-``tandem supervise`` beside it, and every one must be detected in time, named right, restarted
-with the crashed group's logs kept, and ``down`` must leave nothing behind.
+A SIGSTOP of the worker's worker process is undone, so it runs with the shared deployment's
+other tests; the destructive faults run through ``benchmarks/faults.py --attach`` on the same
+deployment once nothing else needs it whole, with ``tandem supervise`` beside it: every one must
+be detected in time, named right and restarted with the crashed group's logs kept, and the
+deployment answers again; the session's last test then checks that ``down`` leaves nothing.
 """
 
 from __future__ import annotations
@@ -55,26 +56,30 @@ def test_a_stopped_worker_is_stalled_within_10_s_and_healthy_again(tiny_deployme
 
 
 @pytest.mark.netns
+@pytest.mark.breaks_deployment
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
-def test_killed_processes_and_a_deleted_namespace_under_supervise(tmp_path, tiny_hf_home):
+def test_killed_processes_and_a_deleted_namespace_under_supervise(tiny_deployment, tmp_path):
+    """On the shared deployment, once every test that needs it whole has run (a boot saved);
+    what ``down`` leaves after these restarts is looked at by ``test_local_engine``'s last test."""
     out = tmp_path / "faults.json"
     kinds = "worker-main,leader-engine,worker-netns"
+    events_log = tiny_deployment.state_dir / "events.log"
+    seen = events_log.stat().st_size if events_log.exists() else 0
     run = subprocess.run(
         [
             sys.executable,
             str(ROOT / "benchmarks/faults.py"),
             "--kinds",
             kinds,
-            "--hf-home",
-            str(tiny_hf_home),
-            "--home",
-            str(tmp_path / "home"),
+            "--attach",
+            tiny_deployment.name,
             "--json",
             str(out),
         ],
         capture_output=True,
         text=True,
         timeout=2400,
+        env=tiny_deployment.env,
     )
     assert out.exists(), run.stdout + run.stderr
     result = json.loads(out.read_text())
@@ -83,8 +88,9 @@ def test_killed_processes_and_a_deleted_namespace_under_supervise(tmp_path, tiny
         assert outcome["detect_s"] is not None and outcome["detect_s"] <= 10, outcome
         assert outcome["restart_logs_kept"], outcome
     assert [o["kind"] for o in result["outcomes"]] == kinds.split(",")
-    assert result["down_rc"] == 0 and result["leftovers"] == [], result
-    events = (tmp_path / "home/deployments/faults/events.log").read_text()
+    events = events_log.read_bytes()[seen:].decode()
     assert events.count("group broken:") == 3 and "answers again" in events
     assert "[evidence:" in events
     assert run.returncode == 0, run.stdout + run.stderr
+    status = json.loads(tiny_deployment.tandem("status", "--json").stdout)
+    assert status["verdict"] == "healthy"
