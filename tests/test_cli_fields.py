@@ -60,3 +60,24 @@ def test_eval_gpqa_takes_every_default_from_the_gpqa_config():
 def test_the_help_is_the_field_description(command, flag, field):
     (option,) = [p for p in command.params if flag in getattr(p, "opts", [])]
     assert option.help == field.description
+
+
+def test_supervise_takes_its_policy_from_the_model_and_hands_it_on_whole():
+    """A fleet's supervisor starts one per group with its own options: what it hands on parses
+    back to the same policy (a switch turned off included)."""
+    from tandem.cli.options import as_options
+    from tandem.cli.supervise import supervise_command
+    from tandem.supervisor import SupervisorPolicy
+
+    def parsed(args: list[str]) -> dict:
+        params = supervise_command.make_context("supervise", args).params
+        return {k: v for k, v in params.items() if k != "name"}
+
+    assert SupervisorPolicy(**parsed([])) == SupervisorPolicy()
+    chosen = SupervisorPolicy(
+        **parsed(["--stall", "60", "--no-router-membership", "--backoff", "0"])
+    )
+    assert (chosen.stall_s, chosen.membership, chosen.backoff_s) == (60, False, 0)
+    handed_on = as_options(chosen, list(parsed([])))
+    assert "--no-router-membership" in handed_on and "--stall=60.0" in handed_on
+    assert SupervisorPolicy(**parsed(handed_on)) == chosen

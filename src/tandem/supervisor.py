@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field
 
 from tandem.backends import router as routers
 from tandem.backends.base import Backend, backend_for
@@ -64,39 +65,60 @@ BACKOFF_RESET_S = 120.0
 a group that breaks again soon after its restart (a crash loop) should wait longer each time."""
 
 
-@dataclass(frozen=True)
-class SupervisorPolicy:
-    """How often to look, when to act, and how many times to try.
+class SupervisorPolicy(BaseModel):
+    """How often to look, when to act, and how many times to try. The fields a user sets are
+    ``tandem supervise``'s options (their descriptions are its help).
 
     Usage:
         SupervisorPolicy(interval_s=5, max_restarts=3, backoff_s=10)
     """
 
-    interval_s: float = 5.0
-    """Seconds between two looks at the group."""
-    max_restarts: int = 3
-    """Group restarts in a row before giving up (the count resets after ``stable_s``)."""
-    backoff_s: float = 10.0
-    """Wait before the first restart, seconds."""
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    interval_s: float = Field(
+        default=5.0, gt=0, description="Seconds between two looks at the ranks and the leader."
+    )
+    max_restarts: int = Field(
+        default=3,
+        ge=0,
+        description="Group restarts in a row before giving up and stopping every rank.",
+    )
+    backoff_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds before the first restart; each further one waits twice as long, "
+        f"until the group stays healthy for {BACKOFF_RESET_S:g} s.",
+    )
     backoff_factor: float = 2.0
     """Each further restart waits this many times longer."""
     max_backoff_s: float = 300.0
     backoff_reset_s: float = BACKOFF_RESET_S
     """Healthy this long and the next restart waits ``backoff_s`` again."""
-    health_failures: int = 3
-    """Consecutive failed ``/health`` requests that count as "the leader stopped answering"."""
+    health_failures: int = Field(
+        default=3,
+        ge=1,
+        description="Failed /health requests in a row that count as the leader not answering.",
+    )
     stable_s: float = 600.0
     """Healthy this long after a restart and the restart count starts over."""
-    canary_interval_s: float = 30.0
-    """Seconds between two canary completions on an idle server (0: never)."""
+    canary_interval_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds between 1-token canary completions on an idle server (0: none; "
+        "under load the token counters show progress instead).",
+    )
     canary_timeout_s: float = 10.0
     """A canary slower than this means the engine makes no progress."""
-    stall_s: float = 30.0
-    """Requests running and no token counted for this long means stalled."""
-    membership: bool = True
-    """A group of a fleet leaves the router's rotation when broken and joins it again after
-    its restart; False leaves membership to the router's own ``/health`` poll (a benchmark's
-    baseline)."""
+    stall_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds with requests running and no token counted that mean stalled.",
+    )
+    membership: bool = Field(
+        default=True,
+        description="With replicas: take a broken group out of the router before its restart "
+        "and put it back after its canary (off: the router's own /health poll decides alone).",
+    )
 
 
 def backoff_delay(policy: SupervisorPolicy, attempt: int) -> float:

@@ -131,6 +131,23 @@ def option_of(model: type[BaseModel], name: str) -> str:
     return _OPTIONS.get((model, name), name)
 
 
+def as_options(values: BaseModel, names: list[str]) -> list[str]:
+    """The command line that sets fields ``names`` of ``values`` again through their
+    ``field_option`` s (a parent handing its options to a child command).
+
+    Usage:
+        as_options(SupervisorPolicy(stall_s=60), ["stall_s"])   # ["--stall=60.0"]
+    """
+    argv = []
+    for name in names:
+        flag, value = option_of(type(values), name), getattr(values, name)
+        if isinstance(value, bool):
+            argv.append(flag if value else f"--no-{flag.removeprefix('--')}")
+        else:
+            argv.append(f"{flag}={value}")
+    return argv
+
+
 def field_option(
     model: type[BaseModel],
     name: str,

@@ -5,15 +5,16 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from typing import Any
 
 import click
 from rich.console import Console
 
 from tandem import ownership
 from tandem.backends.state import FleetState, fleet_exists, load_fleet, load_state
-from tandem.cli.options import NOT_NEGATIVE, POSITIVE
+from tandem.cli.options import as_options, field_option
 from tandem.interrupts import Interrupted, raise_on_termination
-from tandem.supervisor import BACKOFF_RESET_S, SupervisorPolicy, supervise
+from tandem.supervisor import SupervisorPolicy, supervise
 
 console = Console(highlight=False)
 
@@ -42,72 +43,14 @@ def run_supervisor(name: str, policy: SupervisorPolicy = SupervisorPolicy()) -> 
 
 @click.command("supervise")
 @click.argument("name", required=False)
-@click.option(
-    "--interval",
-    "interval_s",
-    type=POSITIVE,
-    default=5.0,
-    show_default=True,
-    help="Seconds between two looks at the ranks and the leader's /health.",
-)
-@click.option(
-    "--max-restarts",
-    type=click.IntRange(min=0),
-    default=3,
-    show_default=True,
-    help="Group restarts in a row before giving up and stopping every rank.",
-)
-@click.option(
-    "--backoff",
-    "backoff_s",
-    type=NOT_NEGATIVE,
-    default=10.0,
-    show_default=True,
-    help="Seconds before the first restart; each further one waits twice as long, until "
-    f"the group stays healthy for {BACKOFF_RESET_S:g} s.",
-)
-@click.option(
-    "--health-failures",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="Failed /health requests in a row that count as the leader not answering.",
-)
-@click.option(
-    "--canary-interval",
-    "canary_interval_s",
-    type=NOT_NEGATIVE,
-    default=30.0,
-    show_default=True,
-    help="Seconds between 1-token canary completions on an idle "
-    "server (0: none; under load the token counters show progress instead).",
-)
-@click.option(
-    "--stall",
-    "stall_s",
-    type=POSITIVE,
-    default=30.0,
-    show_default=True,
-    help="Seconds with requests running and no token counted that mean stalled.",
-)
-@click.option(
-    "--router-membership/--no-router-membership",
-    "membership",
-    default=True,
-    show_default=True,
-    help="With replicas: take a broken group out of the router before its restart and put "
-    "it back after its canary (off: the router's own /health poll decides alone).",
-)
-def supervise_command(
-    name: str | None,
-    interval_s: float,
-    max_restarts: int,
-    backoff_s: float,
-    health_failures: int,
-    canary_interval_s: float,
-    stall_s: float,
-    membership: bool,
-) -> None:
+@field_option(SupervisorPolicy, "interval_s", flag="--interval")
+@field_option(SupervisorPolicy, "max_restarts")
+@field_option(SupervisorPolicy, "backoff_s", flag="--backoff")
+@field_option(SupervisorPolicy, "health_failures")
+@field_option(SupervisorPolicy, "canary_interval_s", flag="--canary-interval")
+@field_option(SupervisorPolicy, "stall_s", flag="--stall")
+@field_option(SupervisorPolicy, "membership", flag="--router-membership")
+def supervise_command(name: str | None, **fields: Any) -> None:
     """Watch a deployment and restart the whole group when any rank faults.
 
     A fault is what `tandem status` calls degraded, stalled or down: a process of any rank
@@ -129,30 +72,11 @@ def supervise_command(
       tandem supervise smollm2-replicas
       nohup tandem supervise tiny-ssh --max-restarts 5 --backoff 30 &
     """
+    policy = SupervisorPolicy(**fields)
     if name is not None and fleet_exists(ownership.check_name(name)):
-        options = [
-            f"--interval={interval_s}",
-            f"--max-restarts={max_restarts}",
-            f"--backoff={backoff_s}",
-            f"--health-failures={health_failures}",
-            f"--canary-interval={canary_interval_s}",
-            f"--stall={stall_s}",
-            "--router-membership" if membership else "--no-router-membership",
-        ]
-        sys.exit(supervise_groups(load_fleet(name), options))
+        sys.exit(supervise_groups(load_fleet(name), as_options(policy, list(fields))))
     name = load_state(name).name  # an unknown name is an error here, before any file is written
-    run_supervisor(
-        name,
-        SupervisorPolicy(
-            interval_s=interval_s,
-            max_restarts=max_restarts,
-            backoff_s=backoff_s,
-            health_failures=health_failures,
-            canary_interval_s=canary_interval_s,
-            stall_s=stall_s,
-            membership=membership,
-        ),
-    )
+    run_supervisor(name, policy)
 
 
 def supervise_groups(fleet: FleetState, options: list[str]) -> int:
