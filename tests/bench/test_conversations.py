@@ -90,3 +90,17 @@ def test_a_prompt_file_is_sampled_in_the_seeds_order(tmp_path):
         ]
     )
     assert users(1) == first and users(2) != first
+
+
+def test_every_request_of_a_depth_point_carries_a_context_of_its_own(tmp_path):
+    """The depth sweep: depth by depth, each request's system message is its own context of
+    that many words (this stub has no /tokenize: a word a token), so no cache can serve it."""
+    with openai_stub() as stub:
+        result = run(stub.url, tmp_path, requests=2, input_tokens=6, depths=[0, 40])
+    assert [p.point.label for p in result.points] == ["c1-d0", "c1-d40"]
+    assert [p.point.depth_tokens for p in result.points] == [0, 40]
+    shallow, deep = stub.bodies[:2], stub.bodies[2:]
+    assert all([m["role"] for m in b["messages"]] == ["user"] for b in shallow)
+    contexts = [b["messages"][0]["content"] for b in deep]
+    assert [b["messages"][0]["role"] for b in deep] == ["system", "system"]
+    assert [len(c.split()) for c in contexts] == [40, 40] and contexts[0] != contexts[1]

@@ -111,6 +111,15 @@ def test_tpot_is_decode_time_over_tokens_after_the_first(record, expected):
     assert tpot_s(record) == (pytest.approx(expected) if expected is not None else None)
 
 
+def test_prefill_and_decode_speed_are_llama_benchys_pp_and_tg_per_request():
+    """pp = prompt tokens / TTFT; tg = tokens after the first / the time they took."""
+    m = load_point_metrics([rec(0, ttft=0.5, prompt=1000), rec(1, ttft=0.25, prompt=1000)])
+    assert m.prefill_tok_s.min == pytest.approx(2000) and m.prefill_tok_s.max == pytest.approx(4000)
+    assert m.decode_tok_s.p50 == pytest.approx(3 / 0.03)
+    assert m.prompt_tokens.p50 == 1000
+    assert load_point_metrics([rec(ok=False)]).prefill_tok_s.count == 0
+
+
 def test_load_point_aggregates_only_successes_and_counts_errors_by_category():
     records = [rec(0, start=0.0), rec(1, start=0.2), rec(2, ok=False, start=0.3)]
     m = load_point_metrics(records)

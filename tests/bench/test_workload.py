@@ -61,6 +61,13 @@ def test_load_points_of_a_ladder_a_rate_and_the_long_context_case():
     assert points[-1].input_tokens == 1024 - 32 - 64  # room left for the chat template
 
 
+def test_a_depth_sweep_measures_every_concurrency_at_every_depth_in_turn():
+    config = BenchConfig(url="http://h", concurrency=[1, 2], depths=[0, 512], rates_rps=[1.0])
+    points = plan_load_points(config, max_model_len=1024)
+    assert [p.label for p in points] == ["c1-d0", "c2-d0", "c1-d512", "c2-d512", "r1"]
+    assert [p.depth_tokens for p in points] == [0, 0, 512, 512, 0]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "max_len", "field"),
     [
@@ -92,8 +99,9 @@ def test_a_constant_rate_run_reads_back_from_its_summary():
     [
         ({"turns": 6, "input_tokens": 100, "output_tokens": 100}, "6 turns × (input_tokens"),
         ({"prefix_tokens": 900, "input_tokens": 100, "output_tokens": 100}, "prefix_tokens +"),
+        ({"depths": [0, 900], "input_tokens": 100, "output_tokens": 100}, "the deepest depth +"),
     ],
-    ids=["the last turn is too long", "the prefix is too long"],
+    ids=["the last turn is too long", "the prefix is too long", "the deepest depth is too deep"],
 )
 def test_a_conversation_that_outgrows_the_context_is_refused(kwargs, said):
     with pytest.raises(SpecError) as info:
@@ -140,6 +148,9 @@ def test_a_later_turn_carries_the_system_prompt_and_the_earlier_exchanges():
         ({"prefix_tokens": 64, "prompt_file": "p.jsonl"}, "prefix_tokens"),
         ({"prompt_column": "text", "prompt_file": "p.jsonl"}, "prompt_column"),
         ({"prompt_column": "text"}, "prompt_column"),
+        ({"depths": [0, 256], "prefix_tokens": 64}, "depths"),
+        ({"depths": [256], "prompt_file": "p.jsonl"}, "depths"),
+        ({"depths": [256], "concurrency": [], "rates_rps": [1.0]}, "depths"),
     ],
     ids=[
         "turns on completions",
@@ -147,6 +158,9 @@ def test_a_later_turn_carries_the_system_prompt_and_the_earlier_exchanges():
         "a prefix in front of a prompt file",
         "a column of a JSONL file",
         "a column without a file",
+        "a depth and a shared prefix",
+        "a depth in front of a prompt file",
+        "depths without a concurrency ladder",
     ],
 )
 def test_settings_a_run_would_ignore_are_conflicts(kwargs, field):

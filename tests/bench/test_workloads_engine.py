@@ -174,3 +174,22 @@ def test_rounds_repeat_the_ladder_and_give_medians_with_intervals(tiny_endpoint,
     assert ttft.n == 3 and ttft.confidence == pytest.approx(0.75)
     assert ttft.low is not None and ttft.high is not None and ttft.low <= ttft.median <= ttft.high
     assert "## Rounds" in markdown(result)
+
+
+def test_a_depth_sweep_puts_each_depth_in_front_of_the_prompt(tiny_endpoint, tmp_path):
+    """llama-benchy's context depth: the deeper point's prompts are longer by the depth as the
+    server counts them (each request's context fitted to it with the server's tokenizer), and
+    prefill and decode speed are reported per depth."""
+    result, records = bench(
+        tiny_endpoint, tmp_path, concurrency=[1], requests=2, input_tokens=16, depths=[0, 256]
+    )
+    assert_counted_by_the_server(result, records)
+    shallow, deep = (
+        [r.prompt_tokens or 0 for r in records if r.load_point == label]
+        for label in ("c1-d0", "c1-d256")
+    )
+    # the same template around both; the system message's own markers add a few tokens
+    assert all(256 <= d - s <= 256 + 16 for s, d in zip(shallow, deep, strict=True))
+    for point in result.points:
+        assert point.metrics.prefill_tok_s.count == 2 and point.metrics.decode_tok_s.count == 2
+    assert "Context depth" in markdown(result)

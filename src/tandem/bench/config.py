@@ -129,6 +129,13 @@ class BenchConfig(BaseModel):
         "turns and the server's answers to them (a prompt file: up to this many of each "
         "row's user messages). TTFT is reported per turn.",
     )
+    depths: list[int] = Field(
+        default_factory=list,
+        description="Context-depth sweep (llama-benchy's `--depth`): every concurrency point "
+        "is measured at each depth, a context of this many tokens in front of the prompt (the "
+        "system message; in front of a completions prompt), drawn anew for every request so "
+        "the prefix cache cannot serve it. The report gives prefill and decode tok/s per depth.",
+    )
     rounds: int = Field(
         default=1,
         ge=1,
@@ -192,6 +199,15 @@ class BenchConfig(BaseModel):
             raise ValueError("every concurrency must be at least 1")
         return values
 
+    @field_validator("depths")
+    @classmethod
+    def _depths(cls, values: list[int]) -> list[int]:
+        if any(v < 0 for v in values):
+            raise ValueError("every depth must be 0 or more tokens")
+        if len(set(values)) != len(values):
+            raise ValueError("a depth is given twice")
+        return values
+
     @field_validator("rates_rps")
     @classmethod
     def _positive_rates(cls, values: list[float]) -> list[float]:
@@ -248,6 +264,32 @@ class BenchConfig(BaseModel):
                     "the shared prefix is synthetic, in front of synthetic prompts; the rows of "
                     "a prompt file bring their own system prompts",
                     "drop --prefix-tokens, or --prompt-file",
+                )
+            )
+        if self.depths and self.prefix_tokens:
+            problems.append(
+                Problem(
+                    "depths",
+                    "the depth's context and the shared prefix both go in front of the prompt "
+                    "as its system message; a depth's context is each request's own",
+                    "drop --prefix-tokens, or --depths",
+                )
+            )
+        if self.depths and self.prompt_file:
+            problems.append(
+                Problem(
+                    "depths",
+                    "the depth's context is synthetic, in front of synthetic prompts; the rows "
+                    "of a prompt file bring their own",
+                    "drop --depths, or --prompt-file",
+                )
+            )
+        if self.depths and not self.concurrency:
+            problems.append(
+                Problem(
+                    "depths",
+                    "depths multiply the concurrency ladder, and it is empty",
+                    "add --concurrency (1 is llama-benchy's default)",
                 )
             )
         if self.prompt_column and not (self.prompt_file or "").lower().endswith(".csv"):

@@ -14,6 +14,10 @@ stamped with ``time.perf_counter`` when the bytes arrive, before any JSON is par
 - **TPOT** ``tpot_s`` = (E2EL − TTFT) / (output_tokens − 1), only when output_tokens > 1; output
   tokens come from the server's ``usage.completion_tokens``. Same as vLLM's TPOT, GuideLLM's and
   AIPerf's ITL.
+- **Prefill speed** ``prefill_tok_s`` = prompt_tokens / TTFT: the prompt processed per second
+  of waiting for the first token (llama-benchy's per-request ``pp`` t/s, which divides by its
+  time to first response less one measured round trip: the same on a local server).
+- **Decode speed** ``decode_tok_s`` = 1 / TPOT (llama-benchy's per-request ``tg`` t/s).
 - **ITL** ``itl_s``: each gap between consecutive token chunks, pooled over all requests (vLLM's
   ITL, AIPerf's ICL). With speculative decoding a chunk carries several tokens, so ITL > TPOT.
 - **Tokens per chunk** = output_tokens / chunks: 1.0 without speculative decoding; above 1 it is
@@ -119,6 +123,19 @@ def tpot_s(record: RequestRecord) -> float | None:
     return (record.e2el_s - record.ttft_s) / (n - 1)
 
 
+def prefill_tok_s(record: RequestRecord) -> float | None:
+    """prompt_tokens / TTFT; None for a failed request or one without either."""
+    if not record.ok or not record.prompt_tokens or not record.ttft_s:
+        return None
+    return record.prompt_tokens / record.ttft_s
+
+
+def decode_tok_s(record: RequestRecord) -> float | None:
+    """1 / TPOT; None where TPOT is."""
+    tpot = tpot_s(record)
+    return 1.0 / tpot if tpot else None
+
+
 def itl_gaps_s(record: RequestRecord) -> list[float]:
     """Gaps between consecutive token chunks of one request."""
     times = record.chunk_times_s
@@ -204,6 +221,15 @@ class LoadPointMetrics(BaseModel):
     e2el_s: LatencyStats = Field(default_factory=LatencyStats)
     queue_s: LatencyStats = Field(default_factory=LatencyStats)
     tokens_per_chunk: LatencyStats = Field(default_factory=LatencyStats)
+    prefill_tok_s: LatencyStats = Field(
+        default_factory=LatencyStats, description="Per request: prompt_tokens / TTFT."
+    )
+    decode_tok_s: LatencyStats = Field(
+        default_factory=LatencyStats, description="Per request: 1 / TPOT."
+    )
+    prompt_tokens: LatencyStats = Field(
+        default_factory=LatencyStats, description="Prompt tokens per completed request."
+    )
     output_tokens: LatencyStats = Field(
         default_factory=LatencyStats, description="Output tokens per completed request."
     )
@@ -261,6 +287,11 @@ def load_point_metrics(
         e2el_s=LatencyStats.of(r.e2el_s for r in done),
         queue_s=LatencyStats.of(r.queue_s for r in records),
         tokens_per_chunk=LatencyStats.of(tokens_per_chunk(r) for r in done),
+        prefill_tok_s=LatencyStats.of(prefill_tok_s(r) for r in done),
+        decode_tok_s=LatencyStats.of(decode_tok_s(r) for r in done),
+        prompt_tokens=LatencyStats.of(
+            float(r.prompt_tokens) for r in done if r.prompt_tokens is not None
+        ),
         output_tokens=LatencyStats.of(
             float(r.output_tokens) for r in done if r.output_tokens is not None
         ),

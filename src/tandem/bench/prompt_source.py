@@ -6,6 +6,9 @@ own tokenizer, so a prompt is as long as asked, as the server counts it.
 - Shared prefix: each of ``prefix_groups`` prefixes is drawn the same way, once per point, and
   sent as the system message (chat) or in front of the prompt and a blank line (completions
   text); as token ids, its ids go in front of the prompt's.
+- Depth sweep: each request's context of ``depth_tokens`` is drawn the same way, its own (no
+  two requests share one, so the prefix cache cannot serve it), and sent where a shared prefix
+  goes.
 - Prompt file: its rows in a seeded order, each measured with ``/tokenize`` as the endpoint
   will count it (chat: through the chat template); rows that cannot fit max_model_len with
   their answers are left out and counted. Point k of the run takes the next rows in that order
@@ -35,6 +38,8 @@ POINT_STRIDE = 1_000_000
 """Prompt indices reserved per point: ids of point k's prompts are seeded from k × this on."""
 PREFIX_OFFSET = 500_000
 """Where in a point's indices its prefixes are seeded (its prompts stay below)."""
+DEPTH_OFFSET = 750_000
+"""Where in a point's indices each request's depth context is seeded."""
 WARMUP_INDEX = 2**40
 """Where the warm-up's prompts are seeded: beyond any point's."""
 _GATE = 8
@@ -130,6 +135,10 @@ class PromptSource:
         prefixes = await asyncio.gather(
             *(self._ids_or_text(c.prefix_tokens, first + PREFIX_OFFSET + g) for g in range(groups))
         )
+        depth = 0 if plain else point.depth_tokens
+        contexts = await asyncio.gather(
+            *(self._ids_or_text(depth, first + DEPTH_OFFSET + i) for i in range(n if depth else 0))
+        )
         # A text prompt's count includes what the server adds, as vLLM's random dataset's does
         body = point.input_tokens - (0 if self._ids else self._added_tokens)
         bodies = await asyncio.gather(
@@ -143,6 +152,8 @@ class PromptSource:
         for i in range(n):
             group = i % groups if groups else None
             prefix = prefixes[group] if group is not None else None
+            if contexts:
+                prefix = contexts[i]
             mine = bodies[i * turns : (i + 1) * turns]
             if self._ids:  # one turn (token ids are completions only), prefix ids in front
                 ids = (prefix.token_ids or ()) if prefix else ()

@@ -7,6 +7,12 @@ the model's context). ``plan_load_points`` derives them from a ``BenchConfig``; 
 the whole ladder is measured that many times, round after round (``schedule``), so a drift of
 the server shows as spread between rounds, not as a difference between points.
 
+With ``depths`` (the context-depth sweep, llama-benchy's ``--depth``) every concurrency point
+is measured at each depth, depth by depth (``c1-d0``, ``c1-d4096``...): each request carries a
+context of that many tokens of its own in front of its prompt, as llama-benchy sends its
+"previous conversation" (the system message), so what a long context costs prefill and decode
+shows without the prefix cache serving it.
+
 A *conversation* is what one slot sends: its user turns one after the other, each turn carrying
 the earlier turns and the server's answers (multi-turn chat; one turn by default), all after an
 optional system prompt shared by its *prefix group* (the shared-prefix workload: request i of a
@@ -107,6 +113,9 @@ class LoadPoint(BaseModel):
     requests: int = Field(description="Conversations sent (requests, when each has one turn).")
     input_tokens: int
     output_tokens: int
+    depth_tokens: int = Field(
+        default=0, description="Context in front of every prompt (the depth sweep), tokens."
+    )
     round: int = Field(default=1, description="Which repetition of the ladder, from 1.")
 
 
@@ -142,31 +151,36 @@ def plan_load_points(config: BenchConfig, max_model_len: int | None) -> list[Loa
     """
     points: list[LoadPoint] = []
     io = {"input_tokens": config.input_tokens, "output_tokens": config.output_tokens}
-    longest = config.prefix_tokens + config.turns * (config.input_tokens + config.output_tokens)
+    front = max([config.prefix_tokens, *config.depths])
+    longest = front + config.turns * (config.input_tokens + config.output_tokens)
     if max_model_len is not None and not config.prompt_file and longest > max_model_len:
         parts = ["input_tokens + output_tokens"]
         if config.turns > 1:
             parts = [f"{config.turns} turns × ({parts[0]})"]
-        if config.prefix_tokens:
-            parts.insert(0, "prefix_tokens")
+        if config.prefix_tokens or config.depths:
+            parts.insert(0, "the deepest depth" if config.depths else "prefix_tokens")
         raise SpecError(
             f"{' + '.join(parts)} = {longest}: the last prompt and its answer do not fit the "
             f"model's max_model_len {max_model_len}",
             field="input_tokens",
             hint="lower --input-tokens or --output-tokens"
             + (", --turns" if config.turns > 1 else "")
-            + (", --prefix-tokens" if config.prefix_tokens else ""),
+            + (", --prefix-tokens" if config.prefix_tokens else "")
+            + (", --depths" if config.depths else ""),
         )
-    for c in config.concurrency:
-        points.append(
-            LoadPoint(
-                label=f"c{c}",
-                kind="concurrency",
-                concurrency=c,
-                requests=config.requests or max(8, 4 * c),
-                **io,
+    depths: list[int | None] = [*config.depths] or [None]
+    for depth in depths:
+        for c in config.concurrency:
+            points.append(
+                LoadPoint(
+                    label=f"c{c}" if depth is None else f"c{c}-d{depth}",
+                    kind="concurrency",
+                    concurrency=c,
+                    requests=config.requests or max(8, 4 * c),
+                    depth_tokens=depth or 0,
+                    **io,
+                )
             )
-        )
     for rate in config.rates_rps:
         points.append(
             LoadPoint(

@@ -46,6 +46,7 @@ from tandem.report.bench import (
     REPORT_FILE,
     comparison_markdown,
     comparison_table,
+    depth_table,
     markdown,
     rounds_table,
     settings_warning,
@@ -76,7 +77,8 @@ def bench_command() -> None:
     from the server's usage and the server's own /metrics counters differenced per point: its
     token counts, prefix cache hit rate and its own mean TTFT, queue and prefill time over the
     point's requests, so the report says how much of the TTFT the HTTP path and the client add.
-    Prompts are synthetic (optionally behind prefixes shared by groups of requests, or as
+    Prompts are synthetic (optionally behind prefixes shared by groups of requests, behind a
+    context of each depth of a `--depths` sweep (llama-benchy's pp and tg per depth), or as
     multi-turn chats) or rows of a prompt file; `--rounds` repeats the ladder for confidence
     intervals, and `compare` says whether a difference is beyond their noise.
     `tandem bench ...` without a subcommand is `tandem bench run ...`.
@@ -88,6 +90,7 @@ def bench_command() -> None:
       tandem bench --url http://127.0.0.1:8000 --rates 1,2,4 --max-concurrency 8 --out runs/r1
       tandem bench tiny-local --prefix-tokens 512 --prefix-groups 4 --concurrency 4 --out runs/p1
       tandem bench tiny-local --turns 4 --concurrency 2 --out runs/chat1
+      tandem bench tiny-local --depths 0,256,512 --input-tokens 128 --output-tokens 32 --out d1
       tandem bench tiny-local --prompt-file sharegpt.json --requests 200 --out runs/d1
       tandem bench tiny-local --concurrency 1,4 --rounds 5 --out runs/b1
       tandem bench compare runs/b1 runs/b2
@@ -144,6 +147,7 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
 @field_option(BenchConfig, "prefix_tokens")
 @field_option(BenchConfig, "prefix_groups")
 @field_option(BenchConfig, "turns")
+@field_option(BenchConfig, "depths", callback=_int_list)
 @field_option(BenchConfig, "rounds")
 @field_option(BenchConfig, "long_context")
 @field_option(BenchConfig, "warmup_requests", flag="--warmup")
@@ -255,6 +259,8 @@ def run_command(
             with _LiveProgress(console) as progress:
                 result = run(config, out, progress.update, resume=resume)
     show(summary_table(result))
+    if (table := depth_table(result)) is not None:
+        show(table)
     if (table := rounds_table(result)) is not None:
         show(table)
     for warning in result.warnings + [w for p in result.points for w in p.warnings]:
@@ -387,6 +393,8 @@ def report_command(run_dir: str, plots: bool) -> None:
     result = load_summary(out)
     files.write_text(out / REPORT_FILE, markdown(result))
     show(summary_table(result))
+    if (table := depth_table(result)) is not None:
+        show(table)
     if (table := rounds_table(result)) is not None:
         show(table)
     if plots and (out / REQUESTS_FILE).exists():

@@ -39,7 +39,8 @@ def _load(p: LoadPointResult) -> str:
         return f"{point.rate_rps:g} req/s{cap}"
     if point.kind == "long-context":
         return f"long context ({point.input_tokens} in)"
-    return f"concurrency {point.concurrency}"
+    depth = f", depth {point.depth_tokens}" if point.depth_tokens else ""
+    return f"concurrency {point.concurrency}{depth}"
 
 
 def _label(p: LoadPointResult, rounds: int) -> str:
@@ -59,6 +60,8 @@ def workload(config: BenchConfig) -> str:
                 f"{config.prefix_tokens}-token prefix shared in {groups} "
                 f"group{'s' if groups > 1 else ''} + {text}"
             )
+    if config.depths:
+        text = f"context depths {', '.join(map(str, config.depths))} + {text}"
     if config.turns > 1:
         text += f", {config.turns} turns"
     if config.rounds > 1:
@@ -132,6 +135,58 @@ def summary_table(result: BenchResult) -> Table:
     for row in summary_rows(result):
         table.add_row(*row)
     return table
+
+
+DEPTH_COLUMNS = ("depth", "c", "prompt tok", "TTFT p50", "pp tok/s", "tg tok/s", "out tok/s")
+"""The depth sweep in llama-benchy's terms: per-request medians of prefill (pp) and decode (tg)
+speed at each context depth and concurrency; out tok/s is the point's total."""
+
+
+def depth_rows(result: BenchResult) -> list[list[str]]:
+    """One row per point of a depth sweep, in DEPTH_COLUMNS order; empty for other runs."""
+    if not result.config.depths:
+        return []
+    return [
+        [
+            str(p.point.depth_tokens),
+            str(p.point.concurrency),
+            _num(p.metrics.prompt_tokens.p50, 0),
+            _ms(p.metrics.ttft_s.p50),
+            _num(p.metrics.prefill_tok_s.p50),
+            _num(p.metrics.decode_tok_s.p50),
+            _num(p.metrics.output_throughput_tok_s),
+        ]
+        for p in result.points
+        if p.point.kind == "concurrency"
+    ]
+
+
+def depth_table(result: BenchResult) -> Table | None:
+    """The depth sweep as a rich table, or None when the run has no depths."""
+    rows = depth_rows(result)
+    if not rows:
+        return None
+    table = Table(title="context depth: per-request medians (pp = prefill, tg = decode)")
+    for name in DEPTH_COLUMNS:
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _depth_markdown(result: BenchResult) -> list[str]:
+    rows = depth_rows(result)
+    if not rows:
+        return []
+    return [
+        "",
+        "Context depth (llama-benchy's pp and tg, per-request medians: pp = prompt tokens / "
+        "TTFT, tg = 1 / TPOT; TTFT in ms):",
+        "",
+        "| " + " | ".join(DEPTH_COLUMNS) + " |",
+        "|" + "---|" * len(DEPTH_COLUMNS),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
 
 
 ROUND_FIGURES = ("ttft_p50_s", "tpot_p50_s", "e2el_p50_s", "output_throughput_tok_s")
@@ -261,6 +316,7 @@ def markdown(result: BenchResult) -> str:
         "|" + "---|" * len(SUMMARY_COLUMNS),
     ]
     lines += ["| " + " | ".join(row) + " |" for row in summary_rows(result)]
+    lines += _depth_markdown(result)
     lines += _dataset_markdown(result)
     for w in result.warnings:
         lines += ["", f"> **Warning:** {w}"]
