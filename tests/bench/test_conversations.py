@@ -9,8 +9,9 @@ import asyncio
 from openai_stub import STREAM, openai_stub
 
 from tandem.bench.config import BenchConfig
-from tandem.bench.load_generator import LoadGenerator
+from tandem.bench.load_generator import LoadGenerator, read_records
 from tandem.bench.timed_request import ENDPOINTS, StreamAccumulator
+from tandem.report.bench import write_plots
 
 from .conftest import FIXTURES
 
@@ -104,3 +105,6 @@ def test_every_request_of_a_depth_point_carries_a_context_of_its_own(tmp_path):
     contexts = [b["messages"][0]["content"] for b in deep]
     assert [b["messages"][0]["role"] for b in deep] == ["system", "system"]
     assert [len(c.split()) for c in contexts] == [40, 40] and contexts[0] != contexts[1]
+    records = read_records(tmp_path / "out" / "requests.jsonl").records
+    drawn = {path.name for path in write_plots(result, records, tmp_path / "plots")}
+    assert "speed_vs_depth.png" in drawn and "latency_vs_concurrency.png" in drawn

@@ -509,7 +509,9 @@ def comparison_markdown(comp: Comparison) -> str:
 
 
 def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: Path) -> list[Path]:
-    """PNG plots: latency and throughput against load, and latency distributions (CDFs).
+    """PNG plots: latency and throughput against load, prefill and decode speed against
+    context depth (a depth sweep; its concurrency plots are drawn at the first depth), and
+    latency distributions (CDFs).
 
     Returns the files written.
     """
@@ -521,11 +523,15 @@ def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: 
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
+    first_depth = result.config.depths[0] if result.config.depths else 0
     ladder = [
         result.rounds_of(label)
         for label in result.labels()
         if result.rounds_of(label)[0].point.kind == "concurrency"
+        and result.rounds_of(label)[0].point.depth_tokens == first_depth
     ]
+    if len(result.config.depths) > 1:
+        written.append(_depth_plot(result, out_dir, plt))
     if ladder:
         x = [rounds[0].point.concurrency or 0 for rounds in ladder]
         fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -588,6 +594,32 @@ def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: 
             ax.legend(fontsize=8)
         written.append(_save(fig, out_dir / "latency_cdf.png", plt))
     return written
+
+
+def _depth_plot(result: BenchResult, out_dir: Path, plt) -> Path:
+    """pp and tg (per-request medians) against context depth, a line per concurrency."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    depths = result.config.depths
+    for c in result.config.concurrency:
+        by_depth = {
+            d: result.rounds_of(f"c{c}-d{d}") for d in depths if result.rounds_of(f"c{c}-d{d}")
+        }
+        for ax, attr in ((axes[0], "prefill_tok_s"), (axes[1], "decode_tok_s")):
+            ys = [
+                _median_of([getattr(p.metrics, attr).p50 for p in rounds])
+                for rounds in by_depth.values()
+            ]
+            ax.plot(
+                list(by_depth),
+                [y if y is not None else float("nan") for y in ys],
+                "-o",
+                label=f"concurrency {c}",
+            )
+    axes[0].set(xlabel="context depth (tokens)", ylabel="tokens/s", title="Prefill (pp)")
+    axes[1].set(xlabel="context depth (tokens)", title="Decode (tg), per stream")
+    for ax in axes:
+        ax.legend(fontsize=8)
+    return _save(fig, out_dir / "speed_vs_depth.png", plt)
 
 
 def _median_of(values: Sequence[float | None]) -> float | None:
