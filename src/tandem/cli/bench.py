@@ -27,7 +27,13 @@ from tandem import files, ownership
 from tandem.backends.state import fleet_exists, load_state
 from tandem.bench.compare import compare, load_summary
 from tandem.bench.config import BenchConfig
-from tandem.bench.load_generator import REQUESTS_FILE, ProgressEvent, read_records, run
+from tandem.bench.load_generator import (
+    REQUESTS_FILE,
+    BenchResult,
+    ProgressEvent,
+    read_records,
+    run,
+)
 from tandem.bench.metrics import Slo
 from tandem.cli.options import (
     POSITIVE,
@@ -54,6 +60,7 @@ from tandem.report.bench import (
     verdict_text,
     write_plots,
 )
+from tandem.report.bench_html import CSV_FILE, HTML_FILE, html_report, points_csv
 from tandem.report.terminal import show
 from tandem.report.watch import report_folder
 from tandem.watch.background import WATCH_DIR, BackgroundWatch
@@ -129,7 +136,7 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
     "--out",
     "out_dir",
     type=click.Path(file_okay=False),
-    help="Folder for requests.jsonl, summary.json, report.md and plots.",
+    help="Folder for requests.jsonl, summary.json, report.md, report.html, points.csv and plots.",
 )
 @field_option(BenchConfig, "endpoint")
 @field_option(BenchConfig, "concurrency", callback=_int_list)
@@ -266,10 +273,7 @@ def run_command(
     for warning in result.warnings + [w for p in result.points for w in p.warnings]:
         console.print(f"[yellow]warning:[/] {warning}")
     if out is not None:
-        files.write_text(out / REPORT_FILE, markdown(result))
-        written = [out / REPORT_FILE]
-        if plots:
-            written += write_plots(result, read_records(out / REQUESTS_FILE).records, out)
+        written = write_reports(result, out, plots=plots)
         if watch:
             written += report_folder(out / WATCH_DIR, plots=plots)[1]
         console.print(
@@ -382,7 +386,7 @@ def compare_command(
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--plots/--no-plots", default=True, show_default=True)
 def report_command(run_dir: str, plots: bool) -> None:
-    """Re-render report.md (and plots) of a run from its saved files.
+    """Re-render report.md, report.html, points.csv (and plots) of a run from its saved files.
 
     \b
     Examples:
@@ -391,14 +395,24 @@ def report_command(run_dir: str, plots: bool) -> None:
     """
     out = Path(run_dir)
     result = load_summary(out)
-    files.write_text(out / REPORT_FILE, markdown(result))
     show(summary_table(result))
     if (table := depth_table(result)) is not None:
         show(table)
     if (table := rounds_table(result)) is not None:
         show(table)
+    write_reports(result, out, plots=plots)
+
+
+def write_reports(result: BenchResult, out: Path, *, plots: bool) -> list[Path]:
+    """report.md, the plots (from requests.jsonl, where it is), report.html with them inside,
+    and points.csv, into ``out``; the files written."""
+    files.write_text(out / REPORT_FILE, markdown(result))
+    drawn: list[Path] = []
     if plots and (out / REQUESTS_FILE).exists():
         read = read_records(out / REQUESTS_FILE)
         if read.damaged:
             click.echo(f"warning: {out / REQUESTS_FILE}: {read.skipped_note}", err=True)
-        write_plots(result, read.records, out)
+        drawn = write_plots(result, read.records, out)
+    files.write_text(out / HTML_FILE, html_report(result, drawn))
+    files.write_text(out / CSV_FILE, points_csv(result))
+    return [out / REPORT_FILE, out / HTML_FILE, out / CSV_FILE, *drawn]

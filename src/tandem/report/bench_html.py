@@ -1,0 +1,169 @@
+"""A bench run as one HTML file that opens offline, and its load points as CSV.
+
+``report.html`` holds the run's tables (the summary, the depth sweep, the rounds) and its plots
+(the PNGs ``write_plots`` draws, embedded as ``data:`` URIs): one file to mail or attach to an
+issue, with no script, stylesheet or font fetched from anywhere. ``points.csv`` has one row a
+load point and round, in numbers (seconds, tokens/s), for a spreadsheet or pandas.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+from tandem.bench.load_generator import BenchResult
+from tandem.report.bench import (
+    DEPTH_COLUMNS,
+    SUMMARY_COLUMNS,
+    depth_rows,
+    summary_rows,
+    workload,
+)
+
+HTML_FILE = "report.html"
+CSV_FILE = "points.csv"
+
+CSV_COLUMNS = (
+    "point",
+    "round",
+    "kind",
+    "concurrency",
+    "rate_rps",
+    "depth_tokens",
+    "input_tokens",
+    "output_tokens",
+    "requests",
+    "completed",
+    "duration_s",
+    "request_throughput_rps",
+    "output_throughput_tok_s",
+    "goodput_rps",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "tpot_p90_s",
+    "tpot_p99_s",
+    "itl_p50_s",
+    "e2el_p50_s",
+    "e2el_p99_s",
+    "prefill_tok_s_p50",
+    "decode_tok_s_p50",
+    "server_prompt_tokens",
+    "server_generation_tokens",
+    "prefix_cache_hit_rate",
+)
+
+_STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th:first-child, td:first-child, th:nth-child(2), td:nth-child(2) { text-align: left; }
+th { background: #f3f3f3; }
+figure { margin: 1.5em 0; }
+figure img { max-width: 100%; border: 1px solid #eee; }
+.warning { background: #fff4d6; padding: 0.4em 0.8em; border-left: 4px solid #e0a800; }
+"""
+
+
+def _table(columns: Sequence[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _figure(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    name = html.escape(path.stem.replace("_", " "))
+    return (
+        f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{name}</figcaption></figure>"
+    )
+
+
+def html_report(result: BenchResult, plots: Sequence[Path] = ()) -> str:
+    """The run as a self-contained HTML page: settings, tables, warnings, the plots."""
+    c = result.config
+    title = f"tandem bench: {result.server.model}"
+    facts = [
+        f"Server: {result.server.url} (vLLM {result.server.version or 'unknown'}, "
+        f"max_model_len {result.server.max_model_len or 'unknown'})",
+        f"Endpoint: {c.endpoint}; {workload(c)}{' (ignore_eos)' if c.ignore_eos else ''}; "
+        f"warm-up {c.warmup_requests} requests; seed {c.seed}",
+        f"Run: {result.created_at:%Y-%m-%d %H:%M:%S} UTC, tandem {result.tandem_version}, "
+        f"{'finished' if result.finished else 'NOT finished (killed or still running)'}",
+    ]
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        "<ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in facts) + "</ul>",
+        "<h2>Load points</h2>",
+        "<p>Latencies in ms. TTFT: first token of any kind; TPOT: (E2EL − TTFT) / (output "
+        "tokens − 1); ITL: gaps between token chunks, pooled; E2EL: last token chunk.</p>",
+        _table(SUMMARY_COLUMNS, summary_rows(result)),
+    ]
+    if rows := depth_rows(result):
+        parts += [
+            "<h2>Context depth</h2>",
+            "<p>llama-benchy's pp and tg, per-request medians: pp = prompt tokens / TTFT, "
+            "tg = 1 / TPOT; TTFT in ms.</p>",
+            _table(DEPTH_COLUMNS, rows),
+        ]
+    warnings = result.warnings + [w for p in result.points for w in p.warnings]
+    parts += [f'<p class="warning">{html.escape(w)}</p>' for w in warnings]
+    if plots:
+        parts.append("<h2>Plots</h2>")
+        parts += [_figure(p) for p in plots]
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def points_csv(result: BenchResult) -> str:
+    """One CSV row a load point and round, in CSV_COLUMNS order (empty where unknown)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for p in result.points:
+        m, s, point = p.metrics, p.server, p.point
+        writer.writerow(
+            "" if v is None else v
+            for v in (
+                point.label,
+                point.round,
+                point.kind,
+                point.concurrency,
+                point.rate_rps,
+                point.depth_tokens,
+                point.input_tokens,
+                point.output_tokens,
+                m.requests,
+                m.completed,
+                m.duration_s,
+                m.request_throughput_rps,
+                m.output_throughput_tok_s,
+                m.goodput_rps,
+                m.ttft_s.p50,
+                m.ttft_s.p90,
+                m.ttft_s.p99,
+                m.tpot_s.p50,
+                m.tpot_s.p90,
+                m.tpot_s.p99,
+                m.itl_s.p50,
+                m.e2el_s.p50,
+                m.e2el_s.p99,
+                m.prefill_tok_s.p50,
+                m.decode_tok_s.p50,
+                s.prompt_tokens if s else None,
+                s.generation_tokens if s else None,
+                s.prefix_cache_hit_rate if s else None,
+            )
+        )
+    return out.getvalue()
