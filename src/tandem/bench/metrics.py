@@ -36,9 +36,9 @@ Per load point (``LoadPointMetrics``):
 - **turns** (multi-turn runs): per turn number, its requests' TTFT and prompt tokens. A later
   turn's prompt holds every earlier turn and answer, so its TTFT shows what a longer context
   costs (or, with the prefix cache on, what re-reading the conversation does not).
-- Distributions are ``LatencyStats``: count, mean, population std, min, max, p50/p90/p99
-  (percentiles by linear interpolation, as ``numpy.percentile``). With no data every field is
-  None, never 0.
+- Distributions are ``LatencyStats``: count, mean, population std, min, max,
+  p50/p90/p95/p99 (percentiles by linear interpolation, as ``numpy.percentile``). With no data
+  every field is None, never 0.
 
 Crosswalk: tandem TPOT = vLLM TPOT = GuideLLM ITL = AIPerf ITL; tandem ITL = vLLM ITL = AIPerf
 ICL; GuideLLM "TPOT" includes the first token and has no tandem name.
@@ -74,6 +74,7 @@ class LatencyStats(BaseModel):
     max: float | None = None
     p50: float | None = Field(default=None, description="Median.")
     p90: float | None = None
+    p95: float | None = None
     p99: float | None = None
 
     @classmethod
@@ -92,6 +93,7 @@ class LatencyStats(BaseModel):
             max=data[-1],
             p50=percentile(data, 50),
             p90=percentile(data, 90),
+            p95=percentile(data, 95),
             p99=percentile(data, 99),
         )
 

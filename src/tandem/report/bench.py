@@ -536,17 +536,10 @@ def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: 
         x = [rounds[0].point.concurrency or 0 for rounds in ladder]
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for name, attr in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2EL", "e2el_s")):
-            for q, style in (("p50", "-o"), ("p99", "--")):
-                ys = [
-                    _median_of([getattr(getattr(p.metrics, attr), q) for p in rounds])
-                    for rounds in ladder
-                ]
-                ax.plot(
-                    x,
-                    [y * 1000 if y is not None else float("nan") for y in ys],
-                    style,
-                    label=f"{name} {q}",
-                )
+            ms = {q: _ms_over(ladder, attr, q) for q in ("p50", "p95", "p99")}
+            (line,) = ax.plot(x, ms["p50"], "-o", label=f"{name} p50 (band to p95)")
+            ax.fill_between(x, ms["p50"], ms["p95"], color=line.get_color(), alpha=0.2)
+            ax.plot(x, ms["p99"], "--", color=line.get_color(), label=f"{name} p99")
         ax.set(
             xlabel="concurrency",
             ylabel="ms",
@@ -594,6 +587,13 @@ def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: 
             ax.legend(fontsize=8)
         written.append(_save(fig, out_dir / "latency_cdf.png", plt))
     return written
+
+
+def _ms_over(ladder: list[list[LoadPointResult]], attr: str, q: str) -> list[float]:
+    """Percentile ``q`` of figure ``attr`` at each point of a ladder, in ms (its median over
+    the point's rounds; NaN where there is none, a gap in the plot)."""
+    values = [_median_of([getattr(getattr(p.metrics, attr), q) for p in r]) for r in ladder]
+    return [1000 * v if v is not None else float("nan") for v in values]
 
 
 def _depth_plot(result: BenchResult, out_dir: Path, plt) -> Path:
