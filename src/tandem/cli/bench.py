@@ -35,6 +35,7 @@ from tandem.bench.load_generator import (
     run,
 )
 from tandem.bench.metrics import Slo
+from tandem.bench.slo_search import slo_search
 from tandem.cli.options import (
     POSITIVE,
     FloatIn,
@@ -50,12 +51,16 @@ from tandem.fleet import front_door
 from tandem.plan.status import planned_roofline_tok_s
 from tandem.report.bench import (
     REPORT_FILE,
+    SLO_REPORT_FILE,
     comparison_markdown,
     comparison_table,
     depth_table,
     markdown,
     rounds_table,
     settings_warning,
+    slo_markdown,
+    slo_table,
+    slo_verdict,
     summary_table,
     verdict_text,
     write_plots,
@@ -87,7 +92,8 @@ def bench_command() -> None:
     Prompts are synthetic (optionally behind prefixes shared by groups of requests, behind a
     context of each depth of a `--depths` sweep (llama-benchy's pp and tg per depth), or as
     multi-turn chats) or rows of a prompt file; `--rounds` repeats the ladder for confidence
-    intervals, and `compare` says whether a difference is beyond their noise.
+    intervals, and `compare` says whether a difference is beyond their noise. `--search-slo`
+    finds the largest concurrency within percentile TTFT and TPOT objectives.
     `tandem bench ...` without a subcommand is `tandem bench run ...`.
 
     \b
@@ -98,6 +104,7 @@ def bench_command() -> None:
       tandem bench tiny-local --prefix-tokens 512 --prefix-groups 4 --concurrency 4 --out runs/p1
       tandem bench tiny-local --turns 4 --concurrency 2 --out runs/chat1
       tandem bench tiny-local --depths 0,256,512 --input-tokens 128 --output-tokens 32 --out d1
+      tandem bench tiny-local --search-slo --slo-ttft-ms 2000 --slo-tpot-ms 100 --out runs/s1
       tandem bench tiny-local --prompt-file sharegpt.json --requests 200 --out runs/d1
       tandem bench tiny-local --concurrency 1,4 --rounds 5 --out runs/b1
       tandem bench compare runs/b1 runs/b2
@@ -162,6 +169,27 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--slo-ttft-ms", type=POSITIVE, help="Goodput SLO: maximum TTFT.")
 @click.option("--slo-tpot-ms", type=POSITIVE, help="Goodput SLO: maximum TPOT.")
 @click.option("--slo-e2el-ms", type=POSITIVE, help="Goodput SLO: maximum E2EL.")
+@click.option(
+    "--search-slo",
+    is_flag=True,
+    help="Instead of the ladder, find the largest concurrency at which the TTFT and TPOT at "
+    "--slo-percentile stay within --slo-ttft-ms and --slo-tpot-ms (doubling, then bisecting; "
+    "each probe saved in OUT/cN, resumable).",
+)
+@click.option(
+    "--slo-percentile",
+    type=click.Choice(["50", "90", "95", "99"]),
+    default="90",
+    show_default=True,
+    help="The percentile --search-slo holds to the objectives.",
+)
+@click.option(
+    "--search-ceiling",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="The largest concurrency --search-slo probes.",
+)
 @field_option(BenchConfig, "seed")
 @field_option(BenchConfig, "scrape_metrics", flag="--server-metrics")
 @field_option(BenchConfig, "kv_sample_interval_s", flag="--kv-sample-interval")
@@ -198,6 +226,9 @@ def run_command(
     slo_ttft_ms: float | None,
     slo_tpot_ms: float | None,
     slo_e2el_ms: float | None,
+    search_slo: bool,
+    slo_percentile: str,
+    search_ceiling: int,
     plots: bool,
     quiet: bool,
     resume: bool,
@@ -258,6 +289,26 @@ def run_command(
             "--watch needs a DEPLOYMENT (its nodes) and --out (where the telemetry goes)",
             field="--watch",
         )
+    if search_slo:
+        if out_dir is None:
+            raise SpecError("--search-slo needs --out (each probe is saved there)", field="--out")
+        folder = ownership.output_folder(Path(out_dir), force=force)
+        search = slo_search(
+            config,
+            folder,
+            ttft_s=slo.ttft_s,
+            tpot_s=slo.tpot_s,
+            percentile=int(slo_percentile),
+            ceiling=search_ceiling,
+            resume=resume,
+            on_probe=lambda p: console.print(
+                f"concurrency {p.concurrency}: {'held' if p.passed else 'did not hold'}"
+            ),
+        )
+        show(slo_table(search))
+        files.write_text(folder / SLO_REPORT_FILE, slo_markdown(search))
+        console.print(f"{slo_verdict(search)}\nwrote {folder / SLO_REPORT_FILE}")
+        return
     out = ownership.output_folder(Path(out_dir), force=force) if out_dir else None
     with BackgroundWatch(deployment, out / WATCH_DIR) if watch and out else nullcontext():
         if quiet:

@@ -19,9 +19,11 @@ from tandem.bench.metrics import LatencyStats, LoadPointMetrics, tpot_s
 from tandem.bench.records import RequestRecord
 from tandem.bench.rounds import PointRounds, rounds_summary
 from tandem.bench.server_metrics import ServerDelta
+from tandem.bench.slo_search import SloSearch
 from tandem.bench.stats import MedianCI
 
 REPORT_FILE = "report.md"
+SLO_REPORT_FILE = "slo.md"
 
 
 def _ms(value: float | None) -> str:
@@ -633,3 +635,80 @@ def _save(fig, path: Path, plt) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+SLO_COLUMNS = ("concurrency", "held", "TTFT", "TPOT", "out tok/s", "goodput req/s", "failed")
+
+
+def slo_rows(search: SloSearch) -> list[list[str]]:
+    """One row per probe, by concurrency; TTFT and TPOT at the search's percentile, in ms."""
+    return [
+        [
+            str(p.concurrency),
+            "yes" if p.passed else "NO",
+            _ms(p.ttft_s),
+            _ms(p.tpot_s),
+            _num(p.output_tok_s),
+            _num(p.goodput_rps, 2),
+            str(p.failed_requests),
+        ]
+        for p in sorted(search.probes, key=lambda p: p.concurrency)
+    ]
+
+
+def slo_verdict(search: SloSearch) -> str:
+    """The search's answer in one sentence."""
+    q = f"p{search.percentile}"
+    goals = " and ".join(
+        f"{q} {name} ≤ {_ms(limit)} ms"
+        for name, limit in (("TTFT", search.ttft_s), ("TPOT", search.tpot_s))
+        if limit is not None
+    )
+    best = search.best
+    if best is None:
+        text = f"no concurrency held {goals}, not even 1"
+    else:
+        probe = search.probe_at(best)
+        above = (
+            f"{search.first_failing} does not"
+            if search.first_failing
+            else f"the ceiling {search.ceiling} was reached"
+        )
+        goodput = f", goodput {_num(probe.goodput_rps, 2)} req/s" if probe else ""
+        text = f"{goals} hold up to concurrency {best} ({above}){goodput}"
+    if search.knee is not None:
+        text += f"; throughput knee at concurrency {search.knee}"
+    if search.out_of_order:
+        text += (
+            f"; concurrency {', '.join(map(str, search.out_of_order))} held above a failing one "
+            "(the server is noisier than the margin: measure again with more --requests)"
+        )
+    return text + ("" if search.finished else " (search not finished)")
+
+
+def slo_table(search: SloSearch) -> Table:
+    table = Table(title=f"SLO search (p{search.percentile}, latencies in ms)")
+    for name in SLO_COLUMNS:
+        table.add_column(name, justify="right")
+    for row in slo_rows(search):
+        table.add_row(*row)
+    return table
+
+
+def slo_markdown(search: SloSearch) -> str:
+    return (
+        "\n".join(
+            [
+                "# tandem bench: SLO search",
+                "",
+                f"{slo_verdict(search)}.",
+                "",
+                "| " + " | ".join(SLO_COLUMNS) + " |",
+                "|" + "---|" * len(SLO_COLUMNS),
+                *("| " + " | ".join(row) + " |" for row in slo_rows(search)),
+                "",
+                "Each probe is a run of its own in `cN/` (requests.jsonl, summary.json).",
+            ]
+        )
+        + "\n"
+    )

@@ -1,0 +1,207 @@
+"""The SLO search: the largest concurrency at which the percentile TTFT and TPOT stay within
+their objectives, found with as few measured points as a bisection needs.
+
+What GuideLLM's and AIPerf's sweeps and vLLM's ``serve_sla`` answer: "how many users can this
+deployment serve within p90 TTFT ≤ X and p90 TPOT ≤ Y?". A probe is one closed-loop concurrency
+point of the run's workload (``BenchConfig`` with that one concurrency). Probes double from 1
+until one fails (or the ceiling is reached), then bisect between the largest that passed and
+the smallest that failed until they are adjacent. Latency grows with load, so that boundary is
+the answer; a noisy server can break that order, and a pass above a fail is reported, not
+hidden.
+
+Every probe is a run folder of its own (``c8/``: requests.jsonl, summary.json) and the search
+is saved after each (``slo.json``), so a killed search resumes where it stopped: finished
+probes are kept, the interrupted one is resumed as any bench run is.
+
+The *knee* is where more concurrency stops buying throughput: the smallest probed concurrency
+whose output tok/s reaches 90 % of the highest measured. *Goodput* at the answer is vLLM's: the
+requests that met every objective, per second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tandem import files
+from tandem.bench.config import BenchConfig
+from tandem.bench.load_generator import BenchResult, run
+from tandem.bench.metrics import LatencyStats, Slo
+from tandem.errors import SpecError
+
+SEARCH_FILE = "slo.json"
+KNEE_FRACTION = 0.9
+"""The knee: the first concurrency reaching this fraction of the best output tok/s."""
+
+
+class SloProbe(BaseModel):
+    """One measured concurrency and whether it held the objectives."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int
+    passed: bool
+    ttft_s: float | None = Field(description="TTFT at the search's percentile.")
+    tpot_s: float | None = Field(description="TPOT at the search's percentile.")
+    output_tok_s: float | None
+    goodput_rps: float | None
+    failed_requests: int = 0
+
+
+class SloSearch(BaseModel):
+    """A search's objectives, its probes in the order measured, and what they say."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_s: float | None = Field(description="Objective: TTFT at the percentile, at most.")
+    tpot_s: float | None = Field(description="Objective: TPOT at the percentile, at most.")
+    percentile: int = Field(description="50, 90, 95 or 99.")
+    ceiling: int = Field(description="The largest concurrency the search may probe.")
+    probes: list[SloProbe] = Field(default_factory=list)
+    finished: bool = False
+
+    @property
+    def best(self) -> int | None:
+        """The largest concurrency that held the objectives, None when none did."""
+        passed = [p.concurrency for p in self.probes if p.passed]
+        return max(passed) if passed else None
+
+    @property
+    def first_failing(self) -> int | None:
+        failed = [p.concurrency for p in self.probes if not p.passed]
+        return min(failed) if failed else None
+
+    @property
+    def out_of_order(self) -> list[int]:
+        """Passing concurrencies above a failing one: the server was noisier than the margin."""
+        fail = self.first_failing
+        return sorted(
+            p.concurrency for p in self.probes if p.passed and fail and p.concurrency > fail
+        )
+
+    @property
+    def knee(self) -> int | None:
+        measured = sorted(
+            (p.concurrency, p.output_tok_s) for p in self.probes if p.output_tok_s is not None
+        )
+        if not measured:
+            return None
+        top = max(tok_s for _, tok_s in measured)
+        return next(c for c, tok_s in measured if tok_s >= KNEE_FRACTION * top)
+
+    def probe_at(self, concurrency: int) -> SloProbe | None:
+        return next((p for p in self.probes if p.concurrency == concurrency), None)
+
+
+def next_concurrency(search: SloSearch) -> int | None:
+    """The concurrency to probe next, None when the answer is known.
+
+    Usage:
+        next_concurrency(SloSearch(..., probes=[]))   # 1
+    """
+    if not search.probes:
+        return 1
+    best, fail = search.best, search.first_failing
+    if fail is None:
+        return None if best is None or best >= search.ceiling else min(2 * best, search.ceiling)
+    low = best if best is not None and best < fail else 0
+    if fail - low <= 1:
+        return None
+    return (low + fail) // 2
+
+
+def judge(result: BenchResult, search: SloSearch, concurrency: int) -> SloProbe:
+    """A probe's figures at the search's percentile, and whether they hold the objectives."""
+    metrics = result.points[0].metrics
+    q = f"p{search.percentile}"
+
+    def at(stats: LatencyStats) -> float | None:
+        value = getattr(stats, q)
+        return value if value is None or math.isfinite(value) else None
+
+    ttft, tpot = at(metrics.ttft_s), at(metrics.tpot_s)
+    passed = (
+        metrics.failed == 0
+        and metrics.completed > 0
+        and (search.ttft_s is None or (ttft is not None and ttft <= search.ttft_s))
+        and (search.tpot_s is None or (tpot is not None and tpot <= search.tpot_s))
+    )
+    return SloProbe(
+        concurrency=concurrency,
+        passed=passed,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        output_tok_s=metrics.output_throughput_tok_s,
+        goodput_rps=metrics.goodput_rps,
+        failed_requests=metrics.failed,
+    )
+
+
+def load_search(out_dir: Path) -> SloSearch | None:
+    path = out_dir / SEARCH_FILE
+    return SloSearch.model_validate_json(path.read_text()) if path.exists() else None
+
+
+def slo_search(
+    config: BenchConfig,
+    out_dir: Path,
+    *,
+    ttft_s: float | None,
+    tpot_s: float | None,
+    percentile: int = 90,
+    ceiling: int = 256,
+    resume: bool = False,
+    on_probe: Callable[[SloProbe], None] = lambda probe: None,
+) -> SloSearch:
+    """Search (or, with ``resume``, continue searching) for the largest concurrency within the
+    objectives; each probe runs ``config``'s workload at one concurrency into ``out_dir/cN``.
+
+    Raises:
+        SpecError: no objective, an unknown percentile, or a resumed search asked for other
+            objectives than the saved one.
+    """
+    if ttft_s is None and tpot_s is None:
+        raise SpecError(
+            "an SLO search needs an objective", field="slo", hint="give --ttft-ms or --tpot-ms"
+        )
+    if percentile not in (50, 90, 95, 99):
+        raise SpecError(
+            f"percentile {percentile} is not reported",
+            field="percentile",
+            hint="use 50, 90, 95 or 99",
+        )
+    wanted = SloSearch(ttft_s=ttft_s, tpot_s=tpot_s, percentile=percentile, ceiling=ceiling)
+    saved = load_search(out_dir) if resume else None
+    if saved is not None:
+        asked = wanted.model_dump(include={"ttft_s", "tpot_s", "percentile", "ceiling"})
+        if saved.model_dump(include=set(asked)) != asked:
+            raise SpecError(
+                f"{out_dir / SEARCH_FILE} is a search for other objectives",
+                field="slo",
+                hint="resume with the first command's --ttft-ms, --tpot-ms, --percentile and "
+                "--ceiling, or search into a new --out",
+            )
+    search = saved or wanted
+    files.private_dir(out_dir)
+    slo = Slo(ttft_s=ttft_s, tpot_s=tpot_s)
+    while (concurrency := next_concurrency(search)) is not None:
+        folder = out_dir / f"c{concurrency}"
+        probe_config = config.model_copy(
+            update={
+                "concurrency": [concurrency],
+                "rates_rps": [],
+                "long_context": False,
+                "slo": slo,
+            }
+        )
+        result = run(probe_config, folder, resume=folder.exists())
+        probe = judge(result, search, concurrency)
+        search.probes.append(probe)
+        files.write_text(out_dir / SEARCH_FILE, search.model_dump_json(indent=2))
+        on_probe(probe)
+    search.finished = True
+    files.write_text(out_dir / SEARCH_FILE, search.model_dump_json(indent=2))
+    return search
