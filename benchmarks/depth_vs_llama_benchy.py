@@ -31,6 +31,7 @@ import asyncio
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import tempfile
 from pathlib import Path
@@ -65,7 +66,7 @@ def llama_benchy(a: argparse.Namespace, depth: int, book_url: str, work: Path) -
     """One llama-benchy run at one depth; its mean pp and tg and the prompt tokens."""
     out = work / f"llama-benchy-d{depth}.json"
     argv = [
-        a.llama_benchy,
+        *shlex.split(a.llama_benchy),
         "--base-url", f"{a.url}/v1",
         "--model", a.model,
         "--served-model-name", a.model,
@@ -102,6 +103,7 @@ def tandem(a: argparse.Namespace, depth: int, work: Path) -> dict:
         input_tokens=a.pp,
         output_tokens=a.tg,
         depths=[depth],
+        seed=depth,  # one run a depth: the same seed would draw each shallower context again
         concurrency=[1],
         requests=a.runs,
         warmup_requests=1,
@@ -122,7 +124,7 @@ def main() -> None:
     p.add_argument("--url", required=True, help="server root, e.g. http://10.77.0.1:8000")
     p.add_argument("--model", required=True, help="served model name")
     p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
-    p.add_argument("--llama-benchy", default="llama-benchy", help="its command")
+    p.add_argument("--llama-benchy", default="llama-benchy", help="its command line")
     p.add_argument("--tokenizer", help="folder with tokenizer.json; default: /v1/models root")
     p.add_argument("--depths", default="0,256,512")
     p.add_argument("--pp", type=int, default=128, help="prompt tokens after the context")

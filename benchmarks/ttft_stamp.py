@@ -64,7 +64,8 @@ def start_server(port: int, hf_home: str, gap_ms: float, prefill_ms: float) -> s
 
 def run_bench(src: str, url: str, c: int, args: argparse.Namespace, out: Path) -> dict:
     """One `tandem bench` at concurrency ``c`` with the tandem under ``src``; its load point."""
-    env = {**os.environ, "PYTHONPATH": src, "HF_HOME": args.hf_home}
+    path = os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH", "")]))
+    env = {**os.environ, "PYTHONPATH": path, "HF_HOME": args.hf_home}
     done = subprocess.run(
         [
             sys.executable,

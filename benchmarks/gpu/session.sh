@@ -10,6 +10,9 @@
 #   bash benchmarks/gpu/session.sh reference      # each client's TTFT error against
 #                                                 # benchmarks/reference_server.py
 #   bash benchmarks/gpu/session.sh spec           # smoke's speculative check, status, watch
+#   bash benchmarks/gpu/session.sh workloads      # depth sweep vs llama-benchy, SLO search,
+#                                                 # TTFT stamp (carry .gpu/extra: its wheels,
+#                                                 # .gpu/before: the src/ before the stamp)
 # LIMIT (default 560) is the seconds this call may use; a phase that cannot finish is cut.
 # STARTUP=" " makes bench_vs_vllm also measure each client's start-up CPU (~60 s a round).
 set -uo pipefail
@@ -122,6 +125,49 @@ phase_reference() { # each client's TTFT error on this host's CPUs, against a se
     --output-len 256 --concurrency 1,4,16 --num-prompts 8 --requests-per-stream 4 \
     --rounds ${ROUNDS:-2} --skip-startup 2>&1 | tee $R/reference.txt
   kill $S
+}
+
+phase_depth() {     # the depth sweep beside llama-benchy on the 8B shape (up, sweep, down)
+  export TANDEM_HOME=$R/work-home HF_HOME=/root/hf
+  local W=$R/workloads N=gpu-llama8b-tp1
+  mkdir -p $W
+  python3 -m pip install -q --no-index --no-deps --target $SITE .gpu/extra/*.whl 2>&1 | grep -v -i warning
+  python3 -c "import llama_benchy, tabulate; print('llama-benchy', llama_benchy.__version__)"
+  tandem up $TP1R --cluster $TP1C > $W/up2.txt 2>&1; tail -1 $W/up2.txt
+  local URL=$(python3 -c "import json,sys; print(json.load(sys.stdin)['endpoint'])" < <(tandem status $N --json))
+  python3 benchmarks/depth_vs_llama_benchy.py --url $URL --model llama-3.1-8b \
+    --llama-benchy "python3 -m llama_benchy" --depths 0,1024,4096,7168 --pp 512 --tg 128 \
+    --runs 3 --json $W/depth_vs_llama_benchy.json 2>&1 | tee $W/depth_vs_llama_benchy.txt
+  tandem down $N
+}
+
+phase_stamp() {     # the TTFT stamp before/after on the reference server, this host's CPUs
+  [ -d /root/hf/hub/models--tandem-org--tiny-deepseek-v3 ] || tandem model tiny --hf-home /root/hf
+  timeout $(( $(left) - 10 )) python3 benchmarks/ttft_stamp.py --hf-home /root/hf \
+    --before .gpu/before/src --concurrency 1,4,16,64 --rounds 3 2>&1 | tee $R/workloads/ttft_stamp.txt
+}
+
+phase_workloads() { # issue 29 on the H200: the 8B shape's depth sweep beside llama-benchy, the
+                    # SLO search, and the TTFT stamp before/after on the reference server
+  export TANDEM_HOME=$R/work-home HF_HOME=/root/hf
+  local W=$R/workloads N=gpu-llama8b-tp1 t=$(date +%s.%N)
+  mkdir -p $W
+  python3 -m pip install -q --no-index --no-deps --target $SITE .gpu/extra/*.whl 2>&1 | grep -v -i warning
+  [ -d /root/hf/hub/models--tandem-shapes--llama-3.1-8b ] || tandem model shape llama-3.1-8b --hf-home /root/hf
+  tandem up $TP1R --cluster $TP1C > $W/up.txt 2>&1
+  echo "tandem up rc=$? wall $(python3 -c "print(round($(date +%s.%N)-$t,1))") s"; tail -3 $W/up.txt
+  local URL=$(python3 -c "import json,sys; print(json.load(sys.stdin)['endpoint'])" < <(tandem status $N --json))
+  python3 benchmarks/depth_vs_llama_benchy.py --url $URL --model llama-3.1-8b \
+    --llama-benchy "python3 -m llama_benchy" --depths 0,1024,4096,7168 --pp 512 --tg 128 --runs 3 \
+    --json $W/depth_vs_llama_benchy.json 2>&1 | tee $W/depth_vs_llama_benchy.txt
+  tandem bench --url $URL --model llama-3.1-8b --depths 0,1024,4096,7168 --concurrency 1,8 \
+    --input-tokens 512 --output-tokens 128 --requests 8 --no-plots --out $W/depth-run -q
+  tandem bench --url $URL --model llama-3.1-8b --search-slo --slo-ttft-ms 500 --slo-tpot-ms 20 \
+    --input-tokens 512 --output-tokens 128 --out $W/slo -q 2>&1 | tail -20
+  tandem down $N
+  [ -d /root/hf/hub/models--tandem-org--tiny-deepseek-v3 ] || tandem model tiny --hf-home /root/hf
+  timeout $(( $(left) - 10 )) python3 benchmarks/ttft_stamp.py --hf-home /root/hf \
+    --before .gpu/before/src --concurrency 1,4,16,64 --rounds 3 2>&1 | tee $W/ttft_stamp.txt
 }
 
 for phase in "$@"; do
