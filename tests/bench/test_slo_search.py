@@ -15,9 +15,9 @@ from tandem.errors import SpecError
 from tandem.report.bench import slo_verdict
 
 
-def probed(holds_up_to: int, ceiling: int = 256) -> SloSearch:
+def probed(holds_up_to: int, ceiling: int = 256, tolerance: float = 0.1) -> SloSearch:
     """The search a server that holds the objectives up to ``holds_up_to`` would see."""
-    search = SloSearch(ttft_s=1.0, tpot_s=None, percentile=90, ceiling=ceiling)
+    search = SloSearch(ttft_s=1.0, tpot_s=None, percentile=90, ceiling=ceiling, tolerance=tolerance)
     while (c := next_concurrency(search)) is not None:
         ok = c <= holds_up_to
         search.probes.append(
@@ -35,17 +35,26 @@ def probed(holds_up_to: int, ceiling: int = 256) -> SloSearch:
 
 
 @pytest.mark.parametrize(
-    ("holds_up_to", "ceiling", "order", "best"),
+    ("holds_up_to", "ceiling", "tolerance", "order", "best"),
     [
-        (11, 256, [1, 2, 4, 8, 16, 12, 10, 11], 11),
-        (64, 48, [1, 2, 4, 8, 16, 32, 48], 48),
-        (0, 256, [1], None),
-        (1, 256, [1, 2], 1),
+        (11, 256, 0.1, [1, 2, 4, 8, 16, 12, 10, 11], 11),
+        (135, 256, 0.1, [1, 2, 4, 8, 16, 32, 64, 128, 256, 192, 160, 144, 136], 128),
+        (135, 256, 0.0, [1, 2, 4, 8, 16, 32, 64, 128, 256, 192, 160, 144, 136, 132, 134, 135], 135),
+        (64, 48, 0.1, [1, 2, 4, 8, 16, 32, 48], 48),
+        (0, 256, 0.1, [1], None),
+        (1, 256, 0.1, [1, 2], 1),
     ],
-    ids=["bisects to the boundary", "stops at the ceiling", "nothing holds", "only one holds"],
+    ids=[
+        "bisects to the boundary",
+        "stops within the tolerance",
+        "to the exact one without",
+        "stops at the ceiling",
+        "nothing holds",
+        "only one holds",
+    ],
 )
-def test_probes_double_then_bisect(holds_up_to, ceiling, order, best):
-    search = probed(holds_up_to, ceiling)
+def test_probes_double_then_bisect(holds_up_to, ceiling, tolerance, order, best):
+    search = probed(holds_up_to, ceiling, tolerance)
     assert [p.concurrency for p in search.probes] == order
     assert search.best == best
 

@@ -5,9 +5,10 @@ What GuideLLM's and AIPerf's sweeps and vLLM's ``serve_sla`` answer: "how many u
 deployment serve within p90 TTFT ≤ X and p90 TPOT ≤ Y?". A probe is one closed-loop concurrency
 point of the run's workload (``BenchConfig`` with that one concurrency). Probes double from 1
 until one fails (or the ceiling is reached), then bisect between the largest that passed and
-the smallest that failed until they are adjacent. Latency grows with load, so that boundary is
-the answer; a noisy server can break that order, and a pass above a fail is reported, not
-hidden.
+the smallest that failed until the gap is within the tolerance (10 % of the passing one by
+default, adjacent with 0: each halving costs a probe however large the numbers; GuideLLM's
+goodput profile stops the same way). Latency grows with load, so that boundary is the answer;
+a noisy server can break that order, and a pass above a fail is reported, not hidden.
 
 Every probe is a run folder of its own (``c8/``: requests.jsonl, summary.json) and the search
 is saved after each (``slo.json``), so a killed search resumes where it stopped: finished
@@ -60,6 +61,13 @@ class SloSearch(BaseModel):
     tpot_s: float | None = Field(description="Objective: TPOT at the percentile, at most.")
     percentile: int = Field(description="50, 90, 95 or 99.")
     ceiling: int = Field(description="The largest concurrency the search may probe.")
+    tolerance: float = Field(
+        default=0.1,
+        ge=0,
+        lt=1,
+        description="Stop bisecting once the first failing concurrency is within this "
+        "fraction of the largest passing one (0: adjacent).",
+    )
     probes: list[SloProbe] = Field(default_factory=list)
     finished: bool = False
 
@@ -108,7 +116,7 @@ def next_concurrency(search: SloSearch) -> int | None:
     if fail is None:
         return None if best is None or best >= search.ceiling else min(2 * best, search.ceiling)
     low = best if best is not None and best < fail else 0
-    if fail - low <= 1:
+    if fail - low <= max(1.0, search.tolerance * low):
         return None
     return (low + fail) // 2
 
@@ -153,6 +161,7 @@ def slo_search(
     tpot_s: float | None,
     percentile: int = 90,
     ceiling: int = 256,
+    tolerance: float = 0.1,
     resume: bool = False,
     on_probe: Callable[[SloProbe], None] = lambda probe: None,
 ) -> SloSearch:
@@ -173,16 +182,20 @@ def slo_search(
             field="percentile",
             hint="use 50, 90, 95 or 99",
         )
-    wanted = SloSearch(ttft_s=ttft_s, tpot_s=tpot_s, percentile=percentile, ceiling=ceiling)
+    wanted = SloSearch(
+        ttft_s=ttft_s, tpot_s=tpot_s, percentile=percentile, ceiling=ceiling, tolerance=tolerance
+    )
     saved = load_search(out_dir) if resume else None
     if saved is not None:
-        asked = wanted.model_dump(include={"ttft_s", "tpot_s", "percentile", "ceiling"})
+        asked = wanted.model_dump(
+            include={"ttft_s", "tpot_s", "percentile", "ceiling", "tolerance"}
+        )
         if saved.model_dump(include=set(asked)) != asked:
             raise SpecError(
                 f"{out_dir / SEARCH_FILE} is a search for other objectives",
                 field="slo",
-                hint="resume with the first command's --ttft-ms, --tpot-ms, --percentile and "
-                "--ceiling, or search into a new --out",
+                hint="resume with the first command's objectives, percentile, ceiling and "
+                "tolerance, or search into a new --out",
             )
     search = saved or wanted
     files.private_dir(out_dir)

@@ -190,6 +190,14 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
     show_default=True,
     help="The largest concurrency --search-slo probes.",
 )
+@click.option(
+    "--search-tolerance",
+    type=FloatIn(min=0, max=1, max_open=True),
+    default=0.1,
+    show_default=True,
+    help="--search-slo stops bisecting once the first failing concurrency is within this "
+    "fraction of the largest passing one (0: to the exact concurrency).",
+)
 @field_option(BenchConfig, "seed")
 @field_option(BenchConfig, "scrape_metrics", flag="--server-metrics")
 @field_option(BenchConfig, "kv_sample_interval_s", flag="--kv-sample-interval")
@@ -229,6 +237,7 @@ def run_command(
     search_slo: bool,
     slo_percentile: str,
     search_ceiling: int,
+    search_tolerance: float,
     plots: bool,
     quiet: bool,
     resume: bool,
@@ -300,6 +309,7 @@ def run_command(
             tpot_s=slo.tpot_s,
             percentile=int(slo_percentile),
             ceiling=search_ceiling,
+            tolerance=search_tolerance,
             resume=resume,
             on_probe=lambda p: console.print(
                 f"concurrency {p.concurrency}: {'held' if p.passed else 'did not hold'}"
