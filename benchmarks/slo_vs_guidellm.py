@@ -32,7 +32,7 @@ from pathlib import Path
 from depth_vs_llama_benchy import model_root  # a sibling script: benchmarks/ is on sys.path
 
 from tandem.bench.config import BenchConfig
-from tandem.bench.slo_search import slo_search
+from tandem.bench.slo_search import SloSearch, slo_search
 
 
 def guidellm_scenario(a: argparse.Namespace, out: Path) -> dict:
@@ -114,15 +114,14 @@ def main() -> None:
             warmup_requests=1,
             kv_sample_interval_s=0,
         )
-        ours = slo_search(
-            config,
-            work / "tandem",
+        wanted = SloSearch(
             ttft_s=a.ttft_ms / 1000,
             tpot_s=a.tpot_ms / 1000,
             percentile=a.percentile,
             ceiling=a.ceiling,
             tolerance=a.tolerance,
         )
+        ours = slo_search(config, work / "tandem", wanted)
         scenario = work / "scenario.json"
         scenario.write_text(json.dumps(guidellm_scenario(a, work / "guidellm.json")))
         done = subprocess.run(

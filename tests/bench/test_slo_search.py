@@ -77,7 +77,7 @@ def bench(url: str) -> BenchConfig:
 def test_a_search_is_saved_probe_by_probe_and_resumes(tmp_path):
     out = tmp_path / "slo"
     with openai_stub() as stub:
-        search = slo_search(bench(stub.url), out, ttft_s=30.0, tpot_s=None, ceiling=4)
+        search = slo_search(bench(stub.url), out, SloSearch(ttft_s=30.0, ceiling=4))
         assert [p.concurrency for p in search.probes] == [1, 2, 4] and search.best == 4
         assert sorted(p.name for p in out.iterdir()) == ["c1", "c2", "c4", "slo.json"]
         assert all((out / f"c{c}" / "summary.json").exists() for c in (1, 2, 4))
@@ -86,20 +86,20 @@ def test_a_search_is_saved_probe_by_probe_and_resumes(tmp_path):
         saved["probes"], saved["finished"] = saved["probes"][:1], False
         (out / "slo.json").write_text(json.dumps(saved))
         sent = len(stub.bodies)
-        again = slo_search(bench(stub.url), out, ttft_s=30.0, tpot_s=None, ceiling=4, resume=True)
+        again = slo_search(bench(stub.url), out, SloSearch(ttft_s=30.0, ceiling=4), resume=True)
         assert [p.concurrency for p in again.probes] == [1, 2, 4] and again.finished
         assert len(stub.bodies) == sent  # c2 and c4 were finished runs: resumed, not re-sent
         with pytest.raises(SpecError) as info:
-            slo_search(bench(stub.url), out, ttft_s=1.0, tpot_s=None, ceiling=4, resume=True)
+            slo_search(bench(stub.url), out, SloSearch(ttft_s=1.0, ceiling=4), resume=True)
     assert info.value.field == "slo" and "other objectives" in info.value.message
 
 
 def test_an_objective_no_server_meets_holds_nowhere(tmp_path):
     with openai_stub() as stub:
-        search = slo_search(bench(stub.url), tmp_path / "s", ttft_s=1e-6, tpot_s=None)
+        search = slo_search(bench(stub.url), tmp_path / "s", SloSearch(ttft_s=1e-6))
     assert [p.concurrency for p in search.probes] == [1] and search.best is None
     with pytest.raises(SpecError):
-        slo_search(bench("http://127.0.0.1:9"), tmp_path / "t", ttft_s=None, tpot_s=None)
+        slo_search(bench("http://127.0.0.1:9"), tmp_path / "t", SloSearch())
 
 
 def test_the_command_line_search_writes_its_answer(tmp_path):

@@ -199,7 +199,7 @@ def test_an_slo_search_on_the_engine_finds_its_boundary(tiny_endpoint, tmp_path)
     """A search the engine meets at every concurrency up to the ceiling, and one it meets at
     none (TPOT ≤ 1 µs); every probe's tokens are the server's own counts."""
     from tandem.bench.compare import load_summary
-    from tandem.bench.slo_search import slo_search
+    from tandem.bench.slo_search import SloSearch, slo_search
 
     config = BenchConfig(
         url=tiny_endpoint.url,
@@ -212,11 +212,11 @@ def test_an_slo_search_on_the_engine_finds_its_boundary(tiny_endpoint, tmp_path)
         kv_sample_interval_s=0,
         idle_check_s=0.2,
     )
-    held = slo_search(config, tmp_path / "held", ttft_s=60.0, tpot_s=10.0, ceiling=2)
+    held = slo_search(config, tmp_path / "held", SloSearch(ttft_s=60.0, tpot_s=10.0, ceiling=2))
     assert [p.concurrency for p in held.probes] == [1, 2] and held.best == 2
     for c in (1, 2):
         result = load_summary(tmp_path / "held" / f"c{c}")
         records = read_records(tmp_path / "held" / f"c{c}" / "requests.jsonl").records
         assert_counted_by_the_server(result, records)
-    missed = slo_search(config, tmp_path / "missed", ttft_s=None, tpot_s=1e-6, ceiling=2)
+    missed = slo_search(config, tmp_path / "missed", SloSearch(tpot_s=1e-6, ceiling=2))
     assert [p.concurrency for p in missed.probes] == [1] and missed.best is None

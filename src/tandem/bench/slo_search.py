@@ -57,16 +57,24 @@ class SloSearch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ttft_s: float | None = Field(description="Objective: TTFT at the percentile, at most.")
-    tpot_s: float | None = Field(description="Objective: TPOT at the percentile, at most.")
-    percentile: int = Field(description="50, 90, 95 or 99.")
-    ceiling: int = Field(description="The largest concurrency the search may probe.")
+    ttft_s: float | None = Field(
+        default=None, gt=0, description="Objective: TTFT at the percentile, at most (s)."
+    )
+    tpot_s: float | None = Field(
+        default=None, gt=0, description="Objective: TPOT at the percentile, at most (s)."
+    )
+    percentile: int = Field(
+        default=90, description="The percentile held to the objectives: 50, 90, 95 or 99."
+    )
+    ceiling: int = Field(
+        default=256, ge=1, description="The largest concurrency the search probes."
+    )
     tolerance: float = Field(
         default=0.1,
         ge=0,
         lt=1,
         description="Stop bisecting once the first failing concurrency is within this "
-        "fraction of the largest passing one (0: adjacent).",
+        "fraction of the largest passing one (0: to the exact concurrency).",
     )
     probes: list[SloProbe] = Field(default_factory=list)
     finished: bool = False
@@ -156,22 +164,23 @@ def load_search(out_dir: Path) -> SloSearch | None:
 def slo_search(
     config: BenchConfig,
     out_dir: Path,
+    wanted: SloSearch,
     *,
-    ttft_s: float | None,
-    tpot_s: float | None,
-    percentile: int = 90,
-    ceiling: int = 256,
-    tolerance: float = 0.1,
     resume: bool = False,
     on_probe: Callable[[SloProbe], None] = lambda probe: None,
 ) -> SloSearch:
-    """Search (or, with ``resume``, continue searching) for the largest concurrency within the
-    objectives; each probe runs ``config``'s workload at one concurrency into ``out_dir/cN``.
+    """Search (or, with ``resume``, continue searching) for the largest concurrency within
+    ``wanted``'s objectives (its probes are ignored); each probe runs ``config``'s workload at
+    one concurrency into ``out_dir/cN``.
+
+    Usage:
+        slo_search(config, Path("runs/s1"), SloSearch(ttft_s=2.0, tpot_s=0.1))
 
     Raises:
         SpecError: no objective, an unknown percentile, or a resumed search asked for other
             objectives than the saved one.
     """
+    ttft_s, tpot_s, percentile = wanted.ttft_s, wanted.tpot_s, wanted.percentile
     if ttft_s is None and tpot_s is None:
         raise SpecError(
             "an SLO search needs an objective", field="slo", hint="give --ttft-ms or --tpot-ms"
@@ -182,9 +191,7 @@ def slo_search(
             field="percentile",
             hint="use 50, 90, 95 or 99",
         )
-    wanted = SloSearch(
-        ttft_s=ttft_s, tpot_s=tpot_s, percentile=percentile, ceiling=ceiling, tolerance=tolerance
-    )
+    wanted = wanted.model_copy(update={"probes": [], "finished": False})
     saved = load_search(out_dir) if resume else None
     if saved is not None:
         asked = wanted.model_dump(

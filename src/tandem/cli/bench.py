@@ -35,7 +35,7 @@ from tandem.bench.load_generator import (
     run,
 )
 from tandem.bench.metrics import Slo
-from tandem.bench.slo_search import slo_search
+from tandem.bench.slo_search import SloSearch, slo_search
 from tandem.cli.options import (
     POSITIVE,
     FloatIn,
@@ -176,28 +176,9 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
     "--slo-percentile stay within --slo-ttft-ms and --slo-tpot-ms (doubling, then bisecting; "
     "each probe saved in OUT/cN, resumable).",
 )
-@click.option(
-    "--slo-percentile",
-    type=click.Choice(["50", "90", "95", "99"]),
-    default="90",
-    show_default=True,
-    help="The percentile --search-slo holds to the objectives.",
-)
-@click.option(
-    "--search-ceiling",
-    type=click.IntRange(min=1),
-    default=256,
-    show_default=True,
-    help="The largest concurrency --search-slo probes.",
-)
-@click.option(
-    "--search-tolerance",
-    type=FloatIn(min=0, max=1, max_open=True),
-    default=0.1,
-    show_default=True,
-    help="--search-slo stops bisecting once the first failing concurrency is within this "
-    "fraction of the largest passing one (0: to the exact concurrency).",
-)
+@field_option(SloSearch, "percentile", flag="--slo-percentile", param="slo_percentile")
+@field_option(SloSearch, "ceiling", flag="--search-ceiling", param="search_ceiling")
+@field_option(SloSearch, "tolerance", flag="--search-tolerance", param="search_tolerance")
 @field_option(BenchConfig, "seed")
 @field_option(BenchConfig, "scrape_metrics", flag="--server-metrics")
 @field_option(BenchConfig, "kv_sample_interval_s", flag="--kv-sample-interval")
@@ -235,7 +216,7 @@ def run_command(
     slo_tpot_ms: float | None,
     slo_e2el_ms: float | None,
     search_slo: bool,
-    slo_percentile: str,
+    slo_percentile: int,
     search_ceiling: int,
     search_tolerance: float,
     plots: bool,
@@ -302,14 +283,17 @@ def run_command(
         if out_dir is None:
             raise SpecError("--search-slo needs --out (each probe is saved there)", field="--out")
         folder = ownership.output_folder(Path(out_dir), force=force)
+        wanted = SloSearch(
+            ttft_s=slo.ttft_s,
+            tpot_s=slo.tpot_s,
+            percentile=slo_percentile,
+            ceiling=search_ceiling,
+            tolerance=search_tolerance,
+        )
         search = slo_search(
             config,
             folder,
-            ttft_s=slo.ttft_s,
-            tpot_s=slo.tpot_s,
-            percentile=int(slo_percentile),
-            ceiling=search_ceiling,
-            tolerance=search_tolerance,
+            wanted,
             resume=resume,
             on_probe=lambda p: console.print(
                 f"concurrency {p.concurrency}: {'held' if p.passed else 'did not hold'}"
