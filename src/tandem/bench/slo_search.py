@@ -64,7 +64,10 @@ class SloSearch(BaseModel):
         default=None, gt=0, description="Objective: TPOT at the percentile, at most (s)."
     )
     percentile: int = Field(
-        default=90, description="The percentile held to the objectives: 50, 90, 95 or 99."
+        default=90,
+        ge=50,
+        le=99,
+        description="The percentile held to the objectives: 50, 90, 95 or 99.",
     )
     ceiling: int = Field(
         default=256, ge=1, description="The largest concurrency the search probes."
