@@ -62,7 +62,7 @@ def guidellm_scenario(a: argparse.Namespace, out: Path) -> dict:
                 }
             ],
             "tokenizer": {"kind": "hf_auto", "model": a.tokenizer},
-            "constraints": [{"kind": "max_requests", "value": a.requests}],
+            "constraints": [{"kind": "max_requests", "count": a.requests}],
             "metrics": {"kind": "generative", "slo": {"ttft_ms": a.ttft_ms, "tpot_ms": a.tpot_ms}},
             "outputs": [{"kind": "json", "path": str(out)}],
         }
@@ -122,6 +122,7 @@ def main() -> None:
             tolerance=a.tolerance,
         )
         ours = slo_search(config, work / "tandem", wanted)
+        print(f"tandem: {[(q.concurrency, q.passed) for q in ours.probes]}", flush=True)
         scenario = work / "scenario.json"
         scenario.write_text(json.dumps(guidellm_scenario(a, work / "guidellm.json")))
         done = subprocess.run(
