@@ -133,7 +133,10 @@ def main() -> None:
         if done.returncode or not (work / "guidellm.json").exists():
             said = f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
             raise SystemExit(f"guidellm failed ({done.returncode}):\n{said}")
-        states = search_states(json.loads((work / "guidellm.json").read_text()))
+        report = (work / "guidellm.json").read_text()
+        states = search_states(json.loads(report))
+        if a.json:  # GuideLLM's whole report, for its per-level distributions
+            a.json.with_suffix(".guidellm.json").write_text(report)
     if not states:
         raise SystemExit("no goodput search state in GuideLLM's output")
     theirs = states[0]
