@@ -98,6 +98,12 @@ def main() -> None:
     p.add_argument("--input-tokens", type=int, default=128)
     p.add_argument("--output-tokens", type=int, default=32)
     p.add_argument("--requests", type=int, default=24, help="requests per probed level")
+    p.add_argument(
+        "--guidellm-workers",
+        type=int,
+        help="GuideLLM's worker processes (GUIDELLM__MAX_WORKER_PROCESSES, 10 by default): on a "
+        "small host they share the server's cores",
+    )
     p.add_argument("--json", type=Path, help="also write both searches here")
     a = p.parse_args()
     a.url = a.url.rstrip("/").removesuffix("/v1")
@@ -123,12 +129,18 @@ def main() -> None:
         )
         ours = slo_search(config, work / "tandem", wanted)
         print(f"tandem: {[(q.concurrency, q.passed) for q in ours.probes]}", flush=True)
+        workers = (
+            {"GUIDELLM__MAX_WORKER_PROCESSES": str(a.guidellm_workers)}
+            if a.guidellm_workers
+            else {}
+        )
         scenario = work / "scenario.json"
         scenario.write_text(json.dumps(guidellm_scenario(a, work / "guidellm.json")))
         done = subprocess.run(
             [*shlex.split(a.guidellm), "run", "--scenario", str(scenario), "--disable-progress"],
             capture_output=True,
             text=True,
+            env={**os.environ, **workers},
         )
         if done.returncode or not (work / "guidellm.json").exists():
             said = f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
