@@ -91,7 +91,10 @@ def test_a_search_is_saved_probe_by_probe_and_resumes(tmp_path):
         assert len(stub.bodies) == sent  # c2 and c4 were finished runs: resumed, not re-sent
         with pytest.raises(SpecError) as info:
             slo_search(bench(stub.url), out, SloSearch(ttft_s=1.0, ceiling=4), resume=True)
+        with pytest.raises(SpecError) as again_without_resume:
+            slo_search(bench(stub.url), out, SloSearch(ttft_s=30.0, ceiling=4))
     assert info.value.field == "slo" and "other objectives" in info.value.message
+    assert "already holds an SLO search" in again_without_resume.value.message
 
 
 def test_an_objective_no_server_meets_holds_nowhere(tmp_path):

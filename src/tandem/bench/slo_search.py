@@ -180,8 +180,8 @@ def slo_search(
         slo_search(config, Path("runs/s1"), SloSearch(ttft_s=2.0, tpot_s=0.1))
 
     Raises:
-        SpecError: no objective, an unknown percentile, or a resumed search asked for other
-            objectives than the saved one.
+        SpecError: no objective, an unknown percentile, ``out_dir`` holds a search and resume
+            was not asked for, or a resumed search asked for other objectives than the saved one.
     """
     ttft_s, tpot_s, percentile = wanted.ttft_s, wanted.tpot_s, wanted.percentile
     if ttft_s is None and tpot_s is None:
@@ -195,6 +195,12 @@ def slo_search(
             hint="use 50, 90, 95 or 99",
         )
     wanted = wanted.model_copy(update={"probes": [], "finished": False})
+    if not resume and (out_dir / SEARCH_FILE).exists():
+        raise SpecError(
+            f"{out_dir} already holds an SLO search",
+            field="--out",
+            hint="pass --resume to continue it (finished probes are kept), or choose another --out",
+        )
     saved = load_search(out_dir) if resume else None
     if saved is not None:
         asked = wanted.model_dump(
@@ -220,7 +226,7 @@ def slo_search(
                 "slo": slo,
             }
         )
-        result = run(probe_config, folder, resume=folder.exists())
+        result = run(probe_config, folder, resume=resume and folder.exists())
         probe = judge(result, search, concurrency)
         search.probes.append(probe)
         files.write_text(out_dir / SEARCH_FILE, search.model_dump_json(indent=2))
