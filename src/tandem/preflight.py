@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from tandem import caches, revisions, wire
-from tandem.backends import netns
+from tandem.backends import netns, snapshots
 from tandem.backends.k8s_check import KubernetesNodeTransport
 from tandem.backends.ssh_check import SSHNodeTransport
 from tandem.backends.state import list_deployments, load_state, state_root
 from tandem.check.fabric import DEFAULT_PORT, run_fabric
 from tandem.check.findings import CheckReport, Finding, Severity
-from tandem.check.node_transport import LocalTransport, NodeTransport, ProbeError
+from tandem.check.node_transport import LocalTransport, NodeTransport, ProbeError, Verification
 from tandem.check.rules import CheckContext, evaluate
 from tandem.errors import BackendError, PlanError, TandemError
 from tandem.interrupts import shielded
@@ -53,7 +53,7 @@ REMOTE_TRANSPORTS: dict[Transport, type[SSHNodeTransport] | type[KubernetesNodeT
     Transport.K8S: KubernetesNodeTransport,
 }
 """How the probe reaches the nodes of a remote cluster; each class is built with the
-Deployment, ``with_hashes`` and ``compile_caches``. A local cluster's ``LocalTransport`` needs
+Deployment, ``verification`` and ``compile_caches``. A local cluster's ``LocalTransport`` needs
 the namespaces ``local_namespaces`` enters, so ``run_check`` builds it itself."""
 
 
@@ -163,7 +163,7 @@ def run_check(
     fabric_port: int = DEFAULT_PORT,
     fabric_sizes: list[int] | None = None,
     fabric_timeout_s: float = 300.0,
-    with_hashes: bool = False,
+    rehash: bool = False,
     transport: NodeTransport | None = None,
     on_event: OnEvent = lambda text: None,
 ) -> CheckReport:
@@ -173,6 +173,10 @@ def run_check(
         report = run_check(load_deployment("tiny-local"), fabric=True)
         if not report.ok:
             for finding in report.errors: print(finding.render())
+
+    Every node's model snapshot is verified: each file's content against the id the Hub gave
+    it, skipping what was verified before and has not changed since (``rehash`` reads every
+    file again); what was verified is remembered (``tandem.backends.snapshots``).
 
     Raises:
         BackendError: the nodes cannot be reached at all (e.g. namespaces without root).
@@ -198,18 +202,20 @@ def run_check(
         node.name: caches.rank_root(deployment, rank, state_root=state_root())
         for rank, node in enumerate(deployment.cluster.nodes)
     }
+    verification = Verification(enabled=True, known={} if rehash else snapshots.known(deployment))
     with local_namespaces(deployment, on_event) as namespaces:
         if transport is None:
             if deployment.cluster.transport is Transport.LOCAL:
                 transport = LocalTransport(
-                    deployment, netns=namespaces, with_hashes=with_hashes, compile_caches=roots
+                    deployment, netns=namespaces, verification=verification, compile_caches=roots
                 )
             else:
                 transport = REMOTE_TRANSPORTS[deployment.cluster.transport](
-                    deployment, with_hashes=with_hashes, compile_caches=roots
+                    deployment, verification=verification, compile_caches=roots
                 )
         on_event(f"probing {len(deployment.cluster.nodes)} node(s)")
         facts = probe_all(deployment, transport)
+        snapshots.remember(deployment, facts)
         planned, why_not, refused = memory_plan(deployment)
         if why_not:
             on_event(f"memory headroom not checked: {why_not}")
@@ -226,6 +232,9 @@ def run_check(
             plan_fit=planned.fit if planned is not None else None,
             plan_refused=refused,
             api_key_set=bool(os.environ.get(wire.VLLM_API_KEY)),
+            manifest=snapshots.load_manifest(
+                deployment.recipe.model.repo_id, deployment.recipe.model.revision
+            ),
         )
         findings += evaluate(context)
         fabric_result: dict[str, Any] = {}
@@ -256,6 +265,7 @@ def run_check(
                     port=fabric_port,
                     sizes=fabric_sizes,
                     timeout_s=fabric_timeout_s,
+                    facts=facts,
                 )
                 fabric_result = result.model_dump(mode="json")
                 findings += extra

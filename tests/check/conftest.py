@@ -82,3 +82,9 @@ def healthy() -> dict[str, dict]:
 @pytest.fixture
 def drifted() -> dict[str, dict]:
     return {"spark-101": facts_of("spark-101"), "spark-102": facts_of("spark-102-drifted")}
+
+
+@pytest.fixture
+def faulted() -> dict[str, dict]:
+    """The healthy spark-101 with spark-102 carrying the known host faults (build.py)."""
+    return {"spark-101": facts_of("spark-101"), "spark-102": facts_of("spark-102-faulted")}

@@ -17,9 +17,17 @@ import pytest
 from ports import free_ports
 from tandem_cli import run_tandem
 
-from tandem.check.fabric import parse_nccl_transports, rank_environment
+from tandem.check.fabric import (
+    FabricResult,
+    FabricSize,
+    fabric_findings,
+    parse_nccl_transports,
+    rank_environment,
+)
+from tandem.check.findings import Severity
 from tandem.preflight import run_check
 from tandem.spec.deployment import Deployment, local_cluster
+from tests.check.conftest import seed_deployment
 from tests.factories import make_recipe
 
 NCCL_LOG = """\
@@ -212,3 +220,56 @@ def test_up_refuses_on_preflight_errors_and_logs_a_skip(tmp_path: Path, tandem_h
     assert "preflight skipped" in skipped.stdout
     assert f"port {api} on this machine is already in use" in skipped.stderr
     assert not (tmp_path / "home" / "deployments" / "refused").exists()
+
+
+def _spark_pair_run(busbw_gbps: float, size: int = 1 << 30) -> FabricResult:
+    """A two-Spark NCCL run as ``run_fabric`` records it, with the measured bus bandwidth."""
+    return FabricResult(
+        ok=True,
+        backend="nccl",
+        world_size=2,
+        ranks=[
+            {"rank": 0, "node": "spark-101", "address": "192.168.100.101", "local_rank": 0},
+            {"rank": 1, "node": "spark-102", "address": "192.168.100.102", "local_rank": 0},
+        ],
+        master="192.168.100.101:29600",
+        correct=True,
+        sizes=[
+            FabricSize(
+                bytes=size,
+                iters=20,
+                time_us=size / (2 * busbw_gbps * 1e3),
+                algbw_gbps=busbw_gbps * 2,
+                busbw_gbps=busbw_gbps,
+            )
+        ],
+        peak_busbw_gbps=busbw_gbps,
+        nccl_version="2.28.9",
+        transports=["NET/IB"],
+        nccl_network="IB",
+    )
+
+
+@pytest.mark.parametrize(
+    ("busbw", "size", "severity"),
+    [
+        (23.74, 1 << 30, None),  # both twins, MTU 9000, release NCCL (playbooks #102)
+        (18.94, 16 << 30, Severity.WARNING),  # MTU 1500 (playbooks #25)
+        (3.04, 1 << 30, Severity.ERROR),  # a dev-branch NCCL build (playbooks #102)
+        (3.04, 256 << 20, None),  # too small a message for a verdict
+    ],
+)
+def test_fabric_verdict_against_what_a_spark_pair_reaches(healthy, busbw, size, severity):
+    findings = fabric_findings(seed_deployment(), _spark_pair_run(busbw, size), healthy)
+    fired = [f for f in findings if f.rule == "fabric-bandwidth"]
+    assert [f.severity for f in fired] == ([severity] if severity else [])
+    if fired:
+        assert f"{busbw:.2f} GB/s" in fired[0].message and "PR #35" in fired[0].evidence
+        assert "v2.28.9-1" in fired[0].fix
+
+
+def test_fabric_verdict_only_when_the_nodes_are_known_sparks(healthy):
+    for facts in healthy.values():
+        facts["gpu"]["gpus"][0]["name"] = "NVIDIA H200"
+    findings = fabric_findings(seed_deployment(), _spark_pair_run(3.04), healthy)
+    assert "fabric-bandwidth" not in {f.rule for f in findings}

@@ -72,6 +72,25 @@ def test_drifted_node_shows_shifted_gid_gui_and_partial_download():
     assert {"port": 8888, "addresses": ["0.0.0.0"]} in facts["ports"]["listening"]
 
 
+def test_faulted_node_shows_the_host_faults_mechanisms():
+    healthy, faulted = facts_of("spark-102"), facts_of("spark-102-faulted")
+    assert healthy["memory"]["cma_total_bytes"] == 32768 * 1024
+    assert faulted["memory"]["cma_total_bytes"] == 0
+    assert faulted["system"]["kernel"] == "7.0.0-1019-nvidia"
+    links = {d["name"]: d["pci"] for d in faulted["rdma"]["devices"]}
+    assert links["rocep1s0f1"] == {
+        "slot": "0000:01:00.1",
+        "current_link_speed": "32.0 GT/s PCIe",
+        "current_link_width": 4,
+        "max_link_speed": "32.0 GT/s PCIe",
+        "max_link_width": 4,
+    }
+    assert links["roceP2p1s0f1"]["slot"] == "0002:01:00.1"
+    assert links["roceP2p1s0f1"]["current_link_width"] == 2
+    assert healthy["nccl_conf"] is None
+    assert faulted["nccl_conf"]["settings"]["NCCL_IB_USE_INLINE"] == "1"
+
+
 def test_missing_tools_are_facts_not_crashes(tmp_path: Path):
     (tmp_path / "commands").mkdir()
     node = probe.Node(root=str(tmp_path), commands=str(tmp_path / "commands"))
@@ -150,7 +169,7 @@ def test_probe_script_runs_standalone_on_fixtures(python: str):
             "deepseek-ai/DeepSeek-V4-Flash-DSpark",
             "--cache-root",
             "/root/.cache/huggingface",
-            "--hash",
+            "--verify",
         ],
         capture_output=True,
         text=True,
@@ -158,7 +177,9 @@ def test_probe_script_runs_standalone_on_fixtures(python: str):
     )
     facts = json.loads(out.stdout)
     assert facts["system"]["kernel"] == "6.17.0-1026-nvidia"
-    assert all(len(f["sha256"]) == 64 for f in facts["model"]["files"])
+    files = facts["model"]["files"]
+    assert files and all(f["verified"] == "hashed" for f in files)
+    assert facts["model"]["corrupt"] == []
 
 
 def test_probe_runs_for_real_on_this_machine():

@@ -360,3 +360,58 @@ def test_memory_headroom_with_tandem_plans_own_figure(healthy, drifted):
         if f.rule == "memory-headroom"
     ]
     assert [f.node for f in fired] == ["spark-102"]  # the desktop and a stale server ate it
+
+
+# --- host faults (known_hosts): each fires on the recorded fault and is silent without it ---
+
+
+def test_cma_zero_on_the_september_kernel_is_an_error(faulted, healthy):
+    fired = [f for f in run(seed_deployment(), faulted) if f.rule == "kernel-cma-zero"]
+    assert [(f.node, f.severity) for f in fired] == [("spark-102", Severity.ERROR)]
+    assert "7.0.0-1019-nvidia" in fired[0].message and "CmaTotal: 0 kB" in fired[0].evidence
+    assert "#392" in fired[0].evidence and "6.17.0-1031-nvidia" in fired[0].fix
+    assert "kernel-cma-zero" not in rules_of(run(seed_deployment(), healthy))
+    faulted["spark-102"]["memory"]["cma_total_bytes"] = 32 * 2**20  # the kernel alone: silent
+    assert "kernel-cma-zero" not in rules_of(run(seed_deployment(), faulted))
+
+
+def test_second_controller_at_x2_is_named_with_its_link(faulted, healthy):
+    fired = [f for f in run(seed_deployment(), faulted) if f.rule == "pcie-link-narrow"]
+    assert [(f.node, f.severity) for f in fired] == [("spark-102", Severity.WARNING)]
+    assert "roceP2p1s0f1 (0002:01:00.1): current_link_width 2, max_link_width 4" in (
+        fired[0].evidence
+    )
+    assert "PR #35" in fired[0].evidence and "fwupdmgr" in fired[0].fix
+    assert "pcie-link-narrow" not in rules_of(run(seed_deployment(), healthy))
+
+
+def test_one_twin_in_nccl_ib_hca_on_a_spark(healthy):
+    one_twin = seed_deployment(spark_cluster(hcas=["rocep1s0f1"]))
+    fired = [f for f in run(one_twin, healthy) if f.rule == "roce-twin-missing"]
+    assert [f.node for f in fired] == ["spark-101", "spark-102"]
+    assert "its twin roceP2p1s0f1" in fired[0].message and "12.3 GB/s" in fired[0].message
+    assert "dgx-spark-playbooks #102" in fired[0].evidence
+    assert "roce-twin-missing" not in rules_of(run(seed_deployment(), healthy))
+
+
+def test_mtu_below_9000_on_the_roce_data_plane(faulted, healthy):
+    fired = [f for f in run(seed_deployment(), faulted) if f.rule == "mtu-below-9000"]
+    assert [(f.node, f.severity) for f in fired] == [("spark-102", Severity.WARNING)]
+    assert fired[0].evidence.startswith("enp1s0f1np1 mtu 1500, enP2p1s0f1np1 mtu 1500")
+    assert "18.94" in fired[0].message and "#25" in fired[0].evidence
+    assert "mtu-below-9000" not in rules_of(run(seed_deployment(), healthy))
+
+
+def test_stale_nccl_conf_lines_that_disagree_are_named(faulted, healthy):
+    fired = [f for f in run(seed_deployment(), faulted) if f.rule == "stale-nccl-conf"]
+    assert {f.node for f in fired} == {"spark-102"}
+    evidence = " ".join(f.evidence for f in fired)
+    assert "NCCL_IB_HCA=rocep1s0f1 (the rank sets NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1)" in evidence
+    assert "NCCL_IB_USE_INLINE=1" in evidence
+    assert "NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS=1" in evidence
+    assert "NCCL_DEBUG" not in evidence  # the rank sets WARN too: no disagreement
+    assert "luxingcom/aicad-nccl-optimization #1" in evidence
+    assert "stale-nccl-conf" not in rules_of(run(seed_deployment(), healthy))
+    agreeing = {"NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1", "NCCL_DEBUG": "WARN"}
+    healthy["spark-102"]["nccl_conf"] = {"path": "/etc/nccl.conf", "settings": agreeing}
+    assert "stale-nccl-conf" not in rules_of(run(seed_deployment(), healthy))

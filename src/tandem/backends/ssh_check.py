@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from tandem.backends.openssh import OpenSSH, SSHTarget, engine_python
 from tandem.check.node_transport import (
-    PROBE_TIMEOUT_S,
+    Verification,
     finished_probe,
     probe_args,
     probe_source,
@@ -34,19 +34,19 @@ class SSHNodeTransport:
         deployment: Deployment,
         *,
         python: str | None = None,
-        with_hashes: bool = False,
+        verification: Verification | None = None,
         compile_caches: dict[str, str] | None = None,
     ) -> None:
         self.deployment = deployment
         self.ssh = OpenSSH.for_cluster(deployment.cluster)
         self.python = python or engine_python(deployment.cluster.ssh.vllm_command)
-        self.with_hashes = with_hashes
+        self.verification = verification or Verification()
         self.compile_caches = compile_caches or {}
 
     def run_probe(self, node: Node) -> dict[str, Any]:
         args = probe_args(
             self.deployment,
-            with_hashes=self.with_hashes,
+            verify=self.verification.args_for(node.name),
             compile_cache=self.compile_caches.get(node.name),
         )
         started = time.time()
@@ -57,7 +57,7 @@ class SSHNodeTransport:
             args,
             python=self.python,
             env=node.env,
-            timeout_s=PROBE_TIMEOUT_S,
+            timeout_s=self.verification.timeout_s,
         )
         return finished_probe(result.returncode, result.stdout, result.stderr, node.name, started)
 

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from tandem import wire
+from tandem.check import known_hosts as known
 from tandem.check.findings import Finding, Severity
 from tandem.check.node_transport import NodeTransport
 from tandem.rankplan import RankPlan
@@ -148,6 +149,7 @@ def run_fabric(
     iters: int = 20,
     timeout_s: float = 300.0,
     base_env: dict[str, str] | None = None,
+    facts: dict[str, dict[str, Any]] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[FabricResult, list[Finding]]:
     """Run the all-reduce on every rank of ``plan`` and read what the fabric did.
@@ -156,6 +158,7 @@ def run_fabric(
         gpu_nodes: the nodes have GPUs (NCCL, one rank per GPU); else Gloo, one rank per node.
         port: the rendezvous port on the leader (the deployment's own master port is left alone).
         sizes: message sizes in bytes; default 1 KiB..256 MiB (NCCL) or 1 KiB..16 MiB (Gloo).
+        facts: the probe's facts per node, which tell a Spark pair (``fabric_findings``).
     """
     base = dict(os.environ if base_env is None else base_env)
     nodes = {n.name: n for n in deployment.cluster.nodes}
@@ -250,7 +253,7 @@ def run_fabric(
     for log in workdir.iterdir():
         log.unlink()
     workdir.rmdir()
-    return result, fabric_findings(deployment, result)
+    return result, fabric_findings(deployment, result, facts)
 
 
 def _wait(
@@ -284,8 +287,11 @@ def _kill_group(process: subprocess.Popen) -> None:
     process.wait(timeout=10)
 
 
-def fabric_findings(deployment: Deployment, result: FabricResult) -> list[Finding]:
-    """Errors for a fabric that failed or fell back to TCP; an info line for what it measured."""
+def fabric_findings(
+    deployment: Deployment, result: FabricResult, facts: dict[str, dict[str, Any]] | None = None
+) -> list[Finding]:
+    """Errors for a fabric that failed or fell back to TCP; on a Spark pair, the bus bandwidth
+    against what a pair reaches (``spark_pair_verdict``); an info line for what it measured."""
     if not result.ok:
         tail = next(iter(result.log_tail.values()), "")[-600:]
         return [
@@ -326,6 +332,9 @@ def fabric_findings(deployment: Deployment, result: FabricResult) -> list[Findin
                 "environment (a container needs the device and IPC_LOCK)",
             )
         )
+    verdict = spark_pair_verdict(deployment, result, facts or {})
+    if verdict is not None:
+        findings.append(verdict)
     biggest = result.sizes[-1] if result.sizes else None
     findings.append(
         Finding(
@@ -343,3 +352,50 @@ def fabric_findings(deployment: Deployment, result: FabricResult) -> list[Findin
         )
     )
     return findings
+
+
+def spark_pair_verdict(
+    deployment: Deployment, result: FabricResult, facts: dict[str, dict[str, Any]]
+) -> Finding | None:
+    """The NCCL bus bandwidth of a two-Spark RoCE run against what a pair should reach.
+
+    A verdict only where the figures apply: NCCL over RoCE/IB between exactly two nodes whose
+    probed GPUs are each one GB10, and messages of at least 1 GiB (smaller ones stay below the
+    link's rate). Below ``SPARK_PAIR_FLOOR_GBPS`` it is an error, below
+    ``SPARK_PAIR_BUSBW_GBPS`` a warning; otherwise, and anywhere else, None.
+    """
+    large = [s for s in result.sizes if s.bytes >= known.VERDICT_MIN_BYTES]
+    nodes = {r["node"] for r in result.ranks}
+    if (
+        not result.ok
+        or result.backend != "nccl"
+        or deployment.recipe.network.data_plane.transport is not DataPlaneTransport.IB
+        or not large
+        or len(nodes) != 2
+        or result.world_size != 2
+        or not all(known.is_spark(facts.get(n) or {}) for n in nodes)
+    ):
+        return None
+    best = max(large, key=lambda s: s.busbw_gbps)
+    if best.busbw_gbps >= known.SPARK_PAIR_BUSBW_GBPS:
+        return None
+    error = best.busbw_gbps < known.SPARK_PAIR_FLOOR_GBPS
+    return Finding(
+        rule="fabric-bandwidth",
+        severity=Severity.ERROR if error else Severity.WARNING,
+        node=None,
+        message=f"the Spark pair {' and '.join(sorted(nodes))} reaches {best.busbw_gbps:.2f} "
+        f"GB/s bus bandwidth; a pair over RoCE reaches {known.SPARK_PAIR_BUSBW_GBPS:g} GB/s "
+        "or more"
+        + (
+            f" (below {known.SPARK_PAIR_FLOOR_GBPS:g} GB/s: one twin missing or TCP)"
+            if error
+            else ""
+        ),
+        evidence=f"all-reduce of {best.bytes} bytes: {best.busbw_gbps} GB/s busbw "
+        f"({best.algbw_gbps} GB/s algbw), NCCL {result.nccl_version}, connections "
+        f"{', '.join(result.transports) or 'none seen'}; measured pairs: "
+        f"{known.SPARK_PAIR_SOURCES}",
+        fix=f"look for the known causes (the host-fault findings above name those seen): "
+        f"{known.SLOW_SPARK_PAIR_CAUSES}",
+    )

@@ -91,8 +91,39 @@ KNOWN_BAD_ENV: tuple[BadEnv, ...] = (
         "NCCL docs",
         values=("1",),
     ),
+    BadEnv(
+        "NCCL_IB_USE_INLINE",
+        Severity.WARNING,
+        "froze the 4-byte PyNccl warm-up all-reduce of a 3-Spark RoCE ring",
+        "set it to 0 or remove it",
+        "luxingcom/aicad-nccl-optimization #1 (a stale /etc/nccl.conf in the image)",
+        values=("1",),
+        only_with_ib=True,
+    ),
+    BadEnv(
+        "NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS",
+        Severity.WARNING,
+        "froze the 4-byte PyNccl warm-up all-reduce of a 3-Spark RoCE ring",
+        "set it to 0 or remove it",
+        "luxingcom/aicad-nccl-optimization #1 (a stale /etc/nccl.conf in the image)",
+        values=("1",),
+        only_with_ib=True,
+    ),
 )
 """Every known-bad variable; rules report the first matching row per variable."""
+
+
+def known_bad(name: str, value: str, *, uses_ib: bool) -> BadEnv | None:
+    """The first row of ``KNOWN_BAD_ENV`` that ``name=value`` matches on this data plane."""
+    return next(
+        (
+            row
+            for row in KNOWN_BAD_ENV
+            if row.name == name and row.matches(value) and (uses_ib or not row.only_with_ib)
+        ),
+        None,
+    )
+
 
 EMPTY_NCCL_VARIABLE = BadEnv(
     "NCCL_*",

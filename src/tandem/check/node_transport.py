@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import IO, Any, Protocol
 
@@ -33,6 +34,32 @@ from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment
 
 PROBE_TIMEOUT_S = 60.0
+VERIFY_TIMEOUT_S = 3600.0
+"""A probe that reads every weight file: 150-170 GB at a disk's 1-3 GB/s takes minutes."""
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What the probe checks of the model snapshot on each node.
+
+    ``enabled``: read every file and check its content against its blob id (the Hub's sha256 or
+    git id); ``known``: node name -> ``{repo_dir: {blob: [size, mtime_ns]}}``, the blobs verified
+    before (``tandem.backends.verified``), which the probe skips while they are unchanged.
+    """
+
+    enabled: bool = False
+    known: dict[str, dict[str, dict[str, list[int]]]] = field(default_factory=dict)
+
+    @property
+    def timeout_s(self) -> float:
+        return VERIFY_TIMEOUT_S if self.enabled else PROBE_TIMEOUT_S
+
+    def args_for(self, node: str) -> list[str]:
+        """The probe's arguments for one node."""
+        if not self.enabled:
+            return []
+        known = self.known.get(node)
+        return ["--verify", *(["--known", json.dumps(known, separators=(",", ":"))] * bool(known))]
 
 
 class NodeTransport(Protocol):
@@ -62,10 +89,14 @@ def probe_source() -> str:
 
 
 def probe_args(
-    deployment: Deployment, *, with_hashes: bool = False, compile_cache: str | None = None
+    deployment: Deployment,
+    *,
+    verify: list[str] | None = None,
+    compile_cache: str | None = None,
 ) -> list[str]:
-    """The probe's arguments for this deployment's model and, when given, the node's compile
-    cache root (``tandem.caches.rank_root``)."""
+    """The probe's arguments for this deployment's model, the node's snapshot verification
+    (``Verification.args_for``) and, when given, its compile cache root
+    (``tandem.caches.rank_root``)."""
     model = deployment.recipe.model
     args = ["--model", model.repo_id, "--revision", model.revision]
     if compile_cache:
@@ -83,9 +114,7 @@ def probe_args(
         args += ["--cache-root", model.cache_root]
     if model.path:
         args += ["--model-path", model.path]
-    if with_hashes:
-        args.append("--hash")
-    return args
+    return args + (verify or [])
 
 
 def clock_offset(
@@ -157,14 +186,14 @@ class LocalTransport:
         *,
         netns: dict[str, str] | None = None,
         python: str | None = None,
-        with_hashes: bool = False,
+        verification: Verification | None = None,
         compile_caches: dict[str, str] | None = None,
     ) -> None:
         self.deployment = deployment
         self.netns = netns or {}
         self.compile_caches = compile_caches or {}
         self.python = python or sys.executable
-        self.with_hashes = with_hashes
+        self.verification = verification or Verification()
 
     def _wrap(self, node: Node, argv: list[str]) -> list[str]:
         if argv and argv[0] == "python3":
@@ -181,7 +210,7 @@ class LocalTransport:
                 script,
                 *probe_args(
                     self.deployment,
-                    with_hashes=self.with_hashes,
+                    verify=self.verification.args_for(node.name),
                     compile_cache=self.compile_caches.get(node.name),
                 ),
             ],
@@ -192,7 +221,7 @@ class LocalTransport:
                 argv,
                 capture_output=True,
                 text=True,
-                timeout=PROBE_TIMEOUT_S,
+                timeout=self.verification.timeout_s,
                 env={**os.environ, **node.env},
             )
         except (OSError, subprocess.TimeoutExpired) as exc:

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 
 # key -> argv. A recorded fixture holds the stdout of exactly this command in a file named KEY.
 COMMANDS = {
@@ -266,6 +266,8 @@ def memory_facts(node):
         "total_bytes": info.get("MemTotal"),
         "available_bytes": info.get("MemAvailable"),
         "swap_total_bytes": info.get("SwapTotal"),
+        # 0 on kernel 7.0.0-1019-nvidia, where RoCE memory registration fails (no line: no CMA)
+        "cma_total_bytes": info.get("CmaTotal"),
     }
 
 
@@ -384,6 +386,7 @@ def rdma_facts(node):
                 "node_guid": (node.read(dev + "/node_guid") or "").strip() or None,
                 "netdevs": netdevs,
                 "ports": ports,
+                "pci": _pci_link(node, dev + "/device"),
             }
         )
     _merge_ibv_devinfo(devices, node.run("ibv_devinfo"))
@@ -392,6 +395,17 @@ def rdma_facts(node):
     except OSError:
         dev_ib = None
     return {"devices": devices, "dev_infiniband": dev_ib}
+
+
+def _pci_link(node, device_dir):
+    """The PCI slot and PCIe link of an RDMA device: a BIOS can train it narrower than the
+    device allows (a GB10's second ConnectX-7 controller at Gen5 x2 instead of x4)."""
+    slot = _key_values(node.read(device_dir + "/uevent") or "").get("PCI_SLOT_NAME")
+    link = {}
+    for name in ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width"):
+        value = (node.read("%s/%s" % (device_dir, name)) or "").strip() or None
+        link[name] = _int_or_none(value) if value and name.endswith("width") else value
+    return dict(link, slot=slot)
 
 
 def _numeric(text):
@@ -480,6 +494,16 @@ def _merge_ibv_devinfo(devices, text):
 # --- software -----------------------------------------------------------------------------------
 
 
+def nccl_conf_facts(node):
+    """The settings of /etc/nccl.conf, which NCCL applies to every variable the environment
+    leaves unset; None when there is no such file. Inside a pod (``kubectl exec``) this is
+    the image's own file."""
+    text = node.read("/etc/nccl.conf")
+    if text is None:
+        return None
+    return {"path": "/etc/nccl.conf", "settings": _key_values(text)}
+
+
 def image_facts(node):
     images = []
     tools = []
@@ -557,12 +581,18 @@ def _proc_address(hex_address, family):
 # --- model snapshot -----------------------------------------------------------------------------
 
 
-def model_facts(node, repo_id, revision, cache_root, model_path, with_hashes):
+def model_facts(node, repo_id, revision, cache_root, model_path, verify=False, known=None):
     """The snapshot a rank would serve: HF cache layout, files, sizes, blobs, completeness.
 
-    Layout: ``CACHE/hub/models--ORG--NAME/{refs/REV, snapshots/COMMIT/FILE -> ../../blobs/SHA,
-    blobs/}``. A blob's name is the file's sha256 (LFS) or git hash, so equal blob names on two
-    nodes mean equal files without reading them; ``--hash`` also hashes the content.
+    Layout: ``CACHE/hub/models--ORG--NAME/{refs/REV, snapshots/COMMIT/FILE -> ../../blobs/ID,
+    blobs/}``. A blob's name is the id the Hub gave the file: its sha256 for an LFS file (the
+    weights), its git blob id for a small one (``config.json``). So equal blob names on two nodes
+    mean equal files without reading them, and ``verify`` reads each file and checks that its
+    content has that id: a truncated shard or a flipped byte is named in ``corrupt``.
+
+    ``known``: ``{repo_dir: {blob: [size, mtime_ns]}}``, blobs verified before (tandem keeps the
+    record, ``tandem.backends.verified``): one whose size and mtime are unchanged is not read
+    again (``verified: "remembered"``).
     """
     if not repo_id and not model_path:
         return None
@@ -581,6 +611,9 @@ def model_facts(node, repo_id, revision, cache_root, model_path, with_hashes):
         "broken_links": [],
         "incomplete_blobs": [],
         "missing_shards": [],
+        "corrupt": [],
+        "verified_bytes": 0,
+        "verify_s": 0.0,
     }
     if model_path:
         snapshot = model_path
@@ -630,6 +663,8 @@ def model_facts(node, repo_id, revision, cache_root, model_path, with_hashes):
         return facts
     facts["exists"] = True
     facts["snapshot_dir"] = snapshot
+    remembered = (known or {}).get(facts.get("repo_dir") or "", {})
+    started = time.monotonic()
     base = node.path(snapshot)
     for folder, _dirs, files in os.walk(base):
         for name in sorted(files):
@@ -639,16 +674,18 @@ def model_facts(node, repo_id, revision, cache_root, model_path, with_hashes):
             if not os.path.exists(full):
                 facts["broken_links"].append(relative)
                 continue
-            size = os.path.getsize(full)
+            stat = os.stat(full)
             entry = {
                 "name": relative,
-                "size": size,
+                "size": stat.st_size,
                 "blob": os.path.basename(target) if target else None,
+                "mtime_ns": stat.st_mtime_ns,
             }
-            if with_hashes:
-                entry["sha256"] = _sha256(full)
+            if verify:
+                _verify_file(facts, entry, full, remembered.get(entry["blob"] or ""))
             facts["files"].append(entry)
-            facts["total_bytes"] += size
+            facts["total_bytes"] += stat.st_size
+    facts["verify_s"] = round(time.monotonic() - started, 3) if verify else 0.0
     facts["files"].sort(key=lambda f: f["name"])
     facts["missing_shards"] = _missing_shards(base, {f["name"] for f in facts["files"]})
     return facts
@@ -672,12 +709,46 @@ def _missing_shards(base, present):
     return sorted(missing)
 
 
-def _sha256(path):
-    digest = hashlib.sha256()
+def blob_algorithm(blob):
+    """How the Hub named a blob: ``sha256`` (64 hex: an LFS file's content hash), ``git-sha1``
+    (40 hex: a small file's git blob id), or None (not a Hub id: a plain directory's file)."""
+    if blob and re.fullmatch(r"[0-9a-f]{64}", blob):
+        return "sha256"
+    if blob and re.fullmatch(r"[0-9a-f]{40}", blob):
+        return "git-sha1"
+    return None
+
+
+def content_id(path, algorithm, size):
+    """The file's id by ``algorithm``: sha256 of the bytes, or git's ``sha1("blob SIZE\\0" +
+    bytes)``, read in 8 MiB chunks."""
+    digest = hashlib.sha256() if algorithm == "sha256" else hashlib.sha1()
+    if algorithm == "git-sha1":
+        digest.update(b"blob %d\0" % size)
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
+        for chunk in iter(lambda: handle.read(1 << 23), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _verify_file(facts, entry, path, remembered):
+    """Check one file's content against its blob id, unless it was verified before unchanged."""
+    if remembered and list(remembered) == [entry["size"], entry["mtime_ns"]]:
+        entry["verified"] = "remembered"
+        return
+    algorithm = blob_algorithm(entry["blob"]) or "sha256"
+    found = content_id(path, algorithm, entry["size"])
+    facts["verified_bytes"] += entry["size"]
+    if entry["blob"] is None:
+        entry["sha256"] = found  # no id to hold it to: other nodes' copies are compared
+        entry["verified"] = "hashed"
+    elif found == entry["blob"]:
+        entry["verified"] = "hashed"
+    else:
+        entry["verified"] = "mismatch"
+        facts["corrupt"].append(
+            {"name": entry["name"], "blob": entry["blob"], "found": found, "size": entry["size"]}
+        )
 
 
 # --- compile caches -----------------------------------------------------------------------------
@@ -751,10 +822,17 @@ def collect(node, args):
         "interfaces": lambda: interface_facts(node),
         "rdma": lambda: rdma_facts(node),
         "images": lambda: image_facts(node),
+        "nccl_conf": lambda: nccl_conf_facts(node),
         "software": lambda: python_facts(node),
         "ports": lambda: port_facts(node),
         "model": lambda: model_facts(
-            node, args.model, args.revision, args.cache_root, args.model_path, args.hash
+            node,
+            args.model,
+            args.revision,
+            args.cache_root,
+            args.model_path,
+            verify=getattr(args, "verify", False),
+            known=json.loads(getattr(args, "known", None) or "null"),
         ),
         "compile_cache": lambda: compile_cache_facts(
             node,
@@ -766,7 +844,10 @@ def collect(node, args):
     }
     facts = {"probe_version": PROBE_VERSION}
     errors = {}
+    only = _names(getattr(args, "only", None))
     for name, read in sections.items():
+        if only and name not in only:
+            continue
         try:
             facts[name] = read()
         except Exception as exc:  # noqa: BLE001 - the probe reports, it never crashes
@@ -790,7 +871,18 @@ def main(argv=None):
     parser.add_argument("--revision", default="main")
     parser.add_argument("--cache-root", default=None, help="HF_HOME holding hub/")
     parser.add_argument("--model-path", default=None, help="a local model directory instead")
-    parser.add_argument("--hash", action="store_true", help="sha256 every snapshot file")
+    parser.add_argument(
+        "--verify", action="store_true", help="check every snapshot file against its blob id"
+    )
+    parser.add_argument(
+        "--known",
+        default=None,
+        help="blobs verified before, skipped when unchanged: "
+        '{"REPO_DIR": {"BLOB": [SIZE, MTIME_NS]}}',
+    )
+    parser.add_argument(
+        "--only", default=None, help="collect only these sections, comma-separated (e.g. model)"
+    )
     parser.add_argument(
         "--compile-cache",
         default=None,

@@ -83,14 +83,14 @@ class ByteSizes(click.ParamType):
     default=None,
     metavar="SIZE,...",
     help="Message sizes of the fabric test, in bytes or with a binary unit: e.g. "
-    "1KiB,64KiB,1MiB. Default: 1 KiB..256 MiB (NCCL), 1 KiB..16 MiB (Gloo).",
+    "1KiB,64KiB,1MiB. Default: 1 KiB..256 MiB (NCCL), 1 KiB..16 MiB (Gloo). A size of "
+    "1GiB or more also judges a DGX Spark pair's bandwidth against the >= 20 GB/s a pair reaches.",
 )
 @click.option(
-    "--hash",
-    "with_hashes",
+    "--rehash",
     is_flag=True,
-    help="sha256 every snapshot file on "
-    "every node (slow for large models; blob names are compared anyway).",
+    help="Read every snapshot file on every node again and check it against the id the Hub "
+    "gave it (by default a file verified before and unchanged since is not read again).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON for scripts.")
 def check_command(
@@ -99,7 +99,7 @@ def check_command(
     fabric: bool,
     fabric_port: int,
     fabric_sizes: list[int] | None,
-    with_hashes: bool,
+    rehash: bool,
     as_json: bool,
 ) -> None:
     """Preflight the nodes: refuse to launch on a real fault.
@@ -123,7 +123,7 @@ def check_command(
         fabric=fabric,
         fabric_port=fabric_port,
         fabric_sizes=fabric_sizes,
-        with_hashes=with_hashes,
+        rehash=rehash,
         on_event=(lambda text: None) if as_json else _show_event,
     )
     if as_json:

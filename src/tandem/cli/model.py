@@ -10,13 +10,17 @@ build.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
 from rich.console import Console
 
 from tandem import hf_cache
+from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
+from tandem.errors import ClusterError
 from tandem.shapemodel import MIN_LAYERS, SHAPES, build_shape_model, check_arguments
+from tandem.spec.cluster import Transport
 
 ARCHITECTURES = ("deepseek_v3", "llama", "mistral", "mixtral", "qwen2", "qwen3")
 """``tandem.tinymodel.ARCHITECTURES``' names."""
@@ -194,3 +198,83 @@ def shape_command(
         f"{built.size_bytes / 1e9:.2f} GB"
     )
     console.print(f"  snapshot: {built.snapshot_path}", soft_wrap=True, highlight=False)
+
+
+@model_command.command("pull")
+@recipe_argument
+@cluster_option
+@click.option(
+    "--on",
+    "on_node",
+    default=None,
+    metavar="NODE",
+    help="The node that downloads when no node holds the commit yet. Default: the leader.",
+)
+@click.option(
+    "--bwlimit",
+    default=None,
+    metavar="RATE",
+    callback=lambda ctx, param, value: _rate(value),
+    help="Cap each node's copy at RATE (rsync's --bwlimit: 500M is 500 MB/s, a bare number "
+    "KiB/s), e.g. beside a deployment that serves over the same link.",
+)
+def pull_command(
+    recipe: str, cluster_path: str | None, on_node: str | None, bwlimit: str | None
+) -> None:
+    """Place the recipe's model on every node: downloaded once, copied node to node over the
+    fast link, every file verified against the id the Hub gave it on every node.
+
+    A node that already holds the whole commit is the source and nothing is downloaded;
+    otherwise huggingface_hub downloads it on one node (with its resume). The others pull the
+    commit's files from that node's rsync daemon on its data_address (read only, a one-time
+    password), in parallel, with progress per node; an interrupted pull resumes. Files are never
+    replaced: a file whose content is not its id is named. The commit and every file's id are
+    recorded, and `tandem check` and `up` judge each node against them.
+
+    \b
+    Examples:
+      tandem model pull deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml
+      tandem model pull smollm2-local --cluster hosts.yaml --on host1
+    """
+    from tandem.backends.pull import Pull
+
+    deployment = machine_deployment(recipe, cluster_path)
+    if deployment.cluster.transport is not Transport.SSH:
+        raise ClusterError(
+            "tandem model pull copies between SSH nodes; this cluster's transport is "
+            f"{deployment.cluster.transport.value}",
+            field="transport",
+            hint="pass an inventory with transport: ssh via --cluster",
+        )
+    console = Console(highlight=False)
+    report = Pull(
+        deployment,
+        bwlimit=bwlimit,
+        on_event=lambda text: console.print(f"  [dim]{text}[/dim]", soft_wrap=True),
+    ).run(on=on_node)
+    manifest = report.manifest
+    console.print(
+        f"[green]pulled[/green] {manifest.repo_id}@{manifest.commit}: "
+        f"{len(manifest.files)} file(s), {manifest.total_bytes / 1e9:.2f} GB, "
+        + ("downloaded" if report.downloaded else "held")
+        + f" on {report.source}",
+        soft_wrap=True,
+    )
+    if report.copied:
+        moved = sum(report.copied.values())
+        rate = moved / report.copy_s / 1e9 if report.copy_s else 0.0
+        console.print(
+            f"  copied {moved / 1e9:.2f} GB to {', '.join(report.copied)} "
+            f"in {report.copy_s:.1f} s ({rate:.2f} GB/s)"
+        )
+    for name, held in report.verified.items():
+        read, seconds = report.verified_bytes[name], report.verify_s[name]
+        how = f"read {read / 1e9:.2f} GB in {seconds:.1f} s" if read else "unchanged since verified"
+        console.print(f"  {name}: verified {len(held.files)} file(s), {how}")
+
+
+def _rate(value: str | None) -> str | None:
+    """``--bwlimit``'s value as rsync reads it: a number with an optional K, M or G."""
+    if value is not None and not re.fullmatch(r"\d+(\.\d+)?[KMGkmg]?", value):
+        raise click.BadParameter(f"{value!r} is not a rate: use e.g. 500M, 2G or 1024 (KiB/s)")
+    return value

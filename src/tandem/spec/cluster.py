@@ -80,6 +80,11 @@ class Node(StrictModel):
         description="Accelerators on the node that vLLM may use "
         "(on the CPU backend: worker slots). Default 1, as on a DGX Spark.",
     )
+    data_address: str | None = Field(
+        default=None,
+        description="The node's address on the fast link (a Spark's ConnectX-7 netdev), which "
+        "`tandem model pull` copies the weights over. Default: `address`.",
+    )
     ssh_host: str | None = Field(
         default=None,
         description="Host for ssh (an alias from ~/.ssh/config works). Default: `address`.",

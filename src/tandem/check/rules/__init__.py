@@ -8,7 +8,8 @@ rank plan, and the memory need from ``tandem plan`` when it is installed.
 
 Modules by what a rule looks at: ``software`` (probe, versions, image, model, environment),
 ``network`` (interfaces, MTU, RoCE GIDs, ports, rendezvous), ``host`` (memory, desktop, shm,
-clocks), ``cache`` (the ranks' compile caches); ``context`` holds what they all read.
+clocks), ``host_faults`` (the known-bad kernel, BIOS link width, RoCE twins, MTU, nccl.conf),
+``cache`` (the ranks' compile caches); ``context`` holds what they all read.
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from tandem.check.findings import Finding
 from tandem.check.rules.cache import CacheParityRule
 from tandem.check.rules.context import CheckContext, Rule
 from tandem.check.rules.host import ClockSkewRule, GuiRule, MemoryHeadroomRule, PlanFitRule, ShmRule
+from tandem.check.rules.host_faults import (
+    CmaZeroRule,
+    MissingTwinRule,
+    NarrowTwinRule,
+    SmallMtuRule,
+    StaleNcclConfRule,
+)
 from tandem.check.rules.network import (
     AddressOnNodeRule,
     InterfaceRule,
@@ -47,10 +55,15 @@ RULES: tuple[Rule, ...] = (
     AddressOnNodeRule(),
     MtuRule(),
     RoceGidRule(),
+    MissingTwinRule(),
+    SmallMtuRule(),
+    NarrowTwinRule(),
+    CmaZeroRule(),
     PlanFitRule(),
     MemoryHeadroomRule(),
     GuiRule(),
     KnownBadEnvRule(),
+    StaleNcclConfRule(),
     PortsRule(),
     ShmRule(),
     LoopbackMasterRule(),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tandem.check.findings import Finding
+from tandem.hf_cache import SnapshotManifest
 from tandem.spec.cluster import Node, Transport
 from tandem.spec.deployment import Deployment
 from tandem.spec.recipe import DataPlaneTransport
@@ -28,6 +29,7 @@ class CheckContext:
     ``plan_fit``: the plan's verdict (``tandem.plan.memory.Fit``), when ``tandem plan`` ran.
     ``api_key_set``: whether the caller's environment gives the leader ``VLLM_API_KEY``; None
     when unknown.
+    ``manifest``: what a pull recorded of the model's commit (``tandem.backends.snapshots``).
     """
 
     deployment: Deployment
@@ -38,6 +40,8 @@ class CheckContext:
     plan_refused: Any = None
     """The ``PlanError`` with which ``tandem plan`` refused the deployment, if it did."""
     api_key_set: bool | None = None
+    manifest: SnapshotManifest | None = None
+    """The files of the model's commit with the Hub's ids, when ``tandem model pull`` took it."""
 
     @property
     def nodes(self) -> list[Node]:

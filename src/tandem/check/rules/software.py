@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from tandem import hf_cache
 from tandem.check.findings import Finding, Severity
-from tandem.check.known_env import EMPTY_NCCL_VARIABLE, KNOWN_BAD_ENV
+from tandem.check.known_env import EMPTY_NCCL_VARIABLE, known_bad
 from tandem.check.rules.context import CheckContext, fact, listing, rdma_devices_of
 from tandem.spec.cluster import Transport
 
@@ -213,8 +213,79 @@ class ModelSnapshotRule:
                     fix=f"finish the download on {node.name}: {download}",
                 )
                 continue
+            faults = list(self._against_ids(ctx, node.name, snap, where))
+            if faults:
+                yield from faults
+                continue
             present[node.name] = snap
         yield from self._compare(present)
+
+    def _against_ids(
+        self, ctx: CheckContext, node: str, snap: dict[str, Any], where: str
+    ) -> Iterable[Finding]:
+        """Files whose content is not what their id says, and, when a pull recorded the
+        commit's manifest, files missing or other than the Hub's."""
+        pull = f"`tandem model pull {ctx.deployment.recipe.name}` (it copies only what differs)"
+        corrupt = snap.get("corrupt") or []
+        if corrupt:
+            yield Finding(
+                rule="model-snapshot-corrupt",
+                severity=Severity.ERROR,
+                node=node,
+                message=f"{len(corrupt)} file(s) of the snapshot at {where} are not what their "
+                "id says (truncated, or bytes changed after the download)",
+                evidence="; ".join(
+                    f"{c['name']}: {c['size']:,} bytes hash to {c['found'][:12]}..., "
+                    f"its blob id is {c['blob'][:12]}..."
+                    for c in corrupt[:5]
+                )
+                + (" ..." if len(corrupt) > 5 else ""),
+                fix=f"on {node}: delete those blobs (blobs/<id> under the repo folder) and "
+                f"download them again, or {pull}",
+            )
+        manifest = ctx.manifest
+        if manifest is None:
+            return
+        if snap.get("commit") != manifest.commit:
+            yield Finding(
+                rule="model-snapshot-differs",
+                severity=Severity.ERROR,
+                node=node,
+                message=f"the node serves commit {snap.get('commit')}, the pull took "
+                f"{manifest.commit} for {manifest.repo_id}@{manifest.revision}",
+                evidence=f"{where}; snapshots present: {snap.get('snapshots') or 'none'}",
+                fix=f"pin model.revision: {manifest.commit} in the recipe, or {pull}",
+            )
+            return
+        held = {f["name"]: f for f in snap.get("files") or []}
+        missing = sorted(set(manifest.files) - set(held))
+        other = sorted(
+            name
+            for name, want in manifest.files.items()
+            if name in held
+            and (held[name]["size"], held[name].get("blob")) != (want.size, want.blob)
+        )
+        if missing or other:
+            parts = []
+            if missing:
+                parts.append(
+                    f"missing: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}"
+                )
+            for name in other[:5]:
+                want, got = manifest.files[name], held[name]
+                parts.append(
+                    f"{name}: {got['size']:,} bytes, blob {str(got.get('blob'))[:12]}... where the "
+                    f"Hub's is {want.size:,} bytes, {want.blob[:12]}..."
+                )
+            yield Finding(
+                rule="model-snapshot-incomplete",
+                severity=Severity.ERROR,
+                node=node,
+                message=f"the snapshot at {where} is not the one pulled "
+                f"({len(missing)} file(s) missing, {len(other)} other)",
+                evidence="; ".join(parts),
+                fix=f"{pull}",
+            )
 
     def _compare(self, present: dict[str, dict[str, Any]]) -> Iterable[Finding]:
         if len(present) < 2:
@@ -262,16 +333,7 @@ class KnownBadEnvRule:
         for node in ctx.nodes:
             env = ctx.rank_env.get(node.name) or {**recipe_env, **node.env}
             for name, value in sorted(env.items()):
-                row = next(
-                    (
-                        r
-                        for r in KNOWN_BAD_ENV
-                        if r.name == name
-                        and r.matches(value)
-                        and (ctx.uses_ib or not r.only_with_ib)
-                    ),
-                    None,
-                )
+                row = known_bad(name, value, uses_ib=ctx.uses_ib)
                 if row is None and name.startswith("NCCL_") and value == "":
                     row = EMPTY_NCCL_VARIABLE
                 if row is None:
