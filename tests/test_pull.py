@@ -41,10 +41,10 @@ def git_blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def build_snapshot(home: Path) -> dict[str, str]:
+def build_snapshot(home: Path, shard_bytes: int = SHARD) -> dict[str, str]:
     """The snapshot as huggingface_hub leaves it; returns file name -> blob id."""
     repo = home / "hub" / FOLDER
-    shards = {name: os.urandom(SHARD) for name in SHARDS}
+    shards = {name: os.urandom(shard_bytes) for name in SHARDS}
     ids = {}
     for name, data in {**shards, **SMALL}.items():
         blob = hashlib.sha256(data).hexdigest() if name in shards else git_blob_id(data)

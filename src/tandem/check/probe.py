@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 PROBE_VERSION = 2
 
@@ -664,6 +665,7 @@ def model_facts(node, repo_id, revision, cache_root, model_path, verify=False, k
     facts["exists"] = True
     facts["snapshot_dir"] = snapshot
     remembered = (known or {}).get(facts.get("repo_dir") or "", {})
+    pending = []
     started = time.monotonic()
     base = node.path(snapshot)
     for folder, _dirs, files in os.walk(base):
@@ -682,9 +684,11 @@ def model_facts(node, repo_id, revision, cache_root, model_path, verify=False, k
                 "mtime_ns": stat.st_mtime_ns,
             }
             if verify:
-                _verify_file(facts, entry, full, remembered.get(entry["blob"] or ""))
+                pending.append((entry, full))
             facts["files"].append(entry)
             facts["total_bytes"] += stat.st_size
+    if verify:
+        _verify_files(facts, pending, remembered)
     facts["verify_s"] = round(time.monotonic() - started, 3) if verify else 0.0
     facts["files"].sort(key=lambda f: f["name"])
     facts["missing_shards"] = _missing_shards(base, {f["name"] for f in facts["files"]})
@@ -731,24 +735,47 @@ def content_id(path, algorithm, size):
     return digest.hexdigest()
 
 
-def _verify_file(facts, entry, path, remembered):
-    """Check one file's content against its blob id, unless it was verified before unchanged."""
-    if remembered and list(remembered) == [entry["size"], entry["mtime_ns"]]:
-        entry["verified"] = "remembered"
-        return
-    algorithm = blob_algorithm(entry["blob"]) or "sha256"
-    found = content_id(path, algorithm, entry["size"])
-    facts["verified_bytes"] += entry["size"]
-    if entry["blob"] is None:
-        entry["sha256"] = found  # no id to hold it to: other nodes' copies are compared
-        entry["verified"] = "hashed"
-    elif found == entry["blob"]:
-        entry["verified"] = "hashed"
-    else:
-        entry["verified"] = "mismatch"
-        facts["corrupt"].append(
-            {"name": entry["name"], "blob": entry["blob"], "found": found, "size": entry["size"]}
-        )
+HASH_WORKERS = 8
+"""Files hashed at once: hashlib lets go of the GIL on large reads, so a node's cores hash in
+parallel and verification nears the disk's rate instead of one core's ~1 GB/s of sha256."""
+
+
+def _verify_files(facts, pending, remembered):
+    """Check each file's content against its blob id, skipping one verified before and
+    unchanged since; several files at a time."""
+    unread = []
+    for entry, path in pending:
+        known = remembered.get(entry["blob"] or "")
+        if known and list(known) == [entry["size"], entry["mtime_ns"]]:
+            entry["verified"] = "remembered"
+        else:
+            unread.append((entry, path))
+
+    def read(item):
+        entry, path = item
+        return content_id(path, blob_algorithm(entry["blob"]) or "sha256", entry["size"])
+
+    workers = max(1, min(HASH_WORKERS, os.cpu_count() or 1, len(unread)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        found_ids = list(pool.map(read, unread))
+    for (entry, _path), found in zip(unread, found_ids):
+        facts["verified_bytes"] += entry["size"]
+        if entry["blob"] is None:
+            entry["sha256"] = found  # no id to hold it to: other nodes' copies are compared
+            entry["verified"] = "hashed"
+        elif found == entry["blob"]:
+            entry["verified"] = "hashed"
+        else:
+            entry["verified"] = "mismatch"
+            facts["corrupt"].append(
+                {
+                    "name": entry["name"],
+                    "blob": entry["blob"],
+                    "found": found,
+                    "size": entry["size"],
+                }
+            )
+    facts["corrupt"].sort(key=lambda c: c["name"])
 
 
 # --- compile caches -----------------------------------------------------------------------------
