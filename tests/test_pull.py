@@ -262,3 +262,37 @@ def test_an_interrupted_pull_resumes(bed):
             moved.rename(repo1)
         elif moved.exists():
             subprocess.run(["rm", "-rf", str(moved)], check=True)
+
+
+def test_sync_copies_the_snapshot_as_the_pull_does_and_never_downloads(bed):
+    bed, env = bed
+    repo0, repo1 = (home / "hub" / FOLDER for home in bed["homes"])
+    aside = repo1.parent / "sync-aside"
+    repo1.rename(aside)
+    try:
+
+        def sync(*flags: str):
+            return run_tandem(
+                "sync", str(bed["recipe"]), "--cluster", str(bed["cluster"]), *flags,
+                env=env, timeout=300, check=False,
+            )  # fmt: skip
+
+        planned = sync("--dry-run")
+        assert "would copy-snapshot to host1 from host0" in planned.stdout, planned.stdout
+        assert not repo1.exists()
+        done = sync()
+        assert done.returncode == 0 and "in sync" in done.stdout, done.stdout + done.stderr
+        for name in bed["ids"]:
+            assert blob(bed, 1, name).read_bytes() == blob(bed, 0, name).read_bytes()
+        subprocess.run(["rm", "-rf", str(repo1)], check=True)
+        repo0.rename(repo0.parent / "held-aside")
+        try:
+            nowhere = sync()
+            assert nowhere.returncode != 0 and "tandem model pull pull-test" in nowhere.stderr
+        finally:
+            (repo0.parent / "held-aside").rename(repo0)
+    finally:
+        if repo1.exists():
+            subprocess.run(["rm", "-rf", str(aside)], check=True)
+        else:
+            aside.rename(repo1)

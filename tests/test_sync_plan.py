@@ -1,58 +1,65 @@
-"""``tandem sync``'s plan: which node copies what from whom (pure)."""
+"""``tandem sync``'s and ``tandem model pull``'s plans: which node copies what from whom (pure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tandem.backends.sync import (
-    ImageFacts,
-    SnapshotFacts,
-    parse_image,
-    parse_snapshot,
-    plan_sync,
-)
+from tandem.backends.pull import NodeSnapshot
+from tandem.backends.sync import ImageFacts, parse_image, plan_images
 from tandem.errors import BackendError
+from tandem.hf_cache import ManifestFile, SnapshotManifest
 
+COMMIT = "5b28" * 10
 FILES = {
-    "config.json": 1200,
-    "model-00001-of-00002.safetensors": 5_000_000_000,
-    "model-00002-of-00002.safetensors": 3_000_000_000,
+    "config.json": ("a" * 40, 1200),
+    "model-00001-of-00002.safetensors": ("b" * 64, 5_000_000_000),
+    "model-00002-of-00002.safetensors": ("c" * 64, 3_000_000_000),
 }
+MANIFEST = SnapshotManifest(
+    repo_id="org/m",
+    revision="main",
+    commit=COMMIT,
+    files={n: ManifestFile(blob=b, size=s) for n, (b, s) in FILES.items()},
+)
 
 
-def snaps(**files):
-    return {node: SnapshotFacts(node, "abc", f) for node, f in files.items()}
+def held(files: dict[str, tuple[str, int]], commit: str = COMMIT, **faults) -> NodeSnapshot:
+    return NodeSnapshot(
+        "b",
+        {
+            "exists": bool(files),
+            "commit": commit,
+            "files": [{"name": n, "blob": b, "size": s} for n, (b, s) in files.items()],
+            **faults,
+        },
+    )
 
 
 @pytest.mark.parametrize(
-    "snapshots, expected",
+    "snapshot, lacks",
     [
-        (snaps(a=FILES, b=FILES), []),
-        (snaps(a=FILES, b={}), [("copy-snapshot", "b", "a")]),
-        (snaps(a={}, b=FILES), [("copy-snapshot", "a", "b")]),
-        (snaps(a=FILES, b={**FILES, "config.json": 7}), [("copy-snapshot", "b", "a")]),
-        (
-            snaps(a=FILES, b=dict(list(FILES.items())[:2]), c={}),
-            [("copy-snapshot", "b", "a"), ("copy-snapshot", "c", "a")],
-        ),
+        (held(FILES), []),
+        (held({}), sorted(FILES)),
+        (held(dict(list(FILES.items())[:2])), ["model-00002-of-00002.safetensors"]),
+        (held({**FILES, "config.json": ("a" * 40, 7)}), ["config.json"]),
+        (held({**FILES, "config.json": ("d" * 40, 1200)}), ["config.json"]),
+        (held(FILES, commit="0" * 40), sorted(FILES)),
     ],
-    ids=[
-        "same everywhere",
-        "worker lacks it",
-        "leader lacks it",
-        "a file of another size",
-        "partial and empty",
-    ],
+    ids=["whole", "empty", "a shard short", "another size", "another blob", "another commit"],
 )
-def test_snapshot_copies_come_from_the_most_complete_node(snapshots, expected):
-    actions = plan_sync(snapshots, {}, None, leader="a")
-    assert [(a.kind, a.target, a.source) for a in actions] == expected
+def test_a_node_lacks_what_it_does_not_hold_as_published(snapshot, lacks):
+    assert snapshot.lacks(MANIFEST) == lacks
 
 
-def test_no_snapshot_anywhere_says_how_to_get_one():
-    with pytest.raises(BackendError) as info:
-        plan_sync(snaps(a={}, b={}), {}, None, leader="a")
-    assert "hf download" in info.value.hint
+def test_only_a_sound_snapshot_can_be_a_source():
+    assert held(FILES).sound
+    assert not held({}).sound
+    for fault in ("corrupt", "broken_links", "missing_shards", "incomplete_blobs"):
+        assert not held(FILES, **{fault: ["x"]}).sound, fault
+
+
+def test_a_sound_node_gives_the_manifest_of_what_it_holds():
+    assert held(FILES).manifest("org/m", "main") == MANIFEST
 
 
 @pytest.mark.parametrize(
@@ -67,12 +74,16 @@ def test_no_snapshot_anywhere_says_how_to_get_one():
 )
 def test_images_are_pulled_when_pinned_else_copied(image, facts, expected):
     images = {n: ImageFacts(n, i) for n, i in facts}
-    actions = plan_sync({}, images, image, leader="a")
+    actions = plan_images(images, image, leader="a")
     assert [(a.kind, a.target, a.source) for a in actions] == expected
 
 
+def test_an_image_nobody_holds_and_nobody_can_pull_is_refused():
+    with pytest.raises(BackendError) as info:
+        plan_images({"a": ImageFacts("a", None)}, "r/v:1", leader="a")
+    assert info.value.field == "engine.image"
+
+
 def test_probe_output_parses():
-    facts = parse_snapshot("a", "commit 5b28\nconfig.json 12\nsub/dir/x.bin 34\n")
-    assert facts.commit == "5b28" and facts.files == {"config.json": 12, "sub/dir/x.bin": 34}
     assert parse_image("a", "missing\n").image_id is None
     assert parse_image("a", "sha256:1 r/v@sha256:2").digests == ("r/v@sha256:2",)

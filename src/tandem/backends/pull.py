@@ -41,7 +41,7 @@ from typing import Any
 from tandem import hf_cache
 from tandem.backends import snapshots
 from tandem.backends.openssh import OpenSSH, SSHTarget, engine_python
-from tandem.backends.sync import hf_home_of, model_folder
+from tandem.backends.snapshots import hf_home_of, model_folder
 from tandem.check.node_transport import (
     Verification,
     finished_probe,
@@ -124,6 +124,8 @@ class PullReport:
     manifest: hf_cache.SnapshotManifest
     source: str
     downloaded: bool
+    need: dict[str, int] = field(default_factory=dict)
+    """target node -> bytes of the commit it lacked."""
     copied: dict[str, int] = field(default_factory=dict)
     """target node -> bytes copied to it."""
     copy_s: float = 0.0
@@ -403,12 +405,18 @@ class Pull:
 
     # --- the whole pull -------------------------------------------------------------------
 
-    def run(self, *, on: str | None = None) -> PullReport:
+    def run(
+        self, *, on: str | None = None, download: bool = True, dry_run: bool = False
+    ) -> PullReport:
         """Probe, pick or download the source, record the manifest, fan out, verify.
 
+        ``download=False`` (``tandem sync``) refuses when no node holds the commit;
+        ``dry_run`` stops after saying what would be copied (``PullReport.need``).
+
         Raises:
-            BackendError: no node can be the source and the download failed, a node holds a
-                file whose content is not its id, a copy failed, or a node still differs.
+            BackendError: no node can be the source and the download failed (or was not
+                allowed), a node holds a file whose content is not its id, a copy failed, or
+                a node still differs.
         """
         if on is not None and on not in self.nodes:
             raise BackendError(
@@ -421,6 +429,12 @@ class Pull:
         manifest = snapshots.load_manifest(self.model.repo_id, self.model.revision)
         source = self.source_of(found, manifest)
         downloaded = False
+        if source is None and not download:
+            raise BackendError(
+                f"no node holds the whole commit of {self.model.repo_id}@{self.model.revision}",
+                hint=f"`tandem model pull {self.deployment.recipe.name}` downloads it once and "
+                "places it on every node",
+            )
         if source is None:
             holder = self.nodes[on or self.deployment.cluster.leader.name]
             self.download(holder)
@@ -458,7 +472,9 @@ class Pull:
             for n, held in found.items()
             if n != source and held.lacks(manifest)
         }
-        report = PullReport(manifest=manifest, source=source, downloaded=downloaded)
+        report = PullReport(manifest=manifest, source=source, downloaded=downloaded, need=need)
+        if dry_run:
+            return report
         if need:
             started = time.monotonic()
             report.copied = self.fan_out(self.nodes[source], need, manifest)

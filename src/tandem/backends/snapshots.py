@@ -17,12 +17,12 @@ by node name and address, and by the repo folder the probe resolved on that node
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tandem import files, hf_cache, jsonfiles
+from tandem import files, hf_cache, jsonfiles, wire
 from tandem.backends.state import state_root
 from tandem.errors import BackendError
 from tandem.spec.cluster import Node
@@ -40,6 +40,18 @@ class VerifiedBlobs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     nodes: dict[str, dict[str, Blobs]] = Field(default_factory=dict)
+
+
+def hf_home_of(node: Node, deployment: Deployment) -> str:
+    """The node's Hugging Face home as the remote shell should write it: the node's HF_HOME,
+    else the recipe's ``model.cache_root``, else ``~/.cache/huggingface``."""
+    return node.env.get(wire.HF_HOME) or deployment.recipe.model.cache_root or hf_cache.DEFAULT_HOME
+
+
+def model_folder(deployment: Deployment, node: Node) -> str:
+    """``HF_HOME/hub/models--ORG--NAME`` on a node."""
+    home = PurePosixPath(hf_home_of(node, deployment))
+    return str(hf_cache.repo_dir(home, deployment.recipe.model.repo_id))
 
 
 def node_key(node: Node) -> str:

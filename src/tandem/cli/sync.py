@@ -19,11 +19,12 @@ console = Console(highlight=False)
     "--dry-run", is_flag=True, help="Only probe the nodes and print what would be copied."
 )
 def sync_command(recipe: str, cluster_path: str | None, dry_run: bool) -> None:
-    """Check that every node holds the recipe's image (same digest) and model snapshot (same
-    files and sizes); copy what is missing from a node that has it, then verify.
+    """Check that every node holds the recipe's image (same digest) and model snapshot (every
+    file with the id the Hub gave it); copy what is missing from a node that has it, then verify.
 
-    The snapshot is copied with rsync through this machine, so the nodes need no SSH keys for
-    each other; images are pulled when pinned by digest, else copied with docker save | load.
+    The snapshot is copied as `tandem model pull` copies it, node to node from an rsync daemon
+    on the source's data_address (which downloads when no node holds it: this command does
+    not); images are pulled when pinned by digest, else copied with docker save | load.
 
     \b
     Examples:
@@ -51,6 +52,6 @@ def sync_command(recipe: str, cluster_path: str | None, dry_run: bool) -> None:
         )
         return
     console.print(
-        f"[green]in sync[/green]: {len(report.snapshots)} node(s)"
+        f"[green]in sync[/green]: {len(deployment.cluster.nodes)} node(s)"
         + (f", {len(report.actions)} repair(s) made and verified" if report.actions else "")
     )
