@@ -418,6 +418,14 @@ class Pull:
                 allowed), a node holds a file whose content is not its id, a copy failed, or
                 a node still differs.
         """
+        if self.model.path:
+            raise BackendError(
+                f"model.path serves the directory {self.model.path}: a pull places a Hub "
+                "snapshot in each node's Hugging Face cache",
+                field="model.path",
+                hint="remove model.path to serve model.repo_id from the cache, or copy the "
+                "directory to every node yourself",
+            )
         if on is not None and on not in self.nodes:
             raise BackendError(
                 f"--on {on}: the cluster has no such node",
