@@ -83,6 +83,21 @@ def search_states(node: object) -> list[dict]:
     return found
 
 
+def guidellm_levels(report: dict, q: str) -> dict[int, tuple[float, float]]:
+    """Each probed level's percentile TTFT and ITL (ms, the ITL its ``tpot_ms`` objective is held
+    to) over its successful requests, from GuideLLM's per-level benchmarks."""
+    levels: dict[int, tuple[float, float]] = {}
+    for bench in report.get("benchmarks", []):
+        streams, metrics = bench["config"]["strategy"].get("streams"), bench["metrics"]
+        figures = [
+            metrics[name]["successful"]["percentiles"][q]
+            for name in ("time_to_first_token_ms", "inter_token_latency_ms")
+        ]
+        if isinstance(streams, int) and None not in figures:
+            levels[streams] = (figures[0], figures[1])
+    return levels
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", required=True)
@@ -147,6 +162,7 @@ def main() -> None:
             raise SystemExit(f"guidellm failed ({done.returncode}):\n{said}")
         report = (work / "guidellm.json").read_text()
         states = search_states(json.loads(report))
+        figures = guidellm_levels(json.loads(report), f"p{a.percentile}")
         if a.json:  # GuideLLM's whole report, for its per-level distributions
             a.json.with_suffix(".guidellm.json").write_text(report)
     if not states:
@@ -159,8 +175,9 @@ def main() -> None:
         by_level.setdefault(probe["streams"], {})["guidellm"] = probe
     q = f"p{a.percentile}"
     print(f"| concurrency | tandem {q} TTFT ms | tandem {q} TPOT ms | tandem held | "
-          "GuideLLM attainment | GuideLLM held |")  # fmt: skip
-    print("|---:|---:|---:|---|---:|---|")
+          f"GuideLLM {q} TTFT ms | GuideLLM {q} ITL ms | GuideLLM attainment | "
+          "GuideLLM held |")  # fmt: skip
+    print("|---:|---:|---:|---|---:|---:|---:|---|")
     for level in sorted(by_level):
         mine, other = by_level[level].get("tandem"), by_level[level].get("guidellm")
         cells = (
@@ -172,6 +189,7 @@ def main() -> None:
             if mine and mine.ttft_s is not None and mine.tpot_s is not None
             else ["–", "–", "–"]
         )
+        cells += [f"{ms:.1f}" for ms in figures[level]] if level in figures else ["–", "–"]
         cells += (
             [f"{other['attainment']:.3f}", "yes" if other["passed"] else "NO"]
             if other
