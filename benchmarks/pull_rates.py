@@ -2,10 +2,11 @@
 
 Two figures the issue asks for, each side by side in one run, interleaved over rounds:
 
-1. **Verification**, per node: the probe's sha256 of every file of the snapshot (what `check`
-   and `up` run on a node the first time, and on every changed file after) against reading the
-   same files with `cat > /dev/null`, i.e. the disk's (here: the page cache's, both runs warm)
-   read rate. The ratio says how much of the disk's rate the hashing keeps.
+1. **Verification**, per node: the probe's check of every file of the snapshot against its id
+   (what `check` and `up` run on a node the first time, and on every changed file after)
+   against reading the same files with `cat > /dev/null`, i.e. the disk's read rate: the
+   snapshot on this machine's disk, the page cache dropped before each read (as root; warm
+   otherwise, and said so). The ratio says how much of the disk's rate the hashing keeps.
 2. **Fan-out**, host0 to host1: `tandem model pull` (rsync from a daemon on host0's address,
    no ssh in the data path) against a plain `rsync -a` of the repo folder over ssh between the
    same two hosts, each into an empty folder.
@@ -61,19 +62,31 @@ def main() -> int:
     if reason:
         sys.exit(f"cannot make ssh hosts here: {reason}")
     folder = Path(tempfile.mkdtemp(prefix="pull-rates-", dir=args.dir))
+    disk = Path(tempfile.mkdtemp(prefix="pull-rates-"))
     try:
         with ssh_hosts.ssh_hosts(folder / "hosts", name="pullrate", subnet="10.98.0.0/24") as hosts:
-            return run(hosts, folder, args)
+            return run(hosts, folder, disk, args)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(disk, ignore_errors=True)
 
 
-def run(hosts: ssh_hosts.SSHHosts, folder: Path, args: argparse.Namespace) -> int:
+def drop_caches() -> bool:
+    """Empty the page cache (root), so that a read comes from the disk."""
+    subprocess.run(["sync"], check=True)
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        return False
+    return True
+
+
+def run(hosts: ssh_hosts.SSHHosts, folder: Path, disk: Path, args: argparse.Namespace) -> int:
     homes = [folder / "hf0", folder / "hf1"]
     shard = int(args.gb * 1e9 / 2)
-    build_snapshot(homes[0], shard_bytes=shard)
-    repo0 = homes[0] / "hub" / FOLDER
-    size = sum(p.stat().st_size for p in (repo0 / "blobs").iterdir())
+    build_snapshot(disk / "hf0", shard_bytes=shard)
+    repo_disk = disk / "hf0" / "hub" / FOLDER
+    size = sum(p.stat().st_size for p in (repo_disk / "blobs").iterdir())
     recipe = folder / "pull-rates.yaml"
     recipe.write_text(
         (ROOT / "src/tandem/recipes/tiny-local.yaml")
@@ -100,17 +113,23 @@ def run(hosts: ssh_hosts.SSHHosts, folder: Path, args: argparse.Namespace) -> in
     probe = ROOT / "src/tandem/check/probe.py"
     verify_argv = [
         sys.executable, str(probe), "--only", "model", "--model", REPO,
-        "--revision", COMMIT, "--cache-root", str(homes[0]), "--verify",
+        "--revision", COMMIT, "--cache-root", str(disk / "hf0"), "--verify",
     ]  # fmt: skip
-    files = sorted(str(p) for p in (repo0 / "blobs").iterdir())
-    timed(["sh", "-c", 'cat "$@" > /dev/null', "cat", *files])  # warm the page cache
+    files = sorted(str(p) for p in (repo_disk / "blobs").iterdir())
+    cold = drop_caches()
+    if not cold:
+        timed(["sh", "-c", 'cat "$@" > /dev/null', "cat", *files])  # then both read warm
     read_s, hash_s = [], []
     for _ in range(args.rounds):
+        drop_caches()
         read_s.append(timed(["sh", "-c", 'cat "$@" > /dev/null', "cat", *files])[0])
+        drop_caches()
         seconds, done = timed(verify_argv)
         facts = json.loads(done.stdout)["model"]
         assert facts["verified_bytes"] == size and not facts["corrupt"], facts
         hash_s.append(seconds)
+    shutil.copytree(disk / "hf0", homes[0], symlinks=True)  # the fan-out runs on tmpfs
+    repo0 = homes[0] / "hub" / FOLDER
     env = {**os.environ, "TANDEM_HOME": str(folder / "state")}
     pull_s, copy_s, rsync_s = [], [], []
     repo1 = homes[1] / "hub" / FOLDER
@@ -139,7 +158,10 @@ def run(hosts: ssh_hosts.SSHHosts, folder: Path, args: argparse.Namespace) -> in
     gb = size / 1e9
     read, hashing = statistics.median(read_s), statistics.median(hash_s)
     pull, rsync = statistics.median(pull_s), statistics.median(rsync_s)
-    print(f"snapshot: {gb:.2f} GB in {len(files)} blobs; {args.rounds} rounds, medians")
+    print(
+        f"snapshot: {gb:.2f} GB in {len(files)} blobs; {args.rounds} rounds, medians; "
+        + ("verification read cold from the disk" if cold else "verification read warm")
+    )
     print("| figure | tandem | reference | ratio |")
     print("|---|---:|---:|---:|")
     print(
