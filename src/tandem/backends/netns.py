@@ -43,6 +43,9 @@ from tandem.spec.cluster import Cluster
 
 LEDGER_DIR = Path("/run/tandem/networks")
 NETNS_DIR = Path("/run/netns")
+NAMES_DIR = Path("/etc/netns")
+"""``ip netns exec NS`` mounts the files of ``/etc/netns/NS/`` over ``/etc/`` for what it runs."""
+_NAMES_MARK = "# written by tandem for network namespace {netns}; removed with it\n"
 
 
 class NodeNetwork(BaseModel):
@@ -266,10 +269,56 @@ def create(plan: NetworkPlan, *, state_file: Path | None = None, purpose: str = 
                     f"`{' '.join(cmd)}` failed: {result.stderr.strip()}",
                     hint="run as root; `tandem down` removes a half-made network",
                 )
+        _write_hosts(plan)
     except BaseException:  # a failed step, or a signal (Interrupted) half-way through
         with shielded():
             destroy(plan)
         raise
+
+
+def hosts_text(plan: NetworkPlan, base: str) -> str:
+    """``base`` (this machine's /etc/hosts) with every node and the bridge named after it.
+
+    A rank's torch.distributed asks the resolver for the name of each peer's address (c10d's
+    client socket, an IPv4-mapped IPv6 address on its dual-stack store); inside a namespace
+    this machine's DNS server is not reachable, so each such lookup waited out the resolver
+    (10 s, twice a boot here). With the peers in the namespace's own hosts file, in both
+    forms, the answer comes from the file at once.
+    """
+    lines = [base.rstrip("\n") + "\n" if base else ""]
+    named = [(plan.bridge_address, plan.bridge), *((n.address, n.node) for n in plan.nodes)]
+    # c10d's store listens on a dual-stack socket: its peers' addresses come as ::ffff:A.B.C.D
+    lines += [f"{address}\t{name}\n::ffff:{address}\t{name}\n" for address, name in named]
+    return "".join(lines)
+
+
+def _write_hosts(plan: NetworkPlan) -> None:
+    """``/etc/netns/NS/hosts`` for each namespace, unless that folder is someone else's."""
+    try:
+        base = Path("/etc/hosts").read_text()
+    except OSError:
+        base = ""
+    text = hosts_text(plan, base)
+    for node in plan.nodes:
+        folder = NAMES_DIR / node.netns
+        if folder.exists():
+            continue  # not made by this create: left alone (lookups are then only slower)
+        folder.mkdir(parents=True)
+        files.write_text(folder / "hosts", _NAMES_MARK.format(netns=node.netns) + text)
+
+
+def _remove_hosts(plan: NetworkPlan) -> None:
+    """Remove what ``_write_hosts`` wrote: a folder holding only a hosts file with its mark."""
+    for node in plan.nodes:
+        folder = NAMES_DIR / node.netns
+        hosts = folder / "hosts"
+        try:
+            ours = hosts.read_text().startswith(_NAMES_MARK.format(netns=node.netns))
+            if ours and [p.name for p in folder.iterdir()] == ["hosts"]:
+                hosts.unlink()
+                folder.rmdir()
+        except OSError:
+            continue
 
 
 def inode(name: str) -> str | None:
@@ -301,6 +350,7 @@ def destroy(plan: NetworkPlan) -> list[str]:
             except (ProcessLookupError, PermissionError):
                 pass
     leftovers = []
+    _remove_hosts(plan)
     for cmd in teardown_commands(plan):
         result = subprocess.run(cmd, capture_output=True, text=True)
         missing = "No such file" in result.stderr or "Cannot find device" in result.stderr

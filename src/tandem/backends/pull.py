@@ -34,7 +34,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,10 +177,16 @@ class Pull:
             )
             return finished_probe(result.returncode, result.stdout, result.stderr, name, started)
 
+        self.on_event(f"verifying the snapshot on {', '.join(names)}")
+        facts: dict[str, dict[str, Any]] = {}
         with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
-            facts = dict(zip(names, pool.map(one, names)))
+            running = {pool.submit(one, name): name for name in names}
+            for done in as_completed(running):  # each node's answer as soon as it has one
+                name = running[done]
+                facts[name] = done.result()
+                self.on_event(_describe(NodeSnapshot(name, facts[name].get("model") or {})))
         snapshots.remember(self.deployment, facts)
-        return {name: NodeSnapshot(name, f.get("model") or {}) for name, f in facts.items()}
+        return {name: NodeSnapshot(name, facts[name].get("model") or {}) for name in names}
 
     def _env(self, node: Node) -> dict[str, str]:
         """The node's variables, with HF_HOME where the recipe or node names one."""
@@ -432,8 +438,6 @@ class Pull:
                 hint=f"one of: {', '.join(self.nodes)}",
             )
         found = self.probe()
-        for held in found.values():
-            self.on_event(_describe(held))
         manifest = snapshots.load_manifest(self.model.repo_id, self.model.revision)
         source = self.source_of(found, manifest)
         downloaded = False
@@ -534,9 +538,10 @@ def _describe(held: NodeSnapshot) -> str:
         f"{len(f.get('missing_shards') or [])} shard(s) missing" if f.get("missing_shards") else "",
         f"{len(f.get('incomplete_blobs') or [])} unfinished" if f.get("incomplete_blobs") else "",
     ]
-    read = f.get("verified_bytes") or 0
+    read, seconds = f.get("verified_bytes") or 0, f.get("verify_s") or 0.0
     return (
         f"{held.node}: commit {held.commit}, {len(held.files)} file(s), "
         f"{int(f.get('total_bytes') or 0):,} bytes; read {read:,} bytes to verify"
+        + (f" in {seconds:.1f} s ({read / seconds / 1e9:.2f} GB/s)" if read and seconds else "")
         + "".join(f"; {x}" for x in faults if x)
     )
