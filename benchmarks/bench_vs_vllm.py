@@ -351,7 +351,7 @@ def run_tandem(a, c, n, work: Path, env, tag: str, out_len: int, prompts: Path |
     out = work / f"tandem-{tag}"
     cpu, wall = timed(tandem_cmd(a, c, n, out_len, out, prompts), env)
     m = json.loads((out / SUMMARY_FILE).read_text())["points"][0]["metrics"]
-    records = [r for r in read_records(out / REQUESTS_FILE) if r.ok]
+    records = [r for r in read_records(out / REQUESTS_FILE).records if r.ok]
 
     def ms(stats: dict) -> float:  # a 1-token probe has no TPOT or ITL
         return stats["p50"] * 1000 if stats["p50"] is not None else float("nan")

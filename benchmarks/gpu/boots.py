@@ -16,7 +16,8 @@ earlier one. Each boot leaves ``<name>/rank*.log`` and one JSON line in ``boots.
 
 A shape found in ``--shapes DIR/serve/<shape>`` (``shape_dirs.py``: config and tokenizer, no
 weights) is served from there with ``--load-format dummy``, others from the HF cache (``REPOS``).
-A spec may end in ``:max_model_len:max_num_seqs`` (default 8192 and 256). With
+A spec may end in ``:max_model_len:max_num_seqs`` (default 8192 and 256); a TP written ``2ep``
+adds ``--enable-expert-parallel`` (whole experts per rank, as seed 002 serves). With
 ``--probe``, each boot runs with ``TANDEM_PROBE_DIR`` set to its log folder (``vllm_probe.py``).
 """
 
@@ -61,6 +62,7 @@ def serve_args(
     shapes: Path | None = None,
     max_model_len: int = MAX_MODEL_LEN,
     max_num_seqs: int = MAX_NUM_SEQS,
+    expert_parallel: bool = False,
 ) -> list[str]:
     model = str(shapes / "serve" / shape) if shapes and dummy(shape, shapes) else REPOS[shape]
     args = [
@@ -84,6 +86,8 @@ def serve_args(
         args += ["--load-format", "dummy"]
     if mode == "eager":
         args.append("--enforce-eager")
+    if expert_parallel:
+        args.append("--enable-expert-parallel")
     if tp > 1:
         args += [
             "--distributed-executor-backend",
@@ -156,7 +160,7 @@ def boot(
     probe: bool = False,
 ) -> dict:
     shape, util, mode, tp, *lengths = spec.split(":")
-    util_f, tp_i = float(util), int(tp)
+    util_f, tp_i, ep = float(util), int(tp.removesuffix("ep")), tp.endswith("ep")
     max_model_len = int(lengths[0]) if lengths else MAX_MODEL_LEN
     max_num_seqs = int(lengths[1]) if len(lengths) > 1 else MAX_NUM_SEQS
     name = f"{shape}-u{util}-{mode}-tp{tp}"
@@ -164,7 +168,7 @@ def boot(
         name += f"-len{max_model_len}-seqs{max_num_seqs}"
     logdir = out / name
     logdir.mkdir(parents=True, exist_ok=True)
-    args = serve_args(shape, util_f, mode, tp_i, shapes, max_model_len, max_num_seqs)
+    args = serve_args(shape, util_f, mode, tp_i, shapes, max_model_len, max_num_seqs, ep)
     env = dict(os.environ, VLLM_LOGGING_LEVEL="DEBUG")
     if probe:
         env["TANDEM_PROBE_DIR"] = str(logdir)
@@ -219,6 +223,7 @@ def boot(
         "util": util_f,
         "mode": mode,
         "tp": tp_i,
+        "expert_parallel": ep,
         "gpus": gpus,
         "status": status,
         "seconds_to_line": seen_s,
@@ -243,7 +248,7 @@ def main() -> None:
     parser.add_argument("--shapes", type=Path, help="shape_dirs.py output (dummy-load shapes)")
     parser.add_argument("--probe", action="store_true", help="set TANDEM_PROBE_DIR per boot")
     parser.add_argument(
-        "specs", nargs="+", help="shape:util:eager|graph:tp[:max_model_len:max_num_seqs]"
+        "specs", nargs="+", help="shape:util:eager|graph:tp[ep][:max_model_len:max_num_seqs]"
     )
     opts = parser.parse_args()
     t0 = time.monotonic()

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from tandem.plan.calibrate import figures_from_log
 from tandem.plan.config import facts_from_dir
 from tandem.plan.hardware import load_profile
-from tandem.plan.planner import plan_deployment
+from tandem.plan.planner import Plan, plan_deployment
 from tandem.spec.loading import load_deployment
 
 GIB = 1024**3
@@ -56,6 +56,7 @@ engine:
   executor: mp
   serve:
     tensor_parallel_size: {tp}
+    enable_expert_parallel: {ep}
     max_model_len: {max_model_len}
     max_num_seqs: {max_num_seqs}
     gpu_memory_utilization: {util}
@@ -102,8 +103,8 @@ class Row(BaseModel):
         return (self.planned_kv_tokens - self.kv_tokens) / self.kv_tokens * 100
 
 
-def plan_boot(fixtures: Path, boot: dict) -> Row:
-    """Re-plan one recorded boot and read its log."""
+def boot_plan(fixtures: Path, boot: dict) -> Plan:
+    """``tandem plan`` of one recorded boot, with the recipe and cluster it ran with."""
     with tempfile.TemporaryDirectory() as tmp:
         recipe = Path(tmp) / "recipe.yaml"
         cluster = Path(tmp) / "cluster.yaml"
@@ -113,6 +114,7 @@ def plan_boot(fixtures: Path, boot: dict) -> Row:
                 repo=boot["repo_id"],
                 shape=boot["shape"],
                 tp=boot["tp"],
+                ep="true" if boot.get("expert_parallel") else "false",
                 max_model_len=boot["max_model_len"],
                 max_num_seqs=boot["max_num_seqs"],
                 util=boot["util"],
@@ -125,7 +127,12 @@ def plan_boot(fixtures: Path, boot: dict) -> Row:
         )
     model_dir = fixtures / "models" / boot["repo_id"].split("/", 1)[1]
     facts = facts_from_dir(model_dir, boot["repo_id"], "recorded headers")
-    plan = plan_deployment(deployment, facts, load_profile("h200"), use_shipped_boots=False)
+    return plan_deployment(deployment, facts, load_profile("h200"), use_shipped_boots=False)
+
+
+def plan_boot(fixtures: Path, boot: dict) -> Row:
+    """Re-plan one recorded boot and read its log."""
+    plan = boot_plan(fixtures, boot)
     leader = (fixtures / "boots" / f"{boot['boot']}-rank0.log").read_text(errors="replace")
     figures = figures_from_log(leader)
     reserves = {r.name: r.bytes / GIB for r in plan.memory.reserves}

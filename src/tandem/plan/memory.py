@@ -47,6 +47,7 @@ class ServeSettings(BaseModel):
 
     tensor_parallel_size: int
     pipeline_parallel_size: int
+    expert_parallel: bool = False
     gpu_memory_utilization: float
     max_model_len: int
     block_size: int
@@ -131,6 +132,7 @@ def resolve_settings(
     return ServeSettings(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
+        expert_parallel=serve.enable_expert_parallel,
         gpu_memory_utilization=util,
         max_model_len=length,
         block_size=block,
@@ -291,6 +293,7 @@ def _profile_settings(settings: ServeSettings) -> ProfileSettings:
         max_model_len=settings.max_model_len,
         block_size=settings.block_size,
         tensor_parallel_size=settings.tensor_parallel_size,
+        expert_parallel=settings.expert_parallel,
         enforce_eager=settings.enforce_eager,
         num_speculative_tokens=settings.num_speculative_tokens,
     )

@@ -104,6 +104,21 @@ class Plan(BaseModel):
     calibration: Calibration | None = None
 
 
+def _shared_graphs_note(reserves: list[Reserve], sharing: int) -> str:
+    """vLLM's CUDA-graph estimate reads the device's free memory around a few captures; on a
+    GPU shared by ranks that profile at the same time it also counts what the others allocate
+    then (their profile run, their captures), by timing. Measured on one H200 for two identical
+    DeepSeek-V3 ranks whose own captures reserved 1.05 GiB: 2.42 and 4.56 GiB estimated, and
+    the smaller rank sets the pool (benchmarks/gpu/results/planner.md, issue 33)."""
+    own = sum(r.bytes for r in reserves if r.name.startswith(("activation", "CUDA graphs")))
+    return (
+        "CUDA graphs on a shared GPU: vLLM's graph estimate there also counts the other "
+        "ranks' profile runs and captures, by timing, so the pool may come out up to "
+        f"{(sharing - 1) * own / GIB:.1f} GiB smaller than planned; enforce_eager gives a "
+        "repeatable pool"
+    )
+
+
 def ranks_per_device(deployment: Deployment) -> int:
     """How many ranks of the deployment run on one physical GPU: nodes of the local transport
     (one machine) that name the same ``CUDA_VISIBLE_DEVICES``; 1 anywhere else."""
@@ -289,6 +304,8 @@ def plan_deployment(
             f"{sharing} ranks share one GPU (same CUDA_VISIBLE_DEVICES on nodes of one "
             "machine): one GPU stands in for several nodes"
         )
+        if not settings.enforce_eager:
+            notes.append(_shared_graphs_note(memory.reserves, sharing))
     pool_for_tokens = max(memory.kv_pool_bytes, 0) * scale
     tokens = layout.pool_tokens(pool_for_tokens)
     concurrency_x = layout.max_concurrency(pool_for_tokens)

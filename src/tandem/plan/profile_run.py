@@ -121,7 +121,11 @@ def mla_workspace_tokens(max_model_len: int, max_num_seqs: int, block_size: int)
 def moe_workspace_bytes(config: dict[str, Any], tokens: int, tp: int) -> int:
     """The fused-MoE workspace for ``tokens`` (``FusedMoEKernel._allocate_buffers`` with
     ``TritonExperts.workspace_shapes``): ``max(M x topk x max(I, K), M x K)`` shared by the first
-    and last GEMM, and ``M x topk x max(2I, K)`` for the activation, bf16, 256-byte aligned."""
+    and last GEMM, and ``M x topk x max(2I, K)`` for the activation, bf16, 256-byte aligned.
+
+    ``tp`` is the experts' own split: with ``--enable-expert-parallel`` each rank holds whole
+    experts (``FusedMoEParallelConfig.make`` sets the MoE ``tp_size`` to 1) and, without data
+    parallel ranks, every token still passes through the local kernel, so I is not divided."""
     inter = int(config.get("moe_intermediate_size") or config.get("intermediate_size", 0)) // tp
     hidden = int(config.get("hidden_size", 0))
     top_k = int(config.get("num_experts_per_tok") or 1)
@@ -146,6 +150,7 @@ class ProfileSettings(BaseModel):
     max_model_len: int
     block_size: int
     tensor_parallel_size: int = 1
+    expert_parallel: bool = False
     enforce_eager: bool = False
     num_speculative_tokens: int = 0
 
@@ -184,7 +189,8 @@ def activation_peak(
     for i, moe in enumerate(moe_layer_flags(config)):
         moments.append((f"attention of layer {i}", {**persistent, **attention}))
         if moe:
-            persistent["fused-MoE workspace"] = moe_workspace_bytes(config, tokens, tp)
+            experts_tp = 1 if settings.expert_parallel else tp
+            persistent["fused-MoE workspace"] = moe_workspace_bytes(config, tokens, experts_tp)
             shared = 2 if _shared_expert_intermediate(config) else 0
             mlp = {"hidden-sized buffers": (4 + shared) * hid}
         else:
