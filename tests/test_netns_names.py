@@ -52,6 +52,7 @@ def test_the_hosts_file_keeps_this_machines_and_adds_every_peer_and_the_bridge()
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 def test_a_peer_is_named_at_once_and_destroy_removes_only_what_create_wrote():
     plan = netns.network_plan("names", cluster())
+    had_names_dir = netns.NAMES_DIR.exists()
     theirs = netns.NAMES_DIR / plan.nodes[1].netns  # a folder this create did not make
     theirs.mkdir(parents=True, exist_ok=True)
     (theirs / "resolv.conf").write_text("nameserver 10.61.0.254\n")
@@ -75,3 +76,19 @@ def test_a_peer_is_named_at_once_and_destroy_removes_only_what_create_wrote():
     assert (theirs / "resolv.conf").exists()  # never tandem's to remove
     (theirs / "resolv.conf").unlink()
     theirs.rmdir()
+    assert netns.NAMES_DIR.exists()  # made by this test, not by tandem: not tandem's to remove
+    if not had_names_dir:
+        netns.NAMES_DIR.rmdir()
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_etc_netns_made_by_tandem_goes_with_the_last_namespace():
+    plan = netns.network_plan("names", cluster())
+    had_names_dir = netns.NAMES_DIR.exists()
+    netns.create(plan, purpose="test")
+    try:
+        assert (netns.NAMES_DIR / plan.nodes[1].netns / "hosts").exists()
+    finally:
+        assert netns.destroy(plan) == []
+    assert netns.NAMES_DIR.exists() == had_names_dir  # removed only when tandem had made it

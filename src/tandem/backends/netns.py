@@ -46,6 +46,8 @@ NETNS_DIR = Path("/run/netns")
 NAMES_DIR = Path("/etc/netns")
 """``ip netns exec NS`` mounts the files of ``/etc/netns/NS/`` over ``/etc/`` for what it runs."""
 _NAMES_MARK = "# written by tandem for network namespace {netns}; removed with it\n"
+_NAMES_DIR_MARK = ".made-by-tandem"
+"""Left in ``/etc/netns`` when tandem made that folder, so the last destroy removes it too."""
 
 
 class NodeNetwork(BaseModel):
@@ -293,12 +295,16 @@ def hosts_text(plan: NetworkPlan, base: str) -> str:
 
 
 def _write_hosts(plan: NetworkPlan) -> None:
-    """``/etc/netns/NS/hosts`` for each namespace, unless that folder is someone else's."""
+    """``/etc/netns/NS/hosts`` for each namespace, unless that folder is someone else's
+    (``/etc/netns`` made, and marked, when this machine had none)."""
     try:
         base = Path("/etc/hosts").read_text()
     except OSError:
         base = ""
     text = hosts_text(plan, base)
+    if not NAMES_DIR.exists():
+        NAMES_DIR.mkdir(parents=True)
+        (NAMES_DIR / _NAMES_DIR_MARK).touch()
     for node in plan.nodes:
         folder = NAMES_DIR / node.netns
         if folder.exists():
@@ -308,7 +314,8 @@ def _write_hosts(plan: NetworkPlan) -> None:
 
 
 def _remove_hosts(plan: NetworkPlan) -> None:
-    """Remove what ``_write_hosts`` wrote: a folder holding only a hosts file with its mark."""
+    """Remove what ``_write_hosts`` wrote: a folder holding only a hosts file with its mark,
+    and ``/etc/netns`` once only its mark is left in it."""
     for node in plan.nodes:
         folder = NAMES_DIR / node.netns
         hosts = folder / "hosts"
@@ -319,6 +326,12 @@ def _remove_hosts(plan: NetworkPlan) -> None:
                 folder.rmdir()
         except OSError:
             continue
+    try:  # /etc/netns itself, when tandem made it and nothing else is left in it
+        if [p.name for p in NAMES_DIR.iterdir()] == [_NAMES_DIR_MARK]:
+            (NAMES_DIR / _NAMES_DIR_MARK).unlink()
+            NAMES_DIR.rmdir()
+    except OSError:
+        pass
 
 
 def inode(name: str) -> str | None:
