@@ -36,7 +36,7 @@ demo: $(STAMP)
 	$(BIN)/tandem model real
 	$(BIN)/tandem up smollm2-local
 	$(BIN)/tandem status ; \
-	$(BIN)/tandem chat "What is the capital of France?" --max-tokens 32 ; \
+	$(BIN)/tandem chat "What is the capital of Germany?" --max-tokens 32 ; \
 	status=$$? ; $(BIN)/tandem down smollm2-local && exit $$status
 
 # Tests marked by_hand (pyproject.toml says which) stay out: CI's whole job must fit in an hour.

