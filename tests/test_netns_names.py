@@ -56,10 +56,16 @@ def test_a_peer_is_named_at_once_and_destroy_removes_only_what_create_wrote():
     theirs = netns.NAMES_DIR / plan.nodes[1].netns  # a folder this create did not make
     theirs.mkdir(parents=True, exist_ok=True)
     (theirs / "resolv.conf").write_text("nameserver 10.61.0.254\n")
+    stale = netns.NAMES_DIR / plan.nodes[0].netns  # what an interrupted run of tandem left
+    stale.mkdir(exist_ok=True)
+    (stale / "hosts").write_text(
+        f"# written by tandem for network namespace {plan.nodes[0].netns}; removed with it\n"
+    )
     netns.create(plan, purpose="test")
     try:
-        hosts = netns.NAMES_DIR / plan.nodes[0].netns / "hosts"
+        hosts = stale / "hosts"
         assert hosts.read_text().startswith("# written by tandem")
+        assert "10.61.0.2\tn1\n" in hosts.read_text()  # written again, not skipped
         started = time.monotonic()
         named = subprocess.run(
             ["ip", "netns", "exec", plan.nodes[0].netns, sys.executable, "-c",

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from tandem import files
+from tandem import files, ownership
 from tandem.backends.processes import read_process
 from tandem.errors import BackendError
 from tandem.interrupts import shielded
@@ -296,7 +296,8 @@ def hosts_text(plan: NetworkPlan, base: str) -> str:
 
 def _write_hosts(plan: NetworkPlan) -> None:
     """``/etc/netns/NS/hosts`` for each namespace, unless that folder is someone else's
-    (``/etc/netns`` made, and marked, when this machine had none)."""
+    (``/etc/netns`` made, and marked, when this machine had none). A folder an interrupted
+    run of tandem left (only its marked hosts file) is written again."""
     try:
         base = Path("/etc/hosts").read_text()
     except OSError:
@@ -306,29 +307,39 @@ def _write_hosts(plan: NetworkPlan) -> None:
         NAMES_DIR.mkdir(parents=True)
         (NAMES_DIR / _NAMES_DIR_MARK).touch()
     for node in plan.nodes:
-        folder = NAMES_DIR / node.netns
-        if folder.exists():
-            continue  # not made by this create: left alone (lookups are then only slower)
-        folder.mkdir(parents=True)
+        folder = ownership.inside(NAMES_DIR / node.netns, NAMES_DIR)
+        if folder.exists() and not _ours(folder, node.netns):
+            continue  # not tandem's: left alone (lookups are then only slower)
+        folder.mkdir(exist_ok=True)
         files.write_text(folder / "hosts", _NAMES_MARK.format(netns=node.netns) + text)
+
+
+def _ours(folder: Path, netns: str) -> bool:
+    """Whether ``folder`` holds only the hosts file ``_write_hosts`` wrote for ``netns``."""
+    try:
+        return (
+            not folder.is_symlink()
+            and [p.name for p in folder.iterdir()] == ["hosts"]
+            and (folder / "hosts").read_text().startswith(_NAMES_MARK.format(netns=netns))
+        )
+    except OSError:
+        return False
 
 
 def _remove_hosts(plan: NetworkPlan) -> None:
     """Remove what ``_write_hosts`` wrote: a folder holding only a hosts file with its mark,
     and ``/etc/netns`` once only its mark is left in it."""
     for node in plan.nodes:
-        folder = NAMES_DIR / node.netns
-        hosts = folder / "hosts"
-        try:
-            ours = hosts.read_text().startswith(_NAMES_MARK.format(netns=node.netns))
-            if ours and [p.name for p in folder.iterdir()] == ["hosts"]:
-                hosts.unlink()
+        folder = ownership.inside(NAMES_DIR / node.netns, NAMES_DIR)
+        if _ours(folder, node.netns):
+            try:
+                ownership.remove_file(folder / "hosts", root=NAMES_DIR)
                 folder.rmdir()
-        except OSError:
-            continue
+            except OSError:
+                continue  # the namespace's teardown goes on; the folder only slows lookups
     try:  # /etc/netns itself, when tandem made it and nothing else is left in it
         if [p.name for p in NAMES_DIR.iterdir()] == [_NAMES_DIR_MARK]:
-            (NAMES_DIR / _NAMES_DIR_MARK).unlink()
+            ownership.remove_file(NAMES_DIR / _NAMES_DIR_MARK, root=NAMES_DIR)
             NAMES_DIR.rmdir()
     except OSError:
         pass
