@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -187,12 +189,15 @@ def test_the_smoke_checks_judge_the_real_model(deployment, tmp_path):
     assert result.returncode == 0 and "PASS" in result.stdout
 
 
-def test_a_reasoning_parser_the_model_does_not_speak_fails_the_reasoning_check(hf_home, tmp_path):
+def test_the_reasoning_check_fails_a_model_that_does_not_think_and_passes_one_that_does(
+    hf_home, tmp_path
+):
     """Break-on-purpose for the reasoning split: SmolLM2 never thinks, and under vLLM's qwen3
     parser its whole answer comes back as reasoning with the content empty (``deepseek_r1``
-    is refused by vLLM at boot: no think tokens in this tokenizer). A deployment of its own,
-    on its own subnet and ports, on one rank: the parser runs in the API server, whatever
-    the stages."""
+    is refused by vLLM at boot: no think tokens in this tokenizer). Then the pass on the same
+    server: asked after two worked examples, the model writes its thinking and ``</think>``,
+    and the parser parts them. A deployment of its own, on its own subnet and ports, on one
+    rank: the parser runs in the API server, whatever the stages."""
     parser = "    reasoning_parser: qwen3\n"
     with served(hf_home, tmp_path, "real-reasoning", 87, 8030, parser, stages=1) as env:
         out = tmp_path / "smoke"
@@ -208,6 +213,24 @@ def test_a_reasoning_parser_the_model_does_not_speak_fails_the_reasoning_check(h
             timeout=300,
             check=False,
         )
+        # The pass, on the same engine: the question after two worked examples in a thinking
+        # model's form (tests/fixtures/smoke/record.py steers it so, and says so in its file).
+        recorded = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "tests/fixtures/smoke/record.py"),
+                *("--check", "reasoning", "--parser", "qwen3", "--model", "smollm2"),
+                *("--url", "http://10.87.0.1:8030", "--out", str(tmp_path / "steered.json")),
+                *("--served", "one vLLM-CPU rank, --reasoning-parser qwen3"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     (check,) = json.loads((out / "smoke.json").read_text())["checks"]
     assert result.returncode == 1 and check["outcome"] == "fail", check
     assert "the content is empty" in check["summary"] and "qwen3" in check["summary"], check
+    assert recorded.returncode == 0, recorded.stderr
+    assert "judged pass: reasoning and content apart" in recorded.stdout, recorded.stdout

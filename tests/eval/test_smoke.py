@@ -257,16 +257,17 @@ def test_what_a_small_model_cannot_show_is_named_not_passed():
 
 
 class Replay(smoke.Server):
-    """The real engine's recorded answers to the battery, in the order it asks them
-    (tests/fixtures/smoke/record_tools.py made them; a battery that asks differently now no
-    longer matches its recording, and says so)."""
+    """The real engine's recorded answers to a check, in the order it asks them
+    (tests/fixtures/smoke/record.py made them; a check that asks differently now no longer
+    matches its recording, and says so)."""
 
     def __init__(self, recording: dict) -> None:
         target = SmokeTarget(
             url="http://127.0.0.1:9",
             model=recording["model"],
-            tool_call_parser=recording["tool_call_parser"],
-            auto_tool_choice=True,
+            tool_call_parser=recording.get("tool_call_parser"),
+            auto_tool_choice="tool_call_parser" in recording,
+            reasoning_parser=recording.get("reasoning_parser"),
         )
         super().__init__(target, None, 1)
         self.records = iter(recording["records"])
@@ -274,19 +275,24 @@ class Replay(smoke.Server):
     def chat_status(self, messages, **params):
         record = next(self.records)
         asked = {"tool_choice": params.get("tool_choice"), "max_tokens": params["max_tokens"]}
-        assert record["asked"] == asked, "re-record: the battery asks differently now"
+        assert record["asked"] == asked, "re-record: the check asks differently now"
         return record["status"], record["body"]
 
+    def chat(self, messages, **params):
+        status, body = self.chat_status(messages, **params)
+        assert status == 200, body
+        return body
 
-def recording(parser: str) -> dict:
-    return json.loads((RECORDINGS / f"tools-{parser}.json").read_text())
+
+def recording(name: str) -> dict:
+    return json.loads((RECORDINGS / f"{name}.json").read_text())
 
 
 def test_recorded_answers_of_an_engine_whose_model_calls_pass_every_part():
     """Point 4 of the smoke issue: parallel calls and ``auto`` cannot be shown live by the
     135M model, so they are shown on the real engine's answers, steered into calling (marked
     in the file), with the hermes parser taking the calls out of the text."""
-    hermes = recording("hermes")
+    hermes = recording("tools-hermes")
     steered = [r["asked"]["tool_choice"] for r in hermes["records"] if r["steered"]]
     assert steered == ["required", "auto"]  # parallel and auto; the rest as the battery asks
     result = smoke.check_tools(Replay(hermes))
@@ -297,10 +303,29 @@ def test_recorded_answers_of_an_engine_whose_model_calls_pass_every_part():
 def test_recorded_answers_under_the_wrong_parser_fail_and_name_it():
     """The same steered text served with ``--tool-call-parser pythonic``: the call stays in the
     text, and the check says which flag to look at."""
-    result = smoke.check_tools(Replay(recording("pythonic")))
+    result = smoke.check_tools(Replay(recording("tools-pythonic")))
     assert result.outcome is Outcome.FAIL, result
     assert "auto (the parser)" in result.summary
     assert "--tool-call-parser pythonic did not take out" in result.summary
+
+
+def test_recorded_thinking_under_its_parser_passes_the_reasoning_check():
+    """The reasoning split's pass, which SmolLM2 cannot show unprompted (it never thinks): the
+    real engine's answer after two worked examples in a thinking model's form (marked in the
+    file), the qwen3 parser taking the thinking out of the text."""
+    qwen3 = recording("reasoning-qwen3")
+    assert [r["steered"] is not None for r in qwen3["records"]] == [True]
+    result = smoke.check_reasoning(Replay(qwen3))
+    assert result.outcome is Outcome.PASS and result.summary == "reasoning and content apart"
+    assert result.evidence[0].startswith("reasoning 'I add 17 and 25"), result.evidence
+
+
+def test_recorded_thinking_under_another_parser_fails_with_the_tags_in_the_content():
+    """The same steered answer served with ``--reasoning-parser granite`` (which looks for
+    other words): ``</think>`` stays in the content, and the check fails for that reason."""
+    result = smoke.check_reasoning(Replay(recording("reasoning-granite")))
+    assert result.outcome is Outcome.FAIL and result.summary == "think tags left in the content"
+    assert "</think>" in result.evidence[1], result.evidence
 
 
 def test_the_recorder_replaces_no_file_without_force(tmp_path):
@@ -308,8 +333,8 @@ def test_the_recorder_replaces_no_file_without_force(tmp_path):
     file is refused before any request is sent."""
     mine = tmp_path / "mine.json"
     mine.write_text("keep")
-    script = RECORDINGS / "record_tools.py"
-    argv = ["--url", "http://127.0.0.1:9", "--model", "m", "--parser", "hermes"]
+    script = RECORDINGS / "record.py"
+    argv = ["--check", "tools", "--url", "http://127.0.0.1:9", "--model", "m", "--parser", "hermes"]
     done = subprocess.run(
         [sys.executable, str(script), *argv, "--served", "x", "--out", str(mine)],
         capture_output=True,
