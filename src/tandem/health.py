@@ -194,6 +194,11 @@ class Assessment(BaseModel):
     ranks: list[RankHealth] = Field(default_factory=list)
     api: ApiFacts = Field(default_factory=ApiFacts)
     checked_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    groups: list[Assessment] = Field(
+        default_factory=list,
+        description="Each group's own verdict where one state holds several (a "
+        "LeaderWorkerSet's replicas); empty for one group.",
+    )
 
     @property
     def only_the_api_is_silent(self) -> bool:
@@ -552,4 +557,37 @@ def assess(
         tracker=tracker,
         api_key=api_key or os.environ.get(wire.VLLM_API_KEY),
     )
-    return judge(state, look, api, stall_s=stall_s)
+    groups = sorted({r.group for r in state.ranks})
+    if len(groups) < 2:
+        return judge(state, look, api, stall_s=stall_s)
+    parts = [
+        judge(
+            state.model_copy(update={"ranks": [r for r in state.ranks if r.group == g]}),
+            look,
+            api,
+            stall_s=stall_s,
+        )
+        for g in groups
+    ]
+    return of_groups(state.name, parts, api)
+
+
+def of_groups(name: str, parts: list[Assessment], api: ApiFacts) -> Assessment:
+    """A deployment of several groups behind one front door (the ``api`` facts are the front
+    door's): healthy when every group is, ``degraded`` while at least one serves, else the
+    worst group's verdict."""
+    serving = [p for p in parts if p.verdict is Verdict.HEALTHY]
+    ranks = [r for p in parts for r in p.ranks]
+    if len(serving) == len(parts):
+        return Assessment(name=name, verdict=Verdict.HEALTHY, ranks=ranks, api=api, groups=parts)
+    if serving:
+        reason = f"{len(serving)} of {len(parts)} groups serve; " + "; ".join(
+            f"group {i} {p.verdict.value}" + (f": {p.reason}" if p.reason else "")
+            for i, p in enumerate(parts)
+            if p not in serving
+        )
+        return Assessment(
+            name=name, verdict=Verdict.DEGRADED, reason=reason, ranks=ranks, api=api, groups=parts
+        )
+    worst = max(parts, key=lambda p: p.verdict.exit_code)
+    return worst.model_copy(update={"name": name, "ranks": ranks, "groups": parts})

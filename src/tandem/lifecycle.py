@@ -29,7 +29,7 @@ from tandem.health import (
 )
 from tandem.plan.status import PlannedVsActual
 from tandem.preflight import run_check
-from tandem.rankplan import RankPlan, plan_ranks
+from tandem.rankplan import RankPlan, launch_plan
 from tandem.readiness import Readiness
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
@@ -103,7 +103,7 @@ def up(
                 "in the preflight",
                 hint="fix them, or pass --skip-checks to launch anyway (preflight=False)",
             )
-    plan = plan_ranks(deployment)
+    plan = launch_plan(deployment)
     backend = backend_for(deployment.cluster.transport.value)
     state, ready = backend.up(
         plan, deployment, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event
@@ -129,7 +129,7 @@ def _interrupted_upgrade(name: str) -> str | None:
 
 def dry_run(deployment: Deployment) -> tuple[RankPlan, list]:
     """The rank plan and the commands ``up`` would run, without running anything."""
-    plan = plan_ranks(deployment)
+    plan = launch_plan(deployment)
     return plan, backend_for(deployment.cluster.transport.value).launch_commands(plan, deployment)
 
 
@@ -230,16 +230,34 @@ def status(
         )
         for r in sorted(state.ranks, key=lambda r: r.rank)
     ]
-    group = GroupStatus(
-        group=0,
-        name=state.name,
-        endpoint=state.endpoint,
-        verdict=report.verdict,
-        reason=report.reason,
-        ranks=ranks,
-    )
+    groups = [
+        GroupStatus(
+            group=0,
+            name=state.name,
+            endpoint=state.endpoint,
+            verdict=report.verdict,
+            reason=report.reason,
+            ranks=ranks,
+        )
+    ]
+    if report.groups:  # a LeaderWorkerSet's replicas: group G is its pods NAME-G[-i]
+        port = state.deployment(lenient=True).recipe.ports.api
+        groups = []
+        for index, part in enumerate(report.groups):
+            own = [r for r in ranks if r.rank in {h.rank for h in part.ranks}]
+            leader = next(r for r in own if r.role == "leader")
+            groups.append(
+                GroupStatus(
+                    group=index,
+                    name=f"{state.name}-{index}",
+                    endpoint=f"http://{leader.address}:{port}" if leader.address else "",
+                    verdict=part.verdict,
+                    reason=part.reason,
+                    ranks=own,
+                )
+            )
     return DeploymentStatus(
-        groups=[group],
+        groups=groups,
         name=state.name,
         backend=state.backend,
         endpoint=state.endpoint,

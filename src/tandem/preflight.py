@@ -41,7 +41,7 @@ from tandem.errors import BackendError, PlanError, TandemError
 from tandem.interrupts import shielded
 from tandem.plan.config import facts_of
 from tandem.plan.planner import Plan, infer_hardware, plan_deployment
-from tandem.rankplan import RankPlan, plan_ranks
+from tandem.rankplan import RankPlan, launch_plan
 from tandem.spec.cluster import LocalIsolation, Transport
 from tandem.spec.deployment import Deployment
 
@@ -184,7 +184,7 @@ def run_check(
     findings: list[Finding] = []
     plan: RankPlan | None = None
     try:
-        plan = plan_ranks(deployment)
+        plan = launch_plan(deployment)
     except PlanError as exc:
         findings += [
             Finding(

@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tandem import hf_cache, wire
 from tandem.errors import PlanError
-from tandem.spec.cluster import Node
-from tandem.spec.deployment import Deployment, deployment_problems, groups
+from tandem.spec.cluster import Node, Transport
+from tandem.spec.deployment import Deployment, deployment_problems, groups, template_group
 from tandem.spec.recipe import DataPlaneTransport, Recipe
 
 
@@ -130,6 +130,31 @@ def plan_ranks(deployment: Deployment) -> RankPlan:
         endpoint=f"http://{url_host}:{recipe.ports.api}",
         ranks=ranks,
     )
+
+
+def template_plan(deployment: Deployment) -> RankPlan:
+    """The rank plan every group runs where one object launches them all (a LeaderWorkerSet's
+    template, which its ``replicas`` copy): group 0's, once the whole deployment is known to
+    work. One replica: the deployment's own plan.
+
+    Raises:
+        PlanError: listing every reason the deployment cannot work.
+    """
+    validate(deployment)
+    return plan_ranks(template_group(deployment))
+
+
+def launch_plan(deployment: Deployment) -> RankPlan:
+    """What one launch starts: on Kubernetes the LeaderWorkerSet's template, whatever the
+    replicas (it copies the template); elsewhere one group's plan (each group of ``replicas``
+    is launched on its own, ``placed_groups``).
+
+    Raises:
+        PlanError: listing every reason the deployment cannot work.
+    """
+    if deployment.cluster.transport is Transport.K8S:
+        return template_plan(deployment)
+    return plan_ranks(deployment)
 
 
 def placed_groups(deployment: Deployment) -> list[Deployment]:

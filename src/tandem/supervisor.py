@@ -343,7 +343,20 @@ def supervise(
 
     Returns:
         0 when the deployment was taken down, 1 after giving up (every rank is then stopped).
+
+    Raises:
+        BackendError: the deployment is a LeaderWorkerSet of several groups, whose groups
+            Kubernetes restarts one by one itself.
     """
+    if DeploymentDir.of(name).state_file.exists():
+        first = load_state(name)
+        if first.backend == "k8s" and len({r.group for r in first.ranks}) > 1:
+            raise BackendError(
+                f"'{name}' is a LeaderWorkerSet of several groups: Kubernetes restarts a "
+                "broken group itself (RecreateGroupOnPodRestart), and the router sends "
+                "requests only to leaders whose readiness probe, tandem's verdict, passes",
+                hint=f"`tandem status {name}` shows each group's verdict",
+            )
     log = EventLog(name, on_event)
     pid_file = DeploymentDir.of(name).supervisor_pid
     me = ProcessIdentity.current()

@@ -34,7 +34,7 @@ from k8s.manifests import (
     seed_yaml,
     stated_mismatches,
 )
-from tandem import lifecycle
+from tandem import lifecycle, supervisor
 from tandem.backends import k8s as backend
 from tandem.backends.state import load_state
 from tandem.errors import BackendError, RankFailed
@@ -289,6 +289,85 @@ def test_up_applies_reports_no_pods_and_down_deletes(apiserver, namespace, state
     ):
         assert kubectl.get_json(ref) is None, ref
     assert any("no pod of 'tdm-lws' is left" in g for g in gone)
+
+
+def test_up_of_replicas_applies_every_group_and_the_router_and_down_deletes_them(
+    apiserver, namespace, state_home, monkeypatch
+):
+    """``replicas: 2`` on Kubernetes is one apply: the LeaderWorkerSet's two groups and vLLM's
+    router (Deployment, its ServiceAccount and Role to watch the leaders, the Service in front of
+    it). Each group's pods are ranks of the state, judged group by group; ``down`` deletes it
+    all. (This API server runs no LWS controller, so no pod appears.)"""
+    one = k8s_deployment(namespace, "tdm-fleet")
+    recipe = one.recipe.model_validate(
+        {
+            **one.recipe.model_dump(mode="json", exclude_unset=True),
+            "replicas": 2,
+            "router": {"image": "registry.example/vllm-router:0.1.17"},
+        }
+    )
+    nodes = [{"name": f"node-{i}", "address": f"192.0.2.{10 + i}"} for i in range(4)]
+    kubernetes = {**one.cluster.kubernetes.model_dump(mode="json"), "leader_address": "lws"}
+    cluster = Cluster.model_validate(
+        {**one.cluster.model_dump(mode="json"), "nodes": nodes, "kubernetes": kubernetes}
+    )
+    deployment = Deployment(recipe=recipe, cluster=cluster)
+    monkeypatch.setattr(backend.KubernetesBackend, "appear_timeout_s", 2.0)
+    events: list[str] = []
+    with pytest.raises(RankFailed, match="LeaderWorkerSet controller did not create it"):
+        lifecycle.up(deployment, preflight=False, timeout_s=60, on_event=events.append)
+    applied = next(e for e in events if e.startswith("applied"))
+    for ref in (
+        "LeaderWorkerSet/tdm-fleet",
+        "Service/tdm-fleet-api",
+        "ServiceAccount/tdm-fleet-router",
+        "Role/tdm-fleet-router",
+        "RoleBinding/tdm-fleet-router",
+        "Deployment/tdm-fleet-router",
+    ):
+        assert ref in applied, applied
+    kubectl = backend.Kubectl.of(cluster)
+    lws = kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", "tdm-fleet")
+    assert lws["spec"]["replicas"] == 2 and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    service = kubectl.get_json("service", "tdm-fleet-api")
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "tdm-fleet-router"}
+
+    state = load_state("tdm-fleet")
+    assert state.endpoint == f"http://tdm-fleet-api.{namespace}.svc:80"  # the router's Service
+    assert [(r.rank, r.group, r.log) for r in state.ranks] == [
+        (0, 0, "pod/tdm-fleet-0"),
+        (1, 0, "pod/tdm-fleet-0-1"),
+        (2, 1, "pod/tdm-fleet-1"),
+        (3, 1, "pod/tdm-fleet-1-1"),
+    ]
+    status = lifecycle.status("tdm-fleet")
+    assert [(g.group, g.name, [r.rank for r in g.ranks]) for g in status.groups] == [
+        (0, "tdm-fleet-0", [0, 1]),
+        (1, "tdm-fleet-1", [2, 3]),
+    ]
+    assert {g.verdict.value for g in status.groups} == {"down"} and status.verdict.value == "down"
+    shown = subprocess.run(
+        [sys.executable, "-m", "tandem.cli", "status", "tdm-fleet"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "group 1 (tdm-fleet-1, ranks 2, 3): down" in shown.stdout, shown.stdout + shown.stderr
+    # Kubernetes restarts a group itself, and the router follows the leaders' readiness.
+    with pytest.raises(BackendError, match="Kubernetes restarts a broken group itself"):
+        supervisor.supervise("tdm-fleet")
+
+    gone: list[str] = []
+    lifecycle.down("tdm-fleet", on_event=gone.append)
+    for ref in (
+        "leaderworkersets.leaderworkerset.x-k8s.io/tdm-fleet",
+        "service/tdm-fleet-api",
+        "deployment/tdm-fleet-router",
+        "serviceaccount/tdm-fleet-router",
+        "role/tdm-fleet-router",
+        "rolebinding/tdm-fleet-router",
+    ):
+        assert kubectl.get_json(ref) is None, ref
 
 
 def test_up_refused_by_the_server_names_the_field(apiserver, namespace, state_home):

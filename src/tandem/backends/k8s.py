@@ -427,6 +427,11 @@ def up(
 ) -> tuple[DeploymentState, Readiness]:
     """Apply the deployment's objects and wait until the model answers.
 
+    ``plan`` is one group's; with ``replicas`` every group runs it (the LeaderWorkerSet's
+    template), each group's pods are the deployment's ranks (group ``g``, rank ``g * size + i``
+    on pod ``NAME-g[-i]``), and ready means a completion through the router's Service, with
+    every group's pods running.
+
     Raises:
         BackendError: the LeaderWorkerSet exists already.
         KubernetesError: kubectl or the API server refused the objects.
@@ -471,35 +476,46 @@ def up(
             "objects": refs,
         },
     )
-    for rank in plan.ranks:
-        state.ranks.append(
-            RankState(
-                rank=rank.rank,
-                node=rank.node,
-                role=rank.role.value,
-                address=rank.address,
-                log=f"pod/{k8s_render.pod_name(deployment, rank.rank)}",
-                started_at=datetime.now(UTC),
+    replicas = deployment.recipe.replicas
+    if replicas > 1:
+        state.endpoint = k8s_render.service_url(deployment)
+        plan = plan.model_copy(update={"endpoint": state.endpoint})
+    size = len(plan.ranks)
+    for group in range(replicas):
+        for rank in plan.ranks:
+            state.ranks.append(
+                RankState(
+                    rank=group * size + rank.rank,
+                    group=group,
+                    # with replicas a pod's node is the scheduler's, read once it runs
+                    node=rank.node if replicas == 1 else "",
+                    role=rank.role.value,
+                    address=rank.address if replicas == 1 else "",
+                    log=f"pod/{k8s_render.pod_name(deployment, rank.rank, group)}",
+                    started_at=datetime.now(UTC),
+                )
             )
-        )
     state.save()
 
     view = GroupView(kubectl, name)
+    wave = {r.rank: r.start_order for r in plan.ranks}  # workers first, in every group
     ranks = [
         PodRank(
             r.rank,
-            k8s_render.pod_name(deployment, r.rank),
+            r.log.removeprefix("pod/"),
             view,
             on_event=on_event,
             appear_timeout_s=appear_timeout_s,
         )
-        for r in plan.in_start_order()
+        for r in sorted(state.ranks, key=lambda r: (wave[r.rank % size], r.rank))
     ]
 
     try:
         readiness = await_ready(
             plan, deployment, ranks, state, timeout_s=timeout_s, on_phase=on_phase
         )
+        if replicas > 1:
+            _placed(state, view)
     except RankFailed as exc:
         problems = [
             Problem(f"pod/{r.pod}", line)
@@ -515,6 +531,16 @@ def up(
             f"remove them with `tandem down {name}`",
         ) from exc
     return state, readiness
+
+
+def _placed(state: DeploymentState, view: GroupView) -> None:
+    """Each rank's node and address from its pod, once every pod runs (with replicas the
+    scheduler chose them)."""
+    for record in state.ranks:
+        pod = view.pod(record.log.removeprefix("pod/")) or {}
+        record.node = (pod.get("spec") or {}).get("nodeName") or ""
+        record.address = (pod.get("status") or {}).get("podIP") or ""
+    state.save()
 
 
 def down(

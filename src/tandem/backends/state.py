@@ -145,6 +145,11 @@ class RankState(BaseModel):
     node: str
     role: str
     address: str
+    group: int = Field(
+        default=0,
+        description="Its group of a LeaderWorkerSet's replicas (Kubernetes); 0 elsewhere, "
+        "where each group is a deployment of its own.",
+    )
     pid: int | None = Field(default=None, description="Process id; also the process group id.")
     netns: str | None = Field(default=None, description="Network namespace, local netns only.")
     log: str = Field(description="Path of the rank's log file.")

@@ -38,6 +38,7 @@ from tandem.rankplan import placed_groups
 from tandem.readiness import Readiness
 from tandem.redact import Redactor
 from tandem.report.terminal import show
+from tandem.spec.cluster import Transport
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_cluster
 from tandem.vllm_log import PhaseMark
@@ -102,7 +103,10 @@ def up_command(
     if dry_run:
         redactor = Redactor.for_caller()
         local = deployment.cluster.transport.value == "local"  # remote commands carry it
-        for group in placed_groups(deployment):
+        # On Kubernetes one apply starts every group (the LeaderWorkerSet's replicas and the
+        # router's Deployment); elsewhere each group is launched on its own, then the router.
+        kubernetes = deployment.cluster.transport is Transport.K8S
+        for group in [deployment] if kubernetes else placed_groups(deployment):
             _, commands = lifecycle.dry_run(group)
             for rank, argv in commands:
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redactor.env(rank.env).items())
@@ -111,7 +115,7 @@ def up_command(
                     + (f"env {env} " if local else "")
                     + f"{shlex.join(redactor.argv(argv))}\n"
                 )
-        if deployment.recipe.replicas > 1:
+        if deployment.recipe.replicas > 1 and not kubernetes:
             spec = deployment.recipe.router
             node = RouterNode.of(deployment.cluster, deployment.name)
             argv = router_argv(spec, host=node.address if node else LOOPBACK)
@@ -122,7 +126,7 @@ def up_command(
                 f"group's leader added to it\n{shlex.join(argv)}"
             )
         return
-    if deployment.recipe.replicas > 1:
+    if deployment.recipe.replicas > 1 and deployment.cluster.transport is not Transport.K8S:
         _up_fleet(
             deployment,
             timeout_s=timeout_s,
@@ -190,11 +194,6 @@ def _up_fleet(
     if smoke or supervise:
         raise click.UsageError(
             "--smoke and --supervise take one group so far; run them on a group (NAME-gG)"
-        )
-    if deployment.cluster.transport.value == "k8s":
-        raise click.UsageError(
-            "`tandem up` of replicas on Kubernetes is not wired yet: `tandem render --target k8s` "
-            "renders the LeaderWorkerSet's replicas and the router; apply them with kubectl"
         )
     started = fleet.up(
         deployment,
@@ -348,6 +347,12 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
             + (f" {r.health.reason}" if r.health.reason else ""),
         )
     show(table, console)
+    for g in status.groups if len(status.groups) > 1 else []:  # a LeaderWorkerSet's replicas
+        console.print(
+            f"  group {g.group} ({g.name}, ranks {', '.join(str(r.rank) for r in g.ranks)}): "
+            f"[{g.verdict.colour}]{g.verdict.value}[/{g.verdict.colour}]"
+            + (f" — {g.reason}" if g.reason else "")
+        )
     if status.planned and status.planned.comparison:
         for c in (
             status.planned.comparison.kv_pool_tokens,

@@ -8,9 +8,8 @@ import click
 
 from tandem import files, ownership
 from tandem.cli.options import cluster_option, force_option, machine_deployment, recipe_argument
-from tandem.rankplan import plan_ranks, validate
+from tandem.rankplan import template_plan
 from tandem.render import TARGETS, check_format, files_renderer_for, renderer_for
-from tandem.spec.deployment import template_group
 
 
 @click.command("render")
@@ -62,8 +61,7 @@ def render_command(
             f"--target {target} renders one group; with replicas `tandem up --dry-run` shows "
             "every group's commands, and --target k8s renders the LeaderWorkerSet's replicas"
         )
-    validate(deployment)  # the whole deployment first: replicas must divide the inventory
-    plan = plan_ranks(template_group(deployment))  # with replicas: one group, the template
+    plan = template_plan(deployment)  # with replicas: one group, the template
     if out_dir:
         out = ownership.output_folder(Path(out_dir), force=force)
         for name, text in files_renderer_for(target)(plan, deployment).items():

@@ -82,6 +82,16 @@ def service_name(deployment: Deployment) -> str:
     return f"{deployment.name}-{suffix}"
 
 
+def service_url(deployment: Deployment) -> str:
+    """Where clients reach the Service: its load balancer's address when the cluster fixes one,
+    else its name in the cluster's DNS (reachable from inside the cluster)."""
+    options = deployment.cluster.kubernetes.service
+    host = options.load_balancer_ip or (
+        f"{service_name(deployment)}.{deployment.cluster.namespace}.svc"
+    )
+    return f"http://{host}:{options.port}"
+
+
 def router_name(deployment: Deployment) -> str:
     """The router's Deployment, ServiceAccount, Role and RoleBinding (with replicas)."""
     return f"{deployment.name}-router"
