@@ -13,6 +13,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -36,7 +37,7 @@ from k8s.manifests import (
 )
 from tandem import lifecycle, supervisor
 from tandem.backends import k8s as backend
-from tandem.backends.state import load_state
+from tandem.backends.state import DeploymentState, RankState, load_state
 from tandem.errors import BackendError, RankFailed
 from tandem.render import kubernetes as k8s_render
 from tandem.spec.cluster import Cluster
@@ -409,17 +410,18 @@ def create_pod(
     worker_index: int,
     status: dict | None = None,
     node: str | None = None,
+    group: int = 0,
 ) -> None:
     """A pod as the LWS controller would create it: its template, its name and labels."""
     lws = rendered(deployment)[0]
     key = "leaderTemplate" if worker_index == 0 else "workerTemplate"
     template = lws["spec"]["leaderWorkerTemplate"][key]
-    name = k8s_render.pod_name(deployment, worker_index)
+    name = k8s_render.pod_name(deployment, worker_index, group)
     labels = {
         **template["metadata"]["labels"],
         "leaderworkerset.sigs.k8s.io/name": deployment.name,
         "leaderworkerset.sigs.k8s.io/worker-index": str(worker_index),
-        "leaderworkerset.sigs.k8s.io/group-index": "0",
+        "leaderworkerset.sigs.k8s.io/group-index": str(group),
     }
     pod = {
         "apiVersion": "v1",
@@ -587,6 +589,40 @@ def test_pod_phases_and_failures_from_real_pods(apiserver, namespace):
     ]
     assert "event Warning BackOff" in leader.recent_text()
     assert "PodError: the container exited with status 1" in leader.recent_text()
+
+
+def test_replicas_are_ready_when_every_groups_leader_pod_is(apiserver, namespace, state_home):
+    """With replicas, a completion through the router is not enough: the router sends requests
+    only to leaders whose pods are Ready, so `up` waits for every group's (real Pod objects,
+    their status written as a kubelet would)."""
+    deployment = k8s_deployment(namespace, name="ready2")
+    for group, ready in ((0, "True"), (1, "False")):
+        conditions = [{"type": "Ready", "status": ready}]
+        status = {"phase": "Running", "conditions": conditions, "podIP": f"10.1.{group}.5"}
+        create_pod(apiserver, namespace, deployment, 0, status=status, node="node-a", group=group)
+    state = DeploymentState(
+        name="ready2",
+        backend="k8s",
+        recipe={},
+        cluster={},
+        endpoint="http://ready2-api.svc:80",
+        model="m",
+        ranks=[
+            RankState(
+                rank=2 * g, group=g, node="", role="leader", address="", log=f"pod/ready2-{g}"
+            )
+            for g in (0, 1)
+        ],
+    )
+    view = backend.GroupView(backend.Kubectl.of(deployment.cluster), "ready2", max_age_s=0)
+    with pytest.raises(RankFailed, match=r"group\(s\) 1 \(pod/ready2-1\) is not Ready"):
+        backend.await_leaders_ready(state, view, time.monotonic())
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    apiserver.kubectl(
+        "-n", namespace, "patch", "pod", "ready2-1", "--subresource=status", "--type=merge",
+        "-p", json.dumps(ready),
+    )  # fmt: skip
+    backend.await_leaders_ready(state, view, time.monotonic() + 30)
 
 
 def test_image_pull_back_off_fails_at_once(apiserver, namespace):

@@ -515,6 +515,9 @@ def up(
             plan, deployment, ranks, state, timeout_s=timeout_s, on_phase=on_phase
         )
         if replicas > 1:
+            await_leaders_ready(
+                state, view, time.monotonic() + deployment.recipe.timeouts.startup_s
+            )
             _placed(state, view)
     except RankFailed as exc:
         problems = [
@@ -531,6 +534,33 @@ def up(
             f"remove them with `tandem down {name}`",
         ) from exc
     return state, readiness
+
+
+def await_leaders_ready(state: DeploymentState, view: GroupView, deadline: float) -> None:
+    """Wait until every group's leader pod is Ready: what the router's service discovery
+    follows, so that the router sends requests to every group, not only the first to answer.
+
+    Raises:
+        RankFailed: a leader is not Ready by ``deadline``.
+    """
+    leaders = [r for r in state.ranks if r.role == "leader"]
+    while True:
+        waiting = [r for r in leaders if not _ready(view.pod(r.log.removeprefix("pod/")))]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise RankFailed(
+                "the router answered, but the leader of group(s) "
+                + ", ".join(f"{r.group} ({r.log})" for r in waiting)
+                + " is not Ready, so the router does not send it requests",
+                rank=waiting[0].rank,
+            )
+        time.sleep(2)
+
+
+def _ready(pod: dict | None) -> bool:
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def _placed(state: DeploymentState, view: GroupView) -> None:
