@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 from tandem.plan.calibrate import figures_from_log
 from tandem.plan.config import facts_from_dir
 from tandem.plan.hardware import load_profile
+from tandem.plan.memory import ReserveKind
 from tandem.plan.planner import Plan, plan_deployment
 from tandem.spec.loading import load_deployment
 
@@ -135,18 +136,20 @@ def plan_boot(fixtures: Path, boot: dict) -> Row:
     plan = boot_plan(fixtures, boot)
     leader = (fixtures / "boots" / f"{boot['boot']}-rank0.log").read_text(errors="replace")
     figures = figures_from_log(leader)
-    reserves = {r.name: r.bytes / GIB for r in plan.memory.reserves}
+    reserves: dict[ReserveKind, float] = {}
+    for r in plan.memory.reserves:
+        reserves[r.kind] = reserves.get(r.kind, 0.0) + r.bytes / GIB
     return Row(
         boot=boot["boot"],
         role=role(boot),
         weights_gib=_logged(_WEIGHTS, leader),
         planned_weights_gib=plan.weights_gib_per_rank,
         activation_gib=_logged(_ACTIVATION, leader),
-        planned_activation_gib=reserves.get("activation peak (profile run)", 0.0),
+        planned_activation_gib=reserves.get(ReserveKind.ACTIVATION, 0.0),
         non_torch_gib=_logged(_NON_TORCH, leader),
-        planned_non_torch_gib=sum(v for k, v in reserves.items() if k.startswith("non-torch")),
+        planned_non_torch_gib=reserves.get(ReserveKind.NON_TORCH, 0.0),
         graphs_gib=_logged(_GRAPHS, leader) or 0.0,
-        planned_graphs_gib=sum(v for k, v in reserves.items() if k.startswith("CUDA graphs")),
+        planned_graphs_gib=reserves.get(ReserveKind.CUDA_GRAPHS, 0.0),
         available_kv_gib=figures.available_kv_cache_gib,
         planned_kv_gib=plan.kv_pool_gib,
         kv_tokens=figures.kv_cache_tokens,

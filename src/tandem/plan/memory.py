@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -165,9 +166,27 @@ def model_max_len(config: dict[str, Any]) -> int | None:
     return length
 
 
+class ReserveKind(StrEnum):
+    """What a reserve is, for the code that picks some out (a rank's own transient memory on a
+    shared GPU, a benchmark's term-by-term table); the name is for people."""
+
+    ACTIVATION = "activation"
+    """The profile run's torch peak."""
+    NON_TORCH = "non-torch"
+    """NCCL, cuBLAS and the CUDA context outside torch's allocator."""
+    CUDA_GRAPHS = "cuda-graphs"
+    MODEL_BUFFER = "model-buffer"
+    """A model's own buffer outside its weights (a gather workspace, a drafter's hidden)."""
+    CALIBRATED = "calibrated"
+    """What a measured boot shows and the arithmetic misses."""
+    PEERS = "peers"
+    """Other ranks on the same GPU."""
+
+
 class Reserve(BaseModel):
     """One slice of vLLM's budget that is not weights and not KV."""
 
+    kind: ReserveKind
     name: str
     bytes: int
     basis: str = Field(description="`estimate`, `measured` or `calibrated`, and from what.")
@@ -227,6 +246,7 @@ def reserves_for(
     else:
         reserves = [
             Reserve(
+                kind=ReserveKind.ACTIVATION,
                 name="activation peak (profile run)",
                 bytes=int(batched * hidden * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN),
                 basis=f"estimate: {batched} batched tokens x hidden {hidden} x "
@@ -237,6 +257,7 @@ def reserves_for(
     if hardware.non_torch_gib:
         reserves.append(
             Reserve(
+                kind=ReserveKind.NON_TORCH,
                 name="non-torch (NCCL, cuBLAS)",
                 bytes=int(hardware.non_torch_gib.value * GIB),
                 basis=_basis(hardware.non_torch_gib.source),
@@ -245,6 +266,7 @@ def reserves_for(
     if hardware.non_torch_tp_extra_gib and settings.tensor_parallel_size > 1:
         reserves.append(
             Reserve(
+                kind=ReserveKind.NON_TORCH,
                 name="non-torch, TP > 1 (NCCL communicator)",
                 bytes=int(hardware.non_torch_tp_extra_gib.value * GIB),
                 basis=_basis(hardware.non_torch_tp_extra_gib.source),
@@ -258,6 +280,7 @@ def reserves_for(
         elif hardware.cudagraph_gib:
             reserves.append(
                 Reserve(
+                    kind=ReserveKind.CUDA_GRAPHS,
                     name="CUDA graphs",
                     bytes=int(hardware.cudagraph_gib.value * GIB),
                     basis=_basis(hardware.cudagraph_gib.source),
@@ -268,6 +291,7 @@ def reserves_for(
         workspace = 4 * (settings.max_model_len // 4 + window + batched) * 512 * 2
         reserves.append(
             Reserve(
+                kind=ReserveKind.MODEL_BUFFER,
                 name="DeepSeek-V4 prefill gather workspace",
                 bytes=workspace,
                 basis="derived: 4 x (max_model_len/4 + window + batched tokens) x 512 x 2 B "
@@ -277,6 +301,7 @@ def reserves_for(
         if uses_drafter(settings):
             reserves.append(
                 Reserve(
+                    kind=ReserveKind.MODEL_BUFFER,
                     name="MTP hidden buffer",
                     bytes=batched * int(config.get("hc_mult", 4)) * hidden * 2,
                     basis="derived: batched tokens x hc_mult x hidden x 2 B "
@@ -316,6 +341,7 @@ def derived_activation(
         " (DeepSeek-V4's attention not probed: walked as GQA)" if is_deepseek_v4(config) else ""
     )
     return Reserve(
+        kind=ReserveKind.ACTIVATION,
         name="activation peak (profile run)",
         bytes=peak.bytes,
         basis=f"derived: vLLM's profile run of {settings.max_num_batched_tokens} tokens, "
@@ -328,6 +354,7 @@ def derived_cudagraphs(config: dict[str, Any], settings: ServeSettings) -> Reser
     """vLLM 0.25.1's own CUDA-graph estimate on the V1 runner, subtracted before the KV cache."""
     graphs = cudagraph_estimate(config, _profile_settings(settings))
     return Reserve(
+        kind=ReserveKind.CUDA_GRAPHS,
         name="CUDA graphs (vLLM's estimate, V1 runner)",
         bytes=graphs.bytes,
         basis=f"derived: max(first PIECEWISE capture {graphs.piecewise_first_bytes / GIB:.2f}, "

@@ -34,6 +34,7 @@ from tandem.plan.memory import (
     Fit,
     MemoryPlan,
     Reserve,
+    ReserveKind,
     ServeSettings,
     fit_verdict,
     layout_for,
@@ -110,7 +111,9 @@ def _shared_graphs_note(reserves: list[Reserve], sharing: int) -> str:
     then (their profile run, their captures), by timing. Measured on one H200 for two identical
     DeepSeek-V3 ranks whose own captures reserved 1.05 GiB: 2.42 and 4.56 GiB estimated, and
     the smaller rank sets the pool (benchmarks/gpu/results/planner.md, issue 33)."""
-    own = sum(r.bytes for r in reserves if r.name.startswith(("activation", "CUDA graphs")))
+    own = sum(
+        r.bytes for r in reserves if r.kind in (ReserveKind.ACTIVATION, ReserveKind.CUDA_GRAPHS)
+    )
     return (
         "CUDA graphs on a shared GPU: vLLM's graph estimate there also counts the other "
         "ranks' profile runs and captures, by timing, so the pool may come out up to "
@@ -268,6 +271,7 @@ def plan_deployment(
         modelled_non_kv = obs_memory.weights_bytes_per_rank + obs_memory.reserve_bytes
         extra = [
             Reserve(
+                kind=ReserveKind.CALIBRATED,
                 name="unattributed non-KV memory (calibrated)",
                 bytes=int(measured_non_kv - modelled_non_kv),
                 basis=f"calibrated: measured non-KV memory of a shipped boot minus this "
@@ -291,6 +295,7 @@ def plan_deployment(
         extra = [
             *extra,
             Reserve(
+                kind=ReserveKind.PEERS,
                 name=f"{sharing - 1} other rank(s) on the same GPU",
                 bytes=(sharing - 1) * peer,
                 basis="derived: vLLM counts what other processes allocate on its device during its "
