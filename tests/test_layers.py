@@ -19,8 +19,8 @@ The layers, bottom to top (a module may import its own layer and the layers belo
                 health, supervisor, revisions, gang restarts over any backend; what each up ran;
                 fleet                          several groups behind one router
     tools       bench/, eval/, watch/,         consumers of an endpoint or a model folder;
-                report/, tinymodel, realmodel, an upgrade's gate (smoke and bench) and
-                shapemodel, upgrade            its rollback
+                report/, models/, upgrade      the models tandem builds; an upgrade's gate
+                                               (smoke and bench) and its rollback
     surface     cli/, the ``tandem`` package   the command line and the public API
 
 Imports are read with ``ast`` from the source files, nothing is imported: ``import`` and
@@ -85,9 +85,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.eval",
             "tandem.watch",
             "tandem.report",
-            "tandem.tinymodel",
-            "tandem.realmodel",
-            "tandem.shapemodel",
+            "tandem.models",
             "tandem.upgrade",
         ),
     ),

@@ -23,7 +23,7 @@ import pytest
 from capitals import MOST, ask_capitals
 from tandem_cli import run_tandem
 
-from tandem.realmodel import REPO_ID
+from tandem.models.real import REPO_ID
 
 pytestmark = pytest.mark.engine
 

@@ -13,7 +13,7 @@ t0=$(date +%s.%N)
 python3 - <<'PY'   # one process for the three (what `tandem model shape P` does, per preset)
 import time
 from pathlib import Path
-from tandem.shapemodel import build_shape_model
+from tandem.models.shapes import build_shape_model
 for preset, layers in (("llama-3.1-8b", None), ("deepseek-v2-lite", 13), ("gemma-3-4b", None)):
     t = time.monotonic()
     m = build_shape_model(Path("/root/hf"), preset, layers=layers, device="cuda")

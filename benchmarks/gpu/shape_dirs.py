@@ -39,8 +39,8 @@ def build(dest: Path, preset: str, layers: int | None) -> str:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tandem.shapemodel import SHAPES, shape_repo_id
-    from tandem.tinymodel import _train_tokenizer
+    from tandem.models.shapes import SHAPES, shape_repo_id
+    from tandem.models.tiny import _train_tokenizer
 
     name = shape_repo_id(preset, layers=layers).split("/", 1)[1]
     serve, model = dest / "serve" / name, dest / "models" / name

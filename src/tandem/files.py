@@ -18,7 +18,7 @@ Besides redaction, this module knows how tandem writes:
 What it does not write (``tests/test_files.py`` lists each module, with why, and fails on a new
 one): the output of a child process (a rank's stdout goes to a file opened with
 ``open_private``; every reader of it redacts), ``/etc/tandem/*.env``, whose purpose is to hold
-a key, the files of a model tandem makes (``tinymodel``), and what the stdlib-only scripts that
+a key, the files of a model tandem makes (``models.tiny``), and what the stdlib-only scripts that
 run on a node write there.
 """
 

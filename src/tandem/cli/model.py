@@ -3,8 +3,8 @@ shapes for GPUs).
 
 The builders import torch and transformers (6 s of CPU), so they are imported when a model is
 built, not when ``--help`` or a bad argument is answered: the tiny models' names are written
-here and a test keeps them equal to the builder's (``tests/test_tinymodel.py``); the shape
-presets and their argument check come from ``tandem.shapemodel``, which imports torch only to
+here and a test keeps them equal to the builder's (``tests/test_model_tiny.py``); the shape
+presets and their argument check come from ``tandem.models.shapes``, which imports torch only to
 build.
 """
 
@@ -19,11 +19,11 @@ from rich.console import Console
 from tandem import hf_cache
 from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
 from tandem.errors import ClusterError
-from tandem.shapemodel import MIN_LAYERS, SHAPES, build_shape_model, check_arguments
+from tandem.models.shapes import MIN_LAYERS, SHAPES, build_shape_model, check_arguments
 from tandem.spec.cluster import Transport
 
 ARCHITECTURES = ("deepseek_v3", "llama", "mistral", "mixtral", "qwen2", "qwen3")
-"""``tandem.tinymodel.ARCHITECTURES``' names."""
+"""``tandem.models.tiny.ARCHITECTURES``' names."""
 DEFAULT_ARCH = "deepseek_v3"
 
 
@@ -78,7 +78,7 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
       tandem model tiny --all
       HF_HOME=~/.cache/huggingface HF_HUB_OFFLINE=1 vllm serve tandem-org/tiny-deepseek-v3
     """
-    from tandem.tinymodel import TinyModel, build_tiny_model
+    from tandem.models.tiny import TinyModel, build_tiny_model
 
     console = Console()
     hf_home = hf_home or _default_hf_home()
@@ -118,7 +118,7 @@ def real_command(hf_home: Path | None) -> None:
       tandem model real --hf-home /tmp/hf
       HF_HUB_OFFLINE=1 vllm serve tandem-org/smollm2-135m-instruct
     """
-    from tandem.realmodel import build_real_model
+    from tandem.models.real import build_real_model
 
     real = build_real_model(hf_home or _default_hf_home())
     console = Console()

@@ -23,11 +23,8 @@ Algorithm of ``build_tiny_model``:
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import random
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from functools import cache
@@ -50,6 +47,7 @@ from transformers import (
 
 from tandem import hf_cache
 from tandem.errors import SpecError
+from tandem.models.store import file_sha256, snapshot_commit, store
 
 __all__ = ["ARCHITECTURES", "DEFAULT_ARCH", "TinyModel", "build_tiny_model", "default_repo_id"]
 
@@ -446,9 +444,9 @@ def build_tiny_model(
         tokenizer = _train_tokenizer(seed)
         tokenizer.save_pretrained(staging)
         parameter_count = _save_model(arch, tokenizer, seed, staging)
-        digests = {path.name: _sha256(path) for path in sorted(staging.iterdir())}
-        commit = _commit_id(digests)
-        snapshot = _store(repo_dir, staging, digests, commit)
+        digests = {path.name: file_sha256(path) for path in sorted(staging.iterdir())}
+        commit = snapshot_commit(digests)
+        snapshot = store(repo_dir, staging, digests, commit)
     size_bytes = sum((snapshot / name).stat().st_size for name in digests)
     return TinyModel(
         repo_id=repo_id,
@@ -545,53 +543,3 @@ def _save_model(arch: str, tokenizer: PreTrainedTokenizerFast, seed: int, stagin
         json.dumps(generation_config, indent=2, sort_keys=True) + "\n"
     )
     return model.num_parameters()
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for chunk in iter(lambda: file.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _commit_id(digests: dict[str, str]) -> str:
-    """The snapshot id: sha1 of the ``name sha256`` lines, sorted by name (40 hex, like git)."""
-    manifest = "".join(f"{name} {digests[name]}\n" for name in sorted(digests))
-    return hashlib.sha1(manifest.encode()).hexdigest()
-
-
-def _store(repo_dir: Path, staging: Path, digests: dict[str, str], commit: str) -> Path:
-    """Move staged files into blobs/, link them from snapshots/<commit>/, point refs/main at it."""
-    snapshot = repo_dir / "snapshots" / commit
-    blobs = repo_dir / "blobs"
-    blobs.mkdir(exist_ok=True)
-    if not _snapshot_complete(snapshot, digests):
-        for name, sha in digests.items():
-            blob = blobs / sha
-            if not blob.exists():
-                os.replace(staging / name, blob)
-        partial = Path(tempfile.mkdtemp(dir=repo_dir, prefix=".snapshot-"))
-        partial.chmod(0o755)  # mkdtemp makes it private; the cache is shared like a download
-        for name, sha in digests.items():
-            (partial / name).symlink_to(Path("..") / ".." / "blobs" / sha)
-        (repo_dir / "snapshots").mkdir(exist_ok=True)
-        if snapshot.exists():
-            shutil.rmtree(snapshot)
-        os.replace(partial, snapshot)
-    refs = repo_dir / "refs"
-    refs.mkdir(exist_ok=True)
-    if not (refs / "main").exists() or (refs / "main").read_text() != commit:
-        (refs / "main").write_text(commit)
-    return snapshot
-
-
-def _snapshot_complete(snapshot: Path, digests: dict[str, str]) -> bool:
-    """True when every file of the snapshot links to a blob with the expected name."""
-    if not snapshot.is_dir():
-        return False
-    for name, sha in digests.items():
-        link = snapshot / name
-        if not link.is_file() or link.resolve().name != sha:
-            return False
-    return True

@@ -13,7 +13,7 @@ from safetensors import safe_open
 
 from tandem.cli.model import model_command
 from tandem.errors import SpecError
-from tandem.shapemodel import SHAPES, build_shape_model, check_arguments, shape_repo_id
+from tandem.models.shapes import SHAPES, build_shape_model, check_arguments, shape_repo_id
 
 
 @pytest.fixture(scope="module")

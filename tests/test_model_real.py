@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from huggingface_hub import snapshot_download
 
-from tandem import realmodel
 from tandem.errors import SpecError
-from tandem.realmodel import (
+from tandem.models import real as realmodel
+from tandem.models.real import (
     GGUF_SHA256,
     PACKAGE,
     PACKAGE_VERSION,

@@ -1,0 +1,63 @@
+"""A model tandem builds, stored in the Hugging Face cache as a download leaves it: each file a
+blob named by its sha256, a snapshot of relative links named by the commit, ``refs/main`` on
+it (``tandem.hf_cache`` names the layout). vLLM and transformers then read it offline, and
+``tandem check`` verifies it like any downloaded snapshot. Shared by ``tiny``, ``real`` and
+``shapes``; writing again what is complete changes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def snapshot_commit(digests: dict[str, str]) -> str:
+    """The snapshot id: sha1 of the ``name sha256`` lines, sorted by name (40 hex, like git)."""
+    manifest = "".join(f"{name} {digests[name]}\n" for name in sorted(digests))
+    return hashlib.sha1(manifest.encode()).hexdigest()
+
+
+def store(repo_dir: Path, staging: Path, digests: dict[str, str], commit: str) -> Path:
+    """Move staged files into blobs/, link them from snapshots/<commit>/, point refs/main at it."""
+    snapshot = repo_dir / "snapshots" / commit
+    blobs = repo_dir / "blobs"
+    blobs.mkdir(exist_ok=True)
+    if not _complete(snapshot, digests):
+        for name, sha in digests.items():
+            blob = blobs / sha
+            if not blob.exists():
+                os.replace(staging / name, blob)
+        partial = Path(tempfile.mkdtemp(dir=repo_dir, prefix=".snapshot-"))
+        partial.chmod(0o755)  # mkdtemp makes it private; the cache is shared like a download
+        for name, sha in digests.items():
+            (partial / name).symlink_to(Path("..") / ".." / "blobs" / sha)
+        (repo_dir / "snapshots").mkdir(exist_ok=True)
+        if snapshot.exists():
+            shutil.rmtree(snapshot)
+        os.replace(partial, snapshot)
+    refs = repo_dir / "refs"
+    refs.mkdir(exist_ok=True)
+    if not (refs / "main").exists() or (refs / "main").read_text() != commit:
+        (refs / "main").write_text(commit)
+    return snapshot
+
+
+def _complete(snapshot: Path, digests: dict[str, str]) -> bool:
+    """True when every file of the snapshot links to a blob with the expected name."""
+    if not snapshot.is_dir():
+        return False
+    for name, sha in digests.items():
+        link = snapshot / name
+        if not link.is_file() or link.resolve().name != sha:
+            return False
+    return True
