@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tandem import hf_cache
 from tandem.errors import SpecError
-from tandem.models.store import file_sha256, store
+from tandem.models.store import staged_digests, store
 
 __all__ = [
     "GGUF_NAME",
@@ -177,15 +177,13 @@ def _complete(snapshot: Path) -> bool:
 
 
 def _convert_and_store(source: Path, repo_dir: Path, commit: str) -> None:
-
     repo_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=repo_dir, prefix=".build-") as tmp:
         staging = Path(tmp)
         _convert(source, staging)
         for path in staging.iterdir():
             path.chmod(0o644)  # safetensors are written private; the cache is shared
-        digests = {path.name: file_sha256(path) for path in sorted(staging.iterdir())}
-        store(repo_dir, staging, digests, commit)
+        store(repo_dir, staging, staged_digests(staging), commit)
 
 
 def _convert(source: Path, staging: Path) -> None:

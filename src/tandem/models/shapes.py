@@ -31,7 +31,6 @@ import json
 import re
 import tempfile
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tandem import hf_cache
 from tandem.errors import Problem, SpecError
-from tandem.models.store import file_sha256, snapshot_commit, store
+from tandem.models.store import snapshot_commit, staged_digests, store
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -400,9 +399,7 @@ def build_shape_model(
         (staging / "generation_config.json").write_text(
             json.dumps(generation, indent=2, sort_keys=True) + "\n"
         )
-        paths = sorted(staging.iterdir())
-        with ThreadPoolExecutor(max_workers=8) as pool:  # hashlib releases the GIL
-            digests = dict(zip([p.name for p in paths], pool.map(file_sha256, paths)))
+        digests = staged_digests(staging)
         commit = snapshot_commit(digests)
         snapshot = store(repo_dir, staging, digests, commit)
     size_bytes = sum((snapshot / name).stat().st_size for name in digests)

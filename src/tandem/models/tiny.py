@@ -47,7 +47,7 @@ from transformers import (
 
 from tandem import hf_cache
 from tandem.errors import SpecError
-from tandem.models.store import file_sha256, snapshot_commit, store
+from tandem.models.store import snapshot_commit, staged_digests, store
 
 __all__ = ["ARCHITECTURES", "DEFAULT_ARCH", "TinyModel", "build_tiny_model", "default_repo_id"]
 
@@ -444,7 +444,7 @@ def build_tiny_model(
         tokenizer = _train_tokenizer(seed)
         tokenizer.save_pretrained(staging)
         parameter_count = _save_model(arch, tokenizer, seed, staging)
-        digests = {path.name: file_sha256(path) for path in sorted(staging.iterdir())}
+        digests = staged_digests(staging)
         commit = snapshot_commit(digests)
         snapshot = store(repo_dir, staging, digests, commit)
     size_bytes = sum((snapshot / name).stat().st_size for name in digests)
