@@ -414,3 +414,38 @@ def test_the_stop_note_says_what_each_process_waits_for():
     assert "ignores SIGTERM" in processes.waits_for(
         worker, [worker], sigterm_ignored=lambda p: True
     )
+
+
+def test_a_process_sigkill_does_not_end_at_once_is_waited_for_and_named():
+    """A process inside a system call the kernel does not interrupt outlives SIGKILL until the
+    call returns (seen: a vLLM start in ``sched_setaffinity``, alive 30 s after SIGKILL). The
+    stop waits for it, saying so, instead of reporting it gone or leaving it to the next
+    start. Its pid is above any pid_max, so the signals reach nothing here."""
+    stuck = record(pid=4_194_400, sid=4_194_400, state="R")
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    said: list[str] = []
+    survivors = processes.stop(
+        lambda: [stuck] if now[0] < 25 else [],
+        groups=[],
+        on_progress=said.append,
+        clock=lambda: now[0],
+        sleep=sleep,
+    )
+    assert survivors == []
+    waits = [s for s in said if "after SIGKILL" in s]
+    assert len(waits) == 2 and "inside the kernel" in waits[0], said
+    assert "vllm 4194400 (state R)" in waits[0]
+
+    now[0] = 0.0
+    survivors = processes.stop(
+        lambda: [stuck] if now[0] < 25 else [],
+        groups=[],
+        kill_wait_s=5,
+        clock=lambda: now[0],
+        sleep=sleep,
+    )
+    assert survivors == [stuck]  # reported as left behind, never as stopped

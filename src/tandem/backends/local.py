@@ -264,7 +264,10 @@ def up(
         with shielded(on_event) as hurry:
             if state.ranks:
                 on_event(f"{interruption(exc) or 'start-up failed'}: stopping every rank")
-            if not _release(state, on_event=on_event, hurry=hurry):
+            leftovers = _release(state, on_event=on_event, hurry=hurry)
+            if leftovers:  # kept in the state, so that `down` finds and finishes them
+                on_event(f"left behind: {'; '.join(leftovers)}; `tandem down {name}` stops them")
+            else:
                 directory.state_file.unlink(missing_ok=True)  # no phantom deployment
         raise
     return state, readiness

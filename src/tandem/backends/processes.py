@@ -324,6 +324,7 @@ def stop(
     groups: Iterable[int] = (),
     grace_s: float = 30.0,
     orphan_grace_s: float = 5.0,
+    kill_wait_s: float = 90.0,
     on_progress: Callable[[str], None] = lambda text: None,
     hurry: Hurry | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -339,6 +340,12 @@ def stop(
     are left, after ``grace_s``, or when ``hurry`` is requested. It says what it does, so a
     clean shutdown of a few seconds does not read like a hang: what got SIGTERM and for how
     long, then every 5 s what each process still waits for.
+
+    A process that SIGKILL does not end at once is inside a system call the kernel does not
+    interrupt; it ends when the call returns. Seen: a vLLM start sitting for minutes in
+    ``sched_setaffinity`` on a busy machine, alive 30 s after SIGKILL. Up to ``kill_wait_s`` is
+    given to it, so that what comes next (a rollback's start on the same ports) does not find
+    it still there.
     """
     hurry = hurry or Hurry()
     targets = find()
@@ -380,8 +387,17 @@ def stop(
             _signal_group(pgid, signal.SIGKILL)
         for process in left:
             _signal(process.pid, signal.SIGKILL)
-    deadline = clock() + 5
-    while clock() < deadline and (left := find()):
+    killed = clock()
+    next_note = killed + 10
+    while clock() - killed < kill_wait_s and (left := find()):
+        if clock() >= next_note:
+            on_progress(
+                f"{len(left)} process(es) still there {clock() - killed:.0f} s after SIGKILL, "
+                f"inside the kernel (a system call it does not interrupt), waiting at most "
+                f"{kill_wait_s:g} s: "
+                + ", ".join(f"{p.name} {p.pid} (state {p.state})" for p in left[:6])
+            )
+            next_note += 10
         sleep(0.1)
     return left
 
