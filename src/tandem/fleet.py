@@ -40,12 +40,20 @@ from tandem.backends.state import (
 from tandem.check.findings import CheckReport
 from tandem.endpoint import Endpoint
 from tandem.errors import BackendError, EndpointError, RankFailed, StateError
-from tandem.health import Verdict
+from tandem.health import GroupVerdict, Verdict, of_groups
 from tandem.rankplan import placed_groups
+from tandem.spec.cluster import Transport
 from tandem.spec.deployment import Deployment
 from tandem.vllm_log import BootFigures
 
 READY_QUESTION = "What is the capital of France?"
+
+
+def launched_by_group(deployment: Deployment) -> bool:
+    """Whether ``up`` launches each group as a deployment of its own and starts the router
+    itself (replicas on this machine or over ssh). On Kubernetes one apply starts every group
+    (the LeaderWorkerSet's ``replicas``) and the router's Deployment: one deployment."""
+    return deployment.recipe.replicas > 1 and deployment.cluster.transport is not Transport.K8S
 
 
 def front_door(name: str | None) -> tuple[str, str]:
@@ -244,23 +252,12 @@ def status(name: str | None = None, **kwargs: object) -> lifecycle.DeploymentSta
         parts.append(
             one.groups[0].model_copy(update={"group": index, "member": one.endpoint in members})
         )
-    serving = [g for g in parts if g.verdict is Verdict.HEALTHY and g.member]
     if router_status is None or not router_status.running:
         verdict, reason = Verdict.DOWN, "the router is not running"
-    elif len(serving) == len(parts):
-        verdict, reason = Verdict.HEALTHY, ""
-    elif serving:
-        out = [g for g in parts if g not in serving]
-        verdict = Verdict.DEGRADED
-        reason = f"{len(serving)} of {len(parts)} groups serve; " + "; ".join(
-            f"group {g.group} {g.verdict.value}{'' if g.member else ', out of rotation'}"
-            + (f": {g.reason}" if g.reason else "")
-            for g in out
-        )
     else:
-        worst = max(parts, key=lambda g: g.verdict.exit_code)
-        verdict = worst.verdict if worst.verdict is not Verdict.HEALTHY else Verdict.DOWN
-        reason = "no group serves in the router's rotation"
+        verdict, reason = of_groups(
+            [GroupVerdict(g.group, g.verdict, g.reason, bool(g.member)) for g in parts]
+        )
     return lifecycle.DeploymentStatus(
         name=fleet.name,
         backend="local",

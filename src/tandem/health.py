@@ -557,8 +557,7 @@ def assess(
         tracker=tracker,
         api_key=api_key or os.environ.get(wire.VLLM_API_KEY),
     )
-    groups = sorted({r.group for r in state.ranks})
-    if len(groups) < 2:
+    if len(state.groups) < 2:
         return judge(state, look, api, stall_s=stall_s)
     parts = [
         judge(
@@ -567,27 +566,42 @@ def assess(
             api,
             stall_s=stall_s,
         )
-        for g in groups
+        for g in state.groups
     ]
-    return of_groups(state.name, parts, api)
-
-
-def of_groups(name: str, parts: list[Assessment], api: ApiFacts) -> Assessment:
-    """A deployment of several groups behind one front door (the ``api`` facts are the front
-    door's): healthy when every group is, ``degraded`` while at least one serves, else the
-    worst group's verdict."""
-    serving = [p for p in parts if p.verdict is Verdict.HEALTHY]
+    verdict, reason = of_groups([GroupVerdict(i, p.verdict, p.reason) for i, p in enumerate(parts)])
     ranks = [r for p in parts for r in p.ranks]
+    return Assessment(
+        name=state.name, verdict=verdict, reason=reason, ranks=ranks, api=api, groups=parts
+    )
+
+
+@dataclass(frozen=True)
+class GroupVerdict:
+    """One group of a deployment behind one front door, as the front door's verdict needs it."""
+
+    group: int
+    verdict: Verdict
+    reason: str = ""
+    in_rotation: bool = True
+    """The front door sends it requests (vllm-router's membership; on Kubernetes the router
+    follows the leaders' readiness, so a group is in rotation when healthy)."""
+
+
+def of_groups(parts: list[GroupVerdict]) -> tuple[Verdict, str]:
+    """The verdict on several groups behind one front door (a fleet's router, or a
+    LeaderWorkerSet's): healthy when every group is healthy and in rotation; ``degraded``
+    while at least one serves; else the worst group's verdict (``down`` when no group is in
+    rotation, healthy or not)."""
+    serving = [p for p in parts if p.verdict is Verdict.HEALTHY and p.in_rotation]
     if len(serving) == len(parts):
-        return Assessment(name=name, verdict=Verdict.HEALTHY, ranks=ranks, api=api, groups=parts)
+        return Verdict.HEALTHY, ""
     if serving:
-        reason = f"{len(serving)} of {len(parts)} groups serve; " + "; ".join(
-            f"group {i} {p.verdict.value}" + (f": {p.reason}" if p.reason else "")
-            for i, p in enumerate(parts)
+        return Verdict.DEGRADED, f"{len(serving)} of {len(parts)} groups serve; " + "; ".join(
+            f"group {p.group} {p.verdict.value}{'' if p.in_rotation else ', out of rotation'}"
+            + (f": {p.reason}" if p.reason else "")
+            for p in parts
             if p not in serving
         )
-        return Assessment(
-            name=name, verdict=Verdict.DEGRADED, reason=reason, ranks=ranks, api=api, groups=parts
-        )
     worst = max(parts, key=lambda p: p.verdict.exit_code)
-    return worst.model_copy(update={"name": name, "ranks": ranks, "groups": parts})
+    verdict = worst.verdict if worst.verdict is not Verdict.HEALTHY else Verdict.DOWN
+    return verdict, "no group serves in the router's rotation"

@@ -244,7 +244,8 @@ def status(
         port = state.deployment(lenient=True).recipe.ports.api
         groups = []
         for index, part in enumerate(report.groups):
-            own = [r for r in ranks if r.rank in {h.rank for h in part.ranks}]
+            numbers = {h.rank for h in part.ranks}
+            own = [r for r in ranks if r.rank in numbers]
             leader = next(r for r in own if r.role == "leader")
             groups.append(
                 GroupStatus(

@@ -350,7 +350,7 @@ def supervise(
     """
     if DeploymentDir.of(name).state_file.exists():
         first = load_state(name)
-        if first.backend == "k8s" and len({r.group for r in first.ranks}) > 1:
+        if first.backend == "k8s" and len(first.groups) > 1:
             raise BackendError(
                 f"'{name}' is a LeaderWorkerSet of several groups: Kubernetes restarts a "
                 "broken group itself (RecreateGroupOnPodRestart), and the router sends "

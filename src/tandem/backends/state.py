@@ -215,6 +215,11 @@ class DeploymentState(BaseModel):
     def directory(self) -> DeploymentDir:
         return DeploymentDir.of(self.name)
 
+    @property
+    def groups(self) -> list[int]:
+        """The groups its ranks belong to: ``[0]``, but for a LeaderWorkerSet's replicas."""
+        return sorted({r.group for r in self.ranks}) or [0]
+
     def deployment(self, *, lenient: bool = False) -> Deployment:
         """The deployment this state was launched from (resolved recipe and cluster).
 

@@ -38,7 +38,6 @@ from tandem.rankplan import placed_groups
 from tandem.readiness import Readiness
 from tandem.redact import Redactor
 from tandem.report.terminal import show
-from tandem.spec.cluster import Transport
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_cluster
 from tandem.vllm_log import PhaseMark
@@ -103,10 +102,8 @@ def up_command(
     if dry_run:
         redactor = Redactor.for_caller()
         local = deployment.cluster.transport.value == "local"  # remote commands carry it
-        # On Kubernetes one apply starts every group (the LeaderWorkerSet's replicas and the
-        # router's Deployment); elsewhere each group is launched on its own, then the router.
-        kubernetes = deployment.cluster.transport is Transport.K8S
-        for group in [deployment] if kubernetes else placed_groups(deployment):
+        by_group = fleet.launched_by_group(deployment)
+        for group in placed_groups(deployment) if by_group else [deployment]:
             _, commands = lifecycle.dry_run(group)
             for rank, argv in commands:
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redactor.env(rank.env).items())
@@ -115,7 +112,7 @@ def up_command(
                     + (f"env {env} " if local else "")
                     + f"{shlex.join(redactor.argv(argv))}\n"
                 )
-        if deployment.recipe.replicas > 1 and not kubernetes:
+        if by_group:
             spec = deployment.recipe.router
             node = RouterNode.of(deployment.cluster, deployment.name)
             argv = router_argv(spec, host=node.address if node else LOOPBACK)
@@ -126,7 +123,7 @@ def up_command(
                 f"group's leader added to it\n{shlex.join(argv)}"
             )
         return
-    if deployment.recipe.replicas > 1 and deployment.cluster.transport is not Transport.K8S:
+    if fleet.launched_by_group(deployment):
         _up_fleet(
             deployment,
             timeout_s=timeout_s,
