@@ -67,9 +67,9 @@ transport: local
 local: {isolation: netns, subnet: 10.91.0.0/24}
 nodes:
   - {name: node0, address: 10.91.0.1, control_plane_interface: tdm0,
-     env: {VLLM_CPU_OMP_THREADS_BIND: "0"}}
+     cpus: "0", env: {VLLM_CPU_OMP_THREADS_BIND: "0"}}
   - {name: node1, address: 10.91.0.2, control_plane_interface: tdm1,
-     env: {VLLM_CPU_OMP_THREADS_BIND: "1"}}
+     cpus: "1", env: {VLLM_CPU_OMP_THREADS_BIND: "1"}}
 """
 
 # kind -> (process name as the kernel shows it, signal)

@@ -39,9 +39,9 @@ transport: local
 local: {{isolation: netns, subnet: 10.90.0.0/24}}
 nodes:
   - {{name: node0, address: 10.90.0.1, control_plane_interface: tdm0,
-     env: {{VLLM_CPU_OMP_THREADS_BIND: "0"}}}}
+     cpus: "0", env: {{VLLM_CPU_OMP_THREADS_BIND: "0"}}}}
   - {{name: node1, address: 10.90.0.2, control_plane_interface: tdm1,
-     env: {{VLLM_CPU_OMP_THREADS_BIND: "1"}}}}
+     cpus: "1", env: {{VLLM_CPU_OMP_THREADS_BIND: "1"}}}}
 """
 
 

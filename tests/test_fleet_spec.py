@@ -102,6 +102,19 @@ def test_this_machines_cluster_has_a_node_per_device_of_every_group(tmp_path):
     assert local_cluster(2).nodes[1].address == "10.77.0.2"
 
 
+def test_on_this_machines_cores_each_group_runs_on_cores_of_its_own(tmp_path):
+    """A group's processes stay on its nodes' cores (``cpus``), so that a group's new start
+    never moves onto a core the other keeps busy; one group is left as it was."""
+    two = load_deployment(recipe_file(tmp_path, "replicas: 2\n"), as_root=True, cpu_count=4)
+    assert [n.cpus for n in two.cluster.nodes] == ["0", "1", "2", "3"]
+    assert [n.env["VLLM_CPU_OMP_THREADS_BIND"] for n in two.cluster.nodes] == ["0", "1", "2", "3"]
+    assert [n.cpus for n in groups(two)[1].cluster.nodes] == ["2", "3"]
+    too_few = load_deployment(recipe_file(tmp_path, "replicas: 2\n"), as_root=True, cpu_count=2)
+    assert {n.cpus for n in too_few.cluster.nodes} == {None}
+    one = load_deployment(recipe_file(tmp_path, ""), as_root=True, cpu_count=4)
+    assert {n.cpus for n in one.cluster.nodes} == {None}
+
+
 def test_replicas_that_do_not_divide_the_inventory_are_refused_naming_the_fix(tmp_path):
     recipe = recipe_file(tmp_path, "replicas: 2\n")
     deployment = load_deployment(recipe, local_cluster_file(tmp_path, 3), as_root=True)

@@ -60,7 +60,7 @@ from tandem.files import open_private, private_dir
 from tandem.interrupts import Hurry, interruption, shielded
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import LogTail, Readiness
-from tandem.spec.cluster import LocalIsolation
+from tandem.spec.cluster import LocalIsolation, cpu_list, cpu_text
 from tandem.spec.deployment import Deployment
 
 
@@ -118,9 +118,12 @@ def launch_commands(plan: RankPlan, deployment: Deployment) -> list[tuple[RankSp
     network = (
         netns.network_plan(deployment.name, deployment.cluster) if _uses_netns(deployment) else None
     )
+    cpus = {n.name: n.cpus for n in deployment.cluster.nodes}
     result = []
     for rank in plan.in_start_order():
         argv = [engine_command(rank.argv[0]), *rank.argv[1:]]
+        if cpus.get(rank.node):
+            argv = ["taskset", "--cpu-list", str(cpus[rank.node]), *argv]
         if network:
             argv = ["ip", "netns", "exec", network.netns_of(rank.node), *argv]
         result.append((rank, argv))
@@ -142,6 +145,20 @@ def _process_env(rank: RankSpec, run_dir: Path) -> dict[str, str]:
     )  # kept by down: warm restarts
     env.update(rank.env)
     return env
+
+
+def _cpu_problems(deployment: Deployment) -> list[str]:
+    """Nodes whose ``cpus`` name CPUs this process may not run on (absent, or outside its
+    cgroup's set): taskset would refuse them only once the rank starts."""
+    usable = os.sched_getaffinity(0)
+    problems = []
+    for i, node in enumerate(deployment.cluster.nodes):
+        if node.cpus and (missing := cpu_list(node.cpus) - usable):
+            problems.append(
+                f"nodes[{i}].cpus: CPU {cpu_text(missing)} of '{node.cpus}' is not one this "
+                "machine lets tandem use"
+            )
+    return problems
 
 
 def _port_taken(host: str, port: int) -> bool:
@@ -175,6 +192,12 @@ def up(
             "network namespaces need root",
             field="local.isolation",
             hint="run as root, or set local.isolation: loopback",
+        )
+    if problems := _cpu_problems(deployment):
+        raise BackendError(
+            "; ".join(problems),
+            field="nodes[].cpus",
+            hint=f"use CPUs of {cpu_text(os.sched_getaffinity(0))}, or leave cpus out",
         )
     if use_netns:
         netns.sweep_orphans(on_event)

@@ -100,6 +100,13 @@ class Node(StrictModel):
     env: dict[str, str] = Field(
         default_factory=dict, description="Variables for this node's rank, applied last."
     )
+    cpus: str | None = Field(
+        default=None,
+        description="Local transport only: the CPUs of this machine the node's processes run on "
+        "(a list as taskset takes it, e.g. `0` or `0-3,8`), so that a node of one machine "
+        "behaves as a host of its own: no process of another node runs on them, and none of "
+        "this node's moves onto another's busy core. Default: any CPU.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -124,6 +131,13 @@ class Node(StrictModel):
     @classmethod
     def _address_shape(cls, value: str) -> str:
         return check_address(value)
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus_shape(cls, value: str | None) -> str | None:
+        if value is not None:
+            cpu_list(value)
+        return value
 
     @field_validator("ssh_host")
     @classmethod
@@ -434,6 +448,16 @@ def node_faults(data: dict[str, Any]) -> list[InitErrorDetails]:
                     else "give each node of a multi-host cluster its own address",
                 )
             first.setdefault((key, value), i)
+    if transport != Transport.LOCAL.value:
+        for i, node in enumerate(nodes):
+            if isinstance(node, dict) and node.get("cpus") is not None:
+                fault(
+                    i,
+                    "cpus",
+                    f"cpus confines a node of this machine, but the cluster's transport is "
+                    f"{transport}: each of its nodes is a host of its own",
+                    "remove it (on a host, set VLLM_CPU_OMP_THREADS_BIND in the node's env)",
+                )
     if transport == Transport.LOCAL.value and local.get("isolation", "auto") != "loopback":
         try:
             subnet = ipaddress.ip_network(local.get("subnet", LocalOptions().subnet))
@@ -459,6 +483,35 @@ def node_faults(data: dict[str, Any]) -> list[InitErrorDetails]:
                     "use an address in it, or change local.subnet",
                 )
     return faults
+
+
+def cpu_list(value: str) -> set[int]:
+    """The CPUs a taskset list names (``0``, ``0-3,8``).
+
+    Raises:
+        FieldFault: the text is not such a list.
+    """
+    cpus: set[int] = set()
+    for item in value.split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:-(\d+))?\s*", item)
+        if not match or (match[2] and int(match[2]) < int(match[1])):
+            raise FieldFault(
+                f"'{value}' is not a list of CPUs",
+                hint="write CPU numbers and ranges as taskset takes them, e.g. 0, 2-3 or 0-3,8",
+            )
+        cpus.update(range(int(match[1]), int(match[2] or match[1]) + 1))
+    return cpus
+
+
+def cpu_text(cpus: set[int]) -> str:
+    """A set of CPUs as a taskset list (``0-3,8``), the inverse of ``cpu_list``."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and runs[-1][1] == cpu - 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _details(error: Any) -> InitErrorDetails:

@@ -68,6 +68,7 @@ def local_cluster(
     cpu_count: int = 1,
     gpu_count: int = 0,
     subnet: str = "10.77.0.0/24",
+    confine: bool = False,
 ) -> Cluster:
     """The cluster of this machine: ``nodes`` nodes with one device each.
 
@@ -81,23 +82,36 @@ def local_cluster(
             every node on 127.0.0.1.
         cpu_count: cores of this machine, to spread CPU workers.
         gpu_count: GPUs of this machine.
+        confine: on CPU, with a core for each node, run all of a node's processes on its core
+            (``cpus``), not only its worker: for groups behind one router, so that a group's
+            new start never moves onto the core another group keeps busy (where this kernel
+            was seen to hold it for minutes).
     """
     network = ipaddress.ip_network(subnet)
     hosts = list(network.hosts())
     result = []
     for i in range(nodes):
+        cpus = None
         if gpu_count >= nodes:
             env = {"CUDA_VISIBLE_DEVICES": str(i)}
         else:
             env = {wire.VLLM_CPU_OMP_THREADS_BIND: str(i % max(cpu_count, 1))}
+            cpus = str(i) if confine and nodes <= cpu_count else None
         if isolation is LocalIsolation.LOOPBACK:
-            node = Node(name=f"node{i}", address="127.0.0.1", control_plane_interface="lo", env=env)
+            node = Node(
+                name=f"node{i}",
+                address="127.0.0.1",
+                control_plane_interface="lo",
+                env=env,
+                cpus=cpus,
+            )
         else:
             node = Node(
                 name=f"node{i}",
                 address=str(hosts[i]),
                 control_plane_interface=interface_name(i),
                 env=env,
+                cpus=cpus,
             )
         result.append(node)
     return Cluster(

@@ -350,6 +350,7 @@ def load_deployment(
                 isolation=LocalIsolation.AUTO,
                 cpu_count=cpu_count,
                 gpu_count=gpu_count,
+                confine=recipe.model.replicas > 1,
             )
     else:
         cluster = read_cluster(cluster_path)
