@@ -110,9 +110,9 @@ def run(hosts: ssh_hosts.SSHHosts, folder: Path, disk: Path, args: argparse.Name
             }
         )
     )
-    probe = ROOT / "src/tandem/check/probe.py"
+    agent = ROOT / "src/tandem/agent.py"
     verify_argv = [
-        sys.executable, str(probe), "--only", "model", "--model", REPO,
+        sys.executable, str(agent), "facts", "--only", "model", "--model", REPO,
         "--revision", COMMIT, "--cache-root", str(disk / "hf0"), "--verify",
     ]  # fmt: skip
     files = sorted(str(p) for p in (repo_disk / "blobs").iterdir())

@@ -94,8 +94,8 @@ def test_private_files_and_folders(tmp_path):
 
 WRITES_ELSEWHERE = {
     "tandem/files.py": "the one writing path itself",
-    "tandem/agent.py": "the stdlib-only node agent: the liveness probe's state file in a pod",
-    "tandem/check/probe.py": "the stdlib-only probe on a node: JSON to its stdout",
+    "tandem/agent.py": "the stdlib-only node agent: its facts and the liveness probe's state "
+    "file, on a node",
     "tandem/models/tiny.py": "a model's own files (config) in the HF cache, no user text",
     "tandem/models/shapes.py": "a model's own files (config) in the HF cache, no user text",
     "tandem/models/real.py": "a model's own files (refs/main) in the HF cache, no user text",

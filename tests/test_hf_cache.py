@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from tandem import hf_cache
-from tandem.check import probe
+from tandem import agent, hf_cache
 from tandem.plan.config import default_cache_roots, hf_cache_snapshot
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -42,8 +41,8 @@ def test_the_local_home_is_hf_home_else_the_default(monkeypatch, tmp_path):
 def test_the_planner_and_the_probe_find_what_the_layout_names(tmp_path):
     snapshot = cached(tmp_path / "hf", "org/model")
     assert hf_cache_snapshot("org/model", "main", [tmp_path / "hf"]) == snapshot
-    facts = probe.model_facts(
-        probe.Node(root=str(tmp_path), commands=str(tmp_path)),
+    facts = agent.model_facts(
+        agent.Node(root=str(tmp_path), commands=str(tmp_path)),
         "org/model",
         "main",
         "/hf",

@@ -9,7 +9,7 @@ import sys
 import pytest
 from factories import make_deployment, make_recipe
 
-from tandem.backends.observation import agent_source
+from tandem import agent
 from tandem.backends.openssh import OpenSSH, SSHTarget, classify
 from tandem.backends.runtimes import (
     DockerRuntime,
@@ -111,7 +111,7 @@ def _agent(request: dict) -> dict:
     """The node agent as the ssh backend runs it: its source on a Python's stdin."""
     done = subprocess.run(
         [sys.executable, "-", json.dumps(request)],
-        input=agent_source(),
+        input=agent.source(),
         capture_output=True,
         text=True,
         check=True,

@@ -38,7 +38,8 @@ issues 57423 and 52291). So tandem keeps the caches per deployment and checks th
 - **parity** (the ``cache-parity`` rule of ``tandem check``): every rank has the same key, or all
   are cold. ``tandem down --purge-caches`` clears every rank's root, so they start cold together.
 
-Pure: paths, names and text; the probe (``tandem.check.probe``) lists the entries on each node.
+Pure: paths, names and text; the node agent's facts (``tandem.agent``) list the entries on
+each node.
 """
 
 from __future__ import annotations

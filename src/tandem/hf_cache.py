@@ -4,7 +4,7 @@
 is ``hub/models--ORG--NAME`` with ``refs/REVISION`` (a commit), ``snapshots/COMMIT/FILE``
 (links into ``blobs/``). The folder name is huggingface_hub's own (``repo_folder_name``); the
 paths work for this machine (``Path``) and for a node's (``PurePosixPath``, ``~`` unexpanded).
-The node probe (``tandem/check/probe.py``) is a stdlib-only script and keeps its own copy of
+The node agent (``tandem/agent.py``) is a stdlib-only script and keeps its own copy of
 the layout; ``tests/test_hf_cache.py`` holds the two together.
 
 ``SnapshotManifest`` is one commit's files with the Hub's ids (blob name and size), what a

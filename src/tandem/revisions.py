@@ -60,7 +60,7 @@ class HostFacts(BaseModel):
 
 
 def host_facts(facts: dict[str, Any]) -> HostFacts:
-    """A node's ``HostFacts`` from the probe's facts (``tandem.check.probe``)."""
+    """A node's ``HostFacts`` from the probe's facts (``tandem.agent``)."""
     section = lambda name: facts.get(name) or {}  # noqa: E731 - a probe section may be None
     packages = section("software").get("packages") or {}
     nccl = next((v for k, v in packages.items() if k.startswith("nvidia-nccl")), None)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem.check import probe
+from tandem import agent
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_recipe
@@ -24,13 +24,13 @@ def fixture_facts(
     cache_root: str = "/root/.cache/huggingface",
     model_path: str | None = None,
 ) -> dict:
-    """What probe.py prints for fixture node ``name`` (parsed in-process, same code)."""
+    """What the agent's facts print for fixture node ``name`` (parsed in-process, same code)."""
     root = FIXTURES / name
-    node = probe.Node(root=str(root), commands=str(root / "commands"))
+    node = agent.Node(root=str(root), commands=str(root / "commands"))
     args = argparse.Namespace(
         model=repo, revision="main", cache_root=cache_root, model_path=model_path, hash=False
     )
-    return probe.collect(node, args)
+    return agent.collect(node, args)
 
 
 _CACHE: dict[str, dict] = {}

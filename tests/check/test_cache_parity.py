@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tandem import caches
-from tandem.check import probe
+from tandem import agent, caches
 from tandem.check.findings import Severity
 from tandem.check.rules import CheckContext, evaluate
 from tests.check.conftest import facts_of, seed_deployment
@@ -36,8 +35,8 @@ def compiled(root: Path, rank: int) -> None:
 
 
 def cache_facts(root: Path) -> dict:
-    return probe.compile_cache_facts(
-        probe.Node(),
+    return agent.compile_cache_facts(
+        agent.Node(),
         str(root),
         caches.ENTRY_DEPTH,
         named=caches.NAMED_FOLDERS,
@@ -154,8 +153,8 @@ def test_a_root_under_the_home_folder_is_read_there(tmp_path: Path, monkeypatch)
     # An ssh cluster's remote_dir `~/tandem` reaches the probe as a literal `~` in its argv.
     monkeypatch.setenv("HOME", str(tmp_path))
     compiled(tmp_path / "tandem" / "caches" / "d" / "rank0", 0)
-    facts = probe.compile_cache_facts(
-        probe.Node(), "~/tandem/caches/d/rank0", caches.ENTRY_DEPTH, named=caches.NAMED_FOLDERS
+    facts = agent.compile_cache_facts(
+        agent.Node(), "~/tandem/caches/d/rank0", caches.ENTRY_DEPTH, named=caches.NAMED_FOLDERS
     )
     assert facts["exists"] and facts["root"] == str(tmp_path / "tandem/caches/d/rank0")
     assert facts["entries"]

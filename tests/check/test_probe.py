@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from tandem import agent
 from tandem.backends import netns
-from tandem.check import probe
-from tandem.check.node_transport import LocalTransport, clock_offset, parse_facts, probe_source
+from tandem.check.node_transport import LocalTransport, clock_offset, parse_facts
 from tandem.check.rules.host import ClockSkewRule
 from tandem.spec.cluster import LocalIsolation
 from tandem.spec.deployment import Deployment, local_cluster
 from tests.check.conftest import FIXTURES, facts_of
 from tests.factories import make_recipe
 
-PROBE = Path(__file__).parents[2] / "src" / "tandem" / "check" / "probe.py"
+AGENT = Path(__file__).parents[2] / "src" / "tandem" / "agent.py"
 
 
 def test_fixture_node_facts_parse_like_a_real_gb10():
@@ -93,8 +93,8 @@ def test_faulted_node_shows_the_host_faults_mechanisms():
 
 def test_missing_tools_are_facts_not_crashes(tmp_path: Path):
     (tmp_path / "commands").mkdir()
-    node = probe.Node(root=str(tmp_path), commands=str(tmp_path / "commands"))
-    facts = probe.collect(
+    node = agent.Node(root=str(tmp_path), commands=str(tmp_path / "commands"))
+    facts = agent.collect(
         node,
         argparse.Namespace(
             model="org/m", revision="main", cache_root="/hf", model_path=None, hash=False
@@ -112,8 +112,8 @@ def test_plain_directory_is_not_the_cache_layout(tmp_path: Path):
     flat = tmp_path / "hf" / "DeepSeek-V4-Flash-DSpark"
     flat.mkdir(parents=True)
     (flat / "config.json").write_text("{}")
-    node = probe.Node(root=str(tmp_path), commands=str(tmp_path))
-    facts = probe.collect(
+    node = agent.Node(root=str(tmp_path), commands=str(tmp_path))
+    facts = agent.collect(
         node,
         argparse.Namespace(
             model="deepseek-ai/DeepSeek-V4-Flash-DSpark",
@@ -140,15 +140,15 @@ def test_ctr_is_asked_only_when_containerds_socket_is_there(tmp_path: Path, monk
     sock = tmp_path / "containerd.sock"
     monkeypatch.setenv("CONTAINERD_ADDRESS", str(sock))
 
-    def containerd_images(node: probe.Node) -> list[str]:
-        images = probe.image_facts(node)["images"]
+    def containerd_images(node: agent.Node) -> list[str]:
+        images = agent.image_facts(node)["images"]
         return [i["ref"] for i in images if i["store"] == "containerd/k8s.io"]
 
-    absent = probe.Node()
+    absent = agent.Node()
     assert containerd_images(absent) == [] and not ran.exists()
     assert "ctr" not in absent.tools_missing  # installed, only nothing to ask
     sock.touch()
-    assert "registry.k8s.io/pause:3.10" in containerd_images(probe.Node())
+    assert "registry.k8s.io/pause:3.10" in containerd_images(agent.Node())
     assert ran.exists()
 
 
@@ -160,7 +160,8 @@ def test_probe_script_runs_standalone_on_fixtures(python: str):
     out = subprocess.run(
         [
             python,
-            str(PROBE),
+            str(AGENT),
+            "facts",
             "--root",
             str(root),
             "--commands",
@@ -186,8 +187,8 @@ def test_probe_runs_for_real_on_this_machine():
     """Piped to `python3 -` as the SSH and kubectl transports ship it."""
     started = time.time()
     out = subprocess.run(
-        [sys.executable, "-", "--model", "org/absent"],
-        input=probe_source(),
+        [sys.executable, "-", "facts", "--model", "org/absent"],
+        input=agent.source(),
         capture_output=True,
         text=True,
         check=True,

@@ -56,7 +56,7 @@ def test_this_hosts_proc_gives_memory_and_a_marked_process(tmp_path):
     )
     try:
         child.stdout.readline()  # an interpreter, not the fork before exec (16 KiB on a busy box)
-        raw = agent.look({"deployment": "watch-test", "node": True})
+        raw = agent.look({"deployment": "watch-test", "node": True}, agent.Node())
     finally:
         child.kill()
         child.wait()
@@ -80,12 +80,12 @@ def test_the_agents_marks_are_the_names_tandem_sets():
 def test_rdma_port_counters_from_a_sysfs_tree(tmp_path):
     """The layout of /sys/class/infiniband (the kernel's Documentation/ABI/stable/
     sysfs-class-infiniband)."""
-    port = tmp_path / "class" / "infiniband" / "rocep1s0f1" / "ports" / "1"
+    port = tmp_path / "sys" / "class" / "infiniband" / "rocep1s0f1" / "ports" / "1"
     (port / "counters").mkdir(parents=True)
     (port / "state").write_text("4: ACTIVE\n")
     (port / "counters" / "port_xmit_data").write_text("1000\n")
     (port / "counters" / "port_rcv_data").write_text("250\n")
-    [found] = agent.rdma_ports(str(tmp_path))
+    [found] = agent.rdma_counters(agent.Node(root=str(tmp_path)))
     assert found["device"] == "rocep1s0f1" and found["state"] == "4: ACTIVE"
     assert found["port_xmit_data"] == 1000 and found["symbol_error"] is None
-    assert agent.rdma_ports(str(tmp_path / "none")) == []
+    assert agent.rdma_counters(agent.Node(root=str(tmp_path / "none"))) == []

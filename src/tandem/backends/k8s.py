@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tandem import wire
+from tandem import agent, wire
 from tandem.backends.base import Look, NodeFacts, ProcessFact, RankObservation
 from tandem.backends.launch import await_ready
-from tandem.backends.observation import agent_source, answer_of, ranks_by_node
+from tandem.backends.observation import answer_of, ranks_by_node
 from tandem.backends.state import DeploymentState, RankState
 from tandem.errors import BackendError, KubernetesError, Problem, RankFailed, TandemError
 from tandem.rankplan import RankPlan, RankSpec
@@ -756,7 +756,7 @@ def _ask_agent(kubectl: Kubectl, record: RankState, request: str) -> dict | str:
             "python3",
             "-",
             request,
-            stdin=agent_source(),
+            stdin=agent.source(),
             check=False,
             timeout_s=AGENT_TIMEOUT_S,
         )

@@ -383,7 +383,7 @@ def observe(state: DeploymentState, *, nodes: bool = False) -> Look:
         }
     )
     if nodes:
-        readings = agent.node_readings()
+        readings = agent.node_readings(agent.Node())
         look.nodes = {node: NodeFacts.of(node, readings) for node in ranks_by_node(state)}
     return look
 

@@ -8,20 +8,11 @@ bad node never hides the others.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable, Mapping
-from importlib import resources
 
 from tandem.backends.base import Look, NodeFacts, ProcessFact, RankObservation
 from tandem.backends.state import DeploymentState, RankState
-
-
-@functools.cache
-def agent_source() -> str:
-    """The node agent's source, shipped as it is to a remote node (read once a process: a
-    watch sends it at every sample)."""
-    return resources.files("tandem").joinpath("agent.py").read_text()
 
 
 def ranks_by_node(state: DeploymentState) -> dict[str, list[RankState]]:

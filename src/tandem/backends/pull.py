@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from tandem import hf_cache
+from tandem import agent, hf_cache
 from tandem.backends import snapshots
 from tandem.backends.openssh import OpenSSH, SSHTarget, engine_python
 from tandem.backends.snapshots import hf_home_of, model_folder
@@ -46,7 +46,6 @@ from tandem.check.node_transport import (
     Verification,
     finished_probe,
     probe_args,
-    probe_source,
 )
 from tandem.errors import BackendError
 from tandem.render import shellwords
@@ -165,7 +164,7 @@ class Pull:
             started = time.time()
             result = self.ssh.run_python(
                 SSHTarget.of(node),
-                probe_source(),
+                agent.source(),
                 [
                     *probe_args(self.deployment, verify=verification.args_for(name)),
                     "--only",

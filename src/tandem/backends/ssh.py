@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from tandem import files
+from tandem import agent, files
 from tandem.backends.base import Look
 from tandem.backends.launch import (
     await_ready,
@@ -33,7 +33,6 @@ from tandem.backends.launch import (
 )
 from tandem.backends.observation import (
     agent_request,
-    agent_source,
     answer_of,
     look_of,
     ranks_by_node,
@@ -412,7 +411,7 @@ class SSHBackend:
         targets = _targets(cluster)
         ssh = OpenSSH.for_cluster(cluster)
         python = engine_python(cluster.ssh.vllm_command)
-        source = agent_source()
+        source = agent.source()
 
         def ask(node: str, ranks: list[RankState]) -> dict | str:
             request = agent_request(

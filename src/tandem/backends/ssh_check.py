@@ -15,12 +15,12 @@ import subprocess
 import time
 from typing import IO, Any
 
+from tandem import agent
 from tandem.backends.openssh import OpenSSH, SSHTarget, engine_python
 from tandem.check.node_transport import (
     Verification,
     finished_probe,
     probe_args,
-    probe_source,
 )
 from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment
@@ -53,7 +53,7 @@ class SSHNodeTransport:
         # the engine's Python when it is there, else the node's python3
         result = self.ssh.run_python(
             SSHTarget.of(node),
-            probe_source(),
+            agent.source(),
             args,
             python=self.python,
             env=node.env,

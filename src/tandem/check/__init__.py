@@ -1,8 +1,9 @@
-"""The parts of the preflight: the node probe, the rules that judge its facts, the fabric test.
+"""The parts of the preflight: the rules that judge a node's facts, the fabric test.
 
 Public surface: ``CheckReport``, ``Finding``, ``Severity``, ``RULES`` (every rule),
-``NodeTransport`` (what a cluster transport implements to be checked). The probe itself is
-``tandem/check/probe.py``, a stdlib-only script shipped to the nodes. The one call that runs
+``NodeTransport`` (what a cluster transport implements to be checked). The facts come from the
+node agent's ``facts`` call (``tandem/agent.py``, a stdlib-only script shipped to the nodes,
+which also observes a running deployment). The one call that runs
 them all over a deployment's nodes is ``tandem.preflight.run_check``, above the backends.
 """
 

@@ -2,7 +2,8 @@
 
 A ``NodeTransport`` does two things on one node, both with the standard library's subprocess:
 
-- ``run_probe(node) -> facts``: run ``probe.py`` there and return its JSON facts, with
+- ``run_probe(node) -> facts``: run the node agent's ``facts`` there (``tandem/agent.py``) and
+  return its JSON facts, with
   ``clock_offset_s`` (the node's clock minus ours) and ``clock_offset_bound_s`` (how far off
   that figure can be) added by ``parse_facts``;
 - ``spawn(node, argv, env, output) -> Popen``: start a process there (a fabric rank) with
@@ -10,7 +11,7 @@ A ``NodeTransport`` does two things on one node, both with the standard library'
 
 ``local`` is implemented here: the current Python runs the probe, inside the node's network
 namespace (``ip netns exec``) when nodes are namespaces. An SSH transport implements the same
-two methods with ``ssh HOST python3 - ARGS < probe.py`` (see ``probe_source`` and
+two methods with ``ssh HOST python3 - ARGS < agent.py`` (see ``agent.source`` and
 ``probe_args``), ``tandem.backends.ssh_check``; a Kubernetes one reads the Node objects,
 ``tandem.backends.k8s_check``. The preflight (``tandem.preflight``), above the backends, picks
 one per cluster transport.
@@ -25,10 +26,9 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import IO, Any, Protocol
 
-from tandem import caches
+from tandem import agent, caches
 from tandem.errors import BackendError
 from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment
@@ -83,22 +83,17 @@ class ProbeError(BackendError):
     code = "probe-failed"
 
 
-def probe_source() -> str:
-    """The probe script's text, to pipe into ``python3 -`` on a remote node."""
-    return resources.files("tandem.check").joinpath("probe.py").read_text()
-
-
 def probe_args(
     deployment: Deployment,
     *,
     verify: list[str] | None = None,
     compile_cache: str | None = None,
 ) -> list[str]:
-    """The probe's arguments for this deployment's model, the node's snapshot verification
-    (``Verification.args_for``) and, when given, its compile cache root
+    """The node agent's ``facts`` call for this deployment's model, the node's snapshot
+    verification (``Verification.args_for``) and, when given, its compile cache root
     (``tandem.caches.rank_root``)."""
     model = deployment.recipe.model
-    args = ["--model", model.repo_id, "--revision", model.revision]
+    args = ["facts", "--model", model.repo_id, "--revision", model.revision]
     if compile_cache:
         args += [
             "--compile-cache",
@@ -202,12 +197,11 @@ class LocalTransport:
         return ["ip", "netns", "exec", namespace, *argv] if namespace else argv
 
     def run_probe(self, node: Node) -> dict[str, Any]:
-        script = str(resources.files("tandem.check").joinpath("probe.py"))
         argv = self._wrap(
             node,
             [
                 "python3",
-                script,
+                agent.__file__,
                 *probe_args(
                     self.deployment,
                     verify=self.verification.args_for(node.name),

@@ -36,7 +36,6 @@ API server checks is broken (``tandem.render.k8s_validate``).
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from typing import Any
@@ -348,7 +347,7 @@ def _liveness(deployment: Deployment, role: Role) -> dict:
             "--canary-timeout",
             str(canary_s),
         ]
-    exec_ = {"command": ["python3", "-c", inspect.getsource(agent), *args]}
+    exec_ = {"command": ["python3", "-c", agent.source(), *args]}
     probes = {
         "livenessProbe": {
             "exec": exec_,
@@ -363,7 +362,7 @@ def _liveness(deployment: Deployment, role: Role) -> dict:
                 "command": [
                     "python3",
                     "-c",
-                    inspect.getsource(agent),
+                    agent.source(),
                     "alive",
                     role.value,
                     "--deployment",

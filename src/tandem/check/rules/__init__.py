@@ -3,8 +3,8 @@
 Each rule is a small class with a ``name`` and one method, ``check(context)``, that yields
 findings (rich's composition: many small named units instead of one function with flags).
 ``RULES`` lists them in the order a report shows them; ``evaluate`` runs them all. No rule does
-I/O: the facts come from ``tandem.check.probe`` through a transport, the environment from the
-rank plan, and the memory need from ``tandem plan`` when it is installed.
+I/O: the facts come from the node agent (``tandem.agent facts``) through a transport, the
+environment from the rank plan, and the memory need from ``tandem plan`` when it is installed.
 
 Modules by what a rule looks at: ``software`` (probe, versions, image, model, environment),
 ``network`` (interfaces, MTU, RoCE GIDs, ports, rendezvous), ``host`` (memory, desktop, shm,
