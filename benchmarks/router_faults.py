@@ -14,7 +14,7 @@ killed group, the only ones a fault may fail if membership works. The router's `
 Modes:
 
 - ``tandem``: ``tandem supervise`` takes the broken group out of the router before its restart
-  and puts it back after its canary answered (``tandem.supervisor.leave_rotation`` /
+  and puts it back after its canary answered (``tandem.operations.supervisor.leave_rotation`` /
   ``join_rotation``);
 - ``router-only``: the same supervise with ``--no-router-membership``: the group is still
   restarted, but membership is left to the router itself (its ``/health`` poll every 60 s, 3

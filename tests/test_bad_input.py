@@ -29,7 +29,7 @@ from tandem.check.rules.network import open_api_finding
 from tandem.cli import main
 from tandem.cli.check import ByteSizes
 from tandem.errors import ClusterError, PlanError, RecipeError, SpecError, StateError
-from tandem.lifecycle import log_lines
+from tandem.operations.lifecycle import log_lines
 from tandem.plan.config import load_model_facts
 from tandem.plan.hardware import load_profile
 from tandem.plan.planner import plan_deployment
@@ -645,7 +645,7 @@ def test_kubernetes_plan_errors_name_the_cluster_file(tmp_path):
 
 
 def test_preflight_refuses_what_tandem_plan_refuses():
-    from tandem.preflight import memory_plan
+    from tandem.operations.preflight import memory_plan
     from tests.check.conftest import facts_of, seed_deployment
 
     deployment = seed_deployment(engine__serve__max_model_len=2_000_000)

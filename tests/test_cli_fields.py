@@ -67,7 +67,7 @@ def test_supervise_takes_its_policy_from_the_model_and_hands_it_on_whole():
     back to the same policy (a switch turned off included)."""
     from tandem.cli.options import as_options
     from tandem.cli.supervise import supervise_command
-    from tandem.supervisor import SupervisorPolicy
+    from tandem.operations.supervisor import SupervisorPolicy
 
     def parsed(args: list[str]) -> dict:
         params = supervise_command.make_context("supervise", args).params

@@ -12,14 +12,14 @@ import sys
 
 import pytest
 
-from tandem import fleet
 from tandem.backends.processes import ProcessIdentity, read_process
 from tandem.backends.router import RouterFigures, RouterProcess, WorkerFigures
 from tandem.backends.state import FleetState, fleet_exists, fleet_of, load_fleet
 from tandem.errors import BackendError, SpecError, StateError
-from tandem.health import Verdict
+from tandem.operations import fleet
+from tandem.operations.health import Verdict
+from tandem.operations.supervisor import Member, who_serves
 from tandem.spec.loading import load_deployment
-from tandem.supervisor import Member, who_serves
 from tandem.upgrade import rolling_upgrade
 from tandem.watch.fleet import router_record
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from factories import make_deployment
 
-from tandem import health
 from tandem.backends.base import Look, ProcessFact, RankObservation
 from tandem.backends.launch import new_state
 from tandem.backends.state import ProcessRecord, RankState
-from tandem.health import ApiFacts, ProgressTracker, Verdict, error_signature
+from tandem.operations import health
+from tandem.operations.health import ApiFacts, ProgressTracker, Verdict, error_signature
 from tandem.rankplan import plan_ranks
 
 LEADER = [

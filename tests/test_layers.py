@@ -5,19 +5,19 @@ The layers, bottom to top (a module may import its own layer and the layers belo
     foundation  errors, wire, redact,          names, errors and signal handling everything
                 ownership, files, interrupts,  shares; what tandem may delete, overwrite and kill;
                                                the one writing path (redacted, atomic, private);
-                agent,                         the stdlib-only node agent (looks, liveness);
+                agent,                         the stdlib-only node agent (facts, looks, liveness);
                 vllm_metrics, vllm_log,        vLLM's /metrics names and parser; its boot log;
                 hf_cache, version              the Hugging Face cache layout; tandem's version;
                 jsonfiles                      reading saved JSON/JSONL files, one error edge
     spec        spec/, recipes/                the user's input: models, loading, built-ins
     core        rankplan, caches, plan/,       the Deployment's pure functions (and the check
-                render/, check/                probe and rules)
+                render/, check/                rules)
     endpoint    endpoint                       the client of an OpenAI-compatible server
     readiness   readiness                      what "ready" means, read from logs and HTTP
     backends    backends/                      launching, state on disk, hosts, Kubernetes
-    lifecycle   lifecycle, preflight,          up / down / status, the preflight, health and
-                health, supervisor, revisions, gang restarts over any backend; what each up ran;
-                fleet                          several groups behind one router
+    operations  operations/: lifecycle,        up / down / status, the preflight, health and
+                preflight, health, supervisor, gang restarts over any backend; what each up ran;
+                revisions, fleet               several groups behind one router
     tools       bench/, eval/, watch/,         consumers of an endpoint or a model folder;
                 report/, models/, upgrade      the models tandem builds; an upgrade's gate
                                                (smoke and bench) and its rollback
@@ -67,17 +67,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("endpoint", ("tandem.endpoint",)),
     ("readiness", ("tandem.readiness",)),
     ("backends", ("tandem.backends",)),
-    (
-        "lifecycle",
-        (
-            "tandem.lifecycle",
-            "tandem.preflight",
-            "tandem.health",
-            "tandem.supervisor",
-            "tandem.revisions",
-            "tandem.fleet",
-        ),
-    ),
+    ("operations", ("tandem.operations",)),
     (
         "tools",
         (

@@ -1,5 +1,5 @@
-"""``tandem.lifecycle.up`` holds the launch policy, so a script gets the CLI's checks: it refuses
-on a preflight error before anything starts, and says what the preflight found."""
+"""``tandem.operations.lifecycle.up`` holds the launch policy, so a script gets the CLI's checks:
+it refuses on a preflight error before anything starts, and says what the preflight found."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tandem import lifecycle, wire
+from tandem import wire
 from tandem.backends.launch import new_state, record_rank
 from tandem.check import CheckReport
 from tandem.cli.lifecycle import first_answer
 from tandem.errors import CheckFailed
+from tandem.operations import lifecycle
 from tandem.rankplan import plan_ranks
 from tandem.readiness import Readiness
 from tandem.spec.loading import load_deployment

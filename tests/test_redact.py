@@ -22,12 +22,12 @@ from tandem.backends.state import DeploymentState
 from tandem.cli import main
 from tandem.errors import SpecError
 from tandem.files import open_private
+from tandem.operations.supervisor import EventLog
 from tandem.rankplan import plan_ranks
 from tandem.redact import REDACTED, Redactor, is_secret, looks_like_secret_value
 from tandem.render import renderer_for
 from tandem.spec.loading import load_cluster, load_deployment
 from tandem.spec.recipe import Engine
-from tandem.supervisor import EventLog
 from tandem.vllm_log import PhaseMark
 
 ROOT = Path(__file__).resolve().parents[1]

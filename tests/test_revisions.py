@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from factories import LOOPBACK_CLUSTER
 
-from tandem import revisions
 from tandem.check.findings import CheckReport
 from tandem.errors import SpecError, StateError
+from tandem.operations import revisions
 from tandem.spec.loading import load_deployment
 from tandem.upgrade import GateLimits, judge_bench, upgrade
 
@@ -110,8 +110,9 @@ def test_an_upgrade_of_what_does_not_run_is_refused(deployment):
 
 
 def test_a_killed_upgrade_is_named_with_the_way_back(deployment):
-    from tandem import files, lifecycle
+    from tandem import files
     from tandem.backends.state import DeploymentDir
+    from tandem.operations import lifecycle
 
     assert revisions.interrupted_upgrade("tiny-local") is None
     files.private_dir(DeploymentDir.of("tiny-local").path)

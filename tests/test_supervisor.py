@@ -9,22 +9,22 @@ import sys
 import pytest
 from factories import make_deployment
 
-from tandem import health, supervisor
 from tandem.backends.base import Look, ProcessFact, RankObservation
 from tandem.backends.launch import new_state
 from tandem.backends.processes import ProcessIdentity, read_process
 from tandem.backends.state import DeploymentDir, ProcessRecord, RankState
 from tandem.errors import RankFailed
-from tandem.health import ApiFacts
 from tandem.interrupts import Interrupted
-from tandem.rankplan import plan_ranks
-from tandem.supervisor import (
+from tandem.operations import health, supervisor
+from tandem.operations.health import ApiFacts
+from tandem.operations.supervisor import (
     BACKOFF_RESET_S,
     SupervisorPolicy,
     backoff_delay,
     stop_supervisor,
     supervise,
 )
+from tandem.rankplan import plan_ranks
 
 
 class ScriptedBackend:

@@ -1,10 +1,10 @@
 """tandem: serve one large model across several nodes with vLLM, and prove that it works.
 
 The public surface is the data flow of a deployment: load a recipe and a cluster, place one on
-the other, plan the ranks. Launching (``tandem.lifecycle``, which runs the preflight of
-``tandem.preflight`` first), planning memory (``tandem.plan``), the preflight's rules and probe
-(``tandem.check``), benchmarking (``tandem.bench``) and evaluation (``tandem.eval``) have their
-own public names (``__all__`` where they are packages).
+the other, plan the ranks. Launching (``tandem.operations.lifecycle``, which runs the preflight of
+``tandem.operations.preflight`` first), planning memory (``tandem.plan``), the preflight's rules
+and probe (``tandem.check``), benchmarking (``tandem.bench``) and evaluation (``tandem.eval``) have
+their own public names (``__all__`` where they are packages).
 
 Usage:
     import tandem

@@ -37,7 +37,7 @@ watch`` sample, each look of ``tandem supervise``), the request a JSON object::
 ``agent.py alive ROLE --deployment NAME ...`` — the Kubernetes liveness probe (an ``exec``
 probe in every rank's pod; vLLM's images have Python), because vLLM has no endpoint that means
 "the engine makes progress": ``/health`` stays 200 while a worker is gone or an all-reduce
-hangs. It applies ``tandem.health``'s rules where the kubelet can act on them:
+hangs. It applies ``tandem.operations.health``'s rules where the kubelet can act on them:
 
 - every role: the rank's vLLM processes (``VLLM::Worker_TPn``, and ``VLLM::EngineCore`` on the
   leader) are among the processes above and none is stopped;

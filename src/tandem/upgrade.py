@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from tandem import files, lifecycle, ownership, revisions, wire
+from tandem import files, ownership, wire
 from tandem.backends.base import OnEvent, OnPhase
 from tandem.backends.state import (
     DeploymentDir,
@@ -43,10 +43,11 @@ from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import run as run_bench
 from tandem.errors import BackendError, CheckFailed, SpecError, StateError, TandemError
 from tandem.eval import smoke
-from tandem.preflight import run_check
+from tandem.operations import lifecycle, revisions
+from tandem.operations.preflight import run_check
+from tandem.operations.supervisor import cycle_group, others_serve
 from tandem.rankplan import placed_groups, plan_ranks
 from tandem.spec.deployment import Deployment
-from tandem.supervisor import cycle_group, others_serve
 
 HELD_BY_THE_RUNNING = {"port-taken", "memory-headroom", "shm-too-small"}
 """Preflight rules that the running revision itself fails the new one on (its ports, its
@@ -261,10 +262,11 @@ def rolling_upgrade(
 
     Each group leaves the router, drains (up to ``drain_s``), is upgraded behind the gate on its
     own leader (``upgrade``: switch, smoke and bench against its own baseline, or back to its
-    old revision) and joins again (``tandem.supervisor.cycle_group``), while the other groups
-    serve. A group leaves only while another serves (``tandem.supervisor.others_serve``). The
-    first group that fails its gate is rolled back and the roll stops: the groups after it
-    never leave the revision that runs. Returns each group's result, in order.
+    old revision) and joins again (``tandem.operations.supervisor.cycle_group``), while the other
+    groups serve. A group leaves only while another serves
+    (``tandem.operations.supervisor.others_serve``). The first group that fails its gate is rolled
+    back and the roll stops: the groups after it never leave the revision that runs. Returns each
+    group's result, in order.
 
     Raises:
         SpecError: ``new`` is another deployment, or has another number of groups.

@@ -25,7 +25,7 @@ from tandem.check.fabric import (
     rank_environment,
 )
 from tandem.check.findings import Severity
-from tandem.preflight import run_check
+from tandem.operations.preflight import run_check
 from tandem.spec.deployment import Deployment, local_cluster
 from tests.check.conftest import seed_deployment
 from tests.factories import make_recipe

@@ -345,7 +345,7 @@ def test_rule_names_are_unique_kebab_case():
 
 
 def test_memory_headroom_with_tandem_plans_own_figure(healthy, drifted):
-    from tandem.preflight import memory_need
+    from tandem.operations.preflight import memory_need
 
     need, why_not = memory_need(seed_deployment())
     if need is None:

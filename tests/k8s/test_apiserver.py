@@ -35,10 +35,10 @@ from k8s.manifests import (
     seed_yaml,
     stated_mismatches,
 )
-from tandem import lifecycle, supervisor
 from tandem.backends import k8s as backend
 from tandem.backends.state import DeploymentState, RankState, load_state
 from tandem.errors import BackendError, RankFailed
+from tandem.operations import lifecycle, supervisor
 from tandem.render import kubernetes as k8s_render
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
@@ -752,7 +752,7 @@ def add_node(server: ApiServer, name: str, gpus: str | None) -> None:
 
 
 def test_tandem_check_reads_the_nodes_from_the_api(apiserver, namespace):
-    from tandem.preflight import run_check
+    from tandem.operations.preflight import run_check
 
     deployment = k8s_deployment(namespace)
     recipe = deployment.recipe.model_copy(

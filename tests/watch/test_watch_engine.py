@@ -25,9 +25,9 @@ import yaml
 from ports import free_port
 from tandem_cli import TANDEM
 
-from tandem import lifecycle
 from tandem.backends.local import LocalBackend
 from tandem.backends.processes import marked_processes
+from tandem.operations import lifecycle
 from tandem.watch.folder import read_samples
 from tandem.watch.sampler import Watcher
 

@@ -14,7 +14,7 @@ pinned per rank exactly as on separate hosts; otherwise all ranks share loopback
    file, its own TMPDIR (vLLM leaves sockets and file stores there), the rank's environment
    and the launch's marks (``tandem.backends.processes``);
 4. wait for readiness (``tandem.readiness``), recording phases as reached; then record each
-   rank's processes, the base the health model (``tandem.health``) compares against;
+   rank's processes, the base the health model (``tandem.operations.health``) compares against;
 5. on failure or a signal stop every rank and remove the network (a second Ctrl-C hurries that,
    ``tandem.interrupts``), forget the state unless something survived, then raise the cause;
    the event says which it was (``start-up failed``, ``interrupted by SIGTERM``).

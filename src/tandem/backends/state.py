@@ -5,12 +5,12 @@ down once, in ``DeploymentDir``; every other module asks it for a path::
 
     deployments/NAME/state.json     this model, rewritten after every change
     deployments/NAME/fleet.json     with replicas: the groups (each a deployment NAME-gG)
-                                    and the router in front (``tandem.fleet``)
+                                    and the router in front (``tandem.operations.fleet``)
     deployments/NAME/logs/rankN.log each rank's stdout and stderr (restart-N/: earlier runs)
     deployments/NAME/events.log     the supervisor's events (read by the bundle and watch)
     deployments/NAME/supervisor.pid the supervisor that keeps it up, while one runs
     deployments/NAME/watch/         ``tandem watch``'s samples, unless told elsewhere
-    deployments/NAME/revisions/N.json  what each ``up`` ran (``tandem.revisions``)
+    deployments/NAME/revisions/N.json  what each ``up`` ran (``tandem.operations.revisions``)
     (folders 0700, files 0600: they hold commands, addresses and logs of the user's model)
     $TMPDIR/tandem-HASH/rankN/      TMPDIR of the ranks (removed by down; short, because
                                     vLLM's IPC socket paths must fit in 107 bytes)
@@ -87,7 +87,7 @@ class DeploymentDir:
 
     @property
     def fleet_file(self) -> Path:
-        """A deployment with replicas: its groups and its router (``tandem.fleet``)."""
+        """A deployment with replicas: its groups and its router (``tandem.operations.fleet``)."""
         return self.path / "fleet.json"
 
     @property
@@ -108,7 +108,7 @@ class DeploymentDir:
 
     @property
     def revisions(self) -> Path:
-        """``N.json`` for each revision (``tandem.revisions``); kept by ``down``."""
+        """``N.json`` for each revision (``tandem.operations.revisions``); kept by ``down``."""
         return self.path / "revisions"
 
     @property
@@ -200,7 +200,7 @@ class DeploymentState(BaseModel):
     )
     launcher_start_ticks: int | None = None
     revision: int | None = Field(
-        default=None, description="The revision this launch runs (`tandem.revisions`)."
+        default=None, description="The revision this launch runs (`tandem.operations.revisions`)."
     )
     boot_id: str | None = Field(
         default=None,
@@ -272,7 +272,8 @@ class DeploymentState(BaseModel):
 
 class FleetState(BaseModel):
     """What ``up`` started for a deployment with replicas (``deployments/NAME/fleet.json``):
-    its groups, each a deployment of its own, and the router in front (``tandem.fleet``)."""
+    its groups, each a deployment of its own, and the router in front
+    (``tandem.operations.fleet``)."""
 
     name: str
     groups: list[str] = Field(description="Each group's deployment name, in group order.")

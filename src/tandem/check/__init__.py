@@ -4,7 +4,7 @@ Public surface: ``CheckReport``, ``Finding``, ``Severity``, ``RULES`` (every rul
 ``NodeTransport`` (what a cluster transport implements to be checked). The facts come from the
 node agent's ``facts`` call (``tandem/agent.py``, a stdlib-only script shipped to the nodes,
 which also observes a running deployment). The one call that runs
-them all over a deployment's nodes is ``tandem.preflight.run_check``, above the backends.
+them all over a deployment's nodes is ``tandem.operations.preflight.run_check``, above the backends.
 """
 
 from tandem.check.findings import CheckReport, Finding, Severity

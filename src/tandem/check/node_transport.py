@@ -13,8 +13,8 @@ A ``NodeTransport`` does two things on one node, both with the standard library'
 namespace (``ip netns exec``) when nodes are namespaces. An SSH transport implements the same
 two methods with ``ssh HOST python3 - ARGS < agent.py`` (see ``agent.source`` and
 ``probe_args``), ``tandem.backends.ssh_check``; a Kubernetes one reads the Node objects,
-``tandem.backends.k8s_check``. The preflight (``tandem.preflight``), above the backends, picks
-one per cluster transport.
+``tandem.backends.k8s_check``. The preflight (``tandem.operations.preflight``), above the backends,
+picks one per cluster transport.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ class ExitCode(IntEnum):
     SUCCESS = 0
     CHECK_FAILED = 1
     USER_ERROR = 2
-    # 3-6: `tandem status`'s verdict when it is not healthy (tandem.health.Verdict.exit_code)
+    # 3-6: `tandem status`'s verdict when it is not healthy
+    # (tandem.operations.health.Verdict.exit_code)
     INTERRUPTED = 130
 
 

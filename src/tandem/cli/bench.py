@@ -47,7 +47,7 @@ from tandem.cli.options import (
     option_of,
 )
 from tandem.errors import CheckFailed, Problem, SpecError
-from tandem.fleet import front_door
+from tandem.operations.fleet import front_door
 from tandem.plan.status import planned_roofline_tok_s
 from tandem.report.bench import (
     REPORT_FILE,

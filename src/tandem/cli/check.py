@@ -17,7 +17,7 @@ from tandem.check.fabric import DEFAULT_PORT
 from tandem.check.rules.network import open_api_finding
 from tandem.cli.options import PORT, cluster_option, machine_deployment, recipe_argument
 from tandem.errors import CheckFailed
-from tandem.preflight import run_check
+from tandem.operations.preflight import run_check
 from tandem.report.terminal import show
 
 console = Console(highlight=False)
@@ -138,7 +138,7 @@ def check_command(
 
 
 def show_preflight(report: CheckReport) -> None:
-    """The findings of the preflight ``tandem up`` runs first (``tandem.lifecycle.up``
+    """The findings of the preflight ``tandem up`` runs first (``tandem.operations.lifecycle.up``
     refuses to launch on an error among them)."""
     if report.findings:
         show_report(report, nodes=False)

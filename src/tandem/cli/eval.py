@@ -23,7 +23,7 @@ from tandem.eval import smoke
 from tandem.eval.log import SamplingParams
 from tandem.eval.report import EvalReport, render_markdown
 from tandem.eval.runner import GPQAConfig, rescore_log, run_gpqa
-from tandem.fleet import front_door
+from tandem.operations.fleet import front_door
 from tandem.report.watch import report_folder
 from tandem.watch.background import WATCH_DIR, BackgroundWatch
 

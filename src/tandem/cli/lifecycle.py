@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from tandem import fleet, lifecycle, ownership, wire
+from tandem import ownership, wire
 from tandem.backends.bundle import write_bundle
 from tandem.backends.router import LOOPBACK
 from tandem.backends.router import argv as router_argv
@@ -34,6 +34,7 @@ from tandem.cli.supervise import run_supervisor
 from tandem.endpoint import Endpoint
 from tandem.errors import CheckFailed
 from tandem.eval import smoke as smoke_checks
+from tandem.operations import fleet, lifecycle
 from tandem.rankplan import placed_groups
 from tandem.readiness import Readiness
 from tandem.redact import Redactor
@@ -187,7 +188,7 @@ def _up_fleet(
     supervise: bool,
 ) -> None:
     """``tandem up`` of a recipe with replicas: each group as a deployment of its own, then the
-    router in front (``tandem.fleet``)."""
+    router in front (``tandem.operations.fleet``)."""
     if smoke or supervise:
         raise click.UsageError(
             "--smoke and --supervise take one group so far; run them on a group (NAME-gG)"

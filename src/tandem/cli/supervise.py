@@ -14,7 +14,7 @@ from tandem import ownership
 from tandem.backends.state import FleetState, fleet_exists, load_fleet, load_state
 from tandem.cli.options import as_options, field_option
 from tandem.interrupts import Interrupted, raise_on_termination
-from tandem.supervisor import SupervisorPolicy, supervise
+from tandem.operations.supervisor import SupervisorPolicy, supervise
 
 console = Console(highlight=False)
 
@@ -82,8 +82,8 @@ def supervise_command(name: str | None, **fields: Any) -> None:
 def supervise_groups(fleet: FleetState, options: list[str]) -> int:
     """Supervise each group of a fleet in a process of its own (``tandem supervise NAME-gG``),
     so a group's restart never holds up another group's look; each takes its group out of the
-    router before it restarts it and back in after its canary (``tandem.supervisor``). SIGTERM
-    or Ctrl-C is passed on to every one; the worst exit status is returned."""
+    router before it restarts it and back in after its canary (``tandem.operations.supervisor``).
+    SIGTERM or Ctrl-C is passed on to every one; the worst exit status is returned."""
     console.print(f"supervising the {len(fleet.groups)} groups of '{fleet.name}'")
     children = [
         subprocess.Popen([sys.executable, "-m", "tandem.cli", "supervise", group, *options])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tandem import ownership, revisions
+from tandem import ownership
 from tandem.backends.state import fleet_exists
 from tandem.cli.lifecycle import console, show_event, show_phase
 from tandem.cli.options import (
@@ -13,6 +13,7 @@ from tandem.cli.options import (
     machine_deployment,
     startup_timeout_option,
 )
+from tandem.operations import revisions
 from tandem.spec.deployment import Deployment
 from tandem.upgrade import GateLimits, rollback, rolling_upgrade, upgrade
 

@@ -9,7 +9,7 @@ leave it out, ``pypi-peers.md`` §3.3).
 
 Only the leader exports ``/metrics``; headless workers have no API server, so their health
 comes from their nodes (``tandem.agent``). The page is the one the health verdict's
-scrape brought (``tandem.health.ApiFacts.metrics_text``): a sample scrapes once.
+scrape brought (``tandem.operations.health.ApiFacts.metrics_text``): a sample scrapes once.
 """
 
 from __future__ import annotations

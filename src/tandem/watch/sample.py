@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from tandem.backends.base import NodeMemory
-from tandem.health import Verdict
+from tandem.operations.health import Verdict
 from tandem.spec.recipe import Watch
 
 SCHEMA_VERSION = 1
@@ -120,7 +120,7 @@ class Sample(_Model):
     segment: int = Field(description="0 for the first watch of a folder, +1 per resume.")
     time: datetime
     verdict: Verdict = Field(
-        description="tandem.health's: starting, healthy, degraded, stalled or down."
+        description="tandem.operations.health's: starting, healthy, degraded, stalled or down."
     )
     nodes: list[NodeReading]
     leader: LeaderReading | None = Field(default=None, description="None: /metrics unanswered.")

@@ -11,9 +11,9 @@ Algorithm (``Watcher.run``):
    one look at the deployment — its backend asks each node once (``Backend.observe(state,
    nodes=True)``: the ranks' processes and logs for the verdict, the node's memory, GPUs and
    RDMA ports for the sample), the leader is asked once (``/health``, one ``/metrics`` scrape
-   that both the verdict and the sample read), judged once by ``tandem.health`` — and the new
-   lines of ``events.log``; append the sample and hand it to ``on_sample`` (the live view, the
-   exporter);
+   that both the verdict and the sample read), judged once by ``tandem.operations.health`` — and
+   the new lines of ``events.log``; append the sample and hand it to ``on_sample`` (the live view,
+   the exporter);
 3. stop when the duration is covered, ``should_stop()`` says so, the deployment was taken
    down (its state is gone), or on Ctrl-C; the file is complete after every sample, so a kill
    loses at most the sample being taken. A node that cannot be reached is a sample with the
@@ -32,7 +32,7 @@ from pathlib import Path
 from tandem.backends.base import Backend, Look, NodeFacts, backend_for
 from tandem.backends.state import load_state
 from tandem.errors import StateError, TandemError
-from tandem.health import Assessment, ProgressTracker, RankCondition, Verdict, assess
+from tandem.operations.health import Assessment, ProgressTracker, RankCondition, Verdict, assess
 from tandem.watch.events import EventReader
 from tandem.watch.folder import SampleLog, read_run, read_samples, write_run
 from tandem.watch.leader import parse_leader_metrics

@@ -8,9 +8,10 @@ waiting forever. So a partial group is never repaired; it is replaced.
 Algorithm (one loop, every ``interval_s``):
 
 1. read the deployment's state; if it is gone (``tandem down``), exit;
-2. judge it with the health model (``tandem.health``): every process of every rank alive and
-   running (on remote nodes too), the leader's ``/health``, forward progress under load, a
-   canary completion every ``canary_interval_s`` when idle, error signatures in the rank logs;
+2. judge it with the health model (``tandem.operations.health``): every process of every rank
+   alive and running (on remote nodes too), the leader's ``/health``, forward progress under
+   load, a canary completion every ``canary_interval_s`` when idle, error signatures in the rank
+   logs;
 3. ``healthy`` or ``starting``: continue; after ``stable_s`` of health the restart count resets,
    and after ``backoff_reset_s`` the back-off does (a fault after a healthy spell is a new
    fault, not a crash loop). A leader that only misses ``/health`` gets ``health_failures``
@@ -55,8 +56,8 @@ from tandem.backends.state import (
 )
 from tandem.errors import BackendError, StateError, TandemError
 from tandem.files import append_line, private_dir, write_text
-from tandem.health import Assessment, ProgressTracker, Verdict, assess
 from tandem.interrupts import interruption
+from tandem.operations.health import Assessment, ProgressTracker, Verdict, assess
 from tandem.rankplan import plan_ranks
 from tandem.vllm_metrics import REQUESTS_RUNNING, REQUESTS_WAITING, parse_metrics
 
@@ -238,8 +239,8 @@ def who_serves(
 
 def others_serve(name: str, log: Callable[[str], None]) -> None:
     """Before a planned stop of group ``name`` (a step of a rolling upgrade), make sure another
-    group of its fleet serves: each other group is judged (``tandem.health.assess``), and one
-    that is healthy but whose breaker the router holds open is put in again (a worker added
+    group of its fleet serves: each other group is judged (``tandem.operations.health.assess``),
+    and one that is healthy but whose breaker the router holds open is put in again (a worker added
     anew starts with its breaker closed). A group of no fleet has nothing to check.
 
     Raises:
@@ -339,7 +340,7 @@ def supervise(
 ) -> int:
     """Watch deployment ``name`` until it is taken down; restart the group when it faults.
 
-    ``judge`` is ``tandem.health.assess`` (a test passes a scripted one).
+    ``judge`` is ``tandem.operations.health.assess`` (a test passes a scripted one).
 
     Returns:
         0 when the deployment was taken down, 1 after giving up (every rank is then stopped).

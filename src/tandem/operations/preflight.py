@@ -1,7 +1,7 @@
 """The preflight of a deployment (``tandem check``, and ``tandem up`` before it launches):
 probe every node, run the rules, optionally the fabric test.
 
-An orchestrator, a peer of ``tandem.lifecycle``: it builds network namespaces
+An orchestrator, a peer of ``tandem.operations.lifecycle``: it builds network namespaces
 (``tandem.backends.netns``), picks each cluster's node transport and asks the planner, so it
 sits above the backends; the pure parts it drives (rules, findings, the probe, the fabric
 ranks) are ``tandem.check``.
@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tandem import caches, revisions, wire
+from tandem import caches, wire
 from tandem.backends import netns, snapshots
 from tandem.backends.k8s_check import KubernetesNodeTransport
 from tandem.backends.ssh_check import SSHNodeTransport
@@ -39,6 +39,7 @@ from tandem.check.node_transport import LocalTransport, NodeTransport, ProbeErro
 from tandem.check.rules import CheckContext, evaluate
 from tandem.errors import BackendError, PlanError, TandemError
 from tandem.interrupts import shielded
+from tandem.operations import revisions
 from tandem.plan.config import facts_of
 from tandem.plan.planner import Plan, infer_hardware, plan_deployment
 from tandem.rankplan import RankPlan, launch_plan

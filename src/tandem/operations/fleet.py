@@ -3,17 +3,17 @@
 One group stays the unit of launch, health and restart. With ``replicas: N`` each group is a
 deployment of its own (``tandem.spec.deployment.groups``: ``NAME-gG`` on its own nodes, with
 its own rank plan, state, logs and caches), launched, judged and stopped by the same code as a
-deployment of one group (``tandem.lifecycle``). This module adds what the groups share: vLLM's
-router in front (``tandem.backends.router``), and the fleet's record ``fleet.json`` in the
-deployment's folder, written before the first group starts, so that ``down`` finds everything
-an interrupted ``up`` left.
+deployment of one group (``tandem.operations.lifecycle``). This module adds what the groups share:
+vLLM's router in front (``tandem.backends.router``), and the fleet's record ``fleet.json`` in the
+deployment's folder, written before the first group starts, so that ``down`` finds everything an
+interrupted ``up`` left.
 
 Membership follows tandem's verdict: a group joins the router only after it answered a real
 completion at its own leader, and the deployment is ``degraded``, not ``down``, while at least
 one member serves.
 
-A name without replicas passes straight through to ``tandem.lifecycle``, so the CLI asks this
-module about every deployment.
+A name without replicas passes straight through to ``tandem.operations.lifecycle``, so the CLI asks
+this module about every deployment.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import httpx
 
-from tandem import lifecycle, ownership, wire
+from tandem import ownership, wire
 from tandem.backends import router as routers
 from tandem.backends.base import OnEvent, OnPhase
 from tandem.backends.processes import ProcessIdentity
@@ -40,7 +40,8 @@ from tandem.backends.state import (
 from tandem.check.findings import CheckReport
 from tandem.endpoint import Endpoint
 from tandem.errors import BackendError, EndpointError, RankFailed, StateError
-from tandem.health import GroupVerdict, Verdict, of_groups
+from tandem.operations import lifecycle
+from tandem.operations.health import GroupVerdict, Verdict, of_groups
 from tandem.rankplan import placed_groups
 from tandem.spec.cluster import Transport
 from tandem.spec.deployment import Deployment
@@ -88,8 +89,8 @@ def up(
     on_event: OnEvent = lambda text: None,
     on_report: Callable[[CheckReport], None] = lambda report: None,
 ) -> FleetState:
-    """Start every group (preflight and all, as ``tandem.lifecycle.up``), then the router, add
-    each group to it, and wait for a real completion through the router.
+    """Start every group (preflight and all, as ``tandem.operations.lifecycle.up``), then the
+    router, add each group to it, and wait for a real completion through the router.
 
     Everything is refused before anything starts when the fleet already runs, the pinned
     router is not installed, or its ports are taken; on any failure or interruption every
@@ -208,9 +209,9 @@ def _port_taken(port: int) -> bool:
 
 
 def status(name: str | None = None, **kwargs: object) -> lifecycle.DeploymentStatus:
-    """The deployment's verdict with each group's (``tandem.lifecycle.status`` per group) and
-    the router's members. Healthy when every group is healthy and in rotation; ``degraded``
-    while at least one group serves in rotation; else the worst group's verdict."""
+    """The deployment's verdict with each group's (``tandem.operations.lifecycle.status`` per
+    group) and the router's members. Healthy when every group is healthy and in rotation;
+    ``degraded`` while at least one group serves in rotation; else the worst group's verdict."""
     if name is None or not fleet_exists(name):
         return lifecycle.status(name, **kwargs)  # type: ignore[arg-type]
     fleet = load_fleet(name)
@@ -278,10 +279,11 @@ def status(name: str | None = None, **kwargs: object) -> lifecycle.DeploymentSta
 def down(
     name: str | None = None, *, purge_caches: bool = False, on_event: OnEvent = lambda text: None
 ) -> None:
-    """Stop the router, then every group (``tandem.lifecycle.down``), and forget the fleet.
+    """Stop the router, then every group (``tandem.operations.lifecycle.down``), and forget the
+    fleet.
 
-    A name without replicas is ``tandem.lifecycle.down``. Only what the fleet's record names
-    is touched: the router by its pid and start time, the groups by their own state.
+    A name without replicas is ``tandem.operations.lifecycle.down``. Only what the fleet's record
+    names is touched: the router by its pid and start time, the groups by their own state.
     """
     if name is None or not fleet_exists(ownership.check_name(name)):
         lifecycle.down(name, purge_caches=purge_caches, on_event=on_event)

@@ -30,7 +30,7 @@ deployment one ``Verdict``, the worst that applies:
 
 Usage::
 
-    from tandem.health import assess
+    from tandem.operations.health import assess
     report = assess(load_state("tiny-local"))
     report.verdict, report.rank, report.reason, report.evidence
 

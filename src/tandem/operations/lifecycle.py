@@ -12,14 +12,15 @@ from collections.abc import Callable, Iterator
 
 from pydantic import BaseModel, Field
 
-from tandem import ownership, revisions
+from tandem import ownership
 from tandem.backends import cache_roots, netns
 from tandem.backends.base import Backend, OnEvent, OnPhase, ProcessFact, backend_for
 from tandem.backends.launch import interrupted
 from tandem.backends.state import DeploymentState, list_deployments, load_state
 from tandem.check.findings import CheckReport
 from tandem.errors import BackendError, CheckFailed, StateError
-from tandem.health import (
+from tandem.operations import revisions
+from tandem.operations.health import (
     Assessment,
     Health,
     ProgressTracker,
@@ -27,13 +28,13 @@ from tandem.health import (
     Verdict,
     assess,
 )
+from tandem.operations.preflight import run_check
+from tandem.operations.supervisor import stop_supervisor
 from tandem.plan.status import PlannedVsActual
-from tandem.preflight import run_check
 from tandem.rankplan import RankPlan, launch_plan
 from tandem.readiness import Readiness
 from tandem.spec.cluster import Cluster
 from tandem.spec.deployment import Deployment
-from tandem.supervisor import stop_supervisor
 from tandem.vllm_log import BootFigures, PhaseMark
 
 
@@ -75,8 +76,8 @@ def up(
     revision: int | None = None,
 ) -> tuple[DeploymentState, Readiness]:
     """The launch policy, the same for the CLI and a script: refuse when the deployment already
-    runs, run the preflight (``tandem.preflight.run_check``) and refuse on any error in it, then
-    plan the ranks, launch them on the cluster's backend and wait until the model answers.
+    runs, run the preflight (``tandem.operations.preflight.run_check``) and refuse on any error in
+    it, then plan the ranks, launch them on the cluster's backend and wait until the model answers.
 
     Usage:
         state, ready = up(load_deployment("tiny-local"), on_event=print)
@@ -205,7 +206,7 @@ def status(
     canary_mode: str = "idle",
     tracker: ProgressTracker | None = None,
 ) -> DeploymentStatus:
-    """A deployment's verdict (``tandem.health``), endpoint, and each rank's health.
+    """A deployment's verdict (``tandem.operations.health``), endpoint, and each rank's health.
 
     A caller that looks again and again (``tandem watch``) passes a ``tracker``, so a stall is
     judged over time, and sends canaries only now and then (``canary_mode="never"`` between).
