@@ -13,10 +13,18 @@ GuideLLM is given the run as a scenario file (`guidellm run --scenario FILE`): t
 backend, synthetic text of the same lengths measured with the served model's tokenizer (the
 `/v1/models` root), `max_requests` per level as tandem's `--requests`.
 
+Two things keep the comparison fair. The server runs with ``enable_prefix_caching: false``:
+both tools seed their prompts, so a second run sends the first one's prompts again, and vLLM's
+prefix cache answers them with a TTFT no new user sees (within one search each of tandem's
+probes sends its own, ``tandem.bench.slo_search.probe_seed``). And on a small host the server
+and the clients run on cores of their own (the node's ``cpus`` in the cluster, ``taskset`` for
+this script), so neither tool's client takes cycles from the server the other one measured.
+
 Usage (a deployment up, GuideLLM in a venv of its own):
-    python3 -m venv /tmp/gl && /tmp/gl/bin/pip install guidellm
-    .venv/bin/python benchmarks/slo_vs_guidellm.py --url http://10.77.0.1:8000 \\
-        --model tiny-deepseek --guidellm /tmp/gl/bin/guidellm --ttft-ms 400 --tpot-ms 60
+    python3 -m venv /tmp/gl && /tmp/gl/bin/pip install guidellm==0.8.1
+    taskset -c 0 .venv/bin/python benchmarks/slo_vs_guidellm.py --url http://10.93.0.1:8000 \\
+        --model smollm2 --guidellm /tmp/gl/bin/guidellm --ttft-ms 450 --tpot-ms 70 \\
+        --guidellm-workers 2
 """
 
 from __future__ import annotations

@@ -97,6 +97,15 @@ def test_a_search_is_saved_probe_by_probe_and_resumes(tmp_path):
     assert "already holds an SLO search" in again_without_resume.value.message
 
 
+def test_each_probe_sends_prompts_no_other_probe_sent(tmp_path):
+    """Repeated prompts would be answered from the server's prefix cache, a TTFT no new user
+    sees: each probe's prompts are its own."""
+    with openai_stub() as stub:
+        slo_search(bench(stub.url), tmp_path / "slo", SloSearch(ttft_s=30.0, ceiling=4))
+        prompts = [json.dumps(body["messages"]) for body in stub.bodies]
+    assert len(prompts) == len(set(prompts)) >= 3
+
+
 def test_an_objective_no_server_meets_holds_nowhere(tmp_path):
     with openai_stub() as stub:
         search = slo_search(bench(stub.url), tmp_path / "s", SloSearch(ttft_s=1e-6))
