@@ -1,7 +1,7 @@
 """``nvidia-smi --query-gpu`` CSV -> ``GpuReading``s (pure).
 
-The query is ``tandem.agent.NVIDIA_SMI_ARGV``: ``--format=csv,nounits``, one header line,
-then one line per GPU with the fields of ``NVIDIA_SMI_FIELDS`` in order. Columns are read by
+The query is ``tandem.agent.COMMANDS["nvidia-smi-watch"]``: ``--format=csv,nounits``, one header
+line, then one line per GPU with the fields of ``NVIDIA_SMI_FIELDS`` in order. Columns are read by
 position, since the header's spelling changes between drivers (``clocks.sm`` prints as
 ``clocks.current.sm [MHz]``). A field a GPU does not report prints ``[N/A]`` or
 ``[Not Supported]`` and becomes None: on DGX Spark (GB10, unified memory) both memory fields do.
