@@ -43,7 +43,7 @@ from pathlib import Path
 import httpx
 
 from tandem import caches
-from tandem.agent import nvidia_smi
+from tandem.agent import Node
 from tandem.backends import netns
 from tandem.backends.state import DeploymentDir
 from tandem.spec.cluster import LocalIsolation
@@ -61,7 +61,7 @@ def gpu_memory_free(limit_s: float = 90.0) -> None:
     as `tandem watch` reads them; no wait where there is no nvidia-smi."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        gpus = parse_nvidia_smi(nvidia_smi())
+        gpus = parse_nvidia_smi(Node().run("nvidia-smi-watch"))
         if sum(g.memory_used_bytes or 0 for g in gpus) < 1 << 30:
             return
         time.sleep(0.5)

@@ -33,7 +33,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tandem.agent import nvidia_smi
+from tandem.agent import Node
 from tandem.watch.gpu import parse_nvidia_smi
 
 REPOS = {
@@ -130,7 +130,10 @@ def wait_idle(limit_s: float = 60.0) -> float:
     """Seconds until the GPU holds under 1 GiB again, read as `tandem watch` reads it."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit_s:
-        if sum(g.memory_used_bytes or 0 for g in parse_nvidia_smi(nvidia_smi())) < 1 << 30:
+        if (
+            sum(g.memory_used_bytes or 0 for g in parse_nvidia_smi(Node().run("nvidia-smi-watch")))
+            < 1 << 30
+        ):
             break
         time.sleep(0.5)
     return time.monotonic() - t0
