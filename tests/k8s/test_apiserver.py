@@ -397,7 +397,9 @@ def test_cli_up_dispatches_on_the_transport(apiserver, namespace, state_home, tm
         text=True,
     )
     assert done.returncode == 0, done.stderr
-    assert "apply --server-side" in done.stdout
+    # one apply creates every rank's pod: printed once, not once a rank
+    assert done.stdout.count("apply --server-side") == 1, done.stdout
+    assert "# tiny-local: ranks 0, 1, all at once" in done.stdout
 
 
 # --- pods: phases and failures on real Pod objects ----------------------------------------------

@@ -106,6 +106,14 @@ def up_command(
         by_group = fleet.launched_by_group(deployment)
         for group in placed_groups(deployment) if by_group else [deployment]:
             _, commands = lifecycle.dry_run(group)
+            if group.cluster.transport.value == "k8s":  # one apply creates every rank's pod
+                ranks = ", ".join(str(n) for n in sorted(rank.rank for rank, _ in commands))
+                click.echo(
+                    f"# {group.name}: ranks {ranks}, all at once (the objects: "
+                    "`tandem render --target k8s`)\n"
+                    f"{shlex.join(redactor.argv(commands[0][1]))}\n"
+                )
+                continue
             for rank, argv in commands:
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redactor.env(rank.env).items())
                 click.echo(
