@@ -4,10 +4,12 @@ starts. No engine here: the groups behind a real router are ``tests/test_fleet_e
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from factories import make_cluster, make_deployment, make_recipe
+from tandem_cli import run_tandem
 
 from tandem.backends.router_node import RouterNode
 from tandem.errors import PlanError, RecipeError, SpecError
@@ -295,3 +297,20 @@ def test_kubernetes_renders_lws_replicas_any_node_one_pod_each_and_the_router(tm
 def test_other_render_targets_take_one_group(tandem_here, tmp_path):
     result = tandem_here("render", "smollm2-replicas", "--target", "docker")
     assert result.code == 2 and "renders one group" in result.err
+
+
+def test_up_supervise_of_groups_on_kubernetes_is_refused_before_anything_is_applied(tmp_path):
+    """Kubernetes restarts a broken group of a LeaderWorkerSet itself, so ``--supervise`` is
+    refused at once: the kubectl named here does not exist, so any apply would fail otherwise."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        "name: eks\ntransport: k8s\nkubernetes: {kubectl: /nonexistent/kubectl}\nnodes:\n"
+        + "".join(f"  - {{name: n{i}, address: 10.0.0.{i + 1}}}\n" for i in range(4))
+    )
+    done = run_tandem(
+        "up", str(recipe_file(tmp_path, "replicas: 2\n")), "--cluster", str(cluster),
+        "--supervise", env={**os.environ, "TANDEM_HOME": str(tmp_path / "home")}, check=False,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "Kubernetes restarts a broken group itself" in said, said
+    assert "nonexistent" not in said and not (tmp_path / "home" / "deployments").exists()

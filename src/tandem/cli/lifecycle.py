@@ -34,7 +34,7 @@ from tandem.cli.supervise import run_supervisor
 from tandem.endpoint import Endpoint
 from tandem.errors import CheckFailed
 from tandem.eval import smoke as smoke_checks
-from tandem.operations import fleet, lifecycle
+from tandem.operations import fleet, lifecycle, supervisor
 from tandem.rankplan import placed_groups
 from tandem.readiness import Readiness
 from tandem.redact import Redactor
@@ -100,6 +100,8 @@ def up_command(
       tandem up deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml --supervise
     """
     deployment = machine_deployment(recipe, cluster_path)
+    if supervise and deployment.recipe.replicas > 1 and deployment.cluster.transport.value == "k8s":
+        raise supervisor.kubernetes_restarts_groups(deployment.name)  # before anything starts
     if dry_run:
         redactor = Redactor.for_caller()
         local = deployment.cluster.transport.value == "local"  # remote commands carry it

@@ -328,6 +328,16 @@ def describe(report: Assessment) -> str:
 Assess = Callable[..., Assessment]
 
 
+def kubernetes_restarts_groups(name: str) -> BackendError:
+    """Why a LeaderWorkerSet of several groups is not supervised by tandem."""
+    return BackendError(
+        f"'{name}' is a LeaderWorkerSet of several groups: Kubernetes restarts a "
+        "broken group itself (RecreateGroupOnPodRestart), and the router sends "
+        "requests only to leaders whose readiness probe, tandem's verdict, passes",
+        hint=f"`tandem status {name}` shows each group's verdict; leave out --supervise",
+    )
+
+
 def supervise(
     name: str,
     policy: SupervisorPolicy = SupervisorPolicy(),
@@ -352,12 +362,7 @@ def supervise(
     if DeploymentDir.of(name).state_file.exists():
         first = load_state(name)
         if first.backend == "k8s" and len(first.groups) > 1:
-            raise BackendError(
-                f"'{name}' is a LeaderWorkerSet of several groups: Kubernetes restarts a "
-                "broken group itself (RecreateGroupOnPodRestart), and the router sends "
-                "requests only to leaders whose readiness probe, tandem's verdict, passes",
-                hint=f"`tandem status {name}` shows each group's verdict",
-            )
+            raise kubernetes_restarts_groups(name)
     log = EventLog(name, on_event)
     pid_file = DeploymentDir.of(name).supervisor_pid
     me = ProcessIdentity.current()
