@@ -22,7 +22,7 @@ from tandem.cli import cli
 from tandem.errors import RecipeError
 from tandem.rankplan import plan_ranks
 from tandem.render.docker import container_name, docker_run_argv, render
-from tandem.spec.cluster import Node, SSHOptions
+from tandem.spec.cluster import Node, SSHOptions, Transport
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_cluster, load_deployment, load_recipe
 
@@ -44,7 +44,9 @@ def seed_002() -> Deployment:
 
 
 def seed_000() -> Deployment:
-    cluster = load_cluster("examples/dgx-spark-eks.yaml").model_copy(update={"transport": "ssh"})
+    cluster = load_cluster("examples/dgx-spark-eks.yaml").model_copy(
+        update={"transport": Transport.SSH}
+    )
     return Deployment(recipe=load_recipe("deepseek-v4-flash-dspark"), cluster=cluster)
 
 
