@@ -27,6 +27,7 @@ import pytest
 import yaml
 from tandem_cli import TANDEM, run_tandem
 
+from tandem.backends import sync
 from tandem.spec.loading import load_recipe
 
 pytestmark = [pytest.mark.engine, pytest.mark.netns]
@@ -207,6 +208,18 @@ def test_sync_moves_the_image_and_every_host_holds_the_same_id(synced: DockerDep
     again = synced.tandem("sync", str(synced.recipe), "--cluster", str(synced.cluster),
                           "--dry-run")  # fmt: skip
     assert "nothing to copy" in again.stdout
+
+
+def test_sync_judges_an_image_copy_by_the_room_under_the_targets_own_docker_root(
+    synced: DockerDeployment,
+):
+    """The probe behind sync's refusal (``sync.refuse_short_of_room``), on a real daemon over
+    ssh: the host's own data root, not the first host's, and the room df gives for it."""
+    out = synced.ssh(1, sync.room_probe("docker")).stdout
+    free_kb, _, root = out.strip().partition(" ")
+    assert root.endswith("/host1/root"), out
+    stat = os.statvfs(root)
+    assert abs(int(free_kb) * 1024 - stat.f_bavail * stat.f_frsize) < 256 * 2**20
 
 
 # --- the deployment ------------------------------------------------------------------------------

@@ -209,6 +209,31 @@ def test_a_pull_never_replaces_a_file_it_did_not_write(bed):
         target.write_bytes(original)
 
 
+def test_a_pull_to_a_disk_without_room_is_refused_before_a_byte_moves(bed):
+    """host1's cache on a 16 MiB filesystem (a tmpfs over its ``hub``, mounted on host1 itself:
+    its sshd has a mount namespace of its own) cannot take the 50 MB commit: the pull names the
+    node, what it lacks and what it has, and copies nothing."""
+    bed, env = bed
+    host1 = bed["hosts"].hosts[1]
+    hub = bed["homes"][1] / "hub"
+    hub.mkdir(exist_ok=True)
+    small = bed["hosts"].ssh(
+        host1, f"mount -t tmpfs -o size=16m tandem-small-disk {hub}", check=False
+    )
+    if small.returncode:
+        pytest.skip(f"cannot mount a small filesystem here: {small.stderr.strip()}")
+    try:
+        result = pull(bed, env, check=False)
+        assert result.returncode != 0
+        assert "host1 lacks 0.05 GB of it and has 0.02 GB free under " in result.stderr, (
+            result.stdout + result.stderr
+        )
+        assert "nothing was copied" in result.stderr
+        assert bed["hosts"].ssh(host1, f"ls -A {hub}").stdout == ""
+    finally:
+        bed["hosts"].ssh(host1, f"umount {hub}")
+
+
 def started_a_shard(blobs: Path) -> bool:
     """rsync writes a file under a dot-name beside its place; a few MB of a shard are there."""
     try:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tandem.backends import pull, sync
 from tandem.backends.pull import NodeSnapshot
-from tandem.backends.sync import ImageFacts, parse_image, plan_images
+from tandem.backends.sync import ImageFacts, SyncAction, parse_image, plan_images
 from tandem.errors import BackendError
 from tandem.hf_cache import ManifestFile, SnapshotManifest
 
@@ -86,4 +87,42 @@ def test_an_image_nobody_holds_and_nobody_can_pull_is_refused():
 
 def test_probe_output_parses():
     assert parse_image("a", "missing\n").image_id is None
-    assert parse_image("a", "sha256:1 r/v@sha256:2").digests == ("r/v@sha256:2",)
+    held = parse_image("a", "sha256:1 2900000000 r/v@sha256:2")
+    assert held.digests == ("r/v@sha256:2",) and held.size == 2_900_000_000
+
+
+def test_a_snapshot_copy_is_refused_where_the_cache_has_no_room():
+    """Every short node named at once, before a byte moves; a node whose room is unknown (an
+    older agent) is not judged."""
+    found = {
+        "b": held({}, free_bytes=7_000_000_000, repo_dir="/hf/hub/models--org--m"),
+        "c": held({}, free_bytes=9_000_000_000),
+        "d": held({}, free_bytes=1_000),
+        "e": held({}),
+    }
+    need = dict.fromkeys(found, 8_000_001_200)
+    with pytest.raises(BackendError) as info:
+        pull.refuse_short_of_room(need, found)
+    message = info.value.message
+    assert "b lacks 8.00 GB of it and has 7.00 GB free under /hf/hub/models--org--m" in message
+    assert "d lacks" in message and "c lacks" not in message and "e lacks" not in message
+    assert "nothing was copied" in info.value.hint
+    pull.refuse_short_of_room({"c": 8_000_001_200, "e": 10**15}, found)
+
+
+def test_an_image_copy_needs_twice_its_size_under_the_targets_docker_root():
+    """``docker load`` writes the archive out under its root, then unpacks the layers beside
+    it: 2.9 GB of image needs 5.8 GB there."""
+    images = {"a": ImageFacts("a", "sha256:x", size=2_900_000_000), "b": ImageFacts("b", None)}
+    copies = [SyncAction("copy-image", "b", "a", "r/v:1")]
+    roomy = {"b": f"{6_000_000_000 // 1024} /var/lib/docker\n"}
+    sync.refuse_short_of_room(copies, images, roomy)
+    tight = {"b": f"{4_000_000_000 // 1024} /srv/docker\n"}
+    with pytest.raises(BackendError) as info:
+        sync.refuse_short_of_room(copies, images, tight)
+    assert info.value.message == (
+        "not enough room for image r/v:1: b has 4.00 GB free under /srv/docker, the copy needs "
+        "5.80 GB (the 2.90 GB archive and its layers)"
+    )
+    assert info.value.field == "engine.image"
+    sync.refuse_short_of_room(copies, images, {"b": "\n"})  # no df: not judged

@@ -711,6 +711,7 @@ def model_facts(node, repo_id, revision, cache_root, model_path, verify=False, k
         "corrupt": [],
         "verified_bytes": 0,
         "verify_s": 0.0,
+        "free_bytes": None,
     }
     if model_path:
         snapshot = model_path
@@ -730,6 +731,7 @@ def model_facts(node, repo_id, revision, cache_root, model_path, verify=False, k
         facts["cache_root"] = cache_root
         repo_dir = "%s/hub/models--%s" % (cache_root.rstrip("/"), repo_id.replace("/", "--"))
         facts["repo_dir"] = repo_dir
+        facts["free_bytes"] = free_bytes(node, repo_dir)
         if not os.path.isdir(node.path(repo_dir)):
             flat = "%s/%s" % (cache_root.rstrip("/"), repo_id.split("/")[-1])
             if os.path.isdir(node.path(flat)):
@@ -789,6 +791,21 @@ def model_facts(node, repo_id, revision, cache_root, model_path, verify=False, k
     facts["files"] = _sorted_by(facts["files"], "name")
     facts["missing_shards"] = _missing_shards(base, {f["name"] for f in facts["files"]})
     return facts
+
+
+def free_bytes(node, path):
+    """Bytes an unprivileged writer may still use on the filesystem that holds PATH (or would:
+    the nearest folder above it that exists), or None when none can be read. A copy of the
+    snapshot is judged against it before a byte moves."""
+    while True:
+        try:
+            stat = os.statvfs(node.path(path))
+            return stat.f_bavail * stat.f_frsize
+        except OSError:
+            parent = os.path.dirname(path.rstrip("/")) or "/"
+            if parent == path:
+                return None
+            path = parent
 
 
 def _missing_shards(base, present):
@@ -1256,7 +1273,8 @@ def facts(argv):
 
 
 def source():
-    """This file's text, as it is shipped to a node (on stdin of ``python3 - ARGS``)."""
+    """This file's text, as it is shipped to a node (on stdin of ``python3 - ARGS``) or to a
+    pod (the ConfigMap ``tandem.render.kubernetes.agent_config_map``)."""
     with open(__file__) as handle:
         return handle.read()
 

@@ -108,6 +108,19 @@ def test_missing_tools_are_facts_not_crashes(tmp_path: Path):
     assert facts["model"]["exists"] is False
 
 
+def test_the_room_of_the_cache_is_read_where_the_snapshot_will_go(tmp_path: Path):
+    """The folder of a snapshot not yet copied does not exist: its filesystem is the nearest
+    folder above it that does (what ``tandem model pull`` and ``sync`` judge a copy against)."""
+    node = agent.Node(root=str(tmp_path), commands=str(tmp_path))
+    facts = agent.model_facts(node, "org/m", "main", "/hf", None)
+    stat = os.statvfs(tmp_path)
+    assert facts["exists"] is False
+    assert abs(facts["free_bytes"] - stat.f_bavail * stat.f_frsize) < 64 * 2**20
+    assert agent.free_bytes(agent.Node(root="/"), "/no/such/folder/here") == agent.free_bytes(
+        agent.Node(root="/"), "/"
+    )
+
+
 def test_plain_directory_is_not_the_cache_layout(tmp_path: Path):
     flat = tmp_path / "hf" / "DeepSeek-V4-Flash-DSpark"
     flat.mkdir(parents=True)

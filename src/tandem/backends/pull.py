@@ -79,6 +79,12 @@ class NodeSnapshot:
         return list(self.facts.get("corrupt") or [])
 
     @property
+    def free_bytes(self) -> int | None:
+        """Room left on the filesystem of the node's cache (None where it could not be read)."""
+        free = self.facts.get("free_bytes")
+        return int(free) if free is not None else None
+
+    @property
     def sound(self) -> bool:
         """A snapshot whose every file has its id and nothing is known to be missing."""
         f = self.facts
@@ -483,6 +489,7 @@ class Pull:
             for n, held in found.items()
             if n != source and held.lacks(manifest)
         }
+        refuse_short_of_room(need, found)
         report = PullReport(manifest=manifest, source=source, downloaded=downloaded, need=need)
         if dry_run:
             return report
@@ -507,6 +514,36 @@ class Pull:
                 hint="run the pull again",
             )
         return report
+
+
+def refuse_short_of_room(need: dict[str, int], found: dict[str, NodeSnapshot]) -> None:
+    """Refuse, before a byte moves, every node whose cache's filesystem cannot take what it
+    lacks: a 150 GB copy that stops at "No space left on device" leaves a partial shard and an
+    hour lost.
+
+    Raises:
+        BackendError: naming each such node with what it needs and what it has.
+    """
+    short = {
+        node: (size, free)
+        for node, size in need.items()
+        if (free := found[node].free_bytes) is not None and size > free
+    }
+    if short:
+        raise BackendError(
+            "not enough room for the snapshot: "
+            + "; ".join(
+                f"{node} lacks {_gb(size)} of it and has {_gb(free)} free under "
+                f"{found[node].facts.get('repo_dir') or 'its cache'}"
+                for node, (size, free) in short.items()
+            ),
+            hint="free space there, or give that node a cache on a disk with room (HF_HOME in "
+            "its env in the cluster file, or model.cache_root in the recipe); nothing was copied",
+        )
+
+
+def _gb(size: int) -> str:
+    return f"{size / 1e9:,.2f} GB"
 
 
 def _follow(stream: Any, moved: dict[str, int], name: str) -> None:

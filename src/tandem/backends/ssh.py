@@ -54,7 +54,7 @@ from tandem.backends.state import (
     list_deployments,
     load_state,
 )
-from tandem.backends.sync import image_probe
+from tandem.backends.sync import image_probe, parse_image
 from tandem.errors import BackendError, SSHError
 from tandem.interrupts import interruption
 from tandem.rankplan import RankPlan, RankSpec
@@ -297,19 +297,19 @@ class SSHBackend:
         docker = runtime.options.docker_command
         script = image_probe(image, docker)
         found = {
-            node: r.stdout.split()
+            node: parse_image(node, r.stdout)
             for node, r in ssh.run_all(
                 {node: (t, script) for node, t in targets.items()}, timeout_s=60
             ).items()
         }
-        missing = sorted(node for node, words in found.items() if words[:1] == ["missing"])
-        ids = {words[0] for words in found.values() if words[:1] != ["missing"]}
+        missing = sorted(node for node, held in found.items() if held.image_id is None)
+        ids = {held.image_id for held in found.values() if held.image_id}
         if missing or len(ids) != 1:
             detail = (
                 f"missing on {', '.join(missing)}"
                 if missing
                 else "different image ids: "
-                + ", ".join(f"{n} {w[0][:19]}" for n, w in found.items())
+                + ", ".join(f"{n} {(held.image_id or '')[:19]}" for n, held in found.items())
             )
             raise BackendError(
                 f"image {image} is not the same on every node ({detail})",
@@ -319,7 +319,7 @@ class SSHBackend:
             )
         if is_pinned(image):
             return image
-        digests = found[next(iter(found))][1:]
+        digests = found[next(iter(found))].digests
         repo = image.rsplit(":", 1)[0] if ":" in image.split("/")[-1] else image
         pinned = next((d for d in digests if d.split("@")[0] == repo), None) or ids.pop()
         on_event(f"image {image} pinned to {pinned}")

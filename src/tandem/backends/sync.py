@@ -32,11 +32,12 @@ from tandem.spec.deployment import Deployment
 
 @dataclass(frozen=True)
 class ImageFacts:
-    """One node's copy of the image: its id (None when absent) and repo digests."""
+    """One node's copy of the image: its id (None when absent), repo digests and size."""
 
     node: str
     image_id: str | None
     digests: tuple[str, ...] = ()
+    size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def image_probe(image: str, docker: str) -> str:
         # `range`, not `join`: docker's template refuses `join` on an image without repo
         # digests (a `docker import`ed or locally built one): "expected []string".
         f"{docker} image inspect --format "
-        "'{{.Id}} {{range .RepoDigests}}{{.}} {{end}}' "
+        "'{{.Id}} {{.Size}} {{range .RepoDigests}}{{.}} {{end}}' "
         f"{shlex.quote(image)} 2>/dev/null || echo missing\n"
     )
 
@@ -77,7 +78,48 @@ def parse_image(node: str, text: str) -> ImageFacts:
     words = text.split()
     if not words or words[0] == "missing":
         return ImageFacts(node=node, image_id=None)
-    return ImageFacts(node=node, image_id=words[0], digests=tuple(words[1:]))
+    return ImageFacts(node=node, image_id=words[0], size=int(words[1]), digests=tuple(words[2:]))
+
+
+def room_probe(docker: str) -> str:
+    """Docker's root folder on a node and the kB free on its filesystem, on one line."""
+    return (
+        f"root=$({docker} info --format '{{{{.DockerRootDir}}}}' 2>/dev/null) "
+        "|| root=/var/lib/docker\n"
+        'echo "$(df -Pk "$root" 2>/dev/null | awk \'NR == 2 {print $4}\') $root"\n'
+    )
+
+
+def refuse_short_of_room(
+    copies: list[SyncAction], images: dict[str, ImageFacts], rooms: dict[str, str]
+) -> None:
+    """Refuse, before anything is copied, every target whose docker root cannot take the image:
+    ``docker load`` first writes the whole archive out under its root (the size of the image)
+    and then unpacks its layers beside it (up to that size again), so a copy needs twice the
+    image's size free there, or it stops at "no space left on device" after minutes.
+
+    Raises:
+        BackendError: naming each such node, its root, what it has and what the copy needs.
+    """
+    short = []
+    for action in copies:
+        size = images[action.source or ""].size
+        free_kb, _, root = rooms.get(action.target, "").strip().partition(" ")
+        if size is None or not free_kb.isdigit():
+            continue
+        if 2 * size > int(free_kb) * 1024:
+            short.append(
+                f"{action.target} has {int(free_kb) * 1024 / 1e9:,.2f} GB free under {root}, "
+                f"the copy needs {2 * size / 1e9:,.2f} GB (the {size / 1e9:,.2f} GB archive "
+                "and its layers)"
+            )
+    if short:
+        raise BackendError(
+            f"not enough room for image {copies[0].detail}: " + "; ".join(short),
+            field="engine.image",
+            hint="free space there (docker image prune removes images no container uses), or "
+            "move docker's data-root to a disk with room; nothing was copied",
+        )
 
 
 def plan_images(images: dict[str, ImageFacts], image: str | None, leader: str) -> list[SyncAction]:
@@ -166,12 +208,20 @@ def sync(
         BackendError: nothing to copy from, a copy failed, or nodes still differ afterwards.
     """
     ssh = OpenSSH.for_cluster(deployment.cluster)
+    nodes = _targets(deployment)
+    docker = deployment.cluster.ssh.docker_command
     leader = deployment.cluster.leader.name
     image = deployment.recipe.engine.image
     images = probe_images(deployment, ssh)
     for held in images.values():
         on_event(f"{held.node}: image {held.image_id or 'missing'}")
     image_actions = plan_images(images, image, leader)  # refuses before any copy
+    copies = [a for a in image_actions if a.kind == "copy-image"]
+    if copies:
+        rooms = ssh.run_all(
+            {a.target: (nodes[a.target][1], room_probe(docker)) for a in copies}, timeout_s=60
+        )
+        refuse_short_of_room(copies, images, {n: r.stdout for n, r in rooms.items()})
     model = Pull(deployment, on_event=on_event).run(download=False, dry_run=dry_run)
     actions = [
         SyncAction("copy-snapshot", node, model.source, f"{size:,} bytes missing or other")
@@ -180,8 +230,6 @@ def sync(
     report = SyncReport(model=model, images=images, actions=actions)
     if dry_run:
         return report
-    nodes = _targets(deployment)
-    docker = deployment.cluster.ssh.docker_command
     for action in image_actions:
         on_event(str(action))
         if action.kind == "copy-image":

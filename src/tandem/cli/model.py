@@ -228,7 +228,8 @@ def pull_command(
     otherwise huggingface_hub downloads it on one node (with its resume). The others pull the
     commit's files from that node's rsync daemon on its data_address (read only, a one-time
     password), in parallel, with progress per node; an interrupted pull resumes. Files are never
-    replaced: a file whose content is not its id is named. The commit and every file's id are
+    replaced: a file whose content is not its id is named. A node whose cache's disk cannot
+    take what it lacks is named before a byte moves. The commit and every file's id are
     recorded, and `tandem check` and `up` judge each node against them.
 
     \b

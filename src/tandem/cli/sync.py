@@ -24,7 +24,9 @@ def sync_command(recipe: str, cluster_path: str | None, dry_run: bool) -> None:
 
     The snapshot is copied as `tandem model pull` copies it, node to node from an rsync daemon
     on the source's data_address (which downloads when no node holds it: this command does
-    not); images are pulled when pinned by digest, else copied with docker save | load.
+    not); images are pulled when pinned by digest, else copied with docker save | load. A node
+    without room for what it lacks (its Hugging Face cache's disk; twice the image under its
+    docker root, where docker load stages the archive) is named before anything is copied.
 
     \b
     Examples:
