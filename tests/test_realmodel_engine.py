@@ -10,6 +10,7 @@ session's tiny-local deployment may be up beside it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import struct
@@ -23,6 +24,8 @@ import pytest
 from capitals import MOST, ask_capitals
 from tandem_cli import run_tandem
 
+from tandem.bench.config import BenchConfig
+from tandem.bench.load_generator import LoadGenerator
 from tandem.models.real import REPO_ID
 
 pytestmark = pytest.mark.engine
@@ -149,6 +152,40 @@ def test_it_answers_factual_questions_from_two_pipeline_stages(deployment):
     assert sum(stops) >= MOST, said  # the template's stop token was honoured
     logs = {rank: (state_dir / "logs" / f"rank{rank}.log").read_text() for rank in (0, 1)}
     assert "PP rank 0" in logs[0] and "PP rank 1" in logs[1]
+
+
+def test_a_bench_of_prompts_the_server_had_seen_says_so(deployment, tmp_path):
+    """Prompts are seeded, so a second run with the same seed sends the same ones and vLLM's
+    prefix cache answers their prefill (two 128-token blocks of each 300-token prompt on an AMX
+    CPU): its point says so and names the seed; another seed is fresh again."""
+    env, _ = deployment
+    status = json.loads(run_tandem("status", NAME, "--json", env=env).stdout)
+
+    def bench(seed: int, out: str):
+        config = BenchConfig(
+            url=status["endpoint"],
+            model=status["model"],
+            api_key=API_KEY,
+            endpoint="completions",
+            prompt_token_ids=True,
+            concurrency=[1],
+            requests=2,
+            input_tokens=300,
+            output_tokens=4,
+            warmup_requests=0,
+            idle_check_s=0,
+            seed=seed,
+        )
+        (point,) = asyncio.run(LoadGenerator(config, tmp_path / out).arun()).points
+        assert point.server is not None and point.server.prefix_caching, point.server
+        return point
+
+    first, again, other = bench(9001, "first"), bench(9001, "again"), bench(9002, "other")
+    assert not first.server.prefix_cache_hit_rate and first.warnings == []
+    assert again.server.prefix_cache_hit_rate and again.server.prefix_cache_hit_rate > 0.5
+    (warning,) = again.warnings
+    assert "it had seen them before" in warning and "--seed 9001" in warning
+    assert not other.server.prefix_cache_hit_rate and other.warnings == []
 
 
 def test_the_smoke_checks_judge_the_real_model(deployment, tmp_path):

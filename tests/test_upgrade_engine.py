@@ -97,6 +97,11 @@ def test_a_good_upgrade_passes_the_gate_and_becomes_current(deployment):
     revisions = history(env)
     assert [r["outcome"] for r in revisions] == ["good", "good"]
     assert revisions[0]["baseline"] and revisions[1]["baseline"]
+    # The baseline and the gate bench drew their prompts from seeds of their own: neither was
+    # answered from the prefix cache with prompts the server had seen.
+    runs = sorted((folder / "home").glob(f"**/{NAME}/upgrades/from-1/**/summary.json"))
+    seeds = [json.loads(run.read_text())["config"]["seed"] for run in runs]
+    assert len(seeds) == 2 and seeds[0] != seeds[1], runs
     shown = run_tandem("history", NAME, env=env).stdout
     assert "recipe.engine.serve.max_num_seqs: 8 -> 6" in shown
 

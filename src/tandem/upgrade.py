@@ -25,6 +25,7 @@ revision was being left and which was coming.
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 from typing import Literal
 
@@ -92,7 +93,12 @@ class UpgradeResult(BaseModel):
 
 
 def measure(state: DeploymentState, limits: GateLimits, out: Path) -> dict[str, float]:
-    """The gate bench on a running deployment: median TPOT and output tok/s."""
+    """The gate bench on a running deployment: median TPOT and output tok/s.
+
+    Each measurement draws its prompts from a seed of its own (kept in its ``config.json``):
+    with one fixed seed, a baseline taken on a server that had run the gate's bench before
+    would be answered from its prefix cache and set a bar no fresh revision reaches.
+    """
     config = BenchConfig(
         url=state.endpoint,
         model=state.model,
@@ -102,6 +108,7 @@ def measure(state: DeploymentState, limits: GateLimits, out: Path) -> dict[str, 
         input_tokens=limits.input_tokens,
         output_tokens=limits.output_tokens,
         ignore_eos=True,
+        seed=secrets.randbelow(2**31),
     )
     result = run_bench(config, ownership.output_folder(out, force=True))
     metrics = result.points[0].metrics

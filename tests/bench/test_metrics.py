@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.bench.load_generator import coalescing_warnings
+from tandem.bench.config import BenchConfig
+from tandem.bench.load_generator import coalescing_warnings, replay_warnings
 from tandem.bench.metrics import (
     LatencyStats,
     Slo,
@@ -190,6 +191,27 @@ def test_merged_chunks_are_warned_about(tokens, chunks, acceptance, warned):
     metrics = load_point_metrics([_streamed(tokens, chunks)], Slo())
     delta = ServerDelta(spec_acceptance_length=acceptance) if acceptance else None
     assert bool(coalescing_warnings(metrics, delta)) is warned
+
+
+@pytest.mark.parametrize(
+    ("settings", "hit_rate", "warned"),
+    [
+        ({}, 0.85, True),  # prompts that share nothing, answered from the cache: seen before
+        ({}, 0.05, False),
+        ({}, None, False),  # caching off, or nothing looked up
+        ({"prefix_tokens": 144, "prefix_groups": 2}, 0.85, False),  # the shared-prefix case
+        ({"turns": 3}, 0.85, False),  # later turns carry the earlier ones
+        ({"prompt_file": "chats.jsonl"}, 0.85, False),  # rows may share a system prompt
+    ],
+    ids=["replayed", "stray hits", "no figure", "shared prefix", "multi-turn", "prompt file"],
+)
+def test_prompts_the_server_had_seen_are_warned_about(settings, hit_rate, warned):
+    config = BenchConfig(url="http://x", model="m", seed=7, **settings)
+    delta = ServerDelta(prefix_cache_hit_rate=hit_rate)
+    warnings = replay_warnings(config, delta)
+    assert bool(warnings) is warned
+    if warned:
+        assert "85% of the prompt tokens" in warnings[0] and "--seed 7" in warnings[0]
 
 
 def test_ttft_is_reported_per_turn():

@@ -410,7 +410,11 @@ class LoadGenerator:
         self.records += records
         metrics = load_point_metrics(records, config.slo)
         delta = server_metrics.server_delta(before, after, samples) if before and after else None
-        warnings = _consistency_warnings(records, delta) + coalescing_warnings(metrics, delta)
+        warnings = (
+            _consistency_warnings(records, delta)
+            + coalescing_warnings(metrics, delta)
+            + replay_warnings(config, delta)
+        )
         if counts["unsent"]:
             warnings.append(
                 f"{counts['unsent']} later turns were not sent: a conversation ends at its "
@@ -550,6 +554,32 @@ def coalescing_warnings(metrics: LoadPointMetrics, delta: ServerDelta | None) ->
         f"the server sent {per_chunk:.1f} tokens per chunk (median) for {per_step:.2f} per "
         f"decode step: it merged steps, so TTFT, ITL and TPOT here measure its API process "
         f"falling behind, not decoding; rerun with the server's host less loaded"
+    ]
+
+
+REPLAYED_HIT_RATE = 0.1
+"""A prefix-cache hit rate above which prompts that share nothing were sent to the server before."""
+
+
+def replay_warnings(config: BenchConfig, delta: ServerDelta | None) -> list[str]:
+    """Warn when the server's prefix cache answered prompts that share nothing with each other.
+
+    Without a shared prefix, later turns or a prompt file (whose rows may share a system
+    prompt), no two prompts of a point have a common block, so hits mean the server had seen
+    these very prompts: an earlier run with the same ``seed`` (prompts are seeded, as in vLLM's
+    and GuideLLM's clients). Their prefill is then skipped, and the point's TTFT and throughput
+    describe a cache, not the model (a search's probes once agreed with GuideLLM only after
+    this was found by hand, ``tandem.bench.slo_search``).
+    """
+    rate = delta.prefix_cache_hit_rate if delta else None
+    shares = (config.prefix_tokens and config.prefix_groups) or config.turns > 1
+    if rate is None or rate <= REPLAYED_HIT_RATE or shares or config.prompt_file:
+        return []
+    return [
+        f"the server's prefix cache answered {rate:.0%} of the prompt tokens, though no two "
+        f"prompts here share a prefix: it had seen them before (a run with --seed "
+        f"{config.seed} against this server?), so TTFT and throughput are flattered; run again "
+        "with another --seed"
     ]
 
 
