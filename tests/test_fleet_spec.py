@@ -274,6 +274,9 @@ def test_kubernetes_renders_lws_replicas_any_node_one_pod_each_and_the_router(tm
         assert repel[0]["labelSelector"]["matchLabels"] == {
             "leaderworkerset.sigs.k8s.io/name": "dsv4-flash-tp2"
         }
+        volumes = lws["leaderWorkerTemplate"][key]["spec"]["volumes"]
+        mounted = [v["configMap"]["name"] for v in volumes if "configMap" in v]
+        assert mounted == [objs["ConfigMap"]["metadata"]["name"]]  # the agent up applies
         command = lws["leaderWorkerTemplate"][key]["spec"]["containers"][0]["command"]
         assert command[command.index("--master-addr") + 1] == "$(LWS_LEADER_ADDRESS)"
         assert command[command.index("--nnodes") + 1] == "$(LWS_GROUP_SIZE)"

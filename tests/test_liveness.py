@@ -1,5 +1,5 @@
-"""The node agent's liveness probe (``tandem.agent alive``), run as Kubernetes runs it:
-``python3 -c SOURCE alive ...``."""
+"""The node agent's liveness probe (``tandem.agent alive``), run as a pod runs it: the
+ConfigMap's ``agent.py`` as a file, ``python3 /opt/tandem/agent.py alive ...``."""
 
 from __future__ import annotations
 
@@ -10,20 +10,40 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+from factories import make_recipe
 
 from tandem import agent, wire
+from tandem.render import kubernetes as k8s_render
+from tandem.spec.deployment import Deployment, local_cluster
 
 
-def probe(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", inspect.getsource(agent), "alive", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+@pytest.fixture(scope="module")
+def agent_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The agent as the ConfigMap mounts it: its ``data`` written to a read-only file."""
+    deployment = Deployment(recipe=make_recipe(), cluster=local_cluster(2))
+    config_map = k8s_render.agent_config_map(deployment)
+    path = tmp_path_factory.mktemp("opt-tandem") / k8s_render.AGENT_FILE
+    path.write_text(config_map["data"][k8s_render.AGENT_FILE])
+    path.chmod(0o444)
+    assert path.read_text() == inspect.getsource(agent)
+    return path
+
+
+@pytest.fixture
+def probe(agent_file: Path):
+    def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(agent_file), "alive", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+
+    return run
 
 
 @pytest.fixture
@@ -50,7 +70,7 @@ def worker_process():
     proc.wait()
 
 
-def test_a_worker_pod_is_alive_while_its_worker_runs_and_not_when_stopped(worker_process):
+def test_a_worker_pod_is_alive_while_its_worker_runs_and_not_when_stopped(worker_process, probe):
     assert probe("worker", "--deployment", "probe-test").stdout.strip() == "alive"
     os.kill(worker_process.pid, signal.SIGSTOP)
     try:
@@ -61,7 +81,7 @@ def test_a_worker_pod_is_alive_while_its_worker_runs_and_not_when_stopped(worker
     assert f"VLLM::Worker_TP (pid {worker_process.pid}) is stopped" in result.stdout  # comm: 15
 
 
-def test_a_pod_without_its_worker_process_is_not_alive():
+def test_a_pod_without_its_worker_process_is_not_alive(probe):
     result = probe("worker", "--deployment", "nothing-runs-here")
     assert result.returncode == 1 and "no VLLM::Worker process" in result.stdout
 
@@ -80,7 +100,7 @@ def test_metrics_sum_the_token_counters_over_engines():
 
 
 @pytest.mark.engine
-def test_the_leader_probe_passes_on_the_real_deployment(tiny_deployment, tmp_path):
+def test_the_leader_probe_passes_on_the_real_deployment(tiny_deployment, tmp_path, probe):
     status = json.loads(tiny_deployment.tandem("status", "--json").stdout)
     env = {**tiny_deployment.env}
     result = probe(

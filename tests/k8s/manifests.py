@@ -44,6 +44,12 @@ def deployments() -> dict[str, Deployment]:
     }
 
 
+AGENT, LWS, SERVICE, ROUTER = 0, 1, 2, 6
+"""Where ``k8s_render.objects`` puts each: the agent's ConfigMap first (the pods mount it), the
+LeaderWorkerSet, its Service; with replicas the router's ServiceAccount, Role, RoleBinding and
+Deployment after them."""
+
+
 def rendered(deployment: Deployment) -> list[dict]:
     return k8s_render.objects(plan_ranks(deployment), deployment)
 
@@ -65,9 +71,9 @@ def seed000_lws() -> dict:
     """The seed's LeaderWorkerSet with its shared pod spec in both templates; the readiness
     probe stays on the leader only (the worker is headless and serves nothing), without the
     seed's ``initialDelaySeconds: 600``: tandem's startup probe covers the cold start, and
-    readiness does not run before it succeeds (``tandem.render.kubernetes._probes``). One
-    addition: the compile cache hostPath the seed lacks (every pod restart compiled from
-    scratch)."""
+    readiness does not run before it succeeds (``tandem.render.kubernetes._probes``). Two
+    additions: the compile cache hostPath the seed lacks (every pod restart compiled from
+    scratch), and the node agent's ConfigMap, which the liveness probes run."""
     lws = seed_yaml("seed000-lws.yaml")
     pod = seed_yaml("seed000-podspec.yaml")
     template = lws["spec"]["leaderWorkerTemplate"]
@@ -88,6 +94,13 @@ def seed000_lws() -> dict:
         )
         spec["containers"][0]["volumeMounts"].append(
             {"name": "compile-cache", "mountPath": "/cache/tandem"}
+        )
+        agent = k8s_render.agent_config_map_name(seed000_deployment())
+        spec["volumes"].append(
+            {"name": "tandem-agent", "configMap": {"name": agent, "defaultMode": 0o444}}
+        )
+        spec["containers"][0]["volumeMounts"].append(
+            {"name": "tandem-agent", "mountPath": "/opt/tandem", "readOnly": True}
         )
         template[key]["spec"] |= spec
     return lws
@@ -138,7 +151,7 @@ LEADER = ("spec", "leaderWorkerTemplate", "leaderTemplate")
 
 
 def _leader_container(objs: list[dict]) -> dict:
-    return objs[0]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    return objs[LWS]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
 
 
 @dataclass
@@ -166,7 +179,7 @@ def _set(path: tuple, value: Any) -> Callable[[list[dict]], None]:
 
 
 def _del_path(objs: list[dict]) -> None:
-    spec = objs[0]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    spec = objs[LWS]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
     del spec["volumes"][0]["hostPath"]["path"]
 
 
@@ -187,30 +200,32 @@ def _gpu_eight(objs: list[dict]) -> None:
 
 
 def _unknown_lws_field(objs: list[dict]) -> None:
-    objs[0]["spec"]["leaderWorkerTemplate"]["sizee"] = 2
+    objs[LWS]["spec"]["leaderWorkerTemplate"]["sizee"] = 2
 
 
 def _unknown_service_field(objs: list[dict]) -> None:
-    objs[1]["spec"]["ports"][0]["protocl"] = "TCP"
+    objs[SERVICE]["spec"]["ports"][0]["protocl"] = "TCP"
 
 
 def _no_surge(objs: list[dict]) -> None:
-    objs[0]["spec"]["rolloutStrategy"] = {
+    objs[LWS]["spec"]["rolloutStrategy"] = {
         "type": "RollingUpdate",
         "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": 0},
     }
 
 
 def _leader_ready(objs: list[dict]) -> None:
-    objs[0]["spec"]["startupPolicy"] = "LeaderReady"
+    objs[LWS]["spec"]["startupPolicy"] = "LeaderReady"
 
 
 def _dns_policy(objs: list[dict]) -> None:
-    objs[0]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["dnsPolicy"] = "ClusterFirst"
+    objs[LWS]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["dnsPolicy"] = (
+        "ClusterFirst"
+    )
 
 
 def _select_worker(objs: list[dict]) -> None:
-    objs[1]["spec"]["selector"]["role"] = "worker"
+    objs[SERVICE]["spec"]["selector"]["role"] = "worker"
 
 
 def _lws_env(objs: list[dict]) -> None:
@@ -242,40 +257,40 @@ BROKEN = [
     ),
     Broken(
         "restart-policy-not-in-enum",
-        _set((0, "spec", "leaderWorkerTemplate", "restartPolicy"), "Always"),
+        _set((LWS, "spec", "leaderWorkerTemplate", "restartPolicy"), "Always"),
         "'Always' is not one of",
         server="restartPolicy",
     ),
     Broken("lws-unknown-field", _unknown_lws_field, "'sizee' was unexpected", server="sizee"),
     Broken(
         "size-as-string",
-        _set((0, "spec", "leaderWorkerTemplate", "size"), "2"),
+        _set((LWS, "spec", "leaderWorkerTemplate", "size"), "2"),
         "'2' is not of type 'integer'",
         server="size",
     ),
     Broken(
         "name-not-dns",
-        _set((0, "metadata", "name"), "LLM_Serve"),
+        _set((LWS, "metadata", "name"), "LLM_Serve"),
         "'LLM_Serve' is not a DNS-1035 label",
         server="LLM_Serve",
     ),
     Broken(
         "service-port-out-of-range",
-        _set((1, "spec", "ports", 0, "port"), 70000),
+        _set((SERVICE, "spec", "ports", 0, "port"), 70000),
         "70000 is not a port 1-65535",
         server="70000",
     ),
     Broken(
         "service-type-typo",
-        _set((1, "spec", "type"), "LoadBalancr"),
+        _set((SERVICE, "spec", "type"), "LoadBalancr"),
         "'LoadBalancr' is not a Service type",
         server="LoadBalancr",
     ),
     Broken("service-unknown-field", _unknown_service_field, "protocl", server="protocl"),
     Broken(
-        "size-zero", _set((0, "spec", "leaderWorkerTemplate", "size"), 0), "0 must be at least 1"
+        "size-zero", _set((LWS, "spec", "leaderWorkerTemplate", "size"), 0), "0 must be at least 1"
     ),
-    Broken("service-named-vllm", _set((1, "metadata", "name"), "vllm"), "VLLM_PORT"),
+    Broken("service-named-vllm", _set((SERVICE, "metadata", "name"), "vllm"), "VLLM_PORT"),
     Broken("service-selects-worker", _select_worker, "does not match the leader pod's labels"),
     Broken("host-network-cluster-first", _dns_policy, "use ClusterFirstWithHostNet"),
     Broken("startup-leader-ready-deadlock", _leader_ready, "deadlocks"),

@@ -22,8 +22,11 @@ import yaml
 
 from k8s.apiserver import ApiServer
 from k8s.manifests import (
+    AGENT,
     BROKEN,
+    LWS,
     ROOT,
+    ROUTER,
     Broken,
     broken_objects,
     deployments,
@@ -35,6 +38,7 @@ from k8s.manifests import (
     seed_yaml,
     stated_mismatches,
 )
+from tandem import agent
 from tandem.backends import k8s as backend
 from tandem.backends.state import DeploymentState, RankState, load_state
 from tandem.errors import BackendError, RankFailed
@@ -87,7 +91,7 @@ def test_server_dry_run_accepts_rendered_deployment(apiserver, name):
     done = dry_run(apiserver, objs)
     assert done.returncode == 0, done.stderr
     assert "serverside-applied (server dry run)" in done.stdout
-    templates = dry_run(apiserver, pod_templates(objs[0]))
+    templates = dry_run(apiserver, pod_templates(objs[LWS]))
     assert templates.returncode == 0, templates.stderr
 
 
@@ -120,7 +124,7 @@ def test_seed000_apply_and_read_back_field_by_field(apiserver, namespace):
     )["metadata"]["managedFields"]
     assert [(m["manager"], m["operation"]) for m in managed] == [(backend.FIELD_MANAGER, "Apply")]
     # The whole rendered object survives the round trip (the CRD schema pruned nothing).
-    assert stated_mismatches(objs[0]["spec"], lws["spec"]) == []
+    assert stated_mismatches(objs[LWS]["spec"], lws["spec"]) == []
     kubectl.delete(
         [
             "leaderworkersets.leaderworkerset.x-k8s.io/dsv4-flash-tp2",
@@ -150,6 +154,9 @@ def test_cli_render_output_applies_server_side(apiserver):
     objs = for_server_1_20(list(yaml.safe_load_all(rendered_text)))
     done = dry_run(apiserver, objs)
     assert done.returncode == 0, done.stderr
+    # The printed file passes through the secret redactor: the agent the pods run comes out
+    # whole (its words once looked like secrets to it, tandem.agent._sorted_by).
+    assert objs[AGENT]["data"]["agent.py"] == agent.source()
 
 
 def test_replicas_and_the_router_apply_and_read_back(apiserver, namespace, tmp_path):
@@ -171,7 +178,8 @@ def test_replicas_and_the_router_apply_and_read_back(apiserver, namespace, tmp_p
     ).stdout  # fmt: skip
     objs = for_server_1_20(list(yaml.safe_load_all(text)))
     assert [o["kind"] for o in objs] == [
-        "LeaderWorkerSet", "Service", "ServiceAccount", "Role", "RoleBinding", "Deployment",
+        "ConfigMap", "LeaderWorkerSet", "Service",
+        "ServiceAccount", "Role", "RoleBinding", "Deployment",
     ]  # fmt: skip
     kubectl = backend.Kubectl(
         backend.kubectl_program(Cluster.model_fields["kubernetes"].default_factory()), namespace
@@ -179,9 +187,9 @@ def test_replicas_and_the_router_apply_and_read_back(apiserver, namespace, tmp_p
     kubectl.apply(objs)
     lws = kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", "dsv4-flash-tp2")
     assert lws["spec"]["replicas"] == 2
-    assert stated_mismatches(objs[0]["spec"], lws["spec"]) == []
+    assert stated_mismatches(objs[LWS]["spec"], lws["spec"]) == []
     router = kubectl.get_json("deployment", "dsv4-flash-tp2-router")
-    assert stated_mismatches(objs[5]["spec"], router["spec"]) == []
+    assert stated_mismatches(objs[ROUTER]["spec"], router["spec"]) == []
     allowed = apiserver.kubectl(
         "auth", "can-i", "watch", "pods", "-n", namespace,
         f"--as=system:serviceaccount:{namespace}:dsv4-flash-tp2-router", check=False,
@@ -208,7 +216,7 @@ def test_broken_variant_refused_by_the_server(apiserver, case: Broken):
         # Inside the LWS a template is custom-resource data: only the CRD schema sees it...
         assert dry_run(apiserver, objs).returncode == 0
         # ...so full Pod validation needs the template as a core PodTemplate.
-        objs = pod_templates(objs[0])
+        objs = pod_templates(objs[LWS])
     done = dry_run(apiserver, objs)
     assert done.returncode != 0, f"{case.id} accepted"
     assert case.server in done.stderr, done.stderr
@@ -250,9 +258,10 @@ def test_up_applies_reports_no_pods_and_down_deletes(apiserver, namespace, state
     message = str(caught.value)
     assert "LeaderWorkerSet controller did not create it" in message, message
     assert "tandem down tdm-lws" in message
+    agent_map = k8s_render.agent_config_map_name(deployment)
     assert any(
-        "applied (server-side) Secret/tdm-lws-api-key, LeaderWorkerSet/tdm-lws, "
-        "Service/tdm-lws-api" in e
+        f"applied (server-side) Secret/tdm-lws-api-key, ConfigMap/{agent_map}, "
+        "LeaderWorkerSet/tdm-lws, Service/tdm-lws-api" in e
         for e in events
     ), events
     assert any("pod tdm-lws-0-1: not created" in e for e in events), events
@@ -287,6 +296,7 @@ def test_up_applies_reports_no_pods_and_down_deletes(apiserver, namespace, state
         "leaderworkersets.leaderworkerset.x-k8s.io/tdm-lws",
         "service/tdm-lws-api",
         "secret/tdm-lws-api-key",
+        f"configmap/{agent_map}",
     ):
         assert kubectl.get_json(ref) is None, ref
     assert any("no pod of 'tdm-lws' is left" in g for g in gone)
@@ -415,7 +425,7 @@ def create_pod(
     group: int = 0,
 ) -> None:
     """A pod as the LWS controller would create it: its template, its name and labels."""
-    lws = rendered(deployment)[0]
+    lws = rendered(deployment)[LWS]
     key = "leaderTemplate" if worker_index == 0 else "workerTemplate"
     template = lws["spec"]["leaderWorkerTemplate"][key]
     name = k8s_render.pod_name(deployment, worker_index, group)
@@ -826,7 +836,10 @@ def test_cli_up_runs_the_preflight_applies_and_down_deletes(
         )
         out = " ".join((up.stdout + up.stderr).split())
         assert up.returncode != 0, out
-        assert "applied (server-side) LeaderWorkerSet/tiny-local, Service/tiny-local-api" in out
+        assert (
+            "applied (server-side) ConfigMap/tiny-local-agent-" in out
+            and ", LeaderWorkerSet/tiny-local, Service/tiny-local-api" in out
+        ), out
         assert "not ready after 5 s" in out
         assert kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", "tiny-local")
         down = subprocess.run([*tandem, "down", "tiny-local"], capture_output=True, text=True)

@@ -3,6 +3,7 @@ rendered deployment, the Ray-free argument modes, and deliberately broken varian
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 
@@ -11,7 +12,10 @@ import yaml
 from factories import make_cluster, make_deployment, make_recipe
 
 from k8s.manifests import (
+    AGENT,
     BROKEN,
+    LWS,
+    SERVICE,
     Broken,
     broken_objects,
     deployments,
@@ -39,18 +43,18 @@ def offline_problems(objs: list[dict], crd) -> list[str]:
 
 
 def test_seed000_leaderworkerset_matches_the_seed_field_by_field():
-    lws = rendered(seed000_deployment())[0]
+    lws = rendered(seed000_deployment())[LWS]
     assert stated_mismatches(seed000_lws(), lws) == []
 
 
 def test_seed000_service_matches_the_seed_field_by_field():
-    svc = rendered(seed000_deployment())[1]
+    svc = rendered(seed000_deployment())[SERVICE]
     assert stated_mismatches(seed_yaml("seed000-lb.yaml"), svc) == []
 
 
 def test_stated_mismatches_finds_a_difference():
     # The comparison itself must be able to fail.
-    lws = rendered(seed000_deployment())[0]
+    lws = rendered(seed000_deployment())[LWS]
     lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["volumes"][1]["emptyDir"][
         "sizeLimit"
     ] = "16Gi"
@@ -63,7 +67,7 @@ def test_stated_mismatches_finds_a_difference():
 def test_seed000_containers_run_the_rank_plan():
     deployment = seed000_deployment()
     plan = plan_ranks(deployment)
-    lws = rendered(deployment)[0]["spec"]["leaderWorkerTemplate"]
+    lws = rendered(deployment)[LWS]["spec"]["leaderWorkerTemplate"]
     leader = lws["leaderTemplate"]["spec"]["containers"][0]
     worker = lws["workerTemplate"]["spec"]["containers"][0]
     assert leader["command"] == plan.ranks[0].argv
@@ -78,17 +82,32 @@ def test_seed000_containers_run_the_rank_plan():
 
 
 def test_liveness_probes_run_the_health_model_in_every_pod():
-    lws = rendered(seed000_deployment())[0]["spec"]["leaderWorkerTemplate"]
+    objs = rendered(seed000_deployment())
+    lws = objs[LWS]["spec"]["leaderWorkerTemplate"]
     leader = lws["leaderTemplate"]["spec"]["containers"][0]
     worker = lws["workerTemplate"]["spec"]["containers"][0]
-    source = inspect.getsource(agent)
+    # The agent once, in an immutable ConfigMap named by its content, which every pod mounts.
+    config_map = objs[AGENT]
+    assert config_map["data"] == {"agent.py": inspect.getsource(agent)}
+    assert config_map["immutable"] is True
+    digest = hashlib.sha256(inspect.getsource(agent).encode()).hexdigest()[:10]
+    assert config_map["metadata"]["name"] == f"dsv4-flash-tp2-agent-{digest}"
+    for key in ("leaderTemplate", "workerTemplate"):
+        spec = lws[key]["spec"]
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "tandem-agent"]
+        assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+        (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "tandem-agent"]
+        assert mount == {"name": "tandem-agent", "mountPath": "/opt/tandem", "readOnly": True}
+    program = ["python3", "/opt/tandem/agent.py"]
     lead = leader["livenessProbe"]["exec"]["command"]
-    assert lead[:5] == ["python3", "-c", source, "alive", "leader"]
+    assert lead[:4] == [*program, "alive", "leader"]
     assert "--canary-timeout" in lead and "--stall" in lead
     work = worker["livenessProbe"]["exec"]["command"]
-    assert work[:5] == ["python3", "-c", source, "alive", "worker"]
+    assert work[:4] == [*program, "alive", "worker"]
+    # The LeaderWorkerSet stays small enough to read (it carried the 50 KB agent three times).
+    assert len(json.dumps(objs[LWS])) < 12_000
     # A worker has no HTTP: it waits for its vLLM worker process within the start-up allowance.
-    assert worker["startupProbe"]["exec"]["command"][3:5] == ["alive", "worker"]
+    assert worker["startupProbe"]["exec"]["command"][2:4] == ["alive", "worker"]
     startup_s = seed000_deployment().recipe.timeouts.startup_s
     assert (
         worker["startupProbe"]["periodSeconds"] * worker["startupProbe"]["failureThreshold"]
@@ -105,7 +124,7 @@ def test_the_startup_probe_covers_the_cold_start_and_readiness_does_not_wait_aga
         update={"timeouts": seed.recipe.timeouts.model_copy(update={"startup_s": startup_s})}
     )
     deployment = Deployment(recipe=recipe, cluster=seed.cluster)
-    leader = rendered(deployment)[0]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"][
+    leader = rendered(deployment)[LWS]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"][
         "containers"
     ][0]
     startup, readiness = leader["startupProbe"], leader["readinessProbe"]
@@ -122,7 +141,7 @@ def test_the_startup_probe_covers_the_cold_start_and_readiness_does_not_wait_aga
 
 
 def test_seed000_group_policy_and_secret_reference():
-    lws = rendered(seed000_deployment())[0]
+    lws = rendered(seed000_deployment())[LWS]
     assert lws["spec"]["startupPolicy"] == "LeaderCreated"
     leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
     assert leader["metadata"]["labels"]["role"] == "leader"
@@ -147,7 +166,7 @@ def test_render_target_k8s_yaml_and_json():
     plan = plan_ranks(deployment)
     text = renderer_for("k8s")(plan, deployment, "yaml")
     docs = list(yaml.safe_load_all(text))
-    assert [d["kind"] for d in docs] == ["LeaderWorkerSet", "Service"]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "LeaderWorkerSet", "Service"]
     assert "kubectl apply --server-side" in text
     listed = json.loads(renderer_for("k8s")(plan, deployment, "json"))
     assert listed["kind"] == "List" and listed["items"] == docs
@@ -184,7 +203,7 @@ def test_lws_mode_takes_the_group_from_the_injected_variables(lws_crd):
     deployment = make_deployment(make_recipe(tp=2), _cluster(2, "lws"))
     objs = rendered(deployment)
     for key in ("leaderTemplate", "workerTemplate"):
-        container = objs[0]["spec"]["leaderWorkerTemplate"][key]["spec"]["containers"][0]
+        container = objs[LWS]["spec"]["leaderWorkerTemplate"][key]["spec"]["containers"][0]
         argv = container["command"]
         assert argv[argv.index("--nnodes") + 1] == "$(LWS_GROUP_SIZE)"
         assert argv[argv.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
@@ -200,7 +219,7 @@ def test_lws_mode_takes_the_group_from_the_injected_variables(lws_crd):
 def test_four_nodes_one_worker_template_spread_by_affinity(lws_crd):
     deployment = make_deployment(make_recipe(tp=4), _cluster(4))
     objs = rendered(deployment)
-    template = objs[0]["spec"]["leaderWorkerTemplate"]
+    template = objs[LWS]["spec"]["leaderWorkerTemplate"]
     assert template["size"] == 4
     worker = template["workerTemplate"]["spec"]
     terms = worker["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -224,7 +243,7 @@ def test_workers_that_differ_cannot_share_a_template():
 
 def test_single_node_group():
     objs = rendered(make_deployment(make_recipe(tp=1), _cluster(1)))
-    assert objs[0]["spec"]["leaderWorkerTemplate"]["size"] == 1
+    assert objs[LWS]["spec"]["leaderWorkerTemplate"]["size"] == 1
     assert check_objects(objs) == []
 
 

@@ -1,5 +1,6 @@
-"""The rank plan as Kubernetes objects: one LeaderWorkerSet, a Service for the leader, a Secret;
-with ``replicas``, vLLM's router in front (``router_objects``) and the Service on it.
+"""The rank plan as Kubernetes objects: one LeaderWorkerSet, a Service for the leader, a Secret,
+the node agent's ConfigMap; with ``replicas``, vLLM's router in front (``router_objects``) and
+the Service on it.
 
 Model (LeaderWorkerSet, ``leaderworkerset.x-k8s.io/v1``): ``replicas`` **groups** of
 ``size`` = nodes pods. The **leader** pod (worker index 0, pod ``<name>-0``) runs rank 0 and
@@ -19,7 +20,8 @@ group starts warm), its
 ``vllm serve`` argv as ``command`` and its environment. The leader alone gets the port, a
 startup probe that allows ``timeouts.startup_s``, and a readiness probe on ``/health`` with no
 initial delay: it runs only after the startup probe succeeded (``_probes`` says why seed 000's
-600 s delay is gone).
+600 s delay is gone). Every pod's liveness check is the node agent (``tandem.agent alive``),
+read from a ConfigMap mounted at ``/opt/tandem`` (``agent_config_map``).
 
 How ranks learn the leader's address (``kubernetes.leader_address``):
 
@@ -36,6 +38,7 @@ API server checks is broken (``tandem.render.k8s_validate``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
@@ -56,6 +59,10 @@ SECRET_KEY = "api-key"
 PROBE_PERIOD_S = 10
 MANAGED_BY = "tandem"
 COMPILE_CACHE_VOLUME = "compile-cache"
+AGENT_VOLUME = "tandem-agent"
+AGENT_DIR = "/opt/tandem"
+AGENT_FILE = "agent.py"
+"""Where a pod finds the node agent (``agent.py``), from the ConfigMap ``agent_config_map``."""
 
 _FROM_POD_IP = {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 _FROM_WORKER_INDEX = {
@@ -104,6 +111,12 @@ def pod_name(deployment: Deployment, worker_index: int, group: int = 0) -> str:
     """LeaderWorkerSet's pod names: ``<name>-<group>`` for the leader, ``<name>-<group>-<i>``."""
     base = f"{lws_name(deployment)}-{group}"
     return base if worker_index == 0 else f"{base}-{worker_index}"
+
+
+def agent_config_map_name(deployment: Deployment) -> str:
+    """``<deployment>-agent-<first 10 hex of the agent's sha256>``: named by its content."""
+    digest = hashlib.sha256(agent.source().encode()).hexdigest()[:10]
+    return f"{lws_name(deployment)}-agent-{digest}"
 
 
 def image_of(deployment: Deployment) -> str:
@@ -183,6 +196,13 @@ def _volumes(deployment: Deployment, rank: RankSpec) -> tuple[list[dict], list[d
         }
     )
     mounts.append({"name": COMPILE_CACHE_VOLUME, "mountPath": wire.CONTAINER_CACHE_ROOT})
+    volumes.append(
+        {
+            "name": AGENT_VOLUME,
+            "configMap": {"name": agent_config_map_name(deployment), "defaultMode": 0o444},
+        }
+    )
+    mounts.append({"name": AGENT_VOLUME, "mountPath": AGENT_DIR, "readOnly": True})
     return volumes, mounts
 
 
@@ -347,7 +367,8 @@ def _liveness(deployment: Deployment, role: Role) -> dict:
             "--canary-timeout",
             str(canary_s),
         ]
-    exec_ = {"command": ["python3", "-c", agent.source(), *args]}
+    program = ["python3", f"{AGENT_DIR}/{AGENT_FILE}"]
+    exec_ = {"command": [*program, *args]}
     probes = {
         "livenessProbe": {
             "exec": exec_,
@@ -358,17 +379,7 @@ def _liveness(deployment: Deployment, role: Role) -> dict:
     }
     if role is Role.WORKER:
         probes["startupProbe"] = {
-            "exec": {
-                "command": [
-                    "python3",
-                    "-c",
-                    agent.source(),
-                    "alive",
-                    role.value,
-                    "--deployment",
-                    deployment.name,
-                ]
-            },
+            "exec": {"command": [*program, "alive", role.value, "--deployment", deployment.name]},
             "periodSeconds": PROBE_PERIOD_S,
             "failureThreshold": max(1, math.ceil(recipe.timeouts.startup_s / PROBE_PERIOD_S)),
         }
@@ -578,6 +589,28 @@ def router_objects(deployment: Deployment) -> list[dict]:
     ]
 
 
+def agent_config_map(deployment: Deployment) -> dict:
+    """The node agent, once for the deployment, mounted by every pod for its exec probes.
+
+    In the probe's own ``command`` the 50 KB script stood three times in every LeaderWorkerSet
+    (leader liveness, worker liveness and start-up) and in each pod, so ``kubectl describe pod``
+    printed pages of Python. Named by its content and immutable: a pod's template names the
+    very agent it was rendered with, and a newer tandem's agent comes as a new ConfigMap (a
+    changed template, rolled as any change is), never swapped under running pods.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": agent_config_map_name(deployment),
+            "namespace": deployment.cluster.namespace,
+            "labels": _labels(deployment),
+        },
+        "immutable": True,
+        "data": {AGENT_FILE: agent.source()},
+    }
+
+
 def api_key_secret(deployment: Deployment, api_key: str) -> dict:
     """The Secret the leader reads ``VLLM_API_KEY`` from. Built only at ``up`` from the
     caller's environment and sent on kubectl's stdin; never part of a rendered file."""
@@ -595,14 +628,19 @@ def api_key_secret(deployment: Deployment, api_key: str) -> dict:
 
 
 def objects(plan: RankPlan, deployment: Deployment) -> list[dict]:
-    """LeaderWorkerSet and Service, checked by the rules neither the schema nor the server has.
+    """The agent's ConfigMap (first: the pods mount it), LeaderWorkerSet and Service, checked by
+    the rules neither the schema nor the server has.
 
     Raises:
         PlanError: listing every broken rule.
     """
     from tandem.render.k8s_validate import check_objects
 
-    result = [leader_worker_set(plan, deployment), service(deployment)]
+    result = [
+        agent_config_map(deployment),
+        leader_worker_set(plan, deployment),
+        service(deployment),
+    ]
     if deployment.recipe.replicas > 1:
         result += router_objects(deployment)
     problems = check_objects(result)
