@@ -40,8 +40,8 @@ from k8s.manifests import (
 )
 from tandem import agent
 from tandem.backends import k8s as backend
-from tandem.backends.state import DeploymentState, RankState, load_state
-from tandem.errors import BackendError, RankFailed
+from tandem.backends.state import DeploymentState, RankState, list_deployments, load_state
+from tandem.errors import BackendError, KubernetesError, RankFailed
 from tandem.operations import lifecycle, supervisor
 from tandem.render import kubernetes as k8s_render
 from tandem.spec.cluster import Cluster
@@ -387,6 +387,43 @@ def test_up_refused_by_the_server_names_the_field(apiserver, namespace, state_ho
     with pytest.raises(BackendError) as caught:
         lifecycle.up(deployment, preflight=False, timeout_s=5)
     assert "not found" in str(caught.value)
+    assert list_deployments() == []  # nothing to stop: the next up starts clean
+
+
+def test_an_apply_refused_half_way_leaves_nothing_behind(
+    apiserver, namespace, state_home, monkeypatch
+):
+    """kubectl applies a list object by object: a namespace quota that allows no Service lets
+    the Secret, the agent's ConfigMap and the LeaderWorkerSet in before the Service is refused.
+    up deletes them and forgets the deployment, so the next up is not blocked by them."""
+    apiserver.kubectl("-n", namespace, "create", "quota", "no-services", "--hard=services=0")
+    # What the quota controller (not run here) would report: admission judges by the status.
+    quota = json.loads(apiserver.kubectl("-n", namespace, "get", "quota", "no-services",
+                                         "-o", "json").stdout)  # fmt: skip
+    quota["status"] = {"hard": {"services": "0"}, "used": {"services": "0"}}
+    apiserver.kubectl(
+        "replace", "--raw",
+        f"/api/v1/namespaces/{namespace}/resourcequotas/no-services/status", "-f", "-",
+        stdin=json.dumps(quota),
+    )  # fmt: skip
+    deployment = k8s_deployment(namespace, "tdm-quota")
+    monkeypatch.setenv("VLLM_API_KEY", "sk-test-key")
+    with pytest.raises(KubernetesError) as caught:
+        lifecycle.up(deployment, preflight=False, timeout_s=5)
+    assert "no-services" in str(caught.value), caught.value
+    kubectl = backend.Kubectl.of(deployment.cluster)
+    for ref in (
+        "leaderworkersets.leaderworkerset.x-k8s.io/tdm-quota",
+        "secret/tdm-quota-api-key",
+        f"configmap/{k8s_render.agent_config_map_name(deployment)}",
+    ):
+        assert kubectl.get_json(ref) is None, ref
+    assert list_deployments() == []
+    apiserver.kubectl("-n", namespace, "delete", "quota", "no-services")
+    monkeypatch.setattr(backend.KubernetesBackend, "appear_timeout_s", 1.0)
+    with pytest.raises(RankFailed, match="LeaderWorkerSet controller did not create it"):
+        lifecycle.up(deployment, preflight=False, timeout_s=30)  # applied whole this time
+    lifecycle.down("tdm-quota")
 
 
 def test_cli_up_dispatches_on_the_transport(apiserver, namespace, state_home, tmp_path):

@@ -38,6 +38,7 @@ from tandem.backends.launch import await_ready
 from tandem.backends.observation import answer_of, ranks_by_node
 from tandem.backends.state import DeploymentState, RankState
 from tandem.errors import BackendError, KubernetesError, Problem, RankFailed, TandemError
+from tandem.interrupts import shielded
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import Readiness
 from tandem.render import kubernetes as k8s_render
@@ -453,13 +454,7 @@ def up(
             hint=f"stop it first with `tandem down {name}`",
         )
     items = launch_objects(plan, deployment, os.environ.get(wire.VLLM_API_KEY))
-    kubectl.apply(items)
     refs = _refs(items)
-    on_event(
-        "applied (server-side) "
-        + ", ".join(f"{r['kind']}/{r['name']}" for r in refs)
-        + f" in namespace {cluster.namespace}"
-    )
     state = DeploymentState(
         name=deployment.name,
         backend="k8s",
@@ -495,7 +490,17 @@ def up(
                     started_at=datetime.now(UTC),
                 )
             )
-    state.save()
+    state.save()  # before the apply: whatever it creates, `tandem down` then finds
+    try:
+        kubectl.apply(items)
+    except BaseException:
+        _withdraw(kubectl, state, refs)
+        raise
+    on_event(
+        "applied (server-side) "
+        + ", ".join(f"{r['kind']}/{r['name']}" for r in refs)
+        + f" in namespace {cluster.namespace}"
+    )
 
     view = GroupView(kubectl, name)
     wave = {r.rank: r.start_order for r in plan.ranks}  # workers first, in every group
@@ -534,6 +539,19 @@ def up(
             f"remove them with `tandem down {name}`",
         ) from exc
     return state, readiness
+
+
+def _withdraw(kubectl: Kubectl, state: DeploymentState, refs: list[dict[str, str]]) -> None:
+    """Undo an apply that was refused or cut short (Ctrl-C): kubectl applies a list object by
+    object, so the Secret and the agent's ConfigMap may exist without the LeaderWorkerSet.
+    They are deleted and the deployment forgotten, so the next ``up`` starts clean; where the
+    delete fails too, the state stays and ``tandem down`` removes them later."""
+    with shielded():
+        try:
+            kubectl.delete(_ref_args(refs))
+        except TandemError:
+            return
+        state.directory.state_file.unlink(missing_ok=True)
 
 
 def await_leaders_ready(state: DeploymentState, view: GroupView, deadline: float) -> None:
