@@ -12,6 +12,9 @@ and repairs what it can:
    digests probed in parallel over ssh; ``plan_images`` (pure) gives every node without the
    image (or with another id) a pull (digest-pinned images) or a ``docker save | docker load``
    from a node that has it; then every node is probed again and must match.
+
+A node without room for what it would receive is named before anything is copied (the
+snapshot: ``tandem.backends.pull.refuse_short_of_room``; the image: ``refuse_short_of_room``).
 """
 
 from __future__ import annotations
