@@ -101,6 +101,25 @@ def test_remove_tree_refuses_before_removing(tmp_path):
     assert ownership.remove_tree(tmp_path / "root" / "absent", root=tmp_path / "root") is False
 
 
+def test_forgetting_a_deployment_removes_its_state_file_alone_and_only_below_the_home(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    directory = DeploymentDir.of("kept-logs")
+    directory.logs.mkdir(parents=True)
+    directory.state_file.write_text("{}")
+    (directory.logs / "rank0.log").write_text("log")
+    directory.forget()
+    assert not directory.state_file.exists() and (directory.logs / "rank0.log").exists()
+    directory.forget()  # nothing left to forget: no error
+    outside = DeploymentDir(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "state.json").write_text("{}")
+    with pytest.raises(NotOwned):
+        outside.forget()
+    assert (tmp_path / "elsewhere" / "state.json").exists()
+
+
 def test_the_run_dir_is_cleared_only_when_it_is_in_the_temp_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
     directory = DeploymentDir.of("linked")

@@ -551,7 +551,7 @@ def _withdraw(kubectl: Kubectl, state: DeploymentState, refs: list[dict[str, str
             kubectl.delete(_ref_args(refs))
         except TandemError:
             return
-        state.directory.state_file.unlink(missing_ok=True)
+        state.directory.forget()
 
 
 def await_leaders_ready(state: DeploymentState, view: GroupView, deadline: float) -> None:

@@ -291,7 +291,7 @@ def up(
             if leftovers:  # kept in the state, so that `down` finds and finishes them
                 on_event(f"left behind: {'; '.join(leftovers)}; `tandem down {name}` stops them")
             else:
-                directory.state_file.unlink(missing_ok=True)  # no phantom deployment
+                directory.forget()  # no phantom deployment
         raise
     return state, readiness
 

@@ -74,6 +74,11 @@ class DeploymentDir:
     def state_file(self) -> Path:
         return self.path / "state.json"
 
+    def forget(self) -> None:
+        """Remove the state file (the logs stay): the deployment is no longer listed, and the
+        next ``up`` of its name starts clean."""
+        ownership.remove_file(self.state_file, root=state_root())
+
     @property
     def logs(self) -> Path:
         return self.path / "logs"

@@ -572,8 +572,10 @@ def replay_warnings(config: BenchConfig, delta: ServerDelta | None) -> list[str]
     this was found by hand, ``tandem.bench.slo_search``).
     """
     rate = delta.prefix_cache_hit_rate if delta else None
-    shares = (config.prefix_tokens and config.prefix_groups) or config.turns > 1
-    if rate is None or rate <= REPLAYED_HIT_RATE or shares or config.prompt_file:
+    shares = (
+        (config.prefix_tokens and config.prefix_groups) or config.turns > 1 or config.prompt_file
+    )
+    if rate is None or rate <= REPLAYED_HIT_RATE or shares:
         return []
     return [
         f"the server's prefix cache answered {rate:.0%} of the prompt tokens, though no two "

@@ -55,7 +55,7 @@ def refuse_if_running(deployment: Deployment, on_event: OnEvent = lambda text: N
             "it became ready: stopping what it left, then starting afresh"
         )
         backend.down(state, on_event=on_event)
-        state.directory.state_file.unlink(missing_ok=True)
+        state.directory.forget()
         return
     if any(backend.rank_running(state, rank) for rank in state.ranks):
         raise BackendError(
@@ -345,7 +345,7 @@ def down(
         # A restart it was in may have launched anew (another launch id) or cleared the state.
         state = load_state(state.name) if state.directory.state_file.exists() else state
     backend_for(state.backend).down(state, on_event=on_event)
-    state.directory.state_file.unlink(missing_ok=True)
+    state.directory.forget()
     if purge_caches:
         purge_compile_caches(state.name, state.deployment(lenient=True).cluster, on_event=on_event)
     return state
