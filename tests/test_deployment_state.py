@@ -209,9 +209,7 @@ def test_an_upgrade_keeps_the_name_and_the_number_of_groups(tmp_path):
     with pytest.raises(SpecError, match="not 'smollm2-replicas'"):
         upgrade("smollm2-replicas", one)
     three = load_deployment("smollm2-replicas", as_root=True)
-    three = three.model_copy(
-        update={"recipe": three.recipe.model_copy(update={"replicas": 1})}
-    )
+    three = three.model_copy(update={"recipe": three.recipe.model_copy(update={"replicas": 1})})
     with pytest.raises(SpecError, match="an upgrade changes what each group runs") as info:
         upgrade(state.name, three)
     assert info.value.field == "replicas"
