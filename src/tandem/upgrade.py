@@ -243,10 +243,11 @@ class Roll:
     def _restart(
         self, state: DeploymentState, unit: list[GroupState], revision: Revision
     ) -> GroupState:
-        """Stop the unit's groups and start them from ``revision``; its first group, running."""
+        """Stop the unit's groups as ``state`` has them now and start them from ``revision``;
+        its first group, running."""
         whole = revision.deployment(self.name)
         first = unit[0].group
-        lifecycle.stop_group(state, unit[0], self.on_event)
+        lifecycle.stop_group(state, state.group(first), self.on_event)  # its launch now
         together = lifecycle.launched_together(state.backend)  # one launch of every group
         part, index = (whole, 0) if together else (placed_groups(whole)[first], first)
         lifecycle.start_group(
