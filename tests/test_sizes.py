@@ -66,7 +66,7 @@ def sizes() -> dict[str, tuple[int, int]]:
         tree = ast.parse(path.read_text(), filename=str(path))
         where = path.relative_to(SRC).as_posix()
 
-        def visit(node: ast.AST, prefix: str) -> None:
+        def visit(node: ast.AST, prefix: str, where: str = where) -> None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                     name = f"{prefix}{child.name}"
