@@ -133,7 +133,7 @@ def check_command(
     if not report.ok:
         raise CheckFailed(
             f"{len(report.errors)} error(s) in the preflight of '{deployment.name}'",
-            hint="fix them, or pass --skip-checks to `tandem up` to launch anyway",
+            hint=report.refusal_hint,
         )
 
 

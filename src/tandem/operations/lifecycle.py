@@ -102,7 +102,7 @@ def up(
             raise CheckFailed(
                 f"refusing to launch '{deployment.name}': {len(report.errors)} error(s) "
                 "in the preflight",
-                hint="fix them, or pass --skip-checks to launch anyway (preflight=False)",
+                hint=report.refusal_hint,
             )
     plan = launch_plan(deployment)
     backend = backend_for(deployment.cluster.transport.value)

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from tandem import hf_cache, wire
+from tandem.built_models import missing_hint
 from tandem.errors import PlanError
 from tandem.spec.recipe import ModelSource
 
@@ -209,12 +210,6 @@ def hf_cache_snapshot(repo_id: str, revision: str, roots: list[Path]) -> Path | 
     return None
 
 
-def shipped_model_names() -> list[str]:
-    """Repo ids whose config and weight sizes ship with tandem."""
-    folder = resources.files("tandem") / "data" / "models"
-    return sorted(p.name.replace("--", "/", 1) for p in folder.iterdir() if p.is_dir())
-
-
 def shipped_facts(repo_id: str) -> ModelFacts | None:
     """The shipped config.json and weights.json of ``repo_id``, or None."""
     folder = resources.files("tandem") / "data" / "models" / repo_id.replace("/", "--")
@@ -307,8 +302,9 @@ def _find_model_facts(
         return shipped
     raise PlanError(
         f"no config.json and weights found for {repo_id}",
-        hint=f"pass --model-dir with a snapshot folder, set HF_HOME to a cache holding it, or use "
-        f"a model tandem ships data for ({', '.join(shipped_model_names())})",
+        hint=missing_hint(repo_id)
+        or "pass --config with the model's config.json (from its Hub page: plan needs no "
+        "weights), --model-dir with a snapshot folder, or set HF_HOME to a cache holding it",
     )
 
 
