@@ -272,7 +272,7 @@ def test_kubernetes_renders_lws_replicas_any_node_one_pod_each_and_the_router(tm
         assert pool == ["spark-101", "spark-102", "spark-103", "spark-104"]
         repel = affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert repel[0]["labelSelector"]["matchLabels"] == {
-            "leaderworkerset.sigs.k8s.io/name": "dsv4-flash-tp2"
+            "leaderworkerset.sigs.k8s.io/name": "deepseek-v4-flash-dspark"
         }
         volumes = lws["leaderWorkerTemplate"][key]["spec"]["volumes"]
         mounted = [v["configMap"]["name"] for v in volumes if "configMap" in v]
@@ -281,14 +281,14 @@ def test_kubernetes_renders_lws_replicas_any_node_one_pod_each_and_the_router(tm
         assert command[command.index("--master-addr") + 1] == "$(LWS_LEADER_ADDRESS)"
         assert command[command.index("--nnodes") + 1] == "$(LWS_GROUP_SIZE)"
     service = objs["Service"]["spec"]
-    assert service["selector"] == {"app.kubernetes.io/name": "dsv4-flash-tp2-router"}
+    assert service["selector"] == {"app.kubernetes.io/name": "deepseek-v4-flash-dspark-router"}
     assert service["ports"][0]["targetPort"] == 8100
     router_pod = objs["Deployment"]["spec"]["template"]["spec"]
-    assert router_pod["serviceAccountName"] == "dsv4-flash-tp2-router"
+    assert router_pod["serviceAccountName"] == "deepseek-v4-flash-dspark-router"
     argv = router_pod["containers"][0]["command"]
     selectors = argv[argv.index("--selector") + 1 : argv.index("--service-discovery-port")]
     assert selectors == [
-        "leaderworkerset.sigs.k8s.io/name=dsv4-flash-tp2",
+        "leaderworkerset.sigs.k8s.io/name=deepseek-v4-flash-dspark",
         "leaderworkerset.sigs.k8s.io/worker-index=0",  # leaders only
     ]
     assert argv[argv.index("--policy") + 1] == "round_robin"
