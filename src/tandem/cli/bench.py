@@ -36,6 +36,7 @@ from tandem.bench.load_generator import (
 )
 from tandem.bench.metrics import Slo
 from tandem.bench.slo_search import SloSearch, slo_search
+from tandem.cli.layout import SectionedCommand, WholeSummaryGroup
 from tandem.cli.options import (
     POSITIVE,
     FloatIn,
@@ -71,7 +72,7 @@ from tandem.report.watch import report_folder
 from tandem.watch.background import WATCH_DIR, BackgroundWatch
 
 
-class _BenchGroup(click.Group):
+class _BenchGroup(WholeSummaryGroup):
     """Sends ``tandem bench [DEPLOYMENT] [--options]`` to the ``run`` subcommand."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -130,10 +131,54 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise click.BadParameter("a comma-separated list of numbers, e.g. 0.5,1,2") from exc
 
 
-@bench_command.command("run")
+RUN_SECTIONS = {
+    "Target": ["url", "model", "endpoint", "api_key"],
+    "Load": [
+        "concurrency",
+        "rates_rps",
+        "burstiness",
+        "max_concurrency",
+        "requests",
+        "rounds",
+        "warmup_requests",
+        "request_timeout_s",
+        "seed",
+    ],
+    "Workload": [
+        "input_tokens",
+        "output_tokens",
+        "prompt_token_ids",
+        "ignore_eos",
+        "temperature",
+        "prompt_file",
+        "prompt_column",
+        "prefix_tokens",
+        "prefix_groups",
+        "turns",
+        "depths",
+        "long_context",
+        "extra_body",
+    ],
+    "SLO and the SLO search": [
+        "slo_ttft_ms",
+        "slo_tpot_ms",
+        "slo_e2el_ms",
+        "search_slo",
+        "slo_percentile",
+        "search_ceiling",
+        "search_tolerance",
+    ],
+    "Server metrics": ["scrape_metrics", "kv_sample_interval_s", "roofline_decode_tok_s", "watch"],
+    "Output": ["out_dir", "resume", "force", "plots", "quiet"],
+}
+"""``bench run --help``'s headings: its 42 options by what they set."""
+
+
+@bench_command.command("run", cls=SectionedCommand, sections=RUN_SECTIONS)
 @click.argument("deployment", required=False)
 @click.option(
     "--url",
+    metavar="URL",
     envvar="TANDEM_BENCH_URL",
     show_envvar=True,
     help="Server root (no /v1), instead of a DEPLOYMENT name.",
@@ -227,7 +272,7 @@ def run_command(
     api_key: str | None,
     **fields: Any,
 ) -> None:
-    """Run a benchmark: each load point in turn, every request saved as it finishes.
+    """Run a benchmark: each load point in turn, each request saved as it ends.
 
     \b
     Examples:
@@ -393,7 +438,9 @@ class _LiveProgress:
 def compare_command(
     a: str, b: str, as_markdown: bool, confidence: float, fail_if_worse: bool
 ) -> None:
-    """Compare two runs (run folders or summary.json files): B against A, per load point.
+    """Compare two runs: B against A, per load point.
+
+    A and B are run folders or their summary.json files.
 
     With several rounds a side (`tandem bench --rounds`), each figure is the median over the
     rounds, and the noise column gives the exact distribution-free interval of the shift B − A
@@ -431,7 +478,9 @@ def compare_command(
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--plots/--no-plots", default=True, show_default=True)
 def report_command(run_dir: str, plots: bool) -> None:
-    """Re-render report.md, report.html, points.csv (and plots) of a run from its saved files.
+    """Write a run's reports again from its saved files.
+
+    report.md, report.html, points.csv and, with --plots, the PNG plots.
 
     \b
     Examples:

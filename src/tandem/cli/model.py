@@ -24,6 +24,7 @@ from tandem.built_models import (
     SHAPE_PRESETS,
     TINY_ARCHITECTURES,
 )
+from tandem.cli.layout import WholeSummaryGroup
 from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
 from tandem.errors import ClusterError
 from tandem.models.shapes import MIN_LAYERS, build_shape_model, check_arguments
@@ -40,9 +41,15 @@ def _default_hf_home() -> Path:
     return hf_cache.local_home()
 
 
-@click.group("model", context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    "model", cls=WholeSummaryGroup, context_settings={"help_option_names": ["-h", "--help"]}
+)
 def model_command() -> None:
-    """Build local models (the tiny random-weight DeepSeek and friends, a real small one)."""
+    """Build models into the Hugging Face cache; place a model on the nodes.
+
+    tiny, real and shape build the models the built-in and example recipes serve (no hub
+    has them: tandem-org/..., tandem-shapes/...); pull copies a hub model to every ssh node.
+    """
 
 
 @model_command.command("tiny")
@@ -128,8 +135,7 @@ def real_command(name: str, hf_home: Path | None) -> None:
     """
     from tandem.models.real import build_real_model
 
-    with Console().status(f"converting {name}"):
-        real = build_real_model(hf_home or _default_hf_home(), model=name)
+    real = build_real_model(hf_home or _default_hf_home(), model=name)
     console = Console()
     done = "converted" if real.converted else "already built"
     console.print(f"[bold]{real.repo_id}[/]  {done}  {real.size_bytes / 1e6:.1f} MB")
@@ -233,8 +239,10 @@ def shape_command(
 def pull_command(
     recipe: str, cluster_path: str | None, on_node: str | None, bwlimit: str | None
 ) -> None:
-    """Place the recipe's model on every node: downloaded once, copied node to node over the
-    fast link, every file verified against the id the Hub gave it on every node.
+    """Place the recipe's model on every ssh node, each file verified.
+
+    Downloaded once, copied node to node over the fast link, every file verified against
+    the id the Hub gave it on every node.
 
     A node that already holds the whole commit is the source and nothing is downloaded;
     otherwise huggingface_hub downloads it on one node (with its resume). The others pull the

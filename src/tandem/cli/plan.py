@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from tandem.cli import ExitCode
 from tandem.cli.options import (
     SHARE,
     cluster_option,
@@ -15,7 +16,7 @@ from tandem.cli.options import (
 )
 from tandem.errors import PlanError
 from tandem.plan.calibrate import figures_from_log, planned_vs_measured, serves_model
-from tandem.plan.planner import plan_for
+from tandem.plan.planner import for_cpu, plan_for
 from tandem.report.plan import print_plan
 from tandem.spec.recipe import ModelSource, ServeOptions
 from tandem.vllm_log import BootFigures, logged_model
@@ -28,7 +29,14 @@ from tandem.vllm_log import BootFigures, logged_model
     "--model-dir",
     type=click.Path(file_okay=False, path_type=Path),
     help="Local snapshot (config.json + *.safetensors). Default: the HF cache, else "
-    "the data tandem ships for the seeds' models.",
+    "the data tandem ships for the built-in DeepSeek recipes' models.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The model's config.json alone (from its Hub page): plan before downloading "
+    "anything, the weights counted from the architecture.",
 )
 @click.option(
     "--hardware",
@@ -86,6 +94,7 @@ def plan_command(
     recipe: str,
     cluster_path: str | None,
     model_dir: Path | None,
+    config_path: Path | None,
     hardware_name: str | None,
     max_model_len: int | None,
     utilization: float | None,
@@ -99,21 +108,34 @@ def plan_command(
     """Predict memory per rank, the KV pool in tokens, concurrency, fit and decode speed.
 
     The figures follow vLLM's own accounting; every estimate says so. With --calibrate the
-    plan is compared with the figures a real boot logged.
+    plan is compared with the figures a real boot logged. Exit status 1 when it does not fit,
+    with each change that makes it fit. A recipe for GPUs is planned on its cluster
+    (--cluster) or hardware (--hardware), never on this machine's CPUs by default.
 
     \b
     Examples:
       tandem plan deepseek-v4-flash-dspark --cluster examples/dgx-spark-eks.yaml
-      tandem plan tiny-local --json
-      tandem plan my-recipe.yaml --hardware h200 --model-dir ~/models/qwen --max-model-len 32768
-      tandem plan tiny-local --calibrate ~/.local/state/tandem/deployments/tiny-local/logs/rank0.log
+      tandem plan smollm2-local --json
+      tandem plan deepseek-v4-flash --hardware h200 --max-model-len 32768
+      tandem plan examples/recipes/gpu-llama8b.yaml --hardware h100 --config config.json
+      tandem plan smollm2-local --calibrate rank0.log   # a real boot of it: the error
     """
     deployment = machine_deployment(recipe, cluster_path)
+    if cluster_path is None and hardware_name is None and not for_cpu(deployment.recipe):
+        raise PlanError(
+            f"'{deployment.name}' is a recipe for GPUs (its env has no "
+            "VLLM_CPU_KVCACHE_SPACE), and without --cluster it would be planned on this "
+            "machine's CPUs",
+            field="--cluster",
+            hint="pass --cluster with the inventory of the nodes it runs on (e.g. "
+            "examples/dgx-spark-pair.yaml), or --hardware gb10|h100|h200|b200|gb200",
+        )
     model = deployment.recipe.model
     figures = _boot_figures(log_path, model) if log_path else None  # refused before planning
     plan = plan_for(
         deployment,
         model_dir=model_dir,
+        config_path=config_path,
         hardware=hardware_name,
         max_model_len=max_model_len,
         gpu_memory_utilization=utilization,
@@ -134,6 +156,8 @@ def plan_command(
         click.echo(plan.model_dump_json(indent=2))
     else:
         print_plan(plan)
+    if not plan.fits:
+        raise click.exceptions.Exit(ExitCode.CHECK_FAILED)
 
 
 def _boot_figures(log_path: Path, model: ModelSource) -> BootFigures:

@@ -8,6 +8,7 @@ import json
 import click
 from pydantic import BaseModel
 
+from tandem.cli.layout import WholeSummaryGroup
 from tandem.errors import RecipeError
 from tandem.spec.loading import (
     EXAMPLES,
@@ -84,7 +85,9 @@ def recipes_command(as_json: bool) -> None:
         click.echo(f"  {path}")
 
 
-@click.group("recipe", context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    "recipe", cls=WholeSummaryGroup, context_settings={"help_option_names": ["-h", "--help"]}
+)
 def recipe_command() -> None:
     """Show a built-in recipe to copy, or the JSON Schema of recipes and clusters.
 

@@ -17,6 +17,7 @@ from rich.live import Live
 
 from tandem import ownership
 from tandem.backends.state import fleet_exists, load_fleet, load_state
+from tandem.cli.layout import WholeSummaryGroup
 from tandem.cli.options import field_option, force_option
 from tandem.errors import CheckFailed, SpecError
 from tandem.report.watch import live_view, markdown, report_folder
@@ -54,7 +55,7 @@ class Duration(click.ParamType):
         return seconds
 
 
-class _WatchGroup(click.Group):
+class _WatchGroup(WholeSummaryGroup):
     """Sends ``tandem watch [NAME] [--options]`` to the ``run`` subcommand."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:

@@ -16,6 +16,11 @@ def _gib(value: float) -> str:
     return f"{value / GIB:,.2f} GiB"
 
 
+def _signed_gib(value: float) -> str:
+    """A headroom: what is left, or by how much it is short."""
+    return _gib(value) if value >= 0 else f"{_gib(-value)} short"
+
+
 def plan_tables(plan: Plan) -> Group:
     """Summary, memory, KV, roofline and calibration tables, then verdict and notes."""
     s = plan.settings
@@ -49,7 +54,13 @@ def plan_tables(plan: Plan) -> Group:
     )
     for r in m.reserves:
         mem.add_row(r.name, _gib(r.bytes), r.basis.split(":", 1)[0])
-    mem.add_row("[bold]KV pool[/]", f"[bold]{_gib(m.kv_pool_bytes)}[/]", "what is left")
+    mem.add_row(
+        "[bold]KV pool[/]",
+        f"[bold]{_gib(m.kv_pool_bytes)}[/]" if m.kv_pool_bytes > 0 else "[bold red]none[/]",
+        "what is left"
+        if m.kv_pool_bytes > 0
+        else f"the rest is {_gib(-m.kv_pool_bytes)} short of the weights and reserves",
+    )
     if m.outside_budget_bytes:
         mem.add_row(
             "outside vLLM (OS, CUDA context)", _gib(m.outside_budget_bytes), "unified memory"
@@ -67,7 +78,12 @@ def plan_tables(plan: Plan) -> Group:
     if plan.kv_capacity_scale != 1.0:
         kv.add_row("  before calibration", f"{plan.kv_bytes_per_token_layout_model:,.0f} B")
     kv.add_row("KV cache size", f"[bold]{plan.kv_pool_tokens:,} tokens[/]")
-    kv.add_row("max concurrency", f"{plan.max_concurrency:.2f}x at {s.max_model_len:,} tokens")
+    kv.add_row(
+        "max concurrency",
+        f"{plan.max_concurrency:.2f}x at {s.max_model_len:,} tokens"
+        if plan.max_concurrency > 0
+        else f"none: no {s.max_model_len:,}-token request fits",
+    )
 
     roof = Table(title=f"Decode roofline (context {plan.roofline.context_tokens:,} tokens)")
     for col in (
@@ -111,8 +127,8 @@ def plan_tables(plan: Plan) -> Group:
         "FITS" if f.fits else "DOES NOT FIT", style="bold green" if f.fits else "bold red"
     )
     verdict.append(
-        f"  KV headroom {_gib(f.kv_headroom_bytes)}, node headroom "
-        f"{_gib(f.node_headroom_bytes)}; largest max_model_len "
+        f"  KV headroom {_signed_gib(f.kv_headroom_bytes)}, node headroom "
+        f"{_signed_gib(f.node_headroom_bytes)}; largest max_model_len "
         f"{f.largest_max_model_len_tokens:,}"
     )
     if f.min_gpu_memory_utilization is not None:
