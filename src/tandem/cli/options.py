@@ -121,11 +121,11 @@ def machine_deployment(recipe: str, cluster_path: str | None) -> Deployment:
         cluster_path,
         as_root=os.geteuid() == 0,
         cpu_count=os.cpu_count() or 1,
-        gpu_count=_gpu_count(),
+        gpu_count=gpu_count(),
     )
 
 
-def _gpu_count() -> int:
+def gpu_count() -> int:
     """NVIDIA devices this machine exposes (0 on a CPU-only machine)."""
     try:
         return sum(

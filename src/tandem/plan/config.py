@@ -227,7 +227,7 @@ def facts_from_config(config_path: Path, repo_id: str, source: str) -> ModelFact
     parts = [
         WeightPart(
             name=role.replace("_", " "),
-            role=role,  # type: ignore[arg-type]
+            role=role,
             bytes=size,
             replicated_bytes=whole,
             source="estimate from config.json",
