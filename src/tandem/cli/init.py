@@ -9,12 +9,22 @@ from pathlib import Path
 
 import click
 
+from tandem.cli.layout import SectionedCommand
 from tandem.cli.options import gpu_count
 from tandem.operations.drafting import InitRequest, default_name, draft, write
 from tandem.redact import Redactor
 
 
-@click.command("init")
+INIT_SECTIONS = {
+    "Model": ["model", "config_path", "max_model_len"],
+    "Nodes": ["hosts", "ssh_user", "ranks", "gpus", "hardware", "subnet"],
+    "Ports": ["port", "master_port"],
+    "Output": ["out_dir", "dry_run", "as_json"],
+}
+"""``init --help``'s headings."""
+
+
+@click.command("init", cls=SectionedCommand, sections=INIT_SECTIONS)
 @click.argument("name", required=False)
 @click.option(
     "--model",
@@ -62,6 +72,13 @@ from tandem.redact import Redactor
     "--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="API port."
 )
 @click.option(
+    "--master-port",
+    type=click.IntRange(1, 65535),
+    default=29501,
+    show_default=True,
+    help="Rendezvous port on the leader.",
+)
+@click.option(
     "--subnet",
     default="10.77.0.0/24",
     show_default=True,
@@ -89,6 +106,7 @@ def init_command(
     config_path: Path | None,
     max_model_len: int | None,
     port: int,
+    master_port: int,
     subnet: str,
     out_dir: Path,
     dry_run: bool,
@@ -129,6 +147,7 @@ def init_command(
         config_path=config_path,
         max_model_len=max_model_len,
         port=port,
+        master_port=master_port,
         subnet=subnet,
         cpu_count=os.cpu_count() or 1,
         gpu_count=gpu_count(),

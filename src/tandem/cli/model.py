@@ -49,6 +49,12 @@ def model_command() -> None:
 
     tiny, real and shape build the models the built-in and example recipes serve (no hub
     has them: tandem-org/..., tandem-shapes/...); pull copies a hub model to every ssh node.
+
+    \b
+    Examples:
+      tandem model real                    # SmolLM2-135M-Instruct, for smollm2-local
+      tandem model tiny                    # the tiny DeepSeek, for tiny-local
+      tandem model pull deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml
     """
 
 

@@ -92,6 +92,11 @@ def recipe_command() -> None:
     """Show a built-in recipe to copy, or the JSON Schema of recipes and clusters.
 
     Every field is described in docs/recipes.md (generated from the same models).
+
+    \b
+    Examples:
+      tandem recipe show smollm2-local > mine.yaml
+      tandem recipe schema > recipe.schema.json
     """
 
 

@@ -68,9 +68,9 @@ def supervise_command(name: str | None, **fields: Any) -> None:
 
     \b
     Examples:
-      tandem supervise tiny-ssh
+      tandem supervise tiny-local
       tandem supervise smollm2-replicas
-      nohup tandem supervise tiny-ssh --max-restarts 5 --backoff 30 &
+      nohup tandem supervise tiny-local --max-restarts 5 --backoff 30 &
     """
     policy = SupervisorPolicy(**fields)
     if name is not None and fleet_exists(ownership.check_name(name)):

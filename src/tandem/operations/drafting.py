@@ -73,6 +73,7 @@ class InitRequest(BaseModel):
     config_path: Path | None = Field(default=None, description="The model's config.json.")
     max_model_len: int | None = Field(default=None, ge=1)
     port: int = Field(default=8000, ge=1, le=65535, description="The API port.")
+    master_port: int = Field(default=29501, ge=1, le=65535, description="The rendezvous port.")
     subnet: str = Field(default="10.77.0.0/24", description="Local nodes' subnet (as root).")
     cpu_count: int = 1
     gpu_count: int = 0
@@ -121,7 +122,7 @@ def draft(request: InitRequest, *, on_event: OnEvent = lambda text: None) -> Dra
         tp=tp,
         pp=pp,
         max_model_len=request.max_model_len or min(longest, LONGEST[hardware.device]),
-        port=request.port,
+        ports={"api": request.port, "master": request.master_port},
     )
     recipe, plan = fitted(recipe, cluster, facts, hardware)
     notes += [f"planned: {note}" for note in plan.notes[:1]]
@@ -304,7 +305,7 @@ def _recipe(
     tp: int,
     pp: int,
     max_model_len: int,
-    port: int,
+    ports: dict[str, int],
 ) -> Recipe:
     serve: dict[str, Any] = {
         "tensor_parallel_size": tp,
@@ -316,7 +317,7 @@ def _recipe(
         "description": f"{facts.repo_id}, TP={tp} PP={pp} (written by tandem init)",
         "model": {**model, "offline": True},
         "engine": {"serve": serve},
-        "ports": {"api": port},
+        "ports": ports,
     }
     if hardware.device == "cpu":
         data["env"] = {wire.VLLM_CPU_KVCACHE_SPACE: str(CPU_KV_CACHE_GIB)}

@@ -164,9 +164,13 @@ def fetch_command(deployment: Deployment) -> str:
     if built is not None:
         if deployment.cluster.transport is Transport.LOCAL:
             return f"`HF_HOME={home} {built}` (tandem makes this model; no hub has it)"
+        recipe = deployment.recipe_file or deployment.name
+        if recipe.startswith("built-in recipe "):
+            recipe = deployment.recipe.name
+        cluster = f" --cluster {deployment.cluster_file}" if deployment.cluster_file else ""
         return (
             f"`HF_HOME={home} {built}` on one node (tandem makes this model; no hub has it), "
-            "then `tandem model pull` copies it to the others"
+            f"then `tandem model pull {recipe}{cluster}` copies it to the others"
         )
     return f"`HF_HOME={home} hf download {model.repo_id} --revision {model.revision}`"
 
