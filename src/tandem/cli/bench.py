@@ -100,7 +100,7 @@ def bench_command() -> None:
     \b
     Examples:
       tandem bench tiny-local --concurrency 1,2,4 --out runs/b1
-      tandem bench --url http://10.77.0.1:8000 --model tiny-deepseek --concurrency 1,2,4 --out runs/b1
+      tandem bench --url http://10.77.0.1:8000 --model tiny-deepseek --concurrency 1,2,4 --out b1
       tandem bench --url http://127.0.0.1:8000 --rates 1,2,4 --max-concurrency 8 --out runs/r1
       tandem bench tiny-local --prefix-tokens 512 --prefix-groups 4 --concurrency 4 --out runs/p1
       tandem bench tiny-local --turns 4 --concurrency 2 --out runs/chat1

@@ -14,7 +14,6 @@ from tandem.cli.options import gpu_count
 from tandem.operations.drafting import InitRequest, default_name, draft, write
 from tandem.redact import Redactor
 
-
 INIT_SECTIONS = {
     "Model": ["model", "config_path", "max_model_len"],
     "Nodes": ["hosts", "ssh_user", "ranks", "gpus", "hardware", "subnet"],
