@@ -651,8 +651,28 @@ def objects(plan: RankPlan, deployment: Deployment) -> list[dict]:
     return result
 
 
+class _ManifestDumper(yaml.SafeDumper):
+    """YAML a person reads: a text of several lines (the node agent's source in its ConfigMap)
+    as a ``|`` block, line for line, and no ``&id001`` anchors where one object (the labels)
+    appears twice: each place spells it out, as kubectl and a reviewer expect."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_ManifestDumper.add_representer(str, _text)
+
+
 def to_yaml(items: list[dict]) -> str:
-    return "---\n".join(yaml.safe_dump(o, sort_keys=False, width=10_000) for o in items)
+    return "---\n".join(
+        yaml.dump(o, Dumper=_ManifestDumper, sort_keys=False, width=10_000, allow_unicode=True)
+        for o in items
+    )
 
 
 def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:
