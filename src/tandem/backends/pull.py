@@ -126,7 +126,8 @@ class NodeSnapshot:
 class PullReport:
     """What the pull found, did and verified."""
 
-    manifest: hf_cache.SnapshotManifest
+    manifest: hf_cache.SnapshotManifest | None
+    """None only for a dry run that would download first (nothing known of the commit yet)."""
     source: str
     downloaded: bool
     need: dict[str, int] = field(default_factory=dict)
@@ -454,6 +455,8 @@ class Pull:
             )
         if source is None:
             holder = self.nodes[on or self.deployment.cluster.leader.name]
+            if dry_run:  # what the download brings is known only once it is there
+                return PullReport(manifest=manifest, source=holder.name, downloaded=False)
             self.download(holder)
             downloaded = True
             found[holder.name] = self.probe([holder.name])[holder.name]

@@ -17,12 +17,14 @@ import click
 from rich.console import Console
 
 from tandem import hf_cache
+from tandem.backends.pull import Pull, PullReport
 from tandem.built_models import (
     DEFAULT_REAL_MODEL,
     DEFAULT_TINY_ARCH,
     REAL_MODELS,
     SHAPE_PRESETS,
     TINY_ARCHITECTURES,
+    missing_hint,
 )
 from tandem.cli.layout import WholeSummaryGroup
 from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
@@ -242,8 +244,14 @@ def shape_command(
     help="Cap each node's copy at RATE (rsync's --bwlimit: 500M is 500 MB/s, a bare number "
     "KiB/s), e.g. beside a deployment that serves over the same link.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Probe the nodes and say which commit, which node downloads or holds it, and how "
+    "many GB each node lacks (its room checked); copy nothing.",
+)
 def pull_command(
-    recipe: str, cluster_path: str | None, on_node: str | None, bwlimit: str | None
+    recipe: str, cluster_path: str | None, on_node: str | None, bwlimit: str | None, dry_run: bool
 ) -> None:
     """Place the recipe's model on every ssh node, each file verified.
 
@@ -263,23 +271,39 @@ def pull_command(
       tandem model pull deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml
       tandem model pull smollm2-local --cluster hosts.yaml --on host1
     """
-    from tandem.backends.pull import Pull
-
     deployment = machine_deployment(recipe, cluster_path)
-    if deployment.cluster.transport is not Transport.SSH:
+    model = deployment.recipe.model
+    built = missing_hint(model.repo_id)
+    if built:
         raise ClusterError(
-            "tandem model pull copies between SSH nodes; this cluster's transport is "
-            f"{deployment.cluster.transport.value}",
+            f"{model.repo_id} is a model tandem builds; no hub has it to download",
+            field="model.repo_id",
+            hint=built + "; on ssh nodes, build it on one and `tandem sync` copies it",
+        )
+    transport = deployment.cluster.transport
+    if transport is Transport.K8S:
+        raise ClusterError(
+            "on Kubernetes the pods read the weights from each node's Hugging Face cache "
+            f"(a hostPath of model.cache_root, {model.cache_root or hf_cache.DEFAULT_HOME})",
             field="transport",
-            hint="pass an inventory with transport: ssh via --cluster",
+            hint="place the snapshot there on every node: `tandem model pull RECIPE --cluster "
+            "FILE` with an ssh "
+            "inventory of the same hosts, or `hf download REPO` on each",
         )
     console = Console(highlight=False)
+    if transport is Transport.LOCAL:
+        _pull_here(model.repo_id, model.revision, model.cache_root, dry_run, console)
+        return
     report = Pull(
         deployment,
         bwlimit=bwlimit,
         on_event=lambda text: console.print(f"  [dim]{text}[/dim]", soft_wrap=True),
-    ).run(on=on_node)
+    ).run(on=on_node, dry_run=dry_run)
     manifest = report.manifest
+    if dry_run:
+        _say_what_would_be_pulled(report, model.repo_id, model.revision, console)
+        return
+    assert manifest is not None  # a pull that ran has its commit
     console.print(
         f"[green]pulled[/green] {manifest.repo_id}@{manifest.commit}: "
         f"{len(manifest.files)} file(s), {manifest.total_bytes / 1e9:.2f} GB, "
@@ -298,6 +322,45 @@ def pull_command(
         read, seconds = report.verified_bytes[name], report.verify_s[name]
         how = f"read {read / 1e9:.2f} GB in {seconds:.1f} s" if read else "unchanged since verified"
         console.print(f"  {name}: verified {len(held.files)} file(s), {how}")
+
+
+def _say_what_would_be_pulled(
+    report: PullReport, repo_id: str, revision: str, console: Console
+) -> None:
+    if report.manifest is None:
+        console.print(
+            f"would download {repo_id}@{revision} on {report.source} (no node holds it), "
+            "then copy it to every other node",
+            soft_wrap=True,
+        )
+        return
+    manifest = report.manifest
+    console.print(
+        f"{repo_id}@{manifest.commit}: {len(manifest.files)} file(s), "
+        f"{manifest.total_bytes / 1e9:.2f} GB, held by {report.source}",
+        soft_wrap=True,
+    )
+    for node, size in report.need.items():
+        console.print(f"would copy {size / 1e9:.2f} GB to {node} (room checked)")
+    if not report.need:
+        console.print("every node holds the commit: nothing to copy")
+
+
+def _pull_here(
+    repo_id: str, revision: str, cache_root: str | None, dry_run: bool, console: Console
+) -> None:
+    """A pull on this machine's cluster: its nodes share this machine's cache, so it is one
+    download into it (huggingface_hub resumes a cut one)."""
+    home = Path(cache_root).expanduser() if cache_root else _default_hf_home()
+    if dry_run:
+        console.print(f"would download {repo_id}@{revision} into {home / 'hub'}", soft_wrap=True)
+        return
+    # Imported here: huggingface_hub's download stack costs every `tandem model` a third of
+    # a second (as in tandem.hf_cache)
+    from huggingface_hub import snapshot_download
+
+    folder = snapshot_download(repo_id=repo_id, revision=revision, cache_dir=home / "hub")
+    console.print(f"[green]pulled[/green] {repo_id}@{revision} into {folder}", soft_wrap=True)
 
 
 def _rate(value: str | None) -> str | None:
