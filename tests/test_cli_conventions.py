@@ -95,3 +95,8 @@ def test_long_option_lists_are_grouped():
         if len(options) > 12:
             text = ctx.command.get_help(ctx)
             assert "\nOptions:\n" not in text, f"{ctx.command_path}: group its options"
+
+
+def test_tandem_alone_prints_its_help_and_exits_0(tandem_here):
+    result = tandem_here()
+    assert result.code == 0 and "Start here:" in result.out

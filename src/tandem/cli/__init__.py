@@ -156,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.USER_ERROR
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except click.exceptions.NoArgsIsHelpError as exc:  # `tandem` alone: its help, no error
+        click.echo(exc.ctx.get_help() if exc.ctx else "")
+        return ExitCode.SUCCESS
     except click.ClickException as exc:
         exc.show()
         return ExitCode.USER_ERROR

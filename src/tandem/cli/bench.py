@@ -95,7 +95,8 @@ def bench_command() -> None:
     multi-turn chats) or rows of a prompt file; `--rounds` repeats the ladder for confidence
     intervals, and `compare` says whether a difference is beyond their noise. `--search-slo`
     finds the largest concurrency within percentile TTFT and TPOT objectives.
-    `tandem bench ...` without a subcommand is `tandem bench run ...`.
+    `tandem bench ...` without a subcommand is `tandem bench run ...`; `tandem bench run
+    --help` lists its options, under headings.
 
     \b
     Examples:

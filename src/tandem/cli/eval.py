@@ -114,7 +114,9 @@ GPQA_SECTIONS = {
 @field_option(GPQAConfig, "retry_budget_s", flag="--retry-budget")
 @click.option("--resume", is_flag=True, help="Continue the log in --out; skip finished samples.")
 @field_option(GPQAConfig, "reference_accuracy", flag="--reference")
-@click.option("--no-progress", is_flag=True, help="No live progress bar.")
+@click.option(
+    "--quiet", "-q", "--no-progress", "no_progress", is_flag=True, help="No live progress bar."
+)
 @click.option(
     "--watch",
     "watch",

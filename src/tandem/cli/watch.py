@@ -72,7 +72,7 @@ def watch_command() -> None:
     Spark), each rank's processes (RSS, CPU), GPUs (nvidia-smi), RDMA port counters, the
     leader's /metrics (queue, KV cache, tokens, preemptions, request outcomes, speculative
     acceptance), the health verdict and restarts from events.log. `tandem watch ...` without a
-    subcommand is `tandem watch run ...`.
+    subcommand is `tandem watch run ...`; `tandem watch run --help` lists its options.
 
     \b
     Examples:
