@@ -412,13 +412,20 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
             status.planned.comparison.max_concurrency,
         ):
             console.print(
-                f"  planned vs actual {c.name}: {c.planned:,} vs {c.measured:,} "
+                f"  planned vs actual {c.name}: {_figure(c.planned)} vs {_figure(c.measured)} "
                 f"({c.error_pct:+.2f}%)"
                 if c.error_pct is not None
                 else f"  planned {c.name}: {c.planned}"
             )
     elif status.planned and status.planned.unavailable:
         console.print(f"  [dim]planned vs actual: {status.planned.unavailable}[/dim]")
+
+
+def _figure(value: float | None) -> str:
+    """A figure as a person reads it: a whole count without ``.0`` (93,184, not 93,184.0)."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
 
 
 def _print_groups(status: lifecycle.DeploymentStatus) -> None:
