@@ -669,9 +669,9 @@ _ManifestDumper.add_representer(str, _text)
 
 
 def to_yaml(items: list[dict]) -> str:
-    return "---\n".join(
-        yaml.dump(o, Dumper=_ManifestDumper, sort_keys=False, width=10_000, allow_unicode=True)
-        for o in items
+    """The objects as YAML documents, ``---`` between them."""
+    return yaml.dump_all(
+        items, Dumper=_ManifestDumper, sort_keys=False, width=10_000, allow_unicode=True
     )
 
 
