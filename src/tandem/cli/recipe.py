@@ -9,6 +9,7 @@ import click
 from pydantic import BaseModel
 
 from tandem.cli.layout import WholeSummaryGroup
+from tandem.cli.options import json_option
 from tandem.errors import RecipeError
 from tandem.spec.loading import (
     EXAMPLES,
@@ -19,8 +20,6 @@ from tandem.spec.loading import (
     shipped_example,
 )
 from tandem.spec.reference import ROOTS
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
 class RecipeLine(BaseModel):
