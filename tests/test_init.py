@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
+from tandem.cli import cli
+from tandem.cli import init as init_cli
+from tandem.errors import BackendError
 from tandem.operations import drafting
 from tandem.plan.planner import plan_for
 from tandem.spec.loading import load_deployment
@@ -125,8 +129,6 @@ def test_ssh_nodes_are_asked_for_their_interface_and_gpus(monkeypatch, tmp_path,
 def test_an_unreachable_node_is_named_and_the_rest_still_written(
     monkeypatch, tmp_path, tandem_here
 ):
-    from tandem.errors import BackendError
-
     def unreachable(deployment, transport):
         raise BackendError("cannot reach 10.0.0.1: Connection timed out")
 
@@ -168,3 +170,13 @@ def test_files_already_there_are_never_replaced(tmp_path, tandem_here):
 def test_without_a_terminal_the_model_is_a_flag(tandem_here):
     result = tandem_here("init")
     assert result.code == 2 and "--model" in result.err
+
+
+def test_on_a_terminal_it_asks_for_the_model_the_hosts_and_the_name(monkeypatch, tmp_path):
+    model = snapshot(tmp_path / "model", "gemma3-270m.json")
+    monkeypatch.setattr(init_cli, "on_terminal", lambda: True)
+    answers = f"{model}\n\nasked\n"
+    result = CliRunner().invoke(cli, ["init", "--out", str(tmp_path / "o")], input=answers)
+    assert result.exit_code == 0, result.output
+    assert "Model (a Hub repo id" in result.output and "Deployment name [model]" in result.output
+    assert (tmp_path / "o" / "asked.yaml").is_file()

@@ -126,7 +126,7 @@ def init_command(
       tandem init --model ~/models/llama --hosts spark-a,spark-b --hardware gb10 --out deploy/
     """
     if model is None:
-        if not sys.stdin.isatty():
+        if not on_terminal():
             raise click.UsageError("pass --model (no terminal to ask on)")
         model = click.prompt("Model (a Hub repo id such as Qwen/Qwen3-0.6B, or a folder)")
         hosts = click.prompt(
@@ -177,3 +177,8 @@ def init_command(
         f"next: tandem check {recipe} --cluster {cluster}\n"
         f"      tandem up {recipe} --cluster {cluster}"
     )
+
+
+def on_terminal() -> bool:
+    """Whether init may ask: a person types on standard input."""
+    return sys.stdin.isatty()
