@@ -320,14 +320,15 @@ def status_command(
       tandem status --all --json
       tandem status smollm2-local --json
     """
-    if name is None and (list_all or len(deployment_names()) != 1):
+    names = deployment_names() if name is None else [name]
+    if list_all or len(names) != 1:
         lines = every_deployment(canary_timeout_s=canary_timeout_s)
         if as_json:
             click.echo(json.dumps([line.model_dump(mode="json") for line in lines], indent=2))
         else:
             _print_lines(lines)
         return
-    status = fleet.status(name, canary_timeout_s=canary_timeout_s)
+    status = fleet.status(names[0], canary_timeout_s=canary_timeout_s)  # replicas: one line
     if as_json:
         click.echo(status.model_dump_json(indent=2))
     else:
