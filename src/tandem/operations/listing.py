@@ -1,18 +1,18 @@
 """Every deployment tandem knows, one line each: what ``tandem status`` shows without a name
 when there is not exactly one (``sky status``, ``docker compose ls``).
 
-A deployment with replicas is one line (its groups, ``NAME-gG``, are not listed apart); a
-deployment whose state cannot be read or judged is still listed, with the reason, so that one
-broken folder never hides the others.
+A deployment with replicas is one line (one record holds its groups); a deployment whose state
+cannot be read or judged is still listed, with the reason, so that one broken folder never
+hides the others.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tandem.backends.state import fleet_exists, fleet_of, list_deployments, state_root
+from tandem.backends.state import list_deployments
 from tandem.errors import TandemError
-from tandem.operations import fleet
+from tandem.operations import lifecycle
 from tandem.operations.health import Verdict
 
 
@@ -30,13 +30,8 @@ class DeploymentLine(BaseModel):
 
 
 def deployment_names() -> list[str]:
-    """Each deployment once: the ones with replicas by their own name, the rest as they are."""
-    folder = state_root() / "deployments"
-    fleets = (
-        sorted(p.name for p in folder.iterdir() if fleet_exists(p.name)) if folder.is_dir() else []
-    )
-    alone = [name for name in list_deployments() if fleet_of(name) is None and name not in fleets]
-    return sorted(fleets + alone)
+    """Each deployment's name, once."""
+    return list_deployments()
 
 
 def every_deployment(*, canary_timeout_s: float = 5.0) -> list[DeploymentLine]:
@@ -44,7 +39,7 @@ def every_deployment(*, canary_timeout_s: float = 5.0) -> list[DeploymentLine]:
     lines = []
     for name in deployment_names():
         try:
-            status = fleet.status(name, canary_timeout_s=canary_timeout_s)
+            status = lifecycle.status(name, canary_timeout_s=canary_timeout_s)
         except TandemError as exc:
             lines.append(DeploymentLine(name=name, error=str(exc)))
             continue
@@ -52,11 +47,11 @@ def every_deployment(*, canary_timeout_s: float = 5.0) -> list[DeploymentLine]:
             DeploymentLine(
                 name=status.name,
                 backend=status.backend,
-                endpoint=status.router.url if status.router else status.endpoint,
+                endpoint=status.endpoint,
                 model=status.model,
                 verdict=status.verdict,
                 revision=status.revision,
-                groups=max(len(status.groups), 1) if status.router else 1,
+                groups=max(len(status.groups), 1),
             )
         )
     return lines
