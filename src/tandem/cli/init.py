@@ -126,15 +126,7 @@ def init_command(
       tandem init --model ~/models/llama --hosts spark-a,spark-b --hardware gb10 --out deploy/
     """
     if model is None:
-        if not on_terminal():
-            raise click.UsageError("pass --model (no terminal to ask on)")
-        model = click.prompt("Model (a Hub repo id such as Qwen/Qwen3-0.6B, or a folder)")
-        hosts = click.prompt(
-            "Hosts over ssh, comma-separated, in rank order (empty: this machine)",
-            default="",
-            show_default=False,
-        )
-        name = click.prompt("Deployment name", default=name or default_name(model))
+        model, hosts, name = ask(name)
     request = InitRequest(
         name=name,
         model=model,
@@ -177,6 +169,23 @@ def init_command(
         f"next: tandem check {recipe} --cluster {cluster}\n"
         f"      tandem up {recipe} --cluster {cluster}"
     )
+
+
+def ask(name: str | None) -> tuple[str, str, str]:
+    """The model, the hosts and the name, asked on the terminal.
+
+    Raises:
+        click.UsageError: there is no terminal to ask on.
+    """
+    if not on_terminal():
+        raise click.UsageError("pass --model (no terminal to ask on)")
+    model = click.prompt("Model (a Hub repo id such as Qwen/Qwen3-0.6B, or a folder)")
+    hosts = click.prompt(
+        "Hosts over ssh, comma-separated, in rank order (empty: this machine)",
+        default="",
+        show_default=False,
+    )
+    return model, hosts, click.prompt("Deployment name", default=name or default_name(model))
 
 
 def on_terminal() -> bool:
