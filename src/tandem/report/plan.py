@@ -21,25 +21,8 @@ def _signed_gib(value: float) -> str:
     return _gib(value) if value >= 0 else f"{_gib(-value)} short"
 
 
-def plan_tables(plan: Plan) -> Group:
-    """Summary, memory, KV, roofline and calibration tables, then verdict and notes."""
-    s = plan.settings
-    head = Table(title=f"tandem plan: {plan.deployment}", show_header=False, box=None)
-    head.add_column(style="bold")
-    head.add_column()
-    head.add_row("model", f"{plan.model}  ({plan.model_source})")
-    head.add_row(
-        "hardware",
-        f"{plan.hardware}, {plan.nodes} node(s), TP={s.tensor_parallel_size} "
-        f"PP={s.pipeline_parallel_size}",
-    )
-    head.add_row(
-        "serve",
-        f"max_model_len {s.max_model_len:,}, util {s.gpu_memory_utilization}, "
-        f"block {s.block_size}, kv {plan.kv.kv_cache_dtype}, batched "
-        f"{s.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}",
-    )
-
+def _memory_table(plan: Plan) -> Table:
+    """Each term of one rank's memory, the KV pool what is left (or how far short)."""
     mem = Table(title="Memory per rank", show_lines=False)
     mem.add_column("item")
     mem.add_column("size", justify="right")
@@ -68,6 +51,29 @@ def plan_tables(plan: Plan) -> Group:
     mem.add_row(
         "per node in use", f"{_gib(m.node_use_bytes)} ({m.node_use_bytes / 1e9:.1f} GB)", ""
     )
+    return mem
+
+
+def plan_tables(plan: Plan) -> Group:
+    """Summary, memory, KV, roofline and calibration tables, then verdict and notes."""
+    s = plan.settings
+    head = Table(title=f"tandem plan: {plan.deployment}", show_header=False, box=None)
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("model", f"{plan.model}  ({plan.model_source})")
+    head.add_row(
+        "hardware",
+        f"{plan.hardware}, {plan.nodes} node(s), TP={s.tensor_parallel_size} "
+        f"PP={s.pipeline_parallel_size}",
+    )
+    head.add_row(
+        "serve",
+        f"max_model_len {s.max_model_len:,}, util {s.gpu_memory_utilization}, "
+        f"block {s.block_size}, kv {plan.kv.kv_cache_dtype}, batched "
+        f"{s.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}",
+    )
+
+    mem = _memory_table(plan)
 
     kv = Table(title="KV cache")
     kv.add_column("figure")
