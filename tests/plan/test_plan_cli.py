@@ -180,3 +180,9 @@ def test_a_hub_model_not_downloaded_is_planned_from_its_config(capsys, tmp_path)
     data = json.loads(out)
     assert data["fits"] and data["model_source"].startswith("--config")
     assert abs(data["weights_bytes_per_rank"] / 15_231_233_024 - 1) < 0.001
+
+
+def test_what_render_refuses_plan_refuses_too(capsys):
+    """Newcomer review, defect 3: replicas on an inventory they cannot split over were planned."""
+    code, _, err = run(capsys, "smollm2-replicas", "--cluster", "examples/dgx-spark-eks-four.yaml")
+    assert code == 2 and "cannot be split evenly over 2 nodes" in err

@@ -17,6 +17,7 @@ from tandem.cli.options import (
 from tandem.errors import PlanError
 from tandem.plan.calibrate import figures_from_log, planned_vs_measured, serves_model
 from tandem.plan.planner import for_cpu, plan_for
+from tandem.rankplan import template_plan
 from tandem.report.plan import print_plan
 from tandem.spec.recipe import ModelSource, ServeOptions
 from tandem.vllm_log import BootFigures, logged_model
@@ -121,6 +122,7 @@ def plan_command(
       tandem plan smollm2-local --calibrate rank0.log   # a real boot of it: the error
     """
     deployment = machine_deployment(recipe, cluster_path)
+    template_plan(deployment)  # what `render` and `up` refuse, plan refuses the same
     if cluster_path is None and hardware_name is None and not for_cpu(deployment.recipe):
         raise PlanError(
             f"'{deployment.name}' is a recipe for GPUs (its env has no "
