@@ -317,3 +317,9 @@ def test_up_supervise_of_groups_on_kubernetes_is_refused_before_anything_is_appl
     said = done.stdout + done.stderr
     assert done.returncode != 0 and "Kubernetes restarts a broken group itself" in said, said
     assert "nonexistent" not in said and not (tmp_path / "home" / "deployments").exists()
+
+
+def test_render_k8s_of_replicas_needs_a_router_image_on_any_cluster(tandem_here):
+    """Newcomer review, defect 8: on this machine's cluster the router's image came out null."""
+    result = tandem_here("render", "smollm2-replicas", "--target", "k8s")
+    assert result.code == 2 and "router.image" in result.err and result.out == ""

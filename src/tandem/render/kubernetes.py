@@ -48,7 +48,7 @@ import yaml
 from tandem import agent, caches, wire
 from tandem.errors import PlanError, Problem
 from tandem.rankplan import Mount, RankPlan, RankSpec, Role, distributed, in_files, serve_argv
-from tandem.spec.deployment import Deployment, template_group
+from tandem.spec.deployment import Deployment, router_image_problem, template_group
 from tandem.spec.kubernetes import LeaderAddress, ServiceType
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -634,6 +634,9 @@ def objects(plan: RankPlan, deployment: Deployment) -> list[dict]:
         service(deployment),
     ]
     if deployment.recipe.replicas > 1:
+        if missing := router_image_problem(deployment.recipe):  # a cluster of another transport
+            message, hint = missing
+            raise PlanError(message, field="router.image", hint=hint)
         result += router_objects(deployment)
     problems = check_objects(result)
     if problems:
