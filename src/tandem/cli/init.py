@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from tandem.cli.layout import SectionedCommand
-from tandem.cli.options import gpu_count
+from tandem.cli.options import PORT, gpu_count
 from tandem.operations.drafting import InitRequest, default_name, draft, write
 from tandem.redact import Redactor
 
@@ -41,12 +41,16 @@ INIT_SECTIONS = {
 @click.option(
     "--ranks",
     type=click.IntRange(min=1),
+    metavar="N",
     default=2,
     show_default=True,
     help="Nodes on this machine, without --hosts.",
 )
 @click.option(
-    "--gpus", type=click.IntRange(min=1), help="GPUs per node. Default: what the nodes report."
+    "--gpus",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="GPUs per node. Default: what the nodes report.",
 )
 @click.option(
     "--hardware",
@@ -68,11 +72,12 @@ INIT_SECTIONS = {
     "lowered until it fits.",
 )
 @click.option(
-    "--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="API port."
+    "--port", type=PORT, metavar="PORT", default=8000, show_default=True, help="API port."
 )
 @click.option(
     "--master-port",
-    type=click.IntRange(1, 65535),
+    type=PORT,
+    metavar="PORT",
     default=29501,
     show_default=True,
     help="Rendezvous port on the leader.",
