@@ -249,7 +249,7 @@ class Roll:
         lifecycle.stop_group(state, unit[0], self.on_event)
         together = lifecycle.launched_together(state.backend)  # one launch of every group
         part, index = (whole, 0) if together else (placed_groups(whole)[first], first)
-        launched, _ = lifecycle.start_group(
+        lifecycle.start_group(
             state,
             part,
             index,
@@ -257,8 +257,6 @@ class Roll:
             on_phase=self.on_phase,
             on_event=self.on_event,
         )
-        if together:
-            lifecycle.split_by_group(state, launched)
         fresh = load_state(self.name)
         for group in unit:
             moved = fresh.group(group.group)
