@@ -254,6 +254,21 @@ class Pull:
                 "gated model) and run the pull again: it resumes",
             )
 
+    def download_verified(self, holder: Node) -> NodeSnapshot:
+        """Download on ``holder`` and read back what it holds.
+
+        Raises:
+            BackendError: the download failed, or what it left does not verify.
+        """
+        self.download(holder)
+        held = self.probe([holder.name])[holder.name]
+        if not held.sound:
+            raise BackendError(
+                f"the snapshot downloaded on {holder.name} does not verify: " + _describe(held),
+                node=holder.name,
+            )
+        return held
+
     # --- the copy -------------------------------------------------------------------------
 
     def file_list(self, manifest: hf_cache.SnapshotManifest) -> list[str]:
@@ -457,16 +472,8 @@ class Pull:
             holder = self.nodes[on or self.deployment.cluster.leader.name]
             if dry_run:  # what the download brings is known only once it is there
                 return PullReport(manifest=manifest, source=holder.name, downloaded=False)
-            self.download(holder)
-            downloaded = True
-            found[holder.name] = self.probe([holder.name])[holder.name]
-            if not found[holder.name].sound:
-                raise BackendError(
-                    f"the snapshot downloaded on {holder.name} does not verify: "
-                    + _describe(found[holder.name]),
-                    node=holder.name,
-                )
-            source = holder.name
+            found[holder.name] = self.download_verified(holder)
+            source, downloaded = holder.name, True
         else:
             self.on_event(f"{source} holds the whole commit: nothing is downloaded")
         if manifest is None:

@@ -131,6 +131,15 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise click.BadParameter("a comma-separated list of numbers, e.g. 0.5,1,2") from exc
 
 
+bench_url_option = click.option(
+    "--url",
+    metavar="URL",
+    envvar="TANDEM_BENCH_URL",
+    show_envvar=True,
+    help="Server root (no /v1), instead of a DEPLOYMENT name.",
+)
+"""``bench run --url``: an endpoint by its address, with the variable scripts set."""
+
 RUN_SECTIONS = {
     "Target": ["url", "model", "endpoint", "api_key"],
     "Load": [
@@ -176,13 +185,7 @@ RUN_SECTIONS = {
 
 @bench_command.command("run", cls=SectionedCommand, sections=RUN_SECTIONS)
 @click.argument("deployment", required=False)
-@click.option(
-    "--url",
-    metavar="URL",
-    envvar="TANDEM_BENCH_URL",
-    show_envvar=True,
-    help="Server root (no /v1), instead of a DEPLOYMENT name.",
-)
+@bench_url_option
 @model_option
 @click.option(
     "--out",

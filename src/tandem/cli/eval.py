@@ -64,6 +64,12 @@ GPQA_SECTIONS = {
 """``eval gpqa --help``'s headings."""
 
 
+quiet_option = click.option(
+    "--quiet", "-q", "--no-progress", "no_progress", is_flag=True, help="No live progress bar."
+)
+"""``-q/--quiet``, as ``bench run``'s (``--no-progress``, its first spelling, still works)."""
+
+
 @eval_command.command("gpqa", cls=SectionedCommand, sections=GPQA_SECTIONS)
 @click.argument("deployment", required=False)
 @click.option(
@@ -113,9 +119,7 @@ GPQA_SECTIONS = {
 @field_option(GPQAConfig, "retry_budget_s", flag="--retry-budget")
 @click.option("--resume", is_flag=True, help="Continue the log in --out; skip finished samples.")
 @field_option(GPQAConfig, "reference_accuracy", flag="--reference")
-@click.option(
-    "--quiet", "-q", "--no-progress", "no_progress", is_flag=True, help="No live progress bar."
-)
+@quiet_option
 @click.option(
     "--watch",
     "watch",
@@ -154,11 +158,10 @@ def gpqa_command(
 ) -> None:
     """Run GPQA-Diamond against a deployment or a URL.
 
-    The protocol of DeepSeek-V4-Flash-DSpark's published run: zero-shot simple-evals prompt
-    ending in 'ANSWER: $LETTER', thinking on, temperature 0,
-    32768 max tokens, concurrency 2; options shuffled as a pure function of (record id, repeat,
-    seed); a thinking-off re-ask for responses without a parsable answer. Every finished
-    request is appended to OUT/responses.jsonl, so an interrupted run continues with --resume.
+    DeepSeek-V4-Flash-DSpark's published protocol: zero-shot simple-evals prompt ending in
+    'ANSWER: $LETTER', thinking on, temperature 0, 32768 max tokens, concurrency 2; options
+    shuffled by (record id, repeat, seed); a thinking-off re-ask for an answer it cannot parse.
+    Each finished request is appended to OUT/responses.jsonl: --resume continues a cut run.
 
     \b
     Examples:
@@ -314,11 +317,9 @@ def smoke_command(
 ) -> None:
     """Check a deployment right after it boots: template, determinism, tools, context.
 
-    The checks: chat template, greedy determinism, tool calls, a long-context needle, the
-    reasoning split, speculative acceptance.
-
-    Each check is a verdict with its evidence; one that cannot apply says why. Exit status 1
-    when any check fails.
+    The checks (chat template, greedy determinism, tool calls, a long-context needle, the
+    reasoning split, speculative acceptance) are each a verdict with its evidence; one that
+    cannot apply says why. Exit status 1 when any check fails.
 
     \b
     Examples:

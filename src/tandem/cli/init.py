@@ -6,11 +6,12 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from tandem.cli.layout import SectionedCommand
-from tandem.cli.options import PORT, gpu_count
+from tandem.cli.options import PORT, gpu_count, stack
 from tandem.operations.drafting import InitRequest, default_name, draft, write
 from tandem.redact import Redactor
 
@@ -23,98 +24,90 @@ INIT_SECTIONS = {
 """``init --help``'s headings."""
 
 
+INIT_OPTIONS = stack(
+    click.option(
+        "--model",
+        metavar="REPO|FOLDER",
+        help="The model: a Hub repo id (ORG/NAME) or a local snapshot folder. Asked when left out "
+        "on a terminal.",
+    ),
+    click.option(
+        "--hosts",
+        metavar="HOST,...",
+        help="The nodes over ssh, in rank order (the first leads): addresses or ~/.ssh/config "
+        "aliases, each optionally NAME=HOST. Default: this machine.",
+    ),
+    click.option("--ssh-user", metavar="USER", help="User for ssh. Default: ssh's own."),
+    click.option(
+        "--ranks",
+        type=click.IntRange(min=1),
+        metavar="N",
+        default=2,
+        show_default=True,
+        help="Nodes on this machine, without --hosts.",
+    ),
+    click.option(
+        "--gpus",
+        type=click.IntRange(min=1),
+        metavar="N",
+        help="GPUs per node. Default: what the nodes report.",
+    ),
+    click.option(
+        "--hardware",
+        metavar="NAME",
+        help="Hardware profile: gb10, h100, h200, b200, gb200, cpu. Default: from the nodes' GPUs "
+        "(cpu without any).",
+    ),
+    click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        help="The model's config.json, for a model not downloaded yet (its Hub page's Files).",
+    ),
+    click.option(
+        "--max-model-len",
+        type=click.IntRange(min=1),
+        metavar="TOKENS",
+        help="Longest request. Default: the model's, at most 8,192 on CPUs and 32,768 on GPUs, "
+        "lowered until it fits.",
+    ),
+    click.option(
+        "--port", type=PORT, metavar="PORT", default=8000, show_default=True, help="API port."
+    ),
+    click.option(
+        "--master-port",
+        type=PORT,
+        metavar="PORT",
+        default=29501,
+        show_default=True,
+        help="Rendezvous port on the leader.",
+    ),
+    click.option(
+        "--subnet",
+        default="10.77.0.0/24",
+        show_default=True,
+        metavar="CIDR",
+        help="This machine's nodes' subnet (as root each node is a network namespace on it).",
+    ),
+    click.option(
+        "--out",
+        "out_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path("."),
+        show_default=True,
+        help="Folder to write NAME.yaml and NAME-cluster.yaml into.",
+    ),
+)
+"""What ``init`` asks for: the fields of ``InitRequest`` but the name and this machine's."""
+
+
 @click.command("init", cls=SectionedCommand, sections=INIT_SECTIONS)
 @click.argument("name", required=False)
-@click.option(
-    "--model",
-    metavar="REPO|FOLDER",
-    help="The model: a Hub repo id (ORG/NAME) or a local snapshot folder. Asked when left out "
-    "on a terminal.",
-)
-@click.option(
-    "--hosts",
-    metavar="HOST,...",
-    help="The nodes over ssh, in rank order (the first leads): addresses or ~/.ssh/config "
-    "aliases, each optionally NAME=HOST. Default: this machine.",
-)
-@click.option("--ssh-user", metavar="USER", help="User for ssh. Default: ssh's own.")
-@click.option(
-    "--ranks",
-    type=click.IntRange(min=1),
-    metavar="N",
-    default=2,
-    show_default=True,
-    help="Nodes on this machine, without --hosts.",
-)
-@click.option(
-    "--gpus",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="GPUs per node. Default: what the nodes report.",
-)
-@click.option(
-    "--hardware",
-    metavar="NAME",
-    help="Hardware profile: gb10, h100, h200, b200, gb200, cpu. Default: from the nodes' GPUs "
-    "(cpu without any).",
-)
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="The model's config.json, for a model not downloaded yet (its Hub page's Files).",
-)
-@click.option(
-    "--max-model-len",
-    type=click.IntRange(min=1),
-    metavar="TOKENS",
-    help="Longest request. Default: the model's, at most 8,192 on CPUs and 32,768 on GPUs, "
-    "lowered until it fits.",
-)
-@click.option(
-    "--port", type=PORT, metavar="PORT", default=8000, show_default=True, help="API port."
-)
-@click.option(
-    "--master-port",
-    type=PORT,
-    metavar="PORT",
-    default=29501,
-    show_default=True,
-    help="Rendezvous port on the leader.",
-)
-@click.option(
-    "--subnet",
-    default="10.77.0.0/24",
-    show_default=True,
-    metavar="CIDR",
-    help="This machine's nodes' subnet (as root each node is a network namespace on it).",
-)
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Folder to write NAME.yaml and NAME-cluster.yaml into.",
-)
+@INIT_OPTIONS
 @click.option("--dry-run", is_flag=True, help="Print both files, write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def init_command(
-    name: str | None,
-    model: str | None,
-    hosts: str | None,
-    ssh_user: str | None,
-    ranks: int,
-    gpus: int | None,
-    hardware: str | None,
-    config_path: Path | None,
-    max_model_len: int | None,
-    port: int,
-    master_port: int,
-    subnet: str,
-    out_dir: Path,
-    dry_run: bool,
-    as_json: bool,
+    name: str | None, dry_run: bool, as_json: bool, out_dir: Path, **fields: Any
 ) -> None:
     """Write a recipe and a cluster for your model and nodes, planned so that they fit.
 
@@ -130,23 +123,15 @@ def init_command(
       tandem init my-qwen --model Qwen/Qwen3-0.6B --config config.json --hosts 10.0.0.1,10.0.0.2
       tandem init --model ~/models/llama --hosts spark-a,spark-b --hardware gb10 --out deploy/
     """
-    if model is None:
-        model, hosts, name = ask(name)
+    if fields["model"] is None:
+        fields["model"], fields["hosts"], name = ask(name)
+    hosts = fields.pop("hosts") or ""
     request = InitRequest(
         name=name,
-        model=model,
-        hosts=[h.strip() for h in (hosts or "").split(",") if h.strip()],
-        ranks=ranks,
-        gpus=gpus,
-        ssh_user=ssh_user,
-        hardware=hardware,
-        config_path=config_path,
-        max_model_len=max_model_len,
-        port=port,
-        master_port=master_port,
-        subnet=subnet,
+        hosts=[h.strip() for h in hosts.split(",") if h.strip()],
         cpu_count=os.cpu_count() or 1,
         gpu_count=gpu_count(),
+        **fields,
     )
     said = Redactor.for_caller()
     found = draft(request, on_event=lambda text: click.echo(f"  {said.text(text)}", err=True))

@@ -32,6 +32,7 @@ from tandem.cli.options import cluster_option, json_option, machine_deployment, 
 from tandem.errors import ClusterError
 from tandem.models.shapes import MIN_LAYERS, build_shape_model, check_arguments
 from tandem.spec.cluster import Transport
+from tandem.spec.deployment import Deployment
 
 
 def _quiet_transformers() -> None:
@@ -289,25 +290,9 @@ def pull_command(
     """
     deployment = machine_deployment(recipe, cluster_path)
     model = deployment.recipe.model
-    built = missing_hint(model.repo_id)
-    if built:
-        raise ClusterError(
-            f"{model.repo_id} is a model tandem builds; no hub has it to download",
-            field="model.repo_id",
-            hint=built + "; on ssh nodes, build it on one and `tandem sync` copies it",
-        )
-    transport = deployment.cluster.transport
-    if transport is Transport.K8S:
-        raise ClusterError(
-            "on Kubernetes the pods read the weights from each node's Hugging Face cache "
-            f"(a hostPath of model.cache_root, {model.cache_root or hf_cache.DEFAULT_HOME})",
-            field="transport",
-            hint="place the snapshot there on every node: `tandem model pull RECIPE --cluster "
-            "FILE` with an ssh "
-            "inventory of the same hosts, or `hf download REPO` on each",
-        )
+    refuse_what_no_pull_places(deployment)
     console = Console(highlight=False)
-    if transport is Transport.LOCAL:
+    if deployment.cluster.transport is Transport.LOCAL:
         _pull_here(model.repo_id, model.revision, model.cache_root, dry_run, console)
         return
     report = Pull(
@@ -338,6 +323,31 @@ def pull_command(
         read, seconds = report.verified_bytes[name], report.verify_s[name]
         how = f"read {read / 1e9:.2f} GB in {seconds:.1f} s" if read else "unchanged since verified"
         console.print(f"  {name}: verified {len(held.files)} file(s), {how}")
+
+
+def refuse_what_no_pull_places(deployment: Deployment) -> None:
+    """Refuse a model tandem builds (no hub has it to download) and a Kubernetes cluster
+    (whose pods read each node's cache), each naming what places the weights there.
+
+    Raises:
+        ClusterError: naming the command that does.
+    """
+    model = deployment.recipe.model
+    built = missing_hint(model.repo_id)
+    if built:
+        raise ClusterError(
+            f"{model.repo_id} is a model tandem builds; no hub has it to download",
+            field="model.repo_id",
+            hint=built + "; on ssh nodes, build it on one and `tandem sync` copies it",
+        )
+    if deployment.cluster.transport is Transport.K8S:
+        raise ClusterError(
+            "on Kubernetes the pods read the weights from each node's Hugging Face cache "
+            f"(a hostPath of model.cache_root, {model.cache_root or hf_cache.DEFAULT_HOME})",
+            field="transport",
+            hint="place the snapshot there on every node: `tandem model pull RECIPE --cluster "
+            "FILE` with an ssh inventory of the same hosts, or `hf download REPO` on each",
+        )
 
 
 def _say_what_would_be_pulled(

@@ -117,6 +117,23 @@ force_option = click.option(
 )
 
 
+def stack(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Several click decorators as one, applied as they would read stacked above a function
+    (the first outermost): a command's options declared apart from its function, which then
+    stays short enough to read.
+
+    Usage:
+        PLAN_OPTIONS = stack(click.option("--json", "as_json", is_flag=True), ...)
+    """
+
+    def apply(function: Any) -> Any:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
 def machine_deployment(recipe: str, cluster_path: str | None) -> Deployment:
     """Load RECIPE on CLUSTER, or on this machine when no cluster is given."""
     return load_deployment(
