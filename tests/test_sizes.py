@@ -34,7 +34,6 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/cli/bench.py:run_command": (193, 18),
     "tandem/cli/eval.py:gpqa_command": (149, 25),
     "tandem/cli/eval.py:smoke_command": (107, 12),
-    "tandem/cli/plan.py:plan_command": (113, 12),
     "tandem/cli/watch.py:run_command": (109, 8),
     "tandem/eval/dataset.py:load_gpqa_csv": (93, 1),
     "tandem/eval/smoke.py:_tool_parts": (156, 1),
