@@ -100,7 +100,8 @@ def up_command(
     if dry_run:
         _print_dry_run(deployment, supervise=supervise)
         return
-    lifecycle.check_launchable(deployment, supervise=supervise)  # before anything starts
+    if supervise:  # what `up` itself checks, and the supervisor's own refusal, before it starts
+        lifecycle.check_launchable(deployment, supervise=True, ports=False)
     if skip_checks:
         show_skipped_preflight(deployment)
         _show_launch(deployment, None)
