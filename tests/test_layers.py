@@ -19,8 +19,9 @@ The layers, bottom to top (a module may import its own layer and the layers belo
                 preflight, health, supervisor, gang restarts over any backend; what each up ran;
                 revisions, fleet               several groups behind one router
     tools       bench/, eval/, watch/,         consumers of an endpoint or a model folder;
-                report/, models/, upgrade      the models tandem builds; an upgrade's gate
-                                               (smoke and bench) and its rollback
+                report/, models/, upgrade,     the models tandem builds; an upgrade's gate
+                dashboard                      (smoke and bench) and its rollback; the
+                                               status page
     surface     cli/, the ``tandem`` package   the command line and the public API
 
 Imports are read with ``ast`` from the source files, nothing is imported: ``import`` and
@@ -77,6 +78,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.report",
             "tandem.models",
             "tandem.upgrade",
+            "tandem.dashboard",
         ),
     ),
     ("surface", ("tandem.cli", "tandem")),

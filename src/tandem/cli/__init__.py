@@ -53,6 +53,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("tandem.cli.bench", "Measure serving performance of an OpenAI-compatible endpoint."),
     "eval": ("tandem.cli.eval", "Evaluate answer quality (GPQA-Diamond) against an endpoint."),
     "watch": ("tandem.cli.watch", "Sample a running deployment over time; judge the soak."),
+    "dashboard": ("tandem.cli.dashboard", "Serve a read-only status page of a deployment."),
     "model": ("tandem.cli.model", "Build local models (the tiny random-weight DeepSeek)."),
 }
 

@@ -284,7 +284,13 @@ def show_event(text: str) -> None:
     help="Seconds a 1-token canary completion may "
     "take on an idle server before the engine counts as stalled.",
 )
-def status_command(name: str | None, as_json: bool, canary_timeout_s: float) -> None:
+@click.option(
+    "--nodes",
+    is_flag=True,
+    help="Read each node's memory, GPUs and RDMA ports in the same look (into each "
+    "group's overview; what `tandem dashboard` shows).",
+)
+def status_command(name: str | None, as_json: bool, canary_timeout_s: float, nodes: bool) -> None:
     """Show a deployment's verdict, endpoint and each rank's health.
 
     NAME defaults to the only deployment there is. The verdict comes from the health model
@@ -304,9 +310,10 @@ def status_command(name: str | None, as_json: bool, canary_timeout_s: float) -> 
     Examples:
       tandem status
       tandem status tiny-local --json
+      tandem status tiny-local --json --nodes
     """
 
-    status = fleet.status(name, canary_timeout_s=canary_timeout_s)
+    status = fleet.status(name, canary_timeout_s=canary_timeout_s, nodes=nodes)
     if as_json:
         click.echo(status.model_dump_json(indent=2))
     else:

@@ -41,7 +41,8 @@ from tandem.check.findings import CheckReport
 from tandem.endpoint import Endpoint
 from tandem.errors import BackendError, EndpointError, RankFailed, StateError
 from tandem.operations import lifecycle
-from tandem.operations.health import GroupVerdict, Verdict, of_groups
+from tandem.operations.health import GroupVerdict, ProgressTracker, Verdict, of_groups
+from tandem.operations.overview import served_models
 from tandem.rankplan import placed_groups
 from tandem.spec.cluster import Transport
 from tandem.spec.deployment import Deployment
@@ -208,11 +209,22 @@ def _port_taken(port: int) -> bool:
     return False
 
 
-def status(name: str | None = None, **kwargs: object) -> lifecycle.DeploymentStatus:
+def status(
+    name: str | None = None,
+    *,
+    trackers: dict[str, ProgressTracker] | None = None,
+    **kwargs: object,
+) -> lifecycle.DeploymentStatus:
     """The deployment's verdict with each group's (``tandem.operations.lifecycle.status`` per
     group) and the router's members. Healthy when every group is healthy and in rotation;
-    ``degraded`` while at least one group serves in rotation; else the worst group's verdict."""
+    ``degraded`` while at least one group serves in rotation; else the worst group's verdict.
+
+    ``trackers``: a caller that looks again and again (``tandem dashboard``) keeps one
+    progress tracker per group here, by group name, so a stall is judged over time.
+    """
     if name is None or not fleet_exists(name):
+        if trackers is not None:
+            kwargs["tracker"] = trackers.setdefault(name or "", ProgressTracker())
         return lifecycle.status(name, **kwargs)  # type: ignore[arg-type]
     fleet = load_fleet(name)
     running = list_deployments()
@@ -233,6 +245,7 @@ def status(name: str | None = None, **kwargs: object) -> lifecycle.DeploymentSta
             running=alive,
             members=members,
             metrics_url=fleet.router.metrics_url,
+            models=served_models(fleet.router.url) if alive else None,
         )
     parts: list[lifecycle.GroupStatus] = []
     for index, group_name in enumerate(fleet.groups):
@@ -249,6 +262,8 @@ def status(name: str | None = None, **kwargs: object) -> lifecycle.DeploymentSta
                 )
             )
             continue
+        if trackers is not None:
+            kwargs["tracker"] = trackers.setdefault(group_name, ProgressTracker())
         one = lifecycle.status(group_name, **kwargs)  # type: ignore[arg-type]
         parts.append(
             one.groups[0].model_copy(update={"group": index, "member": one.endpoint in members})

@@ -28,6 +28,7 @@ from tandem.operations.health import (
     Verdict,
     assess,
 )
+from tandem.operations.overview import GroupOverview, group_overview
 from tandem.operations.preflight import run_check
 from tandem.operations.supervisor import stop_supervisor
 from tandem.plan.status import PlannedVsActual
@@ -160,6 +161,12 @@ class GroupStatus(BaseModel):
         default=None, description="In the router's rotation; None without a router."
     )
     ranks: list[RankStatus]
+    overview: GroupOverview | None = Field(
+        default=None,
+        description="The same observation beyond the verdict: the leader's serving figures, "
+        "the nodes' readings (with --nodes), the revision and its evidence, events "
+        "(tandem.operations.overview); None for a group that is not running.",
+    )
 
 
 class RouterStatus(BaseModel):
@@ -172,6 +179,9 @@ class RouterStatus(BaseModel):
     running: bool
     members: list[str] = Field(description="The group leaders it sends requests to.")
     metrics_url: str
+    models: list[str] | None = Field(
+        default=None, description="Its /v1/models as it answers; None: it did not answer."
+    )
 
 
 class DeploymentStatus(BaseModel):
@@ -205,15 +215,23 @@ def status(
     canary_timeout_s: float = 5.0,
     canary_mode: str = "idle",
     tracker: ProgressTracker | None = None,
+    nodes: bool = False,
 ) -> DeploymentStatus:
     """A deployment's verdict (``tandem.operations.health``), endpoint, and each rank's health.
 
     A caller that looks again and again (``tandem watch``) passes a ``tracker``, so a stall is
     judged over time, and sends canaries only now and then (``canary_mode="never"`` between).
+    With ``nodes`` the one look at the nodes brings their readings too (memory, GPUs, RDMA),
+    into the group's ``overview``.
     """
     state = load_state(name)
+    look = backend_for(state.backend).observe(state, nodes=nodes)
     report: Assessment = assess(
-        state, canary_timeout_s=canary_timeout_s, canary_mode=canary_mode, tracker=tracker
+        state,
+        canary_timeout_s=canary_timeout_s,
+        canary_mode=canary_mode,
+        tracker=tracker,
+        look=look,
     )
     health = {r.rank: r for r in report.ranks}
     ranks = [
@@ -239,6 +257,7 @@ def status(
             verdict=report.verdict,
             reason=report.reason,
             ranks=ranks,
+            overview=group_overview(state, report, look),
         )
     ]
     if report.groups:  # a LeaderWorkerSet's replicas: group G is its pods NAME-G[-i]
