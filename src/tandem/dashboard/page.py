@@ -119,7 +119,7 @@ def body(view: View, now: datetime, link: Link) -> str:
     """The part of the page that changes at each refresh."""
     stale = is_stale(view, now)
     status = view.status
-    observation = status.model_dump_json().replace("</", "<\\/") if status is not None else "null"
+    observation = status.model_dump_json().replace("<", "\\u003c") if status is not None else "null"
     took = f"{view.took_s:.2f} s" if view.took_s is not None else "—"
     text = (
         _header(view, now, stale)
@@ -128,7 +128,7 @@ def body(view: View, now: datetime, link: Link) -> str:
         + sections.front_door(status)
         + sections.traffic(view)
         + sections.nodes(status)
-        + sections.ranks(status)
+        + sections.ranks(status, stale=stale)
         + sections.identity(status, link)
         + sections.events(status, now)
         + "</main>"

@@ -136,7 +136,7 @@ def _traffic_tiles(traffic: Traffic | None, window_s: float) -> str:
             return NO_SAMPLE
         if traffic.reset:
             return "restarted"
-        return value if value is not None else NO_TRAFFIC
+        return value if value is not None and not traffic.idle else NO_TRAFFIC
 
     t = traffic or Traffic(seconds=0)
     figures = [
@@ -255,7 +255,7 @@ def _gpu(g) -> str:
     return ", ".join(parts)
 
 
-def ranks(status: DeploymentStatus | None) -> str:
+def ranks(status: DeploymentStatus | None, *, stale: bool) -> str:
     if status is None:
         return ""
     rows = []
@@ -270,7 +270,11 @@ def ranks(status: DeploymentStatus | None) -> str:
                     observed(f"{path}.rank", r.rank),
                     esc(r.role),
                     esc(r.node),
-                    observed(f"{path}.health.state", state, cls=f"verdict {_rank_class(state)}"),
+                    observed(
+                        f"{path}.health.state",
+                        state,
+                        cls=f"verdict {'stale' if stale else _rank_class(state)}",
+                    ),
                     str(len(r.processes)),
                     gib(sum(rss)) if rss else "—",
                     esc(r.health.reason or "—"),
