@@ -24,12 +24,20 @@ def esc(value: object) -> str:
 
 def observed(path: str, value: Any, shown: str | None = None, *, cls: str = "") -> str:
     """A value of the observation, shown (``shown``, else the value) with where it came from."""
-    text = shown if shown is not None else ("—" if value is None else str(value))
+    text = shown if shown is not None else _plain(value)
     attrs = f' class="{esc(cls)}"' if cls else ""
     return (
         f'<span data-path="{esc(path)}" data-value="{esc(json.dumps(value))}"{attrs}>'
         f"{esc(text)}</span>"
     )
+
+
+def _plain(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def tile(label: str, body: str, *, note: str = "", cls: str = "") -> str:

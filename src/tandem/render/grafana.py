@@ -532,7 +532,6 @@ def recording_rules(plan: RankPlan) -> dict:
         "groups": [
             {
                 "name": f"tandem-recording-{plan.deployment}",
-                "interval": "15s",
                 "rules": [{"record": name, "expr": expr} for name, expr in RECORDED.items()],
             }
         ]
