@@ -47,6 +47,7 @@ from tandem.cli.options import (
     option_of,
 )
 from tandem.errors import CheckFailed, Problem, SpecError
+from tandem.operations import evidence
 from tandem.operations.fleet import front_door
 from tandem.plan.status import planned_roofline_tok_s
 from tandem.report.bench import (
@@ -238,11 +239,13 @@ def run_command(
     """
     if deployment and url:
         raise SpecError("give a DEPLOYMENT or --url, not both", field="url")
+    url_given = url is not None
     if not url and deployment and fleet_exists(ownership.check_name(deployment)):
         url, served = front_door(deployment)  # through the router, to every group
         model = model or served
     elif not url:
         state = load_state(deployment)
+        deployment = state.name  # the only one there is, when none was named
         url, model = state.endpoint, model or state.model
         if fields["roofline_decode_tok_s"] is None:  # a launched deployment has a plan
             fields["roofline_decode_tok_s"] = planned_roofline_tok_s(state.recipe, state.cluster)
@@ -325,6 +328,22 @@ def run_command(
             f"wrote {out / REQUESTS_FILE}, {out / 'summary.json'}, "
             + ", ".join(str(p) for p in written)
         )
+        if deployment and not url_given:
+            evidence.record(deployment, "bench", out, summary=_headline(result), report=HTML_FILE)
+
+
+def _headline(result: BenchResult) -> str:
+    """One line for the status page: each point's output tok/s and failures."""
+    return "; ".join(
+        f"{p.point.label}: "
+        + (
+            f"{p.metrics.output_throughput_tok_s:.1f} tok/s"
+            if p.metrics.output_throughput_tok_s is not None
+            else "no output"
+        )
+        + (f", {p.metrics.failed} failed" if p.metrics.failed else "")
+        for p in result.points
+    )
 
 
 def _seconds(ms: float | None) -> float | None:

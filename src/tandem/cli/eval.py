@@ -23,6 +23,7 @@ from tandem.eval import smoke
 from tandem.eval.log import SamplingParams
 from tandem.eval.report import EvalReport, render_markdown
 from tandem.eval.runner import GPQAConfig, rescore_log, run_gpqa
+from tandem.operations import evidence
 from tandem.operations.fleet import front_door
 from tandem.report.watch import report_folder
 from tandem.watch.background import WATCH_DIR, BackgroundWatch
@@ -189,6 +190,11 @@ def gpqa_command(
     with BackgroundWatch(deployment, Path(out_dir) / WATCH_DIR) if watch else nullcontext():
         report = run_gpqa(config)
     _show(report, Path(out_dir))
+    if deployment is not None:
+        accuracy = f"{report.accuracy:.1%}" if report.accuracy is not None else "no answer"
+        evidence.record(
+            deployment, "eval", Path(out_dir), summary=f"GPQA {accuracy}", report="report.html"
+        )
     if watch:
         summary, _ = report_folder(Path(out_dir) / WATCH_DIR)
         click.echo(
@@ -332,5 +338,15 @@ def smoke_command(
         on_result=lambda r: click.echo(f"{r.check:<12} {r.outcome.value:<15} {r.summary}"),
     )
     click.echo(f"{'PASS' if report.ok else 'FAIL'}: reports {out / smoke.REPORT_MD}, smoke.json")
+    if deployment is not None:
+        outcomes = [f"{c.check} {c.outcome.value}" for c in report.checks]
+        evidence.record(
+            deployment,
+            "smoke",
+            out,
+            summary=", ".join(outcomes),
+            passed=report.ok,
+            report=smoke.REPORT_MD,
+        )
     if not report.ok:
         raise click.exceptions.Exit(1)
