@@ -10,6 +10,7 @@ anything else fails, so a page that needs the internet shows it as an error.
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import re
@@ -58,7 +59,10 @@ class Browser:
         port = self._port()
         pages = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
         page = next(p for p in pages if p["type"] == "page")
-        self._socket = connect(page["webSocketDebuggerUrl"], max_size=2**26)
+        self._stack = contextlib.ExitStack()
+        self._socket = self._stack.enter_context(
+            connect(page["webSocketDebuggerUrl"], max_size=2**26)
+        )
         self._ids = itertools.count(1)
         self.errors: list[str] = []
         for domain in ("Runtime", "Log", "Page"):
@@ -122,7 +126,7 @@ class Browser:
 
     def close(self) -> None:
         try:
-            self._socket.close()
+            self._stack.close()
         finally:
             self._process.terminate()
             try:

@@ -11,8 +11,8 @@ observation equal to ``tandem status --json --nodes`` taken beside it.
 On two groups of the real SmolLM2 behind vllm-router, under load through the router, with
 ``tandem supervise``: a rank killed turns its group red on the page within 10 s and the router
 card shows the group out of rotation; a screenshot of the page while the group restarts is
-kept (set ``TANDEM_DASHBOARD_SHOT`` to a path to keep it there; ``docs/dashboard.png`` was
-taken so).
+kept (each screenshot is copied into the folder ``TANDEM_DASHBOARD_SHOTS`` names, when set;
+``docs/dashboard.png`` was taken so).
 """
 
 from __future__ import annotations
@@ -234,6 +234,7 @@ def test_the_page_in_chromium_shows_the_observation_status_prints(tiny_deploymen
         assert [n["node"] for n in seen["groups"][0]["overview"]["nodes"]] == ["node0", "node1"]
         assert shot.stat().st_size > 50_000
         print(f"screenshot: {shot}")
+        _keep(shot)
     finally:
         _stop(page)
     once = tmp_path / "once"
@@ -243,6 +244,14 @@ def test_the_page_in_chromium_shows_the_observation_status_prints(tiny_deploymen
     written = json.loads((once / "status.json").read_text())
     assert _stable(written) == _stable(printed)
     assert "<script>" not in (once / "index.html").read_text()
+
+
+def _keep(shot: Path) -> None:
+    """A screenshot into ``TANDEM_DASHBOARD_SHOTS`` (a folder), when set: the test's artifact."""
+    folder = os.environ.get("TANDEM_DASHBOARD_SHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(folder) / shot.name)
 
 
 def _stable(status: dict) -> dict:
@@ -389,9 +398,7 @@ def test_a_killed_rank_turns_its_group_red_and_the_router_card_shows_it_out(page
             shot = browser.screenshot(tmp_path / "dashboard-restarting.png")
             errors = browser.errors
         print(f"red after {red_after:.1f} s, out after {out_after:.1f} s; screenshot: {shot}")
-        keep = os.environ.get("TANDEM_DASHBOARD_SHOT")
-        if keep:
-            shutil.copy(shot, keep)
+        _keep(shot)
         assert errors == []
         _wait(
             "group 1 back in rotation",

@@ -150,6 +150,10 @@ def test_the_observer_derives_last_token_and_keeps_its_window():
     assert second.groups[0].traffic.output_tok_s == 16 / 2.0
     assert second.groups[0].last_token_at is not None
     assert second.total is not None and second.total.requests_per_s == 1.0
+    text = body(second, NOW, link)
+    assert 'data-derived="requests_per_s" class="">1.00 req/s' in text
+    assert 'data-derived="spec_acceptance" class="">not drafting' in text  # no draft counters
+    assert 'data-derived="prefix_hit_rate" class="">caching off' in text  # cache_config_info
     third = observer.take()  # 38 s later, the window holds the last two only
     assert third.groups[0].traffic.idle and third.groups[0].last_token_at == second.observed_at
     assert third.groups[0].last_canary_at == NOW

@@ -139,6 +139,10 @@ def _traffic_tiles(traffic: Traffic | None, window_s: float) -> str:
         return value if value is not None and not traffic.idle else NO_TRAFFIC
 
     t = traffic or Traffic(seconds=0)
+    off = {
+        "prefix_hit_rate": "caching off" if t.prefix_caching is False else None,
+        "spec_acceptance": "not drafting" if t.spec_decoding is False else None,
+    }
     figures = [
         ("requests/s", "requests_per_s", rate(t.requests_per_s, "req/s")),
         ("output tok/s", "output_tok_s", rate(t.output_tok_s, "tok/s")),
@@ -154,7 +158,7 @@ def _traffic_tiles(traffic: Traffic | None, window_s: float) -> str:
     ]
     note = f"over {window_s:.0f} s"
     return "".join(
-        tile(label, derived(field, shown(value)), note=note, cls="traffic")
+        tile(label, derived(field, off.get(field) or shown(value)), note=note, cls="traffic")
         for label, field, value in figures
     )
 
@@ -367,9 +371,14 @@ def _verified(value: bool | None) -> str:
 def events(status: DeploymentStatus | None, now: datetime) -> str:
     if status is None:
         return ""
-    lines = sorted(
-        ((e, g.name) for g in status.groups if g.overview for e in g.overview.events),
-        key=lambda pair: pair[0].time,
+    lines = sorted(  # newest first; lines of one second in reverse file order too
+        (
+            (e.time, n, g.name, e)
+            for g in status.groups
+            if g.overview
+            for n, e in enumerate(g.overview.events)
+        ),
+        key=lambda line: (line[0], line[1]),
         reverse=True,
     )[:30]
     rows = [
@@ -379,7 +388,7 @@ def events(status: DeploymentStatus | None, now: datetime) -> str:
             esc(group),
             f'<span class="{"warn" if e.restart else ""}">{esc(e.text)}</span>',
         ]
-        for e, group in lines
+        for _, _, group, e in lines
     ]
     body = table(["time (UTC)", "group", "event"], rows) if rows else "<p>no event recorded</p>"
     return section("events", "Events", body)

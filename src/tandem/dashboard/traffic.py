@@ -61,6 +61,12 @@ class Traffic(BaseModel):
     spec_acceptance: float | None = Field(
         default=None, description="Accepted draft tokens over drafted ones."
     )
+    prefix_caching: bool | None = Field(
+        default=None, description="The server says it caches prefixes; None: unsaid."
+    )
+    spec_decoding: bool | None = Field(
+        default=None, description="The server exports draft counters (it drafts)."
+    )
 
     @property
     def idle(self) -> bool:
@@ -143,6 +149,8 @@ def between(before: ServingReading, after: ServingReading, seconds: float) -> Tr
         if after.prefix_caching is not False
         else None,
         spec_acceptance=_ratio(moved["spec_accepted_tokens"], moved["spec_draft_tokens"]),
+        prefix_caching=after.prefix_caching,
+        spec_decoding=after.spec_drafts is not None,
     )
 
 
