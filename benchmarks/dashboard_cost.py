@@ -40,7 +40,7 @@ import httpx
 from tandem.backends.processes import marked_processes
 from tandem.dashboard.observe import Observer
 from tandem.dashboard.page import document
-from tandem.operations.fleet import status
+from tandem.operations.lifecycle import status
 
 TICK = os.sysconf("SC_CLK_TCK")
 TANDEM = [sys.executable, "-m", "tandem.cli"]

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from tandem.backends.launch import new_state, record_rank
-from tandem.backends.state import DeploymentState
+from tandem.backends.state import GroupState
 from tandem.files import private_dir
 from tandem.rankplan import plan_ranks
 from tandem.spec.cluster import Cluster
@@ -56,7 +56,7 @@ LOOPBACK_CLUSTER = (
 """Two local ranks on loopback: a cluster file that needs neither root nor namespaces."""
 
 
-def launched_local_state(folder: Path, log_text: str = "INFO ready\n") -> DeploymentState:
+def launched_local_state(folder: Path, log_text: str = "INFO ready\n") -> GroupState:
     """``tiny-local``'s state as ``up`` leaves it on two loopback ranks, each rank's log holding
     ``log_text`` (no process runs: for what reads a state, never for what stops one)."""
     cluster = folder / "loopback.yaml"

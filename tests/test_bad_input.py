@@ -527,7 +527,7 @@ def local_state(tmp_path: Path, lines: int) -> str:
 def test_logs_tail_counts_lines_from_the_end(tmp_path, monkeypatch, tail, expected):
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
     name = local_state(tmp_path, 5)
-    assert [line for _, line in log_lines(name, tail=tail)] == expected
+    assert [line for _, _, line in log_lines(name, tail=tail)] == expected
 
 
 # --- 10. CLI numbers out of range -------------------------------------------------------------

@@ -71,7 +71,7 @@ def test_supervise_takes_its_policy_from_the_model_and_hands_it_on_whole():
 
     def parsed(args: list[str]) -> dict:
         params = supervise_command.make_context("supervise", args).params
-        return {k: v for k, v in params.items() if k != "name"}
+        return {k: v for k, v in params.items() if k not in ("name", "group")}
 
     assert SupervisorPolicy(**parsed([])) == SupervisorPolicy()
     chosen = SupervisorPolicy(

@@ -10,6 +10,7 @@ import pytest
 
 from tandem import wire
 from tandem.backends.launch import new_state, record_rank
+from tandem.backends.state import list_deployments
 from tandem.check import CheckReport
 from tandem.cli.lifecycle import first_answer
 from tandem.errors import CheckFailed
@@ -83,6 +84,6 @@ def test_up_first_stops_what_a_killed_up_left_and_says_so(tmp_path, monkeypatch)
         lifecycle.refuse_if_running(deployment, events.append)
         assert left.wait(timeout=40) is not None
         assert any("was killed before it became ready" in e for e in events), events
-        assert not state.directory.state_file.exists()
+        assert "tiny-local" not in list_deployments()
     finally:
         left.kill()

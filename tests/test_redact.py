@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from factories import launched_local_state
 
 from tandem.backends.bundle import write_bundle
-from tandem.backends.state import DeploymentState
+from tandem.backends.state import DeploymentDir, GroupState
 from tandem.cli import main
 from tandem.errors import SpecError
 from tandem.files import open_private
@@ -212,7 +212,7 @@ def test_up_dry_run_is_redacted(caller):
 
 
 def test_state_file_is_private_and_redacted(caller):
-    state = DeploymentState(
+    state = GroupState(
         name="s",
         backend="local",
         recipe={"env": {"HF_TOKEN": "plain"}},
@@ -222,7 +222,7 @@ def test_state_file_is_private_and_redacted(caller):
         phases=[PhaseMark(phase="ready", elapsed_s=1, detail=f"sent Bearer {API_KEY}")],
     )
     state.save()
-    path = state.directory.state_file
+    path = DeploymentDir.of("s").state_file
     text = path.read_text()
     assert "plain" not in text and API_KEY not in text and REDACTED in text
     assert mode(path) == 0o600 and mode(path.parent) == 0o700
@@ -282,14 +282,14 @@ def test_extra_args_with_an_inline_secret_are_refused():
     assert Engine(extra_args=["--seed", "0"]).extra_args == ["--seed", "0"]
 
 
-def launched_state(caller: Path) -> DeploymentState:
+def launched_state(caller: Path) -> GroupState:
     """A local deployment's state as `up` leaves it, its rank logs holding the caller's secrets."""
     state = launched_local_state(
         caller,
         f"INFO args: --api-key {API_KEY}\nGET /v1/models Authorization: Bearer "
         f"{API_KEY}\nhub token {HF_TOKEN}\nINFO ready\n",
     )
-    with open_private(state.directory.events, "a") as handle:
+    with open_private(DeploymentDir.of(state.deployment_name).events, "a") as handle:
         handle.write(f"restart: leader answered 401 to key {API_KEY}\n")
     return state
 

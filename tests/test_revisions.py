@@ -4,7 +4,7 @@ the bench part of an upgrade's gate."""
 from __future__ import annotations
 
 import pytest
-from factories import LOOPBACK_CLUSTER
+from factories import LOOPBACK_CLUSTER, launched_local_state
 
 from tandem.check.findings import CheckReport
 from tandem.errors import SpecError, StateError
@@ -47,14 +47,20 @@ def report(deployment, kernel: str) -> CheckReport:
     return CheckReport(deployment=deployment.name, nodes=nodes)
 
 
+def hosts(deployment, kernel: str) -> dict:
+    return report(deployment, kernel).nodes
+
+
 def test_each_up_is_the_next_revision_and_the_changes_are_named(deployment):
-    first = revisions.record(deployment, report(deployment, "6.17.0-1026"))
+    first = revisions.record(deployment, hosts(deployment, "6.17.0-1026"))
     changed = deployment.model_copy(
         update={
             "recipe": deployment.recipe.model_copy(update={"description": "new", "shm_size": "2g"})
         }
     )
-    second = revisions.record(changed, report(deployment, "7.0.0-1019"), outcome="failed")
+    second = revisions.record(
+        changed, hosts(deployment, "7.0.0-1019"), outcome=revisions.RevisionOutcome.FAILED
+    )
     assert [r.number for r in revisions.history("tiny-local")] == [1, 2]
     assert (first.outcome, second.outcome) == ("good", "failed")
     said = revisions.changes(first, second)
@@ -63,7 +69,7 @@ def test_each_up_is_the_next_revision_and_the_changes_are_named(deployment):
 
 
 def test_a_host_fact_changed_since_the_last_good_revision_is_a_warning(deployment):
-    revisions.record(deployment, report(deployment, "6.17.0-1026"))
+    revisions.record(deployment, hosts(deployment, "6.17.0-1026"))
     found = revisions.host_changes("tiny-local", report(deployment, "7.0.0-1019"))
     assert {f.node for f in found} == {"n0", "n1"}
     assert found[0].message == (
@@ -73,7 +79,7 @@ def test_a_host_fact_changed_since_the_last_good_revision_is_a_warning(deploymen
 
 
 def test_an_unknown_revision_is_one_message(deployment):
-    revisions.record(deployment, None)
+    revisions.record(deployment, {})
     with pytest.raises(StateError, match=r"no revision 7 \(known: 1\)"):
         revisions.revision("tiny-local", 7)
 
@@ -96,7 +102,8 @@ def test_the_gate_bench_holds_the_new_revision_to_the_baseline(figures, failed):
     assert failed is None or failed in (result.check or "")
 
 
-def test_an_upgrade_to_another_deployment_is_refused_first(deployment):
+def test_an_upgrade_to_another_deployment_is_refused_first(deployment, tmp_path):
+    launched_local_state(tmp_path)  # tiny-local runs (as far as its record says)
     other = deployment.model_copy(
         update={"recipe": deployment.recipe.model_copy(update={"name": "other"})}
     )
@@ -105,8 +112,17 @@ def test_an_upgrade_to_another_deployment_is_refused_first(deployment):
 
 
 def test_an_upgrade_of_what_does_not_run_is_refused(deployment):
-    with pytest.raises(StateError):
+    with pytest.raises(StateError, match="no deployment named 'tiny-local'"):
         upgrade("tiny-local", deployment)
+
+
+def test_the_history_of_an_unknown_deployment_is_an_error_not_an_empty_list(deployment):
+    with pytest.raises(StateError, match="no deployment named 'nosuch'"):
+        revisions.history("nosuch")
+    revisions.folder("odd").path.mkdir(parents=True)
+    (revisions.folder("odd").path / "revisions").write_text("")
+    with pytest.raises(StateError, match="is no folder"):
+        revisions.history("odd")
 
 
 def test_a_killed_upgrade_is_named_with_the_way_back(deployment):
@@ -116,9 +132,12 @@ def test_a_killed_upgrade_is_named_with_the_way_back(deployment):
 
     assert revisions.interrupted_upgrade("tiny-local") is None
     files.private_dir(DeploymentDir.of("tiny-local").path)
-    path = revisions.mark_upgrade("tiny-local", 3, "gate")
+    revisions.mark_upgrade("tiny-local", 3, "gate")
+    path = DeploymentDir.of("tiny-local").path / revisions.MARKER
     assert path.stat().st_mode & 0o777 == 0o600  # private, like the state beside it
     marker = revisions.UpgradeMarker(from_revision=3, phase="gate")
     assert revisions.interrupted_upgrade("tiny-local") == marker
     said = lifecycle._interrupted_upgrade("tiny-local")
     assert said and "from revision 3 was interrupted (gate)" in said and "--to 3" in said
+    revisions.clear_upgrade("tiny-local")
+    assert revisions.interrupted_upgrade("tiny-local") is None

@@ -21,7 +21,7 @@ from tandem.operations.supervisor import (
     BACKOFF_RESET_S,
     SupervisorPolicy,
     backoff_delay,
-    stop_supervisor,
+    stop_supervisors,
     supervise,
 )
 from tandem.rankplan import plan_ranks
@@ -66,7 +66,7 @@ class ScriptedBackend:
     def down(self, state, *, on_event):
         self.calls.append("down")
 
-    def up(self, plan, deployment, *, timeout_s, on_phase, on_event):
+    def up(self, plan, deployment, *, timeout_s, on_phase, on_event, place=None):
         self.calls.append("up:" + ",".join(str(r.rank) for r in plan.in_start_order()))
         if self.up_raises:
             raise self.up_raises
@@ -205,10 +205,10 @@ def test_archive_moves_the_current_rank_logs_into_the_next_restart_folder(home):
     for rank in (10, 2, 0):
         directory.rank_log(rank).write_text(f"rank {rank}\n")
     assert [p.name for p in directory.rank_logs()] == ["rank0.log", "rank2.log", "rank10.log"]
-    folder = supervisor.archive_logs("d")
+    folder = supervisor.archive_logs(directory)
     assert folder == directory.logs / "restart-2"
     assert sorted(p.name for p in folder.iterdir()) == ["rank0.log", "rank10.log", "rank2.log"]
-    assert directory.rank_logs() == [] and supervisor.archive_logs("d") is None
+    assert directory.rank_logs() == [] and supervisor.archive_logs(directory) is None
 
 
 def test_a_dead_leader_main_process_restarts_at_once_with_its_pid(home, monkeypatch):
@@ -255,7 +255,7 @@ def test_the_supervisor_writes_why_it_stopped(home, monkeypatch, cause, said):
         run(backend, home, monkeypatch, looks=3)
     events = (home / "deployments" / "test" / "events.log").read_text()
     assert events.splitlines()[-1].endswith(f"the supervisor stops: {said}")
-    assert not DeploymentDir.of("test").supervisor_pid.exists()
+    assert not DeploymentDir.of("test").supervisor_pid().exists()
 
 
 def test_a_supervisor_asked_to_stop_says_so(home, monkeypatch):
@@ -288,14 +288,14 @@ def sleeper(spawned, *argv: str) -> subprocess.Popen:
 
 def stop(name: str) -> tuple[bool, list[str]]:
     said: list[str] = []
-    return stop_supervisor(name, timeout_s=10, on_event=said.append), said
+    return stop_supervisors(name, timeout_s=10, on_event=said.append), said
 
 
 def test_a_stale_bare_pid_of_an_unrelated_tandem_process_is_not_signalled(home, spawned):
     # An older tandem wrote a bare pid; the supervisor died, and the pid now names a process
     # whose command line merely holds "tandem" (what the old check looked for).
     decoy = sleeper(spawned, "tandem")
-    pid_file = DeploymentDir.of("test").supervisor_pid
+    pid_file = DeploymentDir.of("test").supervisor_pid()
     pid_file.parent.mkdir(parents=True)
     pid_file.write_text(f"{decoy.pid}\n")
     stopped, said = stop("test")
@@ -313,14 +313,14 @@ def test_a_pid_file_whose_process_is_gone_is_stale_whoever_has_the_pid(home, spa
         real.start_ticks + (1 if change == "start" else 0),
         "another-boot" if change == "boot" else real.boot,
     )
-    pid_file = DeploymentDir.of("test").supervisor_pid
+    pid_file = DeploymentDir.of("test").supervisor_pid()
     pid_file.parent.mkdir(parents=True)
     pid_file.write_text(recorded.text())
     assert stop("test")[0] is False and decoy.poll() is None
 
 
 def test_the_supervisor_named_by_its_identity_is_stopped_and_the_log_says_by_whom(home, spawned):
-    pid_file = DeploymentDir.of("test").supervisor_pid
+    pid_file = DeploymentDir.of("test").supervisor_pid()
     pid_file.parent.mkdir(parents=True)
     proc = subprocess.Popen(
         [
@@ -345,7 +345,7 @@ def test_the_supervisor_named_by_its_identity_is_stopped_and_the_log_says_by_who
 
 def test_a_bare_pid_file_of_an_older_tandem_still_stops_its_supervisor(home, spawned):
     supervising = sleeper(spawned, "supervise")  # started before it wrote the file
-    pid_file = DeploymentDir.of("test").supervisor_pid
+    pid_file = DeploymentDir.of("test").supervisor_pid()
     pid_file.parent.mkdir(parents=True)
     pid_file.write_text(str(supervising.pid))
     assert stop("test")[0] and supervising.wait(timeout=10) == -signal.SIGTERM

@@ -5,54 +5,53 @@ no longer starts: each passes a readiness probe or fails after the old revision 
 upgrade goes:
 
 1. **check before stopping**: the new recipe must load, plan and pass its preflight (but for
-   the ports and memory the running revision holds), and be the same deployment (its name);
-2. **baseline**: the current revision's bench figures, measured now if it has none (the gate
-   compares like with like: same workload, same machine);
-3. stop the current revision (its compile caches stay, so the way back is a warm start) and
-   bring up the new one (the preflight runs; leader and workers start from one recipe, so they
-   are always on one revision);
-4. **the gate**: ``tandem eval smoke`` (template, determinism, and the tool and reasoning checks
-   the recipe promises) and a short bench against the baseline, with the TPOT and throughput
-   limits of ``GateLimits``;
-5. a failure at 3 or 4 **rolls back**: the new revision is stopped and recorded as failed with
-   the check and its evidence, and the previous revision starts again, warm.
+   the ports and memory the running revision holds), and be the same deployment (its name, its
+   number of groups);
+2. **baseline**: the current revision's bench figures, measured now on the first group if it
+   has none (the gate compares like with like: same workload, same machine);
+3. **roll**: one group at a time (every group at once on Kubernetes, where one object launches
+   them), the first the canary: the group leaves the router's rotation while another serves,
+   drains, stops (its compile caches stay, so the way back is a warm start), starts on the new
+   revision and meets **the gate** at its own leader: ``tandem eval smoke`` (template,
+   determinism, and the tool and reasoning checks the recipe promises) and a short bench
+   against the baseline, with the limits of ``GateLimits``; then it joins again;
+4. a failure at 3 **rolls back**: that group starts again on the old revision, warm, and so do
+   the groups the roll had already moved, one at a time in reverse; the new revision is
+   recorded as failed with the check and its evidence. One group is a roll of one.
 
-A file ``upgrade.json`` in the deployment's folder names the phase while an upgrade runs; a
-killed upgrade leaves it, and the next ``upgrade``, ``rollback`` or ``status`` says which
-revision was being left and which was coming.
+``rollback`` is the same roll toward an earlier revision, without a gate. A file
+``upgrade.json`` in the deployment's folder names the phase while an upgrade runs; a killed
+upgrade leaves it, and the next ``upgrade``, ``rollback`` or ``status`` says which revision was
+being left and which was coming.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from tandem import files, ownership, wire
 from tandem.backends.base import OnEvent, OnPhase
-from tandem.backends.state import (
-    DeploymentDir,
-    DeploymentState,
-    list_deployments,
-    load_fleet,
-    load_state,
-)
+from tandem.backends.state import DeploymentState, GroupState, list_deployments, load_state
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import run as run_bench
-from tandem.errors import BackendError, CheckFailed, SpecError, StateError, TandemError
+from tandem.errors import CheckFailed, SpecError, StateError, TandemError
 from tandem.eval import smoke
 from tandem.operations import lifecycle, revisions
 from tandem.operations.preflight import run_check
+from tandem.operations.revisions import Revision, RevisionOutcome
 from tandem.operations.supervisor import cycle_group, others_serve
-from tandem.rankplan import placed_groups, plan_ranks
+from tandem.rankplan import placed_groups
 from tandem.spec.deployment import Deployment
 
 HELD_BY_THE_RUNNING = {"port-taken", "memory-headroom", "shm-too-small"}
 """Preflight rules that the running revision itself fails the new one on (its ports, its
-memory): checked again once it has stopped, by the new revision's own ``up``."""
+memory): checked again once it has stopped, by the new revision's own start."""
 GATE_SMOKE_CHECKS = ["template", "determinism", "tools", "reasoning", "speculative"]
 """The smoke checks of the gate: all but the long needle, which takes minutes on a real
 context (run it with ``tandem eval smoke`` when the context is what changed)."""
@@ -83,25 +82,31 @@ class GateResult(BaseModel):
     figures: dict[str, float] = Field(default_factory=dict)
 
 
+class UpgradeOutcome(StrEnum):
+    UPGRADED = "upgraded"
+    ROLLED_BACK = "rolled-back"
+
+
 class UpgradeResult(BaseModel):
     name: str
     from_revision: int
     to_revision: int
-    outcome: Literal["upgraded", "rolled-back"]
-    gate: GateResult
+    outcome: UpgradeOutcome
+    gate: GateResult = Field(description="The failed gate, else the last group's.")
+    group: int | None = Field(default=None, description="The group whose gate failed.")
     running_revision: int
 
 
-def measure(state: DeploymentState, limits: GateLimits, out: Path) -> dict[str, float]:
-    """The gate bench on a running deployment: median TPOT and output tok/s.
+def measure(endpoint: str, model: str, limits: GateLimits, out: Path) -> dict[str, float]:
+    """The gate bench on a group's leader: median TPOT and output tok/s.
 
     Each measurement draws its prompts from a seed of its own (kept in its ``config.json``):
     with one fixed seed, a baseline taken on a server that had run the gate's bench before
     would be answered from its prefix cache and set a bar no fresh revision reaches.
     """
     config = BenchConfig(
-        url=state.endpoint,
-        model=state.model,
+        url=endpoint,
+        model=model,
         api_key=os.environ.get(wire.VLLM_API_KEY),
         concurrency=[limits.concurrency],
         requests=limits.requests,
@@ -151,15 +156,16 @@ def judge_bench(
 
 
 def gate(
-    state: DeploymentState,
+    group: GroupState,
     baseline: dict[str, float],
     limits: GateLimits,
     out: Path,
     on_event: OnEvent = lambda text: None,
 ) -> GateResult:
-    """Smoke checks, then the bench against ``baseline``; the first failure decides."""
+    """Smoke checks at the group's leader, then the bench against ``baseline``; the first
+    failure decides."""
     report = smoke.run_smoke(
-        smoke.target_of(state),
+        smoke.target_of(group),
         ownership.output_folder(out / "smoke", force=True),
         api_key=os.environ.get(wire.VLLM_API_KEY),  # the key the deployment was started with
         checks=GATE_SMOKE_CHECKS,
@@ -173,10 +179,142 @@ def gate(
         )
     if not limits.bench:
         return GateResult(passed=True)
-    figures = measure(state, limits, out / "bench")
+    figures = measure(group.endpoint, group.model, limits, out / "bench")
     result = judge_bench(baseline, figures, limits)
     on_event(f"gate: bench {'passed' if result.passed else 'failed'} ({figures})")
     return result
+
+
+Judge = Callable[[GroupState], GateResult]
+
+
+class Roll:
+    """Moves a deployment's groups to a revision one launch at a time, through its router."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        timeout_s: float | None,
+        drain_s: float,
+        on_event: OnEvent,
+        on_phase: OnPhase,
+    ) -> None:
+        self.name = name
+        self.timeout_s, self.drain_s = timeout_s, drain_s
+        self.on_event, self.on_phase = on_event, on_phase
+
+    def move(self, unit: list[GroupState], revision: Revision, judge: Judge | None) -> GateResult:
+        """Group(s) ``unit`` leave the router, drain, start on ``revision`` and, with a
+        ``judge``, meet it; one that fails starts again on the revision it ran. Returns the
+        judgement (passed without one).
+
+        Raises:
+            BackendError: taking it out would leave no group serving (nothing was stopped).
+        """
+        state = load_state(self.name)
+        unit = [state.group(g.group) for g in unit]  # as they run now
+        first = unit[0]
+        if state.router is not None:
+            others_serve(self.name, first.group, self.on_event)
+        previous = revisions.revision(self.name, first.revision) if first.revision else None
+        result = GateResult(passed=True)
+
+        def relaunch() -> str:
+            nonlocal result
+            try:
+                moved = self._restart(state, unit, revision)
+                result = judge(moved) if judge is not None else result
+            except TandemError as exc:
+                result = GateResult(passed=False, check="start", evidence=[str(exc)])
+            if not result.passed and previous is not None:
+                self.on_event(
+                    f"group {first.group}: revision {revision.number} failed ({result.check}): "
+                    f"back to revision {previous.number}"
+                )
+                return self._restart(load_state(self.name), unit, previous).endpoint
+            return load_state(self.name).group(first.group).endpoint
+
+        who = f"group {first.group}" if len(unit) == 1 else "every group"
+        self.on_event(f"{who}: to revision {revision.number}")
+        cycle_group(self.name, first.endpoint, relaunch, self.on_event, drain_s=self.drain_s)
+        return result
+
+    def _restart(
+        self, state: DeploymentState, unit: list[GroupState], revision: Revision
+    ) -> GroupState:
+        """Stop the unit's groups and start them from ``revision``; its first group, running."""
+        whole = revision.deployment(self.name)
+        first = unit[0].group
+        lifecycle.stop_group(state, unit[0], self.on_event)
+        together = lifecycle.launched_together(state.backend)  # one launch of every group
+        part, index = (whole, 0) if together else (placed_groups(whole)[first], first)
+        launched, _ = lifecycle.start_group(
+            state,
+            part,
+            index,
+            timeout_s=self.timeout_s,
+            on_phase=self.on_phase,
+            on_event=self.on_event,
+        )
+        if together:
+            lifecycle.split_by_group(state, launched)
+        fresh = load_state(self.name)
+        for group in unit:
+            moved = fresh.group(group.group)
+            moved.revision = revision.number
+            moved.save()
+        return load_state(self.name).group(first)
+
+
+def _refuse_another(state: DeploymentState, new: Deployment) -> None:
+    """An upgrade changes what each group runs, not which deployment nor how many groups.
+
+    Raises:
+        SpecError: ``new`` is another deployment or has another number of groups.
+        StateError: the deployment is not running.
+    """
+    name = state.name
+    if new.name != name:
+        raise SpecError(
+            f"the new recipe is deployment '{new.name}', not '{name}'",
+            field="name",
+            hint=f"an upgrade keeps the name: set `name: {name}` in the new recipe",
+        )
+    if new.recipe.replicas != len(state.groups):
+        raise SpecError(
+            f"the new recipe has {new.recipe.replicas} replicas, the running deployment "
+            f"{len(state.groups)}; an upgrade changes what each group runs, not how many run",
+            field="replicas",
+            hint=f"keep replicas: {len(state.groups)}, or `tandem down` and `tandem up` anew",
+        )
+    if not state.ready:
+        raise StateError(
+            f"deployment '{name}' is not running",
+            hint=f"`tandem up` it first, or `tandem status {name}`",
+        )
+
+
+def _preflight(new: Deployment, on_event: OnEvent) -> dict[str, dict]:
+    """Every group's preflight before anything stops, but for what the running revision holds.
+
+    Raises:
+        PlanError: ``new`` does not fit.
+        CheckFailed: it fails its preflight.
+    """
+    parts = placed_groups(new)
+    hosts: dict[str, dict] = {}
+    for part in [new] if lifecycle.launched_together(new.cluster.transport.value) else parts:
+        report = run_check(part, on_event=on_event)
+        blocking = [f for f in report.errors if f.rule not in HELD_BY_THE_RUNNING]
+        if blocking:
+            raise CheckFailed(
+                f"refusing to upgrade '{new.name}': the new revision fails its preflight; "
+                "nothing was stopped\n" + "\n".join(f.render() for f in blocking),
+                hint="fix the new recipe (`tandem check` shows the same findings)",
+            )
+        hosts |= report.nodes
+    return hosts
 
 
 def upgrade(
@@ -185,217 +323,105 @@ def upgrade(
     *,
     limits: GateLimits | None = None,
     timeout_s: float | None = None,
+    drain_s: float = 60.0,
     on_event: OnEvent = lambda text: None,
     on_phase: OnPhase = lambda mark: None,
 ) -> UpgradeResult:
-    """Move running deployment ``name`` to ``new`` behind the gate; roll back on a failure.
+    """Move running deployment ``name`` to ``new`` behind the gate, group by group; roll back
+    every group moved so far on the first failure.
 
     Raises:
-        SpecError: ``new`` is another deployment.
+        SpecError: ``new`` is another deployment, or has another number of groups.
         PlanError: ``new`` does not fit (nothing was stopped).
+        CheckFailed: ``new`` fails its preflight (nothing was stopped).
         StateError: ``name`` is not running.
+        BackendError: a group cannot leave the router while no other serves (the roll stops
+            before it).
     """
     limits = limits or GateLimits()
-    if new.name != name:
-        raise SpecError(
-            f"the new recipe is deployment '{new.name}', not '{name}'",
-            field="name",
-            hint=f"an upgrade keeps the name: set `name: {name}` in the new recipe",
-        )
     state = load_state(name)
-    if not state.ready:
-        raise StateError(
-            f"deployment '{name}' is not running",
-            hint=f"`tandem up` it first, or `tandem status {name}`",
-        )
-    plan_ranks(new)  # refuse what does not fit before anything stops
-    report = run_check(new, on_event=on_event)
-    blocking = [f for f in report.errors if f.rule not in HELD_BY_THE_RUNNING]
-    if blocking:
-        raise CheckFailed(
-            f"refusing to upgrade '{name}': the new revision fails its preflight; nothing was "
-            "stopped\n" + "\n".join(f.render() for f in blocking),
-            hint="fix the new recipe (`tandem check` shows the same findings)",
-        )
-    old = revisions.current(state) or revisions.record(state.deployment(lenient=True), None)
+    _refuse_another(state, new)
+    hosts = _preflight(new, on_event)
+    old = revisions.current(state) or revisions.record(state.deployment(lenient=True), {})
     work = files.private_dir(state.directory.path / "upgrades" / f"from-{old.number}")
     if not old.baseline and limits.bench:
         on_event(f"measuring the baseline of revision {old.number} (the gate compares with it)")
-        old.baseline = measure(state, limits, work / "baseline")
+        lead = state.groups[0]
+        old.baseline = measure(lead.endpoint, lead.model, limits, work / "baseline")
         revisions.save(name, old)
-    marker = revisions.mark_upgrade(name, old.number, "starting the new revision")
-    on_event(f"stopping revision {old.number} (compile caches kept)")
-    lifecycle.down(name, on_event=on_event)
-    try:
-        new_state, _ = lifecycle.up(
-            new, timeout_s=timeout_s, on_event=on_event, on_phase=on_phase, gated=True
-        )
-    except TandemError as exc:
-        failed = revisions.record(new, None, outcome="failed")
-        result = GateResult(passed=False, check="start", evidence=[str(exc)])
-        return _roll_back(name, old, failed, result, marker, timeout_s, on_event, on_phase)
-    revisions.mark_upgrade(name, old.number, "gate")
-    result = gate(new_state, old.baseline, limits, work / f"to-{new_state.revision}", on_event)
-    candidate = revisions.revision(name, new_state.revision or 0)
-    if not result.passed:
-        lifecycle.down(name, on_event=on_event)
-        return _roll_back(name, old, candidate, result, marker, timeout_s, on_event, on_phase)
-    candidate.outcome = "good"
+    candidate = revisions.record(new, hosts, outcome=RevisionOutcome.STARTING)
+    revisions.mark_upgrade(name, old.number, f"rolling to revision {candidate.number}")
+    roll = Roll(name, timeout_s=timeout_s, drain_s=drain_s, on_event=on_event, on_phase=on_phase)
+    moved: list[list[GroupState]] = []
+    result = GateResult(passed=True)
+    units = lifecycle.launch_units(state)
+    for unit in units:
+        out = work / f"to-{candidate.number}" / f"group-{unit[0].group}"
+
+        def judge(group: GroupState, out: Path = out) -> GateResult:
+            return gate(group, old.baseline, limits, out, on_event)
+
+        result = roll.move(unit, candidate, judge)
+        if not result.passed:
+            revisions.transition(name, candidate, RevisionOutcome.FAILED, result.check or "")
+            for earlier in reversed(moved):
+                roll.move(earlier, old, None)
+            _settle(name, old)
+            return UpgradeResult(
+                name=name,
+                from_revision=old.number,
+                to_revision=candidate.number,
+                outcome=UpgradeOutcome.ROLLED_BACK,
+                gate=result,
+                group=unit[0].group,
+                running_revision=old.number,
+            )
+        moved.append(unit)
     candidate.baseline = result.figures
-    revisions.save(name, candidate)
-    marker.unlink(missing_ok=True)
+    revisions.transition(name, candidate, RevisionOutcome.GOOD)
+    _settle(name, candidate)
     on_event(f"revision {candidate.number} passed the gate and is current")
     return UpgradeResult(
         name=name,
         from_revision=old.number,
         to_revision=candidate.number,
-        outcome="upgraded",
+        outcome=UpgradeOutcome.UPGRADED,
         gate=result,
         running_revision=candidate.number,
     )
 
 
-def rolling_upgrade(
-    name: str,
-    new: Deployment,
-    *,
-    limits: GateLimits | None = None,
-    timeout_s: float | None = None,
-    drain_s: float = 60.0,
-    on_event: OnEvent = lambda text: None,
-    on_phase: OnPhase = lambda mark: None,
-) -> list[UpgradeResult]:
-    """Move a deployment with replicas to ``new`` one group at a time, the first as the canary.
-
-    Each group leaves the router, drains (up to ``drain_s``), is upgraded behind the gate on its
-    own leader (``upgrade``: switch, smoke and bench against its own baseline, or back to its
-    old revision) and joins again (``tandem.operations.supervisor.cycle_group``), while the other
-    groups serve. A group leaves only while another serves
-    (``tandem.operations.supervisor.others_serve``). The first group that fails its gate is rolled
-    back and the roll stops: the groups after it never leave the revision that runs. Returns each
-    group's result, in order.
-
-    Raises:
-        SpecError: ``new`` is another deployment, or has another number of groups.
-        PlanError: ``new`` does not fit (nothing was stopped).
-        BackendError: no other group would serve while the next one is out (the roll stops
-            before it).
-    """
-    fleet = load_fleet(name)
-    if new.name != name:
-        raise SpecError(
-            f"the new recipe is deployment '{new.name}', not '{name}'",
-            field="name",
-            hint=f"an upgrade keeps the name: set `name: {name}` in the new recipe",
-        )
-    if new.recipe.replicas != len(fleet.groups):
-        raise SpecError(
-            f"the new recipe has {new.recipe.replicas} replicas, the running deployment "
-            f"{len(fleet.groups)}; an upgrade changes what each group runs, not how many run",
-            field="replicas",
-            hint=f"keep replicas: {len(fleet.groups)}, or `tandem down` and `tandem up` anew",
-        )
-    targets = placed_groups(new)  # refuse what does not fit before anything stops
-    results: list[UpgradeResult] = []
-    for index, (group, target) in enumerate(zip(fleet.groups, targets, strict=True)):
-        role = "the canary" if index == 0 else f"group {index}"
-        try:
-            others_serve(group, on_event)
-        except BackendError as exc:
-            raise BackendError(
-                f"{exc.message}; the rolling upgrade stops before {group}"
-                + (f" ({index} group(s) already run the new revision)" if index else ""),
-                hint=exc.hint,
-            ) from exc
-        on_event(f"{role} ({group}): out of rotation, drained, upgraded behind the gate")
-        state = load_state(group)
-
-        refused: list[TandemError] = []
-
-        def relaunch(
-            group: str = group, target: Deployment = target, refused: list = refused
-        ) -> str:
-            try:
-                results.append(
-                    upgrade(
-                        group,
-                        target,
-                        limits=limits,
-                        timeout_s=timeout_s,
-                        on_event=on_event,
-                        on_phase=on_phase,
-                    )
-                )
-            except TandemError as exc:  # refused before anything stopped: it serves as it was
-                refused.append(exc)
-            return load_state(group).endpoint
-
-        cycle_group(group, state.endpoint, relaunch, on_event, drain_s=drain_s)
-        if refused:
-            raise refused[0]
-        if results[-1].outcome == "rolled-back":
-            on_event(
-                f"{role} failed its gate and runs revision {results[-1].running_revision} "
-                f"again: the rolling upgrade stops; {len(fleet.groups) - index - 1} group(s) "
-                "never left their revision"
-            )
-            break
-    return results
-
-
-def _roll_back(
-    name: str,
-    old: revisions.Revision,
-    failed: revisions.Revision,
-    result: GateResult,
-    marker: Path,
-    timeout_s: float | None,
-    on_event: OnEvent,
-    on_phase: OnPhase,
-) -> UpgradeResult:
-    failed.outcome = "failed"
-    failed.reason = result.check or ""
-    revisions.save(name, failed)
-    on_event(
-        f"revision {failed.number} failed the gate ({result.check}): rolling back to {old.number}"
-    )
-    revisions.mark_upgrade(name, old.number, "rolling back")
-    lifecycle.up(
-        old.deployment(),
-        timeout_s=timeout_s,
-        on_event=on_event,
-        on_phase=on_phase,
-        revision=old.number,
-    )
-    marker.unlink(missing_ok=True)
-    return UpgradeResult(
-        name=name,
-        from_revision=old.number,
-        to_revision=failed.number,
-        outcome="rolled-back",
-        gate=result,
-        running_revision=old.number,
-    )
+def _settle(name: str, revision: Revision) -> None:
+    """The deployment runs ``revision`` (every group moved to it): the record says so and the
+    upgrade's marker goes."""
+    state = load_state(name)
+    state.revision = revision.number
+    state.save()
+    revisions.clear_upgrade(name)
 
 
 def rollback(
     name: str,
     to: int | None = None,
     *,
+    group: int | None = None,
     timeout_s: float | None = None,
+    drain_s: float = 60.0,
     on_event: OnEvent = lambda text: None,
     on_phase: OnPhase = lambda mark: None,
-) -> revisions.Revision:
-    """Stop what runs of ``name`` and start revision ``to`` (default: the good one before the
-    current), warm from the kept caches.
+) -> Revision:
+    """Move every group of ``name`` (or only ``group``) to revision ``to`` (default: the good
+    one before the current), one group at a time through the router, warm from the kept
+    caches; a deployment that is down starts on it.
 
     Raises:
-        StateError: no such revision, or no earlier good one.
+        StateError: no such deployment, no such revision, or no earlier good one.
     """
     known = revisions.history(name)
-    running = load_state(name).revision if name in list_deployments() else None
+    running = load_state(name) if name in list_deployments() else None
     if to is None:
-        earlier = [r for r in known if r.outcome == "good" and r.number != running]
+        current = running.revision if running is not None else None
+        earlier = [r for r in known if r.outcome is RevisionOutcome.GOOD and r.number != current]
         if not earlier:
             raise StateError(
                 f"deployment '{name}' has no good revision to go back to",
@@ -404,15 +430,21 @@ def rollback(
         target = earlier[-1]
     else:
         target = revisions.revision(name, to)
-    (DeploymentDir.of(name).path / revisions.MARKER).unlink(missing_ok=True)
-    if running is not None or name in list_deployments():
-        lifecycle.down(name, on_event=on_event)
-    on_event(f"starting revision {target.number}")
-    lifecycle.up(
-        target.deployment(),
-        timeout_s=timeout_s,
-        on_event=on_event,
-        on_phase=on_phase,
-        revision=target.number,
-    )
+    revisions.clear_upgrade(name)
+    if running is None or not running.groups:
+        on_event(f"starting revision {target.number}")
+        lifecycle.up(
+            target.deployment(name),
+            timeout_s=timeout_s,
+            on_event=on_event,
+            on_phase=on_phase,
+            revision=target.number,
+        )
+        return target
+    roll = Roll(name, timeout_s=timeout_s, drain_s=drain_s, on_event=on_event, on_phase=on_phase)
+    for unit in lifecycle.launch_units(running):
+        if group is None or any(g.group == group for g in unit):
+            roll.move(unit, target, None)
+    if group is None:
+        _settle(name, target)
     return target

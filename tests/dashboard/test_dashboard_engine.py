@@ -366,7 +366,7 @@ def test_a_killed_rank_turns_its_group_red_and_the_router_card_shows_it_out(page
     )
     page = _spawn(env, "dashboard", NAME, "--port", str(port), "--refresh", "1s")
     url = f"http://127.0.0.1:{port}/"
-    events = deployments / f"{NAME}-g1" / "events.log"
+    events = deployments / NAME / "events.log"  # group 1's lines: `group 1: ...`
     try:
         _wait("the page", lambda: httpx.get(url, timeout=5).status_code == 200, 60)
         _wait("the supervisor", events.is_file, 30, 0.5)

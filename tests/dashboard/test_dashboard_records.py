@@ -5,32 +5,39 @@ from __future__ import annotations
 
 from factories import launched_local_state
 
+from tandem.backends.state import load_state
 from tandem.operations import evidence
 from tandem.operations.overview import identity_of, read_events
 
 
 def test_a_run_is_evidence_of_the_revision_that_ran_it(tmp_path, monkeypatch):
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
-    state = launched_local_state(tmp_path)
+    name = launched_local_state(tmp_path).name
+    state = load_state(name)
     state.revision = 2
     state.save()
-    (tmp_path / "b1").mkdir()
     written = evidence.record(
-        state.name, "bench", tmp_path / "b1", summary="c4: 40.0 tok/s", report="report.html"
+        name, "bench", tmp_path / "b1", summary="c4: 40.0 tok/s", report="report.html"
     )
-    assert written == [state.directory.path / evidence.EVIDENCE_FILE]
+    assert written == state.directory.path / evidence.EVIDENCE_FILE
     state.revision = 3
     state.save()
-    evidence.record(state.name, "smoke", tmp_path / "s1", summary="determinism pass", passed=True)
-    assert set(evidence.latest(state.name, 2)) == {"bench"}
-    now = evidence.latest(state.name, 3)
-    assert set(now) == {"smoke"} and now["smoke"].passed is True
-    assert evidence.latest(state.name, 2)["bench"].report == str(tmp_path / "b1" / "report.html")
-    assert evidence.record("not-running", "eval", tmp_path) == []
+    group = load_state(name).group(0)
+    group.revision = 3
+    group.save()
+    evidence.record(name, "smoke", tmp_path / "s1", group=0, summary="ok", passed=True)
+    evidence.record(name, "eval", tmp_path / "e1", summary="through the front door")
+    assert set(evidence.latest(name, 2)) == {"bench"}
+    now = evidence.latest(name, 3, group=0)
+    assert set(now) == {"smoke", "eval"} and now["smoke"].passed is True
+    assert now["smoke"].group == 0 and now["eval"].group is None  # the whole deployment's
+    assert evidence.latest(name, 2)["bench"].report == str(tmp_path / "b1" / "report.html")
+    assert evidence.record("not-running", "eval", tmp_path) is None
     with (state.directory.path / evidence.EVIDENCE_FILE).open("a") as handle:
         handle.write("{not json\n")  # a torn line is skipped, not fatal
-    assert set(evidence.latest(state.name, 3)) == {"smoke"}
-    assert identity_of(state).revision == 3  # no revision record: the number alone
+    assert set(evidence.latest(name, 3, group=0)) == {"smoke", "eval"}
+    current = load_state(name)
+    assert identity_of(current, current.group(0)).revision == 3  # no record: the number alone
 
 
 def test_events_are_the_newest_lines_with_the_restarts_counted(tmp_path):
@@ -40,3 +47,13 @@ def test_events_are_the_newest_lines_with_the_restarts_counted(tmp_path):
     events, restarts = read_events(log, last=5)
     assert restarts == 50 and len(events) == 5 and events[-1].text.startswith("restart 49/9")
     assert read_events(tmp_path / "none.log") == ([], 0)
+    log.write_text(
+        "2026-12-01T08:00:00Z  group 1: restart 1/3 in 1 s: ...\n"
+        "2026-12-01T08:00:01Z  group 0: out of the router's rotation: http://a\n"
+        "2026-12-01T08:00:02Z  `tandem down` stops the supervisor\n"
+    )
+    one, restarts = read_events(log, group=1)
+    assert [e.text for e in one] == ["restart 1/3 in 1 s: ..."] and restarts == 1
+    assert [e.text for e in read_events(log, group=0)[0]] == [
+        "out of the router's rotation: http://a"
+    ]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from tandem.backends.state import DeploymentState, RankState
+from tandem.backends.state import GroupState, Place, RankState
 from tandem.errors import BackendError
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import Readiness
@@ -162,23 +162,25 @@ class Backend(Protocol):
         timeout_s: float | None,
         on_phase: OnPhase,
         on_event: OnEvent,
-    ) -> tuple[DeploymentState, Readiness]:
-        """Start every rank, workers first, and wait until the model answers."""
+        place: Place | None = None,
+    ) -> tuple[GroupState, Readiness]:
+        """Start every rank, workers first, and wait until the model answers; ``place`` says
+        which group of which deployment it is (default: the one group of its own name)."""
 
-    def down(self, state: DeploymentState, *, on_event: OnEvent) -> None:
+    def down(self, state: GroupState, *, on_event: OnEvent) -> None:
         """Stop every rank and remove what ``up`` created; raise if something survives."""
 
-    def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
+    def rank_running(self, state: GroupState, rank: RankState) -> bool:
         """True while the rank's process (or pod) is alive."""
 
-    def observe(self, state: DeploymentState, *, nodes: bool = False) -> Look:
+    def observe(self, state: GroupState, *, nodes: bool = False) -> Look:
         """Every rank's live processes and log lines since ready and, with ``nodes``, each
         node's readings: one call of the node agent a node, all nodes at once."""
 
-    def log_reader(self, state: DeploymentState, rank: RankState) -> LogReader:
+    def log_reader(self, state: GroupState, rank: RankState) -> LogReader:
         """A reader of the rank's log."""
 
-    def node_versions(self, state: DeploymentState) -> dict[str, str]:
+    def node_versions(self, state: GroupState) -> dict[str, str]:
         """Node name -> what runs the engine there, for the support bundle (``{}`` where the
         control machine's own versions say it all)."""
 

@@ -10,6 +10,7 @@ Contents of ``NAME-bundle-TIMESTAMP.tar.gz``::
     events.log          the supervisor's events, if one ran
     ranks/rankN.log     the last lines of every rank's log
     ranks/rankN.env     every rank's environment and command
+                        (with replicas: ranks/gG/ for group G)
 
 Secret values (``HF_TOKEN``, API keys...) are replaced by ``REDACTED`` everywhere, through the
 one redaction path (``tandem.redact``): by name, by shape (``hf_...``, ``sk-...``, ``Bearer``
@@ -59,10 +60,9 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
         option="--bundle",
         force_flag=None,
     )
-    deployment = state.deployment(lenient=True)  # an old state is bundled too
-    plan = plan_ranks(deployment)
+    plans = {g.group: plan_ranks(g.deployment(lenient=True)) for g in state.groups}  # old too
     redactor = Redactor.for_caller(
-        [v for r in plan.ranks for k, v in r.env.items() if is_secret(k)]
+        [v for plan in plans.values() for r in plan.ranks for k, v in r.env.items() if is_secret(k)]
     )
 
     files: dict[str, str] = {}
@@ -75,27 +75,30 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
         f"control machine {platform.platform()}",
     ]
     try:
-        for node, text in backend.node_versions(state).items():
-            versions.append(f"\n[node {node}]\n{text}")
+        for group in state.groups:
+            for node, text in backend.node_versions(group).items():
+                versions.append(f"\n[node {node}]\n{text}")
     except TandemError as exc:
         versions.append(f"\nnode versions unavailable: {exc.message}")
     files["versions.txt"] = "\n".join(versions) + "\n"
     events = state.directory.events
     if events.is_file():
         files["events.log"] = events.read_text(errors="replace")
-    for rank in plan.ranks:
-        env = redactor.env(rank.env)
-        files[f"ranks/rank{rank.rank}.env"] = (
-            "\n".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-            + f"\n\n# command\n{shlex.join(redactor.argv(rank.argv))}\n"
-        )
-    for record in state.ranks:
-        try:
-            lines = backend.log_reader(state, record).new_lines()
-            text = "\n".join(lines[-LOG_LINES:]) + "\n"
-        except TandemError as exc:
-            text = f"(log unavailable: {exc.message})\n"
-        files[f"ranks/rank{record.rank}.log"] = text
+    for group in state.groups:
+        folder = "ranks" if len(state.groups) == 1 else f"ranks/g{group.group}"
+        for rank in plans[group.group].ranks:
+            env = redactor.env(rank.env)
+            files[f"{folder}/rank{rank.rank}.env"] = (
+                "\n".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+                + f"\n\n# command\n{shlex.join(redactor.argv(rank.argv))}\n"
+            )
+        for record in group.ranks:
+            try:
+                lines = backend.log_reader(group, record).new_lines()
+                text = "\n".join(lines[-LOG_LINES:]) + "\n"
+            except TandemError as exc:
+                text = f"(log unavailable: {exc.message})\n"
+            files[f"{folder}/rank{record.rank}.log"] = text
     files["README.txt"] = (
         f"tandem support bundle of deployment '{state.name}' "
         f"({state.backend}), made {stamp}\n\n" + __doc__.split("::", 1)[1]

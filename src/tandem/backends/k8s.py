@@ -36,7 +36,7 @@ from tandem import agent, wire
 from tandem.backends.base import Look, NodeFacts, ProcessFact, RankObservation
 from tandem.backends.launch import await_ready
 from tandem.backends.observation import answer_of, ranks_by_node
-from tandem.backends.state import DeploymentState, RankState
+from tandem.backends.state import GroupState, Place, RankState, forget_group
 from tandem.errors import BackendError, KubernetesError, Problem, RankFailed, TandemError
 from tandem.interrupts import shielded
 from tandem.rankplan import RankPlan, RankSpec
@@ -104,7 +104,7 @@ class Kubectl:
         return cls(kubectl_program(options), cluster.namespace, options.kubeconfig, options.context)
 
     @classmethod
-    def of_state(cls, state: DeploymentState) -> Kubectl:
+    def of_state(cls, state: GroupState) -> Kubectl:
         net = state.network
         return cls(
             net.get("kubectl") or "kubectl",
@@ -425,7 +425,7 @@ def up(
     on_phase: Callable[[PhaseMark], None] = lambda mark: None,
     on_event: Callable[[str], None] = lambda text: None,
     appear_timeout_s: float = POD_APPEAR_TIMEOUT_S,
-) -> tuple[DeploymentState, Readiness]:
+) -> tuple[GroupState, Readiness]:
     """Apply the deployment's objects and wait until the model answers.
 
     ``plan`` is one group's; with ``replicas`` every group runs it (the LeaderWorkerSet's
@@ -455,7 +455,7 @@ def up(
         )
     items = launch_objects(plan, deployment, os.environ.get(wire.VLLM_API_KEY))
     refs = _refs(items)
-    state = DeploymentState(
+    state = GroupState(
         name=deployment.name,
         backend="k8s",
         recipe=deployment.recipe.model_dump(mode="json"),
@@ -541,7 +541,7 @@ def up(
     return state, readiness
 
 
-def _withdraw(kubectl: Kubectl, state: DeploymentState, refs: list[dict[str, str]]) -> None:
+def _withdraw(kubectl: Kubectl, state: GroupState, refs: list[dict[str, str]]) -> None:
     """Undo an apply that was refused or cut short (Ctrl-C): kubectl applies a list object by
     object, so the Secret and the agent's ConfigMap may exist without the LeaderWorkerSet.
     They are deleted and the deployment forgotten, so the next ``up`` starts clean; where the
@@ -551,10 +551,10 @@ def _withdraw(kubectl: Kubectl, state: DeploymentState, refs: list[dict[str, str
             kubectl.delete(_ref_args(refs))
         except TandemError:
             return
-        state.directory.forget()
+        forget_group(state)
 
 
-def await_leaders_ready(state: DeploymentState, view: GroupView, deadline: float) -> None:
+def await_leaders_ready(state: GroupState, view: GroupView, deadline: float) -> None:
     """Wait until every group's leader pod is Ready: what the router's service discovery
     follows, so that the router sends requests to every group, not only the first to answer.
 
@@ -581,7 +581,7 @@ def _ready(pod: dict | None) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def _placed(state: DeploymentState, view: GroupView) -> None:
+def _placed(state: GroupState, view: GroupView) -> None:
     """Each rank's node and address from its pod, once every pod runs (with replicas the
     scheduler chose them)."""
     for record in state.ranks:
@@ -592,7 +592,7 @@ def _placed(state: DeploymentState, view: GroupView) -> None:
 
 
 def down(
-    state: DeploymentState,
+    state: GroupState,
     *,
     on_event: Callable[[str], None] = lambda text: None,
     pods_gone_timeout_s: float = 120,
@@ -706,7 +706,10 @@ class KubernetesBackend:
         timeout_s: float | None,
         on_phase: Callable[[PhaseMark], None],
         on_event: Callable[[str], None],
-    ) -> tuple[DeploymentState, Readiness]:
+        place: Place | None = None,
+    ) -> tuple[GroupState, Readiness]:
+        """One apply launches every group (``place`` is the deployment's own); the record holds
+        every group's ranks, which ``tandem.operations.lifecycle`` splits by group."""
         return up(
             plan,
             deployment,
@@ -716,10 +719,10 @@ class KubernetesBackend:
             appear_timeout_s=self.appear_timeout_s,
         )
 
-    def down(self, state: DeploymentState, *, on_event: Callable[[str], None]) -> None:
+    def down(self, state: GroupState, *, on_event: Callable[[str], None]) -> None:
         down(state, on_event=on_event)
 
-    def observe(self, state: DeploymentState, *, nodes: bool = False) -> Look:
+    def observe(self, state: GroupState, *, nodes: bool = False) -> Look:
         """A pod's processes are the kubelet's business here: whether each rank's pod runs.
         With ``nodes``, the node agent runs in one rank pod a node (``kubectl exec``) for the
         node's readings and the processes of its ranks."""
@@ -745,7 +748,7 @@ class KubernetesBackend:
                     ]
         return look
 
-    def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
+    def rank_running(self, state: GroupState, rank: RankState) -> bool:
         pod = Kubectl.of_state(state).get_json("pod", rank.log.removeprefix("pod/"))
         state_of = (_container(pod).get("state") or {}) if pod else {}
         return (
@@ -754,11 +757,11 @@ class KubernetesBackend:
             and "running" in state_of
         )
 
-    def node_versions(self, state: DeploymentState) -> dict[str, str]:
+    def node_versions(self, state: GroupState) -> dict[str, str]:
         """What runs is the recipe's image, recorded in the bundle's state.json."""
         return {}
 
-    def log_reader(self, state: DeploymentState, rank: RankState) -> PodLog:
+    def log_reader(self, state: GroupState, rank: RankState) -> PodLog:
         return PodLog(Kubectl.of_state(state), rank.log.removeprefix("pod/"))
 
 

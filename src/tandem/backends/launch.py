@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from tandem import wire
 from tandem.backends.processes import ProcessIdentity
-from tandem.backends.state import DeploymentState, RankState
+from tandem.backends.state import GroupState, Place, RankState
 from tandem.plan.status import planned_vs_boot
 from tandem.rankplan import RankPlan, RankSpec, Role
 from tandem.readiness import Readiness, WatchedRank, wait_ready
@@ -37,7 +37,7 @@ def with_caller_secrets(rank: RankSpec) -> RankSpec:
     return rank.model_copy(update={"env": {**rank.env, wire.VLLM_API_KEY: key}})
 
 
-def launch_marked(rank: RankSpec, state: DeploymentState) -> RankSpec:
+def launch_marked(rank: RankSpec, state: GroupState) -> RankSpec:
     """The rank with this launch's id in its environment (``TANDEM_LAUNCH``).
 
     Like the API key, it is added at launch, so the plan and rendered commands stay the same
@@ -54,12 +54,18 @@ def new_state(
     *,
     backend: str,
     run_dir: str | None = None,
-) -> DeploymentState:
-    """The state of a deployment about to launch, with the resolved recipe and cluster, this
-    launch's id, and the command and boot that launch it (``tandem.backends.processes``)."""
+    place: Place | None = None,
+) -> GroupState:
+    """The record of a group about to launch, with the resolved recipe and cluster, this
+    launch's id, and the command and boot that launch it (``tandem.backends.processes``);
+    ``place``: which group of which deployment (default: the one group of its own name)."""
     me = ProcessIdentity.current()
-    return DeploymentState(
+    place = place or Place(deployment.name)
+    return GroupState(
         name=deployment.name,
+        deployment_name=place.deployment,
+        group=place.group,
+        home=place.home or place.deployment,
         backend=backend,
         recipe=deployment.recipe.model_dump(mode="json"),
         cluster=deployment.cluster.model_dump(mode="json"),
@@ -73,14 +79,14 @@ def new_state(
     )
 
 
-def launcher(state: DeploymentState) -> ProcessIdentity | None:
+def launcher(state: GroupState) -> ProcessIdentity | None:
     """The command that launched it (``up``, or a supervisor's restart), as recorded."""
     if state.launcher_pid is None or state.launcher_start_ticks is None:
         return None
     return ProcessIdentity(state.launcher_pid, state.launcher_start_ticks, state.boot_id)
 
 
-def interrupted(state: DeploymentState) -> bool:
+def interrupted(state: GroupState) -> bool:
     """Its launch never became ready and the command that launched it is gone (killed, or the
     machine rebooted): a live process that merely has its pid now does not count.
 
@@ -93,7 +99,7 @@ def interrupted(state: DeploymentState) -> bool:
 
 
 def record_rank(
-    state: DeploymentState,
+    state: GroupState,
     rank: RankSpec,
     *,
     log: str,
@@ -119,7 +125,7 @@ def record_rank(
 
 
 def phase_recorder(
-    state: DeploymentState, on_phase: Callable[[PhaseMark], None]
+    state: GroupState, on_phase: Callable[[PhaseMark], None]
 ) -> Callable[[PhaseMark], None]:
     """An ``on_phase`` that saves each phase in the state before passing it on."""
 
@@ -135,7 +141,7 @@ def await_ready(
     plan: RankPlan,
     deployment: Deployment,
     ranks: Sequence[WatchedRank],
-    state: DeploymentState,
+    state: GroupState,
     *,
     timeout_s: float | None,
     on_phase: Callable[[PhaseMark], None],

@@ -38,7 +38,6 @@ from tandem.backends import netns, processes
 from tandem.backends.base import Look, NodeFacts, ProcessFact, RankObservation
 from tandem.backends.launch import (
     await_ready,
-    interrupted,
     launch_marked,
     new_state,
     record_rank,
@@ -46,13 +45,12 @@ from tandem.backends.launch import (
 )
 from tandem.backends.observation import ranks_by_node
 from tandem.backends.state import (
-    DeploymentDir,
-    DeploymentState,
+    GroupState,
     PhaseMark,
+    Place,
     ProcessRecord,
     RankState,
-    list_deployments,
-    load_state,
+    forget_group,
     state_root,
 )
 from tandem.errors import BackendError
@@ -178,8 +176,10 @@ def up(
     timeout_s: float | None = None,
     on_phase: Callable[[PhaseMark], None] = lambda mark: None,
     on_event: Callable[[str], None] = lambda text: None,
-) -> tuple[DeploymentState, Readiness]:
-    """Launch every rank and wait until the deployment answers.
+    place: Place | None = None,
+) -> tuple[GroupState, Readiness]:
+    """Launch every rank and wait until the deployment answers; ``place``: which group of
+    which deployment (default: the one group of a deployment of its own name).
 
     Raises:
         BackendError: already running, a port is taken, or the network cannot be built.
@@ -201,20 +201,6 @@ def up(
         )
     if use_netns:
         netns.sweep_orphans(on_event)
-    if name in list_deployments():
-        previous = load_state(name)
-        if interrupted(previous):
-            on_event(
-                f"clearing what an interrupted `up` of '{name}' (pid {previous.launcher_pid}) left"
-            )
-        elif any(owned_processes(previous).values()):
-            raise BackendError(
-                f"deployment '{name}' is already running at {previous.endpoint}",
-                hint=f"stop it first with `tandem down {name}`",
-            )
-        else:
-            on_event(f"clearing what a stopped earlier run of '{name}' left")
-        _release(previous, on_event=on_event)
     if not use_netns:
         for port in (deployment.recipe.ports.api, deployment.recipe.ports.master):
             if _port_taken("127.0.0.1", port):
@@ -225,7 +211,8 @@ def up(
                 )
 
     commands = launch_commands(plan, deployment)
-    directory = DeploymentDir.of(name)
+    place = place or Place(name)
+    directory = place.directory
     run_dir = directory.run_dir
     log_dir = directory.logs
     try:
@@ -241,7 +228,7 @@ def up(
         old.unlink()
 
     network = netns.network_plan(name, deployment.cluster) if use_netns else None
-    state = new_state(plan, deployment, backend="local", run_dir=str(run_dir))
+    state = new_state(plan, deployment, backend="local", run_dir=str(run_dir), place=place)
     state.save()
     launched: list[LaunchedRank] = []
     try:
@@ -251,7 +238,7 @@ def up(
                 f"{network.prefix}, "
                 + ", ".join(f"{n.netns} {n.interface} {n.address}" for n in network.nodes)
             )
-            netns.create(network, state_file=directory.state_file, purpose=f"up of '{name}'")
+            netns.create(network, state_file=place.state_file, purpose=f"up of '{name}'")
             state.network = network.model_dump()
             state.save()
         for rank, argv in commands:
@@ -291,12 +278,12 @@ def up(
             if leftovers:  # kept in the state, so that `down` finds and finishes them
                 on_event(f"left behind: {'; '.join(leftovers)}; `tandem down {name}` stops them")
             else:
-                directory.forget()  # no phantom deployment
+                forget_group(state)  # no phantom deployment
         raise
     return state, readiness
 
 
-def owners(state: DeploymentState) -> list[processes.RankOwner]:
+def owners(state: GroupState) -> list[processes.RankOwner]:
     """What identifies each rank's processes (see ``tandem.backends.processes``)."""
     return [
         processes.RankOwner(
@@ -312,12 +299,12 @@ def owners(state: DeploymentState) -> list[processes.RankOwner]:
     ]
 
 
-def owned_processes(state: DeploymentState) -> dict[int, list[processes.Process]]:
+def owned_processes(state: GroupState) -> dict[int, list[processes.Process]]:
     """Rank -> its live processes."""
     return processes.owned(owners(state))
 
 
-def _record_processes(state: DeploymentState) -> None:
+def _record_processes(state: GroupState) -> None:
     """Keep each rank's processes and log size as they are at ready (the health model's base)."""
     found = owned_processes(state)
     for record in state.ranks:
@@ -334,7 +321,7 @@ def _record_processes(state: DeploymentState) -> None:
 
 
 def _release(
-    state: DeploymentState,
+    state: GroupState,
     *,
     on_event: Callable[[str], None] = lambda t: None,
     hurry: Hurry | None = None,
@@ -364,7 +351,7 @@ def _release(
     return leftovers
 
 
-def observe(state: DeploymentState, *, nodes: bool = False) -> Look:
+def observe(state: GroupState, *, nodes: bool = False) -> Look:
     """Each rank's live processes and the log lines it wrote since the deployment was ready;
     with ``nodes``, this machine's readings under each node's name (every node is here, so one
     scan of ``/proc`` and one set of readings serve them all)."""
@@ -406,10 +393,18 @@ class LocalBackend:
         timeout_s: float | None,
         on_phase: Callable[[PhaseMark], None],
         on_event: Callable[[str], None],
-    ) -> tuple[DeploymentState, Readiness]:
-        return up(plan, deployment, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event)
+        place: Place | None = None,
+    ) -> tuple[GroupState, Readiness]:
+        return up(
+            plan,
+            deployment,
+            timeout_s=timeout_s,
+            on_phase=on_phase,
+            on_event=on_event,
+            place=place,
+        )
 
-    def down(self, state: DeploymentState, *, on_event: Callable[[str], None]) -> None:
+    def down(self, state: GroupState, *, on_event: Callable[[str], None]) -> None:
         with shielded(on_event) as hurry:
             if state.network:
                 netns.sweep_orphans(on_event)
@@ -419,16 +414,16 @@ class LocalBackend:
                 f"could not remove everything of '{state.name}': {'; '.join(leftovers)}"
             )
 
-    def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
+    def rank_running(self, state: GroupState, rank: RankState) -> bool:
         """True while any process of the rank is alive."""
         return bool(owned_processes(state).get(rank.rank))
 
-    def observe(self, state: DeploymentState, *, nodes: bool = False) -> Look:
+    def observe(self, state: GroupState, *, nodes: bool = False) -> Look:
         return observe(state, nodes=nodes)
 
-    def node_versions(self, state: DeploymentState) -> dict[str, str]:
+    def node_versions(self, state: GroupState) -> dict[str, str]:
         """The nodes are this machine: the bundle's own versions cover them."""
         return {}
 
-    def log_reader(self, state: DeploymentState, rank: RankState) -> LogTail:
+    def log_reader(self, state: GroupState, rank: RankState) -> LogTail:
         return LogTail(Path(rank.log))

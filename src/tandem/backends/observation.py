@@ -12,10 +12,10 @@ import json
 from collections.abc import Callable, Mapping
 
 from tandem.backends.base import Look, NodeFacts, ProcessFact, RankObservation
-from tandem.backends.state import DeploymentState, RankState
+from tandem.backends.state import GroupState, RankState
 
 
-def ranks_by_node(state: DeploymentState) -> dict[str, list[RankState]]:
+def ranks_by_node(state: GroupState) -> dict[str, list[RankState]]:
     """Each node's ranks, in rank order."""
     nodes: dict[str, list[RankState]] = {}
     for record in sorted(state.ranks, key=lambda r: r.rank):
@@ -24,7 +24,7 @@ def ranks_by_node(state: DeploymentState) -> dict[str, list[RankState]]:
 
 
 def agent_request(
-    state: DeploymentState,
+    state: GroupState,
     ranks: list[RankState],
     log_of: Callable[[RankState], str],
     *,
@@ -55,7 +55,7 @@ def answer_of(returncode: int, stdout: str, stderr: str) -> dict | str:
     return answer
 
 
-def look_of(state: DeploymentState, answers: Mapping[str, dict | str], *, nodes: bool) -> Look:
+def look_of(state: GroupState, answers: Mapping[str, dict | str], *, nodes: bool) -> Look:
     """The look from each node's answer (a dict) or why it could not be asked (a str). Pure."""
     look = Look()
     for node, ranks in ranks_by_node(state).items():

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import httpx
@@ -89,24 +89,6 @@ def version_problem(spec: Router) -> str | None:
     return None
 
 
-def argv(spec: Router, *, host: str) -> list[str]:
-    """The router's command: empty at start (groups are added once they answer), its own
-    metrics on ``metrics_port``."""
-    return [
-        executable() or PACKAGE,
-        "--host",
-        host,
-        "--port",
-        str(spec.port),
-        "--policy",
-        spec.policy.value,
-        "--prometheus-host",
-        host,
-        "--prometheus-port",
-        str(spec.metrics_port),
-    ]
-
-
 def start(
     spec: Router,
     *,
@@ -129,7 +111,7 @@ def start(
             field="router.version",
             hint=f"pip install {PACKAGE}=={spec.version} beside tandem",
         )
-    command = argv(spec, host=host)
+    command = spec.argv(host=host, program=[executable() or PACKAGE])
     private_dir(log.parent)
     with open_private(log, "ab") as handle:
         process = subprocess.Popen(
@@ -184,7 +166,7 @@ def _start_on(
             hint=f"pip install {PACKAGE}=={spec.version} on {node.node} and name that program "
             "in ssh.router_command",
         )
-    command = [*shlex.split(node.command), *argv(spec, host=node.address)[1:]]
+    command = spec.argv(host=node.address, program=shlex.split(node.command))
     out = node.run(node.start_script(command))
     identity = ProcessIdentity.parse(out.strip().splitlines()[-1] if out.strip() else "")
     if identity is None:
@@ -264,22 +246,46 @@ def members(router: RouterProcess) -> list[str]:
         raise BackendError(f"the router at {router.url} did not list its workers: {exc}") from exc
 
 
-def add(router: RouterProcess, worker: str) -> None:
-    """Make ``worker`` a member (nothing to do when it is one).
+class MembersDiff(BaseModel):
+    """What to change in the router's rotation: the leaders to add and to take out."""
+
+    add: list[str] = Field(default_factory=list)
+    remove: list[str] = Field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.add or self.remove)
+
+
+def members_diff(want: Iterable[str], have: Iterable[str]) -> MembersDiff:
+    """The change that makes the members ``have`` into ``want`` (pure)."""
+    wanted, held = set(want), set(have)
+    return MembersDiff(add=sorted(wanted - held), remove=sorted(held - wanted))
+
+
+def sync_members(router: RouterProcess, want: Iterable[str]) -> MembersDiff:
+    """Make the router's members exactly ``want`` (leaders out first, then in), the one
+    writer of its rotation; returns what changed.
 
     Raises:
-        BackendError: the router refused it (it could not reach the worker) or did not answer.
+        BackendError: the router did not answer, or refused a leader (it could not reach it).
     """
-    if worker in members(router):
-        return
-    _admin(router, "/add_worker", worker)
+    diff = members_diff(want, members(router))
+    for worker in diff.remove:
+        _admin(router, "/remove_worker", worker)
+    for worker in diff.add:
+        _admin(router, "/add_worker", worker)
+    return diff
 
 
-def remove(router: RouterProcess, worker: str) -> None:
-    """Take ``worker`` out of rotation (nothing to do when it is not a member)."""
-    if worker not in members(router):
-        return
+def readmit(router: RouterProcess, worker: str) -> None:
+    """Take a member out and put it in again: a worker added anew starts with its circuit
+    breaker closed (vllm-router 0.1.17 held one open for minutes after its group recovered).
+
+    Raises:
+        BackendError: the router did not answer or refused it.
+    """
     _admin(router, "/remove_worker", worker)
+    _admin(router, "/add_worker", worker)
 
 
 def _admin(router: RouterProcess, route: str, worker: str) -> None:

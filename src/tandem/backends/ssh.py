@@ -25,7 +25,6 @@ from tandem import agent, files
 from tandem.backends.base import Look
 from tandem.backends.launch import (
     await_ready,
-    interrupted,
     launch_marked,
     new_state,
     record_rank,
@@ -47,12 +46,10 @@ from tandem.backends.runtimes import (
     tail_script,
 )
 from tandem.backends.state import (
-    DeploymentDir,
-    DeploymentState,
+    GroupState,
+    Place,
     ProcessRecord,
     RankState,
-    list_deployments,
-    load_state,
 )
 from tandem.backends.sync import image_probe, parse_image
 from tandem.errors import BackendError, SSHError
@@ -80,7 +77,7 @@ def runtime_for(cluster: Cluster, recipe: Recipe) -> Runtimes:
     return VenvRuntime(cluster.ssh)
 
 
-def _state_runtime(state: DeploymentState) -> tuple[Cluster, Runtimes]:
+def _state_runtime(state: GroupState) -> tuple[Cluster, Runtimes]:
     """The cluster and runtime a deployment was launched with, read leniently: an old state
     whose recipe today's checks refuse must still be stopped, watched and bundled."""
     deployment = state.deployment(lenient=True)
@@ -179,7 +176,8 @@ class SSHBackend:
         timeout_s: float | None,
         on_phase=lambda mark: None,
         on_event=lambda text: None,
-    ) -> tuple[DeploymentState, Readiness]:
+        place: Place | None = None,
+    ) -> tuple[GroupState, Readiness]:
         """Launch every rank, workers first, and wait until the model answers.
 
         Raises:
@@ -192,12 +190,6 @@ class SSHBackend:
         targets = _targets(cluster)
         runtime = runtime_for(cluster, deployment.recipe)
         on_event(f"reaching {len(targets)} node(s) over ssh, runtime {runtime.name.value}")
-        if name in list_deployments() and interrupted(previous := load_state(name)):
-            on_event(
-                f"clearing what an interrupted `up` of '{name}' (pid "
-                f"{previous.launcher_pid}) left on the nodes"
-            )
-            self._stop_all(previous, on_event=on_event)
         self._preflight(ssh, targets, runtime, name)
         if isinstance(runtime, DockerRuntime):
             runtime = DockerRuntime(
@@ -209,10 +201,9 @@ class SSHBackend:
                 }
             )
             deployment = Deployment(recipe=recipe, cluster=cluster)
-        if name in list_deployments():
-            on_event(f"replacing the record of a stopped earlier run of '{name}'")
-        files.private_dir(DeploymentDir.of(name).logs)
-        state = new_state(plan, deployment, backend=self.name)
+        place = place or Place(name)
+        files.private_dir(place.directory.logs)
+        state = new_state(plan, deployment, backend=self.name, place=place)
         state.save()
         watched: list[RemoteLog] = []
         try:
@@ -327,7 +318,7 @@ class SSHBackend:
 
     # --- down, status, logs ---------------------------------------------------------------
 
-    def _stop_all(self, state: DeploymentState, *, on_event=lambda text: None) -> list[str]:
+    def _stop_all(self, state: GroupState, *, on_event=lambda text: None) -> list[str]:
         """Stop every recorded rank (and any marked leftover) in parallel; return survivors."""
         cluster, runtime = _state_runtime(state)
         ssh = OpenSSH.for_cluster(cluster)
@@ -353,7 +344,7 @@ class SSHBackend:
         )
         return leftovers
 
-    def _keep_logs(self, state: DeploymentState) -> None:
+    def _keep_logs(self, state: GroupState) -> None:
         """Copy the end of each rank's log into the local state folder."""
         cluster, runtime = _state_runtime(state)
         ssh = OpenSSH.for_cluster(cluster)
@@ -376,7 +367,7 @@ class SSHBackend:
                 state.directory.rank_log(rank), result.stdout, redactor=redactor, private=True
             )
 
-    def down(self, state: DeploymentState, *, on_event=lambda text: None) -> None:
+    def down(self, state: GroupState, *, on_event=lambda text: None) -> None:
         try:
             self._keep_logs(state)
         except SSHError as exc:
@@ -387,7 +378,7 @@ class SSHBackend:
                 f"could not stop everything of '{state.name}': {'; '.join(leftovers)}"
             )
 
-    def rank_running(self, state: DeploymentState, rank: RankState) -> bool:
+    def rank_running(self, state: GroupState, rank: RankState) -> bool:
         """True while the rank's process or container is alive on its node."""
         cluster, runtime = _state_runtime(state)
         target = _targets(cluster)[rank.node]
@@ -396,7 +387,7 @@ class SSHBackend:
         )
         return result.stdout.startswith("running")
 
-    def _record_processes(self, state: DeploymentState, watched: list[RemoteLog]) -> None:
+    def _record_processes(self, state: GroupState, watched: list[RemoteLog]) -> None:
         """Each rank's processes and log size at ready, the health model's base."""
         offsets = {w.rank: w.offset for w in watched}
         for rank, seen in self.observe(state).ranks.items():
@@ -405,7 +396,7 @@ class SSHBackend:
             record.log_offset_ready = offsets.get(rank)
         state.save()
 
-    def observe(self, state: DeploymentState, *, nodes: bool = False) -> Look:
+    def observe(self, state: GroupState, *, nodes: bool = False) -> Look:
         """One call of the node agent a node, all nodes in parallel (``backends.observation``)."""
         cluster, runtime = _state_runtime(state)
         targets = _targets(cluster)
@@ -434,7 +425,7 @@ class SSHBackend:
             answers = {node: future.result() for node, future in futures.items()}
         return look_of(state, answers, nodes=nodes)
 
-    def log_reader(self, state: DeploymentState, rank: RankState) -> RemoteLog:
+    def log_reader(self, state: GroupState, rank: RankState) -> RemoteLog:
         cluster, runtime = _state_runtime(state)
         return RemoteLog(
             OpenSSH.for_cluster(cluster),
@@ -444,7 +435,7 @@ class SSHBackend:
             rank.rank,
         )
 
-    def node_versions(self, state: DeploymentState) -> dict[str, str]:
+    def node_versions(self, state: GroupState) -> dict[str, str]:
         """Kernel, Python and vLLM (venv) or docker and image (docker) of every node."""
         cluster, runtime = _state_runtime(state)
         if isinstance(runtime, DockerRuntime):

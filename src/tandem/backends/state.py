@@ -1,34 +1,48 @@
-"""Deployment state on disk, so ``status``, ``logs`` and ``down`` work from any later shell.
+"""Deployment state on disk, so every command works from any later shell.
+
+One record a deployment, whatever its backend and however many groups it has: its groups (one
+without replicas), the router in front of them, and the revision it runs. A group stays the
+unit of launch, health and restart; its record lives inside the deployment's, not beside it.
 
 Layout under the state root (``$TANDEM_HOME``, default ``~/.local/state/tandem``), written
-down once, in ``DeploymentDir``; every other module asks it for a path::
+down once, in ``DeploymentDir`` and ``GroupDir``; every other module asks them for a path::
 
-    deployments/NAME/state.json     this model, rewritten after every change
-    deployments/NAME/fleet.json     with replicas: the groups (each a deployment NAME-gG)
-                                    and the router in front (``tandem.operations.fleet``)
-    deployments/NAME/logs/rankN.log each rank's stdout and stderr (restart-N/: earlier runs)
-    deployments/NAME/events.log     the supervisor's events (read by the bundle and watch)
-    deployments/NAME/supervisor.pid the supervisor that keeps it up, while one runs
-    deployments/NAME/watch/         ``tandem watch``'s samples, unless told elsewhere
-    deployments/NAME/revisions/N.json  what each ``up`` ran (``tandem.operations.revisions``)
+    deployments/NAME/state.json         the deployment: its groups, router and revision,
+                                        rewritten after every change (``state.lock`` orders
+                                        the writers: a supervisor per group, an upgrade)
+    deployments/NAME/logs/rankN.log     each rank's stdout and stderr (one group; a group of
+                                        several: groups/gG/logs/rankN.log); restart-N/ earlier runs
+    deployments/NAME/logs/router.log    the router's, with replicas
+    deployments/NAME/events.log         the supervisor's events (read by the bundle and watch)
+    deployments/NAME/supervisor.pid     the supervisor that keeps it up, while one runs
+    deployments/NAME/watch/             ``tandem watch``'s samples, unless told elsewhere
+    deployments/NAME/revisions/N.json   what each revision ran (``tandem.operations.revisions``)
     (folders 0700, files 0600: they hold commands, addresses and logs of the user's model)
-    $TMPDIR/tandem-HASH/rankN/      TMPDIR of the ranks (removed by down; short, because
-                                    vLLM's IPC socket paths must fit in 107 bytes)
-    caches/NAME/rankN/              each rank's compile caches (kept by down: tandem.caches)
+    $TMPDIR/tandem-HASH/rankN/          TMPDIR of a group's ranks (removed by down; short,
+                                        because vLLM's IPC socket paths must fit in 107 bytes)
+    caches/GROUP/rankN/                 each rank's compile caches (kept by down: tandem.caches)
+
+Earlier releases wrote a deployment of one group as a bare launch (``schema_version`` 1) and a
+deployment with replicas as ``fleet.json`` beside one folder per group (``NAME-gG``): both are
+read, and the second is moved into the one record the first time it is loaded.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 
 from tandem import files, ownership
 from tandem.backends.processes import ProcessIdentity
@@ -44,7 +58,7 @@ from tandem.spec.recipe import Recipe
 from tandem.spec.saved import as_saved
 from tandem.vllm_log import BootFigures, PhaseMark
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _log = logging.getLogger("tandem.state")
 
 
@@ -54,30 +68,25 @@ def state_root() -> Path:
     return Path(env) if env else Path.home() / ".local" / "state" / "tandem"
 
 
+def deployments_root() -> Path:
+    return state_root() / "deployments"
+
+
 @dataclass(frozen=True)
-class DeploymentDir:
-    """One deployment's folder: the only place that knows what lies where inside it."""
+class GroupDir:
+    """One group's folder: its ranks' logs and the short TMPDIR they run in. A deployment of
+    one group keeps them in its own folder (``DeploymentDir``)."""
 
     path: Path
 
     @classmethod
-    def of(cls, name: str) -> DeploymentDir:
-        """The folder of deployment ``name``, which must pass the recipe's name rule: a name
-        is where every command's path starts, so ``..`` or ``/x`` never becomes one.
-
-        Raises:
-            SpecError: ``name`` is not a deployment name.
-        """
-        return cls(state_root() / "deployments" / ownership.check_name(name))
-
-    @property
-    def state_file(self) -> Path:
-        return self.path / "state.json"
-
-    def forget(self) -> None:
-        """Remove the state file (the logs stay): the deployment is no longer listed, and the
-        next ``up`` of its name starts clean."""
-        ownership.remove_file(self.state_file, root=state_root())
+    def at(cls, home: str) -> GroupDir:
+        """The folder ``home`` (relative to ``deployments/``), each part a deployment name: a
+        path saved in a state file never leads out of the state root."""
+        parts = home.split("/")
+        for part in parts:
+            ownership.check_name(part, field="home")
+        return cls(deployments_root().joinpath(*parts))
 
     @property
     def logs(self) -> Path:
@@ -89,32 +98,6 @@ class DeploymentDir:
     def rank_logs(self) -> list[Path]:
         """The current run's rank logs, in rank order (a supervisor's ``logs/restart-N/`` not)."""
         return sorted(self.logs.glob("rank*.log"), key=lambda p: (len(p.name), p.name))
-
-    @property
-    def fleet_file(self) -> Path:
-        """A deployment with replicas: its groups and its router (``tandem.operations.fleet``)."""
-        return self.path / "fleet.json"
-
-    @property
-    def router_log(self) -> Path:
-        return self.logs / "router.log"
-
-    @property
-    def events(self) -> Path:
-        return self.path / "events.log"
-
-    @property
-    def supervisor_pid(self) -> Path:
-        return self.path / "supervisor.pid"
-
-    @property
-    def watch(self) -> Path:
-        return self.path / "watch"
-
-    @property
-    def revisions(self) -> Path:
-        """``N.json`` for each revision (``tandem.operations.revisions``); kept by ``down``."""
-        return self.path / "revisions"
 
     @property
     def run_dir(self) -> Path:
@@ -135,6 +118,106 @@ class DeploymentDir:
         ownership.remove_tree(self.run_dir, root=Path(tempfile.gettempdir()))
 
 
+@dataclass(frozen=True)
+class DeploymentDir(GroupDir):
+    """One deployment's folder: the only place that knows what lies where inside it."""
+
+    @classmethod
+    def of(cls, name: str) -> DeploymentDir:
+        """The folder of deployment ``name``, which must pass the recipe's name rule: a name
+        is where every command's path starts, so ``..`` or ``/x`` never becomes one.
+
+        Raises:
+            SpecError: ``name`` is not a deployment name.
+        """
+        return cls(deployments_root() / ownership.check_name(name))
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def state_file(self) -> Path:
+        return self.path / "state.json"
+
+    def group_home(self, group: int, groups: int) -> str:
+        """Where group ``group`` of ``groups`` keeps its logs, relative to ``deployments/``."""
+        return self.name if groups == 1 else f"{self.name}/groups/g{group}"
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the deployment's lock while its record is read, changed and written: a
+        supervisor per group and an upgrade may save it at the same time."""
+        private_dir(self.path)
+        with files.open_private(self.path / "state.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def forget(self) -> None:
+        """Remove the state file and its lock (the logs and revisions stay, and the folder
+        with them): the deployment is no longer listed, and the next ``up`` of its name starts
+        clean."""
+        ownership.remove_file(self.state_file, root=state_root())
+        ownership.remove_file(self.path / "state.lock", root=state_root())
+        with contextlib.suppress(OSError):  # not empty: what it keeps stays
+            self.path.rmdir()
+
+    @property
+    def router_log(self) -> Path:
+        return self.logs / "router.log"
+
+    @property
+    def events(self) -> Path:
+        return self.path / "events.log"
+
+    def supervisor_pid(self, group: int | None = None) -> Path:
+        """The supervisor's pid file: of the deployment, or of one of its groups (a deployment
+        of several groups has a supervisor process for each)."""
+        return self.path / ("supervisor.pid" if group is None else f"supervisor-g{group}.pid")
+
+    def supervisor_pids(self) -> list[Path]:
+        return sorted(self.path.glob("supervisor*.pid"))
+
+    @property
+    def watch(self) -> Path:
+        return self.path / "watch"
+
+    @property
+    def revisions(self) -> Path:
+        """``N.json`` for each revision (``tandem.operations.revisions``); kept by ``down``."""
+        return self.path / "revisions"
+
+    @property
+    def fleet_file(self) -> Path:
+        """Where an earlier release kept a deployment with replicas (read once, then moved
+        into ``state.json``)."""
+        return self.path / "fleet.json"
+
+
+@dataclass(frozen=True)
+class Place:
+    """Which group of which deployment a launch is, and where its folder lies."""
+
+    deployment: str
+    group: int = 0
+    home: str = ""
+
+    @classmethod
+    def of(cls, deployment: str, group: int, groups: int) -> Place:
+        return cls(deployment, group, DeploymentDir.of(deployment).group_home(group, groups))
+
+    @property
+    def directory(self) -> GroupDir:
+        return GroupDir.at(self.home or self.deployment)
+
+    @property
+    def state_file(self) -> Path:
+        return DeploymentDir.of(self.deployment).state_file
+
+
 class ProcessRecord(BaseModel):
     """A process of a rank as it was when the deployment became ready."""
 
@@ -152,8 +235,8 @@ class RankState(BaseModel):
     address: str
     group: int = Field(
         default=0,
-        description="Its group of a LeaderWorkerSet's replicas (Kubernetes); 0 elsewhere, "
-        "where each group is a deployment of its own.",
+        description="Its group of a LeaderWorkerSet's replicas (Kubernetes: the pod's name "
+        "says it); 0 elsewhere, where each group is launched on its own.",
     )
     pid: int | None = Field(default=None, description="Process id; also the process group id.")
     netns: str | None = Field(default=None, description="Network namespace, local netns only.")
@@ -172,15 +255,71 @@ class RankState(BaseModel):
     )
 
 
-class DeploymentState(BaseModel):
-    """Everything tandem knows about a running (or failed) deployment."""
+class Launched(BaseModel):
+    """The recipe and cluster as launched, read back as a ``Deployment``."""
 
-    schema_version: int = SCHEMA_VERSION
-    name: str
-    backend: str = Field(description="`local`, `ssh` or `k8s`.")
     recipe: dict = Field(description="The resolved recipe, as launched.")
     cluster: dict = Field(description="The resolved cluster, as launched.")
-    endpoint: str = Field(description="Base URL of the OpenAI API, e.g. http://10.77.0.1:8000.")
+    _warned: set[str] = PrivateAttr(default_factory=set)
+    """The parts (recipe, cluster) read leniently and warned about once already."""
+
+    def deployment(self, *, lenient: bool = False) -> Deployment:
+        """The deployment as launched (resolved recipe and cluster).
+
+        ``lenient`` is for the commands that stop, watch or bundle what already runs: a recipe
+        or cluster that today's validators refuse (saved by an older tandem) is read as saved
+        (``tandem.spec.saved``), with a warning on stderr, so an old deployment can always be
+        stopped. Without it (a relaunch) such a state is refused.
+
+        Raises:
+            StateError: not ``lenient``, and the saved recipe or cluster fails today's checks.
+        """
+        where = str(DeploymentDir.of(self.owner).state_file)
+        if not lenient:
+            try:
+                return Deployment(
+                    recipe=Recipe.model_validate(self.recipe),
+                    cluster=Cluster.model_validate(self.cluster),
+                )
+            except ValidationError as exc:
+                raise StateError(
+                    f"the saved recipe or cluster fails today's checks: {validation_text(exc)}",
+                    file=where,
+                    hint=f"stop it with `tandem down {self.owner}`, fix the recipe or cluster, "
+                    "and launch it again with `tandem up`",
+                ) from exc
+        recipe, recipe_refused = as_saved(Recipe, self.recipe)
+        cluster, cluster_refused = as_saved(Cluster, self.cluster)
+        for part, refused in (("recipe", recipe_refused), ("cluster", cluster_refused)):
+            if refused and part not in self._warned:
+                self._warned.add(part)
+                _log.warning(
+                    redact_text(
+                        f"warning: {where}: the saved {part} fails today's checks ({refused}); "
+                        "read as saved to stop, watch or bundle it; launch it again to fix it"
+                    )
+                )
+        return Deployment.model_construct(recipe=recipe, cluster=cluster)
+
+    @property
+    def owner(self) -> str:
+        raise NotImplementedError
+
+
+class GroupState(Launched):
+    """One group's launch: its ranks, where it answers, what its start-up showed. On
+    Kubernetes one apply launches every group, and each group's record names the same
+    objects and launch id."""
+
+    name: str = Field(
+        description="The name its processes, networks and caches carry: the deployment's, or "
+        "`NAME-gG` for group G of replicas launched one group at a time."
+    )
+    deployment_name: str = Field(default="", description="The deployment it is a group of.")
+    group: int = Field(default=0, description="Its index among the deployment's groups.")
+    home: str = Field(default="", description="Its folder under `deployments/` (logs, TMPDIR).")
+    backend: str = Field(description="`local`, `ssh` or `k8s`.")
+    endpoint: str = Field(description="Base URL of its OpenAI API, e.g. http://10.77.0.1:8000.")
     model: str = Field(description="The model name clients send.")
     ranks: list[RankState] = Field(default_factory=list)
     network: dict = Field(default_factory=dict, description="What up created: bridge, netns.")
@@ -205,7 +344,7 @@ class DeploymentState(BaseModel):
     )
     launcher_start_ticks: int | None = None
     revision: int | None = Field(
-        default=None, description="The revision this launch runs (`tandem.operations.revisions`)."
+        default=None, description="The revision this group runs (`tandem.operations.revisions`)."
     )
     boot_id: str | None = Field(
         default=None,
@@ -213,60 +352,149 @@ class DeploymentState(BaseModel):
         "a pid or session recorded on another boot names someone else's process now.",
     )
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
-    _warned: set[str] = PrivateAttr(default_factory=set)
-    """The parts (recipe, cluster) read leniently and warned about once already."""
+
+    @model_validator(mode="after")
+    def _placed(self) -> GroupState:
+        """A record without its place (built by hand, or by a test) is the one group of the
+        deployment its name says."""
+        if not self.deployment_name:
+            self.deployment_name = self.name
+        if not self.home:
+            self.home = self.deployment_name
+        return self
+
+    @property
+    def owner(self) -> str:
+        return self.deployment_name
+
+    @property
+    def directory(self) -> GroupDir:
+        return GroupDir.at(self.home)
+
+    @property
+    def leader(self) -> RankState | None:
+        return next((r for r in self.ranks if r.role == "leader"), None)
+
+    def save(self) -> None:
+        """Write this group into its deployment's record (``DeploymentState.put``)."""
+        with DeploymentDir.of(self.deployment_name).locked():
+            record = _read_record(self.deployment_name)
+            if record is None:  # a launch of its own (a test, or a state being made)
+                record = DeploymentState.of_group(self)
+            record.put(self)
+            record.write()
+
+
+class DeploymentState(Launched):
+    """Everything tandem knows about a deployment: its groups, its router, its revision."""
+
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    backend: str = Field(description="`local`, `ssh` or `k8s`.")
+    model: str = Field(description="The model name clients send.")
+    groups: list[GroupState] = Field(default_factory=list)
+    router: RouterProcess | None = Field(
+        default=None, description="vLLM's router in front of the groups (replicas, not k8s)."
+    )
+    revision: int | None = Field(
+        default=None, description="The revision it runs (`tandem.operations.revisions`)."
+    )
+    ready: bool = Field(
+        default=False, description="Every group answered (and the router through them)."
+    )
+    launcher: str | None = Field(
+        default=None, description="The `up` that starts it (pid, start, boot) until it is ready."
+    )
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_one_launch(cls, data: Any) -> Any:
+        """A record of schema 1 was one launch: it becomes the deployment's groups (one, or a
+        LeaderWorkerSet's groups by their ranks' ``group``)."""
+        if not isinstance(data, dict) or "groups" in data or "endpoint" not in data:
+            return data
+        ranks = [r.model_dump() if isinstance(r, BaseModel) else r for r in data.get("ranks", [])]
+        groups = sorted({r.get("group", 0) for r in ranks}) or [0]
+        return {
+            **{k: data[k] for k in ("name", "backend", "recipe", "cluster", "model") if k in data},
+            "schema_version": SCHEMA_VERSION,
+            "revision": data.get("revision"),
+            "ready": data.get("ready", False),
+            "created_at": data.get("created_at") or datetime.now(UTC),
+            "groups": [
+                {
+                    **data,
+                    "deployment_name": data["name"],
+                    "group": g,
+                    "home": data["name"],
+                    "ranks": [r for r in ranks if r.get("group", 0) == g],
+                }
+                for g in groups
+            ],
+        }
+
+    @classmethod
+    def of_group(cls, group: GroupState) -> DeploymentState:
+        """The record of a deployment whose one group this is."""
+        return cls(
+            name=group.deployment_name,
+            backend=group.backend,
+            recipe=group.recipe,
+            cluster=group.cluster,
+            model=group.model,
+            revision=group.revision,
+            ready=group.ready,
+        )
+
+    @property
+    def owner(self) -> str:
+        return self.name
 
     @property
     def directory(self) -> DeploymentDir:
         return DeploymentDir.of(self.name)
 
     @property
-    def groups(self) -> list[int]:
-        """The groups its ranks belong to: ``[0]``, but for a LeaderWorkerSet's replicas."""
-        return sorted({r.group for r in self.ranks}) or [0]
+    def endpoint(self) -> str:
+        """Where clients send requests: the router, else the (one) group's leader."""
+        if self.router is not None:
+            return self.router.url
+        return self.groups[0].endpoint if self.groups else ""
 
-    def deployment(self, *, lenient: bool = False) -> Deployment:
-        """The deployment this state was launched from (resolved recipe and cluster).
-
-        ``lenient`` is for the commands that stop, watch or bundle what already runs: a recipe
-        or cluster that today's validators refuse (saved by an older tandem) is read as saved
-        (``tandem.spec.saved``), with a warning on stderr, so an old deployment can always be
-        stopped. Without it (a relaunch) such a state is refused.
+    def group(self, index: int) -> GroupState:
+        """Group ``index``.
 
         Raises:
-            StateError: not ``lenient``, and the saved recipe or cluster fails today's checks.
+            StateError: it has no such group.
         """
-        where = str(self.directory.state_file)
-        if not lenient:
-            try:
-                return Deployment(
-                    recipe=Recipe.model_validate(self.recipe),
-                    cluster=Cluster.model_validate(self.cluster),
-                )
-            except ValidationError as exc:
-                raise StateError(
-                    f"the saved recipe or cluster fails today's checks: {validation_text(exc)}",
-                    file=where,
-                    hint=f"stop it with `tandem down {self.name}`, fix the recipe or cluster, "
-                    "and launch it again with `tandem up`",
-                ) from exc
-        recipe, recipe_refused = as_saved(Recipe, self.recipe)
-        cluster, cluster_refused = as_saved(Cluster, self.cluster)
-        for part, refused in (("recipe", recipe_refused), ("cluster", cluster_refused)):
-            if refused and part not in self._warned:
-                self._warned.add(part)
-                _log.warning(
-                    redact_text(
-                        f"warning: {where}: the saved {part} fails today's checks ({refused}); "
-                        "read as saved to stop, watch or bundle it; launch it again to fix it"
-                    )
-                )
-        return Deployment.model_construct(recipe=recipe, cluster=cluster)
+        found = next((g for g in self.groups if g.group == index), None)
+        if found is None:
+            raise StateError(
+                f"deployment '{self.name}' has no group {index} "
+                f"(groups: {', '.join(str(g.group) for g in self.groups) or 'none'})",
+                hint=f"`tandem status {self.name}` lists them",
+            )
+        return found
 
-    def save(self) -> None:
+    def put(self, group: GroupState) -> None:
+        """Add or replace ``group`` (by its index)."""
+        self.groups = sorted(
+            [g for g in self.groups if g.group != group.group] + [group], key=lambda g: g.group
+        )
+
+    def interrupted(self) -> bool:
+        """Its ``up`` died before every group and the router were ready."""
+        if self.ready or self.launcher is None:
+            return False
+        launcher = ProcessIdentity.parse(self.launcher)
+        return launcher is None or launcher.find() is None
+
+    def write(self) -> None:
         """Write atomically (a reader never sees half a file), private to the user (folder
         0700, file 0600), through the one writing path (``tandem.files``); the recipe's and
-        cluster's secret names are hidden too (``HF_TOKEN: ...`` of an old state)."""
+        cluster's secret names are hidden too (``HF_TOKEN: ...`` of an old state). Callers
+        that read, change and write hold ``DeploymentDir.locked``."""
         path = self.directory.state_file
         private_dir(path.parent)
         redactor = Redactor.for_caller()
@@ -274,76 +502,140 @@ class DeploymentState(BaseModel):
             path, redactor.data(self.model_dump(mode="json")), redactor=redactor, private=True
         )
 
-
-class FleetState(BaseModel):
-    """What ``up`` started for a deployment with replicas (``deployments/NAME/fleet.json``):
-    its groups, each a deployment of its own, and the router in front
-    (``tandem.operations.fleet``)."""
-
-    name: str
-    groups: list[str] = Field(description="Each group's deployment name, in group order.")
-    model: str
-    router: RouterProcess | None = None
-    launcher: str | None = Field(
-        default=None, description="The `up` that started it (pid, start, boot) while it runs."
-    )
-    ready: bool = False
-    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
-
-    @property
-    def directory(self) -> DeploymentDir:
-        return DeploymentDir.of(self.name)
-
     def save(self) -> None:
-        private_dir(self.directory.path)
-        files.write_json(self.directory.fleet_file, self.model_dump(mode="json"), private=True)
+        """Write the deployment's own fields (router, revision, readiness); its groups stay as
+        their own last save left them (``GroupState.save``), so a restart that a supervisor
+        made meanwhile is kept. A record not yet on disk is written whole."""
+        with self.directory.locked():
+            saved = _read_record(self.name)
+            if saved is not None:
+                self.groups = saved.groups
+            self.write()
 
-    def interrupted(self) -> bool:
-        """Its ``up`` died before the fleet was ready."""
-        if self.ready or self.launcher is None:
-            return False
-        launcher = ProcessIdentity.parse(self.launcher)
-        return launcher is None or launcher.find() is None
+    def set_groups(self, groups: list[GroupState]) -> None:
+        """Replace every group's record at once (a Kubernetes launch, split by group)."""
+        with self.directory.locked():
+            self.groups = sorted(groups, key=lambda g: g.group)
+            self.write()
 
 
-def fleet_exists(name: str) -> bool:
-    """``name`` is a deployment with replicas that tandem started."""
-    return DeploymentDir.of(name).fleet_file.is_file()
-
-
-def load_fleet(name: str) -> FleetState:
-    """The fleet record of ``name``.
-
-    Raises:
-        StateError: none, or unreadable.
-    """
+def _read_record(name: str) -> DeploymentState | None:
+    path = DeploymentDir.of(name).state_file
+    if not path.is_file():
+        return None
     return read_json(
-        DeploymentDir.of(name).fleet_file,
-        FleetState,
-        what="fleet state",
-        hint=f"`tandem down {name}` stops what it names",
+        path,
+        DeploymentState,
+        what="deployment state",
+        hint="remove the folder if the deployment is gone",
         error=StateError,
     )
 
 
-def fleet_of(group: str) -> FleetState | None:
-    """The fleet whose group ``group`` is (``NAME-gG`` listed in NAME's record), else None."""
-    match = re.fullmatch(r"(.+)-g\d+", group)
-    if match is None or not fleet_exists(match.group(1)):
-        return None
-    try:
-        fleet = load_fleet(match.group(1))
-    except StateError:
-        return None
-    return fleet if group in fleet.groups else None
+def forget_group(group: GroupState) -> None:
+    """Drop a group whose launch failed and left nothing from its deployment's record; the
+    record goes with its last group, unless a router still runs in front."""
+    directory = DeploymentDir.of(group.deployment_name)
+    with directory.locked():
+        record = _read_record(group.deployment_name)
+        if record is None:
+            return
+        record.groups = [g for g in record.groups if g.group != group.group]
+        if record.groups or record.router is not None:
+            record.write()
+        else:
+            directory.forget()
+
+
+class _Fleet(BaseModel):
+    """``fleet.json`` of an earlier release: a deployment with replicas, each group a
+    deployment folder of its own (``NAME-gG``)."""
+
+    name: str
+    groups: list[str]
+    model: str
+    router: RouterProcess | None = None
+    launcher: str | None = None
+    ready: bool = False
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+
+def _move_fleet(name: str) -> None:
+    """Read an earlier release's fleet of ``name`` into one record (its groups keep their
+    folders and logs, ``deployments/NAME-gG``), then remove the old records; a group whose
+    record is gone is left out, as that release's ``status`` counted it down."""
+    directory = DeploymentDir.of(name)
+    fleet = read_json(
+        directory.fleet_file,
+        _Fleet,
+        what="fleet state",
+        hint=f"`tandem down {name}` stops what it names",
+        error=StateError,
+    )
+    groups = []
+    for index, group_name in enumerate(fleet.groups):
+        old = _read_record(group_name)
+        if old is None:
+            continue
+        launch = old.groups[0].model_copy(
+            update={"deployment_name": name, "group": index, "home": group_name}
+        )
+        groups.append(launch)
+    first = groups[0] if groups else None
+    record = DeploymentState(
+        name=name,
+        backend=first.backend if first else "local",
+        recipe=(first.recipe | {"name": name, "replicas": len(fleet.groups)}) if first else {},
+        cluster=first.cluster if first else {},
+        model=fleet.model,
+        groups=groups,
+        router=fleet.router,
+        revision=first.revision if first else None,
+        ready=fleet.ready,
+        launcher=fleet.launcher,
+        created_at=fleet.created_at,
+    )
+    record.write()
+    for group_name in fleet.groups:
+        if DeploymentDir.of(group_name).state_file.is_file():
+            DeploymentDir.of(group_name).forget()
+    ownership.remove_file(directory.fleet_file, root=state_root())
 
 
 def list_deployments() -> list[str]:
-    """Names of deployments that have state."""
-    folder = state_root() / "deployments"
+    """Names of deployments that have state (an earlier release's fleet counted once)."""
+    folder = deployments_root()
     if not folder.is_dir():
         return []
+    for fleet in folder.glob("*/fleet.json"):
+        with contextlib.suppress(StateError), DeploymentDir(fleet.parent).locked():
+            if fleet.is_file():
+                _move_fleet(fleet.parent.name)
     return sorted(p.name for p in folder.iterdir() if DeploymentDir(p).state_file.is_file())
+
+
+def find_group(launch_name: str) -> GroupState | None:
+    """The running record of the group whose processes carry ``launch_name``: a deployment's
+    one group (its own name), or group G of one with replicas (``NAME-gG``)."""
+    match = re.fullmatch(r"(.+)-g\d+", launch_name)
+    for owner in ([match.group(1)] if match else []) + [launch_name]:
+        if ownership.name_problem(owner):
+            continue
+        try:
+            record = _read_record(owner)
+        except StateError:
+            continue
+        found = next((g for g in record.groups if g.name == launch_name), None) if record else None
+        if found is not None:
+            return found
+    return None
+
+
+def owner_of(launch_name: str) -> str:
+    """The deployment a launch name belongs to (``NAME-gG`` -> ``NAME`` when NAME's record
+    has that group; else the name itself)."""
+    found = find_group(launch_name)
+    return found.deployment_name if found is not None else launch_name
 
 
 def load_state(name: str | None = None) -> DeploymentState:
@@ -352,8 +644,8 @@ def load_state(name: str | None = None) -> DeploymentState:
     Raises:
         StateError: no such deployment, several and none named, or an unreadable file.
     """
+    names = list_deployments()
     if name is None:
-        names = list_deployments()
         if len(names) != 1:
             raise StateError(
                 "no deployment is running"
@@ -362,17 +654,10 @@ def load_state(name: str | None = None) -> DeploymentState:
                 hint="start one with `tandem up RECIPE`" if not names else "pass its name",
             )
         name = names[0]
-    path = DeploymentDir.of(name).state_file
-    if not path.is_file():
-        known = ", ".join(list_deployments()) or "none"
+    found = _read_record(ownership.check_name(name))
+    if found is None:
         raise StateError(
-            f"no deployment named '{name}' (known: {known})",
-            hint="check the name with `tandem status`",
+            f"no deployment named '{name}' (known: {', '.join(names) or 'none'})",
+            hint="`tandem status` lists every deployment",
         )
-    return read_json(
-        path,
-        DeploymentState,
-        what="deployment state",
-        hint="remove the folder if the deployment is gone",
-        error=StateError,
-    )
+    return found

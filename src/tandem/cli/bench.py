@@ -24,7 +24,7 @@ from rich.progress import (
 )
 
 from tandem import files, ownership
-from tandem.backends.state import fleet_exists, load_state
+from tandem.backends.state import load_state
 from tandem.bench.compare import compare, load_summary
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import (
@@ -48,7 +48,6 @@ from tandem.cli.options import (
 )
 from tandem.errors import CheckFailed, Problem, SpecError
 from tandem.operations import evidence
-from tandem.operations.fleet import front_door
 from tandem.plan.status import planned_roofline_tok_s
 from tandem.report.bench import (
     REPORT_FILE,
@@ -240,15 +239,13 @@ def run_command(
     if deployment and url:
         raise SpecError("give a DEPLOYMENT or --url, not both", field="url")
     url_given = url is not None
-    if not url and deployment and fleet_exists(ownership.check_name(deployment)):
-        url, served = front_door(deployment)  # through the router, to every group
-        model = model or served
-    elif not url:
-        state = load_state(deployment)
+    if not url:
+        state = load_state(deployment)  # with replicas, through the router to every group
         deployment = state.name  # the only one there is, when none was named
         url, model = state.endpoint, model or state.model
-        if fields["roofline_decode_tok_s"] is None:  # a launched deployment has a plan
-            fields["roofline_decode_tok_s"] = planned_roofline_tok_s(state.recipe, state.cluster)
+        if fields["roofline_decode_tok_s"] is None and len(state.groups) == 1:  # it has a plan
+            group = state.groups[0]
+            fields["roofline_decode_tok_s"] = planned_roofline_tok_s(group.recipe, group.cluster)
     slo = Slo(
         ttft_s=_seconds(slo_ttft_ms), tpot_s=_seconds(slo_tpot_ms), e2el_s=_seconds(slo_e2el_ms)
     )

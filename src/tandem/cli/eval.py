@@ -24,7 +24,6 @@ from tandem.eval.log import SamplingParams
 from tandem.eval.report import EvalReport, render_markdown
 from tandem.eval.runner import GPQAConfig, rescore_log, run_gpqa
 from tandem.operations import evidence
-from tandem.operations.fleet import front_door
 from tandem.report.watch import report_folder
 from tandem.watch.background import WATCH_DIR, BackgroundWatch
 
@@ -154,8 +153,8 @@ def gpqa_command(
             hint="e.g. `tandem eval gpqa --csv F tiny-local --out D`",
         )
     if deployment is not None:
-        url, served = front_door(deployment)  # with replicas, through the router
-        model = model or served
+        state = load_state(deployment)  # with replicas, through the router
+        url, model = state.endpoint, model or state.model
     config = GPQAConfig(
         csv=Path(csv_path),
         url=url,
@@ -313,13 +312,17 @@ def smoke_command(
             field="DEPLOYMENT/--url",
             hint="e.g. `tandem eval smoke tiny-local --out D`",
         )
+    targets: dict[str, smoke.SmokeTarget] = {}
     if deployment is not None:
-        target = smoke.target_of(load_state(deployment), model)
+        groups = load_state(deployment).groups
+        for group in groups:  # each group at its own leader (with replicas: OUT/gG/)
+            where = f"g{group.group}" if len(groups) > 1 else ""
+            targets[where] = smoke.target_of(group, model)
     else:
         assert url is not None
         with Endpoint(url, api_key=api_key) as endpoint:
             served = pick_model(endpoint.models(), model)
-        target = smoke.SmokeTarget(
+        targets[""] = smoke.SmokeTarget(
             url=url,
             model=served.id,
             max_model_len=max_model_len or served.max_model_len,
@@ -327,26 +330,36 @@ def smoke_command(
             auto_tool_choice=tool_call_parser is not None,
             reasoning_parser=reasoning_parser,
         )
-    out = ownership.output_folder(Path(out_dir), force=force)
-    report = smoke.run_smoke(
-        target,
-        out,
-        api_key=api_key,
-        checks=list(checks) or None,
-        needle=needle_lengths,
-        resume=resume,
-        on_result=lambda r: click.echo(f"{r.check:<12} {r.outcome.value:<15} {r.summary}"),
-    )
-    click.echo(f"{'PASS' if report.ok else 'FAIL'}: reports {out / smoke.REPORT_MD}, smoke.json")
-    if deployment is not None:
-        outcomes = [f"{c.check} {c.outcome.value}" for c in report.checks]
-        evidence.record(
-            deployment,
-            "smoke",
+    folder = ownership.output_folder(Path(out_dir), force=force)
+    failed = False
+    for where, target in targets.items():
+        out = folder / where if where else folder
+        who = f"group {where[1:]} " if where else ""
+
+        def said(result: smoke.CheckResult, who: str = who) -> None:
+            click.echo(f"{who}{result.check:<12} {result.outcome.value:<15} {result.summary}")
+
+        report = smoke.run_smoke(
+            target,
             out,
-            summary=", ".join(outcomes),
-            passed=report.ok,
-            report=smoke.REPORT_MD,
+            api_key=api_key,
+            checks=list(checks) or None,
+            needle=needle_lengths,
+            resume=resume,
+            on_result=said,
         )
-    if not report.ok:
+        verdict = "PASS" if report.ok else "FAIL"
+        click.echo(f"{who}{verdict}: reports {out / smoke.REPORT_MD}, smoke.json")
+        failed = failed or not report.ok
+        if deployment is not None:
+            evidence.record(
+                deployment,
+                "smoke",
+                out,
+                group=int(where[1:]) if where else None,
+                summary=", ".join(f"{c.check} {c.outcome.value}" for c in report.checks),
+                passed=report.ok,
+                report=smoke.REPORT_MD,
+            )
+    if failed:
         raise click.exceptions.Exit(1)

@@ -12,14 +12,9 @@ from rich.table import Table
 
 from tandem import ownership, wire
 from tandem.backends.bundle import write_bundle
-from tandem.backends.router import LOOPBACK
-from tandem.backends.router import argv as router_argv
+from tandem.backends.router import LOOPBACK, PACKAGE, executable
 from tandem.backends.router_node import RouterNode
-from tandem.backends.state import (
-    DeploymentState,
-    fleet_exists,
-    list_deployments,
-)
+from tandem.backends.state import DeploymentState, list_deployments, load_state
 from tandem.check import CheckReport
 from tandem.cli.check import show_preflight, show_skipped_preflight
 from tandem.cli.options import (
@@ -34,8 +29,7 @@ from tandem.cli.supervise import run_supervisor
 from tandem.endpoint import Endpoint
 from tandem.errors import CheckFailed
 from tandem.eval import smoke as smoke_checks
-from tandem.operations import fleet, lifecycle, supervisor
-from tandem.rankplan import placed_groups
+from tandem.operations import lifecycle
 from tandem.readiness import Readiness
 from tandem.redact import Redactor
 from tandem.report.terminal import show
@@ -100,55 +94,16 @@ def up_command(
       tandem up deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml --supervise
     """
     deployment = machine_deployment(recipe, cluster_path)
-    if supervise and deployment.recipe.replicas > 1 and deployment.cluster.transport.value == "k8s":
-        raise supervisor.kubernetes_restarts_groups(deployment.name)  # before anything starts
     if dry_run:
-        redactor = Redactor.for_caller()
-        local = deployment.cluster.transport.value == "local"  # remote commands carry it
-        by_group = fleet.launched_by_group(deployment)
-        for group in placed_groups(deployment) if by_group else [deployment]:
-            _, commands = lifecycle.dry_run(group)
-            if group.cluster.transport.value == "k8s":  # one apply creates every rank's pod
-                ranks = ", ".join(str(n) for n in sorted(rank.rank for rank, _ in commands))
-                click.echo(
-                    f"# {group.name}: ranks {ranks}, all at once (the objects: "
-                    "`tandem render --target k8s`)\n"
-                    f"{shlex.join(redactor.argv(commands[0][1]))}\n"
-                )
-                continue
-            for rank, argv in commands:
-                env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redactor.env(rank.env).items())
-                click.echo(
-                    f"# {group.name}: rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
-                    + (f"env {env} " if local else "")
-                    + f"{shlex.join(redactor.argv(argv))}\n"
-                )
-        if by_group:
-            spec = deployment.recipe.router
-            node = RouterNode.of(deployment.cluster, deployment.name)
-            argv = router_argv(spec, host=node.address if node else LOOPBACK)
-            if node:
-                argv = [*shlex.split(node.command), *argv[1:]]
-            click.echo(
-                f"# the router{f' on {node.node} (over ssh)' if node else ''}, then each "
-                f"group's leader added to it\n{shlex.join(argv)}"
-            )
+        _print_dry_run(deployment, supervise=supervise)
         return
-    if fleet.launched_by_group(deployment):
-        _up_fleet(
-            deployment,
-            timeout_s=timeout_s,
-            skip_checks=skip_checks,
-            smoke=smoke,
-            supervise=supervise,
-        )
-        return
+    lifecycle.check_launchable(deployment, supervise=supervise)  # before anything starts
     if skip_checks:
         show_skipped_preflight(deployment)
         _show_launch(deployment, None)
     else:
         console.print(f"preflight of [bold]{deployment.name}[/bold]")
-    state, ready = lifecycle.up(
+    state, readiness = lifecycle.up(
         deployment,
         preflight=not skip_checks,
         timeout_s=timeout_s,
@@ -156,89 +111,128 @@ def up_command(
         on_event=show_event,
         on_report=lambda report: _show_launch(deployment, report),
     )
-    boot = state.boot
-    console.print(
-        f"[green]ready[/green] at {state.endpoint}/v1 as model '{state.model}' "
-        f"after {state.phases[-1].elapsed_s:.1f} s"
-    )
-    if boot.compile_cache:
-        init = (
-            f"; engine init (profile, compile, warm-up) {boot.engine_init_s:.1f} s"
-            if boot.engine_init_s is not None
-            else ""
-        )
-        said = {
-            "warm": "compile caches loaded",
-            "cold": "compile caches written",
-            "recompiled": "vLLM could not load its compile cache; kernel caches reused",
-        }
-        console.print(f"  start: {boot.compile_cache} ({said.get(boot.compile_cache, '')}){init}")
-    elif deployment.recipe.engine.serve.enforce_eager:
-        console.print("  start: eager (enforce_eager: no torch.compile, no compile cache to warm)")
-    if boot.kv_cache_tokens:
-        console.print(
-            f"  KV cache: {boot.kv_cache_tokens:,} tokens, "
-            f"{boot.available_kv_cache_gib} GiB available, max concurrency "
-            f"{boot.max_concurrency}x at {boot.max_concurrency_tokens_per_request:,} "
-            "tokens per request"
-        )
-    console.print(f"  {first_answer(ready)}")
+    _show_ready(state, readiness, enforce_eager=deployment.recipe.engine.serve.enforce_eager)
     if smoke:
         _smoke(state)
     if supervise:
         run_supervisor(state.name)
 
 
-def _up_fleet(
-    deployment: Deployment,
-    *,
-    timeout_s: float | None,
-    skip_checks: bool,
-    smoke: bool,
-    supervise: bool,
-) -> None:
-    """``tandem up`` of a recipe with replicas: each group as a deployment of its own, then the
-    router in front (``tandem.operations.fleet``)."""
-    if smoke or supervise:
-        raise click.UsageError(
-            "--smoke and --supervise take one group so far; run them on a group (NAME-gG)"
+def _print_dry_run(deployment: Deployment, *, supervise: bool) -> None:
+    """What ``up`` would run, after every check it makes before it touches anything."""
+    redactor = Redactor.for_caller()
+    local = deployment.cluster.transport.value == "local"  # remote commands carry it
+    launches = lifecycle.dry_run(deployment)
+    if supervise:
+        lifecycle.check_launchable(deployment, supervise=True)
+    for part, _, commands in launches:
+        if part.cluster.transport.value == "k8s":  # one apply creates every rank's pod
+            ranks = ", ".join(str(n) for n in sorted(rank.rank for rank, _ in commands))
+            click.echo(
+                f"# {part.name}: ranks {ranks}, all at once (the objects: "
+                "`tandem render --target k8s`)\n"
+                f"{shlex.join(redactor.argv(commands[0][1]))}\n"
+            )
+            continue
+        for rank, argv in commands:
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redactor.env(rank.env).items())
+            click.echo(
+                f"# {part.name}: rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
+                + (f"env {env} " if local else "")
+                + f"{shlex.join(redactor.argv(argv))}\n"
+            )
+    if len(launches) > 1:
+        spec = deployment.recipe.router
+        node = RouterNode.of(deployment.cluster, deployment.name)
+        argv = spec.argv(
+            host=node.address if node else LOOPBACK,
+            program=shlex.split(node.command) if node else [executable() or PACKAGE],
         )
-    started = fleet.up(
-        deployment,
-        preflight=not skip_checks,
-        timeout_s=timeout_s,
-        on_phase=show_phase,
-        on_event=show_event,
-        on_report=show_preflight,
-    )
-    assert started.router is not None
-    console.print(
-        f"[green]ready[/green] at {started.router.url}/v1 as model '{started.model}': "
-        f"{len(started.groups)} groups behind vllm-router {started.router.version} "
-        f"({started.router.policy})"
-    )
+        click.echo(
+            f"# the router{f' on {node.node} (over ssh)' if node else ''}, then each "
+            f"group's leader added to it\n{shlex.join(argv)}"
+        )
+
+
+def _show_ready(state: DeploymentState, readiness: list[Readiness], *, enforce_eager: bool) -> None:
+    """Where it answers, and each group's start: compile caches, KV cache, first answer."""
+    if state.router is not None:
+        console.print(
+            f"[green]ready[/green] at {state.router.url}/v1 as model '{state.model}': "
+            f"{len(state.groups)} groups behind vllm-router {state.router.version} "
+            f"({state.router.policy})"
+        )
+    else:
+        phases = state.groups[0].phases
+        console.print(
+            f"[green]ready[/green] at {state.endpoint}/v1 as model '{state.model}' "
+            f"after {phases[-1].elapsed_s:.1f} s"
+        )
+    for group, ready in zip(state.groups, readiness):
+        who = f"group {group.group}: " if len(state.groups) > 1 else ""
+        boot = group.boot
+        if boot.compile_cache:
+            init = (
+                f"; engine init (profile, compile, warm-up) {boot.engine_init_s:.1f} s"
+                if boot.engine_init_s is not None
+                else ""
+            )
+            said = {
+                "warm": "compile caches loaded",
+                "cold": "compile caches written",
+                "recompiled": "vLLM could not load its compile cache; kernel caches reused",
+            }
+            console.print(
+                f"  {who}start: {boot.compile_cache} ({said.get(boot.compile_cache, '')}){init}"
+            )
+        elif enforce_eager:
+            console.print(
+                f"  {who}start: eager (enforce_eager: no torch.compile, no compile cache to warm)"
+            )
+        if boot.kv_cache_tokens:
+            console.print(
+                f"  {who}KV cache: {boot.kv_cache_tokens:,} tokens, "
+                f"{boot.available_kv_cache_gib} GiB available, max concurrency "
+                f"{boot.max_concurrency}x at {boot.max_concurrency_tokens_per_request:,} "
+                "tokens per request"
+            )
+        console.print(f"  {who}{first_answer(ready)}")
 
 
 def _smoke(state: DeploymentState) -> None:
-    """``tandem eval smoke`` on the deployment just started.
+    """``tandem eval smoke`` on each group of the deployment just started, at its own leader.
 
     Raises:
         CheckFailed: a check failed (the deployment stays up).
     """
-    out = ownership.output_folder(state.directory.path / "smoke", force=True)
-    report = smoke_checks.run_smoke(
-        smoke_checks.target_of(state),
-        out,
-        api_key=os.environ.get(wire.VLLM_API_KEY),  # the key the ranks were started with
-        on_result=lambda r: console.print(
-            f"  smoke {r.check:<12} {r.outcome.value:<15} {r.summary}"
-        ),
-    )
-    failed = [c.check for c in report.checks if c.outcome is smoke_checks.Outcome.FAIL]
+    failed: list[str] = []
+    for group in state.groups:
+        folder = state.directory.path / "smoke"
+        if len(state.groups) > 1:
+            folder = folder / f"g{group.group}"
+        out = ownership.output_folder(folder, force=True)
+        who = f"group {group.group} " if len(state.groups) > 1 else ""
+
+        def said(result: smoke_checks.CheckResult, who: str = who) -> None:
+            console.print(
+                f"  {who}smoke {result.check:<12} {result.outcome.value:<15} {result.summary}"
+            )
+
+        report = smoke_checks.run_smoke(
+            smoke_checks.target_of(group),
+            out,
+            api_key=os.environ.get(wire.VLLM_API_KEY),  # the key the ranks were started with
+            on_result=said,
+        )
+        failed += [
+            f"{who}{c.check} ({out / smoke_checks.REPORT_MD})"
+            for c in report.checks
+            if c.outcome is smoke_checks.Outcome.FAIL
+        ]
     if failed:
         raise CheckFailed(
             f"'{state.name}' is up, but its smoke check failed: {', '.join(failed)}",
-            hint=f"read {out / smoke_checks.REPORT_MD}; `tandem down {state.name}` stops it",
+            hint=f"read the report named; `tandem down {state.name}` stops it",
         )
 
 
@@ -313,7 +307,7 @@ def status_command(name: str | None, as_json: bool, canary_timeout_s: float, nod
       tandem status tiny-local --json --nodes
     """
 
-    status = fleet.status(name, canary_timeout_s=canary_timeout_s, nodes=nodes)
+    status = lifecycle.status(name, canary_timeout_s=canary_timeout_s, nodes=nodes)
     if as_json:
         click.echo(status.model_dump_json(indent=2))
     else:
@@ -393,13 +387,14 @@ def _print_groups(status: lifecycle.DeploymentStatus) -> None:
         + ("running" if router.running else "[bold red]not running[/bold red]")
         + f", {len(router.members)} member(s)"
     )
-    table = Table("group", "deployment", "leader", "in rotation", "verdict", "ranks")
+    table = Table("group", "processes", "leader", "revision", "in rotation", "verdict", "ranks")
     for g in status.groups:
         colour = g.verdict.colour
         table.add_row(
             str(g.group),
             g.name,
             g.endpoint,
+            str(g.revision) if g.revision is not None else "-",
             "yes" if g.member else "no",
             f"[{colour}]{g.verdict.value}[/{colour}]" + (f" {g.reason}" if g.reason else ""),
             ", ".join(f"{r.rank} {r.health.state}" for r in g.ranks) or "none",
@@ -409,6 +404,11 @@ def _print_groups(status: lifecycle.DeploymentStatus) -> None:
 
 @click.command("logs")
 @name_argument
+@click.option(
+    "--group",
+    type=click.IntRange(min=0),
+    help="Only this group (a deployment with replicas). Default: all, prefixed by group.",
+)
 @click.option(
     "--rank", type=click.IntRange(min=0), help="Only this rank. Default: all, prefixed by rank."
 )
@@ -431,7 +431,12 @@ def _print_groups(status: lifecycle.DeploymentStatus) -> None:
     "to this file or folder (default: the current folder).",
 )
 def logs_command(
-    name: str | None, rank: int | None, follow: bool, tail: int | None, bundle_path: Path | None
+    name: str | None,
+    group: int | None,
+    rank: int | None,
+    follow: bool,
+    tail: int | None,
+    bundle_path: Path | None,
 ) -> None:
     """Show the ranks' logs, each line prefixed with its rank.
 
@@ -440,13 +445,18 @@ def logs_command(
       tandem logs --rank 1 --tail 50
       tandem logs tiny-local -f
       tandem logs tiny-local --bundle /tmp
+      tandem logs smollm2-replicas --group 1 --tail 20
     """
     if bundle_path is not None:
         console.print(f"wrote {write_bundle(name, bundle_path)}")
         return
     redactor = Redactor.for_caller()
-    for number, line in lifecycle.log_lines(name, rank=rank, follow=follow, tail=tail):
-        click.echo(f"[rank {number}] {redactor.text(line)}")
+    several = len(load_state(name).groups) > 1
+    for g, number, line in lifecycle.log_lines(
+        name, group=group, rank=rank, follow=follow, tail=tail
+    ):
+        who = f"[group {g} rank {number}]" if several else f"[rank {number}]"
+        click.echo(f"{who} {redactor.text(line)}")
 
 
 @click.command("down")
@@ -476,15 +486,12 @@ def down_command(name: str | None, purge_caches: bool, cluster_path: str | None)
         cluster = load_cluster(cluster_path) if cluster_path else None
         lifecycle.purge_compile_caches(name, cluster, on_event=show_event)  # says what it found
         return
-    if name is not None and fleet_exists(ownership.check_name(name)):
-        fleet.down(name, purge_caches=purge_caches, on_event=show_event)
-        console.print(f"[bold]{name}[/bold] is down: the router and every group")
-        return
     state = lifecycle.down(name, purge_caches=purge_caches, on_event=show_event)
     if state is None:
         console.print("no deployment was running; removed what killed commands left")
         return
-    console.print(f"[bold]{state.name}[/bold] is down")
+    more = ": the router and every group" if state.router is not None else ""
+    console.print(f"[bold]{state.name}[/bold] is down{more}")
 
 
 @click.command("chat")
@@ -500,7 +507,8 @@ def chat_command(message: str, name: str | None, max_tokens: int, api_key: str |
       tandem chat "What is tensor parallelism?"
       tandem chat "Hello" --name tiny-local --max-tokens 16
     """
-    endpoint, model = fleet.front_door(name)  # a deployment with replicas: its router
+    state = load_state(name)  # a deployment with replicas: its router
+    endpoint, model = state.endpoint, state.model
     messages = [{"role": "user", "content": message}]
     with Endpoint(endpoint, api_key=api_key) as server:
         data = server.chat(model, messages, timeout_s=300, max_tokens=max_tokens, temperature=0)

@@ -16,6 +16,7 @@ from tandem.cli.options import (
     startup_timeout_option,
 )
 from tandem.errors import SpecError
+from tandem.operations import lifecycle
 from tandem.render.systemd import SECRET_VARS, UNIT_DIR
 
 console = Console(highlight=False, soft_wrap=True)
@@ -80,6 +81,8 @@ def install_command(
             "the unit",
         )
     deployment = machine_deployment(recipe, cluster_path)
+    # the unit runs `tandem up --supervise`: refuse here what that refuses
+    lifecycle.check_launchable(deployment, supervise=True, ports=False)
     spec = systemd.spec_for(
         deployment.name, recipe, cluster_path, ["--timeout", f"{timeout_s:g}"] if timeout_s else []
     )

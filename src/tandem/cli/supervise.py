@@ -10,8 +10,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from tandem import ownership
-from tandem.backends.state import FleetState, fleet_exists, load_fleet, load_state
+from tandem.backends.state import load_state
 from tandem.cli.options import as_options, field_option
 from tandem.interrupts import Interrupted, raise_on_termination
 from tandem.operations.supervisor import SupervisorPolicy, supervise
@@ -19,18 +18,30 @@ from tandem.operations.supervisor import SupervisorPolicy, supervise
 console = Console(highlight=False)
 
 
-def run_supervisor(name: str, policy: SupervisorPolicy = SupervisorPolicy()) -> None:
+def run_supervisor(
+    name: str,
+    policy: SupervisorPolicy = SupervisorPolicy(),
+    options: list[str] | None = None,
+    *,
+    group: int | None = None,
+) -> None:
     """Supervise in the foreground until the deployment is taken down (exit 0) or given up (1).
 
-    SIGTERM is how ``tandem down`` stops it: it raises ``Interrupted`` like any stop, so a
-    restart in progress says it was interrupted (not that its start-up failed) and cleans up,
-    the supervisor writes why it stopped, and the exit status is 0.
+    A deployment of several groups gets a supervisor process for each group
+    (``supervise_groups``, each running this with its ``group``). SIGTERM is how ``tandem
+    down`` stops it: it raises ``Interrupted`` like any stop, so a restart in progress says it
+    was interrupted (not that its start-up failed) and cleans up, the supervisor writes why it
+    stopped, and the exit status is 0.
     """
+    groups = [g.group for g in load_state(name).groups]
+    if group is None and len(groups) > 1:
+        sys.exit(supervise_groups(name, groups, options or []))
     raise_on_termination()
     try:
         code = supervise(
             name,
             policy,
+            group=groups[0] if group is None and groups else group or 0,
             on_event=lambda text: console.print(f"  [dim]{text}[/dim]", soft_wrap=True),
         )
     except Interrupted as exc:
@@ -50,6 +61,13 @@ def run_supervisor(name: str, policy: SupervisorPolicy = SupervisorPolicy()) -> 
 @field_option(SupervisorPolicy, "canary_interval_s", flag="--canary-interval")
 @field_option(SupervisorPolicy, "stall_s", flag="--stall")
 @field_option(SupervisorPolicy, "membership", flag="--router-membership")
+@click.option(
+    "--group",
+    type=click.IntRange(min=0),
+    default=None,
+    hidden=True,
+    help="Supervise only this group (what `tandem supervise NAME` runs for each group).",
+)
 def supervise_command(name: str | None, **fields: Any) -> None:
     """Watch a deployment and restart the whole group when any rank faults.
 
@@ -68,26 +86,27 @@ def supervise_command(name: str | None, **fields: Any) -> None:
 
     \b
     Examples:
-      tandem supervise tiny-ssh
+      tandem supervise tiny-local
       tandem supervise smollm2-replicas
-      nohup tandem supervise tiny-ssh --max-restarts 5 --backoff 30 &
+      nohup tandem supervise tiny-local --max-restarts 5 --backoff 30 &
     """
+    group = fields.pop("group")
     policy = SupervisorPolicy(**fields)
-    if name is not None and fleet_exists(ownership.check_name(name)):
-        sys.exit(supervise_groups(load_fleet(name), as_options(policy, list(fields))))
     name = load_state(name).name  # an unknown name is an error here, before any file is written
-    run_supervisor(name, policy)
+    run_supervisor(name, policy, as_options(policy, list(fields)), group=group)
 
 
-def supervise_groups(fleet: FleetState, options: list[str]) -> int:
-    """Supervise each group of a fleet in a process of its own (``tandem supervise NAME-gG``),
-    so a group's restart never holds up another group's look; each takes its group out of the
+def supervise_groups(name: str, groups: list[int], options: list[str]) -> int:
+    """Supervise each group in a process of its own (``tandem supervise NAME --group G``), so a
+    group's restart never holds up another group's look; each takes its group out of the
     router before it restarts it and back in after its canary (``tandem.operations.supervisor``).
     SIGTERM or Ctrl-C is passed on to every one; the worst exit status is returned."""
-    console.print(f"supervising the {len(fleet.groups)} groups of '{fleet.name}'")
+    console.print(f"supervising the {len(groups)} groups of '{name}'")
     children = [
-        subprocess.Popen([sys.executable, "-m", "tandem.cli", "supervise", group, *options])
-        for group in fleet.groups
+        subprocess.Popen(
+            [sys.executable, "-m", "tandem.cli", "supervise", name, "--group", str(g), *options]
+        )
+        for g in groups
     ]
 
     def forward(signum: int, frame: object) -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import click
 
-from tandem import ownership
-from tandem.backends.state import fleet_exists
 from tandem.cli.lifecycle import console, show_event, show_phase
 from tandem.cli.options import (
     cluster_option,
@@ -14,8 +12,7 @@ from tandem.cli.options import (
     startup_timeout_option,
 )
 from tandem.operations import revisions
-from tandem.spec.deployment import Deployment
-from tandem.upgrade import GateLimits, rollback, rolling_upgrade, upgrade
+from tandem.upgrade import GateLimits, UpgradeOutcome, rollback, upgrade
 
 
 @click.command("upgrade")
@@ -59,9 +56,6 @@ def upgrade_command(
             f"an earlier upgrade from revision {marker.from_revision} was interrupted "
             f"({marker.phase}); starting from what runs now"
         )
-    if fleet_exists(ownership.check_name(name)):
-        _rolling(name, machine_deployment(recipe, cluster_path), timeout_s, limits)
-        return
     result = upgrade(
         name,
         machine_deployment(recipe, cluster_path),
@@ -70,41 +64,20 @@ def upgrade_command(
         on_event=show_event,
         on_phase=show_phase,
     )
-    if result.outcome == "upgraded":
+    if result.outcome is UpgradeOutcome.UPGRADED:
         console.print(
             f"[bold]{name}[/bold]: revision {result.to_revision} passed the gate and runs "
             f"(was {result.from_revision})"
         )
         return
+    where = f" in group {result.group}" if result.group else ""
     console.print(
-        f"[bold]{name}[/bold]: revision {result.to_revision} [red]failed[/red] "
+        f"[bold]{name}[/bold]: revision {result.to_revision} [red]failed[/red]{where} "
         f"({result.gate.check}); rolled back to revision {result.running_revision}"
     )
     for line in result.gate.evidence[:6]:
         console.print(f"  [dim]{line}[/dim]")
     raise click.exceptions.Exit(1)
-
-
-def _rolling(name: str, new: Deployment, timeout_s: float | None, limits: dict) -> None:
-    """``upgrade`` of a deployment with replicas: group by group, the first the canary."""
-    results = rolling_upgrade(
-        name,
-        new,
-        limits=GateLimits.model_validate(limits),
-        timeout_s=timeout_s,
-        on_event=show_event,
-        on_phase=show_phase,
-    )
-    for index, result in enumerate(results):
-        verdict = (
-            f"revision {result.to_revision} passed the gate"
-            if result.outcome == "upgraded"
-            else f"revision {result.to_revision} [red]failed[/red] ({result.gate.check}); "
-            f"back on revision {result.running_revision}"
-        )
-        console.print(f"[bold]{result.name}[/bold] (group {index}): {verdict}")
-    if any(r.outcome == "rolled-back" for r in results):
-        raise click.exceptions.Exit(1)
 
 
 @click.command("rollback")
@@ -115,17 +88,28 @@ def _rolling(name: str, new: Deployment, timeout_s: float | None, limits: dict) 
     type=click.IntRange(min=1),
     help="Revision number. Default: the good one before the current.",
 )
+@click.option(
+    "--group",
+    type=click.IntRange(min=0),
+    help="Only this group (a deployment with replicas). Default: every group, one at a time.",
+)
 @startup_timeout_option
-def rollback_command(name: str, to: int | None, timeout_s: float | None) -> None:
-    """Stop what runs of NAME and start an earlier revision again (warm: caches are kept).
+def rollback_command(name: str, to: int | None, group: int | None, timeout_s: float | None) -> None:
+    """Move NAME back to an earlier revision (warm: caches are kept).
+
+    With replicas the groups go back one at a time through the router, as an upgrade rolls.
 
     \b
     Examples:
       tandem rollback tiny-local
       tandem rollback tiny-local --to 2
+      tandem rollback smollm2-replicas --group 1
     """
-    target = rollback(name, to, timeout_s=timeout_s, on_event=show_event, on_phase=show_phase)
-    console.print(f"[bold]{name}[/bold]: revision {target.number} runs")
+    target = rollback(
+        name, to, group=group, timeout_s=timeout_s, on_event=show_event, on_phase=show_phase
+    )
+    who = f" in group {group}" if group is not None else ""
+    console.print(f"[bold]{name}[/bold]: revision {target.number} runs{who}")
 
 
 @click.command("history")
@@ -145,12 +129,15 @@ def history_command(name: str, as_json: bool) -> None:
     if not known:
         console.print(f"[bold]{name}[/bold] has no revision yet (every `tandem up` records one)")
         return
+    running = revisions.running_groups(name)
     previous: revisions.Revision | None = None
     for revision in known:
         reason = f": {revision.reason}" if revision.reason else ""
+        groups = running.get(revision.number, [])
+        runs = f"  runs on group(s) {', '.join(map(str, groups))}" if groups else ""
         console.print(
             f"revision {revision.number}  {revision.created_at:%Y-%m-%d %H:%M:%S}  "
-            f"{revision.outcome}{reason}"
+            f"{revision.outcome.value}{reason}{runs}"
         )
         changed: list[str] = revisions.changes(previous, revision) if previous else []
         for change in changed:

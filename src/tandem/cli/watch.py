@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.live import Live
 
 from tandem import ownership
-from tandem.backends.state import fleet_exists, load_fleet, load_state
+from tandem.backends.state import load_state
 from tandem.cli.options import field_option, force_option
 from tandem.errors import CheckFailed, SpecError
 from tandem.report.watch import live_view, markdown, report_folder
@@ -141,10 +141,11 @@ def run_command(
     With replicas, each group is watched into a folder of its own (OUT/NAME-gG/) and the
     router (running, members, requests sent to each group) into OUT/router.jsonl.
     """
-    if name is not None and fleet_exists(ownership.check_name(name)):
-        _watch_fleet(name, interval_s, duration_s, out_dir, metrics_port, quiet, force)
+    whole = load_state(name)
+    if len(whole.groups) > 1:
+        _watch_fleet(whole.name, interval_s, duration_s, out_dir, metrics_port, quiet, force)
         return
-    state = load_state(name)
+    state = whole.groups[0]
     clash = metrics_port and port_clash(
         metrics_port,
         state.deployment(lenient=True).recipe.ports,  # an old state is watched too
@@ -162,8 +163,8 @@ def run_command(
         collector = SampleCollector(state.name)
         serve(collector, metrics_port, serve_address)
         handlers.append(collector.update)
-    out = ownership.output_folder(Path(out_dir), force=force) if out_dir else state.directory.watch
-    watcher = Watcher(state.name, out, interval_s=interval_s, duration_s=duration_s)
+    out = ownership.output_folder(Path(out_dir), force=force) if out_dir else whole.directory.watch
+    watcher = Watcher(whole.name, out, interval_s=interval_s, duration_s=duration_s)
     if watcher.resumed and (interval_s or duration_s):
         Console(stderr=True).print(
             f"resuming {out}: its own interval "
@@ -207,11 +208,14 @@ def _watch_fleet(
         raise SpecError(
             f"'{name}' has replicas; --serve-metrics serves one group's samples",
             field="--serve-metrics",
-            hint=f"watch a group (`tandem watch run {name}-g0 --serve-metrics ...`); the "
+            hint="leave --serve-metrics out: each group's samples are in its folder, and the "
             "router has its own /metrics",
         )
-    fleet = load_fleet(name)
-    out = ownership.output_folder(Path(out_dir), force=force) if out_dir else fleet.directory.watch
+    out = (
+        ownership.output_folder(Path(out_dir), force=force)
+        if out_dir
+        else load_state(name).directory.watch
+    )
     console = Console(stderr=True)
 
     def on_look(look: RouterLook) -> None:

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from tandem.dashboard.traffic import Traffic, between, combine
 from tandem.errors import TandemError
-from tandem.operations import fleet
+from tandem.operations import lifecycle
 from tandem.operations.health import ProgressTracker
 from tandem.operations.lifecycle import DeploymentStatus
 from tandem.vllm_metrics import ServingReading
@@ -37,10 +37,10 @@ def observe(
     name: str | None,
     *,
     canary_mode: str = "idle",
-    trackers: dict[str, ProgressTracker] | None = None,
+    trackers: dict[int, ProgressTracker] | None = None,
 ) -> DeploymentStatus:
     """One observation: ``tandem status --json --nodes`` of deployment ``name``."""
-    return fleet.status(name, canary_mode=canary_mode, nodes=True, trackers=trackers)
+    return lifecycle.status(name, canary_mode=canary_mode, nodes=True, trackers=trackers)
 
 
 class GroupView(BaseModel):
@@ -105,7 +105,7 @@ class Observer:
         self.name, self.refresh_s, self.window_s = name, refresh_s, window_s
         self.canary_every_s = canary_every_s
         self.clock, self.look = clock, look
-        self.trackers: dict[str, ProgressTracker] = {}
+        self.trackers: dict[int, ProgressTracker] = {}
         self._moments: deque[_Moment] = deque()
         self._last_canary = -canary_every_s
         self._last_token: dict[str, datetime] = {}

@@ -43,7 +43,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from tandem import files, wire
-from tandem.backends.state import DeploymentState
+from tandem.backends.state import GroupState
 from tandem.errors import EndpointError
 from tandem.eval.toolschema import (
     PARAMETERS_OF,
@@ -104,7 +104,7 @@ class SmokeTarget(BaseModel):
     speculative: bool = False
 
 
-def target_of(state: DeploymentState, model: str | None = None) -> SmokeTarget:
+def target_of(state: GroupState, model: str | None = None) -> SmokeTarget:
     """What a deployment's recipe promises, from its state."""
     serve = state.deployment(lenient=True).recipe.engine.serve
     return SmokeTarget(

@@ -54,7 +54,7 @@ from pydantic import BaseModel, Field
 from tandem import wire
 from tandem.backends.base import Backend, Look, ProcessFact, RankObservation, backend_for
 from tandem.backends.launch import interrupted
-from tandem.backends.state import DeploymentState, RankState
+from tandem.backends.state import GroupState, RankState
 from tandem.endpoint import Endpoint
 from tandem.errors import EndpointError
 from tandem.vllm_metrics import (
@@ -194,11 +194,6 @@ class Assessment(BaseModel):
     ranks: list[RankHealth] = Field(default_factory=list)
     api: ApiFacts = Field(default_factory=ApiFacts)
     checked_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
-    groups: list[Assessment] = Field(
-        default_factory=list,
-        description="Each group's own verdict where one state holds several (a "
-        "LeaderWorkerSet's replicas); empty for one group.",
-    )
 
     @property
     def only_the_api_is_silent(self) -> bool:
@@ -299,7 +294,7 @@ def rank_health(record: RankState, seen: RankObservation, *, ready: bool) -> Hea
 
 
 def judge(
-    state: DeploymentState,
+    state: GroupState,
     look: Look,
     api: ApiFacts,
     *,
@@ -488,7 +483,7 @@ def _http() -> httpx.Client:
 
 
 def probe_api(
-    state: DeploymentState,
+    state: GroupState,
     *,
     canary_mode: str = "idle",
     canary_timeout_s: float = 5.0,
@@ -527,7 +522,7 @@ def probe_api(
 
 
 def assess(
-    state: DeploymentState,
+    state: GroupState,
     *,
     backend: Backend | None = None,
     canary_mode: str = "idle",
@@ -557,22 +552,7 @@ def assess(
         tracker=tracker,
         api_key=api_key or os.environ.get(wire.VLLM_API_KEY),
     )
-    if len(state.groups) < 2:
-        return judge(state, look, api, stall_s=stall_s)
-    parts = [
-        judge(
-            state.model_copy(update={"ranks": [r for r in state.ranks if r.group == g]}),
-            look,
-            api,
-            stall_s=stall_s,
-        )
-        for g in state.groups
-    ]
-    verdict, reason = of_groups([GroupVerdict(i, p.verdict, p.reason) for i, p in enumerate(parts)])
-    ranks = [r for p in parts for r in p.ranks]
-    return Assessment(
-        name=state.name, verdict=verdict, reason=reason, ranks=ranks, api=api, groups=parts
-    )
+    return judge(state, look, api, stall_s=stall_s)
 
 
 @dataclass(frozen=True)

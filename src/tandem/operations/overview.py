@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tandem import wire
 from tandem.backends import snapshots
 from tandem.backends.base import Look, NodeFacts
-from tandem.backends.state import DeploymentState
+from tandem.backends.state import DeploymentState, GroupState
 from tandem.endpoint import Endpoint
 from tandem.errors import EndpointError, TandemError
 from tandem.operations import revisions
@@ -66,13 +66,28 @@ def parse_event(line: str) -> Event | None:
     return Event(time=stamp, text=match[2], restart=bool(_RESTART.match(match[2])))
 
 
-def read_events(path: Path, *, last: int = EVENTS_SHOWN) -> tuple[list[Event], int]:
-    """The newest ``last`` events of an events.log and its restarts in all (none: no file)."""
+def read_events(
+    path: Path, *, group: int | None = None, last: int = EVENTS_SHOWN
+) -> tuple[list[Event], int]:
+    """The newest ``last`` events of an events.log and its restarts in all (none: no file).
+
+    ``group``: of a deployment of several groups, only that group's lines (its supervisor
+    writes them as ``group G: text``), without the prefix.
+    """
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return [], 0
-    events = [e for e in map(parse_event, text.splitlines()) if e is not None]
+    prefix = "" if group is None else f"group {group}: "
+    events = []
+    for line in text.splitlines():
+        event = parse_event(line)
+        if event is None or not event.text.startswith(prefix):
+            continue
+        if prefix:
+            event = event.model_copy(update={"text": event.text.removeprefix(prefix)})
+            event.restart = bool(_RESTART.match(event.text))
+        events.append(event)
     return events[-last:], sum(e.restart for e in events)
 
 
@@ -140,23 +155,24 @@ def served_models(url: str, *, timeout_s: float = 3.0) -> list[str] | None:
         return None
 
 
-def identity_of(state: DeploymentState) -> Identity:
-    """The running revision, what it recorded, and what was measured of it."""
-    current = revisions.current(state)
+def identity_of(state: DeploymentState, group: GroupState) -> Identity:
+    """The revision ``group`` runs, what it recorded, and what was measured of it."""
+    known = revisions.history(state.name)
+    current = next((r for r in known if r.number == group.revision), None)
     if current is None:
-        return Identity(revision=state.revision)
-    earlier = [r for r in revisions.history(state.name) if r.number < current.number]
+        return Identity(revision=group.revision)
+    earlier = [r for r in known if r.number < current.number]
     changed = revisions.changes(earlier[-1], current) if earlier else []
     try:
         verified = {
             node: any(repos.values())
-            for node, repos in snapshots.known(state.deployment(lenient=True)).items()
+            for node, repos in snapshots.known(group.deployment(lenient=True)).items()
         }
     except TandemError:  # an unreadable record of verified blobs: say nothing rather than fail
         verified = {}
     return Identity(
         revision=current.number,
-        outcome=current.outcome,
+        outcome=str(current.outcome),
         recorded_at=current.created_at,
         image=current.image,
         tandem_version=current.tandem_version,
@@ -166,23 +182,26 @@ def identity_of(state: DeploymentState) -> Identity:
         host_changes=[
             c for c in changed if " on " in c and not c.startswith(("recipe", "cluster"))
         ],
-        evidence=latest(state.name, current.number),
+        evidence=latest(state.name, current.number, group.group),
     )
 
 
-def group_overview(state: DeploymentState, report: Assessment, look: Look) -> GroupOverview:
-    """The overview of the group ``state`` is, from the look and the verdict ``report`` that
-    judged it (its scrape of the leader), and the group's own records."""
+def group_overview(
+    state: DeploymentState, group: GroupState, report: Assessment, look: Look, endpoint: str
+) -> GroupOverview:
+    """The overview of ``group`` of ``state``, from the look and the verdict ``report`` that
+    judged it (its scrape of the leader at ``endpoint``), and the deployment's records."""
     text = report.api.metrics_text
-    events, restarts = read_events(state.directory.events)
+    several = len(state.groups) > 1
+    events, restarts = read_events(state.directory.events, group=group.group if several else None)
     return GroupOverview(
         observed_at=report.checked_at,
         canary=report.api.canary,
         canary_s=report.api.canary_s,
         serving=parse_serving(text) if text is not None else None,
-        models=served_models(state.endpoint) if report.api.answers else None,
+        models=served_models(endpoint) if report.api.answers else None,
         nodes=list(look.nodes.values()),
-        identity=identity_of(state),
+        identity=identity_of(state, group),
         events=events,
         restarts=restarts,
     )

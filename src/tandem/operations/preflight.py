@@ -32,7 +32,7 @@ from tandem import caches, wire
 from tandem.backends import netns, snapshots
 from tandem.backends.k8s_check import KubernetesNodeTransport
 from tandem.backends.ssh_check import SSHNodeTransport
-from tandem.backends.state import list_deployments, load_state, state_root
+from tandem.backends.state import find_group, owner_of, state_root
 from tandem.check.fabric import DEFAULT_PORT, run_fabric
 from tandem.check.findings import CheckReport, Finding, Severity
 from tandem.check.node_transport import LocalTransport, NodeTransport, ProbeError, Verification
@@ -101,13 +101,8 @@ def local_namespaces(deployment: Deployment, on_event: OnEvent) -> Iterator[dict
 def _running_here(name: str, own: netns.NetworkPlan) -> bool:
     """This state folder's deployment of that name runs on exactly this network (namespaces of
     the same name from another TANDEM_HOME, or on another subnet, are not ours to enter)."""
-    if name not in list_deployments():
-        return False
-    try:
-        network = load_state(name).network
-    except TandemError:
-        return False
-    return network == own.model_dump()
+    found = find_group(name)
+    return found is not None and found.network == own.model_dump()
 
 
 def _netns_exists(name: str) -> bool:
@@ -271,7 +266,7 @@ def run_check(
                 fabric_result = result.model_dump(mode="json")
                 findings += extra
     report = CheckReport(deployment=deployment.name, nodes=facts, findings=findings)
-    report.findings += revisions.host_changes(deployment.name, report)
+    report.findings += revisions.host_changes(owner_of(deployment.name), report)
     report.findings.sort(key=lambda f: f.severity.rank)
     report.fabric = fabric_result
     return report

@@ -1,32 +1,42 @@
 """What ran, each time: a deployment's revisions, so a change can be compared, gated and undone.
 
-Every ``up`` that becomes ready records a revision in the deployment's folder
-(``revisions/N.json``, kept by ``down``): the recipe and cluster as applied, the engine image,
-the model snapshot each node holds, the tandem and vLLM versions, and each host's facts that
-break deployments when they change (kernel, GPU driver, CUDA, NCCL, NIC firmware, as the
-preflight probe read them). ``tandem history`` lists them with what changed between them;
-``tandem check`` names a host fact that changed since the last good revision; ``tandem
-upgrade`` gates a new revision against the current one and rolls back to it.
+A revision belongs to the deployment, not to a group: every ``up`` that becomes ready records
+one in the deployment's folder (``revisions/N.json``, kept by ``down``) holding what every group
+runs: the recipe and cluster as applied (each group is cut from them,
+``tandem.spec.deployment.groups``), the engine image, the model snapshot each node holds, the
+tandem and vLLM versions, and each host's facts that break deployments when they change (kernel,
+GPU driver, CUDA, NCCL, NIC firmware, as the preflight's node agent read them). Each group's
+record says which revision it runs, so a rolling upgrade is "the groups whose revision is not
+the target" (as SkyPilot's replicas carry their version).
 
-A revision's ``outcome``: ``good`` once it answered (and passed the gate of an upgrade),
-``failed`` when its start or its gate failed (``reason`` says which check, with its evidence).
-The current revision is the newest good one that the state names.
+A revision's ``outcome`` moves only through ``transition``: ``starting`` while an upgrade's gate
+has not judged it, ``good`` once it answered (and passed the gate of an upgrade), ``failed`` when
+its start or its gate failed (``reason`` says which check, with its evidence). ``tandem
+history`` lists them with what changed between them; ``tandem check`` names a host fact that
+changed since the last good revision; ``tandem upgrade`` gates a new revision, ``tandem
+rollback`` goes back to an earlier one.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
-from tandem import files
-from tandem.backends.state import DeploymentDir, DeploymentState
+from tandem import files, ownership
+from tandem.backends.state import (
+    DeploymentDir,
+    DeploymentState,
+    list_deployments,
+    load_state,
+    state_root,
+)
 from tandem.check.findings import CheckReport, Finding, Severity
 from tandem.errors import StateError
-from tandem.jsonfiles import read_json
+from tandem.jsonfiles import read_json, validation_text
 from tandem.spec.deployment import Deployment
 from tandem.version import TANDEM_VERSION
 
@@ -79,32 +89,47 @@ def host_facts(facts: dict[str, Any]) -> HostFacts:
     )
 
 
-Outcome = Literal["starting", "good", "failed"]
+class RevisionOutcome(StrEnum):
+    STARTING = "starting"
+    GOOD = "good"
+    FAILED = "failed"
 
 
 class Revision(BaseModel):
-    """One revision of a deployment: what ran, and how it ended."""
+    """One revision of a deployment: what every group of it ran, and how it ended."""
 
-    schema_version: int = 1
+    schema_version: int = 2
     number: int
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
-    recipe: dict[str, Any]
-    cluster: dict[str, Any]
+    recipe: dict[str, Any] = Field(description="The whole deployment's recipe, as applied.")
+    cluster: dict[str, Any] = Field(description="The whole deployment's cluster, as applied.")
     image: str | None = None
     tandem_version: str = TANDEM_VERSION
     hosts: dict[str, HostFacts] = Field(
         default_factory=dict, description="Node -> its facts; empty when no preflight ran."
     )
-    outcome: Outcome = "starting"
+    outcome: RevisionOutcome = RevisionOutcome.STARTING
     reason: str = ""
     baseline: dict[str, float] = Field(
         default_factory=dict,
         description="The gate's bench figures on this revision (TPOT, throughput), once measured.",
     )
 
-    def deployment(self) -> Deployment:
-        """The deployment this revision ran (for a rollback)."""
-        return Deployment.model_validate({"recipe": self.recipe, "cluster": self.cluster})
+    def deployment(self, name: str) -> Deployment:
+        """The deployment this revision ran (to roll back to it).
+
+        Raises:
+            StateError: the saved recipe or cluster fails today's checks.
+        """
+        try:
+            return Deployment.model_validate({"recipe": self.recipe, "cluster": self.cluster})
+        except ValidationError as exc:
+            raise StateError(
+                f"revision {self.number} of '{name}' fails today's checks and cannot be started "
+                f"again: {validation_text(exc)}",
+                file=str(folder(name).revisions / f"{self.number}.json"),
+                hint=f"`tandem up` a fixed recipe of '{name}' instead",
+            ) from exc
 
 
 MARKER = "upgrade.json"
@@ -118,12 +143,16 @@ class UpgradeMarker(BaseModel):
     phase: str
 
 
-def mark_upgrade(name: str, from_revision: int, phase: str) -> Path:
-    """Say that an upgrade of ``name`` from ``from_revision`` is in ``phase`` (the marker, private
-    like the rest of the deployment's state); returns its path, which the upgrade removes when
-    it ends."""
+def mark_upgrade(name: str, from_revision: int, phase: str) -> None:
+    """Say that an upgrade of ``name`` from ``from_revision`` is in ``phase`` (the marker,
+    private like the rest of the deployment's state, removed by ``clear_upgrade``)."""
     marker = UpgradeMarker(from_revision=from_revision, phase=phase)
-    return files.write_json(folder(name).path / MARKER, marker, private=True)
+    files.write_json(folder(name).path / MARKER, marker, private=True)
+
+
+def clear_upgrade(name: str) -> None:
+    """The upgrade of ``name`` ended (or a rollback replaced it): remove its marker."""
+    ownership.remove_file(folder(name).path / MARKER, root=state_root())
 
 
 def interrupted_upgrade(name: str) -> UpgradeMarker | None:
@@ -139,9 +168,26 @@ def folder(name: str) -> DeploymentDir:
 
 
 def history(name: str) -> list[Revision]:
-    """Every revision of deployment ``name``, oldest first."""
+    """Every revision of deployment ``name``, oldest first.
+
+    Raises:
+        StateError: no deployment of that name runs or has revisions, or its revisions folder
+            is no folder.
+    """
     where = folder(name).revisions
+    if where.exists() and not where.is_dir():
+        raise StateError(
+            f"{where} should hold the revisions of '{name}' and is no folder",
+            file=str(where),
+            hint="move it away; tandem records the next revision there",
+        )
     if not where.is_dir():
+        if name not in list_deployments():
+            known = ", ".join(list_deployments()) or "none"
+            raise StateError(
+                f"no deployment named '{name}' (known: {known})",
+                hint="`tandem status` lists every deployment",
+            )
         return []
     numbered = sorted((int(m.group(1)), p) for p in where.iterdir() if (m := _FILE.match(p.name)))
     return [read_json(p, Revision, what="revision", hint="remove the file") for _, p in numbered]
@@ -154,19 +200,37 @@ def save(name: str, revision: Revision) -> Revision:
 
 
 def record(
-    deployment: Deployment, report: CheckReport | None, *, outcome: Outcome = "good"
+    deployment: Deployment,
+    hosts: dict[str, dict[str, Any]],
+    *,
+    outcome: RevisionOutcome = RevisionOutcome.GOOD,
 ) -> Revision:
-    """Record what ``up`` just started as the deployment's next revision."""
-    known = history(deployment.name)
+    """Record what is about to run (or just ran) as the deployment's next revision; ``hosts``
+    are the preflight's facts of every node of every group."""
+    known = _numbers(deployment.name)
     revision = Revision(
-        number=(known[-1].number + 1) if known else 1,
+        number=max(known, default=0) + 1,
         recipe=deployment.recipe.model_dump(mode="json"),
         cluster=deployment.cluster.model_dump(mode="json"),
         image=deployment.recipe.engine.image,
-        hosts={n: host_facts(f) for n, f in (report.nodes if report else {}).items()},
+        hosts={n: host_facts(f) for n, f in hosts.items()},
         outcome=outcome,
     )
     return save(deployment.name, revision)
+
+
+def _numbers(name: str) -> list[int]:
+    where = folder(name).revisions
+    if not where.is_dir():
+        return []
+    return [int(m.group(1)) for p in where.iterdir() if (m := _FILE.match(p.name))]
+
+
+def transition(name: str, revision: Revision, to: RevisionOutcome, reason: str = "") -> Revision:
+    """The one way a revision's outcome changes: set, with its reason, and saved."""
+    revision.outcome = to
+    revision.reason = reason
+    return save(name, revision)
 
 
 def current(state: DeploymentState) -> Revision | None:
@@ -174,8 +238,23 @@ def current(state: DeploymentState) -> Revision | None:
     return next((r for r in history(state.name) if r.number == state.revision), None)
 
 
+def running_groups(name: str) -> dict[int, list[int]]:
+    """Revision -> the groups of ``name`` that run it now (empty when it does not run)."""
+    if name not in list_deployments():
+        return {}
+    found: dict[int, list[int]] = {}
+    for group in load_state(name).groups:
+        if group.revision is not None:
+            found.setdefault(group.revision, []).append(group.group)
+    return found
+
+
 def last_good(name: str) -> Revision | None:
-    return next((r for r in reversed(history(name)) if r.outcome == "good"), None)
+    try:
+        known = history(name)
+    except StateError:
+        return None
+    return next((r for r in reversed(known) if r.outcome is RevisionOutcome.GOOD), None)
 
 
 def revision(name: str, number: int) -> Revision:
@@ -184,9 +263,10 @@ def revision(name: str, number: int) -> Revision:
     Raises:
         StateError: there is none.
     """
-    found = next((r for r in history(name) if r.number == number), None)
+    known = history(name)
+    found = next((r for r in known if r.number == number), None)
     if found is None:
-        numbers = ", ".join(str(r.number) for r in history(name)) or "none"
+        numbers = ", ".join(str(r.number) for r in known) or "none"
         raise StateError(
             f"deployment '{name}' has no revision {number} (known: {numbers})",
             hint=f"`tandem history {name}` lists them",

@@ -47,11 +47,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from tandem.backends import router as routers
 from tandem.backends.base import Backend, backend_for
 from tandem.backends.processes import ProcessIdentity, boot_time_s, read_process, started_at_s
+from tandem.backends.router import RouterProcess
 from tandem.backends.state import (
     DeploymentDir,
-    DeploymentState,
+    GroupDir,
+    GroupState,
     PhaseMark,
-    fleet_of,
+    Place,
     load_state,
 )
 from tandem.errors import BackendError, StateError, TandemError
@@ -130,20 +132,26 @@ def backoff_delay(policy: SupervisorPolicy, attempt: int) -> float:
 class EventLog:
     """Appends timestamped events to the deployment's ``events.log`` and passes them on."""
 
-    def __init__(self, name: str, on_event: Callable[[str], None] = lambda text: None) -> None:
+    def __init__(
+        self,
+        name: str,
+        on_event: Callable[[str], None] = lambda text: None,
+        *,
+        group: int | None = None,
+    ) -> None:
         self.path = DeploymentDir.of(name).events
         self.on_event = on_event
+        self.prefix = "" if group is None else f"group {group}: "
 
     def __call__(self, text: str) -> None:
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         private_dir(self.path.parent)
-        append_line(self.path, f"{stamp}  {text}", private=True)
-        self.on_event(text)
+        append_line(self.path, f"{stamp}  {self.prefix}{text}", private=True)
+        self.on_event(self.prefix + text)
 
 
-def archive_logs(name: str) -> Path | None:
-    """Move the ranks' logs into ``logs/restart-N/`` (N one more than the last); its path."""
-    directory = DeploymentDir.of(name)
+def archive_logs(directory: GroupDir) -> Path | None:
+    """Move a group's rank logs into ``logs/restart-N/`` (N one more than the last); its path."""
     logs = directory.logs
     current = directory.rank_logs()
     if not current:
@@ -161,51 +169,66 @@ def archive_logs(name: str) -> Path | None:
 
 
 def restart_group(
-    state: DeploymentState,
+    group: GroupState,
     backend: Backend,
     *,
     on_event: Callable[[str], None],
     on_phase: Callable[[PhaseMark], None],
-) -> DeploymentState:
-    """Stop every rank, keep the crashed group's logs, start the group again, wait for it.
+) -> GroupState:
+    """Stop every rank of the group, keep its logs, start it again, wait for it.
 
     Raises:
         StateError: the saved recipe or cluster fails today's checks; checked before anything
             is stopped, so a group that cannot be relaunched is left running.
     """
-    deployment = state.deployment()
-    backend.down(state, on_event=on_event)
-    kept = archive_logs(state.name)
+    deployment = group.deployment()
+    backend.down(group, on_event=on_event)
+    kept = archive_logs(group.directory)
     if kept:
         on_event(f"kept the crashed group's logs in {kept}")
     new_state, _ = backend.up(
-        plan_ranks(deployment), deployment, timeout_s=None, on_phase=on_phase, on_event=on_event
+        plan_ranks(deployment),
+        deployment,
+        timeout_s=None,
+        on_phase=on_phase,
+        on_event=on_event,
+        place=Place(group.deployment_name, group.group, group.home),
     )
+    new_state.revision = group.revision
+    new_state.save()
     return new_state
 
 
+def _router(name: str) -> RouterProcess | None:
+    """The router in front of deployment ``name``'s groups, if it has one."""
+    try:
+        return load_state(name).router
+    except StateError:
+        return None
+
+
 def leave_rotation(name: str, endpoint: str, log: Callable[[str], None]) -> None:
-    """Take a broken group out of its fleet's router before anything else is done to it, so
-    that no new request reaches it while it waits for its back-off and restarts. A group of
-    no fleet has nothing to leave."""
-    fleet = fleet_of(name)
-    if fleet is None or fleet.router is None:
+    """Take a broken group out of its deployment's router before anything else is done to it,
+    so that no new request reaches it while it waits for its back-off and restarts. A
+    deployment without a router has nothing to leave."""
+    router = _router(name)
+    if router is None:
         return
     try:
-        routers.remove(fleet.router, endpoint)
-        log(f"out of the router's rotation: {endpoint} (fleet '{fleet.name}')")
+        routers.sync_members(router, set(routers.members(router)) - {endpoint})
+        log(f"out of the router's rotation: {endpoint}")
     except BackendError as exc:
         log(f"could not take {endpoint} out of the router's rotation: {exc.message}")
 
 
 def join_rotation(name: str, endpoint: str, log: Callable[[str], None]) -> None:
-    """Put a restarted group back into its fleet's router: only after its restart answered a
-    real completion at its own leader (``restart_group`` waits for one, as ``up`` does)."""
-    fleet = fleet_of(name)
-    if fleet is None or fleet.router is None:
+    """Put a restarted group back into its deployment's router: only after its restart answered
+    a real completion at its own leader (``restart_group`` waits for one, as ``up`` does)."""
+    router = _router(name)
+    if router is None:
         return
     try:
-        routers.add(fleet.router, endpoint)
+        routers.sync_members(router, set(routers.members(router)) | {endpoint})
         log(f"back in the router's rotation after its canary answered: {endpoint}")
     except BackendError as exc:
         log(f"could not put {endpoint} back into the router's rotation: {exc.message}")
@@ -237,42 +260,41 @@ def who_serves(
     return serving, stuck
 
 
-def others_serve(name: str, log: Callable[[str], None]) -> None:
-    """Before a planned stop of group ``name`` (a step of a rolling upgrade), make sure another
-    group of its fleet serves: each other group is judged (``tandem.operations.health.assess``),
-    and one that is healthy but whose breaker the router holds open is put in again (a worker added
-    anew starts with its breaker closed). A group of no fleet has nothing to check.
+def others_serve(name: str, group: int, log: Callable[[str], None]) -> None:
+    """Before a planned stop of group ``group`` of ``name`` (a step of a rolling upgrade), make
+    sure another group serves: each other group is judged (``tandem.operations.health.assess``),
+    and one that is healthy but whose breaker the router holds open is put in again (a worker
+    added anew starts with its breaker closed). A deployment without a router has nothing to
+    check.
 
     Raises:
         BackendError: no other group is healthy and in the router's rotation; nothing was
             stopped.
     """
-    fleet = fleet_of(name)
-    if fleet is None or fleet.router is None:
+    state = load_state(name)
+    if state.router is None:
         return
     others: list[Member] = []
-    for other in fleet.groups:
-        if other == name:
+    for other in state.groups:
+        if other.group == group:
             continue
         try:
-            state = load_state(other)
-            verdict = assess(state, backend=backend_for(state.backend)).verdict
+            verdict = assess(other, backend=backend_for(other.backend)).verdict
         except TandemError:
             continue
-        others.append(Member(other, state.endpoint, verdict))
-    serving, stuck = who_serves(others, routers.look(fleet.router))
+        others.append(Member(f"group {other.group}", other.endpoint, verdict))
+    serving, stuck = who_serves(others, routers.look(state.router))
     for member in stuck:
-        routers.remove(fleet.router, member.endpoint)
-        routers.add(fleet.router, member.endpoint)
+        routers.readmit(state.router, member.endpoint)
         log(
             f"{member.name} is healthy but the router held its circuit breaker open: put in "
             f"again ({member.endpoint})"
         )
     if not serving:
         raise BackendError(
-            f"taking {name} out of the router would leave no group serving: "
+            f"taking group {group} out of the router would leave no group serving: "
             + ("; ".join(f"{m.name} {m.verdict.value}" for m in others) or "no other group runs"),
-            hint=f"`tandem status {fleet.name}`; bring the others back first",
+            hint=f"`tandem status {name}`; bring the others back first",
         )
 
 
@@ -303,12 +325,12 @@ def cycle_group(
     *,
     drain_s: float = 0.0,
 ) -> str:
-    """Drain, restart, canary, re-add: group ``name`` of a fleet leaves the router's rotation,
-    finishes what it runs (up to ``drain_s``), is relaunched, and joins again. ``relaunch``
-    stops and starts the group (a gang restart, or an upgrade's switch and gate) and returns
-    the endpoint that answered a real completion at the group's own leader, which is the
-    canary; a relaunch that raises leaves the group out of rotation. A group of no fleet is
-    just relaunched. Returns the new endpoint."""
+    """Drain, restart, canary, re-add: the group of deployment ``name`` at ``endpoint`` leaves
+    the router's rotation, finishes what it runs (up to ``drain_s``), is relaunched, and joins
+    again. ``relaunch`` stops and starts the group (a gang restart, or an upgrade's switch and
+    gate) and returns the endpoint that answered a real completion at the group's own leader,
+    which is the canary; a relaunch that raises leaves the group out of rotation. A deployment
+    without a router is just relaunched. Returns the new endpoint."""
     leave_rotation(name, endpoint, log)
     if drain_s > 0:
         drain(endpoint, drain_s, log)
@@ -342,13 +364,16 @@ def supervise(
     name: str,
     policy: SupervisorPolicy = SupervisorPolicy(),
     *,
+    group: int = 0,
     on_event: Callable[[str], None] = lambda text: None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     judge: Assess = assess,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> int:
-    """Watch deployment ``name`` until it is taken down; restart the group when it faults.
+    """Watch group ``group`` of deployment ``name`` until it is taken down; restart the group
+    when it faults (a deployment of several groups runs one of these for each,
+    ``tandem supervise NAME``).
 
     ``judge`` is ``tandem.operations.health.assess`` (a test passes a scripted one).
 
@@ -359,12 +384,15 @@ def supervise(
         BackendError: the deployment is a LeaderWorkerSet of several groups, whose groups
             Kubernetes restarts one by one itself.
     """
-    if DeploymentDir.of(name).state_file.exists():
-        first = load_state(name)
-        if first.backend == "k8s" and len(first.groups) > 1:
-            raise kubernetes_restarts_groups(name)
-    log = EventLog(name, on_event)
-    pid_file = DeploymentDir.of(name).supervisor_pid
+    try:
+        groups = load_state(name).groups
+    except StateError:  # taken down already: the loop says so
+        groups = []
+    if groups and groups[0].backend == "k8s" and len(groups) > 1:
+        raise kubernetes_restarts_groups(name)
+    several = len(groups) > 1
+    log = EventLog(name, on_event, group=group if several else None)
+    pid_file = DeploymentDir.of(name).supervisor_pid(group if several else None)
     me = ProcessIdentity.current()
     private_dir(pid_file.parent)
     write_text(pid_file, me.text() + "\n", private=True)
@@ -381,7 +409,7 @@ def supervise(
     try:
         while not should_stop():
             try:
-                state = load_state(name)
+                state = load_state(name).group(group)
             except StateError:
                 log(f"'{name}' was taken down; the supervisor stops")
                 return 0
@@ -452,7 +480,7 @@ def supervise(
                 continue
 
             def relaunch(
-                state: DeploymentState = state,
+                state: GroupState = state,
                 backend: Backend = backend,
                 restart: int = restarts,
                 seen_at: float = seen_at,
@@ -500,9 +528,10 @@ def _read(path: Path) -> str:
 
 
 def running_supervisor(
-    name: str, *, on_event: Callable[[str], None] = lambda text: None
+    name: str, path: Path, *, on_event: Callable[[str], None] = lambda text: None
 ) -> ProcessIdentity | None:
-    """The supervisor of ``name`` running on this machine, if its ``supervisor.pid`` proves it.
+    """The supervisor of ``name`` running on this machine, if its pid file ``path``
+    (``supervisor.pid``, or ``supervisor-gG.pid`` of one group of several) proves it.
 
     The file holds the supervisor's identity (pid, start time, boot): it names that process only
     while that very process runs. A file an older tandem wrote holds a bare pid; it counts when
@@ -510,7 +539,6 @@ def running_supervisor(
     Anything else is stale: ``on_event`` says so, and the file is removed, never its pid
     signalled.
     """
-    path = DeploymentDir.of(name).supervisor_pid
     text = _read(path).strip()
     if not text:
         return None
@@ -544,35 +572,42 @@ def _legacy_identity(pid: int, path: Path) -> ProcessIdentity | None:
     return ProcessIdentity.of(process)
 
 
-def stop_supervisor(
+def stop_supervisors(
     name: str,
     *,
     timeout_s: float = 120.0,
     resend_s: float = 5.0,
     on_event: Callable[[str], None] = lambda text: None,
 ) -> bool:
-    """Stop the supervisor of ``name`` (SIGTERM, then wait); True if one was running.
+    """Stop every supervisor of ``name`` (SIGTERM, then wait); True if one was running.
 
-    Only the process ``supervisor.pid`` proves to be it is signalled (``running_supervisor``).
-    The request goes into the deployment's ``events.log``, before the supervisor's own "stops"
+    Only a process its pid file proves to be it is signalled (``running_supervisor``). The
+    request goes into the deployment's ``events.log``, before the supervisor's own "stops"
     line. A supervisor in the middle of a restart stops the ranks it started before it exits.
     SIGTERM is sent again every ``resend_s``: one that lands while the supervisor stops ranks
     only hurries that stop (``tandem.interrupts.shielded``), the next one ends it.
     """
-    supervisor = running_supervisor(name, on_event=on_event)
-    if supervisor is None:
+    running = [
+        found
+        for path in DeploymentDir.of(name).supervisor_pids()
+        if (found := running_supervisor(name, path, on_event=on_event)) is not None
+    ]
+    if not running:
         return False
     log = EventLog(name, on_event)
-    log(f"`tandem down` (pid {os.getpid()}) stops the supervisor (pid {supervisor.pid})")
+    pids = ", ".join(str(s.pid) for s in running)
+    log(f"`tandem down` (pid {os.getpid()}) stops the supervisor (pid {pids})")
     deadline, resend_at = time.monotonic() + timeout_s, 0.0
-    while time.monotonic() < deadline and supervisor.find() is not None:
+    while time.monotonic() < deadline and any(s.find() is not None for s in running):
         if time.monotonic() >= resend_at:
-            _signal(supervisor, signal.SIGTERM)
+            for supervisor in running:
+                _signal(supervisor, signal.SIGTERM)
             resend_at = time.monotonic() + resend_s
         time.sleep(0.2)
-    if supervisor.find() is not None:
-        log(f"the supervisor (pid {supervisor.pid}) did not stop in {timeout_s:g} s: SIGKILL")
-        _signal(supervisor, signal.SIGKILL)
+    for supervisor in running:
+        if supervisor.find() is not None:
+            log(f"the supervisor (pid {supervisor.pid}) did not stop in {timeout_s:g} s: SIGKILL")
+            _signal(supervisor, signal.SIGKILL)
     return True
 
 

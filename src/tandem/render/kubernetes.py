@@ -519,27 +519,19 @@ def router_objects(deployment: Deployment) -> list[dict]:
     name = router_name(deployment)
     labels = {**_labels(deployment), wire.K8S_NAME_LABEL: name}
     meta = {"name": name, "namespace": namespace, "labels": labels}
-    command = [
-        "vllm-router",
-        "--host",
-        "0.0.0.0",
-        "--port",
-        str(spec.port),
-        "--policy",
-        spec.policy.value,
-        "--service-discovery",
-        "--selector",
-        f"{wire.LWS_NAME_LABEL}={lws_name(deployment)}",
-        f"{wire.LWS_WORKER_INDEX_LABEL}=0",
-        "--service-discovery-port",
-        str(deployment.recipe.ports.api),
-        "--service-discovery-namespace",
-        namespace,
-        "--prometheus-host",
-        "0.0.0.0",
-        "--prometheus-port",
-        str(spec.metrics_port),
-    ]
+    command = spec.argv(
+        host="0.0.0.0",
+        discovery=[
+            "--service-discovery",
+            "--selector",
+            f"{wire.LWS_NAME_LABEL}={lws_name(deployment)}",
+            f"{wire.LWS_WORKER_INDEX_LABEL}=0",
+            "--service-discovery-port",
+            str(deployment.recipe.ports.api),
+            "--service-discovery-namespace",
+            namespace,
+        ],
+    )
     container = {
         "name": "router",
         "image": spec.image,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
@@ -727,6 +727,28 @@ class Router(StrictModel):
         description="Kubernetes only: the image of the router's Deployment, holding "
         "`vllm-router` of `version` (none is published).",
     )
+
+    def argv(
+        self, *, host: str, program: Sequence[str] = ("vllm-router",), discovery: Sequence[str] = ()
+    ) -> list[str]:
+        """The router's command line, the one spelling of its flags: serving the API on
+        ``host:port``, its own metrics on ``metrics_port``. Started empty, tandem adds the groups
+        that answered (``tandem.backends.router``); on Kubernetes ``discovery`` holds the flags
+        of its own service discovery instead (``tandem.render.kubernetes``)."""
+        return [
+            *program,
+            "--host",
+            host,
+            "--port",
+            str(self.port),
+            "--policy",
+            self.policy.value,
+            *discovery,
+            "--prometheus-host",
+            host,
+            "--prometheus-port",
+            str(self.metrics_port),
+        ]
 
 
 _SHM = re.compile(r"^(\d+)([kmgKMG])?[iI]?[bB]?$")

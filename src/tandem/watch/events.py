@@ -25,9 +25,13 @@ class EventReader:
         new, restarts = reader.read()   # events after ``since`` first, then only appended ones
     """
 
-    def __init__(self, name: str, *, since: datetime, path: Path | None = None) -> None:
+    def __init__(
+        self, name: str, *, since: datetime, path: Path | None = None, group: int | None = None
+    ) -> None:
         self.path = path or DeploymentDir.of(name).events
         self.since = since
+        self.prefix = "" if group is None else f"group {group}: "
+        """A deployment of several groups: only this group's lines (its supervisor's)."""
         self.offset = 0
         self.restarts = 0
 
@@ -43,8 +47,11 @@ class EventReader:
         new = []
         for line in complete.decode(errors="replace").splitlines():
             event = parse_event(line)
-            if event is None:
+            if event is None or not event.text.startswith(self.prefix):
                 continue
+            if self.prefix:
+                event = parse_event(line.replace(self.prefix, "", 1))
+                assert event is not None
             self.restarts += event.restart
             if event.time >= self.since:
                 new.append(event)

@@ -1,6 +1,6 @@
 """``tandem watch`` of a deployment with replicas: every group and the router.
 
-Each group is watched as the deployment it is (``Watcher`` into ``OUT/NAME-gG/``, with its own
+Each group is watched on its own (``Watcher`` into ``OUT/NAME-gG/``, with its own
 verdicts, nodes, leader metrics and restarts), all on one clock in threads of this process, and
 the router is looked at on the same interval into ``OUT/router.jsonl``: whether it runs, its
 members and, per group, the requests it sent there, its own health opinion and circuit breaker.
@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from tandem import files
 from tandem.backends import router as routers
 from tandem.backends.router import RouterFigures
-from tandem.backends.state import FleetState, list_deployments, load_fleet
+from tandem.backends.state import DeploymentState, load_state
 from tandem.errors import SpecError
 from tandem.jsonfiles import read_jsonl
 from tandem.watch.sampler import Watcher
@@ -56,22 +56,21 @@ def watch_fleet(
 ) -> FleetWatch:
     """Watch every running group of ``name`` and its router until the duration is covered, the
     fleet is taken down, or ``should_stop``."""
-    fleet = load_fleet(name)
-    running = set(list_deployments())
-    groups = [g for g in fleet.groups if g in running]
-    record = FleetWatch(name=name, groups=groups)
+    state = load_state(name)
+    record = FleetWatch(name=name, groups=[g.name for g in state.groups])
     out.mkdir(parents=True, exist_ok=True)
     files.write_json(out / FLEET_FILE, record)
     stop = threading.Event()
     watchers = [
         Watcher(
-            group,
-            out / group,
+            name,
+            out / group.name,
             interval_s=interval_s,
             duration_s=duration_s,
             should_stop=lambda: stop.is_set() or should_stop(),
+            group=group.group,
         )
-        for group in groups
+        for group in state.groups
     ]
     threads = [threading.Thread(target=w.run, name=w.state.name, daemon=True) for w in watchers]
     for thread in threads:
@@ -81,7 +80,7 @@ def watch_fleet(
     try:
         with files.LineLog(out / ROUTER_FILE) as log:
             while not should_stop() and any(t.is_alive() for t in threads):
-                look = _look(fleet)
+                look = _look(state)
                 log.write_json(look)
                 on_look(look)
                 if duration_s is not None and time.monotonic() - started >= duration_s:
@@ -94,9 +93,9 @@ def watch_fleet(
     return record
 
 
-def _look(fleet: FleetState) -> RouterLook:
-    figures = routers.look(fleet.router) if fleet.router else RouterFigures(running=False)
-    return RouterLook(time=datetime.now(UTC), groups=len(fleet.groups), **figures.model_dump())
+def _look(state: DeploymentState) -> RouterLook:
+    figures = routers.look(state.router) if state.router else RouterFigures(running=False)
+    return RouterLook(time=datetime.now(UTC), groups=len(state.groups), **figures.model_dump())
 
 
 class RouterRecord(BaseModel):

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from tandem.backends.base import Look, NodeFacts, RankObservation
 from tandem.backends.observation import ranks_by_node
-from tandem.backends.state import DeploymentState
+from tandem.backends.state import GroupState
 from tandem.watch.gpu import parse_nvidia_smi
 from tandem.watch.sample import NodeReading, RankUsage, RdmaPort
 
 
-def node_readings(state: DeploymentState, look: Look, up: dict[int, bool]) -> list[NodeReading]:
+def node_readings(state: GroupState, look: Look, up: dict[int, bool]) -> list[NodeReading]:
     """One reading per node of ``state``; ``up`` is each rank's liveness as judged (pure)."""
     return [
         node_reading(

@@ -55,6 +55,7 @@ class Watcher:
             stopped); a resumed folder keeps its own.
         on_sample: called with each sample after it is written.
         backend: how the nodes are reached (the deployment's own backend unless given).
+        group: which group of a deployment of several (each is watched on its own).
     """
 
     def __init__(
@@ -69,8 +70,11 @@ class Watcher:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         backend: Backend | None = None,
+        group: int = 0,
     ) -> None:
-        self.state = load_state(name)
+        whole = load_state(name)
+        self.state = whole.group(group)
+        self.several = len(whole.groups) > 1
         self.out = Path(out)
         self.on_sample, self.should_stop = on_sample, should_stop
         self.clock, self.sleep = clock, sleep
@@ -119,7 +123,11 @@ class Watcher:
         )
         interval = self.run_info.interval_s
         since = before[-1].time if before else self.run_info.started_at
-        events = EventReader(self.state.name, since=since)
+        events = EventReader(
+            self.state.deployment_name,
+            since=since,
+            group=self.state.group if self.several else None,
+        )
         log = SampleLog(self.out)
         started = self.clock()
         try:
@@ -163,7 +171,8 @@ class Watcher:
             StateError: the deployment's state is gone (taken down).
         """
         begun = self.clock()
-        self.state = load_state(self.state.name)  # a restart records new processes
+        # a restart records new processes
+        self.state = load_state(self.state.deployment_name).group(self.state.group)
         try:
             look = self.backend.observe(self.state, nodes=True)
         except TandemError as exc:  # no node could be asked: every rank counts as down
