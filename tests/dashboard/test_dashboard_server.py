@@ -88,3 +88,14 @@ def test_a_view_the_observer_stopped_refreshing_is_served_as_stale():
     client, _ = served(Access())
     page = client.get("/body").text
     assert "stale: observed" in page and 'class="verdict ok"' not in page
+
+
+def test_the_command_refuses_before_serving_anything(tandem_here, tmp_path):
+    home = str(tmp_path / "home")
+    wide = tandem_here("dashboard", "nope", "--host", "0.0.0.0", TANDEM_HOME=home)
+    assert wide.code == 2 and "needs a token" in wide.err and "ssh -L" in wide.err
+    missing = tandem_here("dashboard", "nope", "--once", "--out", str(tmp_path / "p"))
+    assert missing.code == 2 and "nope" in missing.err
+    assert not (tmp_path / "p" / "index.html").exists()
+    stray = tandem_here("dashboard", "nope", "--out", str(tmp_path / "q"))
+    assert stray.code == 2 and "--out goes with --once" in stray.err
