@@ -82,7 +82,9 @@ def _stop(*processes: subprocess.Popen) -> None:
             process.wait(10)
 
 
-def _wait(what: str, predicate, timeout_s: float, every_s: float = 1.0):
+def _wait(what: str, predicate, timeout_s: float, every_s: float = 1.0, explain=None):
+    """``predicate()``'s first true value within ``timeout_s``; on a timeout the failure says
+    what ``explain()`` returns."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -92,7 +94,20 @@ def _wait(what: str, predicate, timeout_s: float, every_s: float = 1.0):
         except (httpx.HTTPError, KeyError, ValueError, AssertionError):
             pass
         time.sleep(every_s)
-    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+    pytest.fail(
+        f"timed out after {timeout_s:.0f} s waiting for {what}"
+        + (f": {explain()}" if explain else "")
+    )
+
+
+def _targets(prometheus: str, watch: subprocess.Popen, deployment) -> str:
+    """The scrape targets' health, the watcher's end (if it ended) and the deployment's status."""
+    targets = httpx.get(f"{prometheus}/api/v1/targets", timeout=5).json()["data"]
+    health = [(t["labels"]["job"], t["health"], t["lastError"]) for t in targets["activeTargets"]]
+    ended = watch.poll()
+    said = watch.stdout.read()[-800:] if ended is not None and watch.stdout else ""
+    shown = deployment.tandem("status", "tiny-local", check=False)
+    return f"targets {health}; watch exited {ended} {said}; status: {shown.stdout[-1500:]}"
 
 
 def _has_data(prometheus: str, expr: str, start: float, end: float) -> bool:
@@ -161,6 +176,7 @@ def scraped(tiny_deployment, tmp_path_factory):
                 == ["tandem-watch", "vllm"]
             ),
             90,
+            explain=lambda: _targets(prometheus, watch, tiny_deployment),
         )
         started = time.time()
         tiny_deployment.tandem(
