@@ -238,9 +238,9 @@ def test_the_page_in_chromium_shows_the_observation_status_prints(tiny_deploymen
         with Browser() as browser:
             browser.open(url, settle_s=4)  # the page has refreshed itself three times
             shown = browser.evaluate(TILES_MATCH)
-            printed = json.loads(
-                tiny_deployment.tandem("status", "tiny-local", "--json", "--nodes").stdout
-            )
+            said = tiny_deployment.tandem("status", "tiny-local", "--json", "--nodes", check=False)
+            assert said.returncode == 0, said.stdout + said.stderr
+            printed = json.loads(said.stdout)
             shot = browser.screenshot(tmp_path / "dashboard-tiny-local.png")
             assert browser.errors == []
         assert shown["tiles"] > 25 and shown["differ"] == []
