@@ -37,7 +37,6 @@ from pathlib import Path
 
 import httpx
 
-from tandem.backends.processes import marked_processes
 from tandem.dashboard.observe import Observer
 from tandem.dashboard.page import document
 from tandem.operations.lifecycle import status
@@ -56,18 +55,21 @@ def cpu_s(pid: int) -> float:
 
 
 def engine_pids(name: str) -> list[int]:
-    """Every process of every rank of ``name`` (each group's, with replicas)."""
+    """Every live process of every rank of ``name``, as its status lists them."""
     shown = status(name, canary_mode="never")
-    return [pid for group in shown.groups for pid in marked_processes(group.name)]
+    return [p.pid for group in shown.groups for rank in group.ranks for p in rank.processes]
 
 
-def time_observations(name: str, count: int) -> dict[str, float]:
+def time_observations(name: str, count: int) -> dict[str, object]:
     observer = Observer(name, refresh_s=2.0)
-    took, drawn = [], []
+    took, drawn, verdicts = [], [], []
     for _ in range(count):
         begun = time.perf_counter()
         view = observer.take()
         took.append(time.perf_counter() - begun)
+        if view.error or view.status is None:
+            raise SystemExit(f"the observation failed: {view.error}")
+        verdicts.append(view.status.verdict.value)
         begun = time.perf_counter()
         document(view, datetime.now(UTC), lambda group, kind, found: "", live=True)
         drawn.append(time.perf_counter() - begun)
@@ -75,6 +77,7 @@ def time_observations(name: str, count: int) -> dict[str, float]:
     took.sort()
     return {
         "observations": count,
+        "verdicts": {v: verdicts.count(v) for v in sorted(set(verdicts))},
         "observation median s": round(statistics.median(took), 3),
         "observation p95 s": round(took[int(0.95 * (len(took) - 1))], 3),
         "page drawn median s": round(statistics.median(drawn), 4),

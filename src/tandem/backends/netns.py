@@ -160,14 +160,22 @@ class LedgerEntry(BaseModel):
         )
 
     def claimed(self) -> bool:
-        """A deployment state still names this network (its ``down`` will remove it)."""
+        """A deployment state still names this network (its ``down`` will remove it): the
+        record's own ``network`` (a record of one launch) or one of its groups'."""
         if not self.state_file:
             return False
         try:
-            network = json.loads(Path(self.state_file).read_text()).get("network") or {}
+            record = json.loads(Path(self.state_file).read_text())
         except (OSError, ValueError):
             return False
-        return network.get("bridge") == self.plan.bridge
+        if not isinstance(record, dict):
+            return False
+        groups = record.get("groups") if isinstance(record.get("groups"), list) else []
+        networks = [
+            record.get("network"),
+            *(g.get("network") for g in groups if isinstance(g, dict)),
+        ]
+        return any(isinstance(n, dict) and n.get("bridge") == self.plan.bridge for n in networks)
 
 
 def _ledger_path(plan: NetworkPlan) -> Path:
