@@ -170,7 +170,8 @@ class LedgerEntry(BaseModel):
             return False
         if not isinstance(record, dict):
             return False
-        groups = record.get("groups") if isinstance(record.get("groups"), list) else []
+        groups = record.get("groups")
+        groups = groups if isinstance(groups, list) else []
         networks = [
             record.get("network"),
             *(g.get("network") for g in groups if isinstance(g, dict)),
