@@ -16,6 +16,8 @@ from typing import Any
 
 NO_SAMPLE = "no sample"
 NO_TRAFFIC = "no traffic"
+NOTHING_TO_MEASURE = "none in window"
+"""Traffic, but nothing this figure measures (no gap between tokens of 1-token requests)."""
 
 
 def esc(value: object) -> str:

@@ -16,6 +16,7 @@ from tandem.backends.base import RankObservation
 from tandem.dashboard.html import (
     NO_SAMPLE,
     NO_TRAFFIC,
+    NOTHING_TO_MEASURE,
     ago,
     clock,
     derived,
@@ -136,7 +137,9 @@ def _traffic_tiles(traffic: Traffic | None, window_s: float) -> str:
             return NO_SAMPLE
         if traffic.reset:
             return "restarted"
-        return value if value is not None and not traffic.idle else NO_TRAFFIC
+        if traffic.idle:
+            return NO_TRAFFIC
+        return value if value is not None else NOTHING_TO_MEASURE
 
     t = traffic or Traffic(seconds=0)
     off = {
@@ -202,7 +205,9 @@ def _figure(traffic: Traffic | None, shape, field: str, unit: str) -> str:
     if traffic.reset:
         return "restarted"
     value = getattr(traffic, field)
-    return shape(value, unit) if value is not None and not traffic.idle else NO_TRAFFIC
+    if traffic.idle:
+        return NO_TRAFFIC
+    return shape(value, unit) if value is not None else NOTHING_TO_MEASURE
 
 
 def nodes(status: DeploymentStatus | None) -> str:
