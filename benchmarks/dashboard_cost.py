@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -150,9 +151,13 @@ def main() -> int:
             figures |= time_observations(args.name, args.observations)
             figures |= server_share(args.name, args.window)
         finally:
-            if load is not None:
-                load.terminate()
-                load.wait(60)
+            if load is not None:  # Ctrl-C's way out; a bench that does not stop in time is killed
+                load.send_signal(signal.SIGINT)
+                try:
+                    load.wait(30)
+                except subprocess.TimeoutExpired:
+                    load.kill()
+                    load.wait(30)
     print(json.dumps(figures, indent=2))
     return 0
 
