@@ -118,7 +118,7 @@ def chat_answers(endpoint: str, model: str) -> bool:
 def inject(kind: str, state_dir: Path) -> str:
     rank, what, sig, _ = KINDS[kind]
     state = json.loads((state_dir / "state.json").read_text())
-    record = next(r for r in state["ranks"] if r["rank"] == rank)
+    record = next(r for g in state["groups"] for r in g["ranks"] if r["rank"] == rank)
     if what == "netns":
         subprocess.run(["ip", "netns", "del", record["netns"]], check=True)
         return f"ip netns del {record['netns']}"

@@ -132,14 +132,15 @@ async def under_load(roll: Roll, argv: list[str], env: dict[str, str], concurren
 
 
 def revisions(env: dict[str, str]) -> dict[str, list[str]]:
-    """Each group's revisions as ``number:outcome``, the running one starred."""
+    """Each group's revisions as ``number:outcome``, the one it runs starred."""
+    rows = json.loads(tandem("history", NAME, "--json", env=env, check=True).stdout)
+    record = json.loads(
+        (Path(env["TANDEM_HOME"]) / "deployments" / NAME / "state.json").read_text()
+    )
     shown: dict[str, list[str]] = {}
-    for group in GROUPS:
-        rows = json.loads(tandem("history", group, "--json", env=env, check=True).stdout)
-        running = json.loads(
-            (Path(env["TANDEM_HOME"]) / "deployments" / group / "state.json").read_text()
-        ).get("revision")
-        shown[group] = [
+    for group in record["groups"]:
+        running = group.get("revision")
+        shown[group["name"]] = [
             f"{r['number']}:{r['outcome']}{'*' if r['number'] == running else ''}" for r in rows
         ]
     return shown

@@ -153,8 +153,14 @@ def workers() -> dict[str, bool]:
     return {w["url"]: bool(w["is_healthy"]) for w in body["workers"]}
 
 
+def group_record(home: Path, group: str) -> dict:
+    """Group ``NAME-gG``'s record inside the deployment's one ``state.json``."""
+    record = json.loads((home / "deployments" / NAME / "state.json").read_text())
+    return next(g for g in record["groups"] if g["name"] == group)
+
+
 def group_endpoint(home: Path, group: str) -> str:
-    return json.loads((home / "deployments" / group / "state.json").read_text())["endpoint"]
+    return group_record(home, group)["endpoint"]
 
 
 def wait_ready(env: dict[str, str], home: Path, timeout_s: float = 420) -> list[str]:
@@ -218,7 +224,7 @@ def find_target(home: Path, what: str):
     """Group 1's rank 0 process named ``what``: its main process, or a child of it in /proc."""
     from tandem.backends.processes import all_processes, read_process
 
-    leader = json.loads((home / "deployments" / GROUPS[1] / "state.json").read_text())["ranks"][0]
+    leader = group_record(home, GROUPS[1])["ranks"][0]
     main = read_process(leader["pid"])
     if main is None:
         raise SystemExit(f"group 1's main process {leader['pid']} is gone before the fault")
@@ -313,7 +319,7 @@ def scenario(
     result = Scenario(mode=mode, kind=kind)
     result.notes += wait_ready(env, home)
     g1 = group_endpoint(home, GROUPS[1])
-    events = home / "deployments" / GROUPS[1] / "events.log"
+    events = home / "deployments" / NAME / "events.log"  # group 1's lines: "group 1: ..."
     offset = events.stat().st_size if events.exists() else 0
     supervisor = subprocess.Popen(
         [
@@ -388,9 +394,8 @@ def leader_now(home: Path) -> str:
     from tandem.backends.processes import read_process
 
     try:
-        rank = json.loads((home / "deployments" / GROUPS[1] / "state.json").read_text())
-        rank = rank["ranks"][0]
-    except (OSError, ValueError, KeyError, IndexError):
+        rank = group_record(home, GROUPS[1])["ranks"][0]
+    except (OSError, ValueError, KeyError, IndexError, StopIteration):
         return "no state of group 1"
     process = read_process(rank["pid"]) if rank.get("pid") else None
     try:
@@ -597,7 +602,7 @@ def fleet_env(home: Path | None, hf_home: Path, prefix: str) -> tuple[Path, dict
 def boot(home: Path, hf_home: Path, env: dict[str, str]) -> float | None:
     """``tandem up`` of the fleet in ``home`` (the real model built into ``hf_home`` first),
     unless one is already up there; the seconds it took, or None when reused."""
-    if (home / "deployments" / NAME / "fleet.json").exists():
+    if (home / "deployments" / NAME / "state.json").exists():
         return None
     started = time.monotonic()
     if not (hf_home / "hub").is_dir():

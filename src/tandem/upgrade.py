@@ -243,13 +243,14 @@ class Roll:
     def _restart(
         self, state: DeploymentState, unit: list[GroupState], revision: Revision
     ) -> GroupState:
-        """Stop the unit's groups and start them from ``revision``; its first group, running."""
+        """Stop the unit's groups as ``state`` has them now and start them from ``revision``;
+        its first group, running."""
         whole = revision.deployment(self.name)
         first = unit[0].group
-        lifecycle.stop_group(state, unit[0], self.on_event)
+        lifecycle.stop_group(state, state.group(first), self.on_event)  # its launch now
         together = lifecycle.launched_together(state.backend)  # one launch of every group
         part, index = (whole, 0) if together else (placed_groups(whole)[first], first)
-        launched, _ = lifecycle.start_group(
+        lifecycle.start_group(
             state,
             part,
             index,
@@ -257,8 +258,6 @@ class Roll:
             on_phase=self.on_phase,
             on_event=self.on_event,
         )
-        if together:
-            lifecycle.split_by_group(state, launched)
         fresh = load_state(self.name)
         for group in unit:
             moved = fresh.group(group.group)

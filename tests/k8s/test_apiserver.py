@@ -40,7 +40,7 @@ from k8s.manifests import (
 )
 from tandem import agent
 from tandem.backends import k8s as backend
-from tandem.backends.state import DeploymentState, RankState, list_deployments, load_state
+from tandem.backends.state import GroupState, RankState, list_deployments, load_state
 from tandem.errors import BackendError, KubernetesError, RankFailed
 from tandem.operations import lifecycle, supervisor
 from tandem.render import kubernetes as k8s_render
@@ -277,7 +277,7 @@ def test_up_applies_reports_no_pods_and_down_deletes(apiserver, namespace, state
         not in (state_home / "state" / "deployments" / "tdm-lws" / "state.json").read_text()
     )
     state = load_state("tdm-lws")
-    assert state.backend == "k8s" and [r.log for r in state.ranks] == [
+    assert state.backend == "k8s" and [r.log for g in state.groups for r in g.ranks] == [
         "pod/tdm-lws-0",
         "pod/tdm-lws-0-1",
     ]
@@ -345,7 +345,7 @@ def test_up_of_replicas_applies_every_group_and_the_router_and_down_deletes_them
 
     state = load_state("tdm-fleet")
     assert state.endpoint == f"http://tdm-fleet-api.{namespace}.svc:80"  # the router's Service
-    assert [(r.rank, r.group, r.log) for r in state.ranks] == [
+    assert [(r.rank, r.group, r.log) for g in state.groups for r in g.ranks] == [
         (0, 0, "pod/tdm-fleet-0"),
         (1, 0, "pod/tdm-fleet-0-1"),
         (2, 1, "pod/tdm-fleet-1"),
@@ -649,7 +649,7 @@ def test_replicas_are_ready_when_every_groups_leader_pod_is(apiserver, namespace
         conditions = [{"type": "Ready", "status": ready}]
         status = {"phase": "Running", "conditions": conditions, "podIP": f"10.1.{group}.5"}
         create_pod(apiserver, namespace, deployment, 0, status=status, node="node-a", group=group)
-    state = DeploymentState(
+    state = GroupState(
         name="ready2",
         backend="k8s",
         recipe={},

@@ -139,7 +139,7 @@ def start(
 def _record(
     spec: Router, identity: ProcessIdentity, *, host: str, log: str, node: RouterNode | None = None
 ) -> RouterProcess:
-    """What ``fleet.json`` keeps of a router just started at ``host``."""
+    """What the deployment's record keeps of a router just started at ``host``."""
     return RouterProcess(
         pid=identity.pid,
         start_ticks=identity.start_ticks,

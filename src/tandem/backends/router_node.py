@@ -31,7 +31,7 @@ FOLDER = "router"
 
 
 class RouterNode(BaseModel):
-    """Where a router runs over ssh: the node and how to reach it (kept in ``fleet.json``, so
+    """Where a router runs over ssh: the node and how to reach it (kept in the deployment's record, so
     ``status`` and ``down`` find it without the cluster file)."""
 
     node: str

@@ -375,6 +375,17 @@ class GroupState(Launched):
     def leader(self) -> RankState | None:
         return next((r for r in self.ranks if r.role == "leader"), None)
 
+    def by_group(self) -> list[GroupState]:
+        """This record as one record a group: a Kubernetes launch holds every group's ranks
+        (``RankState.group``), each group's record the launch's objects and id, and its own."""
+        indices = sorted({r.group for r in self.ranks})
+        if len(indices) < 2:
+            return [self]
+        return [
+            self.model_copy(update={"group": g, "ranks": [r for r in self.ranks if r.group == g]})
+            for g in indices
+        ]
+
     def save(self) -> None:
         """Write this group into its deployment's record (``DeploymentState.put``)."""
         with DeploymentDir.of(self.deployment_name).locked():
@@ -410,29 +421,24 @@ class DeploymentState(Launched):
     @model_validator(mode="before")
     @classmethod
     def _from_one_launch(cls, data: Any) -> Any:
-        """A record of schema 1 was one launch: it becomes the deployment's groups (one, or a
-        LeaderWorkerSet's groups by their ranks' ``group``)."""
+        """A record of schema 1 was one launch: it becomes the deployment's group (or a
+        LeaderWorkerSet's groups, by their ranks' ``group``: ``_one_record_a_group``)."""
         if not isinstance(data, dict) or "groups" in data or "endpoint" not in data:
             return data
-        ranks = [r.model_dump() if isinstance(r, BaseModel) else r for r in data.get("ranks", [])]
-        groups = sorted({r.get("group", 0) for r in ranks}) or [0]
         return {
             **{k: data[k] for k in ("name", "backend", "recipe", "cluster", "model") if k in data},
             "schema_version": SCHEMA_VERSION,
             "revision": data.get("revision"),
             "ready": data.get("ready", False),
             "created_at": data.get("created_at") or datetime.now(UTC),
-            "groups": [
-                {
-                    **data,
-                    "deployment_name": data["name"],
-                    "group": g,
-                    "home": data["name"],
-                    "ranks": [r for r in ranks if r.get("group", 0) == g],
-                }
-                for g in groups
-            ],
+            "groups": [{**data, "deployment_name": data["name"], "home": data["name"]}],
         }
+
+    @model_validator(mode="after")
+    def _one_record_a_group(self) -> DeploymentState:
+        """A launch of several groups at once, as saved, is each of its groups."""
+        self.groups = sorted((p for g in self.groups for p in g.by_group()), key=lambda g: g.group)
+        return self
 
     @classmethod
     def of_group(cls, group: GroupState) -> DeploymentState:
@@ -478,9 +484,12 @@ class DeploymentState(Launched):
         return found
 
     def put(self, group: GroupState) -> None:
-        """Add or replace ``group`` (by its index)."""
+        """Add or replace ``group`` (by its index); a launch of several groups at once (a
+        LeaderWorkerSet's) is put as each of its groups."""
+        parts = group.by_group()
+        indices = {p.group for p in parts}
         self.groups = sorted(
-            [g for g in self.groups if g.group != group.group] + [group], key=lambda g: g.group
+            [g for g in self.groups if g.group not in indices] + parts, key=lambda g: g.group
         )
 
     def interrupted(self) -> bool:
@@ -512,12 +521,6 @@ class DeploymentState(Launched):
                 self.groups = saved.groups
             self.write()
 
-    def set_groups(self, groups: list[GroupState]) -> None:
-        """Replace every group's record at once (a Kubernetes launch, split by group)."""
-        with self.directory.locked():
-            self.groups = sorted(groups, key=lambda g: g.group)
-            self.write()
-
 
 def _read_record(name: str) -> DeploymentState | None:
     path = DeploymentDir.of(name).state_file
@@ -533,18 +536,14 @@ def _read_record(name: str) -> DeploymentState | None:
 
 
 def forget_group(group: GroupState) -> None:
-    """Drop a group whose launch failed and left nothing from its deployment's record; the
-    record goes with its last group, unless a router still runs in front."""
-    directory = DeploymentDir.of(group.deployment_name)
-    with directory.locked():
+    """Drop a group whose launch failed and left nothing from its deployment's record (the
+    record stays: ``up`` forgets a deployment none of whose groups started)."""
+    with DeploymentDir.of(group.deployment_name).locked():
         record = _read_record(group.deployment_name)
         if record is None:
             return
         record.groups = [g for g in record.groups if g.group != group.group]
-        if record.groups or record.router is not None:
-            record.write()
-        else:
-            directory.forget()
+        record.write()
 
 
 class _Fleet(BaseModel):

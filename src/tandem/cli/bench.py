@@ -318,15 +318,23 @@ def run_command(
     for warning in result.warnings + [w for p in result.points for w in p.warnings]:
         console.print(f"[yellow]warning:[/] {warning}")
     if out is not None:
-        written = write_reports(result, out, plots=plots)
-        if watch:
-            written += report_folder(out / WATCH_DIR, plots=plots)[1]
-        console.print(
-            f"wrote {out / REQUESTS_FILE}, {out / 'summary.json'}, "
-            + ", ".join(str(p) for p in written)
-        )
-        if deployment and not url_given:
-            evidence.record(deployment, "bench", out, summary=_headline(result), report=HTML_FILE)
+        _write_run(result, out, plots=plots, watch=watch, named=None if url_given else deployment)
+
+
+def _write_run(
+    result: BenchResult, out: Path, *, plots: bool, watch: bool, named: str | None
+) -> None:
+    """The reports of a run with --out (and its watch's); a run of a deployment tandem runs is
+    evidence of its revision (``tandem.operations.evidence``, shown by ``tandem dashboard``)."""
+    written = write_reports(result, out, plots=plots)
+    if watch:
+        written += report_folder(out / WATCH_DIR, plots=plots)[1]
+    Console(stderr=True).print(
+        f"wrote {out / REQUESTS_FILE}, {out / 'summary.json'}, "
+        + ", ".join(str(p) for p in written)
+    )
+    if named:
+        evidence.record(named, "bench", out, summary=_headline(result), report=HTML_FILE)
 
 
 def _headline(result: BenchResult) -> str:

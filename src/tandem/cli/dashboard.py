@@ -5,19 +5,37 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
+from pydantic import BaseModel
 
 from tandem import files, ownership
 from tandem.cli.options import force_option
 from tandem.cli.watch import Duration
-from tandem.dashboard.observe import CANARY_EVERY_S, Observer
+from tandem.dashboard.observe import Observer
 from tandem.dashboard.page import document
 from tandem.dashboard.server import Access, serve
 from tandem.errors import StateError
 from tandem.operations.evidence import Evidence
 
 DEFAULT_PORT = 8480
+
+
+class PageOptions(BaseModel):
+    """The command's options, as click parsed them."""
+
+    host: str
+    port: int
+    refresh_s: float
+    window_s: float
+    token_env: str | None
+    token_file: Path | None
+    once: bool
+    out_dir: str | None
+    force: bool
+
+
 PAGE_FILE = "index.html"
 STATUS_FILE = "status.json"
 
@@ -61,18 +79,7 @@ STATUS_FILE = "status.json"
     help=f"With --once: the folder for {PAGE_FILE} and {STATUS_FILE}.",
 )
 @force_option
-def dashboard_command(
-    name: str | None,
-    host: str,
-    port: int,
-    refresh_s: float,
-    window_s: float,
-    token_env: str | None,
-    token_file: Path | None,
-    once: bool,
-    out_dir: str | None,
-    force: bool,
-) -> None:
+def dashboard_command(name: str | None, **options: Any) -> None:
     """Serve a read-only status page of a deployment, refreshed every few seconds.
 
     NAME defaults to the only deployment there is. Everything on the page comes from one
@@ -93,19 +100,23 @@ def dashboard_command(
       tandem dashboard tiny-local --host 0.0.0.0 --token-env TANDEM_DASHBOARD_TOKEN
       tandem dashboard tiny-local --once --out runs/page
     """
-    observer = Observer(name, refresh_s=refresh_s, window_s=window_s, canary_every_s=CANARY_EVERY_S)
-    if once:
-        _write_once(observer, out_dir, force)
+    page = PageOptions.model_validate(options)
+    observer = Observer(name, refresh_s=page.refresh_s, window_s=page.window_s)
+    if page.once:
+        _write_once(observer, page.out_dir, page.force)
         return
-    if out_dir:
+    if page.out_dir:
         raise click.UsageError("--out goes with --once")
-    access = Access.of(host, token_env=token_env, token_file=token_file)
-    where = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
-    guard = f" (token from {'$' + token_env if token_env else token_file})" if access.token else ""
-    click.echo(f"serving the status page of {name or 'the deployment'} at {where}{guard}")
+    access = Access.of(page.host, token_env=page.token_env, token_file=page.token_file)
+    where = f"http://{'[' + page.host + ']' if ':' in page.host else page.host}:{page.port}/"
+    guard = f" (token from {'$' + page.token_env if page.token_env else page.token_file})"
+    click.echo(
+        f"serving the status page of {name or 'the deployment'} at {where}"
+        + (guard if access.token else "")
+    )
     click.echo("read-only; Ctrl-C stops it")
     try:
-        serve(observer, access, host, port)
+        serve(observer, access, page.host, page.port)
     except KeyboardInterrupt:
         pass
 

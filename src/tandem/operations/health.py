@@ -568,7 +568,7 @@ class GroupVerdict:
 
 
 def of_groups(parts: list[GroupVerdict]) -> tuple[Verdict, str]:
-    """The verdict on several groups behind one front door (a fleet's router, or a
+    """The verdict on several groups behind one front door (vLLM's router tandem drives, or a
     LeaderWorkerSet's): healthy when every group is healthy and in rotation; ``degraded``
     while at least one serves; else the worst group's verdict (``down`` when no group is in
     rotation, healthy or not)."""

@@ -113,6 +113,12 @@ def refuse_if_running(deployment: Deployment, on_event: OnEvent = lambda text: N
             f"deployment '{state.name}' is already running at {state.endpoint}",
             hint=f"stop it first with `tandem down {state.name}`",
         )
+    elif launched_together(state.backend):  # its objects are kept after a failed start
+        raise BackendError(
+            f"deployment '{state.name}' already exists: its objects were kept after a failed "
+            "start, for inspection",
+            hint=f"`tandem logs {state.name}`, then `tandem down {state.name}`",
+        )
     else:
         on_event(f"clearing what a stopped earlier run of '{state.name}' left")
     take_down(state, on_event=on_event)
@@ -203,10 +209,10 @@ def up(
         for index, part in enumerate(unit):
             if len(unit) > 1:
                 on_event(f"group {index} ({part.name}): {len(part.cluster.nodes)} node(s)")
-            group, ready = start_group(state, part, index, on_phase=on_phase, on_event=on_event)
+            _, ready = start_group(
+                state, part, index, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event
+            )
             readiness.append(ready)
-        if launched_together(state.backend):
-            split_by_group(state, group)
         state = load_state(deployment.name)
         if len(parts) > 1 and not launched_together(state.backend):
             _front(state, deployment, on_event)
@@ -220,15 +226,26 @@ def up(
         state.save()
     except BaseException:
         with shielded(on_event):
-            if len(parts) > 1:
-                on_event("start-up failed: stopping every group and the router")
-            try:
-                if deployment.name in list_deployments():
-                    take_down(load_state(deployment.name), on_event=on_event)
-            except TandemError as exc:  # what survived stays in the record, for `down`
-                on_event(f"left behind: {exc.message}; `tandem down {deployment.name}` stops it")
+            _after_failed_up(deployment.name, several=len(unit) > 1, on_event=on_event)
         raise
     return state, readiness
+
+
+def _after_failed_up(name: str, *, several: bool, on_event: OnEvent) -> None:
+    """What a failed ``up`` leaves: one launch's backend has already stopped it (or, on
+    Kubernetes, kept its objects for inspection, which the record then names); the groups
+    started before a later one failed, and the router, are stopped here."""
+    if name not in list_deployments():
+        return
+    state = load_state(name)
+    if several or state.router is not None:
+        on_event("start-up failed: stopping every group and the router")
+        try:
+            take_down(state, on_event=on_event)
+        except TandemError as exc:  # what survived stays in the record, for `down`
+            on_event(f"left behind: {exc.message}; `tandem down {name}` stops it")
+    elif not state.groups:
+        state.directory.forget()  # nothing was launched: no phantom deployment
 
 
 def _preflight(
@@ -265,20 +282,6 @@ def start_group(
     place = Place.of(state.name, index, 1 if launched_together(state.backend) else groups)
     return backend_for(state.backend).up(
         plan, part, timeout_s=timeout_s, on_phase=on_phase, on_event=on_event, place=place
-    )
-
-
-def split_by_group(state: DeploymentState, launch: GroupState) -> None:
-    """The record of one launch of every group (Kubernetes), one record a group: each with its
-    own ranks, all with the launch's objects and id."""
-    groups = sorted({r.group for r in launch.ranks}) or [0]
-    state.set_groups(
-        [
-            launch.model_copy(
-                update={"group": g, "ranks": [r for r in launch.ranks if r.group == g]}
-            )
-            for g in groups
-        ]
     )
 
 

@@ -236,7 +236,7 @@ def join_rotation(name: str, endpoint: str, log: Callable[[str], None]) -> None:
 
 @dataclass(frozen=True)
 class Member:
-    """Another group of the fleet, as a planned stop of one group needs to know it."""
+    """Another group of the deployment, as a planned stop of one group needs to know it."""
 
     name: str
     endpoint: str

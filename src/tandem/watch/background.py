@@ -27,8 +27,9 @@ class BackgroundWatch:
     def __init__(self, name: str | None, out: Path, *, interval_s: float | None = None) -> None:
         self._stop = threading.Event()
         self.watcher = Watcher(
-            name, Path(out), interval_s=interval_s, should_stop=self._stop.is_set, sleep=self._pause
+            name, Path(out), interval_s=interval_s, should_stop=self._stop.is_set
         )
+        self.watcher.sleep = self._pause
         self._thread = threading.Thread(target=self.watcher.run, name="tandem-watch", daemon=True)
 
     def _pause(self, seconds: float) -> None:

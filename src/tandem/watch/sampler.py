@@ -67,8 +67,6 @@ class Watcher:
         duration_s: float | None = None,
         on_sample: Callable[[Sample], None] = lambda sample: None,
         should_stop: Callable[[], bool] = lambda: False,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
         backend: Backend | None = None,
         group: int = 0,
     ) -> None:
@@ -77,7 +75,8 @@ class Watcher:
         self.several = len(whole.groups) > 1
         self.out = Path(out)
         self.on_sample, self.should_stop = on_sample, should_stop
-        self.clock, self.sleep = clock, sleep
+        self.clock: Callable[[], float] = time.time
+        self.sleep: Callable[[float], None] = time.sleep
         self._tracker = ProgressTracker()
         self._last_canary = -CANARY_EVERY_S
         previous = read_run(self.out)

@@ -1,0 +1,118 @@
+"""No function in ``tandem`` grows past 80 lines or 8 parameters, and the ones already past them
+only shrink.
+
+Lines count from a function's first decorator to its last line; parameters are every name it
+takes but ``self`` and ``cls`` (``*args`` and ``**kwargs`` count one each). Read with ``ast``,
+nothing imported. ``OVER`` lists each function past a limit today with its size: a new one
+fails ``test_no_new_function_is_too_long_or_too_wide``, a listed one that grew fails
+``test_listed_functions_do_not_grow``, and one that shrank under both limits or is gone fails
+``test_the_list_names_only_what_is_still_over`` (so the entry goes, and the list only shrinks).
+Run ``python tests/test_sizes.py`` to print today's list.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).parents[1] / "src"
+MAX_LINES = 80
+MAX_PARAMS = 8
+
+OVER: dict[str, tuple[int, int]] = {
+    "tandem/agent.py:model_facts": (113, 7),
+    "tandem/backends/k8s.py:up": (122, 6),
+    "tandem/backends/local.py:up": (112, 6),
+    "tandem/backends/processes.py:stop": (82, 9),
+    "tandem/backends/pull.py:Pull.run": (98, 3),
+    "tandem/bench/config.py:BenchConfig.conflicts": (102, 0),
+    "tandem/bench/load_generator.py:LoadGenerator._run_point": (134, 5),
+    "tandem/bench/timed_request.py:send_request": (69, 9),
+    "tandem/check/allreduce.py:main": (84, 1),
+    "tandem/check/fabric.py:run_fabric": (116, 11),
+    "tandem/cli/bench.py:run_command": (193, 18),
+    "tandem/cli/eval.py:gpqa_command": (149, 25),
+    "tandem/cli/eval.py:smoke_command": (107, 12),
+    "tandem/cli/plan.py:plan_command": (113, 12),
+    "tandem/cli/watch.py:run_command": (109, 8),
+    "tandem/eval/dataset.py:load_gpqa_csv": (93, 1),
+    "tandem/eval/smoke.py:_tool_parts": (156, 1),
+    "tandem/eval/smoke.py:run_smoke": (65, 9),
+    "tandem/models/shapes.py:build_shape_model": (93, 7),
+    "tandem/operations/health.py:judge": (107, 4),
+    "tandem/operations/preflight.py:run_check": (118, 8),
+    "tandem/operations/supervisor.py:supervise": (158, 8),
+    "tandem/plan/kv.py:deepseek_v4_layout": (81, 5),
+    "tandem/plan/kv.py:kv_layout": (120, 7),
+    "tandem/plan/planner.py:plan_deployment": (191, 9),
+    "tandem/plan/roofline.py:roofline": (84, 7),
+    "tandem/readiness.py:wait_ready": (97, 10),
+    "tandem/render/k8s_validate.py:_pod_spec_problems": (142, 2),
+    "tandem/render/k8s_validate.py:lws_webhook_problems": (94, 2),
+    "tandem/render/prometheus.py:alert_rules": (113, 2),
+    "tandem/report/bench.py:markdown": (85, 1),
+    "tandem/report/plan.py:plan_tables": (113, 1),
+    "tandem/report/watch.py:live_view": (92, 2),
+    "tandem/spec/deployment.py:deployment_problems": (98, 1),
+    "tandem/watch/summary.py:summarize": (136, 5),
+}
+
+
+def sizes() -> dict[str, tuple[int, int]]:
+    """Every function of the package: ``path:qualname`` -> (lines, parameters)."""
+    found: dict[str, tuple[int, int]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        where = path.relative_to(SRC).as_posix()
+
+        def visit(node: ast.AST, prefix: str) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                    name = f"{prefix}{child.name}"
+                    first = min([d.lineno for d in child.decorator_list] + [child.lineno])
+                    args = child.args
+                    named = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+                    params = len([a for a in named if a.arg not in ("self", "cls")])
+                    params += (args.vararg is not None) + (args.kwarg is not None)
+                    found[f"{where}:{name}"] = (child.end_lineno - first + 1, params)
+                    visit(child, f"{name}.")
+                elif isinstance(child, ast.ClassDef):
+                    visit(child, f"{prefix}{child.name}.")
+
+        visit(tree, "")
+    return found
+
+
+def over_limits() -> dict[str, tuple[int, int]]:
+    return {
+        name: size for name, size in sizes().items() if size[0] > MAX_LINES or size[1] > MAX_PARAMS
+    }
+
+
+def test_no_new_function_is_too_long_or_too_wide():
+    new = {name: size for name, size in over_limits().items() if name not in OVER}
+    assert not new, (
+        f"over {MAX_LINES} lines or {MAX_PARAMS} parameters (lines, parameters): {new}; split "
+        "it along what its docstring names, or take a config model instead of its fields"
+    )
+
+
+def test_listed_functions_do_not_grow():
+    now = sizes()
+    grown = {
+        name: (OVER[name], now[name])
+        for name in OVER
+        if name in now and (now[name][0] > OVER[name][0] or now[name][1] > OVER[name][1])
+    }
+    assert not grown, f"grew (was, now): {grown}"
+
+
+def test_the_list_names_only_what_is_still_over():
+    stale = sorted(set(OVER) - set(over_limits()))
+    assert not stale, f"under the limits or gone now, remove from OVER: {stale}"
+
+
+if __name__ == "__main__":
+    for name, (lines, params) in sorted(over_limits().items()):
+        sys.stdout.write(f'    "{name}": ({lines}, {params}),\n')
