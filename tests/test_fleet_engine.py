@@ -96,9 +96,7 @@ def test_up_starts_every_group_then_the_router_and_answers_through_it(fleet):
     assert "group 0 (fleet-real-g0)" in said and "group 1 (fleet-real-g1)" in said
     assert "router: group 1 joined (http://10.90.1.2:8000)" in said
     assert f"ready at {ROUTER}/v1 as model 'smollm2': 2 groups behind vllm-router" in said
-    right, said = ask_capitals(
-        lambda question: run_tandem("chat", question, "--name", NAME, env=env).stdout
-    )
+    right, said = ask_capitals(lambda question: run_tandem("chat", NAME, question, env=env).stdout)
     assert len(right) >= MOST, said
 
 
@@ -179,7 +177,7 @@ def test_a_killed_group_leaves_the_rotation_is_restarted_and_joins_again(fleet):
                 seen_out = True
                 if "back in the router's rotation" not in text:
                     assert "http://10.90.1.2:8000" not in members()
-                    answer = run_tandem("chat", "Say hi.", "--name", NAME, env=env, check=False)
+                    answer = run_tandem("chat", NAME, "Say hi.", env=env, check=False)
                     assert answer.returncode == 0, answer.stdout + answer.stderr
             if "back in the router's rotation" in text:
                 break

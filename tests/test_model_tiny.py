@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 from huggingface_hub import snapshot_download
 from transformers import AutoConfig, AutoTokenizer
 
-from tandem.cli import model as cli_model
+from tandem import built_models
 from tandem.cli.model import model_command
 from tandem.errors import SpecError
 from tandem.models.tiny import (
@@ -179,8 +179,8 @@ def test_cli_builds_and_prints_the_repo_id(tiny: TinyModel, hf_home: Path) -> No
 
 def test_the_cli_offers_exactly_the_models_the_builders_make():
     """`tandem model` names them without importing torch; this keeps the names in step."""
-    assert tuple(ARCHITECTURES) == cli_model.ARCHITECTURES
-    assert cli_model.DEFAULT_ARCH == DEFAULT_ARCH
+    assert tuple(ARCHITECTURES) == built_models.TINY_ARCHITECTURES
+    assert built_models.DEFAULT_TINY_ARCH == DEFAULT_ARCH
 
 
 def test_model_help_does_not_import_torch():

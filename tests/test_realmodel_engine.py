@@ -143,7 +143,7 @@ def test_it_answers_factual_questions_from_two_pipeline_stages(deployment):
     stops = []
 
     def ask(question: str) -> str:
-        answer = run_tandem("chat", question, "--name", NAME, env=env).stdout
+        answer = run_tandem("chat", NAME, question, env=env).stdout
         stops.append("finish_reason stop" in answer)
         return answer
 

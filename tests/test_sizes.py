@@ -34,7 +34,6 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/cli/bench.py:run_command": (193, 18),
     "tandem/cli/eval.py:gpqa_command": (149, 25),
     "tandem/cli/eval.py:smoke_command": (107, 12),
-    "tandem/cli/plan.py:plan_command": (113, 12),
     "tandem/cli/watch.py:run_command": (109, 8),
     "tandem/eval/dataset.py:load_gpqa_csv": (93, 1),
     "tandem/eval/smoke.py:_tool_parts": (156, 1),
@@ -66,7 +65,7 @@ def sizes() -> dict[str, tuple[int, int]]:
         tree = ast.parse(path.read_text(), filename=str(path))
         where = path.relative_to(SRC).as_posix()
 
-        def visit(node: ast.AST, prefix: str) -> None:
+        def visit(node: ast.AST, prefix: str, where: str = where) -> None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                     name = f"{prefix}{child.name}"

@@ -222,4 +222,4 @@ def test_bad_cluster(tmp_path, text, field, message):
 def test_missing_cluster_file(tmp_path):
     with pytest.raises(ClusterError) as info:
         load_cluster(tmp_path / "nope.yaml")
-    assert "examples/" in info.value.hint
+    assert "tandem init" in info.value.hint and "tandem recipes" in info.value.hint

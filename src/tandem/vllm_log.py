@@ -180,8 +180,9 @@ KNOWN_CAUSES: list[tuple[re.Pattern[str], str]] = [
     (
         re.compile(r"LocalEntryNotFoundError|Cannot find an appropriate cached snapshot"),
         "the model is not in this node's Hugging Face cache and offline mode forbids a download: "
-        "put the snapshot in HF_HOME on every node (`tandem model tiny` for the tiny model, "
-        "`hf download REPO` for others) or set model.offline: false",
+        "put the snapshot in HF_HOME on every node (`tandem model tiny`, `tandem model real` or "
+        "`tandem model shape PRESET` for the models tandem builds, whose ids no hub has; "
+        "`hf download REPO` for a hub model) or, for a hub model, set model.offline: false",
     ),
     (
         re.compile(r"Gloo connectFullMesh failed|remote=\[127\.0\.0\.1\]"),

@@ -131,7 +131,7 @@ CONTAINER_HF_HOME = "/cache/huggingface"
 LWS_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
 """Injected into every container: the leader pod's DNS name,
 ``<lws-name>-<groupIndex>.<subdomain>.<namespace>``,
-e.g. ``dsv4-flash-tp2-0.dsv4-flash-tp2.default``."""
+e.g. ``deepseek-v4-flash-dspark-0.deepseek-v4-flash-dspark.default``."""
 LWS_GROUP_SIZE = "LWS_GROUP_SIZE"
 """Injected: pods per group, leader included (= ``--nnodes``)."""
 LWS_WORKER_INDEX = "LWS_WORKER_INDEX"

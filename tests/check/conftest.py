@@ -60,7 +60,7 @@ def spark_cluster(first: str = "spark-101", second: str = "spark-102", **node_fi
 
 
 def seed_deployment(cluster: Cluster | None = None, **recipe_changes) -> Deployment:
-    """The built-in seed 000 recipe (dsv4-flash-tp2) on the two Sparks."""
+    """The built-in seed 000 recipe (deepseek-v4-flash-dspark) on the two Sparks."""
     recipe = load_recipe("deepseek-v4-flash-dspark")
     if recipe_changes:
         data = recipe.model_dump()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.check.findings import Severity
+from tandem.check.findings import CheckReport, Severity
 from tandem.check.rules import RULES, CheckContext, evaluate
 from tandem.rankplan import plan_ranks
 from tandem.spec.cluster import Cluster
@@ -96,6 +96,20 @@ def test_model_snapshot_faults(healthy, change, rule):
     fired = [f for f in run(seed_deployment(), healthy) if f.rule.startswith("model")]
     assert [f.rule for f in fired] == [rule]
     assert fired[0].severity is Severity.ERROR
+
+
+def test_a_missing_model_tandem_builds_is_fixed_by_building_it_never_by_a_download(healthy):
+    """Newcomer review, defect 1: no hub has tandem-org/..., and whoever registers the name
+    would be downloaded; nor is --skip-checks offered, since no rank could load it."""
+    healthy["spark-102"]["model"].update(exists=False, snapshot_dir=None, commit=None, files=[])
+    tiny = seed_deployment(model__repo_id="tandem-org/tiny-deepseek-v3")
+    fired = [f for f in run(tiny, healthy) if f.rule == "model-snapshot-missing"]
+    assert "tandem model tiny" in fired[0].fix and "hf download" not in fired[0].fix
+    assert "tandem model pull" in fired[0].fix  # ssh nodes: built once, copied to the rest
+    report = CheckReport(deployment="x", nodes={}, findings=fired)
+    assert "--skip-checks" not in report.refusal_hint
+    hub = [f for f in run(seed_deployment(), healthy) if f.rule == "model-snapshot-missing"]
+    assert "hf download deepseek-ai/DeepSeek-V4-Flash-DSpark" in hub[0].fix
 
 
 def test_model_incomplete_lists_the_missing_shard(drifted):

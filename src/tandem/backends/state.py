@@ -536,14 +536,19 @@ def _read_record(name: str) -> DeploymentState | None:
 
 
 def forget_group(group: GroupState) -> None:
-    """Drop a group whose launch failed and left nothing from its deployment's record (the
-    record stays: ``up`` forgets a deployment none of whose groups started)."""
-    with DeploymentDir.of(group.deployment_name).locked():
+    """Drop a group whose launch failed and left nothing from its deployment's record. A
+    deployment that never became ready goes with its last group (no phantom of a failed
+    ``up``); one that ran stays, for the restart, upgrade or ``down`` that is dealing with it."""
+    directory = DeploymentDir.of(group.deployment_name)
+    with directory.locked():
         record = _read_record(group.deployment_name)
         if record is None:
             return
         record.groups = [g for g in record.groups if g.group != group.group]
-        record.write()
+        if record.groups or record.ready or record.router is not None:
+            record.write()
+        else:
+            directory.forget()
 
 
 class _Fleet(BaseModel):

@@ -55,6 +55,17 @@ class Finding(BaseModel):
         )
 
 
+FATAL_RULES = frozenset(
+    {
+        "model-snapshot-missing",
+        "model-not-cache-layout",
+        "model-snapshot-incomplete",
+        "model-snapshot-corrupt",
+    }
+)
+"""Rules whose error no launch survives: ``--skip-checks`` is never offered for them."""
+
+
 class CheckReport(BaseModel):
     """Facts of every node, the findings of every rule, and the fabric test's result."""
 
@@ -75,3 +86,15 @@ class CheckReport(BaseModel):
     def ok(self) -> bool:
         """True when no finding is an error."""
         return not self.errors
+
+    @property
+    def refusal_hint(self) -> str:
+        """The fix a refused preflight names: each finding's own, and ``--skip-checks`` only
+        when no error is one that no launch survives (a model that is not there: the ranks
+        would fail to load it, so skipping the check only moves the failure later)."""
+        if any(f.rule in FATAL_RULES for f in self.errors):
+            return "fix them: each finding's fix line says how"
+        return (
+            "fix them (each finding's fix line says how), or pass --skip-checks to `tandem up` "
+            "for a finding you know does not apply"
+        )

@@ -8,6 +8,7 @@ and keeps its traceback.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 from enum import IntEnum
@@ -17,9 +18,29 @@ import click
 from tandem.errors import CheckFailed, TandemError
 from tandem.interrupts import Interrupted, raise_on_termination
 from tandem.redact import redact_text
+from tandem.version import DISTRIBUTION, TANDEM_VERSION
+
+EPILOG = """\b
+Exit status (every command):
+  0    done; `status`: healthy
+  1    a check failed: preflight, smoke, a gate, a bench or soak limit, a plan that does
+       not fit
+  2    the command was refused: bad input, no such deployment or file (the message names
+       the field and the fix)
+  3-6  `status` only: starting, degraded, stalled, down
+  130  interrupted (Ctrl-C); 128+N after signal N
+
+\b
+Output for scripts: --json where a command prints a result (always valid JSON, also
+when there is nothing to list). Shell completion: eval "$(_TANDEM_COMPLETE=bash_source
+tandem)" in ~/.bashrc (zsh_source, fish_source for those shells); recipe and deployment
+names complete.
+"""
 
 
 class ExitCode(IntEnum):
+    """The exit status of every command, written once (``tandem --help`` shows it)."""
+
     SUCCESS = 0
     CHECK_FAILED = 1
     USER_ERROR = 2
@@ -28,33 +49,41 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130
 
 
-# name -> (module, one-line summary); the order is the order of `tandem --help`.
+# name -> (module, one-line summary); grouped and ordered as `tandem --help` shows them.
+SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
+    "Start here": {
+        "recipes": ("tandem.cli.recipe", "List the built-in recipes and shipped examples."),
+        "recipe": ("tandem.cli.recipe", "Show a recipe to copy; the recipe's JSON Schema."),
+        "init": ("tandem.cli.init", "Write a recipe and a cluster for your model and nodes."),
+        "model": ("tandem.cli.model", "Build local models; place a model on the nodes."),
+    },
+    "Deploy": {
+        "plan": ("tandem.cli.plan", "Memory, KV pool, fit and decode speed of a deployment."),
+        "check": ("tandem.cli.check", "Preflight the nodes; refuse to launch on a real fault."),
+        "render": ("tandem.cli.render", "Print each rank's exact command and environment."),
+        "sync": ("tandem.cli.sync", "Give every node the same image and model snapshot."),
+        "up": ("tandem.cli.lifecycle", "Launch every rank and wait until the model answers."),
+        "down": ("tandem.cli.lifecycle", "Stop every rank and remove what up created."),
+    },
+    "Operate": {
+        "status": ("tandem.cli.lifecycle", "List deployments; one's verdict, endpoint, ranks."),
+        "logs": ("tandem.cli.lifecycle", "Show or follow the ranks' logs; a support bundle."),
+        "chat": ("tandem.cli.lifecycle", "Send one chat message and print the answer."),
+        "supervise": ("tandem.cli.supervise", "Restart the whole group when a rank fails."),
+        "service": ("tandem.cli.service", "Run a deployment as a systemd service."),
+        "upgrade": ("tandem.cli.upgrade", "Move to a new recipe behind a gate, or roll back."),
+        "rollback": ("tandem.cli.upgrade", "Start an earlier revision of a deployment again."),
+        "history": ("tandem.cli.upgrade", "List a deployment's revisions and what changed."),
+        "dashboard": ("tandem.cli.dashboard", "Serve a read-only status page of a deployment."),
+    },
+    "Measure": {
+        "bench": ("tandem.cli.bench", "Serving performance of an OpenAI-compatible endpoint."),
+        "eval": ("tandem.cli.eval", "Answer quality: smoke checks after boot, GPQA-Diamond."),
+        "watch": ("tandem.cli.watch", "Sample a deployment over hours; judge the soak."),
+    },
+}
 COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": (
-        "tandem.cli.plan",
-        "Memory, KV pool, concurrency and decode roofline of a deployment.",
-    ),
-    "check": ("tandem.cli.check", "Preflight the nodes; refuse to launch on a real fault."),
-    "render": ("tandem.cli.render", "Print each rank's exact command and environment."),
-    "up": ("tandem.cli.lifecycle", "Launch every rank, workers first, and wait until it answers."),
-    "status": ("tandem.cli.lifecycle", "Show a deployment's ranks and endpoint."),
-    "logs": ("tandem.cli.lifecycle", "Show or follow the ranks' logs."),
-    "down": ("tandem.cli.lifecycle", "Stop every rank and remove what up created."),
-    "supervise": ("tandem.cli.supervise", "Restart the whole group when a rank dies."),
-    "service": ("tandem.cli.service", "Run a deployment as a systemd service (install, status)."),
-    "upgrade": (
-        "tandem.cli.upgrade",
-        "Move a running deployment to a new recipe behind a gate; roll back on failure.",
-    ),
-    "rollback": ("tandem.cli.upgrade", "Start an earlier revision of a deployment again."),
-    "history": ("tandem.cli.upgrade", "List a deployment's revisions and what changed."),
-    "sync": ("tandem.cli.sync", "Make every node hold the same image and model snapshot."),
-    "chat": ("tandem.cli.lifecycle", "Send one chat message to a deployment and print the answer."),
-    "bench": ("tandem.cli.bench", "Measure serving performance of an OpenAI-compatible endpoint."),
-    "eval": ("tandem.cli.eval", "Evaluate answer quality (GPQA-Diamond) against an endpoint."),
-    "watch": ("tandem.cli.watch", "Sample a running deployment over time; judge the soak."),
-    "dashboard": ("tandem.cli.dashboard", "Serve a read-only status page of a deployment."),
-    "model": ("tandem.cli.model", "Build local models (the tiny random-weight DeepSeek)."),
+    name: entry for section in SECTIONS.values() for name, entry in section.items()
 }
 
 
@@ -70,27 +99,46 @@ class LazyGroup(click.Group):
         module = importlib.import_module(COMMANDS[name][0])
         return getattr(module, name.replace("-", "_") + "_command")
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """Click's, with the nearest command named for a typo (``stauts``: ``status``)."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            near = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            hint = f" Did you mean '{near[0]}'?" if near else ""
+            ctx.fail(f"No such command '{name}'.{hint} `tandem --help` lists them.")
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+        shown = set(self.list_commands(ctx))
+        for title, commands in SECTIONS.items():
+            rows = [(name, summary) for name, (_, summary) in commands.items() if name in shown]
+            with formatter.section(title):
+                formatter.write_dl(rows)
 
 
 def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="tandem")
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=EPILOG,
+)
+@click.version_option(version=TANDEM_VERSION, prog_name=f"tandem ({DISTRIBUTION})")
 def cli() -> None:
     """Serve one large model across several nodes with vLLM, and prove that it works.
 
     \b
     Examples:
-      tandem model tiny                          # build the tiny local DeepSeek model
-      tandem up tiny-local                       # two ranks on this machine, TP=2
+      tandem recipes                             # the built-in recipes, one line each
+      tandem model real && tandem up smollm2-local   # a real model, PP=2 on this machine
+      tandem status                              # every deployment and its verdict
+      tandem init --model Qwen/Qwen3-0.6B --config config.json --hosts 10.0.0.1,10.0.0.2
       tandem render deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml
-      tandem bench --url http://10.77.0.1:8000 --model tiny --concurrency 1,2,4 --out runs/b1
+      tandem bench smollm2-local --concurrency 1,2,4 --out runs/b1
     """
 
 
@@ -109,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.USER_ERROR
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except click.exceptions.NoArgsIsHelpError as exc:  # `tandem` alone: its help, no error
+        click.echo(exc.ctx.get_help() if exc.ctx else "")
+        return ExitCode.SUCCESS
     except click.ClickException as exc:
         exc.show()
         return ExitCode.USER_ERROR

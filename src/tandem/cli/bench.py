@@ -36,6 +36,7 @@ from tandem.bench.load_generator import (
 )
 from tandem.bench.metrics import Slo
 from tandem.bench.slo_search import SloSearch, slo_search
+from tandem.cli.layout import SectionedCommand, WholeSummaryGroup
 from tandem.cli.options import (
     POSITIVE,
     FloatIn,
@@ -71,7 +72,7 @@ from tandem.report.watch import report_folder
 from tandem.watch.background import WATCH_DIR, BackgroundWatch
 
 
-class _BenchGroup(click.Group):
+class _BenchGroup(WholeSummaryGroup):
     """Sends ``tandem bench [DEPLOYMENT] [--options]`` to the ``run`` subcommand."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -94,12 +95,13 @@ def bench_command() -> None:
     multi-turn chats) or rows of a prompt file; `--rounds` repeats the ladder for confidence
     intervals, and `compare` says whether a difference is beyond their noise. `--search-slo`
     finds the largest concurrency within percentile TTFT and TPOT objectives.
-    `tandem bench ...` without a subcommand is `tandem bench run ...`.
+    `tandem bench ...` without a subcommand is `tandem bench run ...`; `tandem bench run
+    --help` lists its options, under headings.
 
     \b
     Examples:
       tandem bench tiny-local --concurrency 1,2,4 --out runs/b1
-      tandem bench --url http://10.77.0.1:8000 --model tiny --concurrency 1,2,4 --out runs/b1
+      tandem bench --url http://10.77.0.1:8000 --model tiny-deepseek --concurrency 1,2,4 --out b1
       tandem bench --url http://127.0.0.1:8000 --rates 1,2,4 --max-concurrency 8 --out runs/r1
       tandem bench tiny-local --prefix-tokens 512 --prefix-groups 4 --concurrency 4 --out runs/p1
       tandem bench tiny-local --turns 4 --concurrency 2 --out runs/chat1
@@ -130,14 +132,61 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise click.BadParameter("a comma-separated list of numbers, e.g. 0.5,1,2") from exc
 
 
-@bench_command.command("run")
-@click.argument("deployment", required=False)
-@click.option(
+bench_url_option = click.option(
     "--url",
+    metavar="URL",
     envvar="TANDEM_BENCH_URL",
     show_envvar=True,
     help="Server root (no /v1), instead of a DEPLOYMENT name.",
 )
+"""``bench run --url``: an endpoint by its address, with the variable scripts set."""
+
+RUN_SECTIONS = {
+    "Target": ["url", "model", "endpoint", "api_key"],
+    "Load": [
+        "concurrency",
+        "rates_rps",
+        "burstiness",
+        "max_concurrency",
+        "requests",
+        "rounds",
+        "warmup_requests",
+        "request_timeout_s",
+        "seed",
+    ],
+    "Workload": [
+        "input_tokens",
+        "output_tokens",
+        "prompt_token_ids",
+        "ignore_eos",
+        "temperature",
+        "prompt_file",
+        "prompt_column",
+        "prefix_tokens",
+        "prefix_groups",
+        "turns",
+        "depths",
+        "long_context",
+        "extra_body",
+    ],
+    "SLO and the SLO search": [
+        "slo_ttft_ms",
+        "slo_tpot_ms",
+        "slo_e2el_ms",
+        "search_slo",
+        "slo_percentile",
+        "search_ceiling",
+        "search_tolerance",
+    ],
+    "Server metrics": ["scrape_metrics", "kv_sample_interval_s", "roofline_decode_tok_s", "watch"],
+    "Output": ["out_dir", "resume", "force", "plots", "quiet"],
+}
+"""``bench run --help``'s headings: its 42 options by what they set."""
+
+
+@bench_command.command("run", cls=SectionedCommand, sections=RUN_SECTIONS)
+@click.argument("deployment", required=False)
+@bench_url_option
 @model_option
 @click.option(
     "--out",
@@ -227,7 +276,7 @@ def run_command(
     api_key: str | None,
     **fields: Any,
 ) -> None:
-    """Run a benchmark: each load point in turn, every request saved as it finishes.
+    """Run a benchmark: each load point in turn, each request saved as it ends.
 
     \b
     Examples:
@@ -417,7 +466,9 @@ class _LiveProgress:
 def compare_command(
     a: str, b: str, as_markdown: bool, confidence: float, fail_if_worse: bool
 ) -> None:
-    """Compare two runs (run folders or summary.json files): B against A, per load point.
+    """Compare two runs: B against A, per load point.
+
+    A and B are run folders or their summary.json files.
 
     With several rounds a side (`tandem bench --rounds`), each figure is the median over the
     rounds, and the noise column gives the exact distribution-free interval of the shift B − A
@@ -455,7 +506,9 @@ def compare_command(
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--plots/--no-plots", default=True, show_default=True)
 def report_command(run_dir: str, plots: bool) -> None:
-    """Re-render report.md, report.html, points.csv (and plots) of a run from its saved files.
+    """Write a run's reports again from its saved files.
+
+    report.md, report.html, points.csv and, with --plots, the PNG plots.
 
     \b
     Examples:

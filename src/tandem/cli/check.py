@@ -115,7 +115,7 @@ def check_command(
     Examples:
       tandem check tiny-local
       tandem check tiny-local --fabric --json
-      tandem check dsv4-flash-tp2 --cluster examples/dgx-spark-eks.yaml
+      tandem check deepseek-v4-flash-dspark --cluster examples/dgx-spark-eks.yaml
     """
     deployment = machine_deployment(recipe, cluster_path)
     report = run_check(
@@ -133,7 +133,7 @@ def check_command(
     if not report.ok:
         raise CheckFailed(
             f"{len(report.errors)} error(s) in the preflight of '{deployment.name}'",
-            hint="fix them, or pass --skip-checks to `tandem up` to launch anyway",
+            hint=report.refusal_hint,
         )
 
 

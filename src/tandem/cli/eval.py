@@ -9,6 +9,7 @@ import click
 
 from tandem import ownership
 from tandem.backends.state import load_state
+from tandem.cli.layout import SectionedCommand, WholeSummaryGroup
 from tandem.cli.options import (
     api_key_option,
     field_option,
@@ -33,7 +34,9 @@ FALLBACK: SamplingParams = GPQAConfig.model_fields["fallback_sampling"].get_defa
 """The re-ask's sampling as GPQAConfig declares it: the defaults of the --fallback-* options."""
 
 
-@click.group("eval", context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    "eval", cls=WholeSummaryGroup, context_settings={"help_option_names": ["-h", "--help"]}
+)
 def eval_command() -> None:
     """Evaluate answer quality against an OpenAI-compatible endpoint.
 
@@ -46,7 +49,29 @@ def eval_command() -> None:
     """
 
 
-@eval_command.command("gpqa")
+GPQA_SECTIONS = {
+    "Target": ["url", "model", "api_key"],
+    "Questions": ["csv_path", "limit", "repeats", "seed", "reference_accuracy"],
+    "Sampling": ["temperature", "top_p", "max_tokens", "chat_template_kwargs"],
+    "Re-ask without thinking": [
+        "fallback",
+        "fallback_max_tokens",
+        "fallback_chat_template_kwargs",
+        "fallback_context_chars",
+    ],
+    "Requests": ["concurrency", "request_timeout_s", "retry_budget_s"],
+    "Output": ["out_dir", "resume", "force", "no_progress", "watch"],
+}
+"""``eval gpqa --help``'s headings."""
+
+
+quiet_option = click.option(
+    "--quiet", "-q", "--no-progress", "no_progress", is_flag=True, help="No live progress bar."
+)
+"""``-q/--quiet``, as ``bench run``'s (``--no-progress``, its first spelling, still works)."""
+
+
+@eval_command.command("gpqa", cls=SectionedCommand, sections=GPQA_SECTIONS)
 @click.argument("deployment", required=False)
 @click.option(
     "--csv",
@@ -95,13 +120,13 @@ def eval_command() -> None:
 @field_option(GPQAConfig, "retry_budget_s", flag="--retry-budget")
 @click.option("--resume", is_flag=True, help="Continue the log in --out; skip finished samples.")
 @field_option(GPQAConfig, "reference_accuracy", flag="--reference")
-@click.option("--no-progress", is_flag=True, help="No live progress bar.")
+@quiet_option
 @click.option(
     "--watch",
     "watch",
     is_flag=True,
     help="Record the DEPLOYMENT's telemetry (`tandem watch`) into OUT/watch while the "
-    "eval runs, and judge it there (seed 000's soak).",
+    "eval runs, and judge it there (a soak under the eval's load).",
 )
 @force_option
 @api_key_option
@@ -132,17 +157,17 @@ def gpqa_command(
     force: bool,
     api_key: str | None,
 ) -> None:
-    """Run GPQA-Diamond (the seed's protocol) against a deployment or a URL.
+    """Run GPQA-Diamond against a deployment or a URL.
 
-    Zero-shot simple-evals prompt ending in 'ANSWER: $LETTER', thinking on, temperature 0,
-    32768 max tokens, concurrency 2; options shuffled as a pure function of (record id, repeat,
-    seed); a thinking-off re-ask for responses without a parsable answer. Every finished
-    request is appended to OUT/responses.jsonl, so an interrupted run continues with --resume.
+    DeepSeek-V4-Flash-DSpark's published protocol: zero-shot simple-evals prompt ending in
+    'ANSWER: $LETTER', thinking on, temperature 0, 32768 max tokens, concurrency 2; options
+    shuffled by (record id, repeat, seed); a thinking-off re-ask for an answer it cannot parse.
+    Each finished request is appended to OUT/responses.jsonl: --resume continues a cut run.
 
     \b
     Examples:
       tandem eval gpqa --csv gpqa_diamond.csv tiny-local --out runs/gpqa1
-      tandem eval gpqa --csv gpqa_diamond.csv --url http://127.0.0.1:8000 --model tiny \\
+      tandem eval gpqa --csv gpqa_diamond.csv --url http://127.0.0.1:8000 --model tiny-deepseek \\
           --limit 5 --max-tokens 64 --out runs/smoke
       tandem eval gpqa --csv gpqa_diamond.csv tiny-local --out runs/soak --watch
     """
@@ -215,7 +240,9 @@ def _after_gpqa(report: EvalReport, out: Path, deployment: str | None, *, watch:
 )
 @force_option
 def rescore_command(log: str, out_dir: str | None, force: bool) -> None:
-    """Re-extract every answer of a saved responses.jsonl and rewrite the reports.
+    """Score a saved GPQA run again: answers re-extracted, reports rewritten.
+
+    Reads the run's responses.jsonl; the server is not asked again.
 
     No request is sent: use it after the extraction rules change, or to inspect a run.
 
@@ -297,11 +324,11 @@ def smoke_command(
     force: bool,
     api_key: str | None,
 ) -> None:
-    """The checks to run right after a deployment boots: chat template, greedy determinism,
-    tool calls, a long-context needle, reasoning split, speculative acceptance.
+    """Check a deployment right after it boots: template, determinism, tools, context.
 
-    Each check is a verdict with its evidence; one that cannot apply says why. Exit status 1
-    when any check fails.
+    The checks (chat template, greedy determinism, tool calls, a long-context needle, the
+    reasoning split, speculative acceptance) are each a verdict with its evidence; one that
+    cannot apply says why. Exit status 1 when any check fails.
 
     \b
     Examples:

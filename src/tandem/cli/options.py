@@ -11,10 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from click.shell_completion import CompletionItem
 from pydantic import BaseModel
 
 from tandem.spec.deployment import Deployment
-from tandem.spec.loading import load_deployment
+from tandem.spec.loading import builtin_recipe_names, example_files, load_deployment
 from tandem.spec.recipe import Timeouts
 
 
@@ -52,9 +53,37 @@ SHARE = FloatIn(min=0, max=1)
 """A share from 0 to 1 inclusive."""
 PORT = click.IntRange(1, 65535)
 
-recipe_argument = click.argument("recipe", metavar="RECIPE")
+
+def _complete_recipe(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Built-in recipe names and shipped examples that start so, then the shell's files."""
+    names = [*builtin_recipe_names(), *example_files()]
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)] + [
+        CompletionItem(incomplete, type="file")
+    ]
+
+
+def _complete_deployment(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    # Imported when completing only: the state modules double the start of every command
+    # that declares this argument (`tandem render` does not need them), as cli/model.py's
+    # builders do for torch.
+    from tandem.operations.listing import deployment_names
+
+    return [CompletionItem(n) for n in deployment_names() if n.startswith(incomplete)]
+
+
+recipe_argument = click.argument("recipe", metavar="RECIPE", shell_complete=_complete_recipe)
+"""A built-in recipe's name, a shipped example (``examples/...``) or a recipe file."""
+deployment_argument = click.argument(
+    "name", required=False, metavar="[NAME]", shell_complete=_complete_deployment
+)
+"""A deployment's name; commands default it to the only deployment there is."""
 api_key_option = click.option(
     "--api-key",
+    metavar="KEY",
     envvar="VLLM_API_KEY",
     show_envvar=True,
     help="Bearer token for a server started with an API key; the variable `tandem up` gives "
@@ -69,17 +98,40 @@ cluster_option = click.option(
     help="Cluster inventory YAML. Default: this machine, one node per device.",
 )
 
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+"""``--json``: the one spelling of output for scripts; valid JSON also when there is nothing."""
+
 model_option = click.option(
     "--model",
+    metavar="NAME",
     help="Model name to send. Default: the deployment's, or the only one the server lists.",
 )
-url_option = click.option("--url", help="Base URL of the endpoint, instead of a DEPLOYMENT name.")
+url_option = click.option(
+    "--url", metavar="URL", help="Base URL of the endpoint, instead of a DEPLOYMENT name."
+)
 force_option = click.option(
     "--force",
     is_flag=True,
     help="Write into an --out folder that holds files tandem did not write (they may be "
     "replaced). Without it such a folder is refused.",
 )
+
+
+def stack(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Several click decorators as one, applied as they would read stacked above a function
+    (the first outermost): a command's options declared apart from its function, which then
+    stays short enough to read.
+
+    Usage:
+        PLAN_OPTIONS = stack(click.option("--json", "as_json", is_flag=True), ...)
+    """
+
+    def apply(function: Any) -> Any:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
 
 
 def machine_deployment(recipe: str, cluster_path: str | None) -> Deployment:
@@ -89,11 +141,11 @@ def machine_deployment(recipe: str, cluster_path: str | None) -> Deployment:
         cluster_path,
         as_root=os.geteuid() == 0,
         cpu_count=os.cpu_count() or 1,
-        gpu_count=_gpu_count(),
+        gpu_count=gpu_count(),
     )
 
 
-def _gpu_count() -> int:
+def gpu_count() -> int:
     """NVIDIA devices this machine exposes (0 on a CPU-only machine)."""
     try:
         return sum(
@@ -187,8 +239,9 @@ def field_option(
         options["callback"] = callback
         options["default"] = _as_text(value)
         options["show_default"] = bool(value)
-        if isinstance(value, list):
+        if isinstance(value, list) or typing.get_origin(kind) is list:
             options["help"] += " Comma-separated; empty for none."
+            options["metavar"] = "N,..."
     elif kind is bool:
         decls[0] = f"{flag}/--no-{flag.removeprefix('--')}"
         options["default"] = value
@@ -197,13 +250,17 @@ def field_option(
         options["show_default"] = value is not None
         if type is not None:
             options["type"] = type
+            if kind in (int, float):
+                options["metavar"] = "N" if kind is int else _float_metavar(name)
         elif typing.get_origin(kind) is typing.Literal:
             options["type"] = click.Choice([str(v) for v in typing.get_args(kind)])
         elif kind is int:
             low = bounds.get("ge", bounds["gt"] + 1 if "gt" in bounds else None)
             high = bounds.get("le", bounds["lt"] - 1 if "lt" in bounds else None)
             options["type"] = click.IntRange(min=low, max=high)
+            options["metavar"] = "N"
         elif kind is float:
+            options["metavar"] = _float_metavar(name)
             options["type"] = FloatIn(
                 min=bounds.get("ge", bounds.get("gt")),
                 max=bounds.get("le", bounds.get("lt")),
@@ -211,6 +268,14 @@ def field_option(
                 max_open="lt" in bounds,
             )
     return click.option(*decls, **options)
+
+
+def _float_metavar(name: str) -> str:
+    """What to type for a number field, from the unit its name carries (``timeout_s``)."""
+    for suffix, metavar in (("_s", "SECONDS"), ("_ms", "MS"), ("_gib", "GIB"), ("_rps", "RPS")):
+        if name.endswith(suffix):
+            return metavar
+    return "X"
 
 
 def _bare(annotation: Any) -> Any:

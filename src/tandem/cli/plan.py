@@ -3,124 +3,133 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
+from tandem.cli import ExitCode
 from tandem.cli.options import (
     SHARE,
     cluster_option,
     field_option,
     machine_deployment,
     recipe_argument,
+    stack,
 )
 from tandem.errors import PlanError
 from tandem.plan.calibrate import figures_from_log, planned_vs_measured, serves_model
-from tandem.plan.planner import plan_for
+from tandem.plan.planner import for_cpu, plan_for
+from tandem.rankplan import template_plan
 from tandem.report.plan import print_plan
+from tandem.spec.deployment import Deployment
 from tandem.spec.recipe import ModelSource, ServeOptions
 from tandem.vllm_log import BootFigures, logged_model
+
+PLAN_OPTIONS = stack(
+    click.option(
+        "--model-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Local snapshot (config.json + *.safetensors). Default: the HF cache, else "
+        "the data tandem ships for the built-in DeepSeek recipes' models.",
+    ),
+    click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="The model's config.json alone (from its Hub page): plan before downloading "
+        "anything, the weights counted from the architecture.",
+    ),
+    click.option(
+        "--hardware",
+        "hardware_name",
+        metavar="NAME",
+        help="Hardware profile: gb10, h100, h200, b200, gb200, cpu. Default: from the "
+        "cluster (DGX Spark names -> gb10, a local CPU cluster -> cpu).",
+    ),
+    field_option(
+        ServeOptions,
+        "max_model_len",
+        default=None,
+        help="Plan at this max_model_len instead of the recipe's.",
+    ),
+    field_option(
+        ServeOptions,
+        "gpu_memory_utilization",
+        param="utilization",
+        default=None,
+        help="Plan at this utilization instead of the recipe's.",
+    ),
+    click.option(
+        "--context",
+        "context_tokens",
+        type=click.IntRange(min=1),
+        default=8192,
+        show_default=True,
+        help="Context length, tokens, for the decode roofline.",
+    ),
+    click.option(
+        "--acceptance",
+        type=SHARE,
+        default=0.5,
+        show_default=True,
+        help="Draft-token acceptance rate for the speculative roofline, 0-1.",
+    ),
+    click.option(
+        "--concurrency",
+        type=click.IntRange(min=1),
+        help="Sequences for the batched roofline. Default: max_num_seqs.",
+    ),
+    click.option(
+        "--calibrate",
+        "log_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="A real vLLM boot log: report the planner's error against it.",
+    ),
+    click.option(
+        "--no-shipped-calibration",
+        is_flag=True,
+        help="Do not calibrate on the measured boots shipped with tandem.",
+    ),
+    click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON."),
+)
+"""``plan``'s options (its function stays readable below them)."""
 
 
 @click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
 @recipe_argument
 @cluster_option
-@click.option(
-    "--model-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Local snapshot (config.json + *.safetensors). Default: the HF cache, else "
-    "the data tandem ships for the seeds' models.",
-)
-@click.option(
-    "--hardware",
-    "hardware_name",
-    metavar="NAME",
-    help="Hardware profile: gb10, h100, h200, b200, gb200, cpu. Default: from the "
-    "cluster (DGX Spark names -> gb10, a local CPU cluster -> cpu).",
-)
-@field_option(
-    ServeOptions,
-    "max_model_len",
-    default=None,
-    help="Plan at this max_model_len instead of the recipe's.",
-)
-@field_option(
-    ServeOptions,
-    "gpu_memory_utilization",
-    param="utilization",
-    default=None,
-    help="Plan at this utilization instead of the recipe's.",
-)
-@click.option(
-    "--context",
-    "context_tokens",
-    type=click.IntRange(min=1),
-    default=8192,
-    show_default=True,
-    help="Context length, tokens, for the decode roofline.",
-)
-@click.option(
-    "--acceptance",
-    type=SHARE,
-    default=0.5,
-    show_default=True,
-    help="Draft-token acceptance rate for the speculative roofline, 0-1.",
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(min=1),
-    help="Sequences for the batched roofline. Default: max_num_seqs.",
-)
-@click.option(
-    "--calibrate",
-    "log_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="A real vLLM boot log: report the planner's error against it.",
-)
-@click.option(
-    "--no-shipped-calibration",
-    is_flag=True,
-    help="Do not calibrate on the measured boots shipped with tandem.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def plan_command(
-    recipe: str,
-    cluster_path: str | None,
-    model_dir: Path | None,
-    hardware_name: str | None,
-    max_model_len: int | None,
-    utilization: float | None,
-    context_tokens: int,
-    acceptance: float,
-    concurrency: int | None,
-    log_path: Path | None,
-    no_shipped_calibration: bool,
-    as_json: bool,
-) -> None:
+@PLAN_OPTIONS
+def plan_command(recipe: str, cluster_path: str | None, as_json: bool, **options: Any) -> None:
     """Predict memory per rank, the KV pool in tokens, concurrency, fit and decode speed.
 
     The figures follow vLLM's own accounting; every estimate says so. With --calibrate the
-    plan is compared with the figures a real boot logged.
+    plan is compared with the figures a real boot logged. Exit status 1 when it does not fit,
+    with each change that makes it fit. A recipe for GPUs is planned on its cluster
+    (--cluster) or hardware (--hardware), never on this machine's CPUs by default.
 
     \b
     Examples:
       tandem plan deepseek-v4-flash-dspark --cluster examples/dgx-spark-eks.yaml
-      tandem plan tiny-local --json
-      tandem plan my-recipe.yaml --hardware h200 --model-dir ~/models/qwen --max-model-len 32768
-      tandem plan tiny-local --calibrate ~/.local/state/tandem/deployments/tiny-local/logs/rank0.log
+      tandem plan smollm2-local --json
+      tandem plan deepseek-v4-flash --hardware h200 --max-model-len 32768
+      tandem plan examples/recipes/gpu-llama8b.yaml --hardware h100 --config config.json
+      tandem plan smollm2-local --calibrate rank0.log   # a real boot of it: the error
     """
     deployment = machine_deployment(recipe, cluster_path)
-    model = deployment.recipe.model
-    figures = _boot_figures(log_path, model) if log_path else None  # refused before planning
+    template_plan(deployment)  # what `render` and `up` refuse, plan refuses the same
+    hardware, log_path = options.pop("hardware_name"), options.pop("log_path")
+    if cluster_path is None and hardware is None:
+        refuse_this_machine(deployment)
+    figures = _boot_figures(log_path, deployment.recipe.model) if log_path else None
     plan = plan_for(
         deployment,
-        model_dir=model_dir,
-        hardware=hardware_name,
-        max_model_len=max_model_len,
-        gpu_memory_utilization=utilization,
-        context_tokens=context_tokens,
-        acceptance_rate=acceptance,
-        concurrency=concurrency,
-        use_shipped_boots=not no_shipped_calibration,
+        model_dir=options.pop("model_dir"),
+        config_path=options.pop("config_path"),
+        hardware=hardware,
+        gpu_memory_utilization=options.pop("utilization"),
+        acceptance_rate=options.pop("acceptance"),
+        use_shipped_boots=not options.pop("no_shipped_calibration"),
+        **options,  # max_model_len, context_tokens, concurrency
     )
     if figures is not None:
         plan.calibration = planned_vs_measured(
@@ -134,6 +143,26 @@ def plan_command(
         click.echo(plan.model_dump_json(indent=2))
     else:
         print_plan(plan)
+    if not plan.fits:
+        raise click.exceptions.Exit(ExitCode.CHECK_FAILED)
+
+
+def refuse_this_machine(deployment: Deployment) -> None:
+    """Refuse to plan a GPU recipe on this machine's CPUs, where no cluster or hardware says
+    otherwise: a plan there (a negative KV pool on a 16 GiB profile) answers nothing asked.
+
+    Raises:
+        PlanError: the recipe is not one for vLLM's CPU backend.
+    """
+    if for_cpu(deployment.recipe):
+        return
+    raise PlanError(
+        f"'{deployment.name}' is a recipe for GPUs (its env has no VLLM_CPU_KVCACHE_SPACE), "
+        "and without --cluster it would be planned on this machine's CPUs",
+        field="--cluster",
+        hint="pass --cluster with the inventory of the nodes it runs on (e.g. "
+        "examples/dgx-spark-pair.yaml), or --hardware gb10|h100|h200|b200|gb200",
+    )
 
 
 def _boot_figures(log_path: Path, model: ModelSource) -> BootFigures:

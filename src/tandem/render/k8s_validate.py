@@ -528,7 +528,7 @@ def schema_problems(
 ) -> list[Problem]:
     """Tier 2: the LWS against its CRD schema, the rest against Kubernetes' own schemas.
 
-    Needs ``pip install tandem[k8s]`` and the LeaderWorkerSet CRD YAML (the tests keep LWS
+    Needs ``pip install tandem-vllm[k8s]`` and the LeaderWorkerSet CRD YAML (the tests keep LWS
     v0.10.0's in ``tests/k8s/crd/``).
     """
     import kubernetes.client as k8s

@@ -48,7 +48,7 @@ import yaml
 from tandem import agent, caches, wire
 from tandem.errors import PlanError, Problem
 from tandem.rankplan import Mount, RankPlan, RankSpec, Role, distributed, in_files, serve_argv
-from tandem.spec.deployment import Deployment, template_group
+from tandem.spec.deployment import Deployment, router_image_problem, template_group
 from tandem.spec.kubernetes import LeaderAddress, ServiceType
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -634,6 +634,9 @@ def objects(plan: RankPlan, deployment: Deployment) -> list[dict]:
         service(deployment),
     ]
     if deployment.recipe.replicas > 1:
+        if missing := router_image_problem(deployment.recipe):  # a cluster of another transport
+            message, hint = missing
+            raise PlanError(message, field="router.image", hint=hint)
         result += router_objects(deployment)
     problems = check_objects(result)
     if problems:
@@ -643,8 +646,28 @@ def objects(plan: RankPlan, deployment: Deployment) -> list[dict]:
     return result
 
 
+class _ManifestDumper(yaml.SafeDumper):
+    """YAML a person reads: a text of several lines (the node agent's source in its ConfigMap)
+    as a ``|`` block, line for line, and no ``&id001`` anchors where one object (the labels)
+    appears twice: each place spells it out, as kubectl and a reviewer expect."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_ManifestDumper.add_representer(str, _text)
+
+
 def to_yaml(items: list[dict]) -> str:
-    return "---\n".join(yaml.safe_dump(o, sort_keys=False, width=10_000) for o in items)
+    """The objects as YAML documents, ``---`` between them."""
+    return yaml.dump_all(
+        items, Dumper=_ManifestDumper, sort_keys=False, width=10_000, allow_unicode=True
+    )
 
 
 def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:

@@ -16,6 +16,44 @@ def _gib(value: float) -> str:
     return f"{value / GIB:,.2f} GiB"
 
 
+def _signed_gib(value: float) -> str:
+    """A headroom: what is left, or by how much it is short."""
+    return _gib(value) if value >= 0 else f"{_gib(-value)} short"
+
+
+def _memory_table(plan: Plan) -> Table:
+    """Each term of one rank's memory, the KV pool what is left (or how far short)."""
+    mem = Table(title="Memory per rank", show_lines=False)
+    mem.add_column("item")
+    mem.add_column("size", justify="right")
+    mem.add_column("basis")
+    m = plan.memory
+    mem.add_row("device total", _gib(m.memory_total_bytes), "hardware profile")
+    mem.add_row("vLLM budget (total x util)", _gib(m.budget_bytes), "vLLM's accounting")
+    mem.add_row(
+        "weights",
+        _gib(m.weights_bytes_per_rank),
+        f"{_gib(m.weights_replicated_bytes_per_rank)} of it replicated on every rank",
+    )
+    for r in m.reserves:
+        mem.add_row(r.name, _gib(r.bytes), r.basis.split(":", 1)[0])
+    mem.add_row(
+        "[bold]KV pool[/]",
+        f"[bold]{_gib(m.kv_pool_bytes)}[/]" if m.kv_pool_bytes > 0 else "[bold red]none[/]",
+        "what is left"
+        if m.kv_pool_bytes > 0
+        else f"the rest is {_gib(-m.kv_pool_bytes)} short of the weights and reserves",
+    )
+    if m.outside_budget_bytes:
+        mem.add_row(
+            "outside vLLM (OS, CUDA context)", _gib(m.outside_budget_bytes), "unified memory"
+        )
+    mem.add_row(
+        "per node in use", f"{_gib(m.node_use_bytes)} ({m.node_use_bytes / 1e9:.1f} GB)", ""
+    )
+    return mem
+
+
 def plan_tables(plan: Plan) -> Group:
     """Summary, memory, KV, roofline and calibration tables, then verdict and notes."""
     s = plan.settings
@@ -35,28 +73,7 @@ def plan_tables(plan: Plan) -> Group:
         f"{s.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}",
     )
 
-    mem = Table(title="Memory per rank", show_lines=False)
-    mem.add_column("item")
-    mem.add_column("size", justify="right")
-    mem.add_column("basis")
-    m = plan.memory
-    mem.add_row("device total", _gib(m.memory_total_bytes), "hardware profile")
-    mem.add_row("vLLM budget (total x util)", _gib(m.budget_bytes), "vLLM's accounting")
-    mem.add_row(
-        "weights",
-        _gib(m.weights_bytes_per_rank),
-        f"{_gib(m.weights_replicated_bytes_per_rank)} of it replicated on every rank",
-    )
-    for r in m.reserves:
-        mem.add_row(r.name, _gib(r.bytes), r.basis.split(":", 1)[0])
-    mem.add_row("[bold]KV pool[/]", f"[bold]{_gib(m.kv_pool_bytes)}[/]", "what is left")
-    if m.outside_budget_bytes:
-        mem.add_row(
-            "outside vLLM (OS, CUDA context)", _gib(m.outside_budget_bytes), "unified memory"
-        )
-    mem.add_row(
-        "per node in use", f"{_gib(m.node_use_bytes)} ({m.node_use_bytes / 1e9:.1f} GB)", ""
-    )
+    mem = _memory_table(plan)
 
     kv = Table(title="KV cache")
     kv.add_column("figure")
@@ -67,7 +84,12 @@ def plan_tables(plan: Plan) -> Group:
     if plan.kv_capacity_scale != 1.0:
         kv.add_row("  before calibration", f"{plan.kv_bytes_per_token_layout_model:,.0f} B")
     kv.add_row("KV cache size", f"[bold]{plan.kv_pool_tokens:,} tokens[/]")
-    kv.add_row("max concurrency", f"{plan.max_concurrency:.2f}x at {s.max_model_len:,} tokens")
+    kv.add_row(
+        "max concurrency",
+        f"{plan.max_concurrency:.2f}x at {s.max_model_len:,} tokens"
+        if plan.max_concurrency > 0
+        else f"none: no {s.max_model_len:,}-token request fits",
+    )
 
     roof = Table(title=f"Decode roofline (context {plan.roofline.context_tokens:,} tokens)")
     for col in (
@@ -111,8 +133,8 @@ def plan_tables(plan: Plan) -> Group:
         "FITS" if f.fits else "DOES NOT FIT", style="bold green" if f.fits else "bold red"
     )
     verdict.append(
-        f"  KV headroom {_gib(f.kv_headroom_bytes)}, node headroom "
-        f"{_gib(f.node_headroom_bytes)}; largest max_model_len "
+        f"  KV headroom {_signed_gib(f.kv_headroom_bytes)}, node headroom "
+        f"{_signed_gib(f.node_headroom_bytes)}; largest max_model_len "
         f"{f.largest_max_model_len_tokens:,}"
     )
     if f.min_gpu_memory_utilization is not None:

@@ -24,14 +24,17 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from tandem import wire
 from tandem.errors import FieldFault
 from tandem.spec.addresses import check_address, is_ip
 from tandem.spec.kubernetes import KubernetesOptions
 from tandem.spec.paths import check_env_folders, check_node_folder
 from tandem.spec.recipe import (
+    ENV_VALUES,
     FOLDER_VARS,
     StrictModel,
     _env_str,
+    becomes,
     refuse_inline_secrets,
     refuse_secrets,
 )
@@ -71,36 +74,51 @@ class Node(StrictModel):
         description="Node name, e.g. `spark-101`; for k8s the `kubernetes.io/hostname` label value."
     )
     address: str = Field(
+        json_schema_extra=becomes(wire.MASTER_ADDR_FLAG, wire.VLLM_HOST_IP),
         description="Address the other nodes reach this one at on the control "
-        "plane; the leader's is `--master-addr`, each rank's is VLLM_HOST_IP."
+        "plane; the leader's is `--master-addr`, each rank's is VLLM_HOST_IP.",
     )
     gpus: int = Field(
+        examples=[2],
         default=1,
         ge=1,
         description="Accelerators on the node that vLLM may use "
         "(on the CPU backend: worker slots). Default 1, as on a DGX Spark.",
     )
     data_address: str | None = Field(
+        examples=["192.168.100.11"],
         default=None,
         description="The node's address on the fast link (a Spark's ConnectX-7 netdev), which "
         "`tandem model pull` copies the weights over. Default: `address`.",
     )
     ssh_host: str | None = Field(
+        examples=["spark-a"],
         default=None,
         description="Host for ssh (an alias from ~/.ssh/config works). Default: `address`.",
     )
     ssh_user: str | None = Field(default=None, description="User for ssh. Default: ssh's own.")
-    ssh_port: int | None = Field(default=None, ge=1, le=65535, description="Port for ssh.")
+    ssh_port: int | None = Field(
+        examples=[2222], default=None, ge=1, le=65535, description="Port for ssh."
+    )
     control_plane_interface: str | None = Field(
-        default=None, description="Overrides the recipe's control-plane interface on this node."
+        json_schema_extra=becomes(*wire.CONTROL_PLANE_VARS),
+        default=None,
+        description="Overrides the recipe's control-plane interface on this node.",
     )
     hcas: list[str] | None = Field(
-        default=None, description="Overrides the recipe's RDMA devices (NCCL_IB_HCA) on this node."
+        examples=[["rocep1s0f1"]],
+        json_schema_extra=becomes(wire.NCCL_IB_HCA),
+        default=None,
+        description="Overrides the recipe's RDMA devices (NCCL_IB_HCA) on this node.",
     )
     env: dict[str, str] = Field(
-        default_factory=dict, description="Variables for this node's rank, applied last."
+        json_schema_extra=becomes("each NAME=VALUE") | ENV_VALUES,
+        default_factory=dict,
+        description="Variables for this node's rank, applied last.",
     )
     cpus: str | None = Field(
+        examples=["0-3"],
+        json_schema_extra=becomes("taskset -c CPUS"),
         default=None,
         description="Local transport only: the CPUs of this machine the node's processes run on "
         "(a list as taskset takes it, e.g. `0` or `0-3,8`), so that a node of one machine "
@@ -182,6 +200,7 @@ class LocalOptions(StrictModel):
         default=LocalIsolation.AUTO, description="`netns`, `loopback` or `auto` (netns as root)."
     )
     subnet: str = Field(
+        examples=["10.78.0.0/24"],
         default="10.77.0.0/24",
         description="Subnet of the namespaces' bridge; "
         "nodes' addresses must lie in it. The bridge takes the last host address.",
@@ -216,45 +235,56 @@ class SSHOptions(StrictModel):
     """``ssh:`` — settings of the ``ssh`` transport (the system's OpenSSH client)."""
 
     config_file: str | None = Field(
+        examples=["~/.ssh/tandem_config"],
         default=None,
         description="ssh_config file passed as "
         "`ssh -F`. Default: `$TANDEM_SSH_CONFIG`, else ssh's own "
         "(~/.ssh/config), so aliases, agents and jump hosts apply.",
     )
     runtime: Runtime = Field(
+        examples=["docker"],
         default=Runtime.AUTO,
         description="`venv`, `docker` or `auto` (docker when the recipe has engine.image).",
     )
     vllm_command: str = Field(
+        examples=["/opt/vllm/.venv/bin/vllm"],
         default="vllm",
         description="The `vllm` program on the nodes for "
         "the venv runtime, e.g. `/opt/vllm/.venv/bin/vllm`. Default: "
         "`vllm` on the login PATH.",
     )
     docker_command: str = Field(
-        default="docker", description="The docker CLI on the nodes, e.g. `sudo docker`."
+        examples=["sudo docker"],
+        default="docker",
+        description="The docker CLI on the nodes, e.g. `sudo docker`.",
     )
     docker_gpus: str | None = Field(
+        examples=[None],
         default="all",
         description="`--gpus` of each rank's container (docker runtime): `all`, or a device "
         "request such as `device=0`; null leaves the flag out (CPU-only nodes, where docker "
         "refuses `--gpus`). Default `all`, as the seeds run.",
     )
     remote_dir: str = Field(
+        examples=["~/tandem"],
         default="/tmp/tandem",
         description="Folder on each node for the "
         "ranks' logs, pid files and TMPDIR (kept short: vLLM's IPC socket "
         "paths must fit in 107 bytes). One subfolder per deployment and rank. Absolute, or "
         "`~/...` in the ssh user's home.",
     )
-    connect_timeout_s: float = Field(default=10, gt=0, description="ssh ConnectTimeout, seconds.")
+    connect_timeout_s: float = Field(
+        examples=[30], default=10, gt=0, description="ssh ConnectTimeout, seconds."
+    )
     router_node: str | None = Field(
+        examples=["spark-a"],
         default=None,
         description="With replicas: the node (by name) that runs vLLM's router, bound to that "
         "node's address, which becomes the deployment's front door. Its admin API has no key, "
         "so keep that network private. Default: this machine, on 127.0.0.1.",
     )
     router_command: str = Field(
+        examples=["/opt/router/.venv/bin/vllm-router"],
         default="vllm-router",
         description="The `vllm-router` program on `router_node`, e.g. "
         "`/opt/router/.venv/bin/vllm-router`. Default: `vllm-router` on the login PATH.",
@@ -359,7 +389,11 @@ class Cluster(StrictModel):
     )
     local: LocalOptions = Field(default_factory=LocalOptions)
     ssh: SSHOptions = Field(default_factory=SSHOptions)
-    namespace: str = Field(default="default", description="Kubernetes namespace (k8s transport).")
+    namespace: str = Field(
+        examples=["inference"],
+        default="default",
+        description="Kubernetes namespace (k8s transport).",
+    )
     kubernetes: KubernetesOptions = Field(default_factory=KubernetesOptions)
 
     @field_validator("namespace")

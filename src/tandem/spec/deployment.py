@@ -231,14 +231,8 @@ def _replica_problems(deployment: Deployment, problems: ProblemList) -> bool:
                 "into the manifest; with replicas every group has its own leader",
                 "set kubernetes.leader_address: lws",
             )
-        if not recipe.router.image:
-            problems.add(
-                "router.image",
-                "on Kubernetes the router runs as a Deployment, and no image of vllm-router is "
-                "published",
-                f"name an image holding vllm-router {recipe.router.version} (e.g. one built "
-                f"FROM python:3.12-slim with `pip install vllm-router=={recipe.router.version}`)",
-            )
+        if missing := router_image_problem(recipe):
+            problems.add("router.image", *missing)
     elif cluster.transport is Transport.SSH:
         names = [n.name for n in cluster.nodes]
         if cluster.ssh.router_node is not None and cluster.ssh.router_node not in names:
@@ -355,3 +349,17 @@ def deployment_problems(deployment: Deployment) -> list[Problem]:
             "list the HCAs, e.g. [rocep1s0f1, roceP2p1s0f1]",
         )
     return problems.items
+
+
+def router_image_problem(recipe: Recipe) -> tuple[str, str] | None:
+    """Why a recipe with replicas cannot run its router on Kubernetes (the message and the
+    fix), or None: with no ``router.image`` there is nothing to run, since no image of
+    vllm-router is published. Asked by the k8s transport and by ``render --target k8s`` on any
+    cluster."""
+    if recipe.replicas == 1 or recipe.router.image:
+        return None
+    return (
+        "on Kubernetes the router runs as a Deployment, and no image of vllm-router is published",
+        f"name an image holding vllm-router {recipe.router.version} (e.g. one built "
+        f"FROM python:3.12-slim with `pip install vllm-router=={recipe.router.version}`)",
+    )

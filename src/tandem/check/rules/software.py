@@ -7,10 +7,12 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from tandem import hf_cache
+from tandem.built_models import build_command, is_built, missing_hint
 from tandem.check.findings import Finding, Severity
 from tandem.check.known_env import EMPTY_NCCL_VARIABLE, known_bad
 from tandem.check.rules.context import CheckContext, fact, listing, rdma_devices_of
 from tandem.spec.cluster import Transport
+from tandem.spec.deployment import Deployment
 
 
 class ProbeFailedRule:
@@ -150,6 +152,29 @@ class ImagePresentRule:
                 )
 
 
+def fetch_command(deployment: Deployment) -> str:
+    """How the model gets into a node's cache: the ``tandem model`` command for a model tandem
+    builds (no hub has it; on remote nodes, built once and copied by ``tandem model pull``),
+    else the Hub's download into the recipe's cache root."""
+    model = deployment.recipe.model
+    home = model.cache_root or hf_cache.DEFAULT_HOME
+    built = build_command(model.repo_id)
+    if built is None and is_built(model.repo_id):
+        return str(missing_hint(model.repo_id))
+    if built is not None:
+        if deployment.cluster.transport is Transport.LOCAL:
+            return f"`HF_HOME={home} {built}` (tandem makes this model; no hub has it)"
+        recipe = deployment.recipe_file or deployment.name
+        if recipe.startswith("built-in recipe "):
+            recipe = deployment.recipe.name
+        cluster = f" --cluster {deployment.cluster_file}" if deployment.cluster_file else ""
+        return (
+            f"`HF_HOME={home} {built}` on one node (tandem makes this model; no hub has it), "
+            f"then `tandem model pull {recipe}{cluster}` copies it to the others"
+        )
+    return f"`HF_HOME={home} hf download {model.repo_id} --revision {model.revision}`"
+
+
 class ModelSnapshotRule:
     """The snapshot is present, complete, in the HF cache layout, and the same on every node."""
 
@@ -157,10 +182,7 @@ class ModelSnapshotRule:
 
     def check(self, ctx: CheckContext) -> Iterable[Finding]:
         model = ctx.deployment.recipe.model
-        download = (
-            f"`HF_HOME={model.cache_root or hf_cache.DEFAULT_HOME} hf download "
-            f"{model.repo_id} --revision {model.revision}`"
-        )
+        download = fetch_command(ctx.deployment)
         present: dict[str, dict[str, Any]] = {}
         for node, facts in ctx.probed():
             snap = facts.get("model")
@@ -176,7 +198,7 @@ class ModelSnapshotRule:
                     evidence=f"{snap.get('plain_dir') or snap.get('repo_dir')} has no "
                     "snapshots/<commit>/ with refs/; an offline vLLM serving by repo id "
                     "will not find it",
-                    fix=f"download into the cache with {download}, or serve the directory by "
+                    fix=f"put it into the cache with {download}, or serve the directory by "
                     "setting model.path",
                 )
                 continue
