@@ -35,6 +35,7 @@ from tandem.dashboard.traffic import Traffic
 from tandem.operations.evidence import Evidence
 from tandem.operations.lifecycle import DeploymentStatus, GroupStatus
 from tandem.watch.nodes import node_reading
+from tandem.watch.sample import GpuReading, NodeReading
 
 Link = Callable[[str, str, Evidence], str]
 """(group, kind, evidence) -> the href of its report."""
@@ -199,15 +200,16 @@ def traffic(view: View) -> str:
     return section("traffic", "Traffic and SLOs", f'<div class="tiles">{total}</div>{per_group}')
 
 
-def _figure(traffic: Traffic | None, shape, field: str, unit: str) -> str:
+def _figure(
+    traffic: Traffic | None, shape: Callable[[float | None, str], str | None], field: str, unit: str
+) -> str:
     if traffic is None:
         return NO_SAMPLE
     if traffic.reset:
         return "restarted"
-    value = getattr(traffic, field)
     if traffic.idle:
         return NO_TRAFFIC
-    return shape(value, unit) if value is not None else NOTHING_TO_MEASURE
+    return shape(getattr(traffic, field), unit) or NOTHING_TO_MEASURE
 
 
 def nodes(status: DeploymentStatus | None) -> str:
@@ -231,7 +233,7 @@ def nodes(status: DeploymentStatus | None) -> str:
     return section("nodes", "Nodes", f'<div class="cards">{"".join(cards)}</div>')
 
 
-def _node_card(path: str, group: str, reading) -> str:
+def _node_card(path: str, group: str, reading: NodeReading) -> str:
     if reading.error:
         body = f'<p class="bad">{observed(path + ".error", reading.error)}</p>'
     else:
@@ -265,7 +267,7 @@ def _node_card(path: str, group: str, reading) -> str:
     )
 
 
-def _gpu(g) -> str:
+def _gpu(g: GpuReading) -> str:
     parts = [g.name or "GPU"]
     if g.power_w is not None:
         parts.append(f"{g.power_w:.0f} W")
