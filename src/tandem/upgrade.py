@@ -247,7 +247,9 @@ class Roll:
         its first group, running."""
         whole = revision.deployment(self.name)
         first = unit[0].group
-        lifecycle.stop_group(state, state.group(first), self.on_event)  # its launch now
+        running = next((g for g in state.groups if g.group == first), None)
+        if running is not None:  # its launch now (a start that failed left none)
+            lifecycle.stop_group(state, running, self.on_event)
         together = lifecycle.launched_together(state.backend)  # one launch of every group
         part, index = (whole, 0) if together else (placed_groups(whole)[first], first)
         lifecycle.start_group(

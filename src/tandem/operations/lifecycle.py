@@ -353,8 +353,9 @@ def _port_taken(port: int) -> bool:
 
 def dry_run(deployment: Deployment) -> list[tuple[Deployment, RankPlan, list]]:
     """Each launch's group, rank plan and commands, without running anything: after every
-    check ``up`` makes before it touches anything (``check_launchable``)."""
-    parts = check_launchable(deployment)
+    check ``up`` makes of the deployment before it touches anything (``check_launchable``;
+    the router's ports are the machine's now, not the deployment's: ``up`` checks them)."""
+    parts = check_launchable(deployment, ports=False)
     backend = backend_for(deployment.cluster.transport.value)
     unit = [deployment] if launched_together(deployment.cluster.transport.value) else parts
     result = []
