@@ -128,7 +128,7 @@ def _print_dry_run(deployment: Deployment, *, supervise: bool) -> None:
     local = deployment.cluster.transport.value == "local"  # remote commands carry it
     launches = lifecycle.dry_run(deployment)
     if supervise:
-        lifecycle.check_launchable(deployment, supervise=True)
+        lifecycle.check_launchable(deployment, supervise=True, ports=False)
     for part, _, commands in launches:
         if part.cluster.transport.value == "k8s":  # one apply creates every rank's pod
             ranks = ", ".join(str(n) for n in sorted(rank.rank for rank, _ in commands))
