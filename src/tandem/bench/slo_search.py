@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,8 +38,15 @@ from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import BenchResult, run
 from tandem.bench.metrics import LatencyStats, Slo
 from tandem.errors import SpecError
+from tandem.ownership import RunKind
 
 SEARCH_FILE = "slo.json"
+RUN = RunKind(
+    "bench run --search-slo",
+    "an SLO search",
+    is_own=lambda folder: (folder / SEARCH_FILE).is_file(),
+)
+"""An SLO search's ``--out`` folder: identified by its workload and objectives (``identity``)."""
 KNEE_FRACTION = 0.9
 """The knee: the first concurrency reaching this fraction of the best output tok/s."""
 
@@ -172,6 +180,21 @@ def probe_seed(seed: int, concurrency: int) -> int:
 def load_search(out_dir: Path) -> SloSearch | None:
     path = out_dir / SEARCH_FILE
     return SloSearch.model_validate_json(path.read_text()) if path.exists() else None
+
+
+def search_identity(config: BenchConfig, wanted: SloSearch) -> dict[str, Any]:
+    """What identifies a search (its run mark): the workload and the objectives, named by
+    their options; not the ladder, which the search draws itself."""
+    workload = config.model_dump(
+        mode="json", exclude={"concurrency", "rates_rps", "long_context", "slo"}
+    )
+    return workload | {
+        "slo_ttft_ms": wanted.ttft_s and wanted.ttft_s * 1000,
+        "slo_tpot_ms": wanted.tpot_s and wanted.tpot_s * 1000,
+        "slo_percentile": wanted.percentile,
+        "search_ceiling": wanted.ceiling,
+        "search_tolerance": wanted.tolerance,
+    }
 
 
 def slo_search(

@@ -34,8 +34,10 @@ from tandem.bench.load_generator import (
     read_records,
     run,
 )
+from tandem.bench.load_generator import RUN as BENCH_RUN
 from tandem.bench.metrics import Slo
-from tandem.bench.slo_search import SloSearch, slo_search
+from tandem.bench.slo_search import RUN as SLO_RUN
+from tandem.bench.slo_search import SloSearch, search_identity, slo_search
 from tandem.cli.options import (
     POSITIVE,
     FloatIn,
@@ -282,7 +284,6 @@ def run_command(
     if search_slo:
         if out_dir is None:
             raise SpecError("--search-slo needs --out (each probe is saved there)", field="--out")
-        folder = ownership.output_folder(Path(out_dir), force=force)
         wanted = SloSearch(
             ttft_s=slo.ttft_s,
             tpot_s=slo.tpot_s,
@@ -290,6 +291,14 @@ def run_command(
             ceiling=search_ceiling,
             tolerance=search_tolerance,
         )
+        folder = ownership.claim_output(
+            Path(out_dir),
+            SLO_RUN,
+            search_identity(config, wanted),
+            resume=resume,
+            force=force,
+            flag_of=_flag_of,
+        ).make()
         search = slo_search(
             config,
             folder,
@@ -303,7 +312,17 @@ def run_command(
         files.write_text(folder / SLO_REPORT_FILE, slo_markdown(search))
         console.print(f"{slo_verdict(search)}\nwrote {folder / SLO_REPORT_FILE}")
         return
-    out = ownership.output_folder(Path(out_dir), force=force) if out_dir else None
+    out = None
+    if out_dir is not None:
+        claim = ownership.claim_output(
+            Path(out_dir),
+            BENCH_RUN,
+            config.model_dump(mode="json"),
+            resume=resume,
+            force=force,
+            flag_of=_flag_of,
+        )
+        out = claim.make()
     with BackgroundWatch(deployment, out / WATCH_DIR) if watch and out else nullcontext():
         if quiet:
             result = run(config, out, resume=resume)
@@ -325,6 +344,14 @@ def run_command(
             f"wrote {out / REQUESTS_FILE}, {out / 'summary.json'}, "
             + ", ".join(str(p) for p in written)
         )
+
+
+def _flag_of(name: str) -> str:
+    """The option of a part of a run's identity, for a message: a ``BenchConfig`` field's, or
+    the name as an option (``search_identity`` names the search's parts by their options)."""
+    if name in BenchConfig.model_fields:
+        return option_of(BenchConfig, name)
+    return "--" + name.replace("_", "-")
 
 
 def _seconds(ms: float | None) -> float | None:

@@ -15,14 +15,16 @@ from tandem.cli.options import (
     force_option,
     json_object,
     model_option,
+    option_of,
     url_option,
 )
 from tandem.endpoint import Endpoint, pick_model
 from tandem.errors import SpecError
 from tandem.eval import smoke
+from tandem.eval.log import RUN as GPQA_RUN
 from tandem.eval.log import SamplingParams
 from tandem.eval.report import EvalReport, render_markdown
-from tandem.eval.runner import GPQAConfig, rescore_log, run_gpqa
+from tandem.eval.runner import RESCORE, GPQAConfig, gpqa_identity, rescore_log, run_gpqa
 from tandem.operations.fleet import front_door
 from tandem.report.watch import report_folder
 from tandem.watch.background import WATCH_DIR, BackgroundWatch
@@ -160,7 +162,7 @@ def gpqa_command(
         url=url,
         model=model,
         api_key=api_key,
-        out_dir=ownership.check_output_folder(Path(out_dir), force=force),
+        out_dir=Path(out_dir),
         limit=limit,
         repeats=repeats,
         seed=seed,
@@ -186,8 +188,16 @@ def gpqa_command(
     )
     if watch and deployment is None:
         raise SpecError("--watch needs a DEPLOYMENT name (its nodes), not --url", field="--watch")
+    claim = ownership.claim_output(
+        config.out_dir,
+        GPQA_RUN,
+        gpqa_identity(config),
+        resume=resume,
+        force=force,
+        flag_of=lambda name: option_of(GPQAConfig, name),
+    )
     with BackgroundWatch(deployment, Path(out_dir) / WATCH_DIR) if watch else nullcontext():
-        report = run_gpqa(config)
+        report = run_gpqa(config, claim=claim)
     _show(report, Path(out_dir))
     if watch:
         summary, _ = report_folder(Path(out_dir) / WATCH_DIR)
@@ -217,7 +227,9 @@ def rescore_command(log: str, out_dir: str | None, force: bool) -> None:
       tandem eval rescore runs/gpqa1/responses.jsonl --out runs/gpqa1-rescored
     """
     if out_dir:
-        ownership.output_folder(Path(out_dir), force=force)
+        ownership.claim_output(
+            Path(out_dir), RESCORE, {"log": str(Path(log).resolve())}, force=force
+        ).make()
     report = rescore_log(log, out_dir)
     _show(report, Path(out_dir) if out_dir else Path(log).parent)
 
@@ -239,6 +251,14 @@ def _lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> l
     if any(n < 16 for n in lengths):
         raise click.BadParameter("each length must be at least 16 tokens")
     return lengths
+
+
+def _smoke_flag(name: str) -> str:
+    """The option that sets a part of a smoke run's identity (``url``: ``--url`` or the
+    deployment's)."""
+    return {"auto_tool_choice": "--tool-call-parser", "speculative": "DEPLOYMENT"}.get(
+        name, "--" + name.replace("_", "-")
+    )
 
 
 @eval_command.command("smoke")
@@ -321,7 +341,14 @@ def smoke_command(
             auto_tool_choice=tool_call_parser is not None,
             reasoning_parser=reasoning_parser,
         )
-    out = ownership.output_folder(Path(out_dir), force=force)
+    out = ownership.claim_output(
+        Path(out_dir),
+        smoke.RUN,
+        target.model_dump(mode="json") | {"needle_lengths": needle_lengths},
+        resume=resume,
+        force=force,
+        flag_of=_smoke_flag,
+    ).make()
     report = smoke.run_smoke(
         target,
         out,

@@ -11,6 +11,9 @@ from tandem.cli.options import cluster_option, force_option, machine_deployment,
 from tandem.rankplan import template_plan
 from tandem.render import TARGETS, check_format, files_renderer_for, renderer_for
 
+RUN = ownership.RunKind("render", "rendered files", resume_flag=None)
+"""``render --out``: one deployment's files for one target, written again by the same render."""
+
 
 @click.command("render")
 @recipe_argument
@@ -63,7 +66,9 @@ def render_command(
         )
     plan = template_plan(deployment)  # with replicas: one group, the template
     if out_dir:
-        out = ownership.output_folder(Path(out_dir), force=force)
+        out = ownership.claim_output(
+            Path(out_dir), RUN, {"recipe": deployment.name, "target": target}, force=force
+        ).make()
         for name, text in files_renderer_for(target)(plan, deployment).items():
             files.write_text(out / name, text)
             click.echo(f"wrote {out / name}")

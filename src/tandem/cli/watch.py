@@ -22,6 +22,7 @@ from tandem.errors import CheckFailed, SpecError
 from tandem.report.watch import live_view, markdown, report_folder
 from tandem.spec.recipe import Watch, port_clash
 from tandem.watch.exporter import SampleCollector, serve
+from tandem.watch.fleet import RUN as WATCH_RUN
 from tandem.watch.fleet import (
     RouterLook,
     group_folders,
@@ -162,7 +163,7 @@ def run_command(
         collector = SampleCollector(state.name)
         serve(collector, metrics_port, serve_address)
         handlers.append(collector.update)
-    out = ownership.output_folder(Path(out_dir), force=force) if out_dir else state.directory.watch
+    out = _claimed(out_dir, state.name, force) or state.directory.watch
     watcher = Watcher(state.name, out, interval_s=interval_s, duration_s=duration_s)
     if watcher.resumed and (interval_s or duration_s):
         Console(stderr=True).print(
@@ -192,6 +193,15 @@ def run_command(
     console.print(f"samples in {out / 'samples.jsonl'}; `tandem watch report {out}` judges them")
 
 
+def _claimed(out_dir: str | None, name: str, force: bool) -> Path | None:
+    """``--out`` as the folder of the watch of ``name`` (resumed when it holds it), created."""
+    if out_dir is None:
+        return None
+    return ownership.claim_output(
+        Path(out_dir), WATCH_RUN, {"deployment": name}, force=force
+    ).make()
+
+
 def _watch_fleet(
     name: str,
     interval_s: float | None,
@@ -211,7 +221,7 @@ def _watch_fleet(
             "router has its own /metrics",
         )
     fleet = load_fleet(name)
-    out = ownership.output_folder(Path(out_dir), force=force) if out_dir else fleet.directory.watch
+    out = _claimed(out_dir, name, force) or fleet.directory.watch
     console = Console(stderr=True)
 
     def on_look(look: RouterLook) -> None:

@@ -52,11 +52,18 @@ from tandem.eval.toolschema import (
     schema_problems,
 )
 from tandem.jsonfiles import read_jsonl
+from tandem.ownership import RunKind
 from tandem.redact import public_url
 
 RESULTS_FILE = "smoke.jsonl"
 REPORT_JSON = "smoke.json"
 REPORT_MD = "smoke.md"
+RUN = RunKind(
+    "eval smoke",
+    "a smoke run",
+    is_own=lambda folder: (folder / RESULTS_FILE).is_file() or (folder / REPORT_JSON).is_file(),
+)
+"""A smoke run's ``--out`` folder: identified by its ``SmokeTarget`` and needle lengths."""
 GREEDY: dict[str, Any] = {"temperature": 0.0, "seed": 0}
 BATCH = 8
 NEEDLE_DEPTHS = (0.1, 0.5, 0.9)
