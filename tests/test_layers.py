@@ -8,7 +8,8 @@ The layers, bottom to top (a module may import its own layer and the layers belo
                 agent,                         the stdlib-only node agent (facts, looks, liveness);
                 vllm_metrics, vllm_log,        vLLM's /metrics names and parser; its boot log;
                 hf_cache, version              the Hugging Face cache layout; tandem's version;
-                jsonfiles                      reading saved JSON/JSONL files, one error edge
+                jsonfiles                      reading saved JSON/JSONL files, one error edge;
+                screen                         the one printing path (redacted, escaped)
     spec        spec/, recipes/                the user's input: models, loading, built-ins
     core        rankplan, caches, plan/,       the Deployment's pure functions (and the check
                 render/, check/                rules)
@@ -60,6 +61,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.hf_cache",
             "tandem.version",
             "tandem.jsonfiles",
+            "tandem.screen",
         ),
     ),
     ("spec", ("tandem.spec", "tandem.recipes")),

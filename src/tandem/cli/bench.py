@@ -23,7 +23,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from tandem import files, ownership
+from tandem import files, ownership, screen
 from tandem.backends.state import fleet_exists, load_state
 from tandem.bench.compare import compare, load_summary
 from tandem.bench.config import BenchConfig
@@ -273,7 +273,7 @@ def run_command(
             field="concurrency",
             hint="give --concurrency, --rates or --long-context",
         )
-    console = Console(stderr=True)
+    console = screen.console(stderr=True)
     if resume and out_dir is None:
         raise SpecError("--resume needs the --out of the run to continue", field="--resume")
     if watch and (out_dir is None or not deployment):
@@ -435,17 +435,17 @@ def compare_command(
     """
     comparison = compare(load_summary(a), load_summary(b), a, b, confidence=confidence)
     if comparison.settings_differ:
-        click.echo(f"warning: {settings_warning(comparison)}", err=True)
+        screen.echo(f"warning: {settings_warning(comparison)}", err=True)
     if as_markdown:
-        click.echo(comparison_markdown(comparison), nl=False)
+        screen.echo(comparison_markdown(comparison), nl=False)
     else:
         show(comparison_table(comparison))
         if comparison.only_in_a or comparison.only_in_b:
-            click.echo(
+            screen.echo(
                 f"only in A: {', '.join(comparison.only_in_a) or 'none'}; "
                 f"only in B: {', '.join(comparison.only_in_b) or 'none'}"
             )
-        click.echo(f"verdict: {verdict_text(comparison)}")
+        screen.echo(f"verdict: {verdict_text(comparison)}")
     worse = comparison.verdict().worse
     if fail_if_worse and worse:
         raise CheckFailed(
@@ -483,7 +483,7 @@ def write_reports(result: BenchResult, out: Path, *, plots: bool) -> list[Path]:
     if plots and (out / REQUESTS_FILE).exists():
         read = read_records(out / REQUESTS_FILE)
         if read.damaged:
-            click.echo(f"warning: {out / REQUESTS_FILE}: {read.skipped_note}", err=True)
+            screen.echo(f"warning: {out / REQUESTS_FILE}: {read.skipped_note}", err=True)
         drawn = write_plots(result, read.records, out)
     files.write_text(out / HTML_FILE, html_report(result, drawn))
     files.write_text(out / CSV_FILE, points_csv(result))

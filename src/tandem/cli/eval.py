@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tandem import ownership
+from tandem import ownership, screen
 from tandem.backends.state import load_state
 from tandem.cli.options import (
     api_key_option,
@@ -201,7 +201,7 @@ def gpqa_command(
     _show(report, Path(out_dir))
     if watch:
         summary, _ = report_folder(Path(out_dir) / WATCH_DIR)
-        click.echo(
+        screen.echo(
             f"watch: {'PASS' if summary.passed else 'FAIL'}, "
             f"{Path(out_dir) / WATCH_DIR / 'report.md'}"
         )
@@ -235,8 +235,8 @@ def rescore_command(log: str, out_dir: str | None, force: bool) -> None:
 
 
 def _show(report: EvalReport, out_dir: Path) -> None:
-    click.echo(render_markdown(report))
-    click.echo(f"reports: {out_dir / 'report.json'}, report.md, report.html")
+    screen.echo(render_markdown(report))
+    screen.echo(f"reports: {out_dir / 'report.json'}, report.md, report.html")
 
 
 def _lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
@@ -356,8 +356,8 @@ def smoke_command(
         checks=list(checks) or None,
         needle=needle_lengths,
         resume=resume,
-        on_result=lambda r: click.echo(f"{r.check:<12} {r.outcome.value:<15} {r.summary}"),
+        on_result=lambda r: screen.echo(f"{r.check:<12} {r.outcome.value:<15} {r.summary}"),
     )
-    click.echo(f"{'PASS' if report.ok else 'FAIL'}: reports {out / smoke.REPORT_MD}, smoke.json")
+    screen.echo(f"{'PASS' if report.ok else 'FAIL'}: reports {out / smoke.REPORT_MD}, smoke.json")
     if not report.ok:
         raise click.exceptions.Exit(1)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import click
 
+from tandem import screen
+
 WIDTH = 100
 HEADER = """# tandem command reference
 
@@ -51,7 +53,7 @@ def main() -> None:
     target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/cli.md")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(cli_reference(), encoding="utf-8")
-    print(f"wrote {target}")
+    screen.echo(f"wrote {target}")
 
 
 if __name__ == "__main__":

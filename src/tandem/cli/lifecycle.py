@@ -7,10 +7,9 @@ import shlex
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from tandem import ownership, wire
+from tandem import ownership, screen, wire
 from tandem.backends.bundle import write_bundle
 from tandem.backends.router import LOOPBACK
 from tandem.backends.router import argv as router_argv
@@ -43,7 +42,7 @@ from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_cluster
 from tandem.vllm_log import PhaseMark
 
-console = Console(highlight=False, soft_wrap=True)
+console = screen.console(highlight=False, soft_wrap=True)
 name_argument = click.argument("name", required=False)
 
 
@@ -110,7 +109,7 @@ def up_command(
             _, commands = lifecycle.dry_run(group)
             if group.cluster.transport.value == "k8s":  # one apply creates every rank's pod
                 ranks = ", ".join(str(n) for n in sorted(rank.rank for rank, _ in commands))
-                click.echo(
+                screen.echo(
                     f"# {group.name}: ranks {ranks}, all at once (the objects: "
                     "`tandem render --target k8s`)\n"
                     f"{shlex.join(redactor.argv(commands[0][1]))}\n"
@@ -118,7 +117,7 @@ def up_command(
                 continue
             for rank, argv in commands:
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redactor.env(rank.env).items())
-                click.echo(
+                screen.echo(
                     f"# {group.name}: rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
                     + (f"env {env} " if local else "")
                     + f"{shlex.join(redactor.argv(argv))}\n"
@@ -129,7 +128,7 @@ def up_command(
             argv = router_argv(spec, host=node.address if node else LOOPBACK)
             if node:
                 argv = [*shlex.split(node.command), *argv[1:]]
-            click.echo(
+            screen.echo(
                 f"# the router{f' on {node.node} (over ssh)' if node else ''}, then each "
                 f"group's leader added to it\n{shlex.join(argv)}"
             )
@@ -308,7 +307,7 @@ def status_command(name: str | None, as_json: bool, canary_timeout_s: float) -> 
 
     status = fleet.status(name, canary_timeout_s=canary_timeout_s)
     if as_json:
-        click.echo(status.model_dump_json(indent=2))
+        screen.echo(status.model_dump_json(indent=2))
     else:
         _print_status(status)
     if status.verdict.exit_code:
@@ -439,7 +438,7 @@ def logs_command(
         return
     redactor = Redactor.for_caller()
     for number, line in lifecycle.log_lines(name, rank=rank, follow=follow, tail=tail):
-        click.echo(f"[rank {number}] {redactor.text(line)}")
+        screen.echo(f"[rank {number}] {redactor.text(line)}")
 
 
 @click.command("down")

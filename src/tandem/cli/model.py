@@ -14,9 +14,8 @@ import re
 from pathlib import Path
 
 import click
-from rich.console import Console
 
-from tandem import hf_cache
+from tandem import hf_cache, screen
 from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
 from tandem.errors import ClusterError
 from tandem.models.shapes import MIN_LAYERS, SHAPES, build_shape_model, check_arguments
@@ -80,7 +79,7 @@ def tiny_command(arch: str, hf_home: Path | None, build_all: bool, seed: int) ->
     """
     from tandem.models.tiny import TinyModel, build_tiny_model
 
-    console = Console()
+    console = screen.console()
     hf_home = hf_home or _default_hf_home()
     _quiet_transformers()
     built: list[TinyModel] = []
@@ -121,7 +120,7 @@ def real_command(hf_home: Path | None) -> None:
     from tandem.models.real import build_real_model
 
     real = build_real_model(hf_home or _default_hf_home())
-    console = Console()
+    console = screen.console()
     done = "converted" if real.converted else "already built"
     console.print(f"[bold]{real.repo_id}[/]  {done}  {real.size_bytes / 1e6:.1f} MB")
     console.print(f"  snapshot: {real.snapshot_path}", soft_wrap=True, highlight=False)
@@ -181,7 +180,7 @@ def shape_command(
       tandem model shape gemma-3-4b --scale-down --device cpu
     """
     check_arguments(preset, layers=layers, device=device)  # before transformers is imported
-    console = Console()
+    console = screen.console()
     _quiet_transformers()
     with console.status(f"building {preset}"):
         built = build_shape_model(
@@ -247,7 +246,7 @@ def pull_command(
             field="transport",
             hint="pass an inventory with transport: ssh via --cluster",
         )
-    console = Console(highlight=False)
+    console = screen.console(highlight=False)
     report = Pull(
         deployment,
         bwlimit=bwlimit,

@@ -13,6 +13,7 @@ from typing import Any
 import click
 from pydantic import BaseModel
 
+from tandem.redact import remember_secret
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_deployment
 from tandem.spec.recipe import Timeouts
@@ -57,6 +58,7 @@ api_key_option = click.option(
     "--api-key",
     envvar="VLLM_API_KEY",
     show_envvar=True,
+    callback=lambda ctx, param, value: remember_secret(value),  # hidden in all it prints
     help="Bearer token for a server started with an API key; the variable `tandem up` gives "
     "the server.",
 )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from tandem import screen
 from tandem.cli.options import (
     SHARE,
     cluster_option,
@@ -131,7 +132,7 @@ def plan_command(
             source=str(log_path),
         )
     if as_json:
-        click.echo(plan.model_dump_json(indent=2))
+        screen.echo(plan.model_dump_json(indent=2))
     else:
         print_plan(plan)
 

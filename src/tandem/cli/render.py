@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tandem import files, ownership
+from tandem import files, ownership, screen
 from tandem.cli.options import cluster_option, force_option, machine_deployment, recipe_argument
 from tandem.rankplan import template_plan
 from tandem.render import TARGETS, check_format, files_renderer_for, renderer_for
@@ -71,6 +71,6 @@ def render_command(
         ).make()
         for name, text in files_renderer_for(target)(plan, deployment).items():
             files.write_text(out / name, text)
-            click.echo(f"wrote {out / name}")
+            screen.echo(f"wrote {out / name}")
         return
-    click.echo(renderer_for(target)(plan, deployment, fmt), nl=False)
+    screen.echo(renderer_for(target)(plan, deployment, fmt), nl=False)

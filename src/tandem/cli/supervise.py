@@ -8,15 +8,14 @@ import sys
 from typing import Any
 
 import click
-from rich.console import Console
 
-from tandem import ownership
+from tandem import ownership, screen
 from tandem.backends.state import FleetState, fleet_exists, load_fleet, load_state
 from tandem.cli.options import as_options, field_option
 from tandem.interrupts import Interrupted, raise_on_termination
 from tandem.operations.supervisor import SupervisorPolicy, supervise
 
-console = Console(highlight=False)
+console = screen.console(highlight=False)
 
 
 def run_supervisor(name: str, policy: SupervisorPolicy = SupervisorPolicy()) -> None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 
+from tandem import screen
 from tandem.backends.sync import sync
 from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
 from tandem.errors import ClusterError
 
-console = Console(highlight=False)
+console = screen.console(highlight=False)
 
 
 @click.command("sync")

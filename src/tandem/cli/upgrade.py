@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tandem import ownership
+from tandem import ownership, screen
 from tandem.backends.state import fleet_exists
 from tandem.cli.lifecycle import console, show_event, show_phase
 from tandem.cli.options import (
@@ -14,6 +14,7 @@ from tandem.cli.options import (
     startup_timeout_option,
 )
 from tandem.operations import revisions
+from tandem.redact import Redactor
 from tandem.spec.deployment import Deployment
 from tandem.upgrade import GateLimits, rollback, rolling_upgrade, upgrade
 
@@ -138,21 +139,30 @@ def history_command(name: str, as_json: bool) -> None:
     Examples:
       tandem history tiny-local
     """
-    known = revisions.history(name)
+    known = [_redacted(r) for r in revisions.history(name)]
     if as_json:
-        click.echo("[" + ",\n".join(r.model_dump_json(indent=2) for r in known) + "]")
+        screen.echo_json([r.model_dump(mode="json") for r in known])
         return
     if not known:
         console.print(f"[bold]{name}[/bold] has no revision yet (every `tandem up` records one)")
         return
     previous: revisions.Revision | None = None
     for revision in known:
-        reason = f": {revision.reason}" if revision.reason else ""
+        reason = f": {screen.shown(revision.reason)}" if revision.reason else ""
         console.print(
             f"revision {revision.number}  {revision.created_at:%Y-%m-%d %H:%M:%S}  "
-            f"{revision.outcome}{reason}"
+            f"{revision.outcome}{reason}",
+            markup=False,
         )
         changed: list[str] = revisions.changes(previous, revision) if previous else []
         for change in changed:
-            console.print(f"  {change}")
+            console.print(f"  {change}", markup=False)
         previous = revision
+
+
+def _redacted(revision: revisions.Revision) -> revisions.Revision:
+    """``revision`` as ``history`` shows it: the values of secret-named keys (a recipe's
+    ``env``) hidden too, besides what every printed line hides (one restored from a backup
+    may hold a token)."""
+    data = Redactor.for_caller().data(revision.model_dump(mode="json"))
+    return revisions.Revision.model_validate(data)

@@ -12,10 +12,9 @@ from collections import deque
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.live import Live
 
-from tandem import ownership
+from tandem import ownership, screen
 from tandem.backends.state import fleet_exists, load_fleet, load_state
 from tandem.cli.options import field_option, force_option
 from tandem.errors import CheckFailed, SpecError
@@ -166,12 +165,12 @@ def run_command(
     out = _claimed(out_dir, state.name, force) or state.directory.watch
     watcher = Watcher(state.name, out, interval_s=interval_s, duration_s=duration_s)
     if watcher.resumed and (interval_s or duration_s):
-        Console(stderr=True).print(
+        screen.console(stderr=True).print(
             f"resuming {out}: its own interval "
             f"({watcher.run_info.interval_s:g} s) and duration apply"
         )
     window: deque[Sample] = deque(maxlen=60)
-    console = Console(stderr=True)
+    console = screen.console(stderr=True)
     live = None if quiet else Live(console=console, auto_refresh=False, transient=False)
 
     def on_sample(sample: Sample) -> None:
@@ -222,7 +221,7 @@ def _watch_fleet(
         )
     fleet = load_fleet(name)
     out = _claimed(out_dir, name, force) or fleet.directory.watch
-    console = Console(stderr=True)
+    console = screen.console(stderr=True)
 
     def on_look(look: RouterLook) -> None:
         if quiet:
@@ -258,7 +257,7 @@ def _report_fleet(run_dir: Path, overrides: dict, *, as_json: bool, plots: bool)
     if not record.ok:
         failed.append("router")
     if as_json:
-        click.echo(
+        screen.echo(
             json.dumps(
                 {
                     "groups": {k: v.model_dump(mode="json") for k, v in results.items()},
@@ -270,8 +269,8 @@ def _report_fleet(run_dir: Path, overrides: dict, *, as_json: bool, plots: bool)
         )
     else:
         for group, summary in results.items():
-            click.echo(f"{group}: {'PASS' if summary.passed else 'FAIL'} ({run_dir / group})")
-        click.echo(
+            screen.echo(f"{group}: {'PASS' if summary.passed else 'FAIL'} ({run_dir / group})")
+        screen.echo(
             f"router: {'PASS' if record.ok else 'FAIL'} — {record.looks} looks, not answering "
             f"in {record.not_running}, a group out of rotation in {record.short_of_members}; "
             "sent " + (", ".join(f"{w} {n:g}" for w, n in sorted(record.sent.items())) or "none")
@@ -314,10 +313,10 @@ def report_command(run_dir: str, as_json: bool, plots: bool, **limits: float | N
         return
     summary, written = report_folder(Path(run_dir), overrides, plots=plots)
     if as_json:
-        click.echo(json.dumps(summary.model_dump(mode="json"), indent=2))
+        screen.echo(json.dumps(summary.model_dump(mode="json"), indent=2))
     else:
-        click.echo(markdown(summary))
-        click.echo("wrote " + ", ".join(str(p) for p in written))
+        screen.echo(markdown(summary))
+        screen.echo("wrote " + ", ".join(str(p) for p in written))
     if not summary.passed:
         failed = [c.name for c in summary.checks if c.result.value == "FAIL"]
         raise CheckFailed(f"the watch failed {len(failed)} check(s): {', '.join(failed)}")

@@ -28,7 +28,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from tandem import ownership
+from tandem import ownership, screen
 from tandem.endpoint import pick_model
 from tandem.eval.client import ChatClient, ChatResponse, RetryPolicy
 from tandem.eval.dataset import Sample, load_gpqa_csv, make_samples
@@ -135,7 +135,7 @@ def run_gpqa(
         SpecError: bad CSV, or a log that cannot be resumed.
         EndpointError: the endpoint is unreachable, lacks the model, or kept failing.
     """
-    return asyncio.run(_run(config, console or Console(stderr=True), claim))
+    return asyncio.run(_run(config, console or screen.console(stderr=True), claim))
 
 
 def rescore_log(
