@@ -9,7 +9,8 @@ Contents of ``NAME-bundle-TIMESTAMP.tar.gz``::
     versions.txt        tandem, Python and this machine; kernel, Python, vLLM or docker per node
     events.log          the supervisor's events, if one ran
     ranks/rankN.log     the last lines of every rank's log
-    ranks/rankN.env     every rank's environment and command
+    ranks/rankN.env     every rank's environment and command (ranks/UNPLANNED.txt instead
+                        when the saved recipe or cluster is too damaged to plan them)
 
 Secret values (``HF_TOKEN``, API keys...) are replaced by ``REDACTED`` everywhere, through the
 one redaction path (``tandem.redact``): by name, by shape (``hf_...``, ``sk-...``, ``Bearer``
@@ -33,10 +34,10 @@ import yaml
 
 from tandem import ownership
 from tandem.backends.base import backend_for
-from tandem.backends.state import load_state
+from tandem.backends.state import DeploymentState, load_state
 from tandem.errors import TandemError
 from tandem.files import open_private
-from tandem.rankplan import plan_ranks
+from tandem.rankplan import RankPlan, plan_ranks
 from tandem.redact import Redactor, is_secret
 from tandem.version import TANDEM_VERSION
 
@@ -59,11 +60,9 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
         option="--bundle",
         force_flag=None,
     )
-    deployment = state.deployment(lenient=True)  # an old state is bundled too
-    plan = plan_ranks(deployment)
-    redactor = Redactor.for_caller(
-        [v for r in plan.ranks for k, v in r.env.items() if is_secret(k)]
-    )
+    plan, unplanned = _plan(state)
+    ranks = plan.ranks if plan is not None else []
+    redactor = Redactor.for_caller([v for r in ranks for k, v in r.env.items() if is_secret(k)])
 
     files: dict[str, str] = {}
     files["recipe.yaml"] = yaml.safe_dump(redactor.data(state.recipe), sort_keys=False)
@@ -83,7 +82,9 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
     events = state.directory.events
     if events.is_file():
         files["events.log"] = events.read_text(errors="replace")
-    for rank in plan.ranks:
+    if unplanned:
+        files["ranks/UNPLANNED.txt"] = unplanned
+    for rank in ranks:
         env = redactor.env(rank.env)
         files[f"ranks/rank{rank.rank}.env"] = (
             "\n".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
@@ -110,3 +111,17 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
             info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
             archive.addfile(info, io.BytesIO(data))
     return path
+
+
+def _plan(state: DeploymentState) -> tuple[RankPlan | None, str]:
+    """The ranks' plan (their env and command), or None and why: a bundle is made of exactly
+    the state that cannot be launched again, so a saved recipe or cluster with parts missing or
+    of another type (read as saved, ``DeploymentState.deployment(lenient=True)``) leaves the
+    ranks' files out and says so, and the rest is bundled."""
+    try:
+        return plan_ranks(state.deployment(lenient=True)), ""
+    except TandemError as exc:
+        reason = exc.message
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:  # a part read as saved
+        reason = f"the saved recipe or cluster lacks a part the plan reads ({exc})"
+    return None, f"no ranks/rankN.env: {reason}; see recipe.yaml and cluster.yaml\n"

@@ -10,6 +10,7 @@ import click
 from tandem import ownership, screen
 from tandem.backends.state import load_state
 from tandem.cli.options import (
+    POSITIVE,
     api_key_option,
     field_option,
     force_option,
@@ -18,7 +19,7 @@ from tandem.cli.options import (
     option_of,
     url_option,
 )
-from tandem.endpoint import Endpoint, pick_model
+from tandem.endpoint import MODELS_TIMEOUT_S, Endpoint, pick_model
 from tandem.errors import SpecError
 from tandem.eval import smoke
 from tandem.eval.log import RUN as GPQA_RUN
@@ -292,6 +293,15 @@ def _smoke_flag(name: str) -> str:
 )
 @click.option("--tool-call-parser", help="With --url: the server's --tool-call-parser.")
 @click.option("--reasoning-parser", help="With --url: the server's --reasoning-parser.")
+@click.option(
+    "--request-timeout",
+    "request_timeout_s",
+    type=POSITIVE,
+    default=smoke.REQUEST_TIMEOUT_S,
+    show_default=True,
+    help="Seconds one request may take before its check fails (a needle prompt of a long "
+    "context needs minutes on a real engine; a server that hangs is found sooner with less).",
+)
 @click.option("--resume", is_flag=True, help="Keep the checks already in --out; run the rest.")
 @force_option
 @api_key_option
@@ -305,6 +315,7 @@ def smoke_command(
     max_model_len: int | None,
     tool_call_parser: str | None,
     reasoning_parser: str | None,
+    request_timeout_s: float,
     resume: bool,
     force: bool,
     api_key: str | None,
@@ -332,7 +343,8 @@ def smoke_command(
     else:
         assert url is not None
         with Endpoint(url, api_key=api_key) as endpoint:
-            served = pick_model(endpoint.models(), model)
+            listed = endpoint.models(timeout_s=min(request_timeout_s, MODELS_TIMEOUT_S))
+            served = pick_model(listed, model)
         target = smoke.SmokeTarget(
             url=url,
             model=served.id,
@@ -356,7 +368,9 @@ def smoke_command(
         checks=list(checks) or None,
         needle=needle_lengths,
         resume=resume,
+        timeout_s=request_timeout_s,
         on_result=lambda r: screen.echo(f"{r.check:<12} {r.outcome.value:<15} {r.summary}"),
+        on_progress=lambda text: screen.echo(text, err=True),
     )
     screen.echo(f"{'PASS' if report.ok else 'FAIL'}: reports {out / smoke.REPORT_MD}, smoke.json")
     if not report.ok:

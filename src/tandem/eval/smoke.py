@@ -29,7 +29,7 @@ resumes with the checks it has not finished.
 
 from __future__ import annotations
 
-import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -39,11 +39,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, Field
 
-from tandem import files, wire
+from tandem import files
 from tandem.backends.state import DeploymentState
+from tandem.endpoint import Endpoint
 from tandem.errors import EndpointError
 from tandem.eval.toolschema import (
     PARAMETERS_OF,
@@ -73,6 +73,11 @@ shape may flip it without anything being wrong. vLLM is not batch-invariant, and
 logit of magnitude 10-30 carries a rounding error of 0.06-0.12, so two logits' difference may
 move by 0.25 between batch shapes (seen: a flip at a lead of 0.125 on the real SmolLM2 in a
 batch of 8). Garbled kernels flip tokens the model was sure of, nats apart."""
+REQUEST_TIMEOUT_S = 300.0
+"""The longest one request of a check may take, by default: a needle prompt of a long context
+is prefilled within it on a real engine."""
+PROGRESS_EVERY_S = 15.0
+"""How often a check that waits for the server says so."""
 NEEDLE_MARGIN_TOKENS = 64
 """Room left below ``max_model_len`` for the question and the answer."""
 FILLER = (
@@ -138,65 +143,46 @@ class SmokeReport(BaseModel):
 
 
 class Server:
-    """The few calls the checks make, on one blocking httpx client (thread-safe, so a batch
-    is eight threads on it)."""
+    """The calls the checks make, with the model of ``target`` filled in, over one blocking
+    ``tandem.endpoint.Endpoint`` (thread-safe, so a batch is eight threads on it): every
+    answer is read there, a broken one raising the ``EndpointError`` that fails the check.
+
+    ``timeout_s``: the longest one request may take (``eval smoke --request-timeout``).
+    """
 
     def __init__(self, target: SmokeTarget, api_key: str | None, timeout_s: float) -> None:
         self.target = target
         self.url = target.url.rstrip("/")
-        self.client = httpx.Client(timeout=timeout_s, headers=wire.bearer(api_key))
+        self.endpoint = Endpoint(self.url, api_key=api_key, timeout_s=timeout_s)
 
     def close(self) -> None:
-        self.client.close()
-
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            response = self.client.post(self.url + path, json=body)
-        except httpx.HTTPError as exc:
-            raise EndpointError(f"{self.url}{path} did not answer: {exc}") from exc
-        if response.status_code != 200:
-            raise EndpointError(
-                f"{self.url}{path} answered {response.status_code}: {response.text[:300]}"
-            )
-        return dict(response.json())
+        self.endpoint.close()
 
     def chat(self, messages: list[dict], **params: Any) -> dict[str, Any]:
-        body = {"model": self.target.model, "messages": messages, "stream": False, **params}
-        return self._post(wire.CHAT_PATH, body)
+        return self.endpoint.chat(self.target.model, messages, **params)
 
     def chat_status(self, messages: list[dict], **params: Any) -> tuple[int, dict[str, Any]]:
         """A chat whose refusal is an answer too (a 400 for a flag the server lacks)."""
-        body = {"model": self.target.model, "messages": messages, "stream": False, **params}
-        response = self.client.post(self.url + wire.CHAT_PATH, json=body)
-        try:
-            return response.status_code, dict(response.json())
-        except ValueError:
-            return response.status_code, {"error": response.text[:300]}
+        return self.endpoint.chat_answer(self.target.model, messages, **params)
 
     def stream_steps(self, messages: list[dict], **params: Any) -> list[Step]:
         """A streamed chat's tokens with their log-probability margins (``logprobs`` asked)."""
-        body = {"model": self.target.model, "messages": messages, "stream": True, **params}
         found: list[Step] = []
-        with self.client.stream("POST", self.url + wire.CHAT_PATH, json=body) as response:
-            if response.status_code != 200:
-                raise EndpointError(f"streamed chat answered {response.status_code}")
-            for line in response.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                for choice in json.loads(line[6:]).get("choices") or []:
-                    found += steps_of((choice.get("logprobs") or {}).get("content") or [])
+        for chunk in self.endpoint.stream_chat(self.target.model, messages, **params):
+            for choice in chunk.get("choices") or []:
+                found += steps_of((choice.get("logprobs") or {}).get("content") or [])
         return found
 
     def tokenize_chat(self, messages: list[dict]) -> list[int]:
         body = {"model": self.target.model, "messages": messages, "add_generation_prompt": True}
-        return list(self._post(wire.TOKENIZE_PATH, body)["tokens"])
+        return self.endpoint.tokenize(body)
 
     def tokenize(self, text: str, *, special: bool) -> list[int]:
         body = {"model": self.target.model, "prompt": text, "add_special_tokens": special}
-        return list(self._post(wire.TOKENIZE_PATH, body)["tokens"])
+        return self.endpoint.tokenize(body)
 
     def metrics(self) -> str:
-        return self.client.get(self.url + wire.METRICS_PATH).text
+        return self.endpoint.metrics_text()
 
 
 def _message(body: dict[str, Any]) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
@@ -757,15 +743,22 @@ def run_smoke(
     checks: list[str] | None = None,
     needle: list[int] | None = None,
     resume: bool = False,
-    timeout_s: float = 300.0,
+    timeout_s: float = REQUEST_TIMEOUT_S,
     first_failure: bool = False,
     on_result: Callable[[CheckResult], None] = lambda result: None,
+    on_progress: Callable[[str], None] = lambda text: None,
+    progress_every_s: float | None = None,
 ) -> SmokeReport:
     """Run the named checks (default: all) against ``target``; each result is appended to
     ``out_dir/smoke.jsonl`` as it ends and the reports rewritten. With ``resume`` the checks
     already in the file are kept and not run again; with ``first_failure`` the run ends at the
     first failed check (an upgrade's gate: a broken revision is rolled back without waiting for
     the checks that cannot save it).
+
+    ``timeout_s`` is the longest one request may take; a request that takes longer fails its
+    check. ``on_progress`` hears when a check starts, and every ``progress_every_s`` (default
+    ``PROGRESS_EVERY_S``) while it waits for the server (a server that hangs is not silence for
+    minutes).
 
     Raises:
         EndpointError: the server stopped answering (what finished is kept for ``--resume``).
@@ -794,8 +787,11 @@ def run_smoke(
                 if name in finished:
                     continue
                 started = time.monotonic()
+                on_progress(f"{name}: running")
                 try:
-                    result = runners[name](server)
+                    every_s = progress_every_s or PROGRESS_EVERY_S
+                    with _Waiting(name, timeout_s, every_s, on_progress):
+                        result = runners[name](server)
                 except EndpointError as exc:  # a refusal or a broken answer is the verdict
                     result = CheckResult(
                         check=name,
@@ -814,6 +810,34 @@ def run_smoke(
         server.close()
     _write_reports(report, out_dir)
     return report
+
+
+class _Waiting:
+    """While a check runs: a line every ``every_s`` seconds saying how long it has waited."""
+
+    def __init__(
+        self, check: str, timeout_s: float, every_s: float, say: Callable[[str], None]
+    ) -> None:
+        self.check, self.timeout_s, self.every_s, self.say = check, timeout_s, every_s, say
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._tell, name="smoke-progress", daemon=True)
+
+    def _tell(self) -> None:
+        started = time.monotonic()
+        while not self.done.wait(self.every_s):
+            self.say(
+                f"{self.check}: still waiting for the server after "
+                f"{time.monotonic() - started:.0f} s (a request may take up to "
+                f"{self.timeout_s:g} s: --request-timeout)"
+            )
+
+    def __enter__(self) -> _Waiting:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
 
 
 def _write_reports(report: SmokeReport, out_dir: Path) -> None:
