@@ -29,7 +29,7 @@ import secrets
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from tandem import files, ownership, wire
 from tandem.backends.base import OnEvent, OnPhase
@@ -62,7 +62,11 @@ class GateLimits(BaseModel):
     """How much slower a new revision may be than its baseline before the gate fails it."""
 
     max_tpot_increase: float = Field(
-        default=0.25, ge=0, description="Median TPOT may grow by this fraction (0.25 = 25 %)."
+        default=0.25,
+        ge=0,
+        le=1,
+        description="Median TPOT may grow by this fraction (0.25 = 25 %; at most 1, TPOT "
+        "doubled: 25 would be +2,500 %, no gate).",
     )
     max_throughput_drop: float = Field(
         default=0.25, ge=0, le=1, description="Output tok/s may fall by this fraction."
@@ -74,6 +78,14 @@ class GateLimits(BaseModel):
     bench: bool = Field(
         default=True, description="Run the gate bench (--no-bench: the smoke checks alone)."
     )
+
+    @model_validator(mode="after")
+    def _limits_of_a_bench_that_runs(self) -> GateLimits:
+        """A bench limit given with ``bench`` off would be ignored: refused, not dropped."""
+        given = sorted(self.model_fields_set - {"bench"})
+        if not self.bench and given:
+            raise ValueError(f"{', '.join(given)} limit the gate bench, which bench=False skips")
+        return self
 
 
 class GateResult(BaseModel):

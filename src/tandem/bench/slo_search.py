@@ -37,7 +37,7 @@ from tandem import files
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import BenchResult, run
 from tandem.bench.metrics import LatencyStats, Slo
-from tandem.errors import SpecError
+from tandem.errors import Problem, SpecError
 from tandem.ownership import RunKind
 
 SEARCH_FILE = "slo.json"
@@ -180,6 +180,26 @@ def probe_seed(seed: int, concurrency: int) -> int:
 def load_search(out_dir: Path) -> SloSearch | None:
     path = out_dir / SEARCH_FILE
     return SloSearch.model_validate_json(path.read_text()) if path.exists() else None
+
+
+def search_conflicts(config: BenchConfig, given: set[str]) -> list[Problem]:
+    """Options of the run (``given``: those the user set) that a search would drop without a
+    word: it draws each probe's concurrency itself and judges one point of one round."""
+    dropped = {
+        "concurrency": (
+            "concurrency" in given,
+            "the search chooses each probe's concurrency (doubling from 1, then bisecting)",
+        ),
+        "rates_rps": (bool(config.rates_rps), "the search measures concurrency, not rates"),
+        "long_context": (config.long_context, "a probe is one concurrency point"),
+        "rounds": (config.rounds > 1, "a probe is judged on one round"),
+        "depths": (bool(config.depths), "a probe is judged at one depth"),
+    }
+    return [
+        Problem(name, f"{why}, so it would be dropped", "drop it, or --search-slo")
+        for name, (dropped_here, why) in dropped.items()
+        if dropped_here
+    ]
 
 
 def search_identity(config: BenchConfig, wanted: SloSearch) -> dict[str, Any]:

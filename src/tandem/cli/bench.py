@@ -37,13 +37,14 @@ from tandem.bench.load_generator import (
 from tandem.bench.load_generator import RUN as BENCH_RUN
 from tandem.bench.metrics import Slo
 from tandem.bench.slo_search import RUN as SLO_RUN
-from tandem.bench.slo_search import SloSearch, search_identity, slo_search
+from tandem.bench.slo_search import SloSearch, search_conflicts, search_identity, slo_search
 from tandem.cli.options import (
     POSITIVE,
     FloatIn,
     api_key_option,
     field_option,
     force_option,
+    given,
     json_object,
     model_option,
     option_of,
@@ -284,6 +285,12 @@ def run_command(
     if search_slo:
         if out_dir is None:
             raise SpecError("--search-slo needs --out (each probe is saved there)", field="--out")
+        dropped = search_conflicts(config, set(given(click.get_current_context(), fields)))
+        if dropped:
+            raise SpecError(
+                f"{len(dropped)} bench option(s) that --search-slo would drop",
+                problems=[replace(p, field=option_of(BenchConfig, p.field)) for p in dropped],
+            )
         wanted = SloSearch(
             ttft_s=slo.ttft_s,
             tpot_s=slo.tpot_s,

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from pydantic import BaseModel
 
 from tandem.redact import remember_secret
@@ -46,6 +47,7 @@ class FloatIn(click.FloatRange):
         return number
 
 
+DEFAULT = ParameterSource.DEFAULT
 POSITIVE = FloatIn(min=0, min_open=True)
 """A finite number above 0 (seconds, rates, limits)."""
 NOT_NEGATIVE = FloatIn(min=0)
@@ -105,6 +107,12 @@ def _gpu_count() -> int:
         )
     except OSError:
         return 0
+
+
+def given(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
+    """The ``values`` of parameters the command line (or an environment variable) set, not
+    their defaults: what a cross-check may hold against the user."""
+    return {k: v for k, v in values.items() if ctx.get_parameter_source(k) != DEFAULT}
 
 
 def json_object(ctx: click.Context, param: click.Parameter, value: str | None) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from pydantic import ValidationError
 
 from tandem import ownership, screen
 from tandem.backends.state import fleet_exists
@@ -10,9 +11,13 @@ from tandem.cli.lifecycle import console, show_event, show_phase
 from tandem.cli.options import (
     cluster_option,
     field_option,
+    given,
     machine_deployment,
+    option_of,
     startup_timeout_option,
 )
+from tandem.errors import SpecError
+from tandem.jsonfiles import validation_text
 from tandem.operations import revisions
 from tandem.redact import Redactor
 from tandem.spec.deployment import Deployment
@@ -54,6 +59,7 @@ def upgrade_command(
       tandem upgrade smollm2-replicas --recipe new-replicas.yaml
       tandem upgrade deepseek-v4-flash --recipe dsv4-new.yaml --cluster pair.yaml --no-bench
     """
+    gate_limits = _gate_limits(click.get_current_context(), limits)
     marker = revisions.interrupted_upgrade(name)
     if marker:
         show_event(
@@ -61,12 +67,12 @@ def upgrade_command(
             f"({marker.phase}); starting from what runs now"
         )
     if fleet_exists(ownership.check_name(name)):
-        _rolling(name, machine_deployment(recipe, cluster_path), timeout_s, limits)
+        _rolling(name, machine_deployment(recipe, cluster_path), timeout_s, gate_limits)
         return
     result = upgrade(
         name,
         machine_deployment(recipe, cluster_path),
-        limits=GateLimits.model_validate(limits),
+        limits=gate_limits,
         timeout_s=timeout_s,
         on_event=show_event,
         on_phase=show_phase,
@@ -86,12 +92,33 @@ def upgrade_command(
     raise click.exceptions.Exit(1)
 
 
-def _rolling(name: str, new: Deployment, timeout_s: float | None, limits: dict) -> None:
+def _gate_limits(ctx: click.Context, limits: dict) -> GateLimits:
+    """The gate's limits as the command line gave them (a default is not given: ``--no-bench``
+    with the default limits is no conflict).
+
+    Raises:
+        SpecError: a limit given with ``--no-bench``, named by its option.
+    """
+    chosen = given(ctx, limits)
+    try:
+        return GateLimits.model_validate(chosen)
+    except ValidationError as exc:
+        flags = [option_of(GateLimits, n) for n in sorted(chosen) if n != "bench"]
+        if chosen.get("bench") is not False or not flags:
+            raise SpecError(validation_text(exc), field="gate") from exc
+        raise SpecError(
+            f"{' and '.join(flags)} limit the gate bench, and --no-bench skips it",
+            field="--no-bench",
+            hint=f"drop {' and '.join(flags)}, or --no-bench",
+        ) from exc
+
+
+def _rolling(name: str, new: Deployment, timeout_s: float | None, limits: GateLimits) -> None:
     """``upgrade`` of a deployment with replicas: group by group, the first the canary."""
     results = rolling_upgrade(
         name,
         new,
-        limits=GateLimits.model_validate(limits),
+        limits=limits,
         timeout_s=timeout_s,
         on_event=show_event,
         on_phase=show_phase,
