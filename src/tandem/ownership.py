@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 from tandem import files
 from tandem.errors import NotOwned, Problem, SpecError
 from tandem.redact import Redactor
+from tandem.screen import shown
 
 NAME_RULE = re.compile(r"[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?")
 """A deployment name: a DNS label of at most 40 characters. It names folders, processes and
@@ -47,7 +48,7 @@ def name_problem(name: str) -> str | None:
     """What is wrong with ``name`` as a deployment name, or None when it is one."""
     if NAME_RULE.fullmatch(name):
         return None
-    return f"'{name}' is not a deployment name: it must be {NAME_HINT}"
+    return f"'{shown(name, 60)}' is not a deployment name: it must be {NAME_HINT}"
 
 
 def check_name(name: str, *, field: str = "name") -> str:

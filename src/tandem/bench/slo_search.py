@@ -182,6 +182,27 @@ def load_search(out_dir: Path) -> SloSearch | None:
     return SloSearch.model_validate_json(path.read_text()) if path.exists() else None
 
 
+def check_objectives(wanted: SloSearch) -> SloSearch:
+    """``wanted`` when a search can be run for it (before its folder is made).
+
+    Raises:
+        SpecError: no objective, or a percentile the bench does not report.
+    """
+    if wanted.ttft_s is None and wanted.tpot_s is None:
+        raise SpecError(
+            "an SLO search needs an objective",
+            field="--search-slo",
+            hint="give --slo-ttft-ms or --slo-tpot-ms (or both)",
+        )
+    if wanted.percentile not in (50, 90, 95, 99):
+        raise SpecError(
+            f"percentile {wanted.percentile} is not reported",
+            field="--slo-percentile",
+            hint="use 50, 90, 95 or 99",
+        )
+    return wanted
+
+
 def search_conflicts(config: BenchConfig, given: set[str]) -> list[Problem]:
     """Options of the run (``given``: those the user set) that a search would drop without a
     word: it draws each probe's concurrency itself and judges one point of one round."""
@@ -236,17 +257,8 @@ def slo_search(
         SpecError: no objective, an unknown percentile, ``out_dir`` holds a search and resume
             was not asked for, or a resumed search asked for other objectives than the saved one.
     """
-    ttft_s, tpot_s, percentile = wanted.ttft_s, wanted.tpot_s, wanted.percentile
-    if ttft_s is None and tpot_s is None:
-        raise SpecError(
-            "an SLO search needs an objective", field="slo", hint="give --ttft-ms or --tpot-ms"
-        )
-    if percentile not in (50, 90, 95, 99):
-        raise SpecError(
-            f"percentile {percentile} is not reported",
-            field="percentile",
-            hint="use 50, 90, 95 or 99",
-        )
+    check_objectives(wanted)
+    ttft_s, tpot_s = wanted.ttft_s, wanted.tpot_s
     wanted = wanted.model_copy(update={"probes": [], "finished": False})
     if not resume and (out_dir / SEARCH_FILE).exists():
         raise SpecError(

@@ -37,7 +37,13 @@ from tandem.bench.load_generator import (
 from tandem.bench.load_generator import RUN as BENCH_RUN
 from tandem.bench.metrics import Slo
 from tandem.bench.slo_search import RUN as SLO_RUN
-from tandem.bench.slo_search import SloSearch, search_conflicts, search_identity, slo_search
+from tandem.bench.slo_search import (
+    SloSearch,
+    check_objectives,
+    search_conflicts,
+    search_identity,
+    slo_search,
+)
 from tandem.cli.options import (
     POSITIVE,
     FloatIn,
@@ -291,12 +297,14 @@ def run_command(
                 f"{len(dropped)} bench option(s) that --search-slo would drop",
                 problems=[replace(p, field=option_of(BenchConfig, p.field)) for p in dropped],
             )
-        wanted = SloSearch(
-            ttft_s=slo.ttft_s,
-            tpot_s=slo.tpot_s,
-            percentile=slo_percentile,
-            ceiling=search_ceiling,
-            tolerance=search_tolerance,
+        wanted = check_objectives(
+            SloSearch(
+                ttft_s=slo.ttft_s,
+                tpot_s=slo.tpot_s,
+                percentile=slo_percentile,
+                ceiling=search_ceiling,
+                tolerance=search_tolerance,
+            )
         )
         folder = ownership.claim_output(
             Path(out_dir),

@@ -10,13 +10,17 @@ build.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
 
 from tandem import hf_cache, screen
-from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
+from tandem.cli.options import (
+    bwlimit_option,
+    cluster_option,
+    machine_deployment,
+    recipe_argument,
+)
 from tandem.errors import ClusterError
 from tandem.models.shapes import MIN_LAYERS, SHAPES, build_shape_model, check_arguments
 from tandem.spec.cluster import Transport
@@ -209,14 +213,7 @@ def shape_command(
     metavar="NODE",
     help="The node that downloads when no node holds the commit yet. Default: the leader.",
 )
-@click.option(
-    "--bwlimit",
-    default=None,
-    metavar="RATE",
-    callback=lambda ctx, param, value: _rate(value),
-    help="Cap each node's copy at RATE (rsync's --bwlimit: 500M is 500 MB/s, a bare number "
-    "KiB/s), e.g. beside a deployment that serves over the same link.",
-)
+@bwlimit_option
 def pull_command(
     recipe: str, cluster_path: str | None, on_node: str | None, bwlimit: str | None
 ) -> None:
@@ -271,10 +268,3 @@ def pull_command(
         read, seconds = report.verified_bytes[name], report.verify_s[name]
         how = f"read {read / 1e9:.2f} GB in {seconds:.1f} s" if read else "unchanged since verified"
         console.print(f"  {name}: verified {len(held.files)} file(s), {how}")
-
-
-def _rate(value: str | None) -> str | None:
-    """``--bwlimit``'s value as rsync reads it: a number with an optional K, M or G."""
-    if value is not None and not re.fullmatch(r"\d+(\.\d+)?[KMGkmg]?", value):
-        raise click.BadParameter(f"{value!r} is not a rate: use e.g. 500M, 2G or 1024 (KiB/s)")
-    return value

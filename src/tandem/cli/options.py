@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -78,6 +79,24 @@ model_option = click.option(
     help="Model name to send. Default: the deployment's, or the only one the server lists.",
 )
 url_option = click.option("--url", help="Base URL of the endpoint, instead of a DEPLOYMENT name.")
+
+
+def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--bwlimit``'s value as rsync reads it: a number with an optional K, M or G."""
+    if value is not None and not re.fullmatch(r"\d+(\.\d+)?[KMGkmg]?", value):
+        raise click.BadParameter(f"{value!r} is not a rate: use e.g. 500M, 2G or 1024 (KiB/s)")
+    return value
+
+
+bwlimit_option = click.option(
+    "--bwlimit",
+    default=None,
+    metavar="RATE",
+    callback=_rate,
+    help="Cap each node's copy at RATE (rsync's --bwlimit: 500M is 500 MB/s, a bare number "
+    "KiB/s), e.g. beside a deployment that serves over the same link.",
+)
+"""``--bwlimit`` of ``model pull`` and ``sync``: the snapshot's rsync copies."""
 force_option = click.option(
     "--force",
     is_flag=True,
