@@ -224,3 +224,13 @@ def test_a_bench_folder_of_an_earlier_tandem_is_resumed(tandem_here, tmp_path):
         resumed = tandem_here(*bench_args(stub.url, out, tmp_path / "p.txt", "--resume"))
         assert resumed.code == 0, resumed.err
         assert RunMark.model_validate_json((out / OUTPUT_MARK).read_text()).command == "bench run"
+
+
+def test_a_smoke_run_is_its_server_and_model_so_a_resume_may_give_other_lengths(
+    tandem_here, tmp_path
+):
+    out = tmp_path / "smoke"
+    with openai_stub() as stub:
+        smoke = ["eval", "smoke", "--url", stub.url, "--check", "tools", "--out", str(out)]
+        assert tandem_here(*smoke, "--needle-lengths", "64").code == 0
+        assert tandem_here(*smoke, "--resume").code == 0

@@ -420,16 +420,14 @@ class Endpoint:
             )
         return answer_of(Tokens, response, f"POST {self.url}{wire.TOKENIZE_PATH}").tokens
 
-    def metrics_text(self) -> str:
-        """The ``/metrics`` page as text.
+    def metrics_text(self) -> str | None:
+        """The ``/metrics`` page as text; None when the server has none (another status).
 
         Raises:
-            EndpointError: no answer, or another status than 200.
+            EndpointError: no answer.
         """
         response = self._send("GET", wire.METRICS_PATH)
-        if response.status_code != 200:
-            raise EndpointError(f"{self.url}{wire.METRICS_PATH} answered {response.status_code}")
-        return response.text
+        return response.text if response.status_code == 200 else None
 
     def _send(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
         try:

@@ -289,55 +289,17 @@ def run_command(
             field="--watch",
         )
     if search_slo:
-        if out_dir is None:
-            raise SpecError("--search-slo needs --out (each probe is saved there)", field="--out")
-        dropped = search_conflicts(config, set(given(click.get_current_context(), fields)))
-        if dropped:
-            raise SpecError(
-                f"{len(dropped)} bench option(s) that --search-slo would drop",
-                problems=[replace(p, field=option_of(BenchConfig, p.field)) for p in dropped],
-            )
-        wanted = check_objectives(
-            SloSearch(
-                ttft_s=slo.ttft_s,
-                tpot_s=slo.tpot_s,
-                percentile=slo_percentile,
-                ceiling=search_ceiling,
-                tolerance=search_tolerance,
-            )
+        wanted = SloSearch(
+            ttft_s=slo.ttft_s,
+            tpot_s=slo.tpot_s,
+            percentile=slo_percentile,
+            ceiling=search_ceiling,
+            tolerance=search_tolerance,
         )
-        folder = ownership.claim_output(
-            Path(out_dir),
-            SLO_RUN,
-            search_identity(config, wanted),
-            resume=resume,
-            force=force,
-            flag_of=_flag_of,
-        ).make()
-        search = slo_search(
-            config,
-            folder,
-            wanted,
-            resume=resume,
-            on_probe=lambda p: console.print(
-                f"concurrency {p.concurrency}: {'held' if p.passed else 'did not hold'}"
-            ),
-        )
-        show(slo_table(search))
-        files.write_text(folder / SLO_REPORT_FILE, slo_markdown(search))
-        console.print(f"{slo_verdict(search)}\nwrote {folder / SLO_REPORT_FILE}")
+        _search(config, wanted, out_dir, set(given(click.get_current_context(), fields)),
+                resume=resume, force=force)  # fmt: skip
         return
-    out = None
-    if out_dir is not None:
-        claim = ownership.claim_output(
-            Path(out_dir),
-            BENCH_RUN,
-            config.model_dump(mode="json"),
-            resume=resume,
-            force=force,
-            flag_of=_flag_of,
-        )
-        out = claim.make()
+    out = _claimed(out_dir, BENCH_RUN, config.model_dump(mode="json"), resume, force)
     with BackgroundWatch(deployment, out / WATCH_DIR) if watch and out else nullcontext():
         if quiet:
             result = run(config, out, resume=resume)
@@ -359,6 +321,59 @@ def run_command(
             f"wrote {out / REQUESTS_FILE}, {out / 'summary.json'}, "
             + ", ".join(str(p) for p in written)
         )
+
+
+def _search(
+    config: BenchConfig,
+    wanted: SloSearch,
+    out_dir: str | None,
+    given_fields: set[str],
+    *,
+    resume: bool,
+    force: bool,
+) -> None:
+    """``--search-slo``: its options checked, its folder claimed, the search run and shown."""
+    if out_dir is None:
+        raise SpecError("--search-slo needs --out (each probe is saved there)", field="--out")
+    dropped = search_conflicts(config, given_fields)
+    if dropped:
+        raise SpecError(
+            f"{len(dropped)} bench option(s) that --search-slo would drop",
+            problems=[replace(p, field=option_of(BenchConfig, p.field)) for p in dropped],
+        )
+    check_objectives(wanted)
+    folder = ownership.claim_output(
+        Path(out_dir),
+        SLO_RUN,
+        search_identity(config, wanted),
+        resume=resume,
+        force=force,
+        flag_of=_flag_of,
+    ).make()
+    console = screen.console(stderr=True)
+    search = slo_search(
+        config,
+        folder,
+        wanted,
+        resume=resume,
+        on_probe=lambda p: console.print(
+            f"concurrency {p.concurrency}: {'held' if p.passed else 'did not hold'}"
+        ),
+    )
+    show(slo_table(search))
+    files.write_text(folder / SLO_REPORT_FILE, slo_markdown(search))
+    console.print(f"{slo_verdict(search)}\nwrote {folder / SLO_REPORT_FILE}")
+
+
+def _claimed(
+    out_dir: str | None, kind: ownership.RunKind, run: dict[str, Any], resume: bool, force: bool
+) -> Path | None:
+    """``--out`` claimed for the run ``run`` of ``kind`` (``tandem.ownership``) and created."""
+    if out_dir is None:
+        return None
+    return ownership.claim_output(
+        Path(out_dir), kind, run, resume=resume, force=force, flag_of=_flag_of
+    ).make()
 
 
 def _flag_of(name: str) -> str:

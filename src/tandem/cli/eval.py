@@ -254,14 +254,6 @@ def _lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> l
     return lengths
 
 
-def _smoke_flag(name: str) -> str:
-    """The option that sets a part of a smoke run's identity (``url``: ``--url`` or the
-    deployment's)."""
-    return {"auto_tool_choice": "--tool-call-parser", "speculative": "DEPLOYMENT"}.get(
-        name, "--" + name.replace("_", "-")
-    )
-
-
 @eval_command.command("smoke")
 @click.argument("deployment", required=False)
 @url_option
@@ -356,10 +348,10 @@ def smoke_command(
     out = ownership.claim_output(
         Path(out_dir),
         smoke.RUN,
-        target.model_dump(mode="json") | {"needle_lengths": needle_lengths},
+        target.model_dump(mode="json", include={"url", "model"}),
         resume=resume,
         force=force,
-        flag_of=_smoke_flag,
+        flag_of=lambda name: f"--{name}",
     ).make()
     report = smoke.run_smoke(
         target,

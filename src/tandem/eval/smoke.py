@@ -63,7 +63,8 @@ RUN = RunKind(
     "a smoke run",
     is_own=lambda folder: (folder / RESULTS_FILE).is_file() or (folder / REPORT_JSON).is_file(),
 )
-"""A smoke run's ``--out`` folder: identified by its ``SmokeTarget`` and needle lengths."""
+"""A smoke run's ``--out`` folder: identified by the server and model it checks (each check's
+verdict stands alone, so a resumed run may give other lengths or parsers to the checks left)."""
 GREEDY: dict[str, Any] = {"temperature": 0.0, "seed": 0}
 BATCH = 8
 NEEDLE_DEPTHS = (0.1, 0.5, 0.9)
@@ -182,7 +183,8 @@ class Server:
         return self.endpoint.tokenize(body)
 
     def metrics(self) -> str:
-        return self.endpoint.metrics_text()
+        """The ``/metrics`` page; empty where the server has none (the check cannot judge)."""
+        return self.endpoint.metrics_text() or ""
 
 
 def _message(body: dict[str, Any]) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
@@ -747,7 +749,6 @@ def run_smoke(
     first_failure: bool = False,
     on_result: Callable[[CheckResult], None] = lambda result: None,
     on_progress: Callable[[str], None] = lambda text: None,
-    progress_every_s: float | None = None,
 ) -> SmokeReport:
     """Run the named checks (default: all) against ``target``; each result is appended to
     ``out_dir/smoke.jsonl`` as it ends and the reports rewritten. With ``resume`` the checks
@@ -756,9 +757,8 @@ def run_smoke(
     the checks that cannot save it).
 
     ``timeout_s`` is the longest one request may take; a request that takes longer fails its
-    check. ``on_progress`` hears when a check starts, and every ``progress_every_s`` (default
-    ``PROGRESS_EVERY_S``) while it waits for the server (a server that hangs is not silence for
-    minutes).
+    check. ``on_progress`` hears when a check starts, and every ``PROGRESS_EVERY_S`` while it
+    waits for the server (a server that hangs is not silence for minutes).
 
     Raises:
         EndpointError: the server stopped answering (what finished is kept for ``--resume``).
@@ -789,8 +789,7 @@ def run_smoke(
                 started = time.monotonic()
                 on_progress(f"{name}: running")
                 try:
-                    every_s = progress_every_s or PROGRESS_EVERY_S
-                    with _Waiting(name, timeout_s, every_s, on_progress):
+                    with _Waiting(name, timeout_s, PROGRESS_EVERY_S, on_progress):
                         result = runners[name](server)
                 except EndpointError as exc:  # a refusal or a broken answer is the verdict
                     result = CheckResult(
