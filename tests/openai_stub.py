@@ -6,23 +6,31 @@ keeps the ``Authorization`` header of every request, so a test can see what cred
 and the body of every chat completion, so it can see what was asked.
 It is a real socket (the bench sends through aiohttp, eval through httpx).
 
+``answers`` replaces what a route answers (``"POST /tokenize"``, ``"POST /v1/chat/completions"``)
+with a status and a body, or a function of the request's ``Authorization`` header giving them
+(a server that quotes the key in its error), or ``HANG`` (it never answers).
+
 Usage:
     with openai_stub() as stub:
         main(["eval", "gpqa", "--url", stub.url, ...])
         stub.authorizations  # ["Basic dXNlcjpwYXNz", ...]
+    with openai_stub({"POST /v1/chat/completions": (200, b"[1, 2]")}) as stub: ...
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 MODEL = "tiny-deepseek"
+HANG = "hang"
+"""An answer that never comes: the stub holds the request until the server stops."""
+Answer = tuple[int, bytes] | Callable[[str], tuple[int, bytes]] | str
 STREAM = (Path(__file__).parent / "fixtures" / "bench" / "sse_chat_ok.txt").read_bytes()
 ANSWER = {
     "id": "chatcmpl-stub",
@@ -51,9 +59,11 @@ class Stub:
 
 
 @contextmanager
-def openai_stub() -> Iterator[Stub]:
+def openai_stub(answers: dict[str, Answer] | None = None) -> Iterator[Stub]:
     """Serve until the block ends."""
     stub = Stub(port=0)
+    answers = answers or {}
+    stopping = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -69,7 +79,23 @@ def openai_stub() -> Iterator[Stub]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _answered(self, method: str) -> bool:
+            """Answer from ``answers`` when it names this route."""
+            answer = answers.get(f"{method} {self.path}")
+            if answer is None:
+                return False
+            if answer == HANG:
+                stopping.wait(60)
+                return True
+            status, body = (
+                answer(self.headers.get("Authorization", "")) if callable(answer) else answer
+            )
+            self._send(status, body)  # type: ignore[arg-type]
+            return True
+
         def do_GET(self) -> None:
+            if self._answered("GET"):
+                return
             if self.path == "/v1/models":
                 models = {
                     "object": "list",
@@ -83,6 +109,8 @@ def openai_stub() -> Iterator[Stub]:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            if self._answered("POST"):
+                return
             if self.path != "/v1/chat/completions":
                 self._send(404, b'{"error": "not found"}')
                 return
@@ -99,5 +127,6 @@ def openai_stub() -> Iterator[Stub]:
     try:
         yield stub
     finally:
+        stopping.set()
         server.shutdown()
         server.server_close()

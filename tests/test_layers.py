@@ -10,6 +10,8 @@ The layers, bottom to top (a module may import its own layer and the layers belo
                 hf_cache, version              the Hugging Face cache layout; tandem's version;
                 jsonfiles,                     reading saved JSON/JSONL files, one error edge;
                 built_models                   the models tandem builds and the command for each
+                jsonfiles                      reading saved JSON/JSONL files, one error edge;
+                screen                         the one printing path (redacted, escaped)
     spec        spec/, recipes/                the user's input: models, loading, built-ins
     core        rankplan, caches, plan/,       the Deployment's pure functions (and the check
                 render/, check/                rules)
@@ -64,6 +66,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.version",
             "tandem.jsonfiles",
             "tandem.built_models",
+            "tandem.screen",
         ),
     ),
     ("spec", ("tandem.spec", "tandem.recipes")),

@@ -8,20 +8,30 @@ tandem owns three kinds of thing, and touches nothing else (``docs/ownership.md`
   path (symlinks too) and refuses one that is not strictly below its root; ``remove_tree`` and
   ``remove_file`` call it first, so no caller can forget it.
 - **output folders and files it was told to create**: a folder tandem creates carries the mark
-  ``OUTPUT_MARK``; tandem writes into a new or empty folder or a marked one, and never replaces
-  a file it was not told to replace (``output_folder``, ``output_file``; ``force`` is the user's
-  explicit word).
+  ``OUTPUT_MARK``, which names the run it holds (the command and the options that identify the
+  run, ``RunMark``); tandem writes into a new or empty folder, or one whose mark is the same
+  run's (``claim_output``: continued with ``--resume``), and never replaces a file it was not
+  told to replace (``output_folder``, ``output_file``; ``force`` is the user's explicit word).
 - **processes of its own launches**: those carrying the launch id of the deployment's state, on
   the boot that launched them (``tandem.backends.processes``), never a pid alone.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
-from tandem.errors import NotOwned, SpecError
+from pydantic import BaseModel, ValidationError
+
+from tandem import files
+from tandem.errors import NotOwned, Problem, SpecError
+from tandem.redact import Redactor
+from tandem.screen import shown
 
 NAME_RULE = re.compile(r"[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?")
 """A deployment name: a DNS label of at most 40 characters. It names folders, processes and
@@ -30,14 +40,15 @@ NAME_HINT = (
     "lower case letters, digits and dashes, at most 40 characters, starting and ending alphanumeric"
 )
 OUTPUT_MARK = ".tandem-output"
-"""The file that marks a folder as one tandem created for its output."""
+"""The file that marks a folder as one tandem created for its output: a ``RunMark`` (an empty
+file, written before marks named their run, marks a folder of some earlier tandem run)."""
 
 
 def name_problem(name: str) -> str | None:
     """What is wrong with ``name`` as a deployment name, or None when it is one."""
     if NAME_RULE.fullmatch(name):
         return None
-    return f"'{name}' is not a deployment name: it must be {NAME_HINT}"
+    return f"'{shown(name, 60)}' is not a deployment name: it must be {NAME_HINT}"
 
 
 def check_name(name: str, *, field: str = "name") -> str:
@@ -121,34 +132,169 @@ def remove_file(path: Path, *, root: Path) -> bool:
 def output_folder(path: Path, *, force: bool = False, option: str = "--out") -> Path:
     """``path`` as a folder tandem may write its output into, created (with the mark) if new.
 
-    A folder may be written into when tandem creates it now, when it is empty, or when it holds
-    the mark of an earlier tandem run (a resumed run, a report written again); with ``force``,
-    whatever it holds.
+    For output that is no run of its own (an upgrade's gate folders); a command's run claims
+    its folder with ``claim_output``, which also refuses another run's folder. A folder may be
+    written into when tandem creates it now, when it is empty, or when it holds the mark of an
+    earlier tandem run; with ``force``, whatever it holds.
 
     Raises:
         SpecError: it is a file, a parent is a file, it cannot be created, or it holds files
             tandem did not write.
     """
     check_output_folder(path, force=force, option=option)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        (path / OUTPUT_MARK).touch()
-    except OSError as exc:
-        raise SpecError(
-            f"cannot create {path}: {exc.strerror or exc}",
-            field=option,
-            hint="name a folder whose parents are folders you can write",
-        ) from exc
-    return path
+    return _make(path, None, option)
 
 
 def check_output_folder(path: Path, *, force: bool = False, option: str = "--out") -> Path:
-    """``output_folder``'s refusals without creating anything: for a command that checks its
-    other input first and creates the folder when it writes its first result.
+    """``output_folder``'s refusals without creating anything.
 
     Raises:
         SpecError: as ``output_folder``, except for a folder that cannot be created.
     """
+    _check_place(path, option)
+    if path.is_dir() and not force and not (path / OUTPUT_MARK).exists():
+        _refuse_foreign(path, _entries(path), option)
+    return path
+
+
+class RunMark(BaseModel):
+    """What ``OUTPUT_MARK`` says: the command whose run the folder holds, and the options that
+    identify that run (a bench run's workload and endpoint, a smoke run's server and model)."""
+
+    schema_version: int = 1
+    command: str
+    run: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """A command that writes a run into an ``--out`` folder.
+
+    ``resume_flag``: the flag that continues an earlier run of the same options (None: the
+    command continues it by itself, as ``watch run`` does, or writes it again, as ``render``).
+    ``is_own``: whether a folder without a run mark holds this command's files (a folder
+    written before marks named their run, accepted on ``--resume``).
+    """
+
+    command: str
+    noun: str
+    resume_flag: str | None = "--resume"
+    is_own: Callable[[Path], bool] = lambda folder: False
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A folder a run may write into, checked and not yet created (``make`` creates it).
+
+    ``continues``: it holds an earlier run of the same command and options, which the run
+    continues (``--resume``), or writes again.
+    """
+
+    path: Path
+    mark: RunMark
+    continues: bool
+    option: str = "--out"
+
+    def make(self) -> Path:
+        """Create the folder (and its parents) and write its mark; returns the path.
+
+        Raises:
+            SpecError: it cannot be created.
+        """
+        return _make(self.path, self.mark, self.option)
+
+
+def claim_output(
+    path: Path,
+    kind: RunKind,
+    run: dict[str, Any],
+    *,
+    resume: bool = False,
+    force: bool = False,
+    option: str = "--out",
+    flag_of: Callable[[str], str] = lambda name: name,
+) -> Claim:
+    """``path`` as the folder of one run of ``kind`` identified by ``run`` (its options), checked
+    before anything is created or sent.
+
+    Accepted: a new folder; an empty one (or one holding only a mark); one whose mark names
+    the same command and options, with ``resume`` (or for a kind without a resume flag); with
+    ``resume``, one an earlier tandem wrote without a mark whose files are ``kind``'s own; with
+    ``force``, anything. ``flag_of`` names an option in a message (``concurrency`` ->
+    ``--concurrency``).
+
+    Raises:
+        SpecError: it is a file or under one; it holds another command's run, a run of other
+            options, the same run without ``resume``, or files tandem did not write. The
+            message names the folder, what it holds and the fix.
+    """
+    _check_place(path, option)
+    mark = RunMark(command=kind.command, run=_as_written(run))
+    found = _entries(path) if path.is_dir() else []
+    if not found or force:
+        return Claim(path, mark, continues=bool(found) and resume, option=option)
+    earlier = _read_mark(path)
+    if earlier is None or not earlier.command:
+        if not kind.is_own(path):
+            if earlier is None:
+                _refuse_foreign(path, found, option)
+            raise SpecError(
+                f"{path} holds the files of another tandem run ({_listed(found)})",
+                field=option,
+                hint=f"name a new folder for {option}, or pass --force to write into this one",
+            )
+    elif earlier.command != kind.command:
+        raise SpecError(
+            f"{path} holds a run of `tandem {earlier.command}` ({_brief(earlier.run)}); "
+            f"{kind.noun} goes into a folder of its own",
+            field=option,
+            hint=f"name a new folder for {option}, or pass --force to write into this one",
+        )
+    elif earlier.run != mark.run:
+        _refuse_other_options(path, kind, earlier.run, mark.run, option, flag_of)
+    if kind.resume_flag and not resume:
+        said = (
+            _brief(earlier.run)
+            if earlier is not None and earlier.command
+            else "written by an earlier tandem, which recorded no options"
+        )
+        raise SpecError(
+            f"{path} holds an earlier run of `tandem {kind.command}` ({said})",
+            field=option,
+            hint=f"pass {kind.resume_flag} to continue it, or name a new folder for {option}",
+        )
+    return Claim(path, mark, continues=True, option=option)
+
+
+def _refuse_other_options(
+    path: Path,
+    kind: RunKind,
+    theirs: dict[str, Any],
+    ours: dict[str, Any],
+    option: str,
+    flag_of: Callable[[str], str],
+) -> None:
+    changed = sorted(name for name in set(theirs) | set(ours) if theirs.get(name) != ours.get(name))
+    again = (
+        f"repeat the first command's options with {kind.resume_flag} to continue it, "
+        if kind.resume_flag
+        else ""
+    )
+    raise SpecError(
+        f"{path} holds a run of `tandem {kind.command}` with other options",
+        field=option,
+        problems=[
+            Problem(
+                flag_of(name),
+                f"the run there has {_value(theirs.get(name))}, this one {_value(ours.get(name))}",
+            )
+            for name in changed
+        ],
+        hint=again + f"name a new folder for {option}, or pass --force to write into this one",
+    )
+
+
+def _check_place(path: Path, option: str) -> None:
     blocker = next((p for p in (path, *path.parents) if p.exists()), None)
     if blocker is not None and blocker != path and not blocker.is_dir():
         raise SpecError(
@@ -160,16 +306,69 @@ def check_output_folder(path: Path, *, force: bool = False, option: str = "--out
         raise SpecError(
             f"{path} is a file, not a folder", field=option, hint="name a folder that is new"
         )
-    if path.is_dir() and not force and not (path / OUTPUT_MARK).exists():
-        found = sorted(p.name for p in path.iterdir())
-        if found:
-            shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-            raise SpecError(
-                f"{path} holds files tandem did not write ({shown})",
-                field=option,
-                hint=f"name a new folder for {option} (tandem creates it), or pass --force to "
-                "write into this one",
-            )
+
+
+def _entries(path: Path) -> list[str]:
+    """What ``path`` holds besides its mark, by name."""
+    return sorted(p.name for p in path.iterdir() if p.name != OUTPUT_MARK)
+
+
+def _refuse_foreign(path: Path, found: list[str], option: str) -> None:
+    if found:
+        raise SpecError(
+            f"{path} holds files tandem did not write ({_listed(found)})",
+            field=option,
+            hint=f"name a new folder for {option} (tandem creates it), or pass --force to "
+            "write into this one",
+        )
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _read_mark(path: Path) -> RunMark | None:
+    """The folder's mark; one without a command when it names no run (an earlier tandem's
+    empty mark, or one that cannot be read); None when there is none."""
+    mark = path / OUTPUT_MARK
+    if not mark.is_file():
+        return None
+    try:
+        return RunMark.model_validate_json(mark.read_bytes())
+    except (OSError, ValidationError):
+        return RunMark(command="", run={})
+
+
+def _as_written(run: dict[str, Any]) -> dict[str, Any]:
+    """``run`` as its mark holds it: plain JSON, redacted as every file is, so a run compares
+    equal to the mark it wrote."""
+    written = Redactor.for_caller().data(json.loads(json.dumps(run, default=str)), names=False)
+    return written if isinstance(written, dict) else {}
+
+
+def _value(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else f"{text[:57]}... ({len(text)} characters)"
+
+
+def _brief(run: dict[str, Any]) -> str:
+    shown = [f"{k} {_value(v)}" for k, v in run.items() if v not in (None, [], {}, "")][:3]
+    return ", ".join(shown) or "no options recorded"
+
+
+def _make(path: Path, mark: RunMark | None, option: str) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if mark is None:
+            (path / OUTPUT_MARK).touch()
+        else:
+            files.write_json(path / OUTPUT_MARK, mark)
+    except OSError as exc:
+        raise SpecError(
+            f"cannot create {path}: {exc.strerror or exc}",
+            field=option,
+            hint="name a folder whose parents are folders you can write",
+        ) from exc
     return path
 
 

@@ -1,7 +1,7 @@
 """Keeping secrets out of logs, rendered commands, state files and support bundles.
 
 This is the one redaction path of tandem: every text or structure that leaves the process
-goes through it: what is printed (``render``, ``up --dry-run``, error messages) and every file
+goes through it: every line printed, which ``tandem.screen`` passes through it, and every file
 written, which ``tandem.files`` passes through it (``state.json``, watch samples, bench and eval
 results, log copies, ``logs --bundle``).
 
@@ -16,8 +16,9 @@ A secret is recognised three ways:
   assignment in a command (``env HF_TOKEN=X vllm serve``) and the password of a URL
   (``http://user:X@host``; a userinfo that is a token alone, ``https://X@host``, too);
 - by **the caller's values**: whatever the caller's own environment holds under a secret name
-  (its ``VLLM_API_KEY``, ``HF_TOKEN``), wherever that value shows up in a text, e.g. in a rank's
-  log.
+  (its ``VLLM_API_KEY``, ``HF_TOKEN``) or gave on the command line (``--api-key``,
+  ``remember_secret``), wherever that value shows up in a text, e.g. in a rank's log or a
+  server's error body.
 
 Secret values are replaced by ``REDACTED``; everything else is kept, because a support bundle
 without the real environment is useless.
@@ -84,10 +85,30 @@ def looks_like_secret_value(value: str) -> bool:
     return bool(_SECRET_VALUE.search(value) or re.search(r"\bBearer\s+\S", value, re.I))
 
 
+_GIVEN: set[str] = set()
+"""Secret values the caller gave this process other than in its environment (``--api-key``)."""
+
+
+def remember_secret(value: str | None) -> str | None:
+    """Count ``value`` among the caller's secrets from now on (a key given as ``--api-key``),
+    so every redactor of this process hides it; returns it."""
+    if value and len(value) >= MIN_SECRET_CHARS:
+        _GIVEN.add(value)
+    return value
+
+
+def forget_secrets() -> None:
+    """Forget what ``remember_secret`` was told (a new command of a process that runs several,
+    as the tests do)."""
+    _GIVEN.clear()
+
+
 def caller_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The values the caller's environment holds under secret names (``VLLM_API_KEY``...)."""
+    """The values the caller's environment holds under secret names (``VLLM_API_KEY``...),
+    and those it gave on the command line (``remember_secret``)."""
     environ = os.environ if environ is None else environ
-    return [v for k, v in environ.items() if is_secret(k) and len(v) >= MIN_SECRET_CHARS]
+    named = [v for k, v in environ.items() if is_secret(k) and len(v) >= MIN_SECRET_CHARS]
+    return named + sorted(_GIVEN)
 
 
 class Redactor:

@@ -83,7 +83,9 @@ def test_a_resumed_run_keeps_what_finished_and_runs_the_rest(tmp_path):
     kept = CheckResult(check="template", outcome=Outcome.FAIL, summary="doubled BOS")
     (tmp_path / smoke.RESULTS_FILE).write_text(kept.model_dump_json() + "\n" + '{"check": "to')
     report = smoke.run_smoke(
-        unreachable(), tmp_path, checks=["template", "tools", "reasoning"], resume=True
+        unreachable(),
+        tmp_path,
+        smoke.SmokeRun(checks=["template", "tools", "reasoning"], resume=True),
     )
     assert [c.check for c in report.checks] == ["template", "tools", "reasoning"]
     assert not report.ok  # the kept failure still counts
@@ -123,14 +125,14 @@ def test_a_needle_beyond_the_context_fails_before_any_request():
 
 
 def test_a_server_that_breaks_a_check_fails_that_check_and_the_run_goes_on(tmp_path):
-    report = smoke.run_smoke(unreachable(), tmp_path, checks=["template", "tools"])
+    report = smoke.run_smoke(unreachable(), tmp_path, smoke.SmokeRun(checks=["template", "tools"]))
     assert [c.outcome for c in report.checks] == [Outcome.FAIL, Outcome.NOT_APPLICABLE]
     assert "did not answer" in report.checks[0].summary
 
 
 def test_the_gates_run_ends_at_the_first_failed_check(tmp_path):
     report = smoke.run_smoke(
-        unreachable(), tmp_path, checks=["template", "tools"], first_failure=True
+        unreachable(), tmp_path, smoke.SmokeRun(checks=["template", "tools"], first_failure=True)
     )
     assert [(c.check, c.outcome) for c in report.checks] == [("template", Outcome.FAIL)]
 

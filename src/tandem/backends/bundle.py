@@ -9,8 +9,9 @@ Contents of ``NAME-bundle-TIMESTAMP.tar.gz``::
     versions.txt        tandem, Python and this machine; kernel, Python, vLLM or docker per node
     events.log          the supervisor's events, if one ran
     ranks/rankN.log     the last lines of every rank's log
-    ranks/rankN.env     every rank's environment and command
-                        (with replicas: ranks/gG/ for group G)
+    ranks/rankN.env     every rank's environment and command (ranks/UNPLANNED.txt instead
+                        when the saved recipe or cluster is too damaged to plan them; with
+                        replicas: ranks/gG/ for group G)
 
 Secret values (``HF_TOKEN``, API keys...) are replaced by ``REDACTED`` everywhere, through the
 one redaction path (``tandem.redact``): by name, by shape (``hf_...``, ``sk-...``, ``Bearer``
@@ -34,10 +35,10 @@ import yaml
 
 from tandem import ownership
 from tandem.backends.base import backend_for
-from tandem.backends.state import load_state
+from tandem.backends.state import GroupState, load_state
 from tandem.errors import TandemError
 from tandem.files import open_private
-from tandem.rankplan import plan_ranks
+from tandem.rankplan import RankPlan, plan_ranks
 from tandem.redact import Redactor, is_secret
 from tandem.version import TANDEM_VERSION
 
@@ -60,10 +61,9 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
         option="--bundle",
         force_flag=None,
     )
-    plans = {g.group: plan_ranks(g.deployment(lenient=True)) for g in state.groups}  # old too
-    redactor = Redactor.for_caller(
-        [v for plan in plans.values() for r in plan.ranks for k, v in r.env.items() if is_secret(k)]
-    )
+    plans = {g.group: _plan(g) for g in state.groups}  # an old state is bundled too
+    ranks = [r for plan, _ in plans.values() if plan is not None for r in plan.ranks]
+    redactor = Redactor.for_caller([v for r in ranks for k, v in r.env.items() if is_secret(k)])
 
     files: dict[str, str] = {}
     files["recipe.yaml"] = yaml.safe_dump(redactor.data(state.recipe), sort_keys=False)
@@ -86,7 +86,10 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
         files["events.log"] = events.read_text(errors="replace")
     for group in state.groups:
         folder = "ranks" if len(state.groups) == 1 else f"ranks/g{group.group}"
-        for rank in plans[group.group].ranks:
+        plan, unplanned = plans[group.group]
+        if unplanned:
+            files[f"{folder}/UNPLANNED.txt"] = unplanned
+        for rank in plan.ranks if plan is not None else []:
             env = redactor.env(rank.env)
             files[f"{folder}/rank{rank.rank}.env"] = (
                 "\n".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
@@ -113,3 +116,17 @@ def write_bundle(name: str | None = None, out: Path | None = None) -> Path:
             info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
             archive.addfile(info, io.BytesIO(data))
     return path
+
+
+def _plan(state: GroupState) -> tuple[RankPlan | None, str]:
+    """The ranks' plan (their env and command), or None and why: a bundle is made of exactly
+    the state that cannot be launched again, so a saved recipe or cluster with parts missing or
+    of another type (read as saved, ``GroupState.deployment(lenient=True)``) leaves the
+    ranks' files out and says so, and the rest is bundled."""
+    try:
+        return plan_ranks(state.deployment(lenient=True)), ""
+    except TandemError as exc:
+        reason = exc.message
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:  # a part read as saved
+        reason = f"the saved recipe or cluster lacks a part the plan reads ({exc})"
+    return None, f"no ranks/rankN.env: {reason}; see recipe.yaml and cluster.yaml\n"

@@ -205,12 +205,15 @@ class Pull:
     # --- the source -----------------------------------------------------------------------
 
     def source_of(
-        self, found: dict[str, NodeSnapshot], manifest: hf_cache.SnapshotManifest | None
+        self,
+        found: dict[str, NodeSnapshot],
+        manifest: hf_cache.SnapshotManifest | None,
+        prefer: str | None = None,
     ) -> str | None:
-        """The node to copy from: one that holds the whole commit, the leader first."""
-        order = [self.deployment.cluster.leader.name] + [
-            n for n in self.nodes if n != self.deployment.cluster.leader.name
-        ]
+        """The node to copy from: one that holds the whole commit, ``prefer`` (``--on``) first,
+        then the leader."""
+        first = prefer or self.deployment.cluster.leader.name
+        order = [first] + [n for n in self.nodes if n != first]
         for name in order:
             held = found[name]
             if not held.sound:
@@ -437,8 +440,10 @@ class Pull:
     ) -> PullReport:
         """Probe, pick or download the source, record the manifest, fan out, verify.
 
-        ``download=False`` (``tandem sync``) refuses when no node holds the commit;
-        ``dry_run`` stops after saying what would be copied (``PullReport.need``).
+        ``on``: the node that downloads when no node holds the commit, and the source when it
+        holds it (before the leader). ``download=False`` (``tandem sync``) refuses when no
+        node holds the commit; ``dry_run`` stops after saying what would be copied
+        (``PullReport.need``).
 
         Raises:
             BackendError: no node can be the source and the download failed (or was not
@@ -460,7 +465,7 @@ class Pull:
             )
         found = self.probe()
         manifest = snapshots.load_manifest(self.model.repo_id, self.model.revision)
-        source = self.source_of(found, manifest)
+        source = self.source_of(found, manifest, prefer=on)
         downloaded = False
         if source is None and not download:
             raise BackendError(

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from tandem.backends.openssh import OpenSSH, SSHTarget
 from tandem.backends.pull import Pull, PullReport
 from tandem.backends.runtimes import resolve_runtime
-from tandem.errors import BackendError
+from tandem.errors import BackendError, SpecError
 from tandem.render.docker import is_pinned
 from tandem.spec.cluster import Node, Runtime
 from tandem.spec.deployment import Deployment
@@ -203,17 +203,29 @@ def sync(
     deployment: Deployment,
     *,
     dry_run: bool = False,
+    on: str | None = None,
+    bwlimit: str | None = None,
     on_event: Callable[[str], None] = lambda text: None,
 ) -> SyncReport:
     """Probe, repair and verify every node's model snapshot and image.
 
+    ``on``: the node to copy from when it holds them (default: the leader, then any that does),
+    as ``model pull --on``; ``bwlimit``: rsync's cap on each node's copy of the snapshot.
+
     Raises:
         BackendError: nothing to copy from, a copy failed, or nodes still differ afterwards.
+        SpecError: ``on`` names no node of the cluster.
     """
     ssh = OpenSSH.for_cluster(deployment.cluster)
     nodes = _targets(deployment)
     docker = deployment.cluster.ssh.docker_command
-    leader = deployment.cluster.leader.name
+    if on is not None and on not in nodes:
+        raise SpecError(
+            f"--on {on}: the cluster has no such node",
+            field="--on",
+            hint=f"name one of {', '.join(nodes)}",
+        )
+    leader = on or deployment.cluster.leader.name
     image = deployment.recipe.engine.image
     images = probe_images(deployment, ssh)
     for held in images.values():
@@ -225,7 +237,9 @@ def sync(
             {a.target: (nodes[a.target][1], room_probe(docker)) for a in copies}, timeout_s=60
         )
         refuse_short_of_room(copies, images, {n: r.stdout for n, r in rooms.items()})
-    model = Pull(deployment, on_event=on_event).run(download=False, dry_run=dry_run)
+    model = Pull(deployment, bwlimit=bwlimit, on_event=on_event).run(
+        on=on, download=False, dry_run=dry_run
+    )
     actions = [
         SyncAction("copy-snapshot", node, model.source, f"{size:,} bytes missing or other")
         for node, size in model.need.items()

@@ -206,7 +206,7 @@ class BenchConfig(BaseModel):
             raise ValueError("every depth must be 0 or more tokens")
         if len(set(values)) != len(values):
             raise ValueError("a depth is given twice")
-        return values
+        return sorted(values)  # a sweep: its table and plots read shallow to deep
 
     @field_validator("rates_rps")
     @classmethod

@@ -58,6 +58,7 @@ from tandem.bench.workload import LoadPoint, arrival_offsets_s, plan_load_points
 from tandem.endpoint import AsyncEndpoint, pick_model
 from tandem.errors import Problem, SpecError
 from tandem.jsonfiles import JsonLines, read_jsonl
+from tandem.ownership import RunKind
 from tandem.redact import Redactor, public_url
 from tandem.version import TANDEM_VERSION
 from tandem.vllm_metrics import MetricsSnapshot
@@ -65,6 +66,12 @@ from tandem.vllm_metrics import MetricsSnapshot
 SCHEMA_VERSION = 1
 REQUESTS_FILE = "requests.jsonl"
 SUMMARY_FILE = "summary.json"
+RUN = RunKind(
+    "bench run",
+    "a bench run",
+    is_own=lambda folder: (folder / SUMMARY_FILE).is_file() or (folder / REQUESTS_FILE).is_file(),
+)
+"""A bench run's ``--out`` folder (``tandem.ownership``): identified by its ``BenchConfig``."""
 
 
 class ServerInfo(BaseModel):

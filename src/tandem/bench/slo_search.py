@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,9 +37,16 @@ from tandem import files
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import BenchResult, run
 from tandem.bench.metrics import LatencyStats, Slo
-from tandem.errors import SpecError
+from tandem.errors import Problem, SpecError
+from tandem.ownership import RunKind
 
 SEARCH_FILE = "slo.json"
+RUN = RunKind(
+    "bench run --search-slo",
+    "an SLO search",
+    is_own=lambda folder: (folder / SEARCH_FILE).is_file(),
+)
+"""An SLO search's ``--out`` folder: identified by its workload and objectives (``identity``)."""
 KNEE_FRACTION = 0.9
 """The knee: the first concurrency reaching this fraction of the best output tok/s."""
 
@@ -174,6 +182,62 @@ def load_search(out_dir: Path) -> SloSearch | None:
     return SloSearch.model_validate_json(path.read_text()) if path.exists() else None
 
 
+def check_objectives(wanted: SloSearch) -> SloSearch:
+    """``wanted`` when a search can be run for it (before its folder is made).
+
+    Raises:
+        SpecError: no objective, or a percentile the bench does not report.
+    """
+    if wanted.ttft_s is None and wanted.tpot_s is None:
+        raise SpecError(
+            "an SLO search needs an objective",
+            field="--search-slo",
+            hint="give --slo-ttft-ms or --slo-tpot-ms (or both)",
+        )
+    if wanted.percentile not in (50, 90, 95, 99):
+        raise SpecError(
+            f"percentile {wanted.percentile} is not reported",
+            field="--slo-percentile",
+            hint="use 50, 90, 95 or 99",
+        )
+    return wanted
+
+
+def search_conflicts(config: BenchConfig, given: set[str]) -> list[Problem]:
+    """Options of the run (``given``: those the user set) that a search would drop without a
+    word: it draws each probe's concurrency itself and judges one point of one round."""
+    dropped = {
+        "concurrency": (
+            "concurrency" in given,
+            "the search chooses each probe's concurrency (doubling from 1, then bisecting)",
+        ),
+        "rates_rps": (bool(config.rates_rps), "the search measures concurrency, not rates"),
+        "long_context": (config.long_context, "a probe is one concurrency point"),
+        "rounds": (config.rounds > 1, "a probe is judged on one round"),
+        "depths": (bool(config.depths), "a probe is judged at one depth"),
+    }
+    return [
+        Problem(name, f"{why}, so it would be dropped", "drop it, or --search-slo")
+        for name, (dropped_here, why) in dropped.items()
+        if dropped_here
+    ]
+
+
+def search_identity(config: BenchConfig, wanted: SloSearch) -> dict[str, Any]:
+    """What identifies a search (its run mark): the workload and the objectives, named by
+    their options; not the ladder, which the search draws itself."""
+    workload = config.model_dump(
+        mode="json", exclude={"concurrency", "rates_rps", "long_context", "slo"}
+    )
+    return workload | {
+        "slo_ttft_ms": wanted.ttft_s and wanted.ttft_s * 1000,
+        "slo_tpot_ms": wanted.tpot_s and wanted.tpot_s * 1000,
+        "slo_percentile": wanted.percentile,
+        "search_ceiling": wanted.ceiling,
+        "search_tolerance": wanted.tolerance,
+    }
+
+
 def slo_search(
     config: BenchConfig,
     out_dir: Path,
@@ -193,17 +257,8 @@ def slo_search(
         SpecError: no objective, an unknown percentile, ``out_dir`` holds a search and resume
             was not asked for, or a resumed search asked for other objectives than the saved one.
     """
-    ttft_s, tpot_s, percentile = wanted.ttft_s, wanted.tpot_s, wanted.percentile
-    if ttft_s is None and tpot_s is None:
-        raise SpecError(
-            "an SLO search needs an objective", field="slo", hint="give --ttft-ms or --tpot-ms"
-        )
-    if percentile not in (50, 90, 95, 99):
-        raise SpecError(
-            f"percentile {percentile} is not reported",
-            field="percentile",
-            hint="use 50, 90, 95 or 99",
-        )
+    check_objectives(wanted)
+    ttft_s, tpot_s = wanted.ttft_s, wanted.tpot_s
     wanted = wanted.model_copy(update={"probes": [], "finished": False})
     if not resume and (out_dir / SEARCH_FILE).exists():
         raise SpecError(

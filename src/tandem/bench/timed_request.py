@@ -27,7 +27,8 @@ import httpx
 from tandem import wire
 from tandem.bench.aiohttp_transport import ARRIVED_AT
 from tandem.bench.records import ErrorCategory, RequestRecord
-from tandem.endpoint import reasoning_of
+from tandem.endpoint import Detokenized, Tokens, answer_of, chunk_problem, reasoning_of
+from tandem.errors import EndpointError
 
 Clock = Callable[[], float]
 """Seconds from an arbitrary origin, monotonic; ``time.perf_counter`` unless a test injects one."""
@@ -299,6 +300,11 @@ class StreamAccumulator:
             return
         if not isinstance(chunk, dict):
             return
+        problem = chunk_problem(chunk)
+        if problem is not None:
+            if self.error is None:
+                self.error = (ErrorCategory.PROTOCOL, f"not a chunk ({problem})")
+            return
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         choices = chunk.get("choices")
@@ -494,8 +500,8 @@ async def tokenize(
         )
         if response.status_code != 200:
             return None
-        return list(response.json()["tokens"])
-    except (httpx.HTTPError, ValueError, KeyError):
+        return answer_of(Tokens, response, f"POST {wire.TOKENIZE_PATH}").tokens
+    except (httpx.HTTPError, EndpointError):
         return None
 
 
@@ -514,8 +520,8 @@ async def count_tokens(
         response = await client.post(base_url + wire.TOKENIZE_PATH, timeout=30, json=body)
         if response.status_code != 200:
             return None
-        return int(response.json()["count"])
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return answer_of(Tokens, response, f"POST {wire.TOKENIZE_PATH}").count
+    except (httpx.HTTPError, EndpointError):
         return None
 
 
@@ -529,8 +535,8 @@ async def detokenize(
         )
         if response.status_code != 200:
             return None
-        return str(response.json()["prompt"])
-    except (httpx.HTTPError, ValueError, KeyError):
+        return answer_of(Detokenized, response, f"POST {wire.DETOKENIZE_PATH}").prompt
+    except (httpx.HTTPError, EndpointError):
         return None
 
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import logging
 from enum import IntEnum
 
 import click
 
+from tandem import screen
 from tandem.errors import CheckFailed, TandemError
 from tandem.interrupts import Interrupted, raise_on_termination
-from tandem.redact import redact_text
+from tandem.redact import forget_secrets
 from tandem.version import DISTRIBUTION, TANDEM_VERSION
 
 EPILOG = """\b
@@ -143,30 +145,42 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI and turn tandem's errors into messages and exit codes."""
+    """Run the CLI and turn tandem's errors into messages and exit codes. Every line goes
+    through ``tandem.screen`` (redacted, control characters escaped), the log's too."""
     raise_on_termination()
+    forget_secrets()  # an earlier command's --api-key (the tests run many in one process)
+    _log_through_screen()
     try:
         code = cli.main(args=argv, prog_name="tandem", standalone_mode=False)
         if isinstance(code, int) and code:  # a command's own exit status (`status`)
             return code
     except CheckFailed as exc:
-        click.echo(f"error: {redact_text(str(exc))}", err=True)
+        screen.echo(f"error: {exc}", err=True)
         return ExitCode.CHECK_FAILED
     except TandemError as exc:
-        click.echo(f"error: {redact_text(str(exc))}", err=True)
+        screen.echo(f"error: {exc}", err=True)
         return ExitCode.USER_ERROR
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.NoArgsIsHelpError as exc:  # `tandem` alone: its help, no error
-        click.echo(exc.ctx.get_help() if exc.ctx else "")
+        screen.echo(exc.ctx.get_help() if exc.ctx else "")
         return ExitCode.SUCCESS
     except click.ClickException as exc:
-        exc.show()
+        exc.show(file=screen.err_stream)
         return ExitCode.USER_ERROR
     except Interrupted as exc:
-        click.echo(f"interrupted ({exc})", err=True)
+        screen.echo(f"interrupted ({exc})", err=True)
         return 128 + exc.signum
     except (KeyboardInterrupt, click.exceptions.Abort):
-        click.echo("interrupted", err=True)
+        screen.echo("interrupted", err=True)
         return ExitCode.INTERRUPTED
     return ExitCode.SUCCESS
+
+
+def _log_through_screen() -> None:
+    """tandem's loggers print through ``tandem.screen`` (once: ``main`` may run again)."""
+    logger = logging.getLogger("tandem")
+    if not any(getattr(h, "tandem_screen", False) for h in logger.handlers):
+        handler = screen.log_handler()
+        handler.tandem_screen = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)

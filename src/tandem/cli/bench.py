@@ -23,7 +23,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from tandem import files, ownership
+from tandem import files, ownership, screen
 from tandem.backends.state import load_state
 from tandem.bench.compare import compare, load_summary
 from tandem.bench.config import BenchConfig
@@ -34,8 +34,16 @@ from tandem.bench.load_generator import (
     read_records,
     run,
 )
+from tandem.bench.load_generator import RUN as BENCH_RUN
 from tandem.bench.metrics import Slo
-from tandem.bench.slo_search import SloSearch, slo_search
+from tandem.bench.slo_search import RUN as SLO_RUN
+from tandem.bench.slo_search import (
+    SloSearch,
+    check_objectives,
+    search_conflicts,
+    search_identity,
+    slo_search,
+)
 from tandem.cli.layout import SectionedCommand, WholeSummaryGroup
 from tandem.cli.options import (
     POSITIVE,
@@ -43,6 +51,7 @@ from tandem.cli.options import (
     api_key_option,
     field_option,
     force_option,
+    given,
     json_object,
     model_option,
     option_of,
@@ -320,7 +329,7 @@ def run_command(
             field="concurrency",
             hint="give --concurrency, --rates or --long-context",
         )
-    console = Console(stderr=True)
+    console = screen.console(stderr=True)
     if resume and out_dir is None:
         raise SpecError("--resume needs the --out of the run to continue", field="--resume")
     if watch and (out_dir is None or not deployment):
@@ -329,9 +338,6 @@ def run_command(
             field="--watch",
         )
     if search_slo:
-        if out_dir is None:
-            raise SpecError("--search-slo needs --out (each probe is saved there)", field="--out")
-        folder = ownership.output_folder(Path(out_dir), force=force)
         wanted = SloSearch(
             ttft_s=slo.ttft_s,
             tpot_s=slo.tpot_s,
@@ -339,20 +345,10 @@ def run_command(
             ceiling=search_ceiling,
             tolerance=search_tolerance,
         )
-        search = slo_search(
-            config,
-            folder,
-            wanted,
-            resume=resume,
-            on_probe=lambda p: console.print(
-                f"concurrency {p.concurrency}: {'held' if p.passed else 'did not hold'}"
-            ),
-        )
-        show(slo_table(search))
-        files.write_text(folder / SLO_REPORT_FILE, slo_markdown(search))
-        console.print(f"{slo_verdict(search)}\nwrote {folder / SLO_REPORT_FILE}")
+        _search(config, wanted, out_dir, set(given(click.get_current_context(), fields)),
+                resume=resume, force=force)  # fmt: skip
         return
-    out = ownership.output_folder(Path(out_dir), force=force) if out_dir else None
+    out = _claimed(out_dir, BENCH_RUN, config.model_dump(mode="json"), resume, force)
     with BackgroundWatch(deployment, out / WATCH_DIR) if watch and out else nullcontext():
         if quiet:
             result = run(config, out, resume=resume)
@@ -378,7 +374,7 @@ def _write_run(
     written = write_reports(result, out, plots=plots)
     if watch:
         written += report_folder(out / WATCH_DIR, plots=plots)[1]
-    Console(stderr=True).print(
+    screen.console(stderr=True).print(
         f"wrote {out / REQUESTS_FILE}, {out / 'summary.json'}, "
         + ", ".join(str(p) for p in written)
     )
@@ -398,6 +394,67 @@ def _headline(result: BenchResult) -> str:
         + (f", {p.metrics.failed} failed" if p.metrics.failed else "")
         for p in result.points
     )
+
+
+def _search(
+    config: BenchConfig,
+    wanted: SloSearch,
+    out_dir: str | None,
+    given_fields: set[str],
+    *,
+    resume: bool,
+    force: bool,
+) -> None:
+    """``--search-slo``: its options checked, its folder claimed, the search run and shown."""
+    if out_dir is None:
+        raise SpecError("--search-slo needs --out (each probe is saved there)", field="--out")
+    dropped = search_conflicts(config, given_fields)
+    if dropped:
+        raise SpecError(
+            f"{len(dropped)} bench option(s) that --search-slo would drop",
+            problems=[replace(p, field=option_of(BenchConfig, p.field)) for p in dropped],
+        )
+    check_objectives(wanted)
+    folder = ownership.claim_output(
+        Path(out_dir),
+        SLO_RUN,
+        search_identity(config, wanted),
+        resume=resume,
+        force=force,
+        flag_of=_flag_of,
+    ).make()
+    console = screen.console(stderr=True)
+    search = slo_search(
+        config,
+        folder,
+        wanted,
+        resume=resume,
+        on_probe=lambda p: console.print(
+            f"concurrency {p.concurrency}: {'held' if p.passed else 'did not hold'}"
+        ),
+    )
+    show(slo_table(search))
+    files.write_text(folder / SLO_REPORT_FILE, slo_markdown(search))
+    console.print(f"{slo_verdict(search)}\nwrote {folder / SLO_REPORT_FILE}")
+
+
+def _claimed(
+    out_dir: str | None, kind: ownership.RunKind, run: dict[str, Any], resume: bool, force: bool
+) -> Path | None:
+    """``--out`` claimed for the run ``run`` of ``kind`` (``tandem.ownership``) and created."""
+    if out_dir is None:
+        return None
+    return ownership.claim_output(
+        Path(out_dir), kind, run, resume=resume, force=force, flag_of=_flag_of
+    ).make()
+
+
+def _flag_of(name: str) -> str:
+    """The option of a part of a run's identity, for a message: a ``BenchConfig`` field's, or
+    the name as an option (``search_identity`` names the search's parts by their options)."""
+    if name in BenchConfig.model_fields:
+        return option_of(BenchConfig, name)
+    return "--" + name.replace("_", "-")
 
 
 def _seconds(ms: float | None) -> float | None:
@@ -483,17 +540,17 @@ def compare_command(
     """
     comparison = compare(load_summary(a), load_summary(b), a, b, confidence=confidence)
     if comparison.settings_differ:
-        click.echo(f"warning: {settings_warning(comparison)}", err=True)
+        screen.echo(f"warning: {settings_warning(comparison)}", err=True)
     if as_markdown:
-        click.echo(comparison_markdown(comparison), nl=False)
+        screen.echo(comparison_markdown(comparison), nl=False)
     else:
         show(comparison_table(comparison))
         if comparison.only_in_a or comparison.only_in_b:
-            click.echo(
+            screen.echo(
                 f"only in A: {', '.join(comparison.only_in_a) or 'none'}; "
                 f"only in B: {', '.join(comparison.only_in_b) or 'none'}"
             )
-        click.echo(f"verdict: {verdict_text(comparison)}")
+        screen.echo(f"verdict: {verdict_text(comparison)}")
     worse = comparison.verdict().worse
     if fail_if_worse and worse:
         raise CheckFailed(
@@ -533,7 +590,7 @@ def write_reports(result: BenchResult, out: Path, *, plots: bool) -> list[Path]:
     if plots and (out / REQUESTS_FILE).exists():
         read = read_records(out / REQUESTS_FILE)
         if read.damaged:
-            click.echo(f"warning: {out / REQUESTS_FILE}: {read.skipped_note}", err=True)
+            screen.echo(f"warning: {out / REQUESTS_FILE}: {read.skipped_note}", err=True)
         drawn = write_plots(result, read.records, out)
     files.write_text(out / HTML_FILE, html_report(result, drawn))
     files.write_text(out / CSV_FILE, points_csv(result))

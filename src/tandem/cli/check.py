@@ -7,11 +7,10 @@ import os
 import re
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tandem import wire
+from tandem import screen, wire
 from tandem.check import CheckReport, Severity
 from tandem.check.fabric import DEFAULT_PORT
 from tandem.check.rules.network import open_api_finding
@@ -20,7 +19,7 @@ from tandem.errors import CheckFailed
 from tandem.operations.preflight import run_check
 from tandem.report.terminal import show
 
-console = Console(highlight=False)
+console = screen.console(highlight=False)
 logger = logging.getLogger("tandem.check")
 _COLOUR = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 _SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB)?", re.IGNORECASE)
@@ -127,7 +126,7 @@ def check_command(
         on_event=(lambda text: None) if as_json else _show_event,
     )
     if as_json:
-        click.echo(report.model_dump_json(indent=2, include={"nodes", "findings", "fabric"}))
+        screen.echo(report.model_dump_json(indent=2, include={"nodes", "findings", "fabric"}))
     else:
         show_report(report)
     if not report.ok:

@@ -10,7 +10,7 @@ from typing import Any
 import click
 from pydantic import BaseModel
 
-from tandem import files, ownership
+from tandem import files, ownership, screen
 from tandem.cli.options import force_option
 from tandem.cli.watch import Duration
 from tandem.dashboard.observe import Observer
@@ -110,11 +110,11 @@ def dashboard_command(name: str | None, **options: Any) -> None:
     access = Access.of(page.host, token_env=page.token_env, token_file=page.token_file)
     where = f"http://{'[' + page.host + ']' if ':' in page.host else page.host}:{page.port}/"
     guard = f" (token from {'$' + page.token_env if page.token_env else page.token_file})"
-    click.echo(
+    screen.echo(
         f"serving the status page of {name or 'the deployment'} at {where}"
         + (guard if access.token else "")
     )
-    click.echo("read-only; Ctrl-C stops it")
+    screen.echo("read-only; Ctrl-C stops it")
     try:
         serve(observer, access, page.host, page.port)
     except KeyboardInterrupt:
@@ -138,4 +138,4 @@ def _write_once(observer: Observer, out_dir: str | None, force: bool) -> None:
     files.write_text(out / PAGE_FILE, document(view, datetime.now(UTC), link, live=False))
     status = view.status or first.status
     files.write_text(out / STATUS_FILE, status.model_dump_json(indent=2) + "\n")
-    click.echo(f"wrote {out / PAGE_FILE} and {out / STATUS_FILE}")
+    screen.echo(f"wrote {out / PAGE_FILE} and {out / STATUS_FILE}")

@@ -4,26 +4,30 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import click
 
-from tandem import ownership
+from tandem import ownership, screen
 from tandem.backends.state import load_state
 from tandem.cli.layout import SectionedCommand, WholeSummaryGroup
 from tandem.cli.options import (
+    POSITIVE,
     api_key_option,
     field_option,
     force_option,
     json_object,
     model_option,
+    option_of,
     url_option,
 )
-from tandem.endpoint import Endpoint, pick_model
+from tandem.endpoint import MODELS_TIMEOUT_S, Endpoint, pick_model
 from tandem.errors import SpecError
 from tandem.eval import smoke
+from tandem.eval.log import RUN as GPQA_RUN
 from tandem.eval.log import SamplingParams
 from tandem.eval.report import EvalReport, render_markdown
-from tandem.eval.runner import GPQAConfig, rescore_log, run_gpqa
+from tandem.eval.runner import RESCORE, GPQAConfig, gpqa_identity, rescore_log, run_gpqa
 from tandem.operations import evidence
 from tandem.report.watch import report_folder
 from tandem.watch.background import WATCH_DIR, BackgroundWatch
@@ -171,12 +175,7 @@ def gpqa_command(
           --limit 5 --max-tokens 64 --out runs/smoke
       tandem eval gpqa --csv gpqa_diamond.csv tiny-local --out runs/soak --watch
     """
-    if (deployment is None) == (url is None):
-        raise SpecError(
-            "give either a DEPLOYMENT name or --url, not both and not neither",
-            field="DEPLOYMENT/--url",
-            hint="e.g. `tandem eval gpqa --csv F tiny-local --out D`",
-        )
+    _deployment_or_url(deployment, url, "`tandem eval gpqa --csv F tiny-local --out D`")
     if deployment is not None:
         state = load_state(deployment)  # with replicas, through the router
         url, model = state.endpoint, model or state.model
@@ -185,7 +184,7 @@ def gpqa_command(
         url=url,
         model=model,
         api_key=api_key,
-        out_dir=ownership.check_output_folder(Path(out_dir), force=force),
+        out_dir=Path(out_dir),
         limit=limit,
         repeats=repeats,
         seed=seed,
@@ -211,8 +210,16 @@ def gpqa_command(
     )
     if watch and deployment is None:
         raise SpecError("--watch needs a DEPLOYMENT name (its nodes), not --url", field="--watch")
+    claim = ownership.claim_output(
+        config.out_dir,
+        GPQA_RUN,
+        gpqa_identity(config),
+        resume=resume,
+        force=force,
+        flag_of=lambda name: option_of(GPQAConfig, name),
+    )
     with BackgroundWatch(deployment, Path(out_dir) / WATCH_DIR) if watch else nullcontext():
-        report = run_gpqa(config)
+        report = run_gpqa(config, claim=claim)
     _after_gpqa(report, Path(out_dir), deployment, watch=watch)
 
 
@@ -225,7 +232,7 @@ def _after_gpqa(report: EvalReport, out: Path, deployment: str | None, *, watch:
         evidence.record(deployment, "eval", out, summary=f"GPQA {accuracy}", report="report.html")
     if watch:
         summary, _ = report_folder(out / WATCH_DIR)
-        click.echo(
+        screen.echo(
             f"watch: {'PASS' if summary.passed else 'FAIL'}, {out / WATCH_DIR / 'report.md'}"
         )
 
@@ -252,14 +259,16 @@ def rescore_command(log: str, out_dir: str | None, force: bool) -> None:
       tandem eval rescore runs/gpqa1/responses.jsonl --out runs/gpqa1-rescored
     """
     if out_dir:
-        ownership.output_folder(Path(out_dir), force=force)
+        ownership.claim_output(
+            Path(out_dir), RESCORE, {"log": str(Path(log).resolve())}, force=force
+        ).make()
     report = rescore_log(log, out_dir)
     _show(report, Path(out_dir) if out_dir else Path(log).parent)
 
 
 def _show(report: EvalReport, out_dir: Path) -> None:
-    click.echo(render_markdown(report))
-    click.echo(f"reports: {out_dir / 'report.json'}, report.md, report.html")
+    screen.echo(render_markdown(report))
+    screen.echo(f"reports: {out_dir / 'report.json'}, report.md, report.html")
 
 
 def _lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
@@ -307,6 +316,15 @@ def _lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> l
 )
 @click.option("--tool-call-parser", help="With --url: the server's --tool-call-parser.")
 @click.option("--reasoning-parser", help="With --url: the server's --reasoning-parser.")
+@click.option(
+    "--request-timeout",
+    "request_timeout_s",
+    type=POSITIVE,
+    default=smoke.REQUEST_TIMEOUT_S,
+    show_default=True,
+    help="Seconds one request may take before its check fails (a needle prompt of a long "
+    "context needs minutes on a real engine; a server that hangs is found sooner with less).",
+)
 @click.option("--resume", is_flag=True, help="Keep the checks already in --out; run the rest.")
 @force_option
 @api_key_option
@@ -317,12 +335,11 @@ def smoke_command(
     out_dir: str,
     checks: tuple[str, ...],
     needle_lengths: list[int] | None,
-    max_model_len: int | None,
-    tool_call_parser: str | None,
-    reasoning_parser: str | None,
+    request_timeout_s: float,
     resume: bool,
     force: bool,
     api_key: str | None,
+    **server: Any,
 ) -> None:
     """Check a deployment right after it boots: template, determinism, tools, context.
 
@@ -336,51 +353,91 @@ def smoke_command(
       tandem eval smoke --url http://10.77.0.1:8000 --max-model-len 8192 --out runs/s2
       tandem eval smoke tiny-local --check determinism --out runs/s3
     """
-    if (deployment is None) == (url is None):
-        raise SpecError(
-            "give either a DEPLOYMENT name or --url, not both and not neither",
-            field="DEPLOYMENT/--url",
-            hint="e.g. `tandem eval smoke tiny-local --out D`",
-        )
-    targets: dict[str, smoke.SmokeTarget] = {}
-    if deployment is not None:
-        groups = load_state(deployment).groups
-        for group in groups:  # each group at its own leader (with replicas: OUT/gG/)
-            where = f"g{group.group}" if len(groups) > 1 else ""
-            targets[where] = smoke.target_of(group, model)
-    else:
-        assert url is not None
-        with Endpoint(url, api_key=api_key) as endpoint:
-            served = pick_model(endpoint.models(), model)
-        targets[""] = smoke.SmokeTarget(
-            url=url,
-            model=served.id,
-            max_model_len=max_model_len or served.max_model_len,
-            tool_call_parser=tool_call_parser,
-            auto_tool_choice=tool_call_parser is not None,
-            reasoning_parser=reasoning_parser,
-        )
-    folder = ownership.output_folder(Path(out_dir), force=force)
+    run = smoke.SmokeRun(
+        checks=list(checks) or None,
+        needle=needle_lengths,
+        resume=resume,
+        timeout_s=request_timeout_s,
+    )
+    targets = _smoke_targets(deployment, url, model, api_key, run, **server)
+    first = next(iter(targets.values()))  # a folder holds the runs of one deployment or URL
+    folder = ownership.claim_output(
+        Path(out_dir),
+        smoke.RUN,
+        first.model_dump(mode="json", include={"url", "model"}),
+        resume=resume,
+        force=force,
+        flag_of=lambda name: f"--{name}",
+    ).make()
     failed = False
     for where, target in targets.items():
         out = folder / where if where else folder
         report = smoke.run_smoke(
             target,
             out,
+            run,
             api_key=api_key,
-            checks=list(checks) or None,
-            needle=needle_lengths,
-            resume=resume,
             on_result=_said(f"group {where[1:]} " if where else ""),
+            on_progress=lambda text: screen.echo(text, err=True),
         )
         failed = _smoke_done(report, out, deployment, where) or failed
     if failed:
         raise click.exceptions.Exit(1)
 
 
+def _smoke_targets(
+    deployment: str | None,
+    url: str | None,
+    model: str | None,
+    api_key: str | None,
+    run: smoke.SmokeRun,
+    **server: Any,
+) -> dict[str, smoke.SmokeTarget]:
+    """What ``eval smoke`` judges: each group of a deployment at its own leader (``gG`` with
+    replicas), or the server at ``url`` described by ``server`` (``max_model_len``,
+    ``tool_call_parser``, ``reasoning_parser``).
+
+    Raises:
+        SpecError: a deployment and a URL, or neither.
+        EndpointError: the URL lists no model.
+    """
+    _deployment_or_url(deployment, url, "`tandem eval smoke tiny-local --out D`")
+    if deployment is not None:
+        groups = load_state(deployment).groups
+        return {f"g{g.group}" if len(groups) > 1 else "": smoke.target_of(g, model) for g in groups}
+    assert url is not None
+    with Endpoint(url, api_key=api_key) as endpoint:
+        listed = endpoint.models(timeout_s=min(run.timeout_s, MODELS_TIMEOUT_S))
+        served = pick_model(listed, model)
+    return {
+        "": smoke.SmokeTarget(
+            url=url,
+            model=served.id,
+            max_model_len=server["max_model_len"] or served.max_model_len,
+            tool_call_parser=server["tool_call_parser"],
+            auto_tool_choice=server["tool_call_parser"] is not None,
+            reasoning_parser=server["reasoning_parser"],
+        )
+    }
+
+
+def _deployment_or_url(deployment: str | None, url: str | None, example: str) -> None:
+    """A DEPLOYMENT name or ``--url``, exactly one.
+
+    Raises:
+        SpecError: both, or neither.
+    """
+    if (deployment is None) == (url is None):
+        raise SpecError(
+            "give either a DEPLOYMENT name or --url, not both and not neither",
+            field="DEPLOYMENT/--url",
+            hint=f"e.g. {example}",
+        )
+
+
 def _said(who: str):
     def said(result: smoke.CheckResult) -> None:
-        click.echo(f"{who}{result.check:<12} {result.outcome.value:<15} {result.summary}")
+        screen.echo(f"{who}{result.check:<12} {result.outcome.value:<15} {result.summary}")
 
     return said
 
@@ -389,7 +446,7 @@ def _smoke_done(report: smoke.SmokeReport, out: Path, deployment: str | None, wh
     """Say a group's verdict and keep its run as evidence of the group's revision (``tandem
     dashboard`` links it); True when it failed."""
     who = f"group {where[1:]} " if where else ""
-    click.echo(
+    screen.echo(
         f"{who}{'PASS' if report.ok else 'FAIL'}: reports {out / smoke.REPORT_MD}, smoke.json"
     )
     if deployment is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from tandem import screen
 from tandem.spec.reference import reference_markdown
 
 WIDTH = 100
@@ -56,7 +57,7 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in (("cli.md", cli_reference()), ("recipes.md", reference_markdown())):
         (folder / name).write_text(text, encoding="utf-8")
-        print(f"wrote {folder / name}")
+        screen.echo(f"wrote {folder / name}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from tandem import screen
 from tandem.cli.layout import SectionedCommand
 from tandem.cli.options import PORT, gpu_count, stack
 from tandem.operations.drafting import InitRequest, default_name, draft, write
@@ -134,28 +135,28 @@ def init_command(
         **fields,
     )
     said = Redactor.for_caller()
-    found = draft(request, on_event=lambda text: click.echo(f"  {said.text(text)}", err=True))
+    found = draft(request, on_event=lambda text: screen.echo(f"  {said.text(text)}", err=True))
     for note in found.notes if not as_json else []:
-        click.echo(f"  {said.text(note)}", err=True)
+        screen.echo(f"  {said.text(note)}", err=True)
     if dry_run:
         if as_json:
-            click.echo(found.model_dump_json(indent=2))
+            screen.echo(found.model_dump_json(indent=2))
             return
-        click.echo(f"# {found.name}.yaml\n{found.recipe_yaml}\n# {found.name}-cluster.yaml")
-        click.echo(found.cluster_yaml, nl=False)
+        screen.echo(f"# {found.name}.yaml\n{found.recipe_yaml}\n# {found.name}-cluster.yaml")
+        screen.echo(found.cluster_yaml, nl=False)
         return
     recipe, cluster = write(found, out_dir)
     if as_json:
         data = found.model_dump(mode="json", exclude={"recipe_yaml", "cluster_yaml"})
         data |= {"recipe_file": str(recipe), "cluster_file": str(cluster)}
-        click.echo(said.text(json.dumps(data, indent=2)))
+        screen.echo(said.text(json.dumps(data, indent=2)))
         return
-    click.echo(
+    screen.echo(
         f"wrote {recipe} and {cluster}: TP={found.tensor_parallel_size} "
         f"PP={found.pipeline_parallel_size} on {found.hardware}, max_model_len "
         f"{found.max_model_len:,}, KV pool {found.kv_pool_tokens:,} tokens (planned: fits)"
     )
-    click.echo(
+    screen.echo(
         f"next: tandem check {recipe} --cluster {cluster}\n"
         f"      tandem up {recipe} --cluster {cluster}"
     )

@@ -8,10 +8,9 @@ import shlex
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from tandem import ownership, wire
+from tandem import ownership, screen, wire
 from tandem.backends.bundle import write_bundle
 from tandem.backends.router import LOOPBACK, PACKAGE, executable
 from tandem.backends.router_node import RouterNode
@@ -40,7 +39,7 @@ from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_cluster
 from tandem.vllm_log import PhaseMark
 
-console = Console(highlight=False, soft_wrap=True)
+console = screen.console(highlight=False, soft_wrap=True)
 name_argument = deployment_argument
 
 
@@ -132,7 +131,7 @@ def _print_dry_run(deployment: Deployment, *, supervise: bool) -> None:
     for part, _, commands in launches:
         if part.cluster.transport.value == "k8s":  # one apply creates every rank's pod
             ranks = ", ".join(str(n) for n in sorted(rank.rank for rank, _ in commands))
-            click.echo(
+            screen.echo(
                 f"# {part.name}: ranks {ranks}, all at once (the objects: "
                 "`tandem render --target k8s`)\n"
                 f"{shlex.join(redactor.argv(commands[0][1]))}\n"
@@ -140,7 +139,7 @@ def _print_dry_run(deployment: Deployment, *, supervise: bool) -> None:
             continue
         for rank, argv in commands:
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redactor.env(rank.env).items())
-            click.echo(
+            screen.echo(
                 f"# {part.name}: rank {rank.rank} ({rank.role.value}) on {rank.node}\n"
                 + (f"env {env} " if local else "")
                 + f"{shlex.join(redactor.argv(argv))}\n"
@@ -152,7 +151,7 @@ def _print_dry_run(deployment: Deployment, *, supervise: bool) -> None:
             host=node.address if node else LOOPBACK,
             program=shlex.split(node.command) if node else [executable() or PACKAGE],
         )
-        click.echo(
+        screen.echo(
             f"# the router{f' on {node.node} (over ssh)' if node else ''}, then each "
             f"group's leader added to it\n{shlex.join(argv)}"
         )
@@ -326,13 +325,13 @@ def status_command(
     if list_all or len(names) != 1:
         lines = every_deployment(canary_timeout_s=canary_timeout_s)
         if as_json:
-            click.echo(json.dumps([line.model_dump(mode="json") for line in lines], indent=2))
+            screen.echo(json.dumps([line.model_dump(mode="json") for line in lines], indent=2))
         else:
             _print_lines(lines)
         return
     status = lifecycle.status(names[0], canary_timeout_s=canary_timeout_s, nodes=nodes)
     if as_json:
-        click.echo(status.model_dump_json(indent=2))
+        screen.echo(status.model_dump_json(indent=2))
     else:
         _print_status(status)
     if status.verdict.exit_code:
@@ -509,7 +508,7 @@ def logs_command(
         name, group=group, rank=rank, follow=follow, tail=tail
     ):
         who = f"[group {g} rank {number}]" if several else f"[rank {number}]"
-        click.echo(f"{who} {redactor.text(line)}")
+        screen.echo(f"{who} {redactor.text(line)}")
 
 
 @click.command("down")
@@ -595,7 +594,7 @@ def chat_command(
     with Endpoint(endpoint, api_key=api_key) as server:
         data = server.chat(model, messages, timeout_s=300, max_tokens=max_tokens, temperature=0)
     if as_json:
-        click.echo(Redactor.for_caller().text(json.dumps(data, indent=2)))
+        screen.echo(Redactor.for_caller().text(json.dumps(data, indent=2)))
         return
     usage = data.get("usage", {})
     console.print(f"[bold]{model}[/bold]: {data['choices'][0]['message'].get('content')!r}")

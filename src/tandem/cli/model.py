@@ -11,13 +11,12 @@ build.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import click
 from rich.console import Console
 
-from tandem import hf_cache
+from tandem import hf_cache, screen
 from tandem.backends.pull import Pull, PullReport
 from tandem.built_models import (
     DEFAULT_REAL_MODEL,
@@ -28,7 +27,13 @@ from tandem.built_models import (
     missing_hint,
 )
 from tandem.cli.layout import WholeSummaryGroup
-from tandem.cli.options import cluster_option, json_option, machine_deployment, recipe_argument
+from tandem.cli.options import (
+    bwlimit_option,
+    cluster_option,
+    json_option,
+    machine_deployment,
+    recipe_argument,
+)
 from tandem.errors import ClusterError
 from tandem.models.shapes import MIN_LAYERS, build_shape_model, check_arguments
 from tandem.spec.cluster import Transport
@@ -103,7 +108,7 @@ def tiny_command(
     """
     from tandem.models.tiny import TinyModel, build_tiny_model
 
-    console = Console()
+    console = screen.console()
     hf_home = hf_home or _default_hf_home()
     _quiet_transformers()
     built: list[TinyModel] = []
@@ -111,7 +116,7 @@ def tiny_command(
         with console.status(f"building tiny {name}"):
             built.append(build_tiny_model(hf_home, arch=name, seed=seed))
     if as_json:
-        click.echo(json.dumps([t.model_dump(mode="json") for t in built], indent=2))
+        screen.echo(json.dumps([t.model_dump(mode="json") for t in built], indent=2))
         return
     for tiny in built:
         console.print(
@@ -154,9 +159,9 @@ def real_command(name: str, hf_home: Path | None, as_json: bool) -> None:
 
     real = build_real_model(hf_home or _default_hf_home(), model=name)
     if as_json:
-        click.echo(real.model_dump_json(indent=2))
+        screen.echo(real.model_dump_json(indent=2))
         return
-    console = Console()
+    console = screen.console()
     done = "converted" if real.converted else "already built"
     console.print(f"[bold]{real.repo_id}[/]  {done}  {real.size_bytes / 1e6:.1f} MB")
     console.print(f"  snapshot: {real.snapshot_path}", soft_wrap=True, highlight=False)
@@ -221,7 +226,7 @@ def shape_command(
       tandem model shape gemma-3-4b --scale-down --device cpu
     """
     check_arguments(preset, layers=layers, device=device)  # before transformers is imported
-    console = Console()
+    console = screen.console()
     _quiet_transformers()
     with console.status(f"building {preset}"):
         built = build_shape_model(
@@ -233,7 +238,7 @@ def shape_command(
             seed=seed,
         )
     if as_json:
-        click.echo(built.model_dump_json(indent=2))
+        screen.echo(built.model_dump_json(indent=2))
         return
     console.print(
         f"[bold]{built.repo_id}[/]  {built.num_hidden_layers} layers  "
@@ -253,14 +258,7 @@ def shape_command(
     metavar="NODE",
     help="The node that downloads when no node holds the commit yet. Default: the leader.",
 )
-@click.option(
-    "--bwlimit",
-    default=None,
-    metavar="RATE",
-    callback=lambda ctx, param, value: _rate(value),
-    help="Cap each node's copy at RATE (rsync's --bwlimit: 500M is 500 MB/s, a bare number "
-    "KiB/s), e.g. beside a deployment that serves over the same link.",
-)
+@bwlimit_option
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -291,7 +289,7 @@ def pull_command(
     deployment = machine_deployment(recipe, cluster_path)
     model = deployment.recipe.model
     refuse_what_no_pull_places(deployment)
-    console = Console(highlight=False)
+    console = screen.console(highlight=False)
     if deployment.cluster.transport is Transport.LOCAL:
         _pull_here(model.repo_id, model.revision, model.cache_root, dry_run, console)
         return
@@ -387,10 +385,3 @@ def _pull_here(
 
     folder = snapshot_download(repo_id=repo_id, revision=revision, cache_dir=home / "hub")
     console.print(f"[green]pulled[/green] {repo_id}@{revision} into {folder}", soft_wrap=True)
-
-
-def _rate(value: str | None) -> str | None:
-    """``--bwlimit``'s value as rsync reads it: a number with an optional K, M or G."""
-    if value is not None and not re.fullmatch(r"\d+(\.\d+)?[KMGkmg]?", value):
-        raise click.BadParameter(f"{value!r} is not a rate: use e.g. 500M, 2G or 1024 (KiB/s)")
-    return value

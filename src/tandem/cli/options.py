@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Callable
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 from pydantic import BaseModel
 
+from tandem.redact import remember_secret
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import builtin_recipe_names, example_files, load_deployment
 from tandem.spec.recipe import Timeouts
@@ -46,6 +49,7 @@ class FloatIn(click.FloatRange):
         return number
 
 
+DEFAULT = ParameterSource.DEFAULT
 POSITIVE = FloatIn(min=0, min_open=True)
 """A finite number above 0 (seconds, rates, limits)."""
 NOT_NEGATIVE = FloatIn(min=0)
@@ -86,6 +90,7 @@ api_key_option = click.option(
     metavar="KEY",
     envvar="VLLM_API_KEY",
     show_envvar=True,
+    callback=lambda ctx, param, value: remember_secret(value),  # hidden in all it prints
     help="Bearer token for a server started with an API key; the variable `tandem up` gives "
     "the server.",
 )
@@ -109,6 +114,24 @@ model_option = click.option(
 url_option = click.option(
     "--url", metavar="URL", help="Base URL of the endpoint, instead of a DEPLOYMENT name."
 )
+
+
+def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--bwlimit``'s value as rsync reads it: a number with an optional K, M or G."""
+    if value is not None and not re.fullmatch(r"\d+(\.\d+)?[KMGkmg]?", value):
+        raise click.BadParameter(f"{value!r} is not a rate: use e.g. 500M, 2G or 1024 (KiB/s)")
+    return value
+
+
+bwlimit_option = click.option(
+    "--bwlimit",
+    default=None,
+    metavar="RATE",
+    callback=_rate,
+    help="Cap each node's copy at RATE (rsync's --bwlimit: 500M is 500 MB/s, a bare number "
+    "KiB/s), e.g. beside a deployment that serves over the same link.",
+)
+"""``--bwlimit`` of ``model pull`` and ``sync``: the snapshot's rsync copies."""
 force_option = click.option(
     "--force",
     is_flag=True,
@@ -155,6 +178,12 @@ def gpu_count() -> int:
         )
     except OSError:
         return 0
+
+
+def given(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
+    """The ``values`` of parameters the command line (or an environment variable) set, not
+    their defaults: what a cross-check may hold against the user."""
+    return {k: v for k, v in values.items() if ctx.get_parameter_source(k) != DEFAULT}
 
 
 def json_object(ctx: click.Context, param: click.Parameter, value: str | None) -> dict:

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from tandem import screen
 from tandem.cli import ExitCode
 from tandem.cli.options import (
     SHARE,
@@ -140,7 +141,7 @@ def plan_command(recipe: str, cluster_path: str | None, as_json: bool, **options
             source=str(log_path),
         )
     if as_json:
-        click.echo(plan.model_dump_json(indent=2))
+        screen.echo(plan.model_dump_json(indent=2))
     else:
         print_plan(plan)
     if not plan.fits:

@@ -8,6 +8,7 @@ import json
 import click
 from pydantic import BaseModel
 
+from tandem import screen
 from tandem.cli.layout import WholeSummaryGroup
 from tandem.cli.options import json_option
 from tandem.errors import RecipeError
@@ -74,14 +75,14 @@ def recipes_command(as_json: bool) -> None:
     """
     found = listing()
     if as_json:
-        click.echo(found.model_dump_json(indent=2))
+        screen.echo(found.model_dump_json(indent=2))
         return
     width = max(len(r.name) for r in found.recipes)
     for r in found.recipes:
-        click.echo(f"{r.name:<{width}}  {r.description}")
-    click.echo(f"\nexample recipes and inventories ({EXAMPLES}/, shipped with tandem):")
+        screen.echo(f"{r.name:<{width}}  {r.description}")
+    screen.echo(f"\nexample recipes and inventories ({EXAMPLES}/, shipped with tandem):")
     for path in found.examples:
-        click.echo(f"  {path}")
+        screen.echo(f"  {path}")
 
 
 @click.group(
@@ -111,7 +112,7 @@ def show_command(name: str) -> None:
       tandem recipe show examples/dgx-spark-pair.yaml
     """
     if name in builtin_recipe_names():
-        click.echo(builtin_recipe_text(name), nl=False)
+        screen.echo(builtin_recipe_text(name), nl=False)
         return
     shipped = shipped_example(name)
     if shipped is None:
@@ -121,7 +122,7 @@ def show_command(name: str) -> None:
             hint=f"use one of {', '.join(builtin_recipe_names())}, or an examples/ path "
             "that `tandem recipes` lists",
         )
-    click.echo(shipped.read_text(), nl=False)
+    screen.echo(shipped.read_text(), nl=False)
 
 
 @recipe_command.command("schema")
@@ -143,4 +144,4 @@ def schema_command(of_cluster: bool) -> None:
       tandem recipe schema --cluster > cluster.schema.json
     """
     model = ROOTS["cluster" if of_cluster else "recipe"]
-    click.echo(json.dumps(model.model_json_schema(), indent=2))
+    screen.echo(json.dumps(model.model_json_schema(), indent=2))

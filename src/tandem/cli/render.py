@@ -6,10 +6,13 @@ from pathlib import Path
 
 import click
 
-from tandem import files, ownership
+from tandem import files, ownership, screen
 from tandem.cli.options import cluster_option, force_option, machine_deployment, recipe_argument
 from tandem.rankplan import template_plan
 from tandem.render import TARGETS, check_format, files_renderer_for, renderer_for
+
+RUN = ownership.RunKind("render", "rendered files", resume_flag=None)
+"""``render --out``: one deployment's files for one target, written again by the same render."""
 
 
 @click.command("render")
@@ -66,10 +69,12 @@ def render_command(
         )
     plan = template_plan(deployment)  # with replicas: one group, the template
     if out_dir:
-        out = ownership.output_folder(Path(out_dir), force=force)
+        out = ownership.claim_output(
+            Path(out_dir), RUN, {"recipe": deployment.name, "target": target}, force=force
+        ).make()
         for name, text in files_renderer_for(target)(plan, deployment).items():
             (out / name).parent.mkdir(parents=True, exist_ok=True)  # grafana's provisioning/
             files.write_text(out / name, text)
-            click.echo(f"wrote {out / name}")
+            screen.echo(f"wrote {out / name}")
         return
-    click.echo(renderer_for(target)(plan, deployment, fmt), nl=False)
+    screen.echo(renderer_for(target)(plan, deployment, fmt), nl=False)

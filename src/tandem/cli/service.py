@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import click
-from rich.console import Console
 
+from tandem import screen
 from tandem.backends import systemd
 from tandem.cli.layout import WholeSummaryGroup
 from tandem.cli.options import (
@@ -20,7 +20,7 @@ from tandem.errors import SpecError
 from tandem.operations import lifecycle
 from tandem.render.systemd import SECRET_VARS, UNIT_DIR
 
-console = Console(highlight=False, soft_wrap=True)
+console = screen.console(highlight=False, soft_wrap=True)
 unit_dir_option = click.option(
     "--unit-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -115,7 +115,7 @@ def status_command(name: str, unit_dir: Path, as_json: bool) -> None:
     """
     result = systemd.status(name, unit_dir=unit_dir)
     if as_json:
-        click.echo(result.model_dump_json(indent=2))
+        screen.echo(result.model_dump_json(indent=2))
         return
     console.print(
         f"[bold]{result.unit}[/bold]: "

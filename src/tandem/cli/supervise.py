@@ -8,14 +8,14 @@ import sys
 from typing import Any
 
 import click
-from rich.console import Console
 
+from tandem import screen
 from tandem.backends.state import load_state
 from tandem.cli.options import as_options, field_option
 from tandem.interrupts import Interrupted, raise_on_termination
 from tandem.operations.supervisor import SupervisorPolicy, supervise
 
-console = Console(highlight=False)
+console = screen.console(highlight=False)
 
 
 def run_supervisor(

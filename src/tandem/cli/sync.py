@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 
+from tandem import screen
 from tandem.backends.sync import sync
-from tandem.cli.options import cluster_option, machine_deployment, recipe_argument
+from tandem.cli.options import (
+    bwlimit_option,
+    cluster_option,
+    machine_deployment,
+    recipe_argument,
+)
 from tandem.errors import ClusterError
 
-console = Console(highlight=False)
+console = screen.console(highlight=False)
 
 
 @click.command("sync")
@@ -18,7 +23,18 @@ console = Console(highlight=False)
 @click.option(
     "--dry-run", is_flag=True, help="Only probe the nodes and print what would be copied."
 )
-def sync_command(recipe: str, cluster_path: str | None, dry_run: bool) -> None:
+@click.option(
+    "--on",
+    "on_node",
+    default=None,
+    metavar="NODE",
+    help="The node to copy from when it holds the whole commit (and the image). Default: the "
+    "leader, then any node that does.",
+)
+@bwlimit_option
+def sync_command(
+    recipe: str, cluster_path: str | None, dry_run: bool, on_node: str | None, bwlimit: str | None
+) -> None:
     """Check that every node holds the recipe's image (same digest) and model snapshot (every
     file with the id the Hub gave it); copy what is missing from a node that has it, then verify.
 
@@ -32,6 +48,7 @@ def sync_command(recipe: str, cluster_path: str | None, dry_run: bool) -> None:
     Examples:
       tandem sync deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml --dry-run
       tandem sync tiny-local --cluster cluster.yaml
+      tandem sync deepseek-v4-flash --cluster pair.yaml --on spark-2 --bwlimit 500M
     """
     deployment = machine_deployment(recipe, cluster_path)
     if deployment.cluster.transport.value != "ssh":
@@ -44,6 +61,8 @@ def sync_command(recipe: str, cluster_path: str | None, dry_run: bool) -> None:
     report = sync(
         deployment,
         dry_run=dry_run,
+        on=on_node,
+        bwlimit=bwlimit,
         on_event=lambda text: console.print(f"  [dim]{text}[/dim]", soft_wrap=True),
     )
     if dry_run:

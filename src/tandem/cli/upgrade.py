@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import click
+from pydantic import ValidationError
 
+from tandem import screen
 from tandem.cli.lifecycle import console, show_event, show_phase
 from tandem.cli.options import (
     cluster_option,
     field_option,
+    given,
     machine_deployment,
+    option_of,
     startup_timeout_option,
 )
+from tandem.errors import SpecError
+from tandem.jsonfiles import validation_text
 from tandem.operations import revisions
+from tandem.redact import Redactor
 from tandem.upgrade import GateLimits, UpgradeOutcome, rollback, upgrade
 
 
@@ -50,6 +57,7 @@ def upgrade_command(
       tandem upgrade smollm2-replicas --recipe new-replicas.yaml
       tandem upgrade deepseek-v4-flash --recipe dsv4-new.yaml --cluster pair.yaml --no-bench
     """
+    gate_limits = _gate_limits(click.get_current_context(), limits)
     marker = revisions.interrupted_upgrade(name)
     if marker:
         show_event(
@@ -59,7 +67,7 @@ def upgrade_command(
     result = upgrade(
         name,
         machine_deployment(recipe, cluster_path),
-        limits=GateLimits.model_validate(limits),
+        limits=gate_limits,
         timeout_s=timeout_s,
         on_event=show_event,
         on_phase=show_phase,
@@ -78,6 +86,27 @@ def upgrade_command(
     for line in result.gate.evidence[:6]:
         console.print(f"  [dim]{line}[/dim]")
     raise click.exceptions.Exit(1)
+
+
+def _gate_limits(ctx: click.Context, limits: dict) -> GateLimits:
+    """The gate's limits as the command line gave them (a default is not given: ``--no-bench``
+    with the default limits is no conflict).
+
+    Raises:
+        SpecError: a limit given with ``--no-bench``, named by its option.
+    """
+    chosen = given(ctx, limits)
+    try:
+        return GateLimits.model_validate(chosen)
+    except ValidationError as exc:
+        flags = [option_of(GateLimits, n) for n in sorted(chosen) if n != "bench"]
+        if chosen.get("bench") is not False or not flags:
+            raise SpecError(validation_text(exc), field="gate") from exc
+        raise SpecError(
+            f"{' and '.join(flags)} limit the gate bench, and --no-bench skips it",
+            field="--no-bench",
+            hint=f"drop {' and '.join(flags)}, or --no-bench",
+        ) from exc
 
 
 @click.command("rollback")
@@ -122,9 +151,9 @@ def history_command(name: str, as_json: bool) -> None:
     Examples:
       tandem history tiny-local
     """
-    known = revisions.history(name)
+    known = [_redacted(r) for r in revisions.history(name)]
     if as_json:
-        click.echo("[" + ",\n".join(r.model_dump_json(indent=2) for r in known) + "]")
+        screen.echo_json([r.model_dump(mode="json") for r in known])
         return
     if not known:
         console.print(f"[bold]{name}[/bold] has no revision yet (every `tandem up` records one)")
@@ -132,14 +161,23 @@ def history_command(name: str, as_json: bool) -> None:
     running = revisions.running_groups(name)
     previous: revisions.Revision | None = None
     for revision in known:
-        reason = f": {revision.reason}" if revision.reason else ""
+        reason = f": {screen.shown(revision.reason)}" if revision.reason else ""
         groups = running.get(revision.number, [])
         runs = f"  runs on group(s) {', '.join(map(str, groups))}" if groups else ""
         console.print(
             f"revision {revision.number}  {revision.created_at:%Y-%m-%d %H:%M:%S}  "
-            f"{revision.outcome.value}{reason}{runs}"
+            f"{revision.outcome.value}{reason}{runs}",
+            markup=False,
         )
         changed: list[str] = revisions.changes(previous, revision) if previous else []
         for change in changed:
-            console.print(f"  {change}")
+            console.print(f"  {change}", markup=False)
         previous = revision
+
+
+def _redacted(revision: revisions.Revision) -> revisions.Revision:
+    """``revision`` as ``history`` shows it: the values of secret-named keys (a recipe's
+    ``env``) hidden too, besides what every printed line hides (one restored from a backup
+    may hold a token)."""
+    data = Redactor.for_caller().data(revision.model_dump(mode="json"))
+    return revisions.Revision.model_validate(data)

@@ -12,10 +12,9 @@ from collections import deque
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.live import Live
 
-from tandem import ownership
+from tandem import ownership, screen
 from tandem.backends.state import load_state
 from tandem.cli.layout import WholeSummaryGroup
 from tandem.cli.options import field_option, force_option
@@ -23,6 +22,7 @@ from tandem.errors import CheckFailed, SpecError
 from tandem.report.watch import live_view, markdown, report_folder
 from tandem.spec.recipe import Watch, port_clash
 from tandem.watch.exporter import SampleCollector, serve
+from tandem.watch.fleet import RUN as WATCH_RUN
 from tandem.watch.fleet import (
     RouterLook,
     group_folders,
@@ -164,15 +164,15 @@ def run_command(
         collector = SampleCollector(state.name)
         serve(collector, metrics_port, serve_address)
         handlers.append(collector.update)
-    out = ownership.output_folder(Path(out_dir), force=force) if out_dir else whole.directory.watch
+    out = _claimed(out_dir, whole.name, force) or whole.directory.watch
     watcher = Watcher(whole.name, out, interval_s=interval_s, duration_s=duration_s)
     if watcher.resumed and (interval_s or duration_s):
-        Console(stderr=True).print(
+        screen.console(stderr=True).print(
             f"resuming {out}: its own interval "
             f"({watcher.run_info.interval_s:g} s) and duration apply"
         )
     window: deque[Sample] = deque(maxlen=60)
-    console = Console(stderr=True)
+    console = screen.console(stderr=True)
     live = None if quiet else Live(console=console, auto_refresh=False, transient=False)
 
     def on_sample(sample: Sample) -> None:
@@ -194,6 +194,15 @@ def run_command(
     console.print(f"samples in {out / 'samples.jsonl'}; `tandem watch report {out}` judges them")
 
 
+def _claimed(out_dir: str | None, name: str, force: bool) -> Path | None:
+    """``--out`` as the folder of the watch of ``name`` (resumed when it holds it), created."""
+    if out_dir is None:
+        return None
+    return ownership.claim_output(
+        Path(out_dir), WATCH_RUN, {"deployment": name}, force=force
+    ).make()
+
+
 def _watch_fleet(
     name: str,
     interval_s: float | None,
@@ -212,12 +221,8 @@ def _watch_fleet(
             hint="leave --serve-metrics out: each group's samples are in its folder, and the "
             "router has its own /metrics",
         )
-    out = (
-        ownership.output_folder(Path(out_dir), force=force)
-        if out_dir
-        else load_state(name).directory.watch
-    )
-    console = Console(stderr=True)
+    out = _claimed(out_dir, name, force) or load_state(name).directory.watch
+    console = screen.console(stderr=True)
 
     def on_look(look: RouterLook) -> None:
         if quiet:
@@ -253,7 +258,7 @@ def _report_fleet(run_dir: Path, overrides: dict, *, as_json: bool, plots: bool)
     if not record.ok:
         failed.append("router")
     if as_json:
-        click.echo(
+        screen.echo(
             json.dumps(
                 {
                     "groups": {k: v.model_dump(mode="json") for k, v in results.items()},
@@ -265,8 +270,8 @@ def _report_fleet(run_dir: Path, overrides: dict, *, as_json: bool, plots: bool)
         )
     else:
         for group, summary in results.items():
-            click.echo(f"{group}: {'PASS' if summary.passed else 'FAIL'} ({run_dir / group})")
-        click.echo(
+            screen.echo(f"{group}: {'PASS' if summary.passed else 'FAIL'} ({run_dir / group})")
+        screen.echo(
             f"router: {'PASS' if record.ok else 'FAIL'} — {record.looks} looks, not answering "
             f"in {record.not_running}, a group out of rotation in {record.short_of_members}; "
             "sent " + (", ".join(f"{w} {n:g}" for w, n in sorted(record.sent.items())) or "none")
@@ -309,10 +314,10 @@ def report_command(run_dir: str, as_json: bool, plots: bool, **limits: float | N
         return
     summary, written = report_folder(Path(run_dir), overrides, plots=plots)
     if as_json:
-        click.echo(json.dumps(summary.model_dump(mode="json"), indent=2))
+        screen.echo(json.dumps(summary.model_dump(mode="json"), indent=2))
     else:
-        click.echo(markdown(summary))
-        click.echo("wrote " + ", ".join(str(p) for p in written))
+        screen.echo(markdown(summary))
+        screen.echo("wrote " + ", ".join(str(p) for p in written))
     if not summary.passed:
         failed = [c.name for c in summary.checks if c.result.value == "FAIL"]
         raise CheckFailed(f"the watch failed {len(failed)} check(s): {', '.join(failed)}")

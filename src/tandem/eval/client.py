@@ -22,7 +22,16 @@ from dataclasses import dataclass
 import httpx
 from pydantic import BaseModel, Field
 
-from tandem.endpoint import AsyncEndpoint, ServedModel, chat_body, reasoning_of
+from tandem import wire
+from tandem.endpoint import (
+    AsyncEndpoint,
+    ChatCompletion,
+    ServedModel,
+    Usage,
+    answer_of,
+    chat_body,
+    reasoning_of,
+)
 from tandem.errors import EndpointError
 from tandem.eval.extract import split_reasoning
 
@@ -123,7 +132,7 @@ class ChatClient:
                 reason = f"{type(exc).__name__}: {exc}"
             else:
                 if reply.status_code < 400:
-                    return _parse(reply.json(), time.perf_counter() - sent, attempt)
+                    return _read(reply, time.perf_counter() - sent, attempt)
                 if reply.status_code < RETRYABLE_STATUS_MIN:
                     return ChatResponse(
                         error=f"http-{reply.status_code}: {reply.text[:500]}",
@@ -151,20 +160,32 @@ class ChatClient:
         return await self.endpoint.models(timeout_s=30.0)
 
 
-def _parse(body: dict, latency_s: float, attempts: int) -> ChatResponse:
-    choice = (body.get("choices") or [{}])[0]
-    message = choice.get("message") or {}
-    raw = message.get("content") or ""
-    reasoning_field = reasoning_of(message)
+def _read(reply: httpx.Response, latency_s: float, attempts: int) -> ChatResponse:
+    """A response from an answer; one that is not a chat completion is recorded as an error
+    (as a refusal is), not a traceback that ends the run."""
+    try:
+        body = answer_of(ChatCompletion, reply, f"POST {wire.CHAT_PATH}")
+    except EndpointError as exc:
+        return ChatResponse(
+            error=f"http-{reply.status_code}: {exc.message}", latency_s=latency_s, attempts=attempts
+        )
+    return _parse(body, latency_s, attempts)
+
+
+def _parse(body: ChatCompletion, latency_s: float, attempts: int) -> ChatResponse:
+    choice = body.choices[0]
+    message = choice.message
+    raw = message.content or ""
+    reasoning_field = reasoning_of(message.model_dump())
     think, answer = split_reasoning(raw)
-    usage = body.get("usage") or {}
-    details = usage.get("completion_tokens_details") or {}
+    usage = body.usage or Usage()
+    details = usage.completion_tokens_details or {}
     return ChatResponse(
         content=answer,
         reasoning="\n".join(p for p in (reasoning_field.strip(), think) if p),
-        finish_reason=choice.get("finish_reason"),
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
+        finish_reason=choice.finish_reason,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
         reasoning_tokens=details.get("reasoning_tokens"),
         latency_s=latency_s,
         attempts=attempts,

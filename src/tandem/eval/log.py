@@ -34,6 +34,20 @@ SCHEMA_VERSION = 1
 LOG_NAME = "responses.jsonl"
 
 
+def _holds_a_log(folder: Path) -> bool:
+    """A ``responses.jsonl`` whose first line is a log's header: the folder of a GPQA run."""
+    try:
+        with (folder / LOG_NAME).open(encoding="utf-8") as log:
+            return json.loads(log.readline()).get("kind") == "header"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+RUN = ownership.RunKind("eval gpqa", "a GPQA evaluation", is_own=_holds_a_log)
+"""A GPQA run's ``--out`` folder: identified by its endpoint, seed and sampling (``identity``
+in ``tandem.cli.eval``); the log's header checks the rest when it is resumed."""
+
+
 def canonical_hash(value: Any) -> str:
     """SHA-256 of the canonical JSON of a value (sorted keys, no spaces)."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -218,11 +232,14 @@ class ResponseLog:
         resume: bool,
         now: float,
         redactor: Redactor | None = None,
+        claim: ownership.Claim | None = None,
     ) -> ResponseLog:
         """Create a log, or reopen one to resume; starts a new session either way.
 
         ``redactor``: the one every line goes through (default: the caller's); the runner's
-        also knows a key given as ``--api-key``.
+        also knows a key given as ``--api-key``. ``claim``: the folder as the command claimed
+        it before any request (created with its run mark with the log); without one the
+        folder is created with a plain mark.
 
         Raises:
             SpecError: the log exists and ``resume`` is off, or it was written for another
@@ -242,7 +259,10 @@ class ResponseLog:
             files.cut_torn_line(path)
         else:
             # the command checked the folder before any request; created and marked now
-            ownership.output_folder(path.parent, force=True)
+            if claim is not None:
+                claim.make()
+            else:
+                ownership.output_folder(path.parent, force=True)
             header = HeaderRecord(
                 protocol=protocol,
                 protocol_hash=protocol.digest(),

@@ -28,6 +28,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from tandem import ownership, screen
 from tandem.endpoint import pick_model
 from tandem.eval.client import ChatClient, ChatResponse, RetryPolicy
 from tandem.eval.dataset import Sample, load_gpqa_csv, make_samples
@@ -93,18 +94,48 @@ class GPQAConfig(BaseModel):
     progress: bool = True
 
 
-def run_gpqa(config: GPQAConfig, console: Console | None = None) -> EvalReport:
+RESCORE = ownership.RunKind(
+    "eval rescore",
+    "rescored reports",
+    resume_flag=None,
+    is_own=lambda folder: (folder / "report.json").is_file() and not (folder / LOG_NAME).exists(),
+)
+"""``eval rescore --out``: the reports of one log, identified by the log, written again."""
+
+
+def gpqa_identity(config: GPQAConfig) -> dict[str, Any]:
+    """What identifies a GPQA run before the server is asked (its run mark): the endpoint and
+    what decides what it is asked; the log's header checks the model and data set."""
+    return config.model_dump(
+        mode="json",
+        include={
+            "url",
+            "seed",
+            "sampling",
+            "fallback",
+            "fallback_sampling",
+            "fallback_context_chars",
+        },
+    ) | {"url": public_url(config.url)}
+
+
+def run_gpqa(
+    config: GPQAConfig, console: Console | None = None, *, claim: ownership.Claim | None = None
+) -> EvalReport:
     """Run (or resume) a GPQA evaluation and write its log and reports into ``config.out_dir``.
 
     Usage:
         report = run_gpqa(GPQAConfig(csv=Path("gpqa_diamond.csv"), url="http://h:8000",
                                      out_dir=Path("runs/gpqa1")))
 
+    ``claim``: ``config.out_dir`` as the command claimed it (``tandem.ownership``), made when
+    the log is created.
+
     Raises:
         SpecError: bad CSV, or a log that cannot be resumed.
         EndpointError: the endpoint is unreachable, lacks the model, or kept failing.
     """
-    return asyncio.run(_run(config, console or Console(stderr=True)))
+    return asyncio.run(_run(config, console or screen.console(stderr=True), claim))
 
 
 def rescore_log(
@@ -120,7 +151,7 @@ def rescore_log(
     return report
 
 
-async def _run(config: GPQAConfig, console: Console) -> EvalReport:
+async def _run(config: GPQAConfig, console: Console, claim: ownership.Claim | None) -> EvalReport:
     dataset = load_gpqa_csv(config.csv)
     samples = make_samples(dataset, repeats=config.repeats, seed=config.seed, limit=config.limit)
     retry = RetryPolicy(budget_s=config.retry_budget_s)
@@ -152,6 +183,7 @@ async def _run(config: GPQAConfig, console: Console) -> EvalReport:
             resume=config.resume,
             now=time.time(),
             redactor=redactor,
+            claim=claim,
         )
         try:
             prompts = {id(s): question_prompt(s) for s in samples}

@@ -29,7 +29,7 @@ resumes with the checks it has not finished.
 
 from __future__ import annotations
 
-import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -39,11 +39,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, Field
 
-from tandem import files, wire
+from tandem import files
 from tandem.backends.state import GroupState
+from tandem.endpoint import Endpoint
 from tandem.errors import EndpointError
 from tandem.eval.toolschema import (
     PARAMETERS_OF,
@@ -52,11 +52,19 @@ from tandem.eval.toolschema import (
     schema_problems,
 )
 from tandem.jsonfiles import read_jsonl
+from tandem.ownership import RunKind
 from tandem.redact import public_url
 
 RESULTS_FILE = "smoke.jsonl"
 REPORT_JSON = "smoke.json"
 REPORT_MD = "smoke.md"
+RUN = RunKind(
+    "eval smoke",
+    "a smoke run",
+    is_own=lambda folder: (folder / RESULTS_FILE).is_file() or (folder / REPORT_JSON).is_file(),
+)
+"""A smoke run's ``--out`` folder: identified by the server and model it checks (each check's
+verdict stands alone, so a resumed run may give other lengths or parsers to the checks left)."""
 GREEDY: dict[str, Any] = {"temperature": 0.0, "seed": 0}
 BATCH = 8
 NEEDLE_DEPTHS = (0.1, 0.5, 0.9)
@@ -66,6 +74,11 @@ shape may flip it without anything being wrong. vLLM is not batch-invariant, and
 logit of magnitude 10-30 carries a rounding error of 0.06-0.12, so two logits' difference may
 move by 0.25 between batch shapes (seen: a flip at a lead of 0.125 on the real SmolLM2 in a
 batch of 8). Garbled kernels flip tokens the model was sure of, nats apart."""
+REQUEST_TIMEOUT_S = 300.0
+"""The longest one request of a check may take, by default: a needle prompt of a long context
+is prefilled within it on a real engine."""
+PROGRESS_EVERY_S = 15.0
+"""How often a check that waits for the server says so."""
 NEEDLE_MARGIN_TOKENS = 64
 """Room left below ``max_model_len`` for the question and the answer."""
 FILLER = (
@@ -131,65 +144,47 @@ class SmokeReport(BaseModel):
 
 
 class Server:
-    """The few calls the checks make, on one blocking httpx client (thread-safe, so a batch
-    is eight threads on it)."""
+    """The calls the checks make, with the model of ``target`` filled in, over one blocking
+    ``tandem.endpoint.Endpoint`` (thread-safe, so a batch is eight threads on it): every
+    answer is read there, a broken one raising the ``EndpointError`` that fails the check.
+
+    ``timeout_s``: the longest one request may take (``eval smoke --request-timeout``).
+    """
 
     def __init__(self, target: SmokeTarget, api_key: str | None, timeout_s: float) -> None:
         self.target = target
         self.url = target.url.rstrip("/")
-        self.client = httpx.Client(timeout=timeout_s, headers=wire.bearer(api_key))
+        self.endpoint = Endpoint(self.url, api_key=api_key, timeout_s=timeout_s)
 
     def close(self) -> None:
-        self.client.close()
-
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            response = self.client.post(self.url + path, json=body)
-        except httpx.HTTPError as exc:
-            raise EndpointError(f"{self.url}{path} did not answer: {exc}") from exc
-        if response.status_code != 200:
-            raise EndpointError(
-                f"{self.url}{path} answered {response.status_code}: {response.text[:300]}"
-            )
-        return dict(response.json())
+        self.endpoint.close()
 
     def chat(self, messages: list[dict], **params: Any) -> dict[str, Any]:
-        body = {"model": self.target.model, "messages": messages, "stream": False, **params}
-        return self._post(wire.CHAT_PATH, body)
+        return self.endpoint.chat(self.target.model, messages, **params)
 
     def chat_status(self, messages: list[dict], **params: Any) -> tuple[int, dict[str, Any]]:
         """A chat whose refusal is an answer too (a 400 for a flag the server lacks)."""
-        body = {"model": self.target.model, "messages": messages, "stream": False, **params}
-        response = self.client.post(self.url + wire.CHAT_PATH, json=body)
-        try:
-            return response.status_code, dict(response.json())
-        except ValueError:
-            return response.status_code, {"error": response.text[:300]}
+        return self.endpoint.chat_answer(self.target.model, messages, **params)
 
     def stream_steps(self, messages: list[dict], **params: Any) -> list[Step]:
         """A streamed chat's tokens with their log-probability margins (``logprobs`` asked)."""
-        body = {"model": self.target.model, "messages": messages, "stream": True, **params}
         found: list[Step] = []
-        with self.client.stream("POST", self.url + wire.CHAT_PATH, json=body) as response:
-            if response.status_code != 200:
-                raise EndpointError(f"streamed chat answered {response.status_code}")
-            for line in response.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                for choice in json.loads(line[6:]).get("choices") or []:
-                    found += steps_of((choice.get("logprobs") or {}).get("content") or [])
+        for chunk in self.endpoint.stream_chat(self.target.model, messages, **params):
+            for choice in chunk.get("choices") or []:
+                found += steps_of((choice.get("logprobs") or {}).get("content") or [])
         return found
 
     def tokenize_chat(self, messages: list[dict]) -> list[int]:
         body = {"model": self.target.model, "messages": messages, "add_generation_prompt": True}
-        return list(self._post(wire.TOKENIZE_PATH, body)["tokens"])
+        return self.endpoint.tokenize(body)
 
     def tokenize(self, text: str, *, special: bool) -> list[int]:
         body = {"model": self.target.model, "prompt": text, "add_special_tokens": special}
-        return list(self._post(wire.TOKENIZE_PATH, body)["tokens"])
+        return self.endpoint.tokenize(body)
 
     def metrics(self) -> str:
-        return self.client.get(self.url + wire.METRICS_PATH).text
+        """The ``/metrics`` page; empty where the server has none (the check cannot judge)."""
+        return self.endpoint.metrics_text() or ""
 
 
 def _message(body: dict[str, Any]) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
@@ -742,27 +737,39 @@ def markdown(report: SmokeReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+class SmokeRun(BaseModel):
+    """What one smoke run checks, and how: the checks (default: all), the needle's prompt
+    lengths, ``resume`` (the checks already in the folder are kept and not run again),
+    ``first_failure`` (an upgrade's gate: a broken revision is rolled back without waiting for
+    the checks that cannot save it) and the longest one request may take."""
+
+    checks: list[str] | None = None
+    needle: list[int] | None = None
+    resume: bool = False
+    first_failure: bool = False
+    timeout_s: float = REQUEST_TIMEOUT_S
+
+
 def run_smoke(
     target: SmokeTarget,
     out_dir: Path,
+    run: SmokeRun | None = None,
     *,
     api_key: str | None = None,
-    checks: list[str] | None = None,
-    needle: list[int] | None = None,
-    resume: bool = False,
-    timeout_s: float = 300.0,
-    first_failure: bool = False,
     on_result: Callable[[CheckResult], None] = lambda result: None,
+    on_progress: Callable[[str], None] = lambda text: None,
 ) -> SmokeReport:
-    """Run the named checks (default: all) against ``target``; each result is appended to
-    ``out_dir/smoke.jsonl`` as it ends and the reports rewritten. With ``resume`` the checks
-    already in the file are kept and not run again; with ``first_failure`` the run ends at the
-    first failed check (an upgrade's gate: a broken revision is rolled back without waiting for
-    the checks that cannot save it).
+    """Run ``run``'s checks against ``target``; each result is appended to
+    ``out_dir/smoke.jsonl`` as it ends and the reports rewritten. A request that takes longer
+    than ``run.timeout_s`` fails its check. ``on_progress`` hears when a check starts, and
+    every ``PROGRESS_EVERY_S`` while it waits for the server (a server that hangs is not
+    silence for minutes).
 
     Raises:
         EndpointError: the server stopped answering (what finished is kept for ``--resume``).
     """
+    run = run or SmokeRun()
+    checks, needle, resume, timeout_s = run.checks, run.needle, run.resume, run.timeout_s
     results = out_dir / RESULTS_FILE
     done: list[CheckResult] = []
     if resume and results.exists():
@@ -787,8 +794,10 @@ def run_smoke(
                 if name in finished:
                     continue
                 started = time.monotonic()
+                on_progress(f"{name}: running")
                 try:
-                    result = runners[name](server)
+                    with _Waiting(name, timeout_s, PROGRESS_EVERY_S, on_progress):
+                        result = runners[name](server)
                 except EndpointError as exc:  # a refusal or a broken answer is the verdict
                     result = CheckResult(
                         check=name,
@@ -801,12 +810,40 @@ def run_smoke(
                 report.checks.append(result)
                 _write_reports(report, out_dir)
                 on_result(result)
-                if first_failure and result.outcome is Outcome.FAIL:
+                if run.first_failure and result.outcome is Outcome.FAIL:
                     break
     finally:
         server.close()
     _write_reports(report, out_dir)
     return report
+
+
+class _Waiting:
+    """While a check runs: a line every ``every_s`` seconds saying how long it has waited."""
+
+    def __init__(
+        self, check: str, timeout_s: float, every_s: float, say: Callable[[str], None]
+    ) -> None:
+        self.check, self.timeout_s, self.every_s, self.say = check, timeout_s, every_s, say
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._tell, name="smoke-progress", daemon=True)
+
+    def _tell(self) -> None:
+        started = time.monotonic()
+        while not self.done.wait(self.every_s):
+            self.say(
+                f"{self.check}: still waiting for the server after "
+                f"{time.monotonic() - started:.0f} s (a request may take up to "
+                f"{self.timeout_s:g} s: --request-timeout)"
+            )
+
+    def __enter__(self) -> _Waiting:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
 
 
 def _write_reports(report: SmokeReport, out_dir: Path) -> None:

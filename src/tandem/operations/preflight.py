@@ -37,7 +37,7 @@ from tandem.check.fabric import DEFAULT_PORT, run_fabric
 from tandem.check.findings import CheckReport, Finding, Severity
 from tandem.check.node_transport import LocalTransport, NodeTransport, ProbeError, Verification
 from tandem.check.rules import CheckContext, evaluate
-from tandem.errors import BackendError, PlanError, TandemError
+from tandem.errors import BackendError, PlanError, SSHError, TandemError
 from tandem.interrupts import shielded
 from tandem.operations import revisions
 from tandem.plan.config import facts_of
@@ -111,17 +111,37 @@ def _netns_exists(name: str) -> bool:
 
 
 def probe_all(deployment: Deployment, transport: NodeTransport) -> dict[str, dict[str, Any]]:
-    """Facts of every node, probed in parallel; a node that fails gets ``probe_error``."""
+    """Facts of every node, probed in parallel; a node that fails gets ``probe_error``.
 
-    def probe(node) -> dict[str, Any]:
+    Raises:
+        SSHError: nodes that cannot be reached (or refuse the key), every one of them named.
+    """
+
+    def probe(node) -> dict[str, Any] | SSHError:
         try:
             return transport.run_probe(node)
         except ProbeError as exc:
             return {"probe_error": exc.message}
+        except SSHError as exc:  # every node is tried: one down must not hide another
+            return exc
 
     nodes = deployment.cluster.nodes
     with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
-        return dict(zip([n.name for n in nodes], pool.map(probe, nodes)))
+        answers = dict(zip([n.name for n in nodes], pool.map(probe, nodes)))
+    lost = [a for a in answers.values() if isinstance(a, SSHError)]
+    if lost:
+        raise lost[0] if len(lost) == 1 else _all_unreachable(lost, len(nodes))
+    return {name: a for name, a in answers.items() if not isinstance(a, SSHError)}
+
+
+def _all_unreachable(lost: list[SSHError], nodes: int) -> SSHError:
+    """One error for several nodes that could not be probed, each named with its cause."""
+    return SSHError(
+        f"{len(lost)} of {nodes} nodes could not be probed: "
+        + "; ".join(exc.message for exc in lost),
+        reason=lost[0].reason,
+        hint="; ".join(dict.fromkeys(exc.hint for exc in lost if exc.hint)),
+    )
 
 
 def memory_need(deployment: Deployment) -> tuple[dict[str, int] | None, str | None]:

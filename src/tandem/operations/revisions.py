@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from tandem import files, ownership
+from tandem import files, ownership, screen
 from tandem.backends.state import (
     DeploymentDir,
     DeploymentState,
@@ -41,6 +41,8 @@ from tandem.spec.deployment import Deployment
 from tandem.version import TANDEM_VERSION
 
 _FILE = re.compile(r"^(\d+)\.json$")
+VALUE_CHARS = 120
+"""The most of one value ``changes`` shows (a field of a revision may be megabytes)."""
 
 
 class HostFacts(BaseModel):
@@ -275,10 +277,10 @@ def revision(name: str, number: int) -> Revision:
 
 
 def changes(old: Revision, new: Revision) -> list[str]:
-    """What differs from ``old`` to ``new``: recipe and cluster fields by dotted path, the
-    image, and each host's facts."""
+    """What differs from ``old`` to ``new``: recipe and cluster fields by dotted path (each
+    value cut to ``VALUE_CHARS``, its length said), the image, and each host's facts."""
     found = [
-        f"{path}: {a!r} -> {b!r}"
+        f"{path}: {screen.shown(repr(a), VALUE_CHARS)} -> {screen.shown(repr(b), VALUE_CHARS)}"
         for part in ("recipe", "cluster")
         for path, a, b in _diff(getattr(old, part), getattr(new, part), part)
     ]

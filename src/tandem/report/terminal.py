@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from rich.console import Console, RenderableType
 
+from tandem import screen
+
 PIPE_MAX_WIDTH = 400
 """Widest a view is printed when the output is not a terminal (columns)."""
 
 
 def show(renderable: RenderableType, console: Console | None = None) -> None:
     """Print ``renderable`` on ``console`` (stdout by default), at full width off a terminal."""
-    console = console or Console()
+    console = console or screen.console()
     if console.is_terminal:
         console.print(renderable)
         return
     natural = console.measure(renderable, options=console.options.update_width(PIPE_MAX_WIDTH))
-    Console(file=console.file, width=max(console.width, natural.maximum)).print(renderable)
+    screen.like(console, width=max(console.width, natural.maximum)).print(renderable)

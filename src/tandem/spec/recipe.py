@@ -13,9 +13,17 @@ import re
 import shlex
 from collections.abc import Collection, Sequence
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from tandem import ownership, wire
@@ -39,9 +47,27 @@ text ``"1"`` (``_env_str``), so an editor must not flag them."""
 
 
 class StrictModel(BaseModel):
-    """Base of every model read from a user: unknown keys are rejected."""
+    """Base of every model read from a user: unknown keys are rejected, and so is a yes/no
+    where a number is meant (pydantic would read YAML's ``replicas: true`` as 1)."""
 
     model_config = ConfigDict(extra="forbid", validate_default=True, frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_yes_no_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and _is_number(field.annotation):
+            raise FieldFault(
+                f"{str(value).lower()} is a yes/no, not a number",
+                hint="write the number (e.g. 2), or leave the field out for its default",
+            )
+        return value
+
+
+def _is_number(annotation: Any) -> bool:
+    """``int``, ``float`` or either or None."""
+    kinds = set(get_args(annotation)) - {type(None)} if get_args(annotation) else {annotation}
+    return bool(kinds) and kinds <= {int, float}
 
 
 class ModelSource(StrictModel):
@@ -91,10 +117,17 @@ class ModelSource(StrictModel):
     @field_validator("repo_id")
     @classmethod
     def _repo_id_shape(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+", value):
-            raise ValueError(
-                f"'{value}' is not a Hugging Face repo id; write it as ORG/NAME, "
-                "e.g. deepseek-ai/DeepSeek-V4-Flash"
+        """The Hub's rule (``huggingface_hub``'s ``validate_repo_id``): ORG/NAME, each part of
+        letters, digits, ``-``, ``_`` and ``.``, starting and ending with a letter or digit, at
+        most 96 characters, no ``--`` or ``..``. The id becomes a cache folder on every node
+        (``models--ORG--NAME``) and a path in the rsync file list of a pull."""
+        part = r"[A-Za-z0-9](?:[\w.\-]{0,94}[A-Za-z0-9])?"
+        if not re.fullmatch(f"{part}/{part}", value) or "--" in value or ".." in value:
+            raise FieldFault(
+                f"{value!r} is not a Hugging Face repo id ORG/NAME",
+                hint="write it as ORG/NAME, e.g. deepseek-ai/DeepSeek-V4-Flash: letters, "
+                "digits, '-', '_' and '.', each part starting and ending with a letter or "
+                "digit, no '--' or '..'",
             )
         return value
 
@@ -105,10 +138,24 @@ class ModelSource(StrictModel):
 
     @field_validator("revision")
     @classmethod
-    def _one_word(cls, value: str) -> str:
-        if any(c.isspace() for c in value):
+    def _git_ref(cls, value: str) -> str:
+        """A branch, tag or commit as git allows it (``git check-ref-format``): the revision
+        names a folder of the cache (``snapshots/``, ``refs/``) on every node and a path in
+        the rsync file list, so ``..``, a leading ``/`` or ``-`` (an option to rsync) and
+        control characters are refused."""
+        parts = value.split("/")
+        if (
+            value.startswith(("-", "/"))
+            or value.endswith(("/", ".", ".lock"))
+            or ".." in value
+            or "@{" in value
+            or re.search(r"[\s~^:?*\[\\\x00-\x1f\x7f]", value)
+            or any(not p or p.startswith(".") for p in parts)
+        ):
             raise FieldFault(
-                f"'{value}' is not a revision", hint="write a branch, a tag or a 40-hex commit"
+                f"{value!r} is not a revision",
+                hint="write a branch, a tag or a 40-hex commit (no '..', spaces, '~^:?*[\\', "
+                "no leading '-' or '/')",
             )
         return value
 
@@ -822,6 +869,11 @@ class Router(StrictModel):
             "--prometheus-port",
             str(self.metrics_port),
         ]
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, value: str | None) -> str | None:
+        return value if value is None else check_image(value)
 
 
 _SHM = re.compile(r"^(\d+)([kmgKMG])?[iI]?[bB]?$")

@@ -25,10 +25,20 @@ from tandem.backends.router import RouterFigures
 from tandem.backends.state import DeploymentState, load_state
 from tandem.errors import SpecError
 from tandem.jsonfiles import read_jsonl
+from tandem.ownership import RunKind
+from tandem.watch.sample import RUN_FILE
 from tandem.watch.sampler import Watcher
 
 ROUTER_FILE = "router.jsonl"
 FLEET_FILE = "fleet.json"
+RUN = RunKind(
+    "watch run",
+    "a watch",
+    resume_flag=None,
+    is_own=lambda folder: (folder / FLEET_FILE).is_file() or (folder / RUN_FILE).is_file(),
+)
+"""A watch's ``--out`` folder (of one group, or of a fleet's groups and router), identified by
+the deployment it watches; a folder that holds that watch is resumed."""
 
 
 class RouterLook(RouterFigures):
