@@ -185,23 +185,25 @@ def test_replicas_and_the_router_apply_and_read_back(apiserver, namespace, tmp_p
         backend.kubectl_program(Cluster.model_fields["kubernetes"].default_factory()), namespace
     )
     kubectl.apply(objs)
-    lws = kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", "dsv4-flash-tp2")
+    lws = kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", "deepseek-v4-flash-dspark")
     assert lws["spec"]["replicas"] == 2
     assert stated_mismatches(objs[LWS]["spec"], lws["spec"]) == []
-    router = kubectl.get_json("deployment", "dsv4-flash-tp2-router")
+    router = kubectl.get_json("deployment", "deepseek-v4-flash-dspark-router")
     assert stated_mismatches(objs[ROUTER]["spec"], router["spec"]) == []
     allowed = apiserver.kubectl(
         "auth", "can-i", "watch", "pods", "-n", namespace,
-        f"--as=system:serviceaccount:{namespace}:dsv4-flash-tp2-router", check=False,
+        f"--as=system:serviceaccount:{namespace}:deepseek-v4-flash-dspark-router", check=False,
     )  # fmt: skip
     assert allowed.stdout.strip() == "yes", allowed.stdout + allowed.stderr
     refused = apiserver.kubectl(
         "auth", "can-i", "delete", "pods", "-n", namespace,
-        f"--as=system:serviceaccount:{namespace}:dsv4-flash-tp2-router", check=False,
+        f"--as=system:serviceaccount:{namespace}:deepseek-v4-flash-dspark-router", check=False,
     )  # fmt: skip
     assert refused.stdout.strip() == "no"
-    service = kubectl.get_json("service", "dsv4-flash-tp2-external")
-    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "dsv4-flash-tp2-router"}
+    service = kubectl.get_json("service", "deepseek-v4-flash-dspark-external")
+    assert service["spec"]["selector"] == {
+        "app.kubernetes.io/name": "deepseek-v4-flash-dspark-router"
+    }
 
 
 # --- broken variants -----------------------------------------------------------------------------
