@@ -129,7 +129,9 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     values: dict[str, float] = {}
     per_position: dict[int, float] = {}
     prefix_caching: bool | None = None
-    for family in text_string_to_metric_families(_only_used_families(text)):
+    for family in text_string_to_metric_families(
+        family_lines(text, frozenset(_FAMILY_PREFIXES), histograms=frozenset(_HISTOGRAMS))
+    ):
         if not family.name.startswith("vllm:"):
             continue
         for sample in family.samples:
@@ -151,14 +153,15 @@ _FAMILY_PREFIXES = tuple(
 )
 
 
-def _only_used_families(text: str) -> str:
-    """The lines of the families tandem reads, so the parser sees ~2 % of vLLM's exposition.
-
-    vLLM exports hundreds of histogram buckets; parsing them all costs ~13 ms a scrape, which
-    the client pays on the CPU it shares with the measurement. A line is kept when its metric
-    name (or the family named by a ``# HELP``/``# TYPE`` line) is one of ours; of our histograms
-    the ``_sum`` and ``_count`` lines, not the buckets.
-    """
+def family_lines(
+    text: str, families: frozenset[str] | set[str], *, histograms: frozenset[str] = frozenset()
+) -> str:
+    """The lines of ``text`` (an exposition page) of the named families, so a parser sees only
+    what it reads: vLLM exports hundreds of histogram buckets, and parsing them all costs
+    ~13 ms a scrape, which the client pays on the CPU it shares with the measurement. A line is
+    kept when its metric's family (``_total``/``_created`` off; for a ``# HELP``/``# TYPE``
+    line the family it names) is one of ``families``; of ``histograms`` only the ``_sum`` and
+    ``_count`` lines (name a histogram in ``families`` to keep its buckets too)."""
     kept = []
     for line in text.splitlines():
         if line.startswith("# "):
@@ -167,8 +170,11 @@ def _only_used_families(text: str) -> str:
         else:
             name = line.split("{", 1)[0].split(" ", 1)[0]
         family = name.removesuffix("_total").removesuffix("_created")
-        if family in _FAMILY_PREFIXES or family.removesuffix("_sum").removesuffix("_count") in (
-            _HISTOGRAMS
+        whole = family.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+        if (
+            family in families
+            or whole in families
+            or family.removesuffix("_sum").removesuffix("_count") in histograms
         ):
             kept.append(line)
     return "\n".join(kept) + "\n"
@@ -264,7 +270,7 @@ def parse_serving(text: str) -> ServingReading:
     prefix_caching: bool | None = None
     buckets: dict[str, dict[float, float]] = {}
     sums: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(_serving_lines(text)):
+    for family in text_string_to_metric_families(family_lines(text, _SERVING_FAMILIES)):
         for sample in family.samples:
             name, labels, value = sample.name, sample.labels, sample.value
             if name == CACHE_CONFIG_INFO and "enable_prefix_caching" in labels:
@@ -305,20 +311,3 @@ def parse_serving(text: str) -> ServingReading:
             if name in sums
         },
     )
-
-
-def _serving_lines(text: str) -> str:
-    """The lines of the families ``parse_serving`` reads (as ``_only_used_families``)."""
-    kept = []
-    for line in text.splitlines():
-        if line.startswith("# "):
-            parts = line.split(" ", 3)
-            name = parts[2] if len(parts) > 2 else ""
-        else:
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-        family = name.removesuffix("_total").removesuffix("_created")
-        for end in ("_bucket", "_sum", "_count"):
-            family = family.removesuffix(end)
-        if family in _SERVING_FAMILIES:
-            kept.append(line)
-    return "\n".join(kept) + "\n"

@@ -44,7 +44,7 @@ def parse_leader_metrics(text: str, scrape_s: float = 0.0) -> LeaderReading:
     """
     values: dict[str, float] = {}
     finished: dict[str, float] = {}
-    for family in text_string_to_metric_families(_used_lines(text)):
+    for family in text_string_to_metric_families(names.family_lines(text, _FAMILIES)):
         for sample in family.samples:
             if sample.name == REQUEST_SUCCESS:
                 reason = sample.labels.get("finished_reason", "unknown")
@@ -53,16 +53,3 @@ def parse_leader_metrics(text: str, scrape_s: float = 0.0) -> LeaderReading:
                 field = _FIELDS[sample.name]
                 values[field] = values.get(field, 0.0) + sample.value
     return LeaderReading(**values, finished=finished, scrape_s=round(scrape_s, 4))
-
-
-def _used_lines(text: str) -> str:
-    kept = []
-    for line in text.splitlines():
-        if line.startswith("# "):
-            parts = line.split(" ", 3)
-            name = parts[2] if len(parts) > 2 else ""
-        else:
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name.removesuffix("_total").removesuffix("_created") in _FAMILIES:
-            kept.append(line)
-    return "\n".join(kept) + "\n"
