@@ -78,6 +78,10 @@ def ssh_hosts(
 
     ``session_env`` maps a host name (``host0``) to variables its sshd sets in every session
     (``SetEnv``), as a host's own profile would: ``DOCKER_HOST`` of the host's own daemon.
+    Each host's ``HOME`` is a folder of its own unless ``session_env`` names one: a login as
+    root would otherwise run this machine's ``~/.bashrc`` in every session, and the one the
+    CI image ships runs ``pyenv rehash``, whose lock file a killed session leaves behind, after
+    which every later session waits on it (the CI run of b08df71 lost 26 ssh tests to it).
     """
     cluster = Cluster.model_validate(
         {
@@ -117,6 +121,7 @@ def ssh_hosts(
         "  PasswordAuthentication no\n"
     )
     servers: list[subprocess.Popen] = []
+    own_env = session_env or {}
     netns.create(plan)
     try:
         hosts = []
@@ -130,7 +135,7 @@ def ssh_hosts(
                 "PubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
                 "StrictModes no\nUsePAM no\nMaxSessions 64\nMaxStartups 64\n"
                 "AcceptEnv none\nSubsystem sftp internal-sftp\n"
-                + _set_env((session_env or {}).get(node.node, {}))
+                + _set_env({"HOME": str(_home(folder, node.node))} | own_env.get(node.node, {}))
             )
             log = (folder / f"sshd_{node.node}.log").open("wb")
             servers.append(
@@ -162,6 +167,13 @@ def ssh_hosts(
             except subprocess.TimeoutExpired:
                 server.kill()
         _clear(plan)
+
+
+def _home(folder: Path, host: str) -> Path:
+    """A host's own ``HOME``, empty: no profile of this machine runs in its sessions."""
+    home = folder / f"home_{host}"
+    home.mkdir(exist_ok=True)
+    return home
 
 
 def _set_env(variables: dict[str, str]) -> str:

@@ -36,7 +36,7 @@ def test_each_rank_writes_its_own_cache_root_kept_apart_from_the_run_dir(tiny_de
     state = json.loads((tiny_deployment.state_dir / "state.json").read_text())
     for root in roots(tiny_deployment):
         assert list((root / "vllm" / "modelinfos").iterdir()), root  # vLLM wrote here
-        assert not str(root).startswith(state["run_dir"])
+        assert not str(root).startswith(state["groups"][0]["run_dir"])
 
 
 def test_check_finds_a_cache_planted_on_one_rank_with_the_fix(tiny_deployment):

@@ -41,7 +41,7 @@ def wait_for(deployment, verdict: str, timeout_s: float) -> tuple[float, int, di
 
 def test_a_stopped_worker_is_stalled_within_10_s_and_healthy_again(tiny_deployment):
     state = json.loads((tiny_deployment.state_dir / "state.json").read_text())
-    worker = next(r for r in state["ranks"] if r["rank"] == 1)
+    worker = next(r for r in state["groups"][0]["ranks"] if r["rank"] == 1)
     pid = next(p["pid"] for p in worker["processes"] if p["name"].startswith("VLLM::Worker"))
     os.kill(pid, signal.SIGSTOP)
     try:

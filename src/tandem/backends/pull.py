@@ -42,6 +42,7 @@ from tandem import agent, hf_cache
 from tandem.backends import snapshots
 from tandem.backends.openssh import OpenSSH, SSHTarget, engine_python
 from tandem.backends.snapshots import hf_home_of, model_folder
+from tandem.built_models import missing_hint
 from tandem.check.node_transport import (
     Verification,
     finished_probe,
@@ -472,6 +473,14 @@ class Pull:
                 f"no node holds the whole commit of {self.model.repo_id}@{self.model.revision}",
                 hint=f"`tandem model pull {self.deployment.recipe.name}` downloads it once and "
                 "places it on every node",
+            )
+        built = missing_hint(self.model.repo_id)
+        if source is None and built:
+            raise BackendError(
+                f"no node holds {self.model.repo_id}, a model tandem builds: no hub has it to "
+                "download",
+                field="model.repo_id",
+                hint=built + " on one node, then pull again: it copies from there",
             )
         if source is None:
             holder = self.nodes[on or self.deployment.cluster.leader.name]

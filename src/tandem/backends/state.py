@@ -492,6 +492,12 @@ class DeploymentState(Launched):
             [g for g in self.groups if g.group not in indices] + parts, key=lambda g: g.group
         )
 
+    @property
+    def launcher_pid(self) -> int | None:
+        """The pid of the ``up`` that starts it, while it is not ready."""
+        launcher = ProcessIdentity.parse(self.launcher) if self.launcher else None
+        return launcher.pid if launcher else None
+
     def interrupted(self) -> bool:
         """Its ``up`` died before every group and the router were ready."""
         if self.ready or self.launcher is None:

@@ -324,20 +324,14 @@ def pull_command(
 
 
 def refuse_what_no_pull_places(deployment: Deployment) -> None:
-    """Refuse a model tandem builds (no hub has it to download) and a Kubernetes cluster
-    (whose pods read each node's cache), each naming what places the weights there.
+    """Refuse a Kubernetes cluster (whose pods read each node's cache), naming what places the
+    weights there. A model tandem builds is refused where a download would begin (no node
+    holds it): one node that holds it is a source like any other.
 
     Raises:
         ClusterError: naming the command that does.
     """
     model = deployment.recipe.model
-    built = missing_hint(model.repo_id)
-    if built:
-        raise ClusterError(
-            f"{model.repo_id} is a model tandem builds; no hub has it to download",
-            field="model.repo_id",
-            hint=built + "; on ssh nodes, build it on one and `tandem sync` copies it",
-        )
     if deployment.cluster.transport is Transport.K8S:
         raise ClusterError(
             "on Kubernetes the pods read the weights from each node's Hugging Face cache "
@@ -370,12 +364,23 @@ def _say_what_would_be_pulled(
         console.print("every node holds the commit: nothing to copy")
 
 
+def _refuse_a_download_of_what_tandem_builds(repo_id: str) -> None:
+    built = missing_hint(repo_id)
+    if built:
+        raise ClusterError(
+            f"{repo_id} is a model tandem builds; no hub has it to download",
+            field="model.repo_id",
+            hint=built + "; on ssh nodes, build it on one and `tandem model pull` copies it",
+        )
+
+
 def _pull_here(
     repo_id: str, revision: str, cache_root: str | None, dry_run: bool, console: Console
 ) -> None:
     """A pull on this machine's cluster: its nodes share this machine's cache, so it is one
     download into it (huggingface_hub resumes a cut one)."""
     home = Path(cache_root).expanduser() if cache_root else _default_hf_home()
+    _refuse_a_download_of_what_tandem_builds(repo_id)
     if dry_run:
         console.print(f"would download {repo_id}@{revision} into {home / 'hub'}", soft_wrap=True)
         return

@@ -101,10 +101,13 @@ def refuse_if_running(deployment: Deployment, on_event: OnEvent = lambda text: N
     if deployment.name not in list_deployments():
         return
     state = load_state(deployment.name)
-    if state.interrupted() or any(interrupted(g) for g in state.groups):
+    killed = [g.launcher_pid for g in state.groups if interrupted(g)]
+    if state.interrupted() or killed:
+        pid = state.launcher_pid or next(iter(killed), None)
         on_event(
-            f"an earlier `up` of '{state.name}' was killed before it became ready: stopping "
-            "what it left, then starting afresh"
+            f"an earlier `up` of '{state.name}'"
+            + (f" (pid {pid})" if pid else "")
+            + " was killed before it became ready: stopping what it left, then starting afresh"
         )
     elif (state.router is not None and state.router.running()) or any(
         backend_for(state.backend).rank_running(g, rank) for g in state.groups for rank in g.ranks
