@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
 import httpx
@@ -126,6 +126,22 @@ def front_app(routes: Routes, *, api_key: str | None, timeout_s: float = 600.0) 
             return _unknown(request.path_params["model"])
         return JSONResponse(found.card())
 
+    return Starlette(
+        routes=[
+            Route("/health", health),
+            Route("/v1/models", models),
+            Route("/v1/models/{model:path}", model),
+            Route("/v1/{rest:path}", forwarder(routes, client), methods=["POST"]),
+        ],
+        lifespan=lifespan,
+    )
+
+
+def forwarder(
+    routes: Routes, client: httpx.AsyncClient
+) -> Callable[[Request], Awaitable[Response]]:
+    """The handler of every ``POST /v1/...``: the body's ``model`` picks the endpoint."""
+
     async def forward(request: Request) -> Response:
         body = await request.body()
         try:
@@ -160,15 +176,7 @@ def front_app(routes: Routes, *, api_key: str | None, timeout_s: float = 600.0) 
             background=BackgroundTask(answer.aclose),
         )
 
-    return Starlette(
-        routes=[
-            Route("/health", health),
-            Route("/v1/models", models),
-            Route("/v1/models/{model:path}", model),
-            Route("/v1/{rest:path}", forward, methods=["POST"]),
-        ],
-        lifespan=lifespan,
-    )
+    return forward
 
 
 def _unknown(model: str) -> JSONResponse:

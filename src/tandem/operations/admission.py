@@ -13,8 +13,9 @@ Checks, in order, each a ``Problem`` with the field to change and the fix, all r
 1. memory: ``tandem.plan.ledger.shortfalls`` on every host shared with another deployment;
 2. ports: the leader's API and rendezvous ports, the router's two, and the front door's, where
    they share an address (a local cluster's namespaces each have their own);
-3. subnets: a local cluster's namespaces against every network tandem made on this machine
-   (``/run/tandem/networks``, whatever the state root) and the others' records;
+3. subnets: a local cluster's namespaces against the others' (the fix names a subnet free of
+   every network tandem made on this machine, ``/run/tandem/networks``, whatever the state
+   root; a network of another state root is refused when the namespaces are made);
 4. cores: a local node's ``cpus`` and ``VLLM_CPU_OMP_THREADS_BIND`` against the others' nodes;
 5. the model name clients send: one endpoint routes by it (``tandem front``), so two
    deployments never serve one name.
@@ -34,7 +35,13 @@ from pydantic import BaseModel, Field, ValidationError
 
 from tandem import files, wire
 from tandem.backends import front_door, netns
-from tandem.backends.state import DeploymentState, list_deployments, load_state, state_root
+from tandem.backends.state import (
+    DeploymentDir,
+    DeploymentState,
+    list_deployments,
+    load_state,
+    state_root,
+)
 from tandem.errors import PlanError, Problem, TandemError
 from tandem.operations.preflight import memory_plan
 from tandem.plan.ledger import THIS_MACHINE, HostLedger, NodeHold, holds_of, ledgers, shortfalls
@@ -265,14 +272,20 @@ def _port_problems(
     return problems
 
 
-def _networks(running: list[DeploymentState], own_state: str) -> list[tuple[str, str]]:
-    """(who, subnet) of every network tandem made on this machine and the others recorded."""
+def _machine_networks(own_state: str) -> list[tuple[str, str]]:
+    """(who, subnet) of every network tandem made on this machine, from any state root."""
     seen: list[tuple[str, str]] = []
     for entry in netns.ledger():
         if entry.state_file == own_state:
             continue
         net = ipaddress.ip_network(f"{entry.plan.bridge_address}/{entry.plan.prefix}", strict=False)
         seen.append((entry.purpose or f"bridge {entry.plan.bridge}", str(net)))
+    return seen
+
+
+def _networks(running: list[DeploymentState]) -> list[tuple[str, str]]:
+    """(who, subnet) of the networks the others recorded here made."""
+    seen: list[tuple[str, str]] = []
     for state in running:
         for group in state.groups:
             if group.network.get("bridge_address"):
@@ -291,8 +304,7 @@ def _subnet_problems(
         LocalIsolation.NETNS
     ):
         return []
-    own_state = str((state_root() / "deployments" / deployment.name / "state.json").resolve())
-    seen = _networks(running, own_state)
+    seen = _networks(running)
     mine = [ipaddress.ip_network(p.cluster.local.subnet) for p in groups(deployment)]
     problems = []
     for subnet in mine:
@@ -301,12 +313,13 @@ def _subnet_problems(
         )
         if holder is None:
             continue
+        own_state = str(DeploymentDir.of(deployment.name).state_file.resolve())
+        free = _free_subnet(subnet, seen + _machine_networks(own_state), mine)
         problems.append(
             Problem(
                 "local.subnet",
                 f"subnet {subnet} overlaps {holder}'s network on this machine",
-                f"set local.subnet: {_free_subnet(subnet, seen, mine)} (free) and node "
-                "addresses in it",
+                f"set local.subnet: {free} (free on this machine now) and node addresses in it",
             )
         )
     if seen and not problems:

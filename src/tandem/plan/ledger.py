@@ -165,6 +165,11 @@ def shortfalls(new: list[NodeHold], others: list[NodeHold], plan: Plan) -> list[
         room = ledger.total_bytes - ledger.outside_bytes - sum(h.budget_bytes for h in theirs)
         beside = ", ".join(f"{h.deployment} {h.budget_bytes / GIB:.2f} GiB" for h in theirs)
         term = mine[0].term
+        outside = (
+            f" with {ledger.outside_bytes / GIB:.2f} GiB outside vLLM"
+            if ledger.outside_bytes
+            else ""
+        )
         result.append(
             Shortfall(
                 host=ledger.host,
@@ -173,8 +178,8 @@ def shortfalls(new: list[NodeHold], others: list[NodeHold], plan: Plan) -> list[
                 over_bytes=-ledger.left_bytes,
                 message=f"node {mine[0].node} ({ledger.host}): {_term_text(plan)} of "
                 f"'{mine[0].deployment}' does not fit beside {beside}: "
-                f"{ledger.used_bytes / GIB:.2f} GiB planned of {ledger.total_bytes / GIB:.2f} "
-                f"GiB, {-ledger.left_bytes / GIB:.2f} GiB over",
+                f"{ledger.used_bytes / GIB:.2f} GiB planned{outside} of "
+                f"{ledger.total_bytes / GIB:.2f} GiB, {-ledger.left_bytes / GIB:.2f} GiB over",
                 fix=fix_of(plan, room, sum(h.ranks for h in mine)),
             )
         )
@@ -202,15 +207,15 @@ def fix_of(plan: Plan, room_bytes: int, ranks: int) -> str:
     per_rank = room_bytes / max(ranks, 1)
     one_request = plan.kv.bytes_per_request / max(plan.kv_capacity_scale, 1e-9)
     elsewhere = (
-        f"or run it on a node with {memory.budget_bytes * ranks / GIB:.2f} GiB free "
-        "of other deployments' plans"
+        f"run it on a node with {memory.budget_bytes * ranks / GIB:.2f} GiB free of other "
+        "deployments' plans"
     )
     if settings.cpu_kv_cache_space_gib is not None:
         kv = math.floor((per_rank - memory.weights_bytes_per_rank) / GIB)
         if kv >= 1 and kv * GIB >= one_request:
             return (
                 f"lower {wire.VLLM_CPU_KVCACHE_SPACE} from {settings.cpu_kv_cache_space_gib:g} "
-                f"to {kv} GiB or less, {elsewhere}"
+                f"to {kv} GiB or less, or {elsewhere}"
             )
         return f"there is no room for one {settings.max_model_len:,}-token request: {elsewhere}"
     util = math.floor(per_rank / memory.memory_total_bytes * 1000) / 1000
@@ -218,7 +223,7 @@ def fix_of(plan: Plan, room_bytes: int, ranks: int) -> str:
     if pool >= one_request:
         return (
             f"lower gpu_memory_utilization from {settings.gpu_memory_utilization} to {util} or "
-            f"less (its KV pool then {pool / GIB:.2f} GiB), {elsewhere}"
+            f"less (its KV pool then {pool / GIB:.2f} GiB), or {elsewhere}"
         )
     tokens = int(pool / plan.kv_bytes_per_token) if pool > 0 else 0
     block = plan.kv.block_size_tokens
@@ -226,6 +231,6 @@ def fix_of(plan: Plan, room_bytes: int, ranks: int) -> str:
     if longest >= block:
         return (
             f"lower gpu_memory_utilization from {settings.gpu_memory_utilization} to {util} and "
-            f"max_model_len from {settings.max_model_len:,} to {longest:,} or less, {elsewhere}"
+            f"max_model_len from {settings.max_model_len:,} to {longest:,} or less, or {elsewhere}"
         )
     return f"its weights and reserves leave no KV pool in the room left: {elsewhere}"
