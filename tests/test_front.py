@@ -157,7 +157,6 @@ def test_the_process_is_owned_by_its_own_record(tmp_path: Path, monkeypatch):
 
 def test_a_taken_port_is_refused_before_anything_starts(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
-    with openai_stub() as taken:
-        with pytest.raises(BackendError, match=f"port {taken.port} on 127.0.0.1 is already"):
-            front.start(port=taken.port)
+    with openai_stub() as taken, pytest.raises(BackendError, match="is already in use"):
+        front.start(port=taken.port)
     assert front_door.read() is None

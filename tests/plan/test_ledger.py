@@ -106,7 +106,7 @@ def test_every_node_of_a_local_cluster_is_this_machine_and_a_cpu_pool_is_its_kv_
                 "engine": {"serve": {"pipeline_parallel_size": 2, "max_model_len": 2048}},
                 "env": {"VLLM_CPU_KVCACHE_SPACE": 5},
             }
-        ),  # fmt: skip
+        ),
         cluster=local_cluster(2),
     )
     plan = plan_for(new, config_path=CONFIGS / "smollm2-135m-instruct.json")
