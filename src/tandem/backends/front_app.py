@@ -2,12 +2,13 @@
 deployment serving the request's ``model``, and lists exactly the models that answer.
 
 It does not judge anything: ``Routes`` holds the models the front door's watcher
-(``tandem.operations.front``) last found serving, and is replaced whole on each look. A request
-names its model in its JSON body (``/v1/chat/completions``, ``/v1/completions``,
-``/v1/embeddings``, ...); the body and the client's headers go on unchanged to that model's
-endpoint (its router, or its one group's leader), and the answer streams back as it comes. A
-model not served gets vLLM's own 404 at once, a request without a model vLLM's 400, an
-endpoint that does not answer a 503: never a hang.
+(``tandem.operations.front``) last found serving, and is replaced whole on each look. A
+request names its model in its JSON body (``/v1/chat/completions``, ``/v1/completions``,
+``/v1/embeddings``, ..., and vLLM's ``/tokenize`` and ``/detokenize``); the body and the
+client's headers go on unchanged to that model's endpoint (its router, or its one group's
+leader), and the answer streams back as it comes. A model not served gets vLLM's own 404 at
+once, a request without a model vLLM's 400, an endpoint that does not answer a 503: never a
+hang.
 
 ``/v1/models`` is answered here from ``Routes``: guarded by ``VLLM_API_KEY`` as vLLM guards it
 when the front door was started with one (inference requests carry the client's
@@ -34,6 +35,8 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tandem import wire
 
 HOP_BY_HOP = frozenset(
     {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade",
@@ -132,6 +135,10 @@ def front_app(routes: Routes, *, api_key: str | None, timeout_s: float = 600.0) 
             Route("/v1/models", models),
             Route("/v1/models/{model:path}", model),
             Route("/v1/{rest:path}", forwarder(routes, client), methods=["POST"]),
+            *(
+                Route(path, forwarder(routes, client), methods=["POST"])
+                for path in (wire.TOKENIZE_PATH, wire.DETOKENIZE_PATH)
+            ),
         ],
         lifespan=lifespan,
     )

@@ -89,6 +89,12 @@ def others(name: str | None = None) -> list[DeploymentState]:
     return found
 
 
+def planned_holds(deployment: Deployment) -> list[NodeHold]:
+    """What ``deployment``'s plan holds on each node; none when it cannot be planned."""
+    plan, _, _ = memory_plan(deployment)
+    return holds_of(deployment, plan) if plan is not None else []
+
+
 def recorded_holds(state: DeploymentState) -> list[NodeHold]:
     """What ``state`` holds per node: as its ``up`` recorded it, else its saved recipe and
     cluster planned again, else each node with nothing known (``known`` false)."""
@@ -267,7 +273,7 @@ def _port_problems(
             )
         )
     if mine and theirs and not problems:
-        shown = ", ".join(sorted({f"{c.field} {c.port}" for c in mine}))
+        shown = ", ".join(sorted({f"{c.field} {c.port} on {c.where}" for c in mine}))
         admission.apart.append(f"ports apart from the others': {shown}")
     return problems
 
