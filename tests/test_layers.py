@@ -21,8 +21,9 @@ The layers, bottom to top (a module may import its own layer and the layers belo
                 revisions                      health and gang restarts over any backend; what
                                                each up ran
     tools       bench/, eval/, watch/,         consumers of an endpoint or a model folder;
-                report/, models/, upgrade      the models tandem builds; an upgrade's gate
-                                               (smoke and bench) and its rollback
+                report/, models/, upgrade,     the models tandem builds; an upgrade's gate
+                dashboard                      (smoke and bench) and its rollback; the
+                                               status page
     surface     cli/, the ``tandem`` package   the command line and the public API
 
 Imports are read with ``ast`` from the source files, nothing is imported: ``import`` and
@@ -80,6 +81,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tandem.report",
             "tandem.models",
             "tandem.upgrade",
+            "tandem.dashboard",
         ),
     ),
     ("surface", ("tandem.cli", "tandem")),

@@ -6,12 +6,24 @@ Parsed with prometheus_client's own parser; samples of one name are summed over 
 sets (one set per engine or data-parallel rank), except the speculative ``position``. Of a
 histogram only ``_sum`` and ``_count`` are kept: differenced around a load point they give the
 server's mean over exactly that point's requests, which is what a client can be held against.
+
+The names are facts of one vLLM release, ``NAMES_OF_VLLM``, read from its installed wheel and a
+recorded page of its server (``tests/fixtures/bench/metrics_after.txt``); the Grafana
+dashboards (``tandem.render.grafana``) query them by these constants, and a test fails on a
+queried name the recorded page lacks. ``parse_serving`` reads one page into the
+``ServingReading`` a status carries: gauges, counters and the latency histograms' buckets, so
+that two observations give rates and percentiles over the time between them.
 """
 
 from __future__ import annotations
 
+import math
+
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
+
+NAMES_OF_VLLM = "0.32.0"
+"""The vLLM release whose ``/metrics`` these names were read from (its V1 engine's loggers)."""
 
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
@@ -36,6 +48,32 @@ CACHE_CONFIG_INFO = "vllm:cache_config_info"
 TTFT_SECONDS = "vllm:time_to_first_token_seconds"
 QUEUE_SECONDS = "vllm:request_queue_time_seconds"
 PREFILL_SECONDS = "vllm:request_prefill_time_seconds"
+# More histograms (seconds): the gap between two output tokens of a request (one observation a
+# token step: a speculative step that emits several tokens is one gap), the time per output
+# token of each finished request (its decode time over its output tokens - 1), a request's whole
+# life from arrival to its last token, and its decode phase.
+ITL_SECONDS = "vllm:inter_token_latency_seconds"
+TPOT_SECONDS = "vllm:request_time_per_output_token_seconds"
+E2E_SECONDS = "vllm:e2e_request_latency_seconds"
+DECODE_SECONDS = "vllm:request_decode_time_seconds"
+# Per-request sizes (histograms, tokens) and the tokens of each engine step.
+REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
+REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
+# Finished requests by ``finished_reason``: stop, length, abort, error, repetition. A request
+# that failed is ``error`` (or ``abort`` when its client went away); ``length`` finished fine.
+REQUEST_SUCCESS = "vllm:request_success_total"
+ERROR_REASONS = ("error", "abort")
+# Waiting requests by ``reason`` (capacity: no KV room; deferred: held by the scheduler); they
+# sum to ``num_requests_waiting``. Requests refused by a queue limit, by ``reason``.
+REQUESTS_WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
+ADMISSION_REJECTIONS = "vllm:admission_rejections_total"
+# Prompt tokens served from a cache (any tier), beside ``prompt_tokens_total``.
+PROMPT_TOKENS_CACHED = "vllm:prompt_tokens_cached_total"
+# The API server's own (prometheus-fastapi-instrumentator): requests by handler and ``status``
+# class (2xx, 4xx, 5xx), and the process' start time (every process exports it).
+HTTP_REQUESTS = "http_requests_total"
+PROCESS_START = "process_start_time_seconds"
 
 _TOTALS = (
     PROMPT_TOKENS,
@@ -132,5 +170,155 @@ def _only_used_families(text: str) -> str:
         if family in _FAMILY_PREFIXES or family.removesuffix("_sum").removesuffix("_count") in (
             _HISTOGRAMS
         ):
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+# --- one page for a status: gauges, counters and latency buckets ----------------------------
+
+SERVING_HISTOGRAMS = (TTFT_SECONDS, ITL_SECONDS, TPOT_SECONDS, E2E_SECONDS)
+"""The latency histograms a status keeps whole (buckets too), for percentiles over a window."""
+_SERVING_COUNTERS = {
+    PROMPT_TOKENS: "prompt_tokens",
+    GENERATION_TOKENS: "generation_tokens",
+    PREEMPTIONS: "preemptions",
+    PREFIX_CACHE_QUERIES: "prefix_cache_queries",
+    PREFIX_CACHE_HITS: "prefix_cache_hits",
+    SPEC_DRAFTS: "spec_drafts",
+    SPEC_DRAFT_TOKENS: "spec_draft_tokens",
+    SPEC_ACCEPTED: "spec_accepted_tokens",
+}
+_SERVING_GAUGES = {REQUESTS_RUNNING: "requests_running", REQUESTS_WAITING: "requests_waiting"}
+_SERVING_FAMILIES = frozenset(
+    name.removesuffix("_total")
+    for name in (
+        *_SERVING_COUNTERS,
+        *_SERVING_GAUGES,
+        KV_CACHE_USAGE,
+        REQUEST_SUCCESS,
+        CACHE_CONFIG_INFO,
+        *SERVING_HISTOGRAMS,
+    )
+)
+
+
+class Histogram(BaseModel):
+    """One histogram as exported, summed over engines: cumulative counts at each finite upper
+    bound (the ``+Inf`` bucket is ``count``), with the sum of the observed values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    buckets: list[tuple[float, float]] = Field(
+        default_factory=list, description="(upper bound `le`, observations at or under it)."
+    )
+    sum: float = 0.0
+    count: float = 0.0
+
+
+class ServingReading(BaseModel):
+    """A leader's ``/metrics`` at one observation: gauges as they were, counters as running
+    totals (so two readings give rates), latency histograms whole. A field the server does
+    not export is None, never 0."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    kv_cache_usage: float | None = Field(
+        default=None, description="The fullest engine's KV cache, fraction 0..1."
+    )
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    preemptions: float | None = None
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
+    prefix_caching: bool | None = Field(
+        default=None, description="cache_config_info's enable_prefix_caching; None: unsaid."
+    )
+    spec_drafts: float | None = None
+    spec_draft_tokens: float | None = None
+    spec_accepted_tokens: float | None = None
+    finished: dict[str, float] = Field(
+        default_factory=dict,
+        description="finished_reason -> requests (vllm:request_success_total).",
+    )
+    histograms: dict[str, Histogram] = Field(
+        default_factory=dict, description="Metric name (SERVING_HISTOGRAMS) -> its buckets."
+    )
+
+    @property
+    def requests_finished(self) -> float | None:
+        return sum(self.finished.values()) if self.finished else None
+
+
+def parse_serving(text: str) -> ServingReading:
+    """Prometheus exposition text -> the reading a status carries. Pure.
+
+    Usage:
+        reading = parse_serving(httpx.get(url + "/metrics").text)
+        reading.histograms[TTFT_SECONDS].count
+    """
+    values: dict[str, float] = {}
+    kv: list[float] = []
+    finished: dict[str, float] = {}
+    prefix_caching: bool | None = None
+    buckets: dict[str, dict[float, float]] = {}
+    sums: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(_serving_lines(text)):
+        for sample in family.samples:
+            name, labels, value = sample.name, sample.labels, sample.value
+            if name == CACHE_CONFIG_INFO and "enable_prefix_caching" in labels:
+                prefix_caching = labels["enable_prefix_caching"] == "True"
+            elif name == KV_CACHE_USAGE:
+                kv.append(value)
+            elif name == REQUEST_SUCCESS:
+                reason = labels.get("finished_reason", "unknown")
+                finished[reason] = finished.get(reason, 0.0) + value
+            elif name in _SERVING_COUNTERS or name in _SERVING_GAUGES:
+                values[name] = values.get(name, 0.0) + value
+            elif family.name in SERVING_HISTOGRAMS and name == family.name + "_bucket":
+                bound = float(labels.get("le", "inf"))
+                if math.isfinite(bound):
+                    into = buckets.setdefault(family.name, {})
+                    into[bound] = into.get(bound, 0.0) + value
+            elif family.name in SERVING_HISTOGRAMS and name in (
+                family.name + "_sum",
+                family.name + "_count",
+            ):
+                part = sums.setdefault(family.name, {})
+                end = name.removeprefix(family.name + "_")
+                part[end] = part.get(end, 0.0) + value
+    fields = {field: values.get(name) for name, field in _SERVING_COUNTERS.items()}
+    fields |= {field: values.get(name) for name, field in _SERVING_GAUGES.items()}
+    return ServingReading(
+        **fields,
+        kv_cache_usage=max(kv) if kv else None,
+        prefix_caching=prefix_caching,
+        finished=finished,
+        histograms={
+            name: Histogram(
+                buckets=sorted(buckets.get(name, {}).items()),
+                sum=sums[name].get("sum", 0.0),
+                count=sums[name].get("count", 0.0),
+            )
+            for name in SERVING_HISTOGRAMS
+            if name in sums
+        },
+    )
+
+
+def _serving_lines(text: str) -> str:
+    """The lines of the families ``parse_serving`` reads (as ``_only_used_families``)."""
+    kept = []
+    for line in text.splitlines():
+        if line.startswith("# "):
+            parts = line.split(" ", 3)
+            name = parts[2] if len(parts) > 2 else ""
+        else:
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+        family = name.removesuffix("_total").removesuffix("_created")
+        for end in ("_bucket", "_sum", "_count"):
+            family = family.removesuffix(end)
+        if family in _SERVING_FAMILIES:
             kept.append(line)
     return "\n".join(kept) + "\n"

@@ -153,3 +153,28 @@ CILIUM_LB_IPAM_IPS = "io.cilium/lb-ipam-ips"
 """Service annotation: the address Cilium LB-IPAM assigns a LoadBalancer Service (seed 000)."""
 NVIDIA_GPU_RESOURCE = "nvidia.com/gpu"
 """Extended resource the NVIDIA device plugin (GPU Operator) advertises on each node."""
+
+
+# --- tandem's own Prometheus series (`tandem watch --serve-metrics`, tandem.watch.exporter) -----
+# Family names as prometheus_client takes them: a counter is exposed with `_total` appended.
+# Labels: deployment, node, rank, role, gpu, device, port, verdict. The Grafana dashboards and
+# rules (tandem.render) query them by these names.
+TANDEM_SAMPLE_TIMESTAMP = "tandem_watch_sample_timestamp_seconds"
+TANDEM_VERDICT = "tandem_deployment_verdict"
+"""1 for the current verdict (label `verdict`), 0 for the others."""
+TANDEM_RESTARTS = "tandem_restarts"
+TANDEM_RANK_UP = "tandem_rank_up"
+TANDEM_RANK_PROCESSES = "tandem_rank_processes"
+TANDEM_RANK_RSS = "tandem_rank_resident_memory_bytes"
+TANDEM_RANK_CPU = "tandem_rank_cpu_seconds"
+TANDEM_NODE_MEMORY_TOTAL = "tandem_node_memory_total_bytes"
+TANDEM_NODE_MEMORY_AVAILABLE = "tandem_node_memory_available_bytes"
+TANDEM_NODE_OOM_KILLS = "tandem_node_oom_kills"
+TANDEM_GPU_TEMPERATURE = "tandem_gpu_temperature_celsius"
+TANDEM_GPU_SM_CLOCK = "tandem_gpu_sm_clock_hertz"
+TANDEM_GPU_POWER = "tandem_gpu_power_watts"
+TANDEM_GPU_THROTTLED = "tandem_gpu_throttled"
+TANDEM_RDMA_TRANSMIT = "tandem_rdma_transmit_bytes"
+TANDEM_RDMA_RECEIVE = "tandem_rdma_receive_bytes"
+TOTAL = "_total"
+"""What Prometheus' exposition appends to a counter's family name."""

@@ -75,6 +75,7 @@ SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         "upgrade": ("tandem.cli.upgrade", "Move to a new recipe behind a gate, or roll back."),
         "rollback": ("tandem.cli.upgrade", "Start an earlier revision of a deployment again."),
         "history": ("tandem.cli.upgrade", "List a deployment's revisions and what changed."),
+        "dashboard": ("tandem.cli.dashboard", "Serve a read-only status page of a deployment."),
     },
     "Measure": {
         "bench": ("tandem.cli.bench", "Serving performance of an OpenAI-compatible endpoint."),

@@ -48,6 +48,7 @@ from tandem.cli.options import (
     option_of,
 )
 from tandem.errors import CheckFailed, Problem, SpecError
+from tandem.operations import evidence
 from tandem.plan.status import planned_roofline_tok_s
 from tandem.report.bench import (
     REPORT_FILE,
@@ -286,8 +287,10 @@ def run_command(
     """
     if deployment and url:
         raise SpecError("give a DEPLOYMENT or --url, not both", field="url")
+    url_given = url is not None
     if not url:
         state = load_state(deployment)  # with replicas, through the router to every group
+        deployment = state.name  # the only one there is, when none was named
         url, model = state.endpoint, model or state.model
         if fields["roofline_decode_tok_s"] is None and len(state.groups) == 1:  # it has a plan
             group = state.groups[0]
@@ -364,13 +367,37 @@ def run_command(
     for warning in result.warnings + [w for p in result.points for w in p.warnings]:
         console.print(f"[yellow]warning:[/] {warning}")
     if out is not None:
-        written = write_reports(result, out, plots=plots)
-        if watch:
-            written += report_folder(out / WATCH_DIR, plots=plots)[1]
-        console.print(
-            f"wrote {out / REQUESTS_FILE}, {out / 'summary.json'}, "
-            + ", ".join(str(p) for p in written)
+        _write_run(result, out, plots=plots, watch=watch, named=None if url_given else deployment)
+
+
+def _write_run(
+    result: BenchResult, out: Path, *, plots: bool, watch: bool, named: str | None
+) -> None:
+    """The reports of a run with --out (and its watch's); a run of a deployment tandem runs is
+    evidence of its revision (``tandem.operations.evidence``, shown by ``tandem dashboard``)."""
+    written = write_reports(result, out, plots=plots)
+    if watch:
+        written += report_folder(out / WATCH_DIR, plots=plots)[1]
+    Console(stderr=True).print(
+        f"wrote {out / REQUESTS_FILE}, {out / 'summary.json'}, "
+        + ", ".join(str(p) for p in written)
+    )
+    if named:
+        evidence.record(named, "bench", out, summary=_headline(result), report=HTML_FILE)
+
+
+def _headline(result: BenchResult) -> str:
+    """One line for the status page: each point's output tok/s and failures."""
+    return "; ".join(
+        f"{p.point.label}: "
+        + (
+            f"{p.metrics.output_throughput_tok_s:.1f} tok/s"
+            if p.metrics.output_throughput_tok_s is not None
+            else "no output"
         )
+        + (f", {p.metrics.failed} failed" if p.metrics.failed else "")
+        for p in result.points
+    )
 
 
 def _seconds(ms: float | None) -> float | None:

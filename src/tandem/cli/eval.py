@@ -24,6 +24,7 @@ from tandem.eval import smoke
 from tandem.eval.log import SamplingParams
 from tandem.eval.report import EvalReport, render_markdown
 from tandem.eval.runner import GPQAConfig, rescore_log, run_gpqa
+from tandem.operations import evidence
 from tandem.report.watch import report_folder
 from tandem.watch.background import WATCH_DIR, BackgroundWatch
 
@@ -212,12 +213,20 @@ def gpqa_command(
         raise SpecError("--watch needs a DEPLOYMENT name (its nodes), not --url", field="--watch")
     with BackgroundWatch(deployment, Path(out_dir) / WATCH_DIR) if watch else nullcontext():
         report = run_gpqa(config)
-    _show(report, Path(out_dir))
+    _after_gpqa(report, Path(out_dir), deployment, watch=watch)
+
+
+def _after_gpqa(report: EvalReport, out: Path, deployment: str | None, *, watch: bool) -> None:
+    """The report, the run as evidence of the deployment's revision (``tandem dashboard``
+    links it), and the verdict of the watch beside it."""
+    _show(report, out)
+    if deployment is not None:
+        accuracy = f"{report.accuracy:.1%}" if report.accuracy is not None else "no answer"
+        evidence.record(deployment, "eval", out, summary=f"GPQA {accuracy}", report="report.html")
     if watch:
-        summary, _ = report_folder(Path(out_dir) / WATCH_DIR)
+        summary, _ = report_folder(out / WATCH_DIR)
         click.echo(
-            f"watch: {'PASS' if summary.passed else 'FAIL'}, "
-            f"{Path(out_dir) / WATCH_DIR / 'report.md'}"
+            f"watch: {'PASS' if summary.passed else 'FAIL'}, {out / WATCH_DIR / 'report.md'}"
         )
 
 
@@ -355,11 +364,6 @@ def smoke_command(
     failed = False
     for where, target in targets.items():
         out = folder / where if where else folder
-        who = f"group {where[1:]} " if where else ""
-
-        def said(result: smoke.CheckResult, who: str = who) -> None:
-            click.echo(f"{who}{result.check:<12} {result.outcome.value:<15} {result.summary}")
-
         report = smoke.run_smoke(
             target,
             out,
@@ -367,10 +371,35 @@ def smoke_command(
             checks=list(checks) or None,
             needle=needle_lengths,
             resume=resume,
-            on_result=said,
+            on_result=_said(f"group {where[1:]} " if where else ""),
         )
-        verdict = "PASS" if report.ok else "FAIL"
-        click.echo(f"{who}{verdict}: reports {out / smoke.REPORT_MD}, smoke.json")
-        failed = failed or not report.ok
+        failed = _smoke_done(report, out, deployment, where) or failed
     if failed:
         raise click.exceptions.Exit(1)
+
+
+def _said(who: str):
+    def said(result: smoke.CheckResult) -> None:
+        click.echo(f"{who}{result.check:<12} {result.outcome.value:<15} {result.summary}")
+
+    return said
+
+
+def _smoke_done(report: smoke.SmokeReport, out: Path, deployment: str | None, where: str) -> bool:
+    """Say a group's verdict and keep its run as evidence of the group's revision (``tandem
+    dashboard`` links it); True when it failed."""
+    who = f"group {where[1:]} " if where else ""
+    click.echo(
+        f"{who}{'PASS' if report.ok else 'FAIL'}: reports {out / smoke.REPORT_MD}, smoke.json"
+    )
+    if deployment is not None:
+        evidence.record(
+            deployment,
+            "smoke",
+            out,
+            group=int(where[1:]) if where else None,
+            summary=", ".join(f"{c.check} {c.outcome.value}" for c in report.checks),
+            passed=report.ok,
+            report=smoke.REPORT_MD,
+        )
+    return not report.ok

@@ -108,7 +108,8 @@ def up_command(
     if dry_run:
         _print_dry_run(deployment, supervise=supervise)
         return
-    lifecycle.check_launchable(deployment, supervise=supervise)  # before anything starts
+    if supervise:  # what `up` itself checks, and the supervisor's own refusal, before it starts
+        lifecycle.check_launchable(deployment, supervise=True, ports=False)
     if skip_checks:
         show_skipped_preflight(deployment)
         _show_launch(deployment, None)
@@ -301,8 +302,14 @@ def show_event(text: str) -> None:
     help="Seconds a 1-token canary completion may "
     "take on an idle server before the engine counts as stalled.",
 )
+@click.option(
+    "--nodes",
+    is_flag=True,
+    help="Read each node's memory, GPUs and RDMA ports in the same look (into each "
+    "group's overview; what `tandem dashboard` shows).",
+)
 def status_command(
-    name: str | None, list_all: bool, as_json: bool, canary_timeout_s: float
+    name: str | None, list_all: bool, as_json: bool, canary_timeout_s: float, nodes: bool
 ) -> None:
     """List the deployments, or show one's verdict, endpoint and each rank's health.
 
@@ -326,6 +333,7 @@ def status_command(
       tandem status
       tandem status --all --json
       tandem status smollm2-local --json
+      tandem status smollm2-local --json --nodes
     """
     names = deployment_names() if name is None else [name]
     if list_all or len(names) != 1:
@@ -335,7 +343,7 @@ def status_command(
         else:
             _print_lines(lines)
         return
-    status = lifecycle.status(names[0], canary_timeout_s=canary_timeout_s)
+    status = lifecycle.status(names[0], canary_timeout_s=canary_timeout_s, nodes=nodes)
     if as_json:
         click.echo(status.model_dump_json(indent=2))
     else:

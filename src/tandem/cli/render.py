@@ -30,14 +30,16 @@ from tandem.render import TARGETS, check_format, files_renderer_for, renderer_fo
     show_default=True,
     help="What runs each rank: a plain process on the node, a "
     "container, a Kubernetes LeaderWorkerSet; prometheus: scrape config and alert "
-    "rules for the running deployment.",
+    "rules for the running deployment; grafana: its data source, dashboards and "
+    "recording rules.",
 )
 @click.option(
     "--out",
     "out_dir",
     type=click.Path(file_okay=False),
     help="Write the target's files into this folder instead of printing them "
-    "(prometheus: prometheus.yml, tandem-rules.yml, README.md).",
+    "(prometheus: prometheus.yml, tandem-rules.yml, README.md; grafana: provisioning/, "
+    "dashboards/, tandem-recording-rules.yml, README.md).",
 )
 @force_option
 def render_command(
@@ -53,6 +55,7 @@ def render_command(
       tandem render deepseek-v4-flash-dspark --cluster examples/dgx-spark-eks.yaml
       tandem render deepseek-v4-flash --cluster examples/dgx-spark-pair.yaml --format json
       tandem render tiny-local --target prometheus --out prom/
+      tandem render tiny-local --target grafana --out grafana/
     """
     fmt = check_format(target, fmt)  # before any file is read: a wrong flag is the first fault
     deployment = machine_deployment(recipe, cluster_path)
@@ -65,6 +68,7 @@ def render_command(
     if out_dir:
         out = ownership.output_folder(Path(out_dir), force=force)
         for name, text in files_renderer_for(target)(plan, deployment).items():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)  # grafana's provisioning/
             files.write_text(out / name, text)
             click.echo(f"wrote {out / name}")
         return

@@ -60,6 +60,7 @@ from tandem.operations.health import (
     assess,
     of_groups,
 )
+from tandem.operations.overview import GroupOverview, group_overview, served_models
 from tandem.operations.preflight import run_check
 from tandem.operations.supervisor import kubernetes_restarts_groups, stop_supervisors
 from tandem.plan.ledger import HostLedger
@@ -402,6 +403,12 @@ class GroupStatus(BaseModel):
         default=None, description="In the router's rotation; None without a router."
     )
     ranks: list[RankStatus]
+    overview: GroupOverview | None = Field(
+        default=None,
+        description="The same observation beyond the verdict: the leader's serving figures, "
+        "the nodes' readings (with --nodes), the revision and its evidence, events "
+        "(tandem.operations.overview).",
+    )
 
 
 class RouterStatus(BaseModel):
@@ -414,6 +421,9 @@ class RouterStatus(BaseModel):
     running: bool
     members: list[str] = Field(description="The group leaders it sends requests to.")
     metrics_url: str
+    models: list[str] | None = Field(
+        default=None, description="Its /v1/models as it answers; None: it did not answer."
+    )
 
 
 class DeploymentStatus(BaseModel):
@@ -453,10 +463,17 @@ def group_status(
     canary_timeout_s: float = 5.0,
     canary_mode: str = "idle",
     tracker: ProgressTracker | None = None,
+    nodes: bool = False,
 ) -> GroupStatus:
-    """One group's verdict (``tandem.operations.health.assess``) and each rank's health."""
+    """One group's verdict (``tandem.operations.health.assess``) and each rank's health; with
+    ``nodes`` the one look at its nodes brings their readings too (into its ``overview``)."""
+    look = backend_for(state.backend).observe(group, nodes=nodes)
     report = assess(
-        group, canary_timeout_s=canary_timeout_s, canary_mode=canary_mode, tracker=tracker
+        group,
+        canary_timeout_s=canary_timeout_s,
+        canary_mode=canary_mode,
+        tracker=tracker,
+        look=look,
     )
     health = {r.rank: r for r in report.ranks}
     ranks = [
@@ -490,6 +507,7 @@ def group_status(
         rank=report.rank,
         revision=group.revision,
         ranks=ranks,
+        overview=group_overview(state, group, report, look, endpoint),
     )
 
 
@@ -511,6 +529,7 @@ def _router_status(state: DeploymentState) -> RouterStatus | None:
         running=alive,
         members=members,
         metrics_url=state.router.metrics_url,
+        models=served_models(state.router.url) if alive else None,
     )
 
 
@@ -520,6 +539,8 @@ def status(
     canary_timeout_s: float = 5.0,
     canary_mode: str = "idle",
     tracker: ProgressTracker | None = None,
+    trackers: dict[int, ProgressTracker] | None = None,
+    nodes: bool = False,
 ) -> DeploymentStatus:
     """A deployment's verdict, endpoint, and each group's and rank's health.
 
@@ -527,7 +548,10 @@ def status(
     rotation; ``degraded`` while at least one group serves; else the worst group's
     (``tandem.operations.health.of_groups``), and ``down`` when the router does not run. A
     caller that looks again and again (``tandem watch``) passes a ``tracker``, so a stall is
-    judged over time, and sends canaries only now and then (``canary_mode="never"`` between).
+    judged over time, and sends canaries only now and then (``canary_mode="never"`` between);
+    of a deployment of several groups it keeps one tracker a group in ``trackers`` (by group
+    number). With ``nodes`` the look brings each node's readings (``tandem status --nodes``,
+    what ``tandem dashboard`` shows).
     """
     state = load_state(name)
     router = _router_status(state)
@@ -538,7 +562,10 @@ def status(
             group,
             canary_timeout_s=canary_timeout_s,
             canary_mode=canary_mode,
-            tracker=tracker,
+            tracker=trackers.setdefault(group.group, ProgressTracker())
+            if trackers is not None
+            else tracker,
+            nodes=nodes,
         )
         if router is not None:
             part.member = group.endpoint in router.members

@@ -25,18 +25,21 @@ TARGETS: dict[str, str] = {
     "k8s": "tandem.render.kubernetes:render",
     "docker": "tandem.render.docker:render",
     "prometheus": "tandem.render.prometheus:render",
+    "grafana": "tandem.render.grafana:render",
 }
 FORMATS: dict[str, tuple[str, ...]] = {
     "process": ("shell", "json"),
     "docker": ("shell", "json"),
     "k8s": ("yaml", "json"),
     "prometheus": ("yaml", "json"),
+    "grafana": ("yaml", "json"),
 }
 """The formats each target writes, its default first."""
 
 # target -> "module:function" returning {file name: text}, for ``tandem render --out DIR``
 FILE_TARGETS: dict[str, str] = {
     "prometheus": "tandem.render.prometheus:files",
+    "grafana": "tandem.render.grafana:files",
 }
 
 

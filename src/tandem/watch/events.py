@@ -1,30 +1,20 @@
 """Group restarts from the deployment's ``events.log``, read incrementally.
 
 ``tandem supervise`` writes one line per event,
-``2026-12-01T08:00:00Z  text``; a group restart is announced as ``restart N/MAX in D s: ...``.
+``2026-12-01T08:00:00Z  text``; a group restart is announced as ``restart N/MAX in D s: ...``
+(the line format as read: ``tandem.operations.overview.parse_event``).
 The reader keeps its byte offset, so a sample reads only what was appended since the last.
 """
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from tandem.backends.state import DeploymentDir
-from tandem.watch.sample import Event
+from tandem.operations.overview import Event, parse_event
 
-_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\s+(.*)$")
-_RESTART = re.compile(r"^restart \d+/\d+ in ")
-
-
-def parse_event(line: str) -> Event | None:
-    """One events.log line -> an Event; None for a line without a timestamp. Pure."""
-    match = _LINE.match(line.rstrip("\n"))
-    if not match:
-        return None
-    stamp = datetime.strptime(match[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    return Event(time=stamp, text=match[2], restart=bool(_RESTART.match(match[2])))
+__all__ = ["EventReader", "parse_event"]
 
 
 class EventReader:

@@ -22,6 +22,7 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
+from tandem import wire
 from tandem.errors import SpecError
 from tandem.watch.sample import Sample, Verdict
 
@@ -45,14 +46,14 @@ class SampleCollector:
             return
         d = self.deployment
         stamp = GaugeMetricFamily(
-            "tandem_watch_sample_timestamp_seconds",
+            wire.TANDEM_SAMPLE_TIMESTAMP,
             "Unix time of the latest sample.",
             labels=["deployment"],
         )
         stamp.add_metric([d], sample.unix)
         yield stamp
         verdict = GaugeMetricFamily(
-            "tandem_deployment_verdict",
+            wire.TANDEM_VERDICT,
             "1 for the deployment's current verdict, 0 for the others.",
             labels=["deployment", "verdict"],
         )
@@ -60,7 +61,7 @@ class SampleCollector:
             verdict.add_metric([d, value.value], float(sample.verdict == value))
         yield verdict
         restarts = CounterMetricFamily(
-            "tandem_restarts", "Group restarts in events.log.", labels=["deployment"]
+            wire.TANDEM_RESTARTS, "Group restarts in events.log.", labels=["deployment"]
         )
         restarts.add_metric([d], sample.restarts)
         yield restarts
@@ -70,18 +71,18 @@ class SampleCollector:
     def _ranks(self, sample: Sample) -> Iterator[Metric]:
         labels = ["deployment", "rank", "node", "role"]
         up = GaugeMetricFamily(
-            "tandem_rank_up", "1 while the rank's process (or pod) is alive.", labels=labels
+            wire.TANDEM_RANK_UP, "1 while the rank's process (or pod) is alive.", labels=labels
         )
         processes = GaugeMetricFamily(
-            "tandem_rank_processes", "Live processes of the rank.", labels=labels
+            wire.TANDEM_RANK_PROCESSES, "Live processes of the rank.", labels=labels
         )
         rss = GaugeMetricFamily(
-            "tandem_rank_resident_memory_bytes",
+            wire.TANDEM_RANK_RSS,
             "Summed RSS of the rank's processes.",
             labels=labels,
         )
         cpu = CounterMetricFamily(
-            "tandem_rank_cpu_seconds", "CPU time of the rank's live processes.", labels=labels
+            wire.TANDEM_RANK_CPU, "CPU time of the rank's live processes.", labels=labels
         )
         for node in sample.nodes:
             for r in node.ranks:
@@ -98,34 +99,34 @@ class SampleCollector:
         node_labels = ["deployment", "node"]
         gauges = {
             "total": GaugeMetricFamily(
-                "tandem_node_memory_total_bytes", "MemTotal.", labels=node_labels
+                wire.TANDEM_NODE_MEMORY_TOTAL, "MemTotal.", labels=node_labels
             ),
             "available": GaugeMetricFamily(
-                "tandem_node_memory_available_bytes", "MemAvailable.", labels=node_labels
+                wire.TANDEM_NODE_MEMORY_AVAILABLE, "MemAvailable.", labels=node_labels
             ),
         }
         oom = CounterMetricFamily(
-            "tandem_node_oom_kills",
+            wire.TANDEM_NODE_OOM_KILLS,
             "OOM kills since boot (/proc/vmstat oom_kill).",
             labels=node_labels,
         )
         gpu_labels = ["deployment", "node", "gpu"]
         temperature = GaugeMetricFamily(
-            "tandem_gpu_temperature_celsius", "GPU temperature.", labels=gpu_labels
+            wire.TANDEM_GPU_TEMPERATURE, "GPU temperature.", labels=gpu_labels
         )
-        clock = GaugeMetricFamily("tandem_gpu_sm_clock_hertz", "SM clock.", labels=gpu_labels)
-        power = GaugeMetricFamily("tandem_gpu_power_watts", "Board power draw.", labels=gpu_labels)
+        clock = GaugeMetricFamily(wire.TANDEM_GPU_SM_CLOCK, "SM clock.", labels=gpu_labels)
+        power = GaugeMetricFamily(wire.TANDEM_GPU_POWER, "Board power draw.", labels=gpu_labels)
         throttled = GaugeMetricFamily(
-            "tandem_gpu_throttled",
+            wire.TANDEM_GPU_THROTTLED,
             "1 while a thermal or hardware slowdown holds the clocks down.",
             labels=gpu_labels,
         )
         port_labels = ["deployment", "node", "device", "port"]
         xmit = CounterMetricFamily(
-            "tandem_rdma_transmit_bytes", "RDMA port data sent.", labels=port_labels
+            wire.TANDEM_RDMA_TRANSMIT, "RDMA port data sent.", labels=port_labels
         )
         rcv = CounterMetricFamily(
-            "tandem_rdma_receive_bytes", "RDMA port data received.", labels=port_labels
+            wire.TANDEM_RDMA_RECEIVE, "RDMA port data received.", labels=port_labels
         )
         for node in sample.nodes:
             base = [self.deployment, node.node]

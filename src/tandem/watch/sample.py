@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tandem.backends.base import NodeMemory
 from tandem.operations.health import Verdict
+from tandem.operations.overview import Event
 from tandem.spec.recipe import Watch
 
 SCHEMA_VERSION = 1
@@ -102,14 +103,6 @@ class LeaderReading(_Model):
     spec_draft_tokens: float | None = None
     spec_accepted_tokens: float | None = None
     scrape_s: float = Field(description="Seconds the GET /metrics took.")
-
-
-class Event(_Model):
-    """A line of the deployment's events.log (``tandem supervise``)."""
-
-    time: datetime
-    text: str
-    restart: bool = Field(default=False, description="The line announces a group restart.")
 
 
 class Sample(_Model):
