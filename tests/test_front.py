@@ -115,7 +115,7 @@ def test_the_watcher_lists_what_serves_and_says_who_left_and_why(monkeypatch):
     routes = Routes()
     stop = threading.Event()
 
-    def next_look() -> list[front.Member]:
+    def next_look(trackers: dict) -> list[front.Member]:
         if len(seen) == len(looks):
             stop.set()
             return looks[-1]

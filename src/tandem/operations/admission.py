@@ -170,9 +170,8 @@ def admit(deployment: Deployment, *, record: bool = False) -> Admission:
         for ledger in ledgers([*theirs, *admission.holds])
         if ledger.host in mine_hosts and len({h.deployment for h in ledger.holds}) > 1
     ]
-    if plan is not None:
-        for short in shortfalls(admission.holds, theirs, plan):
-            problems.append(Problem(_term_field(short.term), short.message, short.fix))
+    short = shortfalls(admission.holds, theirs, plan) if plan is not None else []
+    problems += [Problem(_term_field(s.term), s.message, s.fix) for s in short]
     problems += _port_problems(deployment, running, admission)
     problems += _subnet_problems(deployment, running, admission)
     problems += _core_problems(deployment, running, admission)
@@ -182,7 +181,7 @@ def admit(deployment: Deployment, *, record: bool = False) -> Admission:
             f"'{deployment.name}' cannot run beside "
             f"{', '.join(s.name for s in running) or 'what runs here'}",
             problems=problems,
-            node=_first_node(problems, deployment),
+            node=short[0].node if short else None,
             hint="change what each problem names, or `tandem down` a deployment that "
             "holds it (`tandem status` lists them with the memory of every node)",
         )
@@ -191,14 +190,6 @@ def admit(deployment: Deployment, *, record: bool = False) -> Admission:
 
 def _term_field(term: str) -> str:
     return f"env.{term}" if term == wire.VLLM_CPU_KVCACHE_SPACE else f"engine.serve.{term}"
-
-
-def _first_node(problems: list[Problem], deployment: Deployment) -> str | None:
-    for problem in problems:
-        for node in deployment.cluster.nodes:
-            if f"node {node.name} " in problem.message:
-                return node.name
-    return None
 
 
 class _Port(BaseModel):

@@ -40,7 +40,7 @@ from tandem.backends.state import list_deployments, load_state
 from tandem.errors import BackendError, TandemError
 from tandem.operations import lifecycle
 from tandem.operations.admission import port_claims
-from tandem.operations.health import Verdict
+from tandem.operations.health import ProgressTracker, Verdict
 from tandem.plan.ledger import THIS_MACHINE
 from tandem.redact import redact_text
 
@@ -67,14 +67,21 @@ class Member(BaseModel):
         return self.verdict in SERVING
 
 
-def members() -> list[Member]:
-    """Every recorded deployment, judged as ``tandem status`` judges it (no canary)."""
+def members(trackers: dict[str, dict[int, ProgressTracker]] | None = None) -> list[Member]:
+    """Every recorded deployment, judged as ``tandem status`` judges it (no canary). A caller
+    that looks again and again keeps ``trackers`` (by deployment, then group), so a group
+    under load is judged by whether its counters moved since the last look, not by a second
+    scrape two seconds later."""
     found = []
     for name in list_deployments():
         try:
             state = load_state(name)
             recipe = state.deployment(lenient=True).recipe
-            judged = lifecycle.status(name, canary_mode="never")
+            judged = lifecycle.status(
+                name,
+                canary_mode="never",
+                trackers=trackers.setdefault(name, {}) if trackers is not None else None,
+            )
         except TandemError as exc:
             found.append(Member(deployment=name, model="", endpoint="", reason=exc.message))
             continue
@@ -114,9 +121,10 @@ def watch(routes, interval_s: float, stop: threading.Event, say: OnEvent) -> Non
     """Look at every deployment each ``interval_s`` and replace the routes; say each model
     that joins or leaves, and why."""
     listed: dict[str, str] = {}
+    trackers: dict[str, dict[int, ProgressTracker]] = {}
     while not stop.is_set():
         started = time.monotonic()
-        found = members()
+        found = members(trackers)
         routes.replace(_upstreams(found))
         now = {m.model: m.deployment for m in found if m.serving}
         for model in sorted(now.keys() - listed.keys()):
