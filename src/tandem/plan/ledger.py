@@ -141,14 +141,17 @@ def holds_of(deployment: Deployment, plan: Plan) -> list[NodeHold]:
 
 
 def ledgers(holds: Iterable[NodeHold]) -> list[HostLedger]:
-    """The holds by host: a host's memory is the largest any plan on it knows (the new one's
-    when it alone knows it), and what runs outside the budget is counted once."""
+    """The holds by host (each host's by deployment name): a host's memory is the largest any
+    plan on it knows (the new one's when it alone knows it), and what runs outside the budget is
+    counted once."""
     by_host: dict[str, HostLedger] = {}
     for hold in holds:
         ledger = by_host.setdefault(hold.host, HostLedger(host=hold.host, total_bytes=0))
         ledger.holds.append(hold)
         ledger.total_bytes = max(ledger.total_bytes, hold.total_bytes)
         ledger.outside_bytes = max(ledger.outside_bytes, hold.outside_bytes)
+    for ledger in by_host.values():
+        ledger.holds.sort(key=lambda h: (h.deployment, h.node))
     return sorted(by_host.values(), key=lambda ledger: ledger.host)
 
 
