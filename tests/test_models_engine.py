@@ -190,8 +190,9 @@ def test_a_third_that_cannot_fit_is_refused_before_it_starts_naming_node_and_ter
         assert refused.returncode == 2, refused.stdout + refused.stderr
         assert "env.VLLM_CPU_KVCACHE_SPACE: node node0 (this machine)" in refused.stderr
         assert "(VLLM_CPU_KVCACHE_SPACE 14 GiB a rank) of 'model-c'" in refused.stderr
-        assert "0.75 GiB over" in refused.stderr and "lower VLLM_CPU_KVCACHE_SPACE" in (
-            refused.stderr
+        assert (
+            "17.00 GiB planned of 16.00 GiB, 1.00 GiB over" in refused.stderr
+            and "lower VLLM_CPU_KVCACHE_SPACE" in (refused.stderr)
         )
     assert not (Path(env["TANDEM_HOME"]) / "deployments" / "model-c").exists()
 
