@@ -42,7 +42,7 @@ from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import run as run_bench
 from tandem.errors import CheckFailed, SpecError, StateError, TandemError
 from tandem.eval import smoke
-from tandem.operations import lifecycle, revisions
+from tandem.operations import admission, lifecycle, revisions
 from tandem.operations.preflight import run_check
 from tandem.operations.revisions import Revision, RevisionOutcome
 from tandem.operations.supervisor import cycle_group, others_serve
@@ -311,10 +311,11 @@ def _preflight(new: Deployment, on_event: OnEvent) -> dict[str, dict]:
     """Every group's preflight before anything stops, but for what the running revision holds.
 
     Raises:
-        PlanError: ``new`` does not fit.
+        PlanError: ``new`` does not fit, alone or beside the other deployments on its nodes.
         CheckFailed: it fails its preflight.
     """
     parts = placed_groups(new)
+    admission.admit(new)  # beside the others: what the running revision holds is its own
     hosts: dict[str, dict] = {}
     for part in [new] if lifecycle.launched_together(new.cluster.transport.value) else parts:
         report = run_check(part, on_event=on_event)
@@ -408,6 +409,7 @@ def _settle(name: str, revision: Revision) -> None:
     upgrade's marker goes."""
     state = load_state(name)
     state.revision = revision.number
+    state.holds = admission.planned_holds(revision.deployment(name))
     state.save()
     revisions.clear_upgrade(name)
 

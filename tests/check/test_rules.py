@@ -10,8 +10,10 @@ import pytest
 
 from tandem.check.findings import CheckReport, Severity
 from tandem.check.rules import RULES, CheckContext, evaluate
+from tandem.check.rules.host import MemoryHeadroomRule
 from tandem.rankplan import plan_ranks
 from tandem.spec.cluster import Cluster
+from tandem.spec.loading import load_deployment
 from tests.check.conftest import seed_deployment, spark_cluster
 
 GIB = 2**30
@@ -212,6 +214,21 @@ def test_memory_headroom_against_the_plan(healthy):
         memory_need_bytes={"spark-101": 100 * GIB, "spark-102": 100 * GIB},
     )
     assert "memory-headroom" not in rules_of(fits)
+
+
+def test_the_nodes_of_a_local_cluster_share_one_memory():
+    """Two ranks of this machine each needing 5 GiB, 12 GiB available: 10 GiB + the margin
+    does not fit, though each rank alone would."""
+    deployment = load_deployment("tiny-local", None)
+    facts = {n.name: {"memory": {"available_bytes": 12 * GIB}} for n in deployment.cluster.nodes}
+    ctx = CheckContext(
+        deployment=deployment,
+        facts=facts,
+        memory_need_bytes={n.name: 5 * GIB for n in deployment.cluster.nodes},
+    )
+    fired = list(MemoryHeadroomRule().check(ctx))
+    assert [(f.node, f.severity) for f in fired] == [("node0", Severity.WARNING)]
+    assert "planned 10.0 GiB" in fired[0].message and "all this machine" in fired[0].message
 
 
 def test_gui_running_with_the_memory_it_holds(drifted, healthy):

@@ -14,6 +14,7 @@ from tandem.dashboard.observe import Observer, View
 from tandem.dashboard.page import body, document, is_stale
 from tandem.operations.health import Verdict
 from tandem.operations.overview import Event
+from tandem.plan.ledger import HostLedger, NodeHold
 
 
 class _Tiles(HTMLParser):
@@ -157,3 +158,24 @@ def test_the_observer_derives_last_token_and_keeps_its_window():
     third = observer.take()  # 38 s later, the window holds the last two only
     assert third.groups[0].traffic.idle and third.groups[0].last_token_at == second.observed_at
     assert third.groups[0].last_canary_at == NOW
+
+
+def test_the_memory_of_each_node_shows_every_deployment_on_it():
+    holds = [
+        NodeHold(deployment=name, node="node0", host="this machine", budget_bytes=budget,
+                 kv_pool_bytes=2**30, weights_bytes=budget - 2**30, total_bytes=16 * 2**30,
+                 term="VLLM_CPU_KVCACHE_SPACE")
+        for name, budget in (("demo", 5 * 2**28), ("other", 6 * 2**28))
+    ]  # fmt: skip
+    status = fleet_status(group(0), group(1)).model_copy(
+        update={"ledger": [HostLedger(host="this machine", total_bytes=16 * 2**30, holds=holds)]}
+    )
+    tiles = _Tiles()
+    tiles.feed(body(view_of(status), NOW, link))
+    observation = json.loads(tiles.observation)
+    for tile in tiles.tiles:
+        assert at(observation, tile["path"]) == json.loads(tile["value"]), tile
+    shown = {t["path"]: t["text"] for t in tiles.tiles}
+    assert shown["ledger.0.holds.1.deployment"] == "other"
+    assert shown["ledger.0.holds.0.budget_bytes"] == "1.2 GiB"
+    assert "13.2 GiB</span> of 16.0 GiB" in body(view_of(status), NOW, link)

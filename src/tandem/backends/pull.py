@@ -434,6 +434,22 @@ class Pull:
             )
         return moved
 
+    def _downloader(self, on: str | None) -> Node:
+        """The node that downloads when no node holds the commit: ``--on`` or the leader.
+
+        Raises:
+            BackendError: the model is one tandem builds (no hub has it).
+        """
+        built = missing_hint(self.model.repo_id)
+        if built:
+            raise BackendError(
+                f"no node holds {self.model.repo_id}, a model tandem builds: no hub has it to "
+                "download",
+                field="model.repo_id",
+                hint=built + " on one node, then pull again: it copies from there",
+            )
+        return self.nodes[on or self.deployment.cluster.leader.name]
+
     # --- the whole pull -------------------------------------------------------------------
 
     def run(
@@ -474,16 +490,8 @@ class Pull:
                 hint=f"`tandem model pull {self.deployment.recipe.name}` downloads it once and "
                 "places it on every node",
             )
-        built = missing_hint(self.model.repo_id)
-        if source is None and built:
-            raise BackendError(
-                f"no node holds {self.model.repo_id}, a model tandem builds: no hub has it to "
-                "download",
-                field="model.repo_id",
-                hint=built + " on one node, then pull again: it copies from there",
-            )
         if source is None:
-            holder = self.nodes[on or self.deployment.cluster.leader.name]
+            holder = self._downloader(on)
             if dry_run:  # what the download brings is known only once it is there
                 return PullReport(manifest=manifest, source=holder.name, downloaded=False)
             found[holder.name] = self.download_verified(holder)

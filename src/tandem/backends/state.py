@@ -50,6 +50,7 @@ from tandem.backends.router import RouterProcess
 from tandem.errors import StateError
 from tandem.files import private_dir
 from tandem.jsonfiles import read_json, validation_text
+from tandem.plan.ledger import NodeHold
 from tandem.plan.status import PlannedVsActual
 from tandem.redact import Redactor, redact_text
 from tandem.spec.cluster import Cluster
@@ -415,6 +416,11 @@ class DeploymentState(Launched):
     )
     launcher: str | None = Field(
         default=None, description="The `up` that starts it (pid, start, boot) until it is ready."
+    )
+    holds: list[NodeHold] = Field(
+        default_factory=list,
+        description="What its plan holds on each node, recorded by `up` before anything "
+        "starts: what a later `up` on the same nodes counts (`tandem.operations.admission`).",
     )
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 

@@ -72,6 +72,7 @@ SECTIONS: dict[str, dict[str, tuple[str, str]]] = {
         "logs": ("tandem.cli.lifecycle", "Show or follow the ranks' logs; a support bundle."),
         "chat": ("tandem.cli.lifecycle", "Send one chat message and print the answer."),
         "supervise": ("tandem.cli.supervise", "Restart the whole group when a rank fails."),
+        "front": ("tandem.cli.front", "One endpoint for every model, routed by model name."),
         "service": ("tandem.cli.service", "Run a deployment as a systemd service."),
         "upgrade": ("tandem.cli.upgrade", "Move to a new recipe behind a gate, or roll back."),
         "rollback": ("tandem.cli.upgrade", "Start an earlier revision of a deployment again."),

@@ -30,8 +30,16 @@ from tandem.cli.supervise import run_supervisor
 from tandem.endpoint import Endpoint
 from tandem.errors import CheckFailed, StateError
 from tandem.eval import smoke as smoke_checks
-from tandem.operations import lifecycle
-from tandem.operations.listing import DeploymentLine, deployment_names, every_deployment
+from tandem.operations import admission, lifecycle
+from tandem.operations.front import front_door_line
+from tandem.operations.listing import (
+    DeploymentLine,
+    deployment_names,
+    every_deployment,
+    every_ledger,
+)
+from tandem.plan.ledger import HostLedger
+from tandem.plan.memory import GIB
 from tandem.readiness import Readiness
 from tandem.redact import Redactor
 from tandem.report.terminal import show
@@ -128,6 +136,8 @@ def _print_dry_run(deployment: Deployment, *, supervise: bool) -> None:
     launches = lifecycle.dry_run(deployment)
     if supervise:
         lifecycle.check_launchable(deployment, supervise=True, ports=False)
+    for line in admission.admit(deployment).lines():
+        screen.echo(f"# {line}")
     for part, _, commands in launches:
         if part.cluster.transport.value == "k8s":  # one apply creates every rank's pod
             ranks = ", ".join(str(n) for n in sorted(rank.rank for rank, _ in commands))
@@ -171,6 +181,9 @@ def _show_ready(state: DeploymentState, readiness: list[Readiness], *, enforce_e
             f"[green]ready[/green] at {state.endpoint}/v1 as model '{state.model}' "
             f"after {phases[-1].elapsed_s:.1f} s"
         )
+    door = front_door_line()
+    if door:
+        console.print(f"  also behind the {door}")
     for group, ready in zip(state.groups, readiness):
         who = f"group {group.group}: " if len(state.groups) > 1 else ""
         boot = group.boot
@@ -359,6 +372,34 @@ def _print_lines(lines: list[DeploymentLine]) -> None:
             str(line.revision) if line.revision is not None else "",
         )
     show(table, console)
+    _print_ledger(every_ledger())
+    door = front_door_line()
+    if door:
+        console.print(door)
+
+
+def _print_ledger(ledgers: list[HostLedger]) -> None:
+    """Each host's memory and what every deployment's plan holds there."""
+    if not ledgers:
+        return
+    table = Table("host", "memory", "held by plan", "left", title="memory by plan, per host")
+    for ledger in ledgers:
+        held = ", ".join(
+            f"{h.deployment} ({h.node}) {h.budget_bytes / GIB:.2f} GiB"
+            if h.known
+            else f"{h.deployment} ({h.node}) unknown"
+            for h in ledger.holds
+        )
+        if ledger.outside_bytes:
+            held += f", outside vLLM {ledger.outside_bytes / GIB:.2f} GiB"
+        colour = "red" if ledger.left_bytes < 0 else "green"
+        table.add_row(
+            ledger.host,
+            f"{ledger.total_bytes / GIB:.2f} GiB",
+            held,
+            f"[{colour}]{ledger.left_bytes / GIB:.2f} GiB[/{colour}]",
+        )
+    show(table, console)
 
 
 def _print_status(status: lifecycle.DeploymentStatus) -> None:
@@ -380,6 +421,8 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
         console.print(f"  [dim]evidence: {status.evidence}[/dim]")
     if status.router is not None:
         _print_groups(status)
+        if any(len({h.deployment for h in lg.holds}) > 1 for lg in status.ledger):
+            _print_ledger(status.ledger)
         return
     table = Table("rank", "role", "node", "address", "processes", "health")
     for r in status.ranks:
@@ -421,6 +464,8 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
             )
     elif status.planned and status.planned.unavailable:
         console.print(f"  [dim]planned vs actual: {status.planned.unavailable}[/dim]")
+    if any(len({h.deployment for h in lg.holds}) > 1 for lg in status.ledger):
+        _print_ledger(status.ledger)
 
 
 def _figure(value: float | None) -> str:

@@ -128,6 +128,7 @@ def body(view: View, now: datetime, link: Link) -> str:
         + sections.front_door(status)
         + sections.traffic(view)
         + sections.nodes(status)
+        + sections.memory(status)
         + sections.ranks(status, stale=stale)
         + sections.identity(status, link)
         + sections.events(status, now)

@@ -1,5 +1,5 @@
 """The page's sections, each a pure function of the view: verdicts, front door, traffic, nodes,
-ranks, identity, events.
+memory by plan, ranks, identity, events.
 
 Each value of the observation is drawn with ``html.observed`` (its path into ``tandem status
 --json``), each figure of several observations with ``html.derived``. Nothing is shown as
@@ -231,6 +231,37 @@ def nodes(status: DeploymentStatus | None) -> str:
     if not cards:
         return section("nodes", "Nodes", f'<p class="none">{NO_SAMPLE}</p>')
     return section("nodes", "Nodes", f'<div class="cards">{"".join(cards)}</div>')
+
+
+def memory(status: DeploymentStatus | None) -> str:
+    """Each host the deployment's nodes draw on: its memory and what every deployment's plan
+    holds there (``ledger``), so a page shows every model on the nodes."""
+    if status is None or not status.ledger:
+        return ""
+    rows = []
+    for i, ledger in enumerate(status.ledger):
+        for j, hold in enumerate(ledger.holds):
+            path = f"ledger.{i}.holds.{j}"
+            rows.append(
+                [
+                    observed(f"ledger.{i}.host", ledger.host) if j == 0 else "",
+                    observed(f"{path}.deployment", hold.deployment)
+                    + ("" if hold.deployment != status.name else " (this one)"),
+                    observed(f"{path}.node", hold.node),
+                    observed(f"{path}.budget_bytes", hold.budget_bytes, gib(hold.budget_bytes))
+                    if hold.known
+                    else "unknown",
+                    observed(f"{path}.kv_pool_bytes", hold.kv_pool_bytes, gib(hold.kv_pool_bytes)),
+                    derived(
+                        "left", gib(ledger.left_bytes), cls="bad" if ledger.left_bytes < 0 else ""
+                    )
+                    + f" of {gib(ledger.total_bytes)}"
+                    if j == len(ledger.holds) - 1
+                    else "",
+                ]
+            )
+    body = table(["host", "deployment", "node", "planned budget", "KV pool", "left"], rows)
+    return section("memory", "Memory by plan", body)
 
 
 def _node_card(path: str, group: str, reading: NodeReading) -> str:

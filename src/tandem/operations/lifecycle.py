@@ -50,7 +50,7 @@ from tandem.errors import (
     TandemError,
 )
 from tandem.interrupts import shielded
-from tandem.operations import revisions
+from tandem.operations import admission, revisions
 from tandem.operations.health import (
     GroupVerdict,
     Health,
@@ -63,6 +63,7 @@ from tandem.operations.health import (
 from tandem.operations.overview import GroupOverview, group_overview, served_models
 from tandem.operations.preflight import run_check
 from tandem.operations.supervisor import kubernetes_restarts_groups, stop_supervisors
+from tandem.plan.ledger import HostLedger
 from tandem.plan.status import PlannedVsActual
 from tandem.rankplan import RankPlan, launch_plan, placed_groups, plan_ranks
 from tandem.readiness import Readiness
@@ -131,11 +132,14 @@ def check_launchable(
     deployment: Deployment, *, supervise: bool = False, ports: bool = True
 ) -> list[Deployment]:
     """Everything ``up`` refuses before it touches anything, shared with ``up --dry-run`` and
-    ``service install``: the deployment must work as a whole (every group placed), and its
-    router be startable here (``ports``: its ports free now). Returns the groups.
+    ``service install``: the deployment must work as a whole (every group placed), fit beside
+    the deployments already on its nodes with nothing of theirs clashing
+    (``tandem.operations.admission``), and its router be startable here (``ports``: its ports
+    free now). Returns the groups.
 
     Raises:
-        PlanError: listing every reason the deployment cannot work.
+        PlanError: listing every reason the deployment cannot work, or cannot work beside
+            the others.
         BackendError: no router of the pinned version, a router port taken, or ``supervise``
             of a LeaderWorkerSet of several groups (Kubernetes restarts them itself).
     """
@@ -143,6 +147,7 @@ def check_launchable(
     if supervise and together and deployment.recipe.replicas > 1:
         raise kubernetes_restarts_groups(deployment.name)
     parts = placed_groups(deployment)
+    admission.admit(deployment)
     if len(parts) == 1 or together:
         return parts
     spec = deployment.recipe.router
@@ -198,15 +203,20 @@ def up(
     hosts: dict[str, dict] = {}
     for part in unit if preflight else []:  # every group's, before anything starts
         hosts |= _preflight(part, on_event, on_report)
-    state = DeploymentState(
-        name=deployment.name,
-        backend=deployment.cluster.transport.value,
-        recipe=deployment.recipe.model_dump(mode="json"),
-        cluster=deployment.cluster.model_dump(mode="json"),
-        model=deployment.recipe.model.name_for_clients,
-        launcher=ProcessIdentity.current().text(),
-    )
-    state.write()  # before anything starts: `down` then finds whatever it leaves
+    with admission.admission_lock():  # judged again: another `up` may have taken room since
+        admitted = admission.admit(deployment, record=True)
+        state = DeploymentState(
+            name=deployment.name,
+            backend=deployment.cluster.transport.value,
+            recipe=deployment.recipe.model_dump(mode="json"),
+            cluster=deployment.cluster.model_dump(mode="json"),
+            model=deployment.recipe.model.name_for_clients,
+            launcher=ProcessIdentity.current().text(),
+            holds=admitted.holds,
+        )
+        state.write()  # before anything starts: `down` then finds whatever it leaves
+    for line in admitted.lines():
+        on_event(line)
     try:
         readiness = []
         for index, part in enumerate(unit):
@@ -443,6 +453,11 @@ class DeploymentStatus(BaseModel):
     )
     groups: list[GroupStatus] = Field(default_factory=list)
     router: RouterStatus | None = None
+    ledger: list[HostLedger] = Field(
+        default_factory=list,
+        description="The memory of each host its nodes draw on, with what every deployment "
+        "recorded here holds there by its plan (`tandem.operations.admission`).",
+    )
 
 
 def group_status(
@@ -593,6 +608,7 @@ def status(
         upgrade_interrupted=_interrupted_upgrade(state.name),
         groups=parts,
         router=router,
+        ledger=admission.ledgers_around(state),
     )
 
 

@@ -13,7 +13,9 @@ from pydantic import BaseModel, Field
 from tandem.backends.state import list_deployments
 from tandem.errors import TandemError
 from tandem.operations import lifecycle
+from tandem.operations.admission import others, recorded_holds
 from tandem.operations.health import Verdict
+from tandem.plan.ledger import HostLedger, NodeHold, ledgers
 
 
 class DeploymentLine(BaseModel):
@@ -27,6 +29,9 @@ class DeploymentLine(BaseModel):
     revision: int | None = None
     groups: int = Field(default=1, description="Groups behind the router (replicas), else 1.")
     error: str | None = Field(default=None, description="Why it could not be judged.")
+    holds: list[NodeHold] = Field(
+        default_factory=list, description="What its plan holds on each of its nodes."
+    )
 
 
 def deployment_names() -> list[str]:
@@ -52,6 +57,12 @@ def every_deployment(*, canary_timeout_s: float = 5.0) -> list[DeploymentLine]:
                 verdict=status.verdict,
                 revision=status.revision,
                 groups=max(len(status.groups), 1),
+                holds=[h for lg in status.ledger for h in lg.holds if h.deployment == status.name],
             )
         )
     return lines
+
+
+def every_ledger() -> list[HostLedger]:
+    """The memory of every host a deployment recorded here draws on, with what each holds."""
+    return ledgers(h for state in others() for h in recorded_holds(state))

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from tandem.check.findings import Finding, Severity
 from tandem.check.rules.context import GIB, MIB, CheckContext, fact, gib, listing
+from tandem.spec.cluster import Transport
 
 
 class MemoryHeadroomRule:
@@ -17,10 +18,16 @@ class MemoryHeadroomRule:
     """Left over for the OS, the driver and page cache on unified-memory nodes."""
 
     def check(self, ctx: CheckContext) -> Iterable[Finding]:
+        """Every node of a local cluster is this one machine: its nodes' needs add up, judged
+        once, at the first node, against the one memory they share."""
         if not ctx.memory_need_bytes:
             return
+        needs = dict(ctx.memory_need_bytes)
+        if ctx.deployment.cluster.transport is Transport.LOCAL:
+            first = ctx.nodes[0].name
+            needs = {first: sum(n for n in needs.values() if n is not None)}
         for node, facts in ctx.probed():
-            need = ctx.memory_need_bytes.get(node.name)
+            need = needs.get(node.name)
             gpus = fact(facts, "gpu", "gpus") or []
             unified = fact(facts, "gpu", "unified_memory") or not gpus
             if unified:
@@ -38,7 +45,13 @@ class MemoryHeadroomRule:
                     severity=Severity.ERROR if available < need else Severity.WARNING,
                     node=node.name,
                     message=f"{pool} {gib(available)} is short of the planned {gib(need)} "
-                    f"+ {gib(self.margin_bytes)} margin",
+                    f"+ {gib(self.margin_bytes)} margin"
+                    + (
+                        f" (its {len(ctx.nodes)} nodes are all this machine)"
+                        if len(ctx.nodes) > 1
+                        and ctx.deployment.cluster.transport is Transport.LOCAL
+                        else ""
+                    ),
                     evidence=f"MemAvailable {gib(fact(facts, 'memory', 'available_bytes') or 0)}"
                     f", GUI resident {gib(fact(facts, 'display', 'gui_rss_bytes') or 0)}",
                     fix="stop other processes (and the desktop), or lower "
