@@ -20,7 +20,10 @@ from tandem.cli.options import (
 from tandem.endpoint import Endpoint, pick_model
 from tandem.errors import SpecError
 from tandem.eval import smoke
+from tandem.eval.answer_client import AnswerClient
 from tandem.eval.log import SamplingParams
+from tandem.eval.prompt_sets import reference_sets
+from tandem.eval.reference import load_reference, record_reference, save_reference
 from tandem.eval.report import EvalReport, render_markdown
 from tandem.eval.runner import GPQAConfig, rescore_log, run_gpqa
 from tandem.operations.fleet import front_door
@@ -272,6 +275,13 @@ def _lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> l
 )
 @click.option("--tool-call-parser", help="With --url: the server's --tool-call-parser.")
 @click.option("--reasoning-parser", help="With --url: the server's --reasoning-parser.")
+@click.option(
+    "--reference",
+    "reference_path",
+    type=click.Path(exists=True),
+    help="A good revision's answers (`tandem eval reference --out`, a file or its folder): the "
+    "answers check judges the server against them. Without it, the known-answer set alone.",
+)
 @click.option("--resume", is_flag=True, help="Keep the checks already in --out; run the rest.")
 @force_option
 @api_key_option
@@ -285,12 +295,14 @@ def smoke_command(
     max_model_len: int | None,
     tool_call_parser: str | None,
     reasoning_parser: str | None,
+    reference_path: str | None,
     resume: bool,
     force: bool,
     api_key: str | None,
 ) -> None:
     """The checks to run right after a deployment boots: chat template, greedy determinism,
-    tool calls, a long-context needle, reasoning split, speculative acceptance.
+    tool calls, a long-context needle, reasoning split, speculative acceptance, and the
+    answers themselves (against a good revision's --reference).
 
     Each check is a verdict with its evidence; one that cannot apply says why. Exit status 1
     when any check fails.
@@ -300,27 +312,15 @@ def smoke_command(
       tandem eval smoke tiny-local --out runs/smoke1
       tandem eval smoke --url http://10.77.0.1:8000 --max-model-len 8192 --out runs/s2
       tandem eval smoke tiny-local --check determinism --out runs/s3
+      tandem eval smoke smollm2-local --check answers --reference runs/ref1 --out runs/s4
     """
-    if (deployment is None) == (url is None):
-        raise SpecError(
-            "give either a DEPLOYMENT name or --url, not both and not neither",
-            field="DEPLOYMENT/--url",
-            hint="e.g. `tandem eval smoke tiny-local --out D`",
-        )
-    if deployment is not None:
-        target = smoke.target_of(load_state(deployment), model)
-    else:
-        assert url is not None
-        with Endpoint(url, api_key=api_key) as endpoint:
-            served = pick_model(endpoint.models(), model)
-        target = smoke.SmokeTarget(
-            url=url,
-            model=served.id,
-            max_model_len=max_model_len or served.max_model_len,
-            tool_call_parser=tool_call_parser,
-            auto_tool_choice=tool_call_parser is not None,
-            reasoning_parser=reasoning_parser,
-        )
+    reference = load_reference(Path(reference_path)) if reference_path else None
+    target = _smoke_target(deployment, url, model, api_key)
+    if deployment is None:
+        target.max_model_len = max_model_len or target.max_model_len
+        target.tool_call_parser = tool_call_parser
+        target.auto_tool_choice = tool_call_parser is not None
+        target.reasoning_parser = reasoning_parser
     out = ownership.output_folder(Path(out_dir), force=force)
     report = smoke.run_smoke(
         target,
@@ -330,7 +330,83 @@ def smoke_command(
         needle=needle_lengths,
         resume=resume,
         on_result=lambda r: click.echo(f"{r.check:<12} {r.outcome.value:<15} {r.summary}"),
+        reference=reference,
     )
     click.echo(f"{'PASS' if report.ok else 'FAIL'}: reports {out / smoke.REPORT_MD}, smoke.json")
     if not report.ok:
         raise click.exceptions.Exit(1)
+
+
+def _smoke_target(
+    deployment: str | None, url: str | None, model: str | None, api_key: str | None
+) -> smoke.SmokeTarget:
+    """The server a smoke check or a reference is about: a deployment's, or ``--url``'s."""
+    if (deployment is None) == (url is None):
+        raise SpecError(
+            "give either a DEPLOYMENT name or --url, not both and not neither",
+            field="DEPLOYMENT/--url",
+            hint="e.g. `tandem eval smoke tiny-local --out D`",
+        )
+    if deployment is not None:
+        return smoke.target_of(load_state(deployment), model)
+    assert url is not None
+    with Endpoint(url, api_key=api_key) as endpoint:
+        served = pick_model(endpoint.models(), model)
+    return smoke.SmokeTarget(url=url, model=served.id, max_model_len=served.max_model_len)
+
+
+@eval_command.command("reference")
+@click.argument("deployment", required=False)
+@url_option
+@model_option
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder for answers-reference.json (what `eval smoke --reference` takes).",
+)
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help='Your own prompts, asked besides the shipped sets: JSON Lines, {"prompt": "..."} or '
+    '{"messages": [...]} a line, with optional "id", "max_tokens" and "answers".',
+)
+@force_option
+@api_key_option
+def reference_command(
+    deployment: str | None,
+    url: str | None,
+    model: str | None,
+    out_dir: str,
+    prompts_file: str | None,
+    force: bool,
+    api_key: str | None,
+) -> None:
+    """Record a good revision's answers: the reference the answers check judges others by.
+
+    The greedy answers to tandem's shipped prompt and known-answer sets (and --prompts), with
+    their token ids and log-probabilities, and the noise the server showed scoring them again
+    and one at a time. Takes a minute or two on a small model (every answer is generated twice).
+
+    \b
+    Examples:
+      tandem eval reference smollm2-local --out runs/ref1
+      tandem eval reference --url http://10.77.0.1:8000 --prompts mine.jsonl --out runs/ref2
+      tandem eval smoke smollm2-local --check answers --reference runs/ref1 --out runs/s1
+    """
+    target = _smoke_target(deployment, url, model, api_key)
+    sets = reference_sets(Path(prompts_file) if prompts_file else None)
+    out = ownership.output_folder(Path(out_dir), force=force)
+    client = AnswerClient(target.url, target.model, api_key=api_key)
+    try:
+        reference = record_reference(client, sets)
+    finally:
+        client.close()
+    written = save_reference(reference, out)
+    judged = "" if reference.judgeable else " (its answers are near ties: it cannot judge)"
+    click.echo(
+        f"recorded {len(reference.answers)} answers of {reference.model} in "
+        f"{reference.seconds:.0f} s{judged}: {written}"
+    )

@@ -19,7 +19,11 @@ its evidence (the request and what came back):
   measured with the server's tokenizer) comes back;
 - ``reasoning``: with a ``--reasoning-parser``, reasoning and content come back apart;
 - ``speculative``: with a speculative config, the draft acceptance rate from ``/metrics``
-  (equal greedy output with and without drafts cannot be checked on one server).
+  (equal greedy output with and without drafts cannot be checked on one server);
+- ``answers``: the answers themselves (``tandem.eval.answers``): against a good revision's
+  reference (``--reference``), the likelihood of its answers, greedy agreement and the
+  known-answer score, each judged against the noise the reference measured; without one, the
+  known-answer score alone.
 
 A check that cannot apply says so (``not-applicable``, the missing flag named); one whose
 answer means nothing on this model says it cannot judge; neither passes silently. Results are
@@ -35,7 +39,6 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,10 @@ from pydantic import BaseModel, Field
 from tandem import files, wire
 from tandem.backends.state import DeploymentState
 from tandem.errors import EndpointError
+from tandem.eval import answers
+from tandem.eval.answer_client import AnswerClient
+from tandem.eval.outcome import NEAR_TIE, CheckResult, Outcome
+from tandem.eval.reference import Reference
 from tandem.eval.toolschema import (
     PARAMETERS_OF,
     TRIP_TOOL,
@@ -60,35 +67,11 @@ REPORT_MD = "smoke.md"
 GREEDY: dict[str, Any] = {"temperature": 0.0, "seed": 0}
 BATCH = 8
 NEEDLE_DEPTHS = (0.1, 0.5, 0.9)
-NEAR_TIE = 0.5
-"""A greedy token led its runner-up by less than this (nats of log-probability): another batch
-shape may flip it without anything being wrong. vLLM is not batch-invariant, and in bf16 a
-logit of magnitude 10-30 carries a rounding error of 0.06-0.12, so two logits' difference may
-move by 0.25 between batch shapes (seen: a flip at a lead of 0.125 on the real SmolLM2 in a
-batch of 8). Garbled kernels flip tokens the model was sure of, nats apart."""
 NEEDLE_MARGIN_TOKENS = 64
 """Room left below ``max_model_len`` for the question and the answer."""
 FILLER = (
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 )
-
-
-class Outcome(StrEnum):
-    PASS = "pass"
-    FAIL = "fail"
-    NOT_APPLICABLE = "not-applicable"
-    CANNOT_JUDGE = "cannot-judge"
-    INFO = "info"
-
-
-class CheckResult(BaseModel):
-    """One check's verdict and the evidence for it."""
-
-    check: str
-    outcome: Outcome
-    summary: str
-    evidence: list[str] = Field(default_factory=list)
-    seconds: float = 0.0
 
 
 class SmokeTarget(BaseModel):
@@ -711,6 +694,13 @@ def check_speculative(server: Server) -> CheckResult:
     )
 
 
+def check_answers(server: Server, reference: Reference | None = None) -> CheckResult:
+    """``answers``: the server against a good revision's ``reference``; without one, the
+    shipped known-answer set alone."""
+    client = AnswerClient(server.url, server.target.model, client=server.client)
+    return answers.check_answers(client, reference).check_result()
+
+
 CHECKS: dict[str, Callable[[Server], CheckResult]] = {
     "template": check_template,
     "determinism": check_determinism,
@@ -718,6 +708,7 @@ CHECKS: dict[str, Callable[[Server], CheckResult]] = {
     "needle": check_needle,
     "reasoning": check_reasoning,
     "speculative": check_speculative,
+    "answers": check_answers,
 }
 
 
@@ -753,12 +744,14 @@ def run_smoke(
     timeout_s: float = 300.0,
     first_failure: bool = False,
     on_result: Callable[[CheckResult], None] = lambda result: None,
+    reference: Reference | None = None,
 ) -> SmokeReport:
     """Run the named checks (default: all) against ``target``; each result is appended to
     ``out_dir/smoke.jsonl`` as it ends and the reports rewritten. With ``resume`` the checks
     already in the file are kept and not run again; with ``first_failure`` the run ends at the
     first failed check (an upgrade's gate: a broken revision is rolled back without waiting for
-    the checks that cannot save it).
+    the checks that cannot save it). ``reference``: the good revision's answers the
+    ``answers`` check holds the server to (without one it scores the known answers alone).
 
     Raises:
         EndpointError: the server stopped answering (what finished is kept for ``--resume``).
@@ -780,6 +773,7 @@ def run_smoke(
     runners: dict[str, Callable[[Server], CheckResult]] = {
         **CHECKS,
         "needle": lambda s: check_needle(s, needle),
+        "answers": lambda s: check_answers(s, reference),
     }
     try:
         with files.LineLog(results) as log:
