@@ -5,7 +5,8 @@ on the three routes the check uses, in vLLM's own response shapes (``/tokenize``
 Its "model": the template is the messages' text as bytes, one token a byte (``+ 3``), between
 a start token and a generation prompt; the greedy answer to a prompt is ``It is X.`` with X the
 ground truth of a known question found in the prompt, else a word drawn from the prompt's ids;
-every greedy token has log-probability -0.1 and leads its runner-up by 2 nats. A teacher-forced
+every greedy token has log-probability -0.1 and leads its runner-up by 2 nats. A system message
+or an earlier turn changes the answer (``as told``, ``again``). A teacher-forced
 token scores -0.1 where it is the model's own answer and -3 where it is not.
 
 ``mode`` changes it, as a revision would:
@@ -73,6 +74,8 @@ class Fake:
             truth = ["sea", "sky", "stone", "river"][sum(prompt) % 4]
             if "|assistant:" in text:  # an earlier turn: the answer depends on it
                 truth += " again"
+            if "system:" in text:  # so does a system message
+                truth += " as told"
         return [*encode(f"It is {truth}."), STOP]
 
     def generate(self, body: dict[str, Any]) -> dict[str, Any]:
