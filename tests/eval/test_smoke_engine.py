@@ -34,7 +34,15 @@ def smoke_run(tiny_deployment, tmp_path_factory: pytest.TempPathFactory):
 
 def test_every_check_has_a_verdict_and_the_run_fails_on_a_random_model(smoke_run):
     result, checks, out = smoke_run
-    assert set(checks) == {"template", "determinism", "tools", "needle", "reasoning", "speculative"}
+    assert set(checks) == {
+        "template",
+        "determinism",
+        "tools",
+        "needle",
+        "reasoning",
+        "speculative",
+        "answers",
+    }
     assert result.returncode == 1, result.stderr
     assert "FAIL" in result.stdout and (out / "smoke.md").read_text().count("| ") > 6
 
@@ -77,3 +85,45 @@ def test_a_resumed_run_runs_nothing_again(smoke_run, tiny_deployment):
     assert again.returncode == 1 and again.stdout.count("\n") == 1  # only the PASS/FAIL line
     kept = json.loads((Path(out) / "smoke.json").read_text())["checks"]
     assert [c["check"] for c in kept] == list(checks)
+
+
+def test_the_answers_check_says_it_cannot_judge_random_weights(smoke_run):
+    """Without a reference the known-answer set is scored; on random weights every greedy token
+    is a near tie, so the score means nothing and the check says so instead of failing."""
+    _, checks, _ = smoke_run
+    answers = checks["answers"]
+    assert answers["outcome"] == "cannot-judge", answers
+    assert "sure of nothing" in answers["summary"] and "0/20" in answers["summary"], answers
+
+
+def test_a_reference_of_random_weights_cannot_judge_either(tiny_deployment, tmp_path):
+    """Recorded on the random model, a reference has nothing to hold another revision to."""
+    reference = tmp_path / "ref"
+    recorded = run_tandem(
+        "eval",
+        "reference",
+        tiny_deployment.name,
+        "--out",
+        str(reference),
+        env=tiny_deployment.env,
+        timeout=900,
+    )
+    assert "cannot judge" in recorded.stdout, recorded.stdout
+    out = tmp_path / "smoke"
+    result = run_tandem(
+        "eval",
+        "smoke",
+        tiny_deployment.name,
+        "--check",
+        "answers",
+        "--reference",
+        str(reference),
+        "--out",
+        str(out),
+        env=tiny_deployment.env,
+        timeout=600,
+        check=False,
+    )
+    (check,) = json.loads((out / "smoke.json").read_text())["checks"]
+    assert check["outcome"] == "cannot-judge" and "near ties" in check["summary"], check
+    assert result.returncode == 0, result.stdout + result.stderr

