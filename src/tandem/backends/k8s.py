@@ -60,6 +60,17 @@ FATAL_WAITING = {
     "RunContainerError": "the container could not be started",
 }
 """Container waiting reasons that do not heal by waiting."""
+FATAL_EVENTS = {
+    "FailedCreatePodSandBox": "the kubelet cannot create the pod's sandbox",
+    "FailedMount": "a volume of the pod cannot be mounted",
+}
+"""Warning events of a pod stuck in ``ContainerCreating`` that the kubelet repeats without
+end (a runtime or CNI that refuses the sandbox, a hostPath that is not there): the container
+never gets a waiting reason of its own, so only the events say why."""
+EVENT_REPEATS = 3
+"""How many times the kubelet must have tried before such an event counts as a failure."""
+EVENTS_EVERY_S = 10.0
+"""How often ``up`` reads the events of a pod that is still creating its container."""
 UNSCHEDULABLE_GRACE_S = 60.0
 """How long a pod may stay unschedulable before up gives up (a GPU freed by a terminating
 earlier pod makes it schedulable within seconds; a wrong node label never does)."""
@@ -301,6 +312,46 @@ def pod_failure(
     return None
 
 
+def pod_running(pod: dict | None) -> bool:
+    """The pod runs and so does its vLLM container (pure)."""
+    state = (_container(pod).get("state") or {}) if pod else {}
+    return (
+        pod is not None
+        and (pod.get("status") or {}).get("phase") == "Running"
+        and "running" in state
+    )
+
+
+def restart_problem(pod: dict | None) -> str | None:
+    """What a container the kubelet restarted means for the group, with when and why it
+    ended, or None (pure). The kubelet restarts a container in place (its liveness probe
+    failed, or it exited); the new rank cannot join the running group, and only
+    LeaderWorkerSet's ``RecreateGroupOnPodRestart`` restarts the whole group."""
+    container = _container(pod) if pod else {}
+    restarts = container.get("restartCount") or 0
+    if not restarts:
+        return None
+    ended = (container.get("lastState") or {}).get("terminated") or {}
+    why = f"exit {ended.get('exitCode')}" + (f" {ended['reason']}" if ended.get("reason") else "")
+    return (
+        f"the kubelet restarted its container ({restarts} time(s); the last one ended at "
+        f"{ended.get('finishedAt', '?')}, {why}): a restarted rank does not rejoin its group, "
+        "which LeaderWorkerSet recreates as a whole"
+    )
+
+
+def event_failure(events: list[dict]) -> tuple[int, str] | None:
+    """(1, reason) when the kubelet has repeated a ``FATAL_EVENTS`` warning ``EVENT_REPEATS``
+    times, else None (pure)."""
+    for event in reversed(events):
+        reason = event.get("reason", "")
+        repeated = (event.get("count") or 1) >= EVENT_REPEATS
+        if event.get("type") == "Warning" and reason in FATAL_EVENTS and repeated:
+            message = (event.get("message") or "").strip()
+            return 1, f"{reason}: {FATAL_EVENTS[reason]} (x{event['count']}): {message}"
+    return None
+
+
 def event_lines(events: list[dict]) -> list[str]:
     """``Warning FailedScheduling: 0/2 nodes are available...`` per event, oldest first."""
     lines = []
@@ -388,6 +439,7 @@ class PodRank:
         self.started = clock()
         self.summary = ""
         self.failure: tuple[int, str] | None = None
+        self.events_at = -1e9
 
     def new_lines(self) -> list[str]:
         return self.log.new_lines()
@@ -414,8 +466,18 @@ class PodRank:
                 "running? `kubectl get pods -n lws-system`)",
             )
         else:
-            self.failure = pod_failure(pod, datetime.now(UTC))
+            self.failure = pod_failure(pod, datetime.now(UTC)) or self._stuck_creating(pod)
         return self.failure[0] if self.failure else None
+
+    def _stuck_creating(self, pod: dict | None) -> tuple[int, str] | None:
+        """A pod on its node whose container has not started: its events, now and then."""
+        if pod is None or not (pod.get("spec") or {}).get("nodeName"):
+            return None
+        started = set(_container(pod).get("state") or {}) - {"waiting"}
+        if started or self.clock() - self.events_at < EVENTS_EVERY_S:
+            return None
+        self.events_at = self.clock()
+        return event_failure(self.view.kubectl.events(self.pod))
 
 
 # --- the backend --------------------------------------------------------------------------------
@@ -749,12 +811,21 @@ class KubernetesBackend:
         down(state, on_event=on_event)
 
     def observe(self, state: GroupState, *, nodes: bool = False) -> Look:
-        """A pod's processes are the kubelet's business here: whether each rank's pod runs.
-        With ``nodes``, the node agent runs in one rank pod a node (``kubectl exec``) for the
-        node's readings and the processes of its ranks."""
+        """A pod's processes are the kubelet's business here: whether each rank's pod runs,
+        and whether the kubelet restarted its container since (``restart_problem``), from
+        one read of the group's pods. With ``nodes``, the node agent runs in one rank pod a
+        node (``kubectl exec``) for the node's readings and the processes of its ranks."""
+        pods = {
+            p["metadata"]["name"]: p
+            for p in Kubectl.of_state(state).pods(state.network.get("lws", state.name))
+        }
         look = Look(
             ranks={
-                r.rank: RankObservation(rank=r.rank, alive=self.rank_running(state, r))
+                r.rank: RankObservation(
+                    rank=r.rank,
+                    alive=pod_running(pod := pods.get(r.log.removeprefix("pod/"))),
+                    problem=restart_problem(pod),
+                )
                 for r in state.ranks
             }
         )
@@ -775,13 +846,7 @@ class KubernetesBackend:
         return look
 
     def rank_running(self, state: GroupState, rank: RankState) -> bool:
-        pod = Kubectl.of_state(state).get_json("pod", rank.log.removeprefix("pod/"))
-        state_of = (_container(pod).get("state") or {}) if pod else {}
-        return (
-            pod is not None
-            and (pod.get("status") or {}).get("phase") == "Running"
-            and "running" in state_of
-        )
+        return pod_running(Kubectl.of_state(state).get_json("pod", rank.log.removeprefix("pod/")))
 
     def node_versions(self, state: GroupState) -> dict[str, str]:
         """What runs is the recipe's image, recorded in the bundle's state.json."""
