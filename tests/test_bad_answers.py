@@ -116,7 +116,7 @@ def test_the_upgrade_gate_fails_on_a_broken_answer_instead_of_a_traceback(tmp_pa
         state = DeploymentState(
             name="demo", backend="local", recipe=recipe, cluster={}, endpoint=stub.url, model=MODEL
         )
-        result = gate(state, {}, GateLimits(bench=False), tmp_path)
+        result = gate(state, (None, []), GateLimits(bench=False), tmp_path)
     assert not result.passed and "smoke template" in (result.check or "")
     assert "not a Tokens object" in (result.check or "")
 

@@ -89,19 +89,20 @@ def test_up_records_revision_one(deployment):
 def test_a_good_upgrade_passes_the_gate_and_becomes_current(deployment):
     folder, env = deployment
     new = recipe(folder, "r2", ("max_num_seqs: 8", "max_num_seqs: 6"))
-    result = upgrade(
-        env, new, "--max-tpot-increase", "3", "--max-throughput-drop", "0.9", timeout=1200
-    )
+    result = upgrade(env, new, timeout=1200)  # the default limits: +25 % TPOT, -25 % tok/s
     assert result.returncode == 0, result.stdout + result.stderr
     assert "revision 2 passed the gate" in result.stdout
     revisions = history(env)
     assert [r["outcome"] for r in revisions] == ["good", "good"]
     assert revisions[0]["baseline"] and revisions[1]["baseline"]
+    # the answers of revision 1 were recorded before it stopped (random weights: near ties)
+    assert revisions[0]["answers"].startswith("53 answers"), revisions[0]
     # The baseline and the gate bench drew their prompts from seeds of their own: neither was
     # answered from the prefix cache with prompts the server had seen.
     runs = sorted((folder / "home").glob(f"**/{NAME}/upgrades/from-1/**/summary.json"))
     seeds = [json.loads(run.read_text())["config"]["seed"] for run in runs]
-    assert len(seeds) == 2 and seeds[0] != seeds[1], runs
+    assert len(seeds) >= 2 and len(set(seeds)) == len(seeds), runs
+    assert all(json.loads(run.read_text())["config"]["rounds"] == 5 for run in runs)
     shown = run_tandem("history", NAME, env=env).stdout
     assert "recipe.engine.serve.max_num_seqs: 8 -> 6" in shown
 
@@ -163,11 +164,11 @@ def test_a_much_slower_revision_fails_the_bench_gate_and_is_rolled_back(deployme
     before, known = greedy(env), len(history(env))
     running = json.loads(run_tandem("status", NAME, "--json", env=env).stdout)["revision"]
     slow = recipe(folder, "r5", ("max_num_seqs: 8", "max_num_seqs: 1"))
-    result = upgrade(env, slow, "--max-tpot-increase", "3", "--max-throughput-drop", "0.5")
+    result = upgrade(env, slow)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "bench: output" in result.stdout, result.stdout
+    assert "bench: slower than the limit beyond the noise" in result.stdout, result.stdout
     assert f"rolled back to revision {running}" in result.stdout
     revisions = history(env)
     assert len(revisions) == known + 1 and revisions[-1]["outcome"] == "failed"
-    assert revisions[-1]["reason"].startswith("bench: output")
+    assert revisions[-1]["reason"].startswith("bench: slower than the limit"), revisions[-1]
     assert greedy(env) == before

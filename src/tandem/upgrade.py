@@ -7,14 +7,21 @@ upgrade goes:
 1. **check before stopping**: the new recipe must load, plan and pass its preflight (but for
    the ports and memory the running revision holds), and be the same deployment (its name, its
    number of groups);
-2. **baseline**: the current revision's bench figures, measured now on the first group if it
-   has none (the gate compares like with like: same workload, same machine);
+2. **what the gate holds the new revision to**, taken from the running revision before
+   anything stops: its answers reference (``tandem.eval.reference``: the greedy answers to
+   tandem's shipped prompt and known-answer sets, with their log-probabilities and the noise
+   the server itself showed; recorded once a revision and kept beside it as
+   ``revisions/N.answers.json``) and its speed, measured now on the first group in rounds (the
+   gate compares like with like: same workload, same machine, the same warm-up);
 3. **roll**: one group at a time (every group at once on Kubernetes, where one object launches
    them), the first the canary: the group leaves the router's rotation while another serves,
    drains, stops (its compile caches stay, so the way back is a warm start), starts on the new
-   revision and meets **the gate** at its own leader: ``tandem eval smoke`` (template,
-   determinism, and the tool and reasoning checks the recipe promises) and a short bench
-   against the baseline, with the limits of ``GateLimits``; then it joins again;
+   revision and meets **the gate** at its own leader: ``tandem eval smoke`` (template, the
+   answers against the reference, determinism, and the tool and reasoning checks the recipe
+   promises) and the same bench rounds, judged by ``bench.speed_gate``: slower than the
+   limits of ``GateLimits`` beyond the rounds' noise fails; within them passes; a difference
+   the noise cannot tell from the limit is measured again, and passes if it still cannot be
+   told (a gate that cries wolf is worse than none); then it joins again;
 4. a failure at 3 **rolls back**: that group starts again on the old revision, warm, and so do
    the groups the roll had already moved, one at a time in reverse; the new revision is
    recorded as failed with the check and its evidence. One group is a roll of one.
@@ -39,9 +46,14 @@ from tandem import files, ownership, wire
 from tandem.backends.base import OnEvent, OnPhase
 from tandem.backends.state import DeploymentState, GroupState, list_deployments, load_state
 from tandem.bench.config import BenchConfig
+from tandem.bench.load_generator import BenchResult
 from tandem.bench.load_generator import run as run_bench
+from tandem.bench.speed_gate import SpeedLimits, speed_verdict
 from tandem.errors import CheckFailed, SpecError, StateError, TandemError
 from tandem.eval import smoke
+from tandem.eval.answer_client import AnswerClient
+from tandem.eval.prompt_sets import reference_sets
+from tandem.eval.reference import Reference, load_reference, record_reference, save_reference
 from tandem.operations import admission, lifecycle, revisions
 from tandem.operations.preflight import run_check
 from tandem.operations.revisions import Revision, RevisionOutcome
@@ -52,9 +64,10 @@ from tandem.spec.deployment import Deployment
 HELD_BY_THE_RUNNING = {"port-taken", "memory-headroom", "shm-too-small"}
 """Preflight rules that the running revision itself fails the new one on (its ports, its
 memory): checked again once it has stopped, by the new revision's own start."""
-GATE_SMOKE_CHECKS = ["template", "determinism", "tools", "reasoning", "speculative"]
+GATE_SMOKE_CHECKS = ["template", "answers", "determinism", "tools", "reasoning", "speculative"]
 """The smoke checks of the gate: all but the long needle, which takes minutes on a real
-context (run it with ``tandem eval smoke`` when the context is what changed)."""
+context (run it with ``tandem eval smoke`` when the context is what changed). ``answers``
+early: a revision that answers garbage deterministically passes every other check."""
 
 
 class GateLimits(BaseModel):
@@ -71,7 +84,14 @@ class GateLimits(BaseModel):
         default=0.25, ge=0, le=1, description="Output tok/s may fall by this fraction."
     )
     concurrency: int = Field(default=4, ge=1, description="The gate bench's concurrency.")
-    requests: int = Field(default=16, ge=1, description="Requests of the gate bench.")
+    requests: int = Field(default=16, ge=1, description="Requests of each gate bench round.")
+    rounds: int = Field(
+        default=5,
+        ge=2,
+        le=20,
+        description="Gate bench rounds on each revision, the first a warm-up not counted: 5 "
+        "leaves the 4 a side that a 95 % interval of the shift needs.",
+    )
     input_tokens: int = Field(default=128, ge=1)
     output_tokens: int = Field(default=32, ge=1)
     bench: bool = Field(
@@ -85,6 +105,11 @@ class GateLimits(BaseModel):
         if not self.bench and given:
             raise ValueError(f"{', '.join(given)} limit the gate bench, which bench=False skips")
         return self
+
+    def speed(self) -> SpeedLimits:
+        return SpeedLimits(
+            max_tpot_increase=self.max_tpot_increase, max_throughput_drop=self.max_throughput_drop
+        )
 
 
 class GateResult(BaseModel):
@@ -109,8 +134,8 @@ class UpgradeResult(BaseModel):
     running_revision: int
 
 
-def measure(endpoint: str, model: str, limits: GateLimits, out: Path) -> dict[str, float]:
-    """The gate bench on a group's leader: median TPOT and output tok/s.
+def measure(endpoint: str, model: str, limits: GateLimits, out: Path) -> BenchResult:
+    """The gate bench on a group's leader: ``limits.rounds`` rounds of one load point.
 
     Each measurement draws its prompts from a seed of its own (kept in its ``config.json``):
     with one fixed seed, a baseline taken on a server that had run the gate's bench before
@@ -125,61 +150,79 @@ def measure(endpoint: str, model: str, limits: GateLimits, out: Path) -> dict[st
         input_tokens=limits.input_tokens,
         output_tokens=limits.output_tokens,
         ignore_eos=True,
+        rounds=limits.rounds,
         seed=secrets.randbelow(2**31),
     )
-    result = run_bench(config, ownership.output_folder(out, force=True))
-    metrics = result.points[0].metrics
-    figures = {
-        "tpot_p50_s": metrics.tpot_s.p50,
-        "output_tok_s": metrics.output_throughput_tok_s,
-        "failed": float(metrics.failed),
-    }
-    return {k: float(v) for k, v in figures.items() if v is not None}
+    return run_bench(config, ownership.output_folder(out, force=True))
 
 
-def judge_bench(
-    baseline: dict[str, float], figures: dict[str, float], limits: GateLimits
+def judge_speed(
+    baseline: list[BenchResult], measured: Callable[[str], BenchResult], limits: GateLimits
 ) -> GateResult:
-    """The bench part of the gate: failed requests, TPOT and throughput against the baseline."""
-    evidence = [f"baseline {baseline}", f"new {figures}"]
-    if figures.get("failed"):
-        return GateResult(
-            passed=False, check="bench: failed requests", evidence=evidence, figures=figures
-        )
-    tpot, base_tpot = figures.get("tpot_p50_s"), baseline.get("tpot_p50_s")
-    if tpot and base_tpot and tpot > base_tpot * (1 + limits.max_tpot_increase):
-        return GateResult(
-            passed=False,
-            check=f"bench: median TPOT {tpot * 1000:.1f} ms vs {base_tpot * 1000:.1f} ms "
-            f"(more than +{limits.max_tpot_increase:.0%})",
-            evidence=evidence,
-            figures=figures,
-        )
-    tok_s, base_tok_s = figures.get("output_tok_s"), baseline.get("output_tok_s")
-    if tok_s and base_tok_s and tok_s < base_tok_s * (1 - limits.max_throughput_drop):
-        return GateResult(
-            passed=False,
-            check=f"bench: output {tok_s:.1f} tok/s vs {base_tok_s:.1f} "
-            f"(more than -{limits.max_throughput_drop:.0%})",
-            evidence=evidence,
-            figures=figures,
-        )
-    return GateResult(passed=True, evidence=evidence, figures=figures)
+    """The speed part of the gate (``bench.speed_gate``): fail beyond the noise, pass within
+    it; a verdict the noise cannot give is measured again once (``measured(folder)``) and
+    passes if it still cannot be given, its figures in the evidence."""
+    runs = [measured("bench")]
+    verdict = speed_verdict(baseline, runs, limits.speed())
+    if verdict.outcome == "cannot-tell":
+        runs.append(measured("bench-again"))
+        verdict = speed_verdict(baseline, runs, limits.speed())
+    figures = {f.key: f.new for f in verdict.figures if f.new is not None}
+    failed = verdict.outcome == "fail"
+    return GateResult(
+        passed=not failed,
+        check=f"bench: {verdict.summary}" if failed else None,
+        evidence=[verdict.summary],
+        figures={**figures, "failed": float(verdict.failed_requests)},
+    )
+
+
+def medians(result: BenchResult, limits: GateLimits) -> dict[str, float]:
+    """A revision's gate figures as its record keeps them (``history``): the medians of its
+    counted rounds."""
+    verdict = speed_verdict([result], [result], limits.speed())
+    return {f.key: f.baseline for f in verdict.figures if f.baseline is not None}
+
+
+def reference_of(name: str, revision: Revision, lead: GroupState, on_event: OnEvent) -> Reference:
+    """The answers reference of ``revision``, running at ``lead``: the one recorded beside it,
+    else recorded now (a minute or two on a small model; every answer is asked twice).
+
+    Raises:
+        EndpointError: the server failed a request (nothing is recorded).
+    """
+    path = revisions.reference_file(name, revision.number)
+    if path.is_file():
+        return load_reference(path)
+    on_event(
+        f"recording the answers of revision {revision.number} (the gate holds the new to them)"
+    )
+    client = AnswerClient(lead.endpoint, lead.model, api_key=os.environ.get(wire.VLLM_API_KEY))
+    try:
+        reference = record_reference(client, reference_sets())
+    finally:
+        client.close()
+    save_reference(reference, path)
+    judged = "" if reference.judgeable else ", near ties that cannot judge"
+    revision.answers = f"{len(reference.answers)} answers{judged} ({path.name})"
+    revisions.save(name, revision)
+    return reference
 
 
 def gate(
     group: GroupState,
-    baseline: dict[str, float],
+    held_to: tuple[Reference | None, list[BenchResult]],
     limits: GateLimits,
     out: Path,
     on_event: OnEvent = lambda text: None,
 ) -> GateResult:
-    """Smoke checks at the group's leader, then the bench against ``baseline``; the first
-    failure decides."""
+    """Smoke checks at the group's leader (the answers against the reference), then the bench
+    rounds against the baseline's; the first failure decides."""
+    reference, baseline = held_to
     report = smoke.run_smoke(
         smoke.target_of(group),
         ownership.output_folder(out / "smoke", force=True),
-        smoke.SmokeRun(checks=GATE_SMOKE_CHECKS, first_failure=True),
+        smoke.SmokeRun(checks=GATE_SMOKE_CHECKS, first_failure=True, reference=reference),
         api_key=os.environ.get(wire.VLLM_API_KEY),  # the key the deployment was started with
         on_result=lambda r: on_event(f"gate: smoke {r.check} {r.outcome.value}: {r.summary}"),
     )
@@ -190,9 +233,10 @@ def gate(
         )
     if not limits.bench:
         return GateResult(passed=True)
-    figures = measure(group.endpoint, group.model, limits, out / "bench")
-    result = judge_bench(baseline, figures, limits)
-    on_event(f"gate: bench {'passed' if result.passed else 'failed'} ({figures})")
+    result = judge_speed(
+        baseline, lambda name: measure(group.endpoint, group.model, limits, out / name), limits
+    )
+    on_event(f"gate: bench {'passed' if result.passed else 'failed'}: {result.evidence[0]}")
     return result
 
 
@@ -357,11 +401,7 @@ def upgrade(
     hosts = _preflight(new, on_event)
     old = revisions.current(state) or revisions.record(state.deployment(lenient=True), {})
     work = files.private_dir(state.directory.path / "upgrades" / f"from-{old.number}")
-    if not old.baseline and limits.bench:
-        on_event(f"measuring the baseline of revision {old.number} (the gate compares with it)")
-        lead = state.groups[0]
-        old.baseline = measure(lead.endpoint, lead.model, limits, work / "baseline")
-        revisions.save(name, old)
+    held_to = _held_to(name, old, state.groups[0], limits, work, on_event)
     candidate = revisions.record(new, hosts, outcome=RevisionOutcome.STARTING)
     revisions.mark_upgrade(name, old.number, f"rolling to revision {candidate.number}")
     roll = Roll(name, timeout_s=timeout_s, drain_s=drain_s, on_event=on_event, on_phase=on_phase)
@@ -372,7 +412,7 @@ def upgrade(
         out = work / f"to-{candidate.number}" / f"group-{unit[0].group}"
 
         def judge(group: GroupState, out: Path = out) -> GateResult:
-            return gate(group, old.baseline, limits, out, on_event)
+            return gate(group, held_to, limits, out, on_event)
 
         result = roll.move(unit, candidate, judge)
         if not result.passed:
@@ -402,6 +442,21 @@ def upgrade(
         gate=result,
         running_revision=candidate.number,
     )
+
+
+def _held_to(
+    name: str, old: Revision, lead: GroupState, limits: GateLimits, work: Path, on_event: OnEvent
+) -> tuple[Reference, list[BenchResult]]:
+    """What the gate holds the new revision to, from the running one before anything stops:
+    its answers reference and, with the bench on, its speed measured now."""
+    reference = reference_of(name, old, lead, on_event)
+    if not limits.bench:
+        return reference, []
+    on_event(f"measuring revision {old.number}'s speed, {limits.rounds} rounds (the gate's bar)")
+    measured = measure(lead.endpoint, lead.model, limits, work / "baseline")
+    old.baseline = medians(measured, limits)
+    revisions.save(name, old)
+    return reference, [measured]
 
 
 def _settle(name: str, revision: Revision) -> None:

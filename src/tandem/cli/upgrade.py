@@ -29,6 +29,7 @@ from tandem.upgrade import GateLimits, UpgradeOutcome, rollback, upgrade
 @startup_timeout_option
 @field_option(GateLimits, "max_tpot_increase")
 @field_option(GateLimits, "max_throughput_drop")
+@field_option(GateLimits, "rounds")
 @field_option(GateLimits, "bench")
 def upgrade_command(
     name: str,
@@ -40,11 +41,13 @@ def upgrade_command(
     """Move the running deployment NAME to a new recipe, behind a gate; roll back on failure.
 
     The new recipe is planned first (nothing stops if it does not fit). Then the current
-    revision stops (its compile caches kept), the new one starts, and the gate runs: `tandem
-    eval smoke` (all but the needle, up to the first failure) and a short bench against the
-    old revision's figures. A failed start or gate stops the new revision and starts the old
-    one again, warm; the failed check and its evidence are printed and kept in `tandem
-    history`. Exit 1 on a rollback.
+    revision's answers are recorded (once a revision) and its speed measured, then it stops
+    (its compile caches kept), the new one starts, and the gate runs: `tandem eval smoke` (all
+    but the needle, the answers judged against the old revision's, up to the first failure)
+    and the same bench rounds, failed only when slower than the limits beyond the rounds'
+    noise. A failed start or gate stops the new revision and starts the old one again, warm;
+    the failed check and its evidence are printed and kept in `tandem history`. Exit 1 on a
+    rollback.
 
     \b
     With replicas the upgrade rolls: one group at a time leaves the router, drains, is
@@ -169,6 +172,8 @@ def history_command(name: str, as_json: bool) -> None:
             f"{revision.outcome.value}{reason}{runs}",
             markup=False,
         )
+        if revision.answers:
+            console.print(f"  answers reference: {revision.answers}", markup=False)
         changed: list[str] = revisions.changes(previous, revision) if previous else []
         for change in changed:
             console.print(f"  {change}", markup=False)

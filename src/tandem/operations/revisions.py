@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
@@ -116,6 +117,11 @@ class Revision(BaseModel):
         default_factory=dict,
         description="The gate's bench figures on this revision (TPOT, throughput), once measured.",
     )
+    answers: str | None = Field(
+        default=None,
+        description="Its answers reference, once recorded (``N.answers.json`` beside this file): "
+        "how many answers, and whether they can judge another revision.",
+    )
 
     def deployment(self, name: str) -> Deployment:
         """The deployment this revision ran (to roll back to it).
@@ -193,6 +199,12 @@ def history(name: str) -> list[Revision]:
         return []
     numbered = sorted((int(m.group(1)), p) for p in where.iterdir() if (m := _FILE.match(p.name)))
     return [read_json(p, Revision, what="revision", hint="remove the file") for _, p in numbered]
+
+
+def reference_file(name: str, number: int) -> Path:
+    """Where revision ``number``'s answers reference is kept (``tandem.eval.reference``):
+    beside its record, recorded when an upgrade first leaves it."""
+    return files.private_dir(folder(name).revisions) / f"{number}.answers.json"
 
 
 def save(name: str, revision: Revision) -> Revision:
