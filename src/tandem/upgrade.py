@@ -202,6 +202,7 @@ def reference_of(name: str, revision: Revision, lead: GroupState, on_event: OnEv
         reference = record_reference(client, reference_sets())
     finally:
         client.close()
+    files.private_dir(path.parent)
     save_reference(reference, path)
     judged = "" if reference.judgeable else ", near ties that cannot judge"
     revision.answers = f"{len(reference.answers)} answers{judged} ({path.name})"
@@ -442,6 +443,18 @@ def upgrade(
         gate=result,
         running_revision=candidate.number,
     )
+
+
+def last_reference(name: str) -> Reference | None:
+    """The answers reference of deployment ``name``'s newest good revision that has one (what
+    ``up --smoke`` holds a new start to), or None."""
+    if not revisions.folder(name).revisions.is_dir():
+        return None
+    for revision in reversed(revisions.history(name)):
+        path = revisions.reference_file(name, revision.number)
+        if revision.outcome is RevisionOutcome.GOOD and path.is_file():
+            return load_reference(path)
+    return None
 
 
 def _held_to(

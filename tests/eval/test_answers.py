@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from factories import LOOPBACK_CLUSTER
 from fake_vllm import fake_vllm
 
 from tandem.errors import EndpointError, SpecError
@@ -35,6 +36,9 @@ from tandem.eval.reference import (
     record_reference,
     save_reference,
 )
+from tandem.operations import revisions
+from tandem.spec.loading import load_deployment
+from tandem.upgrade import last_reference
 
 RECORDED = Path(__file__).parents[1] / "fixtures" / "answers"
 
@@ -420,3 +424,19 @@ def test_a_reference_that_is_not_one_is_refused(tmp_path, tandem_here):
         str(tmp_path / "o"),
     )
     assert result.code != 0 and "not a reference of answers" in result.err, result.err
+
+
+def test_up_smoke_is_held_to_the_newest_good_revision_that_has_a_reference(tmp_path, monkeypatch):
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    (tmp_path / "c.yaml").write_text(LOOPBACK_CLUSTER)
+    deployment = load_deployment("tiny-local", tmp_path / "c.yaml")
+    assert last_reference("tiny-local") is None  # no revision yet: the known answers alone
+    first = revisions.record(deployment, {})
+    second = revisions.record(deployment, {}, outcome=revisions.RevisionOutcome.FAILED)
+    for revision, model in ((first, "good"), (second, "failed")):
+        path = revisions.reference_file("tiny-local", revision.number)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        reference = make_reference([recorded("a", [5, 6])]).model_copy(update={"model": model})
+        save_reference(reference, path)
+    found = last_reference("tiny-local")
+    assert found is not None and found.model == "good"

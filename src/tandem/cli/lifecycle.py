@@ -45,6 +45,7 @@ from tandem.redact import Redactor
 from tandem.report.terminal import show
 from tandem.spec.deployment import Deployment
 from tandem.spec.loading import load_cluster
+from tandem.upgrade import last_reference
 from tandem.vllm_log import PhaseMark
 
 console = screen.console(highlight=False, soft_wrap=True)
@@ -222,6 +223,7 @@ def _smoke(state: DeploymentState) -> None:
         CheckFailed: a check failed (the deployment stays up).
     """
     failed: list[str] = []
+    run = smoke_checks.SmokeRun(reference=last_reference(state.name))
     for group in state.groups:
         folder = state.directory.path / "smoke"
         if len(state.groups) > 1:
@@ -237,6 +239,7 @@ def _smoke(state: DeploymentState) -> None:
         report = smoke_checks.run_smoke(
             smoke_checks.target_of(group),
             out,
+            run,
             api_key=os.environ.get(wire.VLLM_API_KEY),  # the key the ranks were started with
             on_result=said,
         )

@@ -204,7 +204,7 @@ def history(name: str) -> list[Revision]:
 def reference_file(name: str, number: int) -> Path:
     """Where revision ``number``'s answers reference is kept (``tandem.eval.reference``):
     beside its record, recorded when an upgrade first leaves it."""
-    return files.private_dir(folder(name).revisions) / f"{number}.answers.json"
+    return folder(name).revisions / f"{number}.answers.json"
 
 
 def save(name: str, revision: Revision) -> Revision:
