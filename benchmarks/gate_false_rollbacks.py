@@ -84,7 +84,7 @@ def figures(home: Path, number: int, code: int, lines: list[tuple[float, str]]) 
     gate = [t for t, line in lines if "gate:" in line]
     said = [line for _, line in lines]
     work = next(home.glob(f"**/{NAME}/upgrades/from-{number}"))
-    new = next(work.glob("to-*/group-0"))
+    attempt = max(work.glob("to-*"), key=lambda p: p.stat().st_mtime)
     answers = next((line for line in said if "gate: smoke answers" in line), "")
     verdict = next((line for line in said if "gate: bench" in line), "")
     return {
@@ -94,8 +94,8 @@ def figures(home: Path, number: int, code: int, lines: list[tuple[float, str]]) 
         "gate_s": round(gate[-1] - gate[0], 1) if len(gate) > 1 else None,
         "answers": answers.split("gate: smoke answers ", 1)[-1][:160],
         "speed": verdict.split("gate: bench ", 1)[-1][:240],
-        "baseline_rounds_ms": round_tpots(work / "baseline"),
-        "new_rounds_ms": round_tpots(new / "bench"),
+        "baseline_rounds_ms": round_tpots(attempt / "baseline"),
+        "new_rounds_ms": round_tpots(attempt / "group-0" / "bench"),
         "failed_because": next((line for line in said if "failed (" in line), None),
     }
 

@@ -117,6 +117,9 @@ class GateResult(BaseModel):
     check: str | None = Field(default=None, description="The check that failed, if one did.")
     evidence: list[str] = Field(default_factory=list)
     figures: dict[str, float] = Field(default_factory=dict)
+    answers: str | None = Field(
+        default=None, description="The answers check's verdict, once it ran: its summary."
+    )
 
 
 class UpgradeOutcome(StrEnum):
@@ -153,7 +156,17 @@ def measure(endpoint: str, model: str, limits: GateLimits, out: Path) -> BenchRe
         rounds=limits.rounds,
         seed=secrets.randbelow(2**31),
     )
-    return run_bench(config, ownership.output_folder(out, force=True))
+    return run_bench(config, ownership.output_folder(_unused(out)))
+
+
+def _unused(path: Path) -> Path:
+    """``path``, else ``path.2``, ``path.3``...: the first that does not exist (the run of an
+    upgrade killed before its revision was recorded stays as it was)."""
+    found, n = path, 1
+    while found.exists():
+        n += 1
+        found = path.with_name(f"{path.name}.{n}")
+    return found
 
 
 def judge_speed(
@@ -228,17 +241,20 @@ def gate(
         on_result=lambda r: on_event(f"gate: smoke {r.check} {r.outcome.value}: {r.summary}"),
     )
     failed = next((c for c in report.checks if c.outcome is smoke.Outcome.FAIL), None)
+    answers = next(
+        (f"{c.outcome.value}: {c.summary}" for c in report.checks if c.check == "answers"), None
+    )
     if failed:
         return GateResult(
             passed=False, check=f"smoke {failed.check}: {failed.summary}", evidence=failed.evidence
         )
     if not limits.bench:
-        return GateResult(passed=True)
+        return GateResult(passed=True, answers=answers)
     result = judge_speed(
         baseline, lambda name: measure(group.endpoint, group.model, limits, out / name), limits
     )
     on_event(f"gate: bench {'passed' if result.passed else 'failed'}: {result.evidence[0]}")
-    return result
+    return result.model_copy(update={"answers": answers})
 
 
 Judge = Callable[[GroupState], GateResult]
@@ -402,7 +418,9 @@ def upgrade(
     hosts = _preflight(new, on_event)
     old = revisions.current(state) or revisions.record(state.deployment(lenient=True), {})
     work = files.private_dir(state.directory.path / "upgrades" / f"from-{old.number}")
-    held_to = _held_to(name, old, state.groups[0], limits, work, on_event)
+    # this attempt's folder: an upgrade from the same revision again measures anew
+    attempt = work / f"to-{revisions.next_number(name)}"
+    held_to = _held_to(name, old, state.groups[0], limits, attempt, on_event)
     candidate = revisions.record(new, hosts, outcome=RevisionOutcome.STARTING)
     revisions.mark_upgrade(name, old.number, f"rolling to revision {candidate.number}")
     roll = Roll(name, timeout_s=timeout_s, drain_s=drain_s, on_event=on_event, on_phase=on_phase)
@@ -410,7 +428,7 @@ def upgrade(
     result = GateResult(passed=True)
     units = lifecycle.launch_units(state)
     for unit in units:
-        out = work / f"to-{candidate.number}" / f"group-{unit[0].group}"
+        out = attempt / f"group-{unit[0].group}"
 
         def judge(group: GroupState, out: Path = out) -> GateResult:
             return gate(group, held_to, limits, out, on_event)
@@ -432,6 +450,9 @@ def upgrade(
             )
         moved.append(unit)
     candidate.baseline = result.figures
+    candidate.answers_checked = (
+        f"against revision {old.number}'s reference, {result.answers}" if result.answers else None
+    )
     revisions.transition(name, candidate, RevisionOutcome.GOOD)
     _settle(name, candidate)
     on_event(f"revision {candidate.number} passed the gate and is current")

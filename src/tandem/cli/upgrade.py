@@ -172,6 +172,10 @@ def history_command(name: str, as_json: bool) -> None:
             f"{revision.outcome.value}{reason}{runs}",
             markup=False,
         )
+        if revision.answers_checked:
+            console.print(
+                f"  answers checked {screen.shown(revision.answers_checked)}", markup=False
+            )
         if revision.answers:
             console.print(f"  answers reference: {revision.answers}", markup=False)
         changed: list[str] = revisions.changes(previous, revision) if previous else []

@@ -118,8 +118,8 @@ class Identity(BaseModel):
     )
     answers_checked: str | None = Field(
         default=None,
-        description="Whether this revision's answers were checked, from its revision record "
-        "(issue 44); None until that record says.",
+        description="Whether this revision's answers were checked, from its revision record: "
+        "the gate's answers verdict that passed it, or its own reference once recorded.",
     )
 
 
@@ -183,6 +183,8 @@ def identity_of(state: DeploymentState, group: GroupState) -> Identity:
             c for c in changed if " on " in c and not c.startswith(("recipe", "cluster"))
         ],
         evidence=latest(state.name, current.number, group.group),
+        answers_checked=current.answers_checked
+        or (f"reference recorded: {current.answers}" if current.answers else None),
     )
 
 

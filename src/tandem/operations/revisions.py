@@ -122,6 +122,11 @@ class Revision(BaseModel):
         description="Its answers reference, once recorded (``N.answers.json`` beside this file): "
         "how many answers, and whether they can judge another revision.",
     )
+    answers_checked: str | None = Field(
+        default=None,
+        description="The gate's answers check that passed it: against which revision's "
+        "reference, and its verdict.",
+    )
 
     def deployment(self, name: str) -> Deployment:
         """The deployment this revision ran (to roll back to it).
@@ -221,9 +226,8 @@ def record(
 ) -> Revision:
     """Record what is about to run (or just ran) as the deployment's next revision; ``hosts``
     are the preflight's facts of every node of every group."""
-    known = _numbers(deployment.name)
     revision = Revision(
-        number=max(known, default=0) + 1,
+        number=next_number(deployment.name),
         recipe=deployment.recipe.model_dump(mode="json"),
         cluster=deployment.cluster.model_dump(mode="json"),
         image=deployment.recipe.engine.image,
@@ -231,6 +235,11 @@ def record(
         outcome=outcome,
     )
     return save(deployment.name, revision)
+
+
+def next_number(name: str) -> int:
+    """The number the deployment's next revision gets."""
+    return max(_numbers(name), default=0) + 1
 
 
 def _numbers(name: str) -> list[int]:
