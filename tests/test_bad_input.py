@@ -1043,3 +1043,12 @@ def test_a_metrics_port_in_use_or_a_bad_address_is_one_message():
         with pytest.raises(SpecError) as caught:
             serve(SampleCollector("d"), 0, address)
         assert caught.value.field == "--serve-address", address
+
+
+def test_render_to_a_folder_of_a_target_that_prints_is_refused_before_the_folder_is_made(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    code, output = cli("render", "tiny-local", "--target", "k8s", "--out", str(tmp_path / "r"))
+    assert code == 2 and "prints to stdout" in output, output
+    assert not (tmp_path / "r").exists()

@@ -69,10 +69,11 @@ def render_command(
         )
     plan = template_plan(deployment)  # with replicas: one group, the template
     if out_dir:
+        written = files_renderer_for(target)(plan, deployment)  # refused before a folder is made
         out = ownership.claim_output(
             Path(out_dir), RUN, {"recipe": deployment.name, "target": target}, force=force
         ).make()
-        for name, text in files_renderer_for(target)(plan, deployment).items():
+        for name, text in written.items():
             (out / name).parent.mkdir(parents=True, exist_ok=True)  # grafana's provisioning/
             files.write_text(out / name, text)
             screen.echo(f"wrote {out / name}")
