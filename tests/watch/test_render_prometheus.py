@@ -139,3 +139,26 @@ def test_the_rules_fire_on_a_dead_rank_a_stall_and_a_hot_gpu(rendered, tmp_path)
     path.write_text(yaml.safe_dump(tests, sort_keys=False))
     done = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_deployment_with_replicas_is_scraped_at_every_groups_leader(tmp_path, monkeypatch):
+    """Newcomer review, defect 14: replicas were refused; each group's leader is a target of
+    its own, labelled with the deployment and its group, and promtool accepts it."""
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    out = tmp_path / "prom"
+    assert main(["render", "smollm2-replicas", "--target", "prometheus", "--out", str(out)]) == 0
+    done = subprocess.run(
+        ["promtool", "check", "config", str(out / "prometheus.yml")], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    config = yaml.safe_load((out / "prometheus.yml").read_text())
+    (vllm,) = [job for job in config["scrape_configs"] if job["job_name"] == "vllm"]
+    assert [(c["labels"]["deployment"], c["labels"]["group"]) for c in vllm["static_configs"]] == [
+        ("smollm2-replicas", "0"),
+        ("smollm2-replicas", "1"),
+    ]
+    assert len({c["targets"][0] for c in vllm["static_configs"]}) == 2
+    assert (
+        main(["render", "smollm2-replicas", "--target", "grafana", "--out", str(tmp_path / "g")])
+        == 0
+    )

@@ -11,6 +11,8 @@ from tandem.cli.options import cluster_option, force_option, machine_deployment,
 from tandem.rankplan import template_plan
 from tandem.render import TARGETS, check_format, files_renderer_for, renderer_for
 
+WHOLE_DEPLOYMENT = {"k8s", "prometheus", "grafana"}
+"""The targets that render a deployment with replicas whole (every group)."""
 RUN = ownership.RunKind("render", "rendered files", resume_flag=None)
 """``render --out``: one deployment's files for one target, written again by the same render."""
 
@@ -62,10 +64,14 @@ def render_command(
     """
     fmt = check_format(target, fmt)  # before any file is read: a wrong flag is the first fault
     deployment = machine_deployment(recipe, cluster_path)
-    if deployment.recipe.replicas > 1 and target != "k8s":
+    on_kubernetes = deployment.cluster.transport.value == "k8s"
+    if deployment.recipe.replicas > 1 and (
+        target not in WHOLE_DEPLOYMENT or (on_kubernetes and target != "k8s")
+    ):
         raise click.UsageError(
             f"--target {target} renders one group; with replicas `tandem up --dry-run` shows "
-            "every group's commands, and --target k8s renders the LeaderWorkerSet's replicas"
+            "every group's commands, --target k8s renders the LeaderWorkerSet's replicas, and "
+            "prometheus and grafana every group off Kubernetes"
         )
     plan = template_plan(deployment)  # with replicas: one group, the template
     if out_dir:

@@ -26,7 +26,7 @@ import yaml
 
 from tandem import wire
 from tandem.errors import SpecError
-from tandem.rankplan import RankPlan
+from tandem.rankplan import RankPlan, placed_groups, plan_ranks
 from tandem.spec.deployment import Deployment
 
 CONFIG_FILE = "prometheus.yml"
@@ -42,10 +42,31 @@ def _leader_target(plan: RankPlan) -> str:
     return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
+def group_plans(plan: RankPlan, deployment: Deployment) -> list[RankPlan]:
+    """Every group's plan: ``plan`` alone for one group, each replica's own (its leader on its
+    own nodes) for a deployment with replicas."""
+    if deployment.recipe.replicas == 1:
+        return [plan]
+    return [plan_ranks(group) for group in placed_groups(deployment)]
+
+
+def _leader_config(name: str, plan: RankPlan, group: int | None) -> dict:
+    leader = plan.leader
+    labels = {"deployment": name, "node": leader.node, "rank": str(leader.rank)}
+    return {
+        "targets": [_leader_target(plan)],
+        "labels": labels | ({"group": str(group)} if group is not None else {}),
+    }
+
+
 def scrape_config(plan: RankPlan, deployment: Deployment) -> dict:
+    """Each group's leader (job ``vllm``, labelled with its group when there are replicas) and
+    ``tandem watch``'s exporter; the router is left out: its ``/metrics`` counts routing, not
+    serving, and every request it sends is counted by the leader that served it."""
     watch = deployment.recipe.watch
     interval = f"{watch.interval_s:g}s"
-    leader = plan.leader
+    plans = group_plans(plan, deployment)
+    several = len(plans) > 1
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [RULES_FILE],
@@ -54,14 +75,8 @@ def scrape_config(plan: RankPlan, deployment: Deployment) -> dict:
                 "job_name": "vllm",
                 "metrics_path": wire.METRICS_PATH,
                 "static_configs": [
-                    {
-                        "targets": [_leader_target(plan)],
-                        "labels": {
-                            "deployment": plan.deployment,
-                            "node": leader.node,
-                            "rank": str(leader.rank),
-                        },
-                    }
+                    _leader_config(deployment.name, p, i if several else None)
+                    for i, p in enumerate(plans)
                 ],
             },
             {
@@ -229,14 +244,15 @@ def files(plan: RankPlan, deployment: Deployment) -> dict[str, str]:
         f"# Prometheus config for tandem deployment '{plan.deployment}' "
         "(tandem render --target prometheus)\n"
     )
+    hosts = [r.address for p in group_plans(plan, deployment) for r in p.ranks]
     commented = (
         "# Host exporters, where installed (tandem watch already reads /proc/meminfo):\n"
         "#  - job_name: node\n"
         "#    static_configs:\n"
-        f"#      - targets: [{', '.join(f'{r.address}:9100' for r in plan.ranks)}]\n"
+        f"#      - targets: [{', '.join(f'{a}:9100' for a in hosts)}]\n"
         "#  - job_name: dcgm   # GPU counters; on DGX Spark the FB_* memory fields are dead\n"
         "#    static_configs:\n"
-        f"#      - targets: [{', '.join(f'{r.address}:9400' for r in plan.ranks)}]\n"
+        f"#      - targets: [{', '.join(f'{a}:9400' for a in hosts)}]\n"
     )
     return {
         CONFIG_FILE: header
