@@ -33,7 +33,7 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/check/fabric.py:run_fabric": (116, 11),
     "tandem/cli/bench.py:run_command": (171, 18),
     "tandem/cli/eval.py:gpqa_command": (146, 25),
-    "tandem/cli/eval.py:smoke_command": (98, 11),
+    "tandem/cli/eval.py:smoke_command": (97, 7),
     "tandem/cli/watch.py:run_command": (109, 8),
     "tandem/eval/dataset.py:load_gpqa_csv": (93, 1),
     "tandem/eval/smoke.py:_tool_parts": (156, 1),
