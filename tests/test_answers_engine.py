@@ -2,14 +2,17 @@
 garble from revisions that change nothing, with the default limits.
 
 The good revision is started once and its reference recorded (``tandem eval reference``); then
-each other revision is started on its own (one boot each, about 40-100 s on two cores) and
-judged against that reference by ``tandem eval smoke --check answers``:
+each garbling revision is started on its own (one boot each, about 40-100 s on two cores) and
+must fail ``tandem eval smoke --check answers`` against that reference, with the evidence
+printed: a config change (``rope_theta``), a chat template that loses the system message and
+earlier turns, and a numeric-precision change (``kv_cache_dtype: fp8_e5m2``).
 
-- must pass: the good revision started again (a second boot), and a benign change (a vLLM flag
-  with no effect on answers, ``--max-log-len 200``, and an environment variable);
-- must fail, with the evidence printed: a config change (``rope_theta``), changed weights under
-  the same file layout, a chat template that loses the system message and earlier turns, and
-  a numeric-precision change (``kv_cache_dtype: fp8_e5m2``).
+Then the gate itself, ``tandem upgrade`` at its default limits: changed weights under the same
+file layout are rolled back by the answers check, and a benign change (a vLLM flag with no
+effect on answers, ``--max-log-len 200``, and an environment variable) passes the answers (a
+second boot: the noise from boot to boot) and the speed verdict. A second boot of the same
+revision and the benign change judged by ``eval smoke`` alone were tests here until the gate
+test covered both (``benchmarks/answers_noise.py`` measures that noise beside its limits).
 
 The revisions are built by ``tests/garbling.py`` in the session's Hugging Face home, nothing
 from a hub. Own subnet and ports: the session's other deployments may be up beside it.
@@ -156,16 +159,7 @@ def judged(hf_home: Path, recipe_path: Path, reference: Path, folder: Path) -> t
     return result.returncode, check
 
 
-@pytest.mark.parametrize("revision", ["good", "benign"])
-def test_a_revision_that_changes_nothing_passes(
-    real_hf_home, revisions, reference, revision, tmp_path
-):
-    code, check = judged(real_hf_home, revisions[revision], reference, tmp_path)
-    assert check["outcome"] == "pass" and code == 0, check
-    assert "0 left the reference where it was sure" in check["summary"], check
-
-
-@pytest.mark.parametrize("revision", ["config", "weights", "template", "precision"])
+@pytest.mark.parametrize("revision", ["config", "template", "precision"])
 def test_a_garbling_revision_fails_with_its_evidence(
     real_hf_home, revisions, reference, revision, tmp_path
 ):
@@ -204,6 +198,7 @@ def test_the_gate_rolls_back_a_garbling_revision_and_passes_a_benign_one(
         print(said)
         assert benign.returncode == 0, said
         assert "gate: smoke answers pass" in said and "gate: bench passed" in said, said
+        assert "0 left the reference where it was sure" in said, said
         assert "recording the answers" not in said  # revision 1's reference is kept beside it
         shown = json.loads(run_tandem("history", NAME, "--json", env=env).stdout)
         assert [r["outcome"] for r in shown] == ["good", "failed", "good"], shown
