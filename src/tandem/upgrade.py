@@ -77,11 +77,14 @@ class GateLimits(BaseModel):
         default=0.25,
         ge=0,
         le=10,
-        description="Median TPOT may grow by this fraction (0.25 = 25 %; 3 on a noisy CPU "
-        "engine); at most 10: 25 would be +2,500 %, no gate.",
+        description="Median TPOT may grow by this fraction beyond the rounds' noise (0.25 = "
+        "25 %); at most 10: 25 would be +2,500 %, no gate.",
     )
     max_throughput_drop: float = Field(
-        default=0.25, ge=0, le=1, description="Output tok/s may fall by this fraction."
+        default=0.25,
+        ge=0,
+        le=1,
+        description="Output tok/s may fall by this fraction beyond the rounds' noise.",
     )
     concurrency: int = Field(default=4, ge=1, description="The gate bench's concurrency.")
     requests: int = Field(default=16, ge=1, description="Requests of each gate bench round.")
