@@ -51,9 +51,8 @@ from tandem.bench.load_generator import run as run_bench
 from tandem.bench.speed_gate import SpeedLimits, speed_verdict
 from tandem.errors import CheckFailed, SpecError, StateError, TandemError
 from tandem.eval import smoke
-from tandem.eval.answer_client import AnswerClient
 from tandem.eval.prompt_sets import reference_sets
-from tandem.eval.reference import Reference, load_reference, record_reference, save_reference
+from tandem.eval.reference import Reference, load_reference, record_at, save_reference
 from tandem.operations import admission, lifecycle, revisions
 from tandem.operations.preflight import run_check
 from tandem.operations.revisions import Revision, RevisionOutcome
@@ -213,11 +212,8 @@ def reference_of(name: str, revision: Revision, lead: GroupState, on_event: OnEv
     on_event(
         f"recording the answers of revision {revision.number} (the gate holds the new to them)"
     )
-    client = AnswerClient(lead.endpoint, lead.model, api_key=os.environ.get(wire.VLLM_API_KEY))
-    try:
-        reference = record_reference(client, reference_sets())
-    finally:
-        client.close()
+    api_key = os.environ.get(wire.VLLM_API_KEY)
+    reference = record_at(lead.endpoint, lead.model, api_key, reference_sets())
     files.private_dir(path.parent)
     save_reference(reference, path)
     judged = "" if reference.judgeable else ", near ties that cannot judge"

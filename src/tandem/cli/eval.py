@@ -24,12 +24,11 @@ from tandem.cli.options import (
 from tandem.endpoint import MODELS_TIMEOUT_S, Endpoint, pick_model
 from tandem.errors import SpecError
 from tandem.eval import smoke
-from tandem.eval.answer_client import AnswerClient
 from tandem.eval.log import RUN as GPQA_RUN
 from tandem.eval.log import SamplingParams
 from tandem.eval.prompt_sets import reference_sets
 from tandem.eval.reference import RUN as REFERENCE_RUN
-from tandem.eval.reference import load_reference, record_reference, save_reference
+from tandem.eval.reference import load_reference, record_at, save_reference
 from tandem.eval.report import EvalReport, render_markdown
 from tandem.eval.runner import RESCORE, GPQAConfig, gpqa_identity, rescore_log, run_gpqa
 from tandem.operations import evidence
@@ -543,11 +542,7 @@ def reference_command(
         target.model_dump(mode="json", include={"url", "model"}),
         force=force,
     ).make()
-    client = AnswerClient(target.url, target.model, api_key=api_key)
-    try:
-        reference = record_reference(client, sets)
-    finally:
-        client.close()
+    reference = record_at(target.url, target.model, api_key, sets)
     written = save_reference(reference, out)
     judged = "" if reference.judgeable else " (its answers are near ties: it cannot judge)"
     screen.echo(

@@ -146,6 +146,19 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else 0.0
 
 
+def record_at(url: str, model: str, api_key: str | None, sets: list[PromptSet]) -> Reference:
+    """``record_reference`` of the server at ``url`` on a client of its own, closed after.
+
+    Raises:
+        EndpointError: the server failed a request (nothing is recorded).
+    """
+    client = AnswerClient(url, model, api_key=api_key)
+    try:
+        return record_reference(client, sets)
+    finally:
+        client.close()
+
+
 def record_reference(client: AnswerClient, sets: list[PromptSet]) -> Reference:
     """The server's answers to every prompt of ``sets``, with the noise it showed.
 
