@@ -101,7 +101,7 @@ def bench(url: str, model: str, concurrency: int, *, requests: int, output: int)
         requests=requests, input_tokens=128, output_tokens=output, warmup_requests=2,
         scrape_metrics=False, kv_sample_interval_s=0,
     )  # fmt: skip
-    (point,) = run(config).load_points
+    (point,) = run(config).points
     m = point.metrics
     ms = lambda v: round(v * 1000, 2) if v is not None else None  # noqa: E731
     return {
@@ -284,7 +284,8 @@ def main() -> int:
         tandem("front", "start", "--port", str(FRONT_PORT), "--interval", "1", env=env)
         for name in MODELS:
             started = time.monotonic()
-            said = tandem("up", *write(folder, name), env=env).stdout
+            recipe, cluster = write(folder, name)
+            said = tandem("up", recipe, "--cluster", cluster, env=env).stdout
             results[f"up {name} s"] = round(time.monotonic() - started, 1)
             results[f"up {name} admitted"] = [ln.strip() for ln in said.splitlines()
                                               if "admitted" in ln]  # fmt: skip

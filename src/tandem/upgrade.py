@@ -48,7 +48,7 @@ from tandem.backends.state import DeploymentState, GroupState, list_deployments,
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import BenchResult
 from tandem.bench.load_generator import run as run_bench
-from tandem.bench.speed_gate import SpeedLimits, speed_verdict
+from tandem.bench.speed_gate import SpeedLimits, counted_medians, speed_verdict
 from tandem.errors import CheckFailed, SpecError, StateError, TandemError
 from tandem.eval import smoke
 from tandem.eval.prompt_sets import reference_sets
@@ -190,13 +190,6 @@ def judge_speed(
         evidence=[verdict.summary],
         figures={**figures, "failed": float(verdict.failed_requests)},
     )
-
-
-def medians(result: BenchResult, limits: GateLimits) -> dict[str, float]:
-    """A revision's gate figures as its record keeps them (``history``): the medians of its
-    counted rounds."""
-    verdict = speed_verdict([result], [result], limits.speed())
-    return {f.key: f.baseline for f in verdict.figures if f.baseline is not None}
 
 
 def reference_of(name: str, revision: Revision, lead: GroupState, on_event: OnEvent) -> Reference:
@@ -487,7 +480,7 @@ def _held_to(
         return reference, []
     on_event(f"measuring revision {old.number}'s speed, {limits.rounds} rounds (the gate's bar)")
     measured = measure(lead.endpoint, lead.model, limits, work / "baseline")
-    old.baseline = medians(measured, limits)
+    old.baseline = counted_medians([measured], limits.speed())
     revisions.save(name, old)
     return reference, [measured]
 

@@ -7,7 +7,7 @@ import pytest
 
 from tandem.bench.load_generator import BenchResult
 from tandem.bench.metrics import load_point_metrics
-from tandem.bench.speed_gate import SpeedLimits, speed_verdict
+from tandem.bench.speed_gate import SpeedLimits, counted_medians, speed_verdict
 
 from .test_compare_report_cli import result
 from .test_metrics import rec
@@ -40,6 +40,14 @@ def test_the_same_speed_passes_and_the_warm_up_round_is_not_counted():
     tpot = verdict.figures[0]
     assert tpot.baseline == pytest.approx(0.050) and tpot.new == pytest.approx(0.050)
     assert "median TPOT" in verdict.summary and "limit +25%" in verdict.summary
+
+
+def test_a_revisions_recorded_medians_leave_its_warm_up_out():
+    medians = counted_medians([rounds([0.200, 0.050, 0.054, 0.049, 0.050, 0.052])], SpeedLimits())
+    assert medians["tpot_p50_s"] == pytest.approx(0.050)
+    assert set(medians) == {"tpot_p50_s", "output_throughput_tok_s"}
+    everything = counted_medians([rounds([0.200, 0.200, 0.054])], SpeedLimits(warmup_rounds=0))
+    assert everything["tpot_p50_s"] == pytest.approx(0.200)
 
 
 def test_much_slower_beyond_the_noise_fails():

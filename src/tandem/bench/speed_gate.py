@@ -145,6 +145,14 @@ def _figure(
     )
 
 
+def counted_medians(results: list[BenchResult], limits: SpeedLimits) -> dict[str, float]:
+    """The judged figures' medians over the counted rounds of ``results`` (what a revision's
+    record keeps of its measurement, as ``speed_verdict`` reads it)."""
+    rounds = _rounds(results, None, limits.warmup_rounds)
+    found = {key: median_ci(values_over_rounds(rounds, key)).median for key, _, _ in FIGURES}
+    return {key: value for key, value in found.items() if value is not None}
+
+
 def speed_verdict(
     baseline: list[BenchResult],
     new: list[BenchResult],

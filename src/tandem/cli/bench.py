@@ -55,6 +55,7 @@ from tandem.cli.options import (
     json_object,
     model_option,
     option_of,
+    out_option,
 )
 from tandem.errors import CheckFailed, Problem, SpecError
 from tandem.operations import evidence
@@ -197,11 +198,8 @@ RUN_SECTIONS = {
 @click.argument("deployment", required=False)
 @bench_url_option
 @model_option
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    help="Folder for requests.jsonl, summary.json, report.md, report.html, points.csv and plots.",
+@out_option(
+    "Folder for requests.jsonl, summary.json, report.md, report.html, points.csv and plots."
 )
 @field_option(BenchConfig, "endpoint")
 @field_option(BenchConfig, "concurrency", callback=_int_list)

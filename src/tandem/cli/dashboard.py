@@ -11,7 +11,7 @@ import click
 from pydantic import BaseModel
 
 from tandem import files, ownership, screen
-from tandem.cli.options import force_option
+from tandem.cli.options import force_option, out_option
 from tandem.cli.watch import Duration
 from tandem.dashboard.observe import Observer
 from tandem.dashboard.page import document
@@ -72,12 +72,7 @@ STATUS_FILE = "status.json"
     help="Beyond loopback: a file that holds the page's token.",
 )
 @click.option("--once", is_flag=True, help="Write the page as a file (--out) and exit.")
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    help=f"With --once: the folder for {PAGE_FILE} and {STATUS_FILE}.",
-)
+@out_option(f"With --once: the folder for {PAGE_FILE} and {STATUS_FILE}.")
 @force_option
 def dashboard_command(name: str | None, **options: Any) -> None:
     """Serve a read-only status page of a deployment, refreshed every few seconds.

@@ -19,6 +19,7 @@ from tandem.cli.options import (
     json_object,
     model_option,
     option_of,
+    out_option,
     url_option,
 )
 from tandem.endpoint import MODELS_TIMEOUT_S, Endpoint, pick_model
@@ -89,13 +90,7 @@ quiet_option = click.option(
 )
 @url_option
 @model_option
-@click.option(
-    "--out",
-    "out_dir",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="Folder for responses.jsonl, report.json, report.md, report.html.",
-)
+@out_option("Folder for responses.jsonl, report.json, report.md, report.html.", required=True)
 @field_option(GPQAConfig, "limit")
 @field_option(GPQAConfig, "repeats")
 @field_option(GPQAConfig, "seed")
@@ -242,12 +237,7 @@ def _after_gpqa(report: EvalReport, out: Path, deployment: str | None, *, watch:
 
 @eval_command.command("rescore")
 @click.argument("log", type=click.Path(dir_okay=False))
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    help="Where to write the reports. Default: the log's folder.",
-)
+@out_option("Where to write the reports. Default: the log's folder.")
 @force_option
 def rescore_command(log: str, out_dir: str | None, force: bool) -> None:
     """Score a saved GPQA run again: answers re-extracted, reports rewritten.
@@ -302,12 +292,8 @@ SERVER_FLAGS = SMOKE_SECTIONS["A --url server's flags"]
 @click.argument("deployment", required=False)
 @url_option
 @model_option
-@click.option(
-    "--out",
-    "out_dir",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="Folder for smoke.jsonl (each check as it ends), smoke.json and smoke.md.",
+@out_option(
+    "Folder for smoke.jsonl (each check as it ends), smoke.json and smoke.md.", required=True
 )
 @click.option(
     "--check",
@@ -495,12 +481,8 @@ def _smoke_done(report: smoke.SmokeReport, out: Path, deployment: str | None, wh
 @click.argument("deployment", required=False)
 @url_option
 @model_option
-@click.option(
-    "--out",
-    "out_dir",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="Folder for answers-reference.json (what `eval smoke --reference` takes).",
+@out_option(
+    "Folder for answers-reference.json (what `eval smoke --reference` takes).", required=True
 )
 @click.option(
     "--prompts",

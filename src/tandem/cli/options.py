@@ -132,6 +132,16 @@ bwlimit_option = click.option(
     "KiB/s), e.g. beside a deployment that serves over the same link.",
 )
 """``--bwlimit`` of ``model pull`` and ``sync``: the snapshot's rsync copies."""
+
+
+def out_option(text: str, *, required: bool = False) -> Callable[[Any], Any]:
+    """``--out FOLDER`` (to ``out_dir``): where a command writes what it produces; ``text``
+    says what it writes there."""
+    return click.option(
+        "--out", "out_dir", required=required, type=click.Path(file_okay=False), help=text
+    )
+
+
 force_option = click.option(
     "--force",
     is_flag=True,

@@ -7,7 +7,13 @@ from pathlib import Path
 import click
 
 from tandem import files, ownership, screen
-from tandem.cli.options import cluster_option, force_option, machine_deployment, recipe_argument
+from tandem.cli.options import (
+    cluster_option,
+    force_option,
+    machine_deployment,
+    out_option,
+    recipe_argument,
+)
 from tandem.rankplan import template_plan
 from tandem.render import TARGETS, check_format, files_renderer_for, renderer_for
 
@@ -38,13 +44,10 @@ RUN = ownership.RunKind("render", "rendered files", resume_flag=None)
     "rules for the running deployment; grafana: its data source, dashboards and "
     "recording rules.",
 )
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    help="Write the target's files into this folder instead of printing them "
+@out_option(
+    "Write the target's files into this folder instead of printing them "
     "(prometheus: prometheus.yml, tandem-rules.yml, README.md; grafana: provisioning/, "
-    "dashboards/, tandem-recording-rules.yml, README.md).",
+    "dashboards/, tandem-recording-rules.yml, README.md)."
 )
 @force_option
 def render_command(

@@ -17,7 +17,7 @@ from rich.live import Live
 from tandem import ownership, screen
 from tandem.backends.state import load_state
 from tandem.cli.layout import WholeSummaryGroup
-from tandem.cli.options import field_option, force_option
+from tandem.cli.options import field_option, force_option, out_option
 from tandem.errors import CheckFailed, SpecError
 from tandem.report.watch import live_view, markdown, report_folder
 from tandem.spec.recipe import Watch, port_clash
@@ -99,12 +99,9 @@ def watch_command() -> None:
     help="Sampled time in all, e.g. 3h; a resumed watch samples what is left. "
     "Default: until Ctrl-C.",
 )
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    help="Folder for watch.json and samples.jsonl; a folder that holds a watch is "
-    "resumed. Default: the deployment's state folder, watch/.",
+@out_option(
+    "Folder for watch.json and samples.jsonl; a folder that holds a watch is "
+    "resumed. Default: the deployment's state folder, watch/."
 )
 @click.option(
     "--serve-metrics",

@@ -29,6 +29,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -327,77 +328,36 @@ def _deepseek_v3(**common: int) -> PretrainedConfig:
     )
 
 
-def _llama(**common: int) -> PretrainedConfig:
-    return LlamaConfig(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        **common,
-    )
+SMALL_DENSE = {
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
+"""The shape the dense families share: small enough to build in seconds, with grouped KV heads
+(4 query heads on 2) so tensor parallel 2 splits both."""
 
 
-def _mistral(**common: int) -> PretrainedConfig:
-    return MistralConfig(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        sliding_window=128,
-        **common,
-    )
-
-
-def _mixtral(**common: int) -> PretrainedConfig:
-    return MixtralConfig(
-        hidden_size=256,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        sliding_window=None,
-        **common,
-    )
-
-
-def _qwen2(**common: int) -> PretrainedConfig:
-    return Qwen2Config(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        use_sliding_window=False,
-        **common,
-    )
-
-
-def _qwen3(**common: int) -> PretrainedConfig:
-    return Qwen3Config(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        use_sliding_window=False,
-        **common,
-    )
+def _small(config: type[PretrainedConfig], **shape: Any) -> Callable[..., PretrainedConfig]:
+    """A factory of ``config`` at ``SMALL_DENSE``, ``shape`` over it (what the family needs)."""
+    return lambda **common: config(**{**SMALL_DENSE, **shape, **common})
 
 
 ARCHITECTURES: dict[str, Callable[..., PretrainedConfig]] = {
     "deepseek_v3": _deepseek_v3,
-    "llama": _llama,
-    "mistral": _mistral,
-    "mixtral": _mixtral,
-    "qwen2": _qwen2,
-    "qwen3": _qwen3,
+    "llama": _small(LlamaConfig),
+    "mistral": _small(MistralConfig, head_dim=64, sliding_window=128),
+    "mixtral": _small(
+        MixtralConfig,
+        intermediate_size=256,
+        head_dim=64,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=None,
+    ),
+    "qwen2": _small(Qwen2Config, use_sliding_window=False),
+    "qwen3": _small(Qwen3Config, head_dim=64, use_sliding_window=False),
 }
 """Architecture name -> config factory. Each factory takes the shared fields (vocab size,
 special-token ids, max_position_embeddings) as keyword arguments."""
