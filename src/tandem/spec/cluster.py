@@ -28,15 +28,13 @@ from tandem import wire
 from tandem.errors import FieldFault
 from tandem.spec.addresses import check_address, is_ip
 from tandem.spec.kubernetes import KubernetesOptions
-from tandem.spec.paths import check_env_folders, check_node_folder
+from tandem.spec.paths import check_node_folder
 from tandem.spec.recipe import (
     ENV_VALUES,
-    FOLDER_VARS,
+    EnvVars,
     StrictModel,
-    _env_str,
     becomes,
     refuse_inline_secrets,
-    refuse_secrets,
 )
 
 
@@ -111,7 +109,7 @@ class Node(StrictModel):
         default=None,
         description="Overrides the recipe's RDMA devices (NCCL_IB_HCA) on this node.",
     )
-    env: dict[str, str] = Field(
+    env: EnvVars = Field(
         json_schema_extra=becomes("each NAME=VALUE") | ENV_VALUES,
         default_factory=dict,
         description="Variables for this node's rank, applied last.",
@@ -132,18 +130,6 @@ class Node(StrictModel):
         if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.\-]{0,61}[A-Za-z0-9])?", value):
             raise ValueError(f"'{value}' is not a host name; use letters, digits, dots, dashes")
         return value
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_as_strings(cls, value: object) -> object:
-        if isinstance(value, dict):
-            return {k: _env_str(v) for k, v in value.items()}
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _env_without_secrets(cls, value: dict[str, str]) -> dict[str, str]:
-        return check_env_folders(refuse_secrets(value), FOLDER_VARS)
 
     @field_validator("address")
     @classmethod

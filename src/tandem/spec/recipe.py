@@ -13,10 +13,12 @@ import re
 import shlex
 from collections.abc import Collection, Sequence
 from enum import StrEnum
-from typing import Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -44,6 +46,12 @@ def becomes(*names: str) -> dict[str, Any]:
 ENV_VALUES: dict[str, Any] = {"additionalProperties": {"type": ["string", "number", "boolean"]}}
 """The JSON Schema of an ``env`` mapping's values: YAML's ``1`` and ``true`` are taken as the
 text ``"1"`` (``_env_str``), so an editor must not flag them."""
+EnvVars = Annotated[
+    dict[str, str],
+    BeforeValidator(lambda value: _env_strings(value)),
+    AfterValidator(lambda env: check_env_folders(refuse_secrets(env), FOLDER_VARS)),
+]
+"""An ``env`` of a recipe or a node: every value text, no secret, its folders checked."""
 
 
 class StrictModel(BaseModel):
@@ -889,7 +897,7 @@ class Recipe(StrictModel):
     description: str = Field(default="", description="One line for listings.")
     model: ModelSource
     engine: Engine = Field(default_factory=Engine)
-    env: dict[str, str] = Field(
+    env: EnvVars = Field(
         json_schema_extra=becomes("each NAME=VALUE") | ENV_VALUES,
         default_factory=dict,
         description="Variables every rank gets, after the network planes' (a node may override).",
@@ -926,18 +934,6 @@ class Recipe(StrictModel):
         if problem:
             raise ValueError(problem)
         return value
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_as_strings(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: _env_str(v) for k, v in value.items()}
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _env_without_secrets(cls, value: dict[str, str]) -> dict[str, str]:
-        return check_env_folders(refuse_secrets(value), FOLDER_VARS)
 
     @field_validator("host")
     @classmethod
@@ -1067,3 +1063,8 @@ def _env_str(value: Any) -> Any:
     if isinstance(value, int | float):
         return str(value)
     return value
+
+
+def _env_strings(value: Any) -> Any:
+    """An ``env`` mapping with each value as text (``_env_str``); anything else as it is."""
+    return {k: _env_str(v) for k, v in value.items()} if isinstance(value, dict) else value
