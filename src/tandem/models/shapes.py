@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tandem import hf_cache
 from tandem.built_models import shape_repo_id
 from tandem.errors import Problem, SpecError
-from tandem.models.store import snapshot_commit, staged_digests, store
+from tandem.models.store import store_built
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -393,10 +393,7 @@ def build_shape_model(
         (staging / "generation_config.json").write_text(
             json.dumps(generation, indent=2, sort_keys=True) + "\n"
         )
-        digests = staged_digests(staging)
-        commit = snapshot_commit(digests)
-        snapshot = store(repo_dir, staging, digests, commit)
-    size_bytes = sum((snapshot / name).stat().st_size for name in digests)
+        snapshot, commit, size_bytes = store_built(repo_dir, staging)
     return ShapeModel(
         repo_id=repo_id,
         preset=preset,

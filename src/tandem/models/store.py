@@ -61,6 +61,15 @@ def store(repo_dir: Path, staging: Path, digests: dict[str, str], commit: str) -
     return snapshot
 
 
+def store_built(repo_dir: Path, staging: Path) -> tuple[Path, str, int]:
+    """Store a model built into ``staging`` as the snapshot its contents name: the snapshot's
+    folder, its commit and its size in bytes (the same build gives the same commit)."""
+    digests = staged_digests(staging)
+    commit = snapshot_commit(digests)
+    snapshot = store(repo_dir, staging, digests, commit)
+    return snapshot, commit, sum((snapshot / name).stat().st_size for name in digests)
+
+
 def _complete(snapshot: Path, digests: dict[str, str]) -> bool:
     """True when every file of the snapshot links to a blob with the expected name."""
     if not snapshot.is_dir():

@@ -49,7 +49,7 @@ from transformers import (
 from tandem import hf_cache
 from tandem.built_models import DEFAULT_TINY_ARCH, tiny_repo_id
 from tandem.errors import SpecError
-from tandem.models.store import snapshot_commit, staged_digests, store
+from tandem.models.store import store_built
 
 __all__ = ["ARCHITECTURES", "DEFAULT_ARCH", "TinyModel", "build_tiny_model", "default_repo_id"]
 
@@ -404,10 +404,7 @@ def build_tiny_model(
         tokenizer = _train_tokenizer(seed)
         tokenizer.save_pretrained(staging)
         parameter_count = _save_model(arch, tokenizer, seed, staging)
-        digests = staged_digests(staging)
-        commit = snapshot_commit(digests)
-        snapshot = store(repo_dir, staging, digests, commit)
-    size_bytes = sum((snapshot / name).stat().st_size for name in digests)
+        snapshot, commit, size_bytes = store_built(repo_dir, staging)
     return TinyModel(
         repo_id=repo_id,
         arch=arch,
