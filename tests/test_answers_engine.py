@@ -27,11 +27,10 @@ from pathlib import Path
 
 import garbling
 import pytest
-from tandem_cli import run_tandem
+from tandem_cli import RECIPES, deployed, edited, run_tandem
 
 pytestmark = pytest.mark.engine
 
-ROOT = Path(__file__).resolve().parents[1]
 NAME = "real-answers-gate"
 NET, API = 103, 8103
 CLUSTER = f"""\
@@ -49,15 +48,13 @@ EXTRA_ARGS = """extra_args: ["--compilation-config", '{"mode":2,"backend":"eager
 
 def recipe(folder: Path, tag: str, *changes: tuple[str, str]) -> Path:
     """The built-in smollm2-local as deployment ``NAME`` on its own ports, each change made."""
-    text = (ROOT / "src/tandem/recipes/smollm2-local.yaml").read_text()
-    for old, new in (
+    text = edited(
+        (RECIPES / "smollm2-local.yaml").read_text(),
         ("name: smollm2-local", f"name: {NAME}"),
         ("api: 8000", f"api: {API}"),
         ("master: 29501", f"master: {API + 21501}"),
         *changes,
-    ):
-        assert old in text, old
-        text = text.replace(old, new, 1)
+    )
     path = folder / f"{tag}.yaml"
     path.write_text(text)
     return path
@@ -74,21 +71,8 @@ def served(hf_home: Path, folder: Path, path: Path) -> Iterator[dict[str, str]]:
     (folder / "cluster.yaml").write_text(CLUSTER)
     env = {**os.environ, "HF_HOME": str(hf_home), "TANDEM_HOME": str(folder / "home")}
     env.pop("VLLM_API_KEY", None)
-    up = run_tandem(
-        "up",
-        str(path),
-        "--cluster",
-        str(folder / "cluster.yaml"),
-        env=env,
-        timeout=900,
-        check=False,
-    )
-    try:
-        if up.returncode:
-            pytest.fail(f"tandem up {path.name} failed ({up.returncode}):\n{up.stdout}{up.stderr}")
+    with deployed(path, folder / "cluster.yaml", NAME, env):
         yield env
-    finally:
-        run_tandem("down", NAME, env=env, timeout=180, check=False)
 
 
 @pytest.fixture(scope="module")

@@ -26,14 +26,13 @@ from pathlib import Path
 import httpx
 import pytest
 from capitals import MOST, ask_capitals
-from tandem_cli import TANDEM, run_tandem
+from tandem_cli import TANDEM, deployed, replicas_recipe, run_tandem
 
 from tandem.backends import netns
 from tandem.backends.processes import marked_processes, read_process
 
 pytestmark = pytest.mark.engine
 
-ROOT = Path(__file__).resolve().parents[1]
 NAME = "fleet-real"
 GROUPS = [f"{NAME}-g0", f"{NAME}-g1"]
 ROUTER = "http://127.0.0.1:8150"
@@ -55,15 +54,7 @@ def fleet(real_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
     """The fleet, up once for the module; taken down at the end whatever happened."""
     folder = tmp_path_factory.mktemp("fleet")
     hf_home = real_hf_home
-    recipe = (ROOT / "src/tandem/recipes/smollm2-replicas.yaml").read_text()
-    for old, new in [
-        ("name: smollm2-replicas", f"name: {NAME}"),
-        ("  port: 8100", "  port: 8150"),
-        ("  metrics_port: 8190", "  metrics_port: 8151"),
-    ]:
-        assert old in recipe
-        recipe = recipe.replace(old, new, 1)
-    (folder / "recipe.yaml").write_text(recipe)
+    (folder / "recipe.yaml").write_text(replicas_recipe(NAME, 8150, 8151))
     (folder / "cluster.yaml").write_text(CLUSTER.format(name=NAME))
     env = {
         **os.environ,
@@ -71,16 +62,8 @@ def fleet(real_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
         "TANDEM_HOME": str(folder / "home"),
         "VLLM_API_KEY": API_KEY,
     }
-    up = run_tandem(
-        "up", str(folder / "recipe.yaml"), "--cluster", str(folder / "cluster.yaml"),
-        env=env, timeout=900, check=False,
-    )  # fmt: skip
-    try:
-        if up.returncode:
-            pytest.fail(f"tandem up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
-        yield env, folder / "home" / "deployments", up.stdout
-    finally:
-        run_tandem("down", NAME, env=env, timeout=180, check=False)
+    with deployed(folder / "recipe.yaml", folder / "cluster.yaml", NAME, env) as said:
+        yield env, folder / "home" / "deployments", said
 
 
 def status(env: dict[str, str]) -> dict:

@@ -21,11 +21,10 @@ import httpx
 import pytest
 import ssh_hosts
 import yaml
-from tandem_cli import run_tandem
+from tandem_cli import deployed, replicas_recipe, run_tandem
 
 pytestmark = [pytest.mark.engine, pytest.mark.netns, pytest.mark.by_hand]
 
-ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 NAME = "fleet-ssh"
 API_KEY = "tandem-fleet-ssh-key"
@@ -44,15 +43,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def fleet(hosts: ssh_hosts.SSHHosts, real_hf_home: Path, tmp_path_factory):
     folder = tmp_path_factory.mktemp("fleetssh")
-    recipe = (ROOT / "src/tandem/recipes/smollm2-replicas.yaml").read_text()
-    for old, new in [
-        ("name: smollm2-replicas", f"name: {NAME}"),
-        ("  port: 8100", "  port: 8160"),
-        ("  metrics_port: 8190", "  metrics_port: 8161"),
-    ]:
-        assert old in recipe
-        recipe = recipe.replace(old, new, 1)
-    (folder / "recipe.yaml").write_text(recipe)
+    (folder / "recipe.yaml").write_text(replicas_recipe(NAME, 8160, 8161))
     cluster = {
         "name": "ssh-fleet",
         "transport": "ssh",
@@ -78,16 +69,8 @@ def fleet(hosts: ssh_hosts.SSHHosts, real_hf_home: Path, tmp_path_factory):
     (folder / "cluster.yaml").write_text(yaml.safe_dump(cluster))
     env = {**os.environ, "TANDEM_HOME": str(folder / "home"), "VLLM_API_KEY": API_KEY}
     env.pop("TANDEM_SSH_CONFIG", None)
-    up = run_tandem(
-        "up", str(folder / "recipe.yaml"), "--cluster", str(folder / "cluster.yaml"),
-        env=env, timeout=900, check=False,
-    )  # fmt: skip
-    try:
-        if up.returncode:
-            pytest.fail(f"tandem up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
-        yield env, up.stdout
-    finally:
-        run_tandem("down", NAME, env=env, timeout=180, check=False)
+    with deployed(folder / "recipe.yaml", folder / "cluster.yaml", NAME, env) as said:
+        yield env, said
 
 
 def test_up_starts_the_router_on_the_named_node_and_answers_through_it(fleet, hosts):

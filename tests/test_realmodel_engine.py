@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from capitals import MOST, ask_capitals
-from tandem_cli import run_tandem
+from tandem_cli import RECIPES, deployed, edited, run_tandem
 
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import LoadGenerator
@@ -65,7 +65,7 @@ def served(
     API port ``api`` (the master port beside it), with ``serve`` added to its ``engine.serve``,
     up on two ranks until the block ends. ``stages=1``: one rank, eager (the Dynamo trace is
     for a later pipeline stage's buffer), a boot of about half the time."""
-    recipe = (ROOT / "src/tandem/recipes/smollm2-local.yaml").read_text()
+    recipe = (RECIPES / "smollm2-local.yaml").read_text()
     changes = [
         ("name: smollm2-local", f"name: {name}"),
         ("api: 8000", f"api: {api}"),
@@ -77,9 +77,7 @@ def served(
             ("pipeline_parallel_size: 2", "pipeline_parallel_size: 1"),
             ("    max_num_seqs: 8\n", "    max_num_seqs: 8\n    enforce_eager: true\n"),
         ]
-    for old, new in changes:
-        assert old in recipe
-        recipe = recipe.replace(old, new, 1)
+    recipe = edited(recipe, *changes)
     if stages == 1:
         recipe = "".join(line for line in recipe.splitlines(True) if "extra_args:" not in line)
     cluster = CLUSTER.format(name=name, net=net)
@@ -93,21 +91,8 @@ def served(
         "TANDEM_HOME": str(folder / "home"),
         "VLLM_API_KEY": API_KEY,
     }
-    up = run_tandem(
-        "up",
-        str(folder / "recipe.yaml"),
-        "--cluster",
-        str(folder / "cluster.yaml"),
-        env=env,
-        timeout=900,
-        check=False,
-    )
-    try:
-        if up.returncode:
-            pytest.fail(f"tandem up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+    with deployed(folder / "recipe.yaml", folder / "cluster.yaml", name, env):
         yield env
-    finally:
-        run_tandem("down", name, env=env, timeout=120, check=False)
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ import pytest
 import yaml
 from cdp import CHROMIUM, Browser
 from ports import free_port
-from tandem_cli import TANDEM, run_tandem
+from tandem_cli import TANDEM, deployed, replicas_recipe
 
 from tandem.backends.processes import marked_processes
 from tandem.render import grafana
@@ -43,7 +43,6 @@ pytestmark = [
     pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="no chromium"),
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
 TILES_MATCH = """(() => {
   const obs = JSON.parse(document.getElementById("observation").textContent);
   const at = (p) => p.split(".").reduce((v, k) => (v == null ? undefined : v[k]), obs);
@@ -314,15 +313,7 @@ nodes:
 def page_fleet(real_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
     """Two groups of SmolLM2 behind vllm-router, up once for the module, down at its end."""
     folder = tmp_path_factory.mktemp("page-fleet")
-    recipe = (ROOT / "src/tandem/recipes/smollm2-replicas.yaml").read_text()
-    for old, new in [
-        ("name: smollm2-replicas", f"name: {NAME}"),
-        ("  port: 8100", f"  port: {ROUTER_PORT}"),
-        ("  metrics_port: 8190", f"  metrics_port: {ROUTER_METRICS}"),
-    ]:
-        assert old in recipe
-        recipe = recipe.replace(old, new, 1)
-    (folder / "recipe.yaml").write_text(recipe)
+    (folder / "recipe.yaml").write_text(replicas_recipe(NAME, ROUTER_PORT, ROUTER_METRICS))
     (folder / "cluster.yaml").write_text(CLUSTER.format(name=NAME))
     env = {
         **os.environ,
@@ -330,16 +321,8 @@ def page_fleet(real_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
         "TANDEM_HOME": str(folder / "home"),
         "VLLM_API_KEY": API_KEY,
     }
-    up = run_tandem(
-        "up", str(folder / "recipe.yaml"), "--cluster", str(folder / "cluster.yaml"),
-        env=env, timeout=900, check=False,
-    )  # fmt: skip
-    try:
-        if up.returncode:
-            pytest.fail(f"tandem up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+    with deployed(folder / "recipe.yaml", folder / "cluster.yaml", NAME, env):
         yield env, folder / "home" / "deployments"
-    finally:
-        run_tandem("down", NAME, env=env, timeout=180, check=False)
 
 
 class Load:
