@@ -98,7 +98,7 @@ def front_app(routes: Routes, *, api_key: str | None, timeout_s: float = 600.0) 
         routes = Routes(); routes.replace([Upstream(model="a", deployment="a", url=...)])
         uvicorn.run(front_app(routes, api_key=None), port=8300)
     """
-    pool = Upstreams(timeout_s)
+    pool = UpstreamPool(timeout_s)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -141,7 +141,7 @@ def front_app(routes: Routes, *, api_key: str | None, timeout_s: float = 600.0) 
     )
 
 
-class Upstreams:
+class UpstreamPool:
     """The front door's one connection pool to every endpoint, open while the app runs.
 
     aiohttp, not httpx (whose HTTP/1.1 parser, h11, is Python): through httpx's client the
@@ -178,7 +178,7 @@ class Upstreams:
         )
 
 
-def forwarder(routes: Routes, upstreams: Upstreams) -> Callable[[Request], Awaitable[Response]]:
+def forwarder(routes: Routes, pool: UpstreamPool) -> Callable[[Request], Awaitable[Response]]:
     """The handler of every ``POST /v1/...``: the body's ``model`` picks the endpoint."""
 
     async def forward(request: Request) -> Response:
@@ -193,7 +193,7 @@ def forwarder(routes: Routes, upstreams: Upstreams) -> Callable[[Request], Await
         if upstream is None:
             return _unknown(wanted)
         try:
-            answer = await upstreams.post(upstream.url + request.url.path, request, body)
+            answer = await pool.post(upstream.url + request.url.path, request, body)
         except (aiohttp.ClientError, TimeoutError) as exc:
             return openai_error(
                 503,
