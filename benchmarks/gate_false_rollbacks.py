@@ -84,16 +84,8 @@ def benign_recipes(folder: Path) -> list[Path]:
 def garbling_recipes(folder: Path, hf_home: Path) -> dict[str, Path]:
     """The built-in recipe at each garbling revision of ``tests/garbling.py``."""
     text = RECIPE.read_text()
-    pinned, seqs = "  offline: true\n", "    max_num_seqs: 8\n"
-    template = garbling.lossy_template(folder)
-    changes = {
-        "config": (pinned, f"{pinned}  revision: {garbling.config_commit(hf_home)}\n"),
-        "weights": (pinned, f"{pinned}  revision: {garbling.weights_commit(hf_home)}\n"),
-        "template": ("extra_args: [", f'extra_args: ["--chat-template", "{template}", '),
-        "precision": (seqs, f"{seqs}    kv_cache_dtype: fp8_e5m2\n"),
-    }
     paths = {}
-    for tag, (old, new) in changes.items():
+    for tag, (old, new) in garbling.recipe_changes(hf_home, folder).items():
         assert old in text, f"{old!r}: the built-in recipe changed; update the benchmark"
         paths[tag] = folder / f"garbling-{tag}.yaml"
         paths[tag].write_text(text.replace(old, new, 1))

@@ -101,3 +101,20 @@ def lossy_template(folder: Path) -> Path:
     path = folder / "lossy-template.jinja"
     path.write_text(LOSSY_TEMPLATE)
     return path
+
+
+def recipe_changes(hf_home: Path, folder: Path) -> dict[str, tuple[str, str]]:
+    """Each garbling revision as one change (old text, new text) of the built-in
+    ``smollm2-local`` recipe, built into ``hf_home`` (the commits) and ``folder`` (the
+    template): the revisions of ``tests/test_answers_engine.py`` and of
+    ``benchmarks/gate_false_rollbacks.py --garbling``."""
+    pinned, seqs = "  offline: true\n", "    max_num_seqs: 8\n"
+    return {
+        "config": (pinned, f"{pinned}  revision: {config_commit(hf_home)}\n"),
+        "weights": (pinned, f"{pinned}  revision: {weights_commit(hf_home)}\n"),
+        "template": (
+            "extra_args: [",
+            f'extra_args: ["--chat-template", "{lossy_template(folder)}", ',
+        ),
+        "precision": (seqs, f"{seqs}    kv_cache_dtype: fp8_e5m2\n"),
+    }

@@ -79,8 +79,7 @@ def served(hf_home: Path, folder: Path, path: Path) -> Iterator[dict[str, str]]:
 def revisions(real_hf_home: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Every revision's recipe, the garbling ones built into the session's Hugging Face home."""
     folder = tmp_path_factory.mktemp("answers-revisions")
-    template = garbling.lossy_template(folder)
-    pinned = "  offline: true\n"
+    garbled = garbling.recipe_changes(real_hf_home, folder)
     return {
         "good": recipe(folder, "good"),
         "benign": recipe(
@@ -89,22 +88,7 @@ def revisions(real_hf_home: Path, tmp_path_factory: pytest.TempPathFactory) -> d
             with_args("--max-log-len", "200"),
             ("  DO_NOT_TRACK: 1\n", "  DO_NOT_TRACK: 1\n  TANDEM_ANSWERS_NOTE: no effect\n"),
         ),
-        "config": recipe(
-            folder,
-            "config",
-            (pinned, f"{pinned}  revision: {garbling.config_commit(real_hf_home)}\n"),
-        ),
-        "weights": recipe(
-            folder,
-            "weights",
-            (pinned, f"{pinned}  revision: {garbling.weights_commit(real_hf_home)}\n"),
-        ),
-        "template": recipe(folder, "template", with_args("--chat-template", str(template))),
-        "precision": recipe(
-            folder,
-            "precision",
-            ("    max_num_seqs: 8\n", "    max_num_seqs: 8\n    kv_cache_dtype: fp8_e5m2\n"),
-        ),
+        **{kind: recipe(folder, kind, change) for kind, change in garbled.items()},
     }
 
 

@@ -82,6 +82,12 @@ class AnswerClient:
         if self._own:
             self.client.close()
 
+    def __enter__(self) -> AnswerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
             response = self.client.post(self.url + path, json={"model": self.model, **body})

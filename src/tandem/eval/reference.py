@@ -152,11 +152,8 @@ def record_at(url: str, model: str, api_key: str | None, sets: list[PromptSet]) 
     Raises:
         EndpointError: the server failed a request (nothing is recorded).
     """
-    client = AnswerClient(url, model, api_key=api_key)
-    try:
+    with AnswerClient(url, model, api_key=api_key) as client:
         return record_reference(client, sets)
-    finally:
-        client.close()
 
 
 def record_reference(client: AnswerClient, sets: list[PromptSet]) -> Reference:

@@ -693,13 +693,10 @@ def check_speculative(server: Server) -> CheckResult:
 def check_answers(server: Server, reference: Reference | None = None) -> CheckResult:
     """``answers``: the server against a good revision's ``reference``; without one, the
     shipped known-answer set alone."""
-    client = AnswerClient(
+    with AnswerClient(
         server.url, server.target.model, api_key=server.api_key, timeout_s=server.timeout_s
-    )
-    try:
+    ) as client:
         return answers.check_answers(client, reference).check_result()
-    finally:
-        client.close()
 
 
 CHECKS: dict[str, Callable[[Server], CheckResult]] = {
