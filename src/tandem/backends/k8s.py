@@ -607,10 +607,8 @@ def up(
         readiness = await_ready(
             plan, deployment, ranks, state, timeout_s=timeout_s, on_phase=on_phase
         )
+        await_leaders_ready(state, view, time.monotonic() + deployment.recipe.timeouts.startup_s)
         if replicas > 1:
-            await_leaders_ready(
-                state, view, time.monotonic() + deployment.recipe.timeouts.startup_s
-            )
             _placed(state, view)
     except RankFailed as exc:
         problems = [
@@ -643,22 +641,26 @@ def _withdraw(kubectl: Kubectl, state: GroupState, refs: list[dict[str, str]]) -
 
 
 def await_leaders_ready(state: GroupState, view: GroupView, deadline: float) -> None:
-    """Wait until every group's leader pod is Ready: what the router's service discovery
-    follows, so that the router sends requests to every group, not only the first to answer.
+    """Wait until every group's leader pod is Ready: what a Service and the router's service
+    discovery follow. A completion at the leader's own address comes first (the readiness
+    probe runs every ten seconds after the startup probe), and on real kubelets ``up`` said
+    ready while the Service still had no endpoint; with replicas, the router would send
+    requests only to the first group to answer.
 
     Raises:
         RankFailed: a leader is not Ready by ``deadline``.
     """
     leaders = [r for r in state.ranks if r.role == "leader"]
+    front = "the router" if len(leaders) > 1 else "its Service"
     while True:
         waiting = [r for r in leaders if not _ready(view.pod(r.log.removeprefix("pod/")))]
         if not waiting:
             return
         if time.monotonic() > deadline:
             raise RankFailed(
-                "the router answered, but the leader of group(s) "
+                "the model answered, but the leader of group(s) "
                 + ", ".join(f"{r.group} ({r.log})" for r in waiting)
-                + " is not Ready, so the router does not send it requests",
+                + f" is not Ready, so {front} does not send it requests",
                 rank=waiting[0].rank,
             )
         time.sleep(2)
