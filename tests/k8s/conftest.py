@@ -1,20 +1,35 @@
-"""Fixtures of the Kubernetes tests: the LWS CRD file, and a real API server (session-wide).
+"""Fixtures of the Kubernetes tests: the LWS CRD file, a real API server (session-wide), and a
+real cluster with two kubelet nodes (module-wide; ``kube_cluster``).
 
-Without a built kube-apiserver the server tests skip, except under CI (``CI=true``), where a
-missing binary is a failure: ``.ci/run`` builds it with ``scripts/build-kube-apiserver.sh``.
+Without a built Kubernetes the server and cluster tests skip, except under CI (``CI=true``),
+where the build is awaited and a missing program is a failure: ``.ci/run`` starts
+``scripts/build-kubernetes.sh`` in the background at the lowest priority, these tests run after
+the other engine tests (``tests/conftest.py``), and the first fixture that finds no program
+waits for that build through its lock (or builds, where none runs).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker_hosts
 import pytest
 
-from k8s.apiserver import LWS_CRD, ApiServer, apiserver_binary
+from k8s import kube_cluster as cluster_module
+from k8s.apiserver import CACHE_ROOT, LWS_CRD, ApiServer, apiserver_binary
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+BUILD = Path(__file__).resolve().parents[2] / "scripts" / "build-kubernetes.sh"
+
+
+def _await_build() -> None:
+    """Under CI, the programs once the build is done: the script waits for a running build on
+    its lock, then finds the programs and exits at once."""
+    if IN_CI:
+        subprocess.run([str(BUILD), str(CACHE_ROOT)], stdout=subprocess.DEVNULL, check=False)
 
 
 def _missing(what: str, fix: str) -> None:
@@ -35,9 +50,12 @@ def apiserver(lws_crd: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     for the session so that tandem's own kubectl calls reach it."""
     binary = apiserver_binary()
     if binary is None:
+        _await_build()
+        binary = apiserver_binary()
+    if binary is None:
         _missing(
             "kube-apiserver is not built",
-            "run scripts/build-kube-apiserver.sh (about 6 min once, then cached)",
+            "run scripts/build-kubernetes.sh (about 4 min once, then cached)",
         )
     server = ApiServer(workdir=tmp_path_factory.mktemp("apiserver"), binary=binary)
     old = os.environ.get("KUBECONFIG")
@@ -48,6 +66,35 @@ def apiserver(lws_crd: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield server
     finally:
         server.stop()
+        if old is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = old
+
+
+@pytest.fixture(scope="module")
+def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster_module.KubeCluster]:
+    """The two-node cluster (``k8s.kube_cluster``), with the engine image in both nodes'
+    containerd; KUBECONFIG is set while it runs, so that tandem's kubectl reaches it. Booted
+    once per module, and everything it started is gone when the module is done."""
+    reason = cluster_module.available()
+    if reason and cluster_module.programs_folder() is None:
+        _await_build()
+        reason = cluster_module.available()
+    if reason:
+        _missing("the Kubernetes test bed cannot start", reason)
+    image = docker_hosts.built_image()
+    reason = cluster_module.short_of_room(image)
+    if reason:
+        pytest.skip(reason)
+    cluster = cluster_module.KubeCluster(tmp_path_factory.mktemp("kube"), image)
+    old = os.environ.get("KUBECONFIG")
+    try:
+        cluster.start()
+        os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+        yield cluster
+    finally:
+        cluster.stop()
         if old is None:
             os.environ.pop("KUBECONFIG", None)
         else:
