@@ -175,16 +175,15 @@ def tiny_endpoint(request: pytest.FixtureRequest) -> Endpoint:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``breaks_deployment`` (killing a rank of the shared deployment) run after
-    all others, those marked ``runs_last`` (taking it down) after them, and those marked
-    ``after_down`` (looking at what its down left) at the very end."""
+    """Tests marked ``apiserver`` run after the other engine tests (under CI, Kubernetes is
+    still building beside them: ``tests/k8s/conftest.py``); those marked ``breaks_deployment``
+    (killing a rank of the shared deployment) after them, those marked ``runs_last`` (taking it
+    down) next, and those marked ``after_down`` (looking at what its down left) at the very end."""
+    later = ("apiserver", "breaks_deployment", "runs_last", "after_down")
 
     def order(item: pytest.Item) -> int:
-        if item.get_closest_marker("after_down") is not None:
-            return 3
-        if item.get_closest_marker("runs_last") is not None:
-            return 2
-        return 1 if item.get_closest_marker("breaks_deployment") is not None else 0
+        marked = [i for i, name in enumerate(later, 1) if item.get_closest_marker(name)]
+        return max(marked, default=0)
 
     items.sort(key=order)
 
