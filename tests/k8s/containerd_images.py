@@ -25,6 +25,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -174,12 +175,16 @@ def load(nodes: list[Ctr], pause: Path, image: dict, scratch: Path) -> list[str]
     if not missing:
         return done
     layer, diff_id = engine_layer(image, scratch)
-    try:
-        config = engine_config(image, diff_id)
-        for node in missing:
-            node.import_archive(lambda out: write_archive(out, ref, layer, diff_id, config))
-            node.run("images", "label", ref, f"{ROOTFS_LABEL}={image['name']}")
-            done.append(f"{ref} into {node.node}")
+    config = engine_config(image, diff_id)
+
+    def feed(node: Ctr) -> str:
+        node.import_archive(lambda out: write_archive(out, ref, layer, diff_id, config))
+        node.run("images", "label", ref, f"{ROOTFS_LABEL}={image['name']}")
+        return f"{ref} into {node.node}"
+
+    try:  # every node at once: each import waits on its containerd's unpacking as much as on us
+        with ThreadPoolExecutor(len(missing)) as pool:
+            done += pool.map(feed, missing)
     finally:
         layer.unlink()
     return done
