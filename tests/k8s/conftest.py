@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import docker_hosts
@@ -30,6 +31,21 @@ def _await_build() -> None:
     its lock, then finds the programs and exits at once."""
     if IN_CI:
         subprocess.run([str(BUILD), str(CACHE_ROOT)], stdout=subprocess.DEVNULL, check=False)
+
+
+@contextmanager
+def _kubeconfig(path: Path) -> Iterator[None]:
+    """``KUBECONFIG`` pointing at ``path`` (what tandem's kubectl reads) inside the block, as it
+    was after."""
+    old = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = old
 
 
 def _missing(what: str, fix: str) -> None:
@@ -58,18 +74,13 @@ def apiserver(lws_crd: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             "run scripts/build-kubernetes.sh (about 4 min once, then cached)",
         )
     server = ApiServer(workdir=tmp_path_factory.mktemp("apiserver"), binary=binary)
-    old = os.environ.get("KUBECONFIG")
     try:
         server.start()
         server.install_lws_crd(lws_crd)
-        os.environ["KUBECONFIG"] = str(server.kubeconfig)
-        yield server
+        with _kubeconfig(server.kubeconfig):
+            yield server
     finally:
         server.stop()
-        if old is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = old
 
 
 @pytest.fixture(scope="module")
@@ -88,14 +99,9 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster_m
     if reason:
         pytest.skip(reason)
     cluster = cluster_module.KubeCluster(tmp_path_factory.mktemp("kube"), image)
-    old = os.environ.get("KUBECONFIG")
     try:
         cluster.start()
-        os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-        yield cluster
+        with _kubeconfig(cluster.kubeconfig):
+            yield cluster
     finally:
         cluster.stop()
-        if old is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = old
