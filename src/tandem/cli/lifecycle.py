@@ -204,7 +204,8 @@ def _show_ready(state: DeploymentState, readiness: list[Readiness], *, enforce_e
             )
         elif enforce_eager:
             console.print(
-                f"  {who}start: eager (enforce_eager: no torch.compile, no compile cache to warm)"
+                f"  {who}start: eager (enforce_eager: no model graph compiled; vLLM's own "
+                "helpers compile at the first request, kept in the cache root)"
             )
         if boot.kv_cache_tokens:
             console.print(

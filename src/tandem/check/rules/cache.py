@@ -57,7 +57,9 @@ class CacheParityRule:
                 message=(
                     f"compile caches {'warm' if warm else 'cold'} on every rank"
                     + (f" (key {warm})" if warm else "")
-                    + ": enforce_eager is on, so this start compiles no graph and loads none"
+                    + ": enforce_eager is on, so no model graph is compiled; vLLM still "
+                    "compiles a few helpers of its own at the first request (with TP > 1, "
+                    "the vocabulary mask) and keeps them here"
                     if eager
                     else f"compile caches warm on every rank (key {warm}): this start loads "
                     "compiled graphs and tuned kernels"
