@@ -13,6 +13,7 @@ import base64
 import contextlib
 import itertools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -24,6 +25,15 @@ from typing import Any
 import httpx
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def keep(shot: Path) -> None:
+    """A screenshot copied into the folder ``TANDEM_DASHBOARD_SHOTS`` names, when it is set:
+    the test's artifact (``docs/dashboard.png`` was taken so)."""
+    folder = os.environ.get("TANDEM_DASHBOARD_SHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(folder) / shot.name)
 
 
 class Browser:

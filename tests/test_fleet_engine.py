@@ -26,7 +26,10 @@ from pathlib import Path
 import httpx
 import pytest
 from capitals import MOST, ask_capitals
+from cdp import CHROMIUM, Browser, keep
+from ports import free_port
 from tandem_cli import TANDEM, deployed, replicas_recipe, run_tandem
+from waiting import until
 
 from tandem.backends import netns
 from tandem.backends.processes import marked_processes, read_process
@@ -130,41 +133,73 @@ def test_watch_samples_every_group_and_the_router(fleet, tmp_path):
     assert "router: PASS" in report.stdout and report.returncode == 0, report.stdout
 
 
-def test_a_killed_group_leaves_the_rotation_is_restarted_and_joins_again(fleet):
-    """Under `tandem supervise`, group 1's leader SIGKILLed: the fleet reads degraded, the
-    group leaves the router before its restart, the router keeps answering through group 0,
-    and the group joins again only after its restart answered at its own leader."""
-    env, deployments, _ = fleet
-    supervisor = subprocess.Popen(
-        [*TANDEM, "supervise", NAME, "--interval", "1", "--backoff", "3", "--canary-interval", "0"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+GROUP_SHOWN = """(() => {
+  const row = (i) => document.querySelector('[data-path="groups.' + i + '.verdict"]');
+  const member = (i) => document.querySelector('#front-door [data-path="groups.' + i + '.member"]');
+  return [0, 1].map((i) => [row(i) && row(i).textContent, row(i) && row(i).className,
+                            member(i) && member(i).textContent]);
+})()"""
+
+
+def tandem_process(env: dict[str, str], *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*TANDEM, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+
+
+@pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="no chromium")
+def test_a_killed_group_leaves_the_rotation_is_restarted_and_joins_again(fleet, tmp_path):
+    """Under ``tandem supervise``, with ``tandem dashboard`` open in a headless Chromium and
+    requests through the router, group 1's leader SIGKILLed: the page turns the group red within
+    10 s and its router card shows it out of rotation; the group leaves the router before its
+    restart, the router keeps answering through group 0, and the group joins again only after
+    its restart answered at its own leader. A screenshot of the page while the group restarts
+    is kept (``cdp.keep``; ``docs/dashboard.png`` was taken so)."""
+    env, deployments, _ = fleet
+    port = free_port()
+    supervisor = tandem_process(
+        env, "supervise", NAME, "--interval", "1", "--backoff", "3", "--canary-interval", "0"
+    )
+    page = tandem_process(env, "dashboard", NAME, "--port", str(port), "--refresh", "1s")
+    url = f"http://127.0.0.1:{port}/"
     events = deployments / NAME / "events.log"
     try:
-        deadline = time.monotonic() + 30
-        while not events.is_file() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        record = json.loads((deployments / NAME / "state.json").read_text())
-        leader = record["groups"][1]["ranks"][0]
-        os.kill(leader["pid"], signal.SIGKILL)
-        shown = status(env)
-        assert shown["verdict"] in ("degraded", "healthy"), shown  # healthy: already back
-        seen_out = False
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            text = events.read_text()
-            if not seen_out and "out of the router's rotation" in text:
-                seen_out = True
-                if "back in the router's rotation" not in text:
-                    assert "http://10.90.1.2:8000" not in members()
-                    answer = run_tandem("chat", NAME, "Say hi.", env=env, check=False)
-                    assert answer.returncode == 0, answer.stdout + answer.stderr
-            if "back in the router's rotation" in text:
-                break
-            time.sleep(1)
+        until("the page", lambda: httpx.get(url).status_code == 200, 60, not_yet=(httpx.HTTPError,))
+        until("the supervisor", events.is_file, 30, every_s=0.5)
+        with FrontDoorClient(), Browser(height=2600) as browser:
+            browser.open(url, settle_s=8)  # traffic over a few refreshes
+
+            def shown() -> list[list[str]]:
+                return browser.evaluate(GROUP_SHOWN)
+
+            assert [g[0] for g in shown()] == ["healthy", "healthy"]
+            record = json.loads((deployments / NAME / "state.json").read_text())
+            os.kill(record["groups"][1]["ranks"][0]["pid"], signal.SIGKILL)
+            killed = time.monotonic()
+            verdict = status(env)["verdict"]
+            assert verdict in ("degraded", "healthy"), verdict  # healthy: already back
+            until("group 1 red on the page", lambda: "bad" in shown()[1][1], 10, every_s=0.25)
+            red = time.monotonic() - killed
+            until(
+                "group 1 out on the router card",
+                lambda: shown()[1][2] == "out of rotation",
+                10 - red,
+                every_s=0.25,
+            )
+            out = time.monotonic() - killed
+            assert shown()[0][0] == "healthy"
+            if "back in the router's rotation" not in events.read_text():
+                assert "http://10.90.1.2:8000" not in members()
+                answer = run_tandem("chat", NAME, "Say hi.", env=env, check=False)
+                assert answer.returncode == 0, answer.stdout + answer.stderr
+            until("the restart", lambda: "restart 1/" in events.read_text(), 60)
+            browser.drain(3)
+            shot = browser.screenshot(tmp_path / "dashboard-restarting.png")
+            assert browser.errors == []
+        print(f"red after {red:.1f} s, out after {out:.1f} s; screenshot: {shot}")
+        keep(shot)
+        back = "back in the router's rotation"
+        until("group 1 back in rotation", lambda: back in events.read_text(), 300)
         text = events.read_text()
         order = [
             "group 1: group broken",
@@ -178,8 +213,9 @@ def test_a_killed_group_leaves_the_rotation_is_restarted_and_joins_again(fleet):
         assert members() == ["http://10.90.0.1:8000", "http://10.90.1.2:8000"]
         assert status(env)["verdict"] == "healthy"
     finally:
-        supervisor.send_signal(signal.SIGTERM)
-        supervisor.wait(timeout=120)
+        for process in (page, supervisor):
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=120)
 
 
 class FrontDoorClient:

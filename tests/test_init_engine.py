@@ -11,33 +11,18 @@ from the plain template the conversion gives it, and six capitals are asked, hal
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from capitals import MOST, ask_capitals
-from tandem_cli import TANDEM, run_tandem
+from tandem_cli import run_tandem
 
 from tandem.spec.loading import builtin_recipe_names, builtin_recipe_text
 
 pytestmark = pytest.mark.engine
 
 NAME = "gemma-init"
-
-
-@pytest.fixture(scope="module")
-def gemma_hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A Hugging Face home holding the converted Gemma 3 270M (60-120 s of CPU, once)."""
-    hf_home = tmp_path_factory.mktemp("hf-gemma")
-    subprocess.run(
-        [*TANDEM, "model", "real", "gemma3-270m", "--hf-home", str(hf_home)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    return hf_home
 
 
 def test_no_built_in_recipe_serves_it():

@@ -25,6 +25,7 @@ import httpx
 import pytest
 from ports import free_port
 from tandem_cli import TANDEM, run_tandem
+from waiting import until
 
 pytestmark = pytest.mark.engine
 
@@ -64,17 +65,6 @@ def write(folder: Path, name: str, *, kv: int = 1, seqs: int = 8) -> tuple[str, 
 
 
 @pytest.fixture(scope="module")
-def gemma_hf_home(real_hf_home: Path) -> Path:
-    """The session's real SmolLM2 and Gemma 3 270M in one Hugging Face home (60-120 s of CPU
-    for Gemma, once)."""
-    subprocess.run(
-        [*TANDEM, "model", "real", "gemma3-270m", "--hf-home", str(real_hf_home)],
-        check=True, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    return real_hf_home
-
-
-@pytest.fixture(scope="module")
 def two(gemma_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
     """The front door, then A, then B; everything taken down at the end whatever happened."""
     folder = tmp_path_factory.mktemp("models")
@@ -104,16 +94,6 @@ def two(gemma_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
 def listed(front: str) -> list[str]:
     answer = httpx.get(front + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
     return [card["id"] for card in answer.json()["data"]]
-
-
-def until(check, timeout_s: float, step_s: float = 0.2) -> float:
-    """Seconds until ``check()`` is true; fails the test after ``timeout_s``."""
-    started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout_s:
-            pytest.fail(f"not within {timeout_s:.0f} s")
-        time.sleep(step_s)
-    return time.monotonic() - started
 
 
 def chat(front: str, model: str, question: str, max_tokens: int = 12) -> httpx.Response:
@@ -170,7 +150,7 @@ def test_b_is_admitted_beside_a_with_the_memory_ledger_printed(two):
 
 def test_one_endpoint_serves_both_models_by_name(two):
     _, _, front, _ = two
-    until(lambda: listed(front) == ["gemma3-270m", "smollm2"], 30)
+    until("both models listed", lambda: listed(front) == ["gemma3-270m", "smollm2"], 30)
     answers = {m: chat(front, m, "What is the capital of France?") for m in listed(front)}
     for model, answer in answers.items():
         assert answer.status_code == 200, answer.text
@@ -206,15 +186,19 @@ def test_a_killed_group_leaves_the_list_the_other_loses_nothing_and_it_comes_bac
     )  # fmt: skip
     state = Path(env["TANDEM_HOME"]) / "deployments" / "model-a" / "state.json"
     try:
-        until(lambda: (state.parent / "events.log").is_file(), 30)
+        until("the supervisor", (state.parent / "events.log").is_file, 30)
         leader = json.loads(state.read_text())["groups"][0]["ranks"][0]
         with Asker(front, "gemma3-270m") as other:
             os.kill(leader["pid"], signal.SIGKILL)
-            gone = until(lambda: "smollm2" not in listed(front), 30)
+            killed = time.monotonic()
+            until(
+                "smollm2 out of the list", lambda: "smollm2" not in listed(front), 30, every_s=0.2
+            )
+            gone = time.monotonic() - killed
             started = time.monotonic()
             assert chat(front, "smollm2", "hi").status_code == 404
             assert time.monotonic() - started < 2  # not a hang
-            until(lambda: "smollm2" in listed(front), 600, step_s=1)
+            until("smollm2 back in the list", lambda: "smollm2" in listed(front), 600)
         assert gone < 10, gone
         assert len(other.statuses) >= 10 and set(other.statuses) == {200}, other.statuses
         assert chat(front, "smollm2", "Say hi.").status_code == 200
@@ -233,14 +217,14 @@ def test_upgrading_one_model_leaves_the_other_serving(two):
         )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(other.statuses) >= 10 and set(other.statuses) == {200}, other.statuses
-    until(lambda: listed(front) == ["gemma3-270m", "smollm2"], 30)
+    until("both models listed", lambda: listed(front) == ["gemma3-270m", "smollm2"], 30)
 
 
 def test_down_of_one_leaves_the_other_serving(two):
     env, _, front, _ = two
     with Asker(front, "gemma3-270m") as other:
         run_tandem("down", "model-a", env=env, timeout=180)
-        until(lambda: listed(front) == ["gemma3-270m"], 30)
+        until("model-a out of the list", lambda: listed(front) == ["gemma3-270m"], 30)
         time.sleep(3)  # and after
     assert len(other.statuses) >= 5 and set(other.statuses) == {200}, other.statuses
     assert json.loads(run_tandem("status", "--all", "--json", env=env).stdout)[0]["name"] == (

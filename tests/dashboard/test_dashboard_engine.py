@@ -8,11 +8,10 @@ over the bench: each returns data, except a panel marked optional whose feature 
 Chromium: no console error, every tile equal to the observation it was drawn from, and that
 observation equal to ``tandem status --json --nodes`` taken beside it.
 
-On two groups of the real SmolLM2 behind vllm-router, under load through the router, with
-``tandem supervise``: a rank killed turns its group red on the page within 10 s and the router
-card shows the group out of rotation; a screenshot of the page while the group restarts is
-kept (each screenshot is copied into the folder ``TANDEM_DASHBOARD_SHOTS`` names, when set;
-``docs/dashboard.png`` was taken so).
+The page of two groups behind the router, with a rank killed under ``tandem supervise``, is
+tested on the fleet module's deployment (``tests/test_fleet_engine.py``): one boot of the two
+groups for both. Each screenshot is copied into the folder ``TANDEM_DASHBOARD_SHOTS`` names,
+when set (``cdp.keep``).
 """
 
 from __future__ import annotations
@@ -23,19 +22,17 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from importlib import resources
-from pathlib import Path
 
 import httpx
 import pytest
 import yaml
-from cdp import CHROMIUM, Browser
+from cdp import CHROMIUM, Browser, keep
 from ports import free_port
-from tandem_cli import TANDEM, deployed, replicas_recipe
+from tandem_cli import TANDEM
+from waiting import until
 
-from tandem.backends.processes import marked_processes
 from tandem.render import grafana
 
 pytestmark = [
@@ -54,12 +51,6 @@ TILES_MATCH = """(() => {
     if (want !== got) differ.push([el.dataset.path, want, got]);
   }
   return {tiles: tiles.length, differ: differ, observation: obs};
-})()"""
-GROUP_SHOWN = """(() => {
-  const row = (i) => document.querySelector('[data-path="groups.' + i + '.verdict"]');
-  const member = (i) => document.querySelector('#front-door [data-path="groups.' + i + '.member"]');
-  return [0, 1].map((i) => [row(i) && row(i).textContent, row(i) && row(i).className,
-                            member(i) && member(i).textContent]);
 })()"""
 
 
@@ -81,22 +72,8 @@ def _stop(*processes: subprocess.Popen) -> None:
             process.wait(10)
 
 
-def _wait(what: str, predicate, timeout_s: float, every_s: float = 1.0, explain=None):
-    """``predicate()``'s first true value within ``timeout_s``; on a timeout the failure says
-    what ``explain()`` returns."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            found = predicate()
-            if found:
-                return found
-        except (httpx.HTTPError, KeyError, ValueError, AssertionError):
-            pass
-        time.sleep(every_s)
-    pytest.fail(
-        f"timed out after {timeout_s:.0f} s waiting for {what}"
-        + (f": {explain()}" if explain else "")
-    )
+NOT_YET = (httpx.HTTPError, KeyError, ValueError)
+"""A Prometheus or a page that does not answer yet, or has no such series yet."""
 
 
 def _targets(prometheus: str, watch: subprocess.Popen, deployment) -> str:
@@ -163,7 +140,7 @@ def scraped(tiny_deployment, tmp_path_factory):
     )
     prometheus = f"http://127.0.0.1:{web_port}"
     try:
-        _wait(
+        until(
             "both targets up",
             lambda: (
                 sorted(
@@ -175,6 +152,7 @@ def scraped(tiny_deployment, tmp_path_factory):
                 == ["tandem-watch", "vllm"]
             ),
             90,
+            not_yet=NOT_YET,
             explain=lambda: _targets(prometheus, watch, tiny_deployment),
         )
         started = time.time()
@@ -233,7 +211,7 @@ def test_the_page_in_chromium_shows_the_observation_status_prints(tiny_deploymen
     )
     url = f"http://127.0.0.1:{port}/"
     try:
-        _wait("the page", lambda: httpx.get(url, timeout=5).status_code == 200, 60)
+        until("the page", lambda: httpx.get(url).status_code == 200, 60, not_yet=NOT_YET)
         with Browser() as browser:
             browser.open(url, settle_s=4)  # the page has refreshed itself three times
             shown = browser.evaluate(TILES_MATCH)
@@ -249,7 +227,7 @@ def test_the_page_in_chromium_shows_the_observation_status_prints(tiny_deploymen
         assert [n["node"] for n in seen["groups"][0]["overview"]["nodes"]] == ["node0", "node1"]
         assert shot.stat().st_size > 50_000
         print(f"screenshot: {shot}")
-        _keep(shot)
+        keep(shot)
     finally:
         _stop(page)
     once = tmp_path / "once"
@@ -259,14 +237,6 @@ def test_the_page_in_chromium_shows_the_observation_status_prints(tiny_deploymen
     written = json.loads((once / "status.json").read_text())
     assert _stable(written) == _stable(printed)
     assert "<script>" not in (once / "index.html").read_text()
-
-
-def _keep(shot: Path) -> None:
-    """A screenshot into ``TANDEM_DASHBOARD_SHOTS`` (a folder), when set: the test's artifact."""
-    folder = os.environ.get("TANDEM_DASHBOARD_SHOTS")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        shutil.copy(shot, Path(folder) / shot.name)
 
 
 def _stable(status: dict) -> dict:
@@ -290,121 +260,3 @@ def _stable(status: dict) -> dict:
             for g in status["groups"]
         ],
     }
-
-
-# --- two groups behind the router -----------------------------------------------------------
-
-NAME = "page-fleet"
-API_KEY = "tandem-page-key"
-ROUTER_PORT, ROUTER_METRICS = 8170, 8171
-CLUSTER = """\
-name: {name}
-transport: local
-local: {{isolation: netns, subnet: 10.92.0.0/24}}
-nodes:
-  - {{name: node0, address: 10.92.0.1, control_plane_interface: tdm0,
-     cpus: "0", env: {{VLLM_CPU_OMP_THREADS_BIND: "0"}}}}
-  - {{name: node1, address: 10.92.0.2, control_plane_interface: tdm1,
-     cpus: "1", env: {{VLLM_CPU_OMP_THREADS_BIND: "1"}}}}
-"""
-
-
-@pytest.fixture(scope="module")
-def page_fleet(real_hf_home: Path, tmp_path_factory: pytest.TempPathFactory):
-    """Two groups of SmolLM2 behind vllm-router, up once for the module, down at its end."""
-    folder = tmp_path_factory.mktemp("page-fleet")
-    (folder / "recipe.yaml").write_text(replicas_recipe(NAME, ROUTER_PORT, ROUTER_METRICS))
-    (folder / "cluster.yaml").write_text(CLUSTER.format(name=NAME))
-    env = {
-        **os.environ,
-        "HF_HOME": str(real_hf_home),
-        "TANDEM_HOME": str(folder / "home"),
-        "VLLM_API_KEY": API_KEY,
-    }
-    with deployed(folder / "recipe.yaml", folder / "cluster.yaml", NAME, env):
-        yield env, folder / "home" / "deployments"
-
-
-class Load:
-    """Chat requests through the router from two threads until stopped (bounded: 10 min)."""
-
-    def __init__(self) -> None:
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(2)]
-
-    def _run(self) -> None:
-        body = {
-            "model": "smollm2",
-            "messages": [{"role": "user", "content": "Name three rivers of Europe."}],
-            "max_tokens": 48,
-        }
-        deadline = time.monotonic() + 600
-        with httpx.Client(timeout=60, headers={"Authorization": f"Bearer {API_KEY}"}) as client:
-            while not self._stop.is_set() and time.monotonic() < deadline:
-                try:
-                    client.post(f"http://127.0.0.1:{ROUTER_PORT}/v1/chat/completions", json=body)
-                except httpx.HTTPError:
-                    time.sleep(0.5)
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=90)
-
-
-def test_a_killed_rank_turns_its_group_red_and_the_router_card_shows_it_out(page_fleet, tmp_path):
-    env, deployments = page_fleet
-    port = free_port()
-    supervisor = _spawn(
-        env, "supervise", NAME, "--interval", "1", "--backoff", "3", "--canary-interval", "0"
-    )
-    page = _spawn(env, "dashboard", NAME, "--port", str(port), "--refresh", "1s")
-    url = f"http://127.0.0.1:{port}/"
-    events = deployments / NAME / "events.log"  # group 1's lines: `group 1: ...`
-    try:
-        _wait("the page", lambda: httpx.get(url, timeout=5).status_code == 200, 60)
-        _wait("the supervisor", events.is_file, 30, 0.5)
-        with Load(), Browser(height=2600) as browser:
-            browser.open(url, settle_s=8)  # traffic over a few refreshes
-            assert [g[0] for g in browser.evaluate(GROUP_SHOWN)] == ["healthy", "healthy"]
-            rank = list(marked_processes(f"{NAME}-g1"))
-            assert rank
-            for pid in rank:
-                os.kill(pid, signal.SIGKILL)
-            killed = time.monotonic()
-
-            def red() -> list | None:
-                shown = browser.evaluate(GROUP_SHOWN)
-                return shown if "bad" in shown[1][1] else None
-
-            _wait("group 1 red on the page", red, 10, 0.25)
-            red_after = time.monotonic() - killed
-
-            def out() -> list | None:
-                shown = browser.evaluate(GROUP_SHOWN)
-                return shown if shown[1][2] == "out of rotation" else None
-
-            _wait("group 1 out on the router card", out, 10 - red_after, 0.25)
-            out_after = time.monotonic() - killed
-            assert browser.evaluate(GROUP_SHOWN)[0][0] == "healthy"
-            _wait("the restart", lambda: "restart 1/" in events.read_text(), 60)
-            browser.drain(3)
-            shot = browser.screenshot(tmp_path / "dashboard-restarting.png")
-            errors = browser.errors
-        print(f"red after {red_after:.1f} s, out after {out_after:.1f} s; screenshot: {shot}")
-        _keep(shot)
-        assert errors == []
-        _wait(
-            "group 1 back in rotation",
-            lambda: "back in the router's rotation" in events.read_text(),
-            300,
-        )
-    finally:
-        _stop(page)
-        supervisor.send_signal(signal.SIGTERM)
-        supervisor.wait(timeout=120)

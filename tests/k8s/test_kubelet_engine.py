@@ -30,6 +30,7 @@ import httpx
 import pytest
 import yaml
 from tandem_cli import run_tandem
+from waiting import until
 
 from k8s.kube_cluster import KubeCluster
 from tandem.watch.folder import read_samples
@@ -254,17 +255,6 @@ def container_pid(deployment: KubeDeployment, pod: str) -> int:
     raise AssertionError(f"no task {container_id} on {node.name}")
 
 
-def await_(what: str, check, timeout_s: float, every_s: float = 1.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s:.0f} s")
-        time.sleep(every_s)
-
-
 def test_a_hung_worker_is_caught_by_the_liveness_probe(deployment: KubeDeployment):
     """SIGSTOP to the worker's vLLM worker process: the worker pod's liveness probe (tandem's
     agent) fails on its next run, naming the stopped process. The probe runs every 30 s and the
@@ -287,7 +277,7 @@ def test_a_hung_worker_is_caught_by_the_liveness_probe(deployment: KubeDeploymen
     stopped_at = time.time()
     signal_worker(int(signal.SIGSTOP))
     try:
-        unhealthy = await_(
+        unhealthy = until(
             "the kubelet's liveness verdict",
             lambda: [
                 e for e in json.loads(deployment.cluster.kubectl(
@@ -306,7 +296,12 @@ def test_a_hung_worker_is_caught_by_the_liveness_probe(deployment: KubeDeploymen
     print(f"hung worker: first failed liveness probe after {detected - stopped_at:.0f} s")
     assert -1 < detected - stopped_at < 40  # event times are whole seconds; the period is 30 s
     assert deployment.container(WORKER).get("restartCount", 0) == 0
-    await_("the group healthy again", lambda: deployment.status()["verdict"] == "healthy", 120, 3)
+    until(
+        "the group healthy again",
+        lambda: deployment.status()["verdict"] == "healthy",
+        120,
+        every_s=3,
+    )
 
 
 def test_a_killed_worker_container_is_restarted_and_tandem_says_so(deployment: KubeDeployment):
@@ -315,14 +310,14 @@ def test_a_killed_worker_container_is_restarted_and_tandem_says_so(deployment: K
     pid = container_pid(deployment, WORKER)
     killed_at = time.time()
     os.kill(pid, signal.SIGKILL)
-    restarted = await_(
+    restarted = until(
         "the kubelet restarting the worker",
         lambda: (c := deployment.container(WORKER)).get("restartCount", 0) >= 1 and c,
         120,
     )
     finished = restarted["lastState"]["terminated"]
     assert finished["exitCode"] == 137, finished
-    verdict = await_(
+    verdict = until(
         "a verdict naming the restart",
         lambda: (s := deployment.status())["verdict"] != "healthy" and s,
         180,
@@ -348,7 +343,7 @@ def test_down_leaves_nothing(deployment: KubeDeployment):
     assert left.strip() == ""
     assert kubectl("get", "pods", "-o", "name").stdout.strip() == ""
     assert kubectl("get", "service", NAME, "--ignore-not-found", "-o", "name").stdout.strip() == ""
-    await_(
+    until(
         "every container and sandbox removed by the kubelets",
         lambda: not any(deployment.cluster.containers().values()),
         150,

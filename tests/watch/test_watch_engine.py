@@ -24,6 +24,7 @@ import pytest
 import yaml
 from ports import free_port
 from tandem_cli import TANDEM
+from waiting import until
 
 from tandem.backends.local import LocalBackend
 from tandem.backends.processes import marked_processes
@@ -176,16 +177,8 @@ def _query(prometheus: str, expr: str) -> list[dict]:
     return body["data"]["result"]
 
 
-def _wait(what: str, predicate, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except (httpx.HTTPError, KeyError, ValueError):
-            pass
-        time.sleep(1)
-    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+NOT_YET = (httpx.HTTPError, KeyError, ValueError)
+"""A Prometheus that does not answer yet, or has no such series yet."""
 
 
 def test_a_sample_asks_each_node_once_and_the_leader_once(tiny_deployment, tmp_path, monkeypatch):
@@ -317,18 +310,20 @@ def test_prometheus_scrapes_the_deployment_and_fires_when_a_rank_dies(tiny_deplo
     )
     prometheus = f"http://127.0.0.1:{web_port}"
     try:
-        _wait(
+        until(
             "both targets up",
             lambda: (
                 sorted(r["metric"]["job"] for r in _query(prometheus, "up == 1"))
                 == ["tandem-watch", "vllm"]
             ),
             60,
+            not_yet=NOT_YET,
         )
-        _wait(
+        until(
             "vLLM's own series",
             lambda: _query(prometheus, 'vllm:kv_cache_usage_perc{deployment="tiny-local"}'),
             30,
+            not_yet=NOT_YET,
         )
         ranks = _query(prometheus, 'tandem_rank_up{deployment="tiny-local"}')
         assert sorted((r["metric"]["rank"], r["value"][1]) for r in ranks) == [
@@ -350,7 +345,7 @@ def test_prometheus_scrapes_the_deployment_and_fires_when_a_rank_dies(tiny_deplo
                 for a in alerts
             )
 
-        _wait("TandemRankDown firing for rank 1", firing, 60)
+        until("TandemRankDown firing for rank 1", firing, 60, not_yet=NOT_YET)
         alerts = httpx.get(f"{prometheus}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
         assert not [
             a
