@@ -28,6 +28,14 @@ def run_tandem(
     )
 
 
+def spawn_tandem(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """``tandem ARGS`` started in the background with exactly ``env``, stdout and stderr as one
+    text pipe (a supervisor, a watcher, a page the test stops itself)."""
+    return subprocess.Popen(
+        [*TANDEM, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
 def edited(text: str, *changes: tuple[str, str]) -> str:
     """``text`` with each ``(old, new)`` replaced once; an ``old`` that is not there fails the
     test's setup (the shipped recipe it edits has changed)."""

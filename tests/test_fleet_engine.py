@@ -28,8 +28,8 @@ import pytest
 from capitals import MOST, ask_capitals
 from cdp import CHROMIUM, Browser, keep
 from ports import free_port
-from tandem_cli import TANDEM, deployed, replicas_recipe, run_tandem
-from waiting import until
+from tandem_cli import deployed, replicas_recipe, run_tandem, spawn_tandem
+from waiting import NOT_YET, until
 
 from tandem.backends import netns
 from tandem.backends.processes import marked_processes, read_process
@@ -141,12 +141,6 @@ GROUP_SHOWN = """(() => {
 })()"""
 
 
-def tandem_process(env: dict[str, str], *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [*TANDEM, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-
-
 @pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="no chromium")
 def test_a_killed_group_leaves_the_rotation_is_restarted_and_joins_again(fleet, tmp_path):
     """Under ``tandem supervise``, with ``tandem dashboard`` open in a headless Chromium and
@@ -157,14 +151,14 @@ def test_a_killed_group_leaves_the_rotation_is_restarted_and_joins_again(fleet, 
     is kept (``cdp.keep``; ``docs/dashboard.png`` was taken so)."""
     env, deployments, _ = fleet
     port = free_port()
-    supervisor = tandem_process(
+    supervisor = spawn_tandem(
         env, "supervise", NAME, "--interval", "1", "--backoff", "3", "--canary-interval", "0"
     )
-    page = tandem_process(env, "dashboard", NAME, "--port", str(port), "--refresh", "1s")
+    page = spawn_tandem(env, "dashboard", NAME, "--port", str(port), "--refresh", "1s")
     url = f"http://127.0.0.1:{port}/"
     events = deployments / NAME / "events.log"
     try:
-        until("the page", lambda: httpx.get(url).status_code == 200, 60, not_yet=(httpx.HTTPError,))
+        until("the page", lambda: httpx.get(url).status_code == 200, 60, not_yet=NOT_YET)
         until("the supervisor", events.is_file, 30, every_s=0.5)
         with FrontDoorClient(), Browser(height=2600) as browser:
             browser.open(url, settle_s=8)  # traffic over a few refreshes

@@ -7,9 +7,13 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import httpx
 import pytest
 
 T = TypeVar("T")
+
+NOT_YET = (httpx.HTTPError, KeyError, ValueError)
+"""A server that does not answer yet, or has no such series or field yet."""
 
 
 def until(

@@ -30,8 +30,8 @@ import pytest
 import yaml
 from cdp import CHROMIUM, Browser, keep
 from ports import free_port
-from tandem_cli import TANDEM
-from waiting import until
+from tandem_cli import spawn_tandem
+from waiting import NOT_YET, until
 
 from tandem.render import grafana
 
@@ -54,12 +54,6 @@ TILES_MATCH = """(() => {
 })()"""
 
 
-def _spawn(env: dict[str, str], *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [*TANDEM, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-
-
 def _stop(*processes: subprocess.Popen) -> None:
     for process in processes:
         if process.poll() is None:
@@ -70,10 +64,6 @@ def _stop(*processes: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
-
-
-NOT_YET = (httpx.HTTPError, KeyError, ValueError)
-"""A Prometheus or a page that does not answer yet, or has no such series yet."""
 
 
 def _targets(prometheus: str, watch: subprocess.Popen, deployment) -> str:
@@ -123,7 +113,7 @@ def scraped(tiny_deployment, tmp_path_factory):
     shutil.copy(folder / "grafana" / grafana.RULES_FILE, folder / "prometheus")
     config["rule_files"].append(grafana.RULES_FILE)
     (folder / "prometheus" / "prometheus.yml").write_text(yaml.safe_dump(config))
-    watch = _spawn(
+    watch = spawn_tandem(
         tiny_deployment.env, "watch", "tiny-local", "--interval", "2s", "--quiet",
         "--out", str(folder / "watch"), "--serve-metrics", str(metrics_port),
         "--serve-address", "127.0.0.1",
@@ -206,7 +196,7 @@ def _filled(expr: str) -> str:
 
 def test_the_page_in_chromium_shows_the_observation_status_prints(tiny_deployment, tmp_path):
     port = free_port()
-    page = _spawn(
+    page = spawn_tandem(
         tiny_deployment.env, "dashboard", "tiny-local", "--port", str(port), "--refresh", "1s"
     )
     url = f"http://127.0.0.1:{port}/"

@@ -23,8 +23,8 @@ import httpx
 import pytest
 import yaml
 from ports import free_port
-from tandem_cli import TANDEM
-from waiting import until
+from tandem_cli import spawn_tandem
+from waiting import NOT_YET, until
 
 from tandem.backends.local import LocalBackend
 from tandem.backends.processes import marked_processes
@@ -35,16 +35,6 @@ from tandem.watch.sampler import Watcher
 pytestmark = pytest.mark.engine
 
 GIB = 1024**3
-
-
-def _spawn(deployment, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [*TANDEM, *args],
-        env=deployment.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
 
 
 def _report(deployment, folder: Path, *flags: str) -> tuple[int, dict]:
@@ -58,8 +48,8 @@ def _check(summary: dict, prefix: str) -> list[dict]:
 
 def test_a_watch_under_load_killed_and_resumed_is_reported(tiny_deployment, tmp_path):
     out, bench_out = tmp_path / "watch", tmp_path / "bench"
-    watch = _spawn(
-        tiny_deployment,
+    watch = spawn_tandem(
+        tiny_deployment.env,
         "watch",
         "tiny-local",
         "--interval",
@@ -70,8 +60,8 @@ def test_a_watch_under_load_killed_and_resumed_is_reported(tiny_deployment, tmp_
         str(out),
         "--quiet",
     )
-    load = _spawn(
-        tiny_deployment,
+    load = spawn_tandem(
+        tiny_deployment.env,
         "bench",
         "tiny-local",
         "--watch",
@@ -94,7 +84,9 @@ def test_a_watch_under_load_killed_and_resumed_is_reported(tiny_deployment, tmp_
         watch.wait(10)
         before = read_samples(out).records
         assert len(before) >= 5 and {s.segment for s in before} == {0}
-        resumed = _spawn(tiny_deployment, "watch", "tiny-local", "--out", str(out), "--quiet")
+        resumed = spawn_tandem(
+            tiny_deployment.env, "watch", "tiny-local", "--out", str(out), "--quiet"
+        )
         assert resumed.wait(90) == 0, resumed.stdout.read()
         assert load.wait(180) == 0, load.stdout.read()
     finally:
@@ -175,10 +167,6 @@ def test_eval_watch_records_the_telemetry_beside_the_responses(tiny_deployment, 
 def _query(prometheus: str, expr: str) -> list[dict]:
     body = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=5).json()
     return body["data"]["result"]
-
-
-NOT_YET = (httpx.HTTPError, KeyError, ValueError)
-"""A Prometheus that does not answer yet, or has no such series yet."""
 
 
 def test_a_sample_asks_each_node_once_and_the_leader_once(tiny_deployment, tmp_path, monkeypatch):
@@ -284,8 +272,8 @@ def test_prometheus_scrapes_the_deployment_and_fires_when_a_rank_dies(tiny_deplo
             ["promtool", "check", kind, str(config / name)], capture_output=True, text=True
         )
         assert checked.returncode == 0, checked.stdout + checked.stderr
-    watch = _spawn(
-        tiny_deployment,
+    watch = spawn_tandem(
+        tiny_deployment.env,
         "watch",
         "tiny-local",
         "--interval",
