@@ -306,7 +306,8 @@ def test_a_rolling_upgrade_moves_one_group_at_a_time_while_the_router_answers(fl
 
 def test_a_canary_that_fails_its_gate_is_rolled_back_and_stops_the_roll(fleet):
     """A revision whose engine does not start (a flag vLLM refuses) fails its gate on group 0,
-    the canary: group 0 goes back to its revision, group 1 is never touched. (The smoke checks'
+    the canary: group 0 goes back to its revision, group 1 is never touched. This is also the
+    one-group deployment's start failure: a roll of one group is its canary. (The smoke checks'
     failures on this model are ``test_realmodel_engine``'s and ``test_answers_engine``'s; a
     failure the engine itself reports costs the canary no boot and no smoke run.)"""
     env, deployments, _ = fleet
@@ -323,7 +324,9 @@ def test_a_canary_that_fails_its_gate_is_rolled_back_and_stops_the_roll(fleet):
     assert "rolled back to revision 2" in said and "group 1: to revision" not in said
     group1 = json.loads((deployments / NAME / "state.json").read_text())["groups"][1]
     assert group1["launch_id"] == untouched["launch_id"] and group1["revision"] == 2
-    assert [r["outcome"] for r in history(env)] == ["good", "good", "failed"]
+    revisions = history(env)
+    assert [r["outcome"] for r in revisions] == ["good", "good", "failed"]
+    assert revisions[2]["reason"] == "start", revisions[2]
     assert members() == ["http://10.90.0.1:8000", "http://10.90.1.2:8000"]
     shown = status(env)
     assert shown["verdict"] == "healthy" and [g["revision"] for g in shown["groups"]] == [2, 2]

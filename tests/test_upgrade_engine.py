@@ -1,13 +1,15 @@
 """``tandem upgrade``, ``rollback`` and ``history`` on the real engine: a deployment of its own
 (``tiny-upgrade``, on its own subnet, beside the session's tiny-local), upgraded to bad
-revisions (one that does not fit, an engine that does not start, a template that doubles BOS,
-one sequence at a time), each refused or rolled back automatically to the revision before: it
-answers the same greedy tokens as before, warm.
+revisions (one that does not fit, a template that doubles BOS, two sequences at a time), each
+refused or rolled back automatically to the revision before: it answers the same greedy tokens
+as before, warm.
 
 A good revision passing the gate at its default limits, its baseline and bench on seeds of
 their own and the change ``history`` prints, is ``tests/test_answers_engine.py``'s benign
 upgrade (the real model: the answers check judges there, where random weights cannot be
-judged); the rolling upgrade of two groups is ``tests/test_fleet_engine.py``'s."""
+judged); the rolling upgrade of two groups is ``tests/test_fleet_engine.py``'s, and so is an
+engine that does not start: its canary, the same upgrade of one group, is rolled back at the
+start the same way (``upgrade`` is one roll whatever the number of groups)."""
 
 from __future__ import annotations
 
@@ -101,22 +103,6 @@ def test_a_revision_that_does_not_fit_is_refused_before_anything_stops(deploymen
     assert status["ranks"][0]["pid"] == pid_before and len(history(env)) == 1
 
 
-def test_an_engine_that_does_not_start_is_rolled_back(deployment):
-    folder, env = deployment
-    before = greedy(env)
-    bad = recipe(folder, "r2", ("  serve:\n", "  extra_args: [--no-such-vllm-flag]\n  serve:\n"))
-    result = upgrade(env, bad)
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "revision 2 failed (start)" in result.stdout
-    assert "rolled back to revision 1" in result.stdout
-    revisions = history(env)
-    assert [r["outcome"] for r in revisions] == ["good", "failed"]
-    assert revisions[1]["reason"] == "start"
-    status = json.loads(run_tandem("status", NAME, "--json", env=env, check=False).stdout)
-    assert status["verdict"] == "healthy"
-    assert greedy(env) == before  # the old revision answers as it did
-
-
 def test_a_template_that_doubles_bos_fails_the_smoke_gate_and_is_rolled_back(
     deployment, tiny_hf_home
 ):
@@ -130,24 +116,25 @@ def test_a_template_that_doubles_bos_fails_the_smoke_gate_and_is_rolled_back(
     doubled.write_text("{{ bos_token }}" + own.read_text())
     before = greedy(env)
     bad = recipe(
-        folder, "r3", ("  serve:\n", f"  extra_args: [--chat-template, {doubled}]\n  serve:\n")
+        folder, "r2", ("  serve:\n", f"  extra_args: [--chat-template, {doubled}]\n  serve:\n")
     )
     result = upgrade(env, bad, "--no-bench")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "doubled BOS" in result.stdout and "rolled back to revision 1" in result.stdout
     revisions = history(env)
-    assert [r["outcome"] for r in revisions] == ["good", "failed", "failed"]
-    assert revisions[2]["reason"].startswith("smoke template: the special prefix")
+    assert [r["outcome"] for r in revisions] == ["good", "failed"]
+    assert revisions[1]["reason"].startswith("smoke template: the special prefix")
     assert greedy(env) == before
 
 
 def test_a_much_slower_revision_fails_the_bench_gate_and_is_rolled_back(deployment):
-    """The slow kind: one sequence at a time (``max_num_seqs: 1``) under the gate bench's
-    concurrency of 4 serves the same answers at a fraction of the throughput."""
+    """The slow kind: two sequences at a time (``max_num_seqs: 2``) under the gate bench's
+    concurrency of 4 serves the same answers at about half the throughput (one at a time, a
+    quarter, failed the same and took twice as long to measure)."""
     folder, env = deployment
     before, known = greedy(env), len(history(env))
     running = json.loads(run_tandem("status", NAME, "--json", env=env).stdout)["revision"]
-    slow = recipe(folder, "r4", ("max_num_seqs: 8", "max_num_seqs: 1"))
+    slow = recipe(folder, "r3", ("max_num_seqs: 8", "max_num_seqs: 2"))
     result = upgrade(env, slow)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "bench: slower than the limit beyond the noise" in result.stdout, result.stdout
