@@ -44,6 +44,7 @@ import shutil
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -492,6 +493,30 @@ class KubeCluster:
         self._start_dns(dns_folder)
         for index, node in enumerate(self.nodes):
             self._start_node(node, index)
+        # The images go in while the kubelets start and register: a node needs them for its
+        # first pod only, and no pod is made before start returns.
+        with ThreadPoolExecutor(1) as pool:
+            importing = pool.submit(self._load_images)
+            for node in self.nodes:
+                self._start_kubelet(node)
+            self._await_nodes()
+            api = self.api
+            self.lws = LwsStandIn(api)
+            self.stand_ins = StandIns(
+                [
+                    self.lws,
+                    ClusterDns(api, dns_folder / "hosts"),
+                    LoadBalancers(api, {n.name: n.address for n in self.nodes}),
+                ]
+            )
+            self.stand_ins.start()
+            self._await_default_service_account()
+            importing.result()
+        self.timings["start"] = time.monotonic() - started
+
+    def _load_images(self) -> None:
+        """The sandbox and engine images into both nodes' containerd (``containerd_images``),
+        each node's cache marked once its root holds the engine image."""
         loaded = time.monotonic()
         self.imported = containerd_images.load(
             [n.ctr for n in self.nodes], self.programs / "pause", self.image, NODE_IMAGES
@@ -499,21 +524,6 @@ class KubeCluster:
         for node in self.nodes:
             (NODE_IMAGES / node.name / IMPORTED).write_text(self.image["name"] + "\n")
         self.timings["images"] = time.monotonic() - loaded
-        for node in self.nodes:
-            self._start_kubelet(node)
-        self._await_nodes()
-        api = self.api
-        self.lws = LwsStandIn(api)
-        self.stand_ins = StandIns(
-            [
-                self.lws,
-                ClusterDns(api, dns_folder / "hosts"),
-                LoadBalancers(api, {n.name: n.address for n in self.nodes}),
-            ]
-        )
-        self.stand_ins.start()
-        self._await_default_service_account()
-        self.timings["start"] = time.monotonic() - started
 
     def _start_controllers(self) -> None:
         config = str(self.server.kubeconfig)
