@@ -512,6 +512,7 @@ class KubeCluster:
             self.stand_ins.start()
             self._await_default_service_account()
             importing.result()
+        self._await_images_reported()
         self.timings["start"] = time.monotonic() - started
 
     def _load_images(self) -> None:
@@ -668,6 +669,20 @@ class KubeCluster:
         ):
             if time.monotonic() > deadline + 60:
                 raise RuntimeError("the kubelets never took the GPU capacity into allocatable")
+            time.sleep(0.5)
+
+    def _await_images_reported(self, timeout_s: float = 60) -> None:
+        """Both nodes' status lists the engine image: tandem's preflight reads the images a node
+        holds there, and a kubelet started before the import reports them at its next status
+        update (every 10 s)."""
+        ref = containerd_images.engine_ref(self.image)
+        deadline = time.monotonic() + timeout_s
+        while not all(
+            any(ref in image.get("names", []) for image in n["status"].get("images") or [])
+            for n in self.api.items("/api/v1/nodes")
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the kubelets never reported {ref} in their node status")
             time.sleep(0.5)
 
     def _await_default_service_account(self, timeout_s: float = 60) -> None:
