@@ -50,6 +50,7 @@ from pathlib import Path
 
 import ssh_hosts
 import yaml
+from waiting import until
 
 from k8s import containerd_images
 from k8s.apiserver import CACHE_ROOT, LWS_CRD, ApiServer, tool
@@ -676,14 +677,15 @@ class KubeCluster:
         holds there, and a kubelet started before the import reports them at its next status
         update (every 10 s)."""
         ref = containerd_images.engine_ref(self.image)
-        deadline = time.monotonic() + timeout_s
-        while not all(
-            any(ref in image.get("names", []) for image in n["status"].get("images") or [])
-            for n in self.api.items("/api/v1/nodes")
-        ):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the kubelets never reported {ref} in their node status")
-            time.sleep(0.5)
+        until(
+            f"both kubelets to report {ref} in their node status",
+            lambda: all(
+                any(ref in image.get("names", []) for image in n["status"].get("images") or [])
+                for n in self.api.items("/api/v1/nodes")
+            ),
+            timeout_s,
+            every_s=0.5,
+        )
 
     def _await_default_service_account(self, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
