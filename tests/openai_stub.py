@@ -67,6 +67,7 @@ def openai_stub(answers: dict[str, Answer] | None = None) -> Iterator[Stub]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # why: tests/eval/fake_vllm.py's Handler
 
         def log_message(self, *args: object) -> None:
             pass

@@ -122,6 +122,9 @@ def fake_vllm() -> Iterator[Fake]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in two writes: with Nagle's algorithm on, each answer on a
+        # kept-alive connection waits for the client's delayed ACK (about 40 ms a request).
+        disable_nagle_algorithm = True
 
         def log_message(self, *args: object) -> None:
             pass
