@@ -451,6 +451,8 @@ class KubeCluster:
         self.stand_ins: StandIns | None = None
         self.lws: LwsStandIn | None = None
         self.timings: dict[str, float] = {}
+        self.imported: list[str] = []
+        """What the start took into the nodes' containerd (nothing where their roots held it)."""
 
     @staticmethod
     def _node_token(node: Node) -> str:

@@ -352,6 +352,7 @@ def test_down_leaves_nothing(deployment: KubeDeployment):
     assert not any(deployment.cluster.pod_interfaces().values())
     timings = {**deployment.cluster.timings, **deployment.timings}
     print("timings:", json.dumps({k: round(v, 1) for k, v in timings.items()}))
+    print("images imported:", "; ".join(deployment.cluster.imported) or "none (cached)")
     assert not re.search(
         r"\bpanic\b", "\n".join(p.tail(50) for n in deployment.cluster.nodes for p in n.programs)
     )

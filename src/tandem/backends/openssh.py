@@ -212,11 +212,6 @@ class OpenSSH:
         user = ["-l", target.user] if target.user else []
         return ["ssh", *self.options(), *port, *user, target.host, "--", shlex.join(remote)]
 
-    def rsync_shell(self, target: SSHTarget) -> str:
-        """The ``rsync -e`` value that makes rsync reach ``target`` exactly as tandem's ssh does."""
-        port = ["-p", str(target.port)] if target.port else []
-        return shlex.join(["ssh", *self.options(), *port])
-
     def run(
         self,
         target: SSHTarget,
