@@ -14,7 +14,7 @@ from typing import Any
 
 from tandem import caches
 from tandem.check.findings import Finding, Severity
-from tandem.check.rules.context import CheckContext, listing
+from tandem.check.rules.context import CheckContext, few, listing
 from tandem.spec.cluster import Transport
 
 _SHOWN = 4
@@ -80,13 +80,8 @@ class CacheParityRule:
             detail = "; ".join(
                 part
                 for part in (
-                    f"only here: {', '.join(here[:_SHOWN])}{' ...' if len(here) > _SHOWN else ''}"
-                    if here
-                    else "",
-                    f"only on {leader}: {', '.join(there[:_SHOWN])}"
-                    f"{' ...' if len(there) > _SHOWN else ''}"
-                    if there
-                    else "",
+                    f"only here: {few(here, _SHOWN)}" if here else "",
+                    f"only on {leader}: {few(there, _SHOWN)}" if there else "",
                 )
                 if part
             )
