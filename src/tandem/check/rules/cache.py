@@ -14,7 +14,7 @@ from typing import Any
 
 from tandem import caches
 from tandem.check.findings import Finding, Severity
-from tandem.check.rules.context import CheckContext, few, listing
+from tandem.check.rules.context import MIB, CheckContext, few, listing
 from tandem.spec.cluster import Transport
 
 _SHOWN = 4
@@ -28,7 +28,7 @@ def _describe(cache: dict[str, Any]) -> str:
     folders = (cache.get("folders") or {}).values()
     files = sum(f.get("files") or 0 for f in folders)
     size = sum(f.get("bytes") or 0 for f in folders)
-    return f"warm, key {key} ({files} files, {size / 1024**2:.1f} MiB)"
+    return f"warm, key {key} ({files} files, {size / MIB:.1f} MiB)"
 
 
 class CacheParityRule:
