@@ -376,11 +376,12 @@ def test_rule_names_are_unique_kebab_case():
 
 
 def test_memory_headroom_with_tandem_plans_own_figure(healthy, drifted):
-    from tandem.operations.preflight import memory_need
+    from tandem.operations.preflight import memory_plan
 
-    need, why_not = memory_need(seed_deployment())
-    if need is None:
-        pytest.skip(f"tandem plan unavailable: {why_not}")
+    plan, why_not, refused = memory_plan(seed_deployment())
+    if plan is None:
+        pytest.skip(f"tandem plan unavailable: {why_not or refused}")
+    need = {n.name: plan.per_node_memory_bytes for n in seed_deployment().cluster.nodes}
     assert 100 * 10**9 < need["spark-101"] < 125 * 10**9  # the seed saw 115-117 GB per node
     assert "memory-headroom" not in rules_of(
         run(seed_deployment(), healthy, memory_need_bytes=need)

@@ -233,7 +233,6 @@ def run_fabric(
     data = parse_rank0(logs.get(0, ""))
     if data is None:
         result.error = error or "rank 0 printed no result"
-        result.log_tail = {str(r): text[-2000:] for r, text in logs.items()}
     else:
         result.ok = error is None and data.get("correct", False)
         result.error = error if error else (None if data.get("correct") else "wrong all-reduce sum")
@@ -248,8 +247,8 @@ def run_fabric(
             "torch_version",
         ):
             setattr(result, key, data.get(key))
-        if not result.ok:
-            result.log_tail = {str(r): text[-2000:] for r, text in logs.items()}
+    if not result.ok:  # the ranks' own words on what failed
+        result.log_tail = {str(r): text[-2000:] for r, text in logs.items()}
     for log in workdir.iterdir():
         log.unlink()
     workdir.rmdir()

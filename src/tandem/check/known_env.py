@@ -91,23 +91,17 @@ KNOWN_BAD_ENV: tuple[BadEnv, ...] = (
         "NCCL docs",
         values=("1",),
     ),
-    BadEnv(
-        "NCCL_IB_USE_INLINE",
-        Severity.WARNING,
-        "froze the 4-byte PyNccl warm-up all-reduce of a 3-Spark RoCE ring",
-        "set it to 0 or remove it",
-        "luxingcom/aicad-nccl-optimization #1 (a stale /etc/nccl.conf in the image)",
-        values=("1",),
-        only_with_ib=True,
-    ),
-    BadEnv(
-        "NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS",
-        Severity.WARNING,
-        "froze the 4-byte PyNccl warm-up all-reduce of a 3-Spark RoCE ring",
-        "set it to 0 or remove it",
-        "luxingcom/aicad-nccl-optimization #1 (a stale /etc/nccl.conf in the image)",
-        values=("1",),
-        only_with_ib=True,
+    *(  # the two lines of one stale /etc/nccl.conf, found together
+        BadEnv(
+            name,
+            Severity.WARNING,
+            "froze the 4-byte PyNccl warm-up all-reduce of a 3-Spark RoCE ring",
+            "set it to 0 or remove it",
+            "luxingcom/aicad-nccl-optimization #1 (a stale /etc/nccl.conf in the image)",
+            values=("1",),
+            only_with_ib=True,
+        )
+        for name in ("NCCL_IB_USE_INLINE", "NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS")
     ),
 )
 """Every known-bad variable; rules report the first matching row per variable."""

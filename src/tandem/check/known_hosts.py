@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.check.findings import Severity
+from tandem.check.findings import Finding, Severity
 
 SPARK_GPU = "NVIDIA GB10"
 """What nvidia-smi calls a DGX Spark's GPU (eugr/spark-vllm-docker autodiscover.sh identifies a
@@ -29,6 +29,18 @@ class HostFault:
     effect: str
     fix: str
     source: str
+
+    def finding(self, node: str, message: str, evidence: str) -> Finding:
+        """This fault seen on ``node``: its rule, severity and fix, and evidence that ends with
+        where the fault was measured, so a user can read how it was found and fixed."""
+        return Finding(
+            rule=self.rule,
+            severity=self.severity,
+            node=node,
+            message=message,
+            evidence=f"{evidence}; known from {self.source}",
+            fix=self.fix,
+        )
 
 
 CMA_KERNEL = "7.0.0-1019-nvidia"

@@ -144,14 +144,6 @@ def _all_unreachable(lost: list[SSHError], nodes: int) -> SSHError:
     )
 
 
-def memory_need(deployment: Deployment) -> tuple[dict[str, int] | None, str | None]:
-    """Bytes each node needs according to ``tandem plan``, and why not when it cannot say."""
-    plan, why_not, refused = memory_plan(deployment)
-    if plan is None:
-        return None, why_not or (refused.message if refused else None)
-    return {n.name: plan.per_node_memory_bytes for n in deployment.cluster.nodes}, None
-
-
 def memory_plan(deployment: Deployment) -> tuple[Plan | None, str | None, PlanError | None]:
     """``tandem plan``'s plan of the deployment; else why it could not plan, or the PlanError
     with which the planner refused the deployment as impossible.

@@ -14,7 +14,7 @@ from typing import Any
 
 from tandem import caches
 from tandem.check.findings import Finding, Severity
-from tandem.check.rules.context import CheckContext, listing
+from tandem.check.rules.context import MIB, CheckContext, few, listing
 from tandem.spec.cluster import Transport
 
 _SHOWN = 4
@@ -28,7 +28,7 @@ def _describe(cache: dict[str, Any]) -> str:
     folders = (cache.get("folders") or {}).values()
     files = sum(f.get("files") or 0 for f in folders)
     size = sum(f.get("bytes") or 0 for f in folders)
-    return f"warm, key {key} ({files} files, {size / 1024**2:.1f} MiB)"
+    return f"warm, key {key} ({files} files, {size / MIB:.1f} MiB)"
 
 
 class CacheParityRule:
@@ -80,13 +80,8 @@ class CacheParityRule:
             detail = "; ".join(
                 part
                 for part in (
-                    f"only here: {', '.join(here[:_SHOWN])}{' ...' if len(here) > _SHOWN else ''}"
-                    if here
-                    else "",
-                    f"only on {leader}: {', '.join(there[:_SHOWN])}"
-                    f"{' ...' if len(there) > _SHOWN else ''}"
-                    if there
-                    else "",
+                    f"only here: {few(here, _SHOWN)}" if here else "",
+                    f"only on {leader}: {few(there, _SHOWN)}" if there else "",
                 )
                 if part
             )

@@ -104,5 +104,11 @@ def listing(values: dict[str, Any]) -> str:
     return ", ".join(f"{node} {value}" for node, value in values.items())
 
 
+def few(names: list[str], shown: int = 5, sep: str = ", ") -> str:
+    """The first ``shown`` of ``names``, then `` ...`` when there are more: evidence stays one
+    readable line however many files or entries differ."""
+    return sep.join(names[:shown]) + (" ..." if len(names) > shown else "")
+
+
 def gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"

@@ -26,10 +26,6 @@ from tandem.check.rules.context import (
 from tandem.spec.cluster import Node
 
 
-def _seen(fault: known.HostFault) -> str:
-    return f"known from {fault.source}"
-
-
 def listed_hcas(ctx: CheckContext, node: Node) -> list[str] | None:
     """The HCAs NCCL_IB_HCA gives the node's rank (``:port`` dropped), None for an exclusion
     list (``^...``), which names what NCCL must not use."""
@@ -54,16 +50,11 @@ class CmaZeroRule:
                 continue
             kernel = fact(facts, "system", "kernel")
             known_kernel = kernel == known.CMA_KERNEL
-            yield Finding(
-                rule=self.name,
-                severity=known.CMA_ZERO.severity,
-                node=node.name,
-                message=f"kernel {kernel} has no CMA memory (CmaTotal 0) and the data plane is "
-                "RoCE"
+            yield known.CMA_ZERO.finding(
+                node.name,
+                f"kernel {kernel} has no CMA memory (CmaTotal 0) and the data plane is RoCE"
                 + (": the known-bad DGX OS kernel of September 2026" if known_kernel else ""),
-                evidence=f"/proc/meminfo CmaTotal: 0 kB on {kernel}; {known.CMA_ZERO.effect}; "
-                + _seen(known.CMA_ZERO),
-                fix=known.CMA_ZERO.fix,
+                f"/proc/meminfo CmaTotal: 0 kB on {kernel}; {known.CMA_ZERO.effect}",
             )
 
 
@@ -88,21 +79,17 @@ class NarrowTwinRule:
             }
             if not narrow:
                 continue
-            yield Finding(
-                rule=self.name,
-                severity=known.NARROW_TWIN.severity,
-                node=node.name,
-                message=f"{', '.join(narrow)} link(s) at PCIe "
+            yield known.NARROW_TWIN.finding(
+                node.name,
+                f"{', '.join(narrow)} link(s) at PCIe "
                 f"x{min(p['current_link_width'] for p in narrow.values())}, not the "
                 f"x{known.TWIN_LINK_WIDTH} of a GB10 twin: {known.NARROW_TWIN.effect}",
-                evidence="; ".join(
+                "; ".join(
                     f"{hca} ({p.get('slot')}): current_link_width {p['current_link_width']}, "
                     f"max_link_width {p.get('max_link_width')}, current_link_speed "
                     f"{p.get('current_link_speed')}"
                     for hca, p in narrow.items()
-                )
-                + f"; {_seen(known.NARROW_TWIN)}",
-                fix=known.NARROW_TWIN.fix,
+                ),
             )
 
 
@@ -123,16 +110,12 @@ class MissingTwinRule:
                 twin = known.twin_of(hca, list(devices))
                 if twin is None or twin in listed or not _active(devices[twin]):
                     continue
-                yield Finding(
-                    rule=self.name,
-                    severity=known.MISSING_TWIN.severity,
-                    node=node.name,
-                    message=f"NCCL_IB_HCA has {hca} but not its twin {twin}: "
-                    f"{known.MISSING_TWIN.effect}",
-                    evidence=f"NCCL_IB_HCA={','.join(listed)}; {twin} "
+                yield known.MISSING_TWIN.finding(
+                    node.name,
+                    f"NCCL_IB_HCA has {hca} but not its twin {twin}: {known.MISSING_TWIN.effect}",
+                    f"NCCL_IB_HCA={','.join(listed)}; {twin} "
                     f"({', '.join(devices[twin].get('netdevs') or [])}) port ACTIVE on the same "
-                    f"QSFP port as {hca}; {_seen(known.MISSING_TWIN)}",
-                    fix=known.MISSING_TWIN.fix,
+                    f"QSFP port as {hca}",
                 )
 
 
@@ -162,15 +145,11 @@ class SmallMtuRule:
                     if interface.get("state") in UP_STATES and mtu and mtu < known.JUMBO_MTU:
                         small[netdev] = mtu
             if small:
-                yield Finding(
-                    rule=self.name,
-                    severity=known.SMALL_MTU.severity,
-                    node=node.name,
-                    message=f"MTU {min(small.values())} on the RoCE data plane, not "
+                yield known.SMALL_MTU.finding(
+                    node.name,
+                    f"MTU {min(small.values())} on the RoCE data plane, not "
                     f"{known.JUMBO_MTU}: {known.SMALL_MTU.effect}",
-                    evidence=", ".join(f"{n} mtu {m}" for n, m in small.items())
-                    + f"; {_seen(known.SMALL_MTU)}",
-                    fix=known.SMALL_MTU.fix,
+                    ", ".join(f"{n} mtu {m}" for n, m in small.items()),
                 )
 
 
@@ -188,18 +167,14 @@ class StaleNcclConfRule:
             env = ctx.rank_env.get(node.name) or {**recipe_env, **node.env}
             contradicted = {k: v for k, v in settings.items() if k in env and env[k] != v}
             if contradicted:
-                yield Finding(
-                    rule=self.name,
-                    severity=known.STALE_NCCL_CONF.severity,
-                    node=node.name,
-                    message=f"{path} contradicts the rank's NCCL environment in "
+                yield known.STALE_NCCL_CONF.finding(
+                    node.name,
+                    f"{path} contradicts the rank's NCCL environment in "
                     f"{len(contradicted)} line(s): {known.STALE_NCCL_CONF.effect}",
-                    evidence="; ".join(
+                    "; ".join(
                         f"{path}: {k}={v} (the rank sets {k}={env[k]})"
                         for k, v in contradicted.items()
-                    )
-                    + f"; {_seen(known.STALE_NCCL_CONF)}",
-                    fix=known.STALE_NCCL_CONF.fix,
+                    ),
                 )
             for key, value in settings.items():
                 row = known_bad(key, value, uses_ib=ctx.uses_ib)

@@ -95,7 +95,7 @@ class AddressOnNodeRule:
         for node, facts in ctx.probed():
             interfaces = interfaces_of(facts)
             owned = {a for i in interfaces.values() for a in i.get("addresses", [])}
-            if not owned or node.address in owned or not _is_ip(node.address):
+            if not owned or node.address in owned or not is_ip(node.address):
                 continue
             yield Finding(
                 rule=self.name,
@@ -113,12 +113,9 @@ class AddressOnNodeRule:
             )
 
 
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
+def _loopback(address: str) -> bool:
+    """``localhost`` or a loopback IP: reached only from the host itself."""
+    return address == "localhost" or (is_ip(address) and ipaddress.ip_address(address).is_loopback)
 
 
 class MtuRule:
@@ -298,10 +295,9 @@ def open_api_finding(deployment: Deployment, api_key_set: bool) -> Finding | Non
         return None
     recipe, cluster = deployment.recipe, deployment.cluster
     host = recipe.host
-    loopback = host == "localhost" or (is_ip(host) and ipaddress.ip_address(host).is_loopback)
     service = cluster.kubernetes.service.type.value if cluster.transport.value == "k8s" else None
     exposed = service in ("NodePort", "LoadBalancer")
-    if loopback and not exposed:
+    if _loopback(host) and not exposed:
         return None
     where = f"--host {host}" + (f" and a {service} Service" if exposed else "")
     return Finding(
@@ -341,9 +337,7 @@ class LoopbackMasterRule:
         for node in ctx.nodes:
             env_ip = (ctx.rank_env.get(node.name) or {}).get("VLLM_HOST_IP", node.address)
             for what, address in (("address", node.address), ("VLLM_HOST_IP", env_ip)):
-                if address == "localhost" or (
-                    _is_ip(address) and ipaddress.ip_address(address).is_loopback
-                ):
+                if _loopback(address):
                     master = node.name == leader.name
                     yield Finding(
                         rule=self.name,

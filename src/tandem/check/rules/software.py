@@ -10,7 +10,7 @@ from tandem import hf_cache
 from tandem.built_models import build_command, is_built, missing_hint
 from tandem.check.findings import Finding, Severity
 from tandem.check.known_env import EMPTY_NCCL_VARIABLE, known_bad
-from tandem.check.rules.context import CheckContext, fact, listing, rdma_devices_of
+from tandem.check.rules.context import CheckContext, fact, few, listing, rdma_devices_of
 from tandem.spec.cluster import Transport
 from tandem.spec.deployment import Deployment
 
@@ -256,12 +256,14 @@ class ModelSnapshotRule:
                 node=node,
                 message=f"{len(corrupt)} file(s) of the snapshot at {where} are not what their "
                 "id says (truncated, or bytes changed after the download)",
-                evidence="; ".join(
-                    f"{c['name']}: {c['size']:,} bytes hash to {c['found'][:12]}..., "
-                    f"its blob id is {c['blob'][:12]}..."
-                    for c in corrupt[:5]
-                )
-                + (" ..." if len(corrupt) > 5 else ""),
+                evidence=few(
+                    [
+                        f"{c['name']}: {c['size']:,} bytes hash to {c['found'][:12]}..., "
+                        f"its blob id is {c['blob'][:12]}..."
+                        for c in corrupt
+                    ],
+                    sep="; ",
+                ),
                 fix=f"on {node}: delete those blobs (blobs/<id> under the repo folder) and "
                 f"download them again, or {pull}",
             )
@@ -290,9 +292,7 @@ class ModelSnapshotRule:
         if missing or other:
             parts = []
             if missing:
-                parts.append(
-                    f"missing: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}"
-                )
+                parts.append(f"missing: {few(missing)}")
             for name in other[:5]:
                 want, got = manifest.files[name], held[name]
                 parts.append(
@@ -337,7 +337,7 @@ class ModelSnapshotRule:
                     node=other_node,
                     message=f"files differ from {first_node}'s snapshot",
                     evidence=f"{len(differing)} file(s) differ in presence, size or blob hash: "
-                    f"{', '.join(differing[:5])}{' ...' if len(differing) > 5 else ''}",
+                    f"{few(differing)}",
                     fix=f"copy the snapshot from {first_node} (`rsync -a --checksum`) or "
                     "re-download it",
                 )
