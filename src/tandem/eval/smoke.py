@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -215,16 +216,13 @@ def check_template(server: Server) -> CheckResult:
             failed.append(
                 f"stop string {stop!r} gave {stopped!r} ({finish!r}), expected {cut!r} ('stop')"
             )
+    verdict = partial(CheckResult, check="template", evidence=evidence)
     if failed:
-        return CheckResult(
-            check="template", outcome=Outcome.FAIL, summary="; ".join(failed), evidence=evidence
-        )
-    return CheckResult(
-        check="template",
+        return verdict(outcome=Outcome.FAIL, summary="; ".join(failed))
+    return verdict(
         outcome=Outcome.PASS,
         summary="one special prefix, prompt tokens as the tokenizer counts, length and stop "
         "honoured",
-        evidence=evidence,
     )
 
 
@@ -298,28 +296,22 @@ def check_determinism(server: Server) -> CheckResult:
             else (f"{path} at token {index}")
         )
         (near if margin is not None and margin < NEAR_TIE else garbled).append(said)
+    verdict = partial(CheckResult, check="determinism", evidence=evidence)
     if not cold:
-        return CheckResult(
-            check="determinism",
-            outcome=Outcome.FAIL,
-            summary="the server returned no token log-probabilities",
-            evidence=evidence,
+        return verdict(
+            outcome=Outcome.FAIL, summary="the server returned no token log-probabilities"
         )
     if garbled:
-        return CheckResult(
-            check="determinism",
+        return verdict(
             outcome=Outcome.FAIL,
             summary="greedy output changed where the cold answer was sure: " + "; ".join(garbled),
-            evidence=evidence,
         )
-    return CheckResult(
-        check="determinism",
+    return verdict(
         outcome=Outcome.PASS,
         summary="the same greedy tokens cold, cached, streamed and in a batch of 8"
         + (
             f", except at near ties (batch-variance, not garble): {'; '.join(near)}" if near else ""
         ),
-        evidence=evidence,
     )
 
 
@@ -599,19 +591,16 @@ def check_needle(server: Server, lengths: list[int] | None = None) -> CheckResul
             )
             if not found:
                 misses.append(f"{size}/{depth:.0%}")
+    verdict = partial(CheckResult, check="needle", evidence=evidence)
     if misses:
-        return CheckResult(
-            check="needle",
+        return verdict(
             outcome=Outcome.FAIL,
             summary=f"the number was missed at {len(misses)} of "
             f"{len(lengths) * len(NEEDLE_DEPTHS)} (tokens/depth): {', '.join(misses)}",
-            evidence=evidence,
         )
-    return CheckResult(
-        check="needle",
+    return verdict(
         outcome=Outcome.PASS,
         summary=f"found at every depth of {len(lengths)} lengths up to {max(lengths)} tokens",
-        evidence=evidence,
     )
 
 
@@ -626,39 +615,23 @@ def check_reasoning(server: Server) -> CheckResult:
     reasoning = message.get("reasoning") or message.get("reasoning_content") or ""
     content = message.get("content") or ""
     evidence = [f"reasoning {reasoning[:80]!r}", f"content {content[:80]!r}", f"finish {finish!r}"]
+    verdict = partial(CheckResult, check="reasoning", evidence=evidence)
     if "<think>" in content or "</think>" in content:
-        return CheckResult(
-            check="reasoning",
-            outcome=Outcome.FAIL,
-            summary="think tags left in the content",
-            evidence=evidence,
-        )
+        return verdict(outcome=Outcome.FAIL, summary="think tags left in the content")
     if not reasoning:
-        return CheckResult(
-            check="reasoning",
-            outcome=Outcome.FAIL,
-            summary="no reasoning field in the message",
-            evidence=evidence,
-        )
+        return verdict(outcome=Outcome.FAIL, summary="no reasoning field in the message")
     if not content.strip():
         # A model that never thinks, under a parser that calls all text before an end of
         # thinking reasoning, answers nothing a client shows (seen: SmolLM2 under qwen3).
-        return CheckResult(
-            check="reasoning",
+        return verdict(
             outcome=Outcome.CANNOT_JUDGE if finish == "length" else Outcome.FAIL,
             summary="max_tokens ended the answer while it was still reasoning"
             if finish == "length"
             else "the whole answer came back as reasoning and the content is empty: the "
             f"parser found no end of thinking (is --reasoning-parser "
             f"{server.target.reasoning_parser} this model's?)",
-            evidence=evidence,
         )
-    return CheckResult(
-        check="reasoning",
-        outcome=Outcome.PASS,
-        summary="reasoning and content apart",
-        evidence=evidence,
-    )
+    return verdict(outcome=Outcome.PASS, summary="reasoning and content apart")
 
 
 def check_speculative(server: Server) -> CheckResult:
