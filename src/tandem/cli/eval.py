@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from tandem.cli.options import (
     model_option,
     option_of,
     out_option,
+    stack,
     url_option,
 )
 from tandem.endpoint import MODELS_TIMEOUT_S, Endpoint, pick_model
@@ -73,6 +75,17 @@ GPQA_SECTIONS = {
 """``eval gpqa --help``'s headings."""
 
 
+def _target_options(out_help: str) -> Callable[[Any], Any]:
+    """DEPLOYMENT or ``--url`` (and ``--model``), and ``--out``: how every ``eval`` command
+    that sends requests is told its server; ``out_help`` says what it writes there."""
+    return stack(
+        click.argument("deployment", required=False),
+        url_option,
+        model_option,
+        out_option(out_help, required=True),
+    )
+
+
 quiet_option = click.option(
     "--quiet", "-q", "--no-progress", "no_progress", is_flag=True, help="No live progress bar."
 )
@@ -80,7 +93,6 @@ quiet_option = click.option(
 
 
 @eval_command.command("gpqa", cls=SectionedCommand, sections=GPQA_SECTIONS)
-@click.argument("deployment", required=False)
 @click.option(
     "--csv",
     "csv_path",
@@ -88,9 +100,7 @@ quiet_option = click.option(
     type=click.Path(dir_okay=False),
     help="GPQA CSV (official columns). The data set is gated: bring your own copy.",
 )
-@url_option
-@model_option
-@out_option("Folder for responses.jsonl, report.json, report.md, report.html.", required=True)
+@_target_options("Folder for responses.jsonl, report.json, report.md, report.html.")
 @field_option(GPQAConfig, "limit")
 @field_option(GPQAConfig, "repeats")
 @field_option(GPQAConfig, "seed")
@@ -289,12 +299,7 @@ SERVER_FLAGS = SMOKE_SECTIONS["A --url server's flags"]
 
 
 @eval_command.command("smoke", cls=SectionedCommand, sections=SMOKE_SECTIONS)
-@click.argument("deployment", required=False)
-@url_option
-@model_option
-@out_option(
-    "Folder for smoke.jsonl (each check as it ends), smoke.json and smoke.md.", required=True
-)
+@_target_options("Folder for smoke.jsonl (each check as it ends), smoke.json and smoke.md.")
 @click.option(
     "--check",
     "checks",
@@ -478,12 +483,7 @@ def _smoke_done(report: smoke.SmokeReport, out: Path, deployment: str | None, wh
 
 
 @eval_command.command("reference")
-@click.argument("deployment", required=False)
-@url_option
-@model_option
-@out_option(
-    "Folder for answers-reference.json (what `eval smoke --reference` takes).", required=True
-)
+@_target_options("Folder for answers-reference.json (what `eval smoke --reference` takes).")
 @click.option(
     "--prompts",
     "prompts_file",

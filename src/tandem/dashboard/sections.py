@@ -132,16 +132,18 @@ def _models(models: list[str] | None) -> str:
     return "not answering" if models is None else (", ".join(models) or "none")
 
 
-def _traffic_tiles(traffic: Traffic | None, window_s: float) -> str:
-    def shown(value: str | None) -> str:
-        if traffic is None:
-            return NO_SAMPLE
-        if traffic.reset:
-            return "restarted"
-        if traffic.idle:
-            return NO_TRAFFIC
-        return value if value is not None else NOTHING_TO_MEASURE
+def _windowed(traffic: Traffic | None, value: str | None) -> str:
+    """A window's figure, or why the window has none (no sample, a restart, no traffic)."""
+    if traffic is None:
+        return NO_SAMPLE
+    if traffic.reset:
+        return "restarted"
+    if traffic.idle:
+        return NO_TRAFFIC
+    return value if value is not None else NOTHING_TO_MEASURE
 
+
+def _traffic_tiles(traffic: Traffic | None, window_s: float) -> str:
     t = traffic or Traffic(seconds=0)
     off = {
         "prefix_hit_rate": "caching off" if t.prefix_caching is False else None,
@@ -162,7 +164,12 @@ def _traffic_tiles(traffic: Traffic | None, window_s: float) -> str:
     ]
     note = f"over {window_s:.0f} s"
     return "".join(
-        tile(label, derived(field, off.get(field) or shown(value)), note=note, cls="traffic")
+        tile(
+            label,
+            derived(field, off.get(field) or _windowed(traffic, value)),
+            note=note,
+            cls="traffic",
+        )
         for label, field, value in figures
     )
 
@@ -191,8 +198,8 @@ def traffic(view: View) -> str:
                     serving.kv_cache_usage,
                     share(serving.kv_cache_usage) or "—",
                 ),
-                derived("group_requests_per_s", _figure(window, rate, "requests_per_s", "req/s")),
-                derived("group_output_tok_s", _figure(window, rate, "output_tok_s", "tok/s")),
+                derived("group_requests_per_s", _rate_in(window, "requests_per_s", "req/s")),
+                derived("group_output_tok_s", _rate_in(window, "output_tok_s", "tok/s")),
             ]
         )
     columns = ["group", "running", "waiting", "KV cache used", "requests/s", "output tok/s"]
@@ -200,16 +207,8 @@ def traffic(view: View) -> str:
     return section("traffic", "Traffic and SLOs", f'<div class="tiles">{total}</div>{per_group}')
 
 
-def _figure(
-    traffic: Traffic | None, shape: Callable[[float | None, str], str | None], field: str, unit: str
-) -> str:
-    if traffic is None:
-        return NO_SAMPLE
-    if traffic.reset:
-        return "restarted"
-    if traffic.idle:
-        return NO_TRAFFIC
-    return shape(getattr(traffic, field), unit) or NOTHING_TO_MEASURE
+def _rate_in(window: Traffic | None, field: str, unit: str) -> str:
+    return _windowed(window, rate(getattr(window, field), unit) if window else None)
 
 
 def nodes(status: DeploymentStatus | None) -> str:

@@ -38,7 +38,9 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -215,16 +217,13 @@ def check_template(server: Server) -> CheckResult:
             failed.append(
                 f"stop string {stop!r} gave {stopped!r} ({finish!r}), expected {cut!r} ('stop')"
             )
+    verdict = partial(CheckResult, check="template", evidence=evidence)
     if failed:
-        return CheckResult(
-            check="template", outcome=Outcome.FAIL, summary="; ".join(failed), evidence=evidence
-        )
-    return CheckResult(
-        check="template",
+        return verdict(outcome=Outcome.FAIL, summary="; ".join(failed))
+    return verdict(
         outcome=Outcome.PASS,
         summary="one special prefix, prompt tokens as the tokenizer counts, length and stop "
         "honoured",
-        evidence=evidence,
     )
 
 
@@ -298,28 +297,22 @@ def check_determinism(server: Server) -> CheckResult:
             else (f"{path} at token {index}")
         )
         (near if margin is not None and margin < NEAR_TIE else garbled).append(said)
+    verdict = partial(CheckResult, check="determinism", evidence=evidence)
     if not cold:
-        return CheckResult(
-            check="determinism",
-            outcome=Outcome.FAIL,
-            summary="the server returned no token log-probabilities",
-            evidence=evidence,
+        return verdict(
+            outcome=Outcome.FAIL, summary="the server returned no token log-probabilities"
         )
     if garbled:
-        return CheckResult(
-            check="determinism",
+        return verdict(
             outcome=Outcome.FAIL,
             summary="greedy output changed where the cold answer was sure: " + "; ".join(garbled),
-            evidence=evidence,
         )
-    return CheckResult(
-        check="determinism",
+    return verdict(
         outcome=Outcome.PASS,
         summary="the same greedy tokens cold, cached, streamed and in a batch of 8"
         + (
             f", except at near ties (batch-variance, not garble): {'; '.join(near)}" if near else ""
         ),
-        evidence=evidence,
     )
 
 
@@ -352,10 +345,31 @@ class ToolPart(BaseModel):
     said: str
 
 
+@dataclass
+class _ToolAnswer:
+    """One greedy request of the battery as its parts read it, a refusal included."""
+
+    status: int
+    body: dict[str, Any]
+    message: dict[str, Any]
+    finish: str | None
+    calls: list[dict[str, Any]]
+
+    @property
+    def said(self) -> str:
+        """The evidence line of a part that asked for a call."""
+        return f"HTTP {self.status}, finish {self.finish!r}, calls {_calls_text(self.calls)}"
+
+
 def _tool_parts(server: Server) -> list[ToolPart]:
     """The battery, each part one request or two (parts need no meaning unless they say so)."""
     weather = _ask("What is the weather in Paris? Use the tool.")
     parts: list[ToolPart] = []
+
+    def ask(messages: list[dict], **params: Any) -> _ToolAnswer:
+        status, body = server.chat_status(messages, **params, **GREEDY)
+        message, finish, _ = _message(body)
+        return _ToolAnswer(status, body, message, finish, message.get("tool_calls") or [])
 
     def part(name: str, failed: list[str], said: str, *, cannot_judge: str = "") -> None:
         outcome = Outcome.FAIL if failed else Outcome.CANNOT_JUDGE if cannot_judge else Outcome.PASS
@@ -364,69 +378,46 @@ def _tool_parts(server: Server) -> list[ToolPart]:
             ToolPart(part=name, outcome=outcome, said=said + (f": {detail}" if detail else ""))
         )
 
-    def forced(name: str, status: int, finish: str | None, problems: list[str], said: str) -> None:
+    def forced(name: str, got: _ToolAnswer, problems: list[str]) -> None:
         """A call the request forced: a refusal or a wrong call fails; one that ran out of
         ``max_tokens`` before it closed says so (a small model may repeat a list forever)."""
-        if status == 200 and finish == "length" and problems:
-            part(name, [], said, cannot_judge="the call ran past max_tokens before it closed")
+        if got.status == 200 and got.finish == "length" and problems:
+            part(name, [], got.said, cannot_judge="the call ran past max_tokens before it closed")
         else:
-            part(name, problems if status == 200 else [f"HTTP {status}"], said)
+            part(name, problems if got.status == 200 else [f"HTTP {got.status}"], got.said)
 
     # required: the server must return a call (its structured output forces one)
-    status, body = server.chat_status(
-        weather, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=128, **GREEDY
-    )
-    message, finish, _ = _message(body)
-    calls = message.get("tool_calls") or []
-    forced(
-        "required",
-        status,
-        finish,
-        _arguments_problems(calls) or ([] if calls else ["no tool call"]),
-        f"HTTP {status}, finish {finish!r}, calls {_calls_text(calls)}",
-    )
+    got = ask(weather, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=128)
+    calls = got.calls
+    forced("required", got, _arguments_problems(calls) or ([] if calls else ["no tool call"]))
 
     # a named tool with nested arguments: an object in the object, an array of strings
-    status, body = server.chat_status(
+    got = ask(
         _ask("Book a trip to Rome and Oslo for Ada, who is 36."),
         tools=[WEATHER_TOOL, TRIP_TOOL],
         tool_choice={"type": "function", "function": {"name": "book_trip"}},
         max_tokens=160,
-        **GREEDY,
     )
-    message, finish, _ = _message(body)
-    calls = message.get("tool_calls") or []
-    problems = _arguments_problems(calls) + (
-        []
-        if [c.get("function", {}).get("name") for c in calls] == ["book_trip"]
-        else ["not exactly one call of book_trip"]
-    )
-    forced(
-        "named with nested arguments",
-        status,
-        finish,
-        problems,
-        f"HTTP {status}, finish {finish!r}, calls {_calls_text(calls)}",
-    )
+    named = [c.get("function", {}).get("name") for c in got.calls] == ["book_trip"]
+    problems = [] if named else ["not exactly one call of book_trip"]
+    forced("named with nested arguments", got, _arguments_problems(got.calls) + problems)
 
     # parallel calls: two cities, one call each; a small model may make one (it cannot judge)
-    status, body = server.chat_status(
+    got = ask(
         _ask("What is the weather in Paris and in Tokyo? Call the tool once for each city."),
         tools=[WEATHER_TOOL],
         tool_choice="required",
         max_tokens=200,
-        **GREEDY,
     )
-    message, finish, _ = _message(body)
-    calls = message.get("tool_calls") or []
+    calls = got.calls
     ids = {c.get("id") for c in calls}
     problems = _arguments_problems(calls) + (
         [] if len(ids) == len(calls) else ["two calls share an id"]
     )
     part(
         "parallel",
-        problems if status == 200 else [f"HTTP {status}"],
-        f"HTTP {status}, calls {_calls_text(calls)}",
+        problems if got.status == 200 else [f"HTTP {got.status}"],
+        f"HTTP {got.status}, calls {_calls_text(calls)}",
         cannot_judge="" if len(calls) >= 2 else f"{len(calls)} call(s) where two were asked",
     )
 
@@ -451,9 +442,8 @@ def _tool_parts(server: Server) -> list[ToolPart]:
             "content": '{"temperature_c": 21, "sky": "clear"}',
         },
     ]
-    status, body = server.chat_status(history, tools=[WEATHER_TOOL], max_tokens=48, **GREEDY)
-    message, finish, _ = _message(body)
-    answer = message.get("content") or ""
+    got = ask(history, tools=[WEATHER_TOOL], max_tokens=48)
+    status, body, answer = got.status, got.body, got.message.get("content") or ""
     part(
         "tool result fed back",
         [] if status == 200 else [f"HTTP {status}: {str(body.get('error') or body)[:200]}"],
@@ -462,41 +452,30 @@ def _tool_parts(server: Server) -> list[ToolPart]:
     )
 
     # a call cut by max_tokens: it must say 'length', never hand out a call as complete
-    status, body = server.chat_status(
-        weather, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=4, **GREEDY
-    )
-    message, finish, _ = _message(body)
-    calls = message.get("tool_calls") or []
+    got = ask(weather, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=4)
     part(
         "cut by max_tokens",
         []
-        if status == 200 and finish == "length"
-        else [f"HTTP {status}, finish {finish!r} where max_tokens cut the call ('length')"],
-        f"HTTP {status}, finish {finish!r}, calls {_calls_text(calls)}",
+        if got.status == 200 and got.finish == "length"
+        else [f"HTTP {got.status}, finish {got.finish!r} where max_tokens cut the call ('length')"],
+        got.said,
     )
 
     # tool_choice none: text, no call
-    status, body = server.chat_status(
-        weather, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=16, **GREEDY
-    )
-    message, _, _ = _message(body)
+    got = ask(weather, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=16)
     part(
         "none",
         []
-        if status == 200 and not message.get("tool_calls")
-        else ["a tool was still called" if status == 200 else f"HTTP {status}"],
-        f"HTTP {status}, calls {_calls_text(message.get('tool_calls') or [])}",
+        if got.status == 200 and not got.calls
+        else ["a tool was still called" if got.status == 200 else f"HTTP {got.status}"],
+        f"HTTP {got.status}, calls {_calls_text(got.calls)}",
     )
 
     # auto: the model decides and the server's parser takes the call out of its text
-    status, body = server.chat_status(
-        weather, tools=[WEATHER_TOOL], tool_choice="auto", max_tokens=128, **GREEDY
-    )
-    message, finish, _ = _message(body)
-    calls = message.get("tool_calls") or []
-    text = message.get("content") or ""
-    failed = [f"HTTP {status}"] if status != 200 else _arguments_problems(calls)
-    if status == 200 and not calls and _looks_like_a_call(text):
+    got = ask(weather, tools=[WEATHER_TOOL], tool_choice="auto", max_tokens=128)
+    calls, text = got.calls, got.message.get("content") or ""
+    failed = [f"HTTP {got.status}"] if got.status != 200 else _arguments_problems(calls)
+    if got.status == 200 and not calls and _looks_like_a_call(text):
         failed.append(
             f"the model wrote a call that --tool-call-parser {server.target.tool_call_parser} "
             "did not take out of the text: is it this model's parser?"
@@ -504,7 +483,7 @@ def _tool_parts(server: Server) -> list[ToolPart]:
     part(
         "auto (the parser)",
         failed,
-        f"HTTP {status}, finish {finish!r}, calls {_calls_text(calls)}, text {text[:120]!r}",
+        f"{got.said}, text {text[:120]!r}",
         cannot_judge="" if calls else "the model answered in text, calling nothing",
     )
     return parts
@@ -599,19 +578,16 @@ def check_needle(server: Server, lengths: list[int] | None = None) -> CheckResul
             )
             if not found:
                 misses.append(f"{size}/{depth:.0%}")
+    verdict = partial(CheckResult, check="needle", evidence=evidence)
     if misses:
-        return CheckResult(
-            check="needle",
+        return verdict(
             outcome=Outcome.FAIL,
             summary=f"the number was missed at {len(misses)} of "
             f"{len(lengths) * len(NEEDLE_DEPTHS)} (tokens/depth): {', '.join(misses)}",
-            evidence=evidence,
         )
-    return CheckResult(
-        check="needle",
+    return verdict(
         outcome=Outcome.PASS,
         summary=f"found at every depth of {len(lengths)} lengths up to {max(lengths)} tokens",
-        evidence=evidence,
     )
 
 
@@ -626,39 +602,23 @@ def check_reasoning(server: Server) -> CheckResult:
     reasoning = message.get("reasoning") or message.get("reasoning_content") or ""
     content = message.get("content") or ""
     evidence = [f"reasoning {reasoning[:80]!r}", f"content {content[:80]!r}", f"finish {finish!r}"]
+    verdict = partial(CheckResult, check="reasoning", evidence=evidence)
     if "<think>" in content or "</think>" in content:
-        return CheckResult(
-            check="reasoning",
-            outcome=Outcome.FAIL,
-            summary="think tags left in the content",
-            evidence=evidence,
-        )
+        return verdict(outcome=Outcome.FAIL, summary="think tags left in the content")
     if not reasoning:
-        return CheckResult(
-            check="reasoning",
-            outcome=Outcome.FAIL,
-            summary="no reasoning field in the message",
-            evidence=evidence,
-        )
+        return verdict(outcome=Outcome.FAIL, summary="no reasoning field in the message")
     if not content.strip():
         # A model that never thinks, under a parser that calls all text before an end of
         # thinking reasoning, answers nothing a client shows (seen: SmolLM2 under qwen3).
-        return CheckResult(
-            check="reasoning",
+        return verdict(
             outcome=Outcome.CANNOT_JUDGE if finish == "length" else Outcome.FAIL,
             summary="max_tokens ended the answer while it was still reasoning"
             if finish == "length"
             else "the whole answer came back as reasoning and the content is empty: the "
             f"parser found no end of thinking (is --reasoning-parser "
             f"{server.target.reasoning_parser} this model's?)",
-            evidence=evidence,
         )
-    return CheckResult(
-        check="reasoning",
-        outcome=Outcome.PASS,
-        summary="reasoning and content apart",
-        evidence=evidence,
-    )
+    return verdict(outcome=Outcome.PASS, summary="reasoning and content apart")
 
 
 def check_speculative(server: Server) -> CheckResult:

@@ -542,31 +542,16 @@ def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: 
             (line,) = ax.plot(x, ms["p50"], "-o", label=f"{name} p50 (band to p95)")
             ax.fill_between(x, ms["p50"], ms["p95"], color=line.get_color(), alpha=0.2)
             ax.plot(x, ms["p99"], "--", color=line.get_color(), label=f"{name} p99")
-        ax.set(
-            xlabel="concurrency",
-            ylabel="ms",
-            title="Latency against concurrency",
-            xscale="log",
-            yscale="log",
-        )
-        ax.set_xticks(x, [str(v) for v in x])
-        ax.legend(fontsize=8)
-        written.append(_save(fig, out_dir / "latency_vs_concurrency.png", plt))
+        ax.set(ylabel="ms", title="Latency against concurrency", yscale="log")
+        written.append(_save_ladder(fig, ax, x, out_dir / "latency_vs_concurrency.png", plt))
         fig, ax = plt.subplots(figsize=(7, 4.5))
         tok_s = [_median_of([p.metrics.output_throughput_tok_s for p in r]) for r in ladder]
         ax.plot(x, [y or float("nan") for y in tok_s], "-o", label="output tok/s (all streams)")
         tpots = [_median_of([p.metrics.tpot_s.p50 for p in r]) for r in ladder]
         per_user = [1 / t if t else float("nan") for t in tpots]
         ax.plot(x, per_user, "-s", label="tok/s per stream (1 / TPOT p50)")
-        ax.set(
-            xlabel="concurrency",
-            ylabel="tokens/s",
-            title="Throughput against concurrency",
-            xscale="log",
-        )
-        ax.set_xticks(x, [str(v) for v in x])
-        ax.legend(fontsize=8)
-        written.append(_save(fig, out_dir / "throughput_vs_concurrency.png", plt))
+        ax.set(ylabel="tokens/s", title="Throughput against concurrency")
+        written.append(_save_ladder(fig, ax, x, out_dir / "throughput_vs_concurrency.png", plt))
     if records:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
         for label in [p.point.label for p in result.points]:
@@ -628,6 +613,15 @@ def _median_of(values: Sequence[float | None]) -> float | None:
     """The median of a figure over a point's rounds (the figure itself for one round)."""
     seen = [v for v in values if v is not None]
     return statistics.median(seen) if seen else None
+
+
+def _save_ladder(fig, ax, x: list[int], path: Path, plt) -> Path:
+    """Save a plot against a concurrency ladder: a log axis ticked at the ladder's own
+    points (1, 2, 4, ... read as such, not as powers of ten)."""
+    ax.set(xlabel="concurrency", xscale="log")
+    ax.set_xticks(x, [str(v) for v in x])
+    ax.legend(fontsize=8)
+    return _save(fig, path, plt)
 
 
 def _save(fig, path: Path, plt) -> Path:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from functools import partial
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -125,33 +126,14 @@ def _check(
     *,
     magnitude: bool = False,
 ) -> Check:
+    """``observed`` against ``threshold``: skipped, never passed, where either is missing."""
+    check = partial(Check, name=name, observed=observed, threshold=threshold, unit=unit)
     if observed is None:
-        return Check(
-            name=name,
-            observed=None,
-            threshold=threshold,
-            unit=unit,
-            result=Result.SKIP,
-            detail=detail or "no data",
-        )
+        return check(result=Result.SKIP, detail=detail or "no data")
     if threshold is None:
-        return Check(
-            name=name,
-            observed=observed,
-            threshold=None,
-            unit=unit,
-            result=Result.SKIP,
-            detail=detail or "no threshold set",
-        )
+        return check(result=Result.SKIP, detail=detail or "no threshold set")
     value = abs(observed) if magnitude else observed
-    return Check(
-        name=name,
-        observed=observed,
-        threshold=threshold,
-        unit=unit,
-        result=Result.PASS if value <= threshold else Result.FAIL,
-        detail=detail,
-    )
+    return check(result=Result.PASS if value <= threshold else Result.FAIL, detail=detail)
 
 
 def _node_memory(node: str, samples: list[Sample]) -> NodeMemory:
