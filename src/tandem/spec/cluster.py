@@ -23,7 +23,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core import InitErrorDetails
 
 from tandem import wire
 from tandem.errors import FieldFault
@@ -36,6 +36,7 @@ from tandem.spec.recipe import (
     HostAddress,
     StrictModel,
     becomes,
+    fault_at,
     refuse_inline_secrets,
     unless_null,
 )
@@ -424,8 +425,7 @@ def node_faults(data: dict[str, Any]) -> list[InitErrorDetails]:
     faults: list[InitErrorDetails] = []
 
     def fault(i: int, key: str, message: str, hint: str) -> None:
-        error = PydanticCustomError("value_error", "{message}", {"message": message, "hint": hint})
-        faults.append(InitErrorDetails(type=error, loc=("nodes", i, key), input=nodes[i].get(key)))
+        faults.append(fault_at(("nodes", i, key), nodes[i].get(key), message, hint))
 
     transport = data.get("transport")
     local = data.get("local")

@@ -962,15 +962,7 @@ class Recipe(StrictModel):
         if not faults:
             return self
         details = [
-            InitErrorDetails(
-                type=PydanticCustomError(
-                    "value_error",
-                    "{message}",
-                    {"message": message, "hint": f"give it a port of its own, {example}"},
-                ),
-                loc=loc,
-                input=value,
-            )
+            fault_at(loc, value, message, f"give it a port of its own, {example}")
             for loc, value, message, example in faults
         ]
         raise ValidationError.from_exception_data(type(self).__name__, details)
@@ -982,6 +974,13 @@ class Recipe(StrictModel):
         return (
             int(number) * 1024 ** {None: 0, "k": 1, "m": 2, "g": 3}[unit.lower() if unit else None]
         )
+
+
+def fault_at(loc: tuple[str | int, ...], value: Any, message: str, hint: str) -> InitErrorDetails:
+    """A fault across fields (ports that clash, nodes that repeat) at the field it concerns, so
+    the loader drops that field; the hint rides in the context, where it reads a FieldFault's."""
+    error = PydanticCustomError("value_error", "{message}", {"message": message, "hint": hint})
+    return InitErrorDetails(type=error, loc=loc, input=value)
 
 
 FOLDER_VARS = (wire.HF_HOME,)
