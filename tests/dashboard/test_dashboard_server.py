@@ -9,8 +9,9 @@ import pytest
 from status_factory import NOW, fleet_status, group
 
 from tandem.dashboard.observe import Observer
-from tandem.dashboard.server import COOKIE, Access, app, check_port, is_loopback
+from tandem.dashboard.server import COOKIE, Access, app, check_port
 from tandem.errors import SpecError
+from tandem.spec.addresses import is_loopback
 
 testclient = pytest.importorskip("starlette.testclient")
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import errno
 import hmac
-import ipaddress
 import os
 import socket
 import threading
@@ -32,18 +31,10 @@ from tandem.dashboard.observe import Observer
 from tandem.dashboard.page import body, document
 from tandem.errors import SpecError, StateError
 from tandem.operations.evidence import Evidence
+from tandem.spec.addresses import is_loopback
 
 COOKIE = "tandem_dashboard"
 INSTALL_HINT = "pip install 'tandem[dashboard]' (vLLM's install brings both)"
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,11 @@ def is_ip(value: str) -> bool:
     return True
 
 
+def is_loopback(value: str) -> bool:
+    """``localhost`` or a loopback IP (127.0.0.0/8, ::1): reached only from the host itself."""
+    return value == "localhost" or (is_ip(value) and ipaddress.ip_address(value).is_loopback)
+
+
 def is_host_name(value: str) -> bool:
     """True for an RFC 1123 host name that is not a mistyped IPv4 address."""
     name = value.removesuffix(".")

@@ -27,7 +27,7 @@ from pydantic_core import InitErrorDetails
 
 from tandem import wire
 from tandem.errors import FieldFault
-from tandem.spec.addresses import is_ip
+from tandem.spec.addresses import is_ip, is_loopback
 from tandem.spec.kubernetes import KubernetesOptions
 from tandem.spec.paths import check_node_folder
 from tandem.spec.recipe import (
@@ -170,12 +170,7 @@ class Node(StrictModel):
     @property
     def is_loopback(self) -> bool:
         """True when ``address`` is a loopback address or ``localhost``."""
-        if self.address == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.address).is_loopback
-        except ValueError:
-            return False
+        return is_loopback(self.address)
 
 
 class LocalOptions(StrictModel):

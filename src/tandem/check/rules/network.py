@@ -3,7 +3,6 @@ address of a multi-host deployment."""
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,7 +15,7 @@ from tandem.check.rules.context import (
     listing,
     rdma_devices_of,
 )
-from tandem.spec.addresses import is_ip
+from tandem.spec.addresses import is_ip, is_loopback
 from tandem.spec.deployment import Deployment
 
 
@@ -111,11 +110,6 @@ class AddressOnNodeRule:
                 fix="set the node's address to one it holds on the control plane (and bring "
                 "that interface up)",
             )
-
-
-def _loopback(address: str) -> bool:
-    """``localhost`` or a loopback IP: reached only from the host itself."""
-    return address == "localhost" or (is_ip(address) and ipaddress.ip_address(address).is_loopback)
 
 
 class MtuRule:
@@ -297,7 +291,7 @@ def open_api_finding(deployment: Deployment, api_key_set: bool) -> Finding | Non
     host = recipe.host
     service = cluster.kubernetes.service.type.value if cluster.transport.value == "k8s" else None
     exposed = service in ("NodePort", "LoadBalancer")
-    if _loopback(host) and not exposed:
+    if is_loopback(host) and not exposed:
         return None
     where = f"--host {host}" + (f" and a {service} Service" if exposed else "")
     return Finding(
@@ -337,7 +331,7 @@ class LoopbackMasterRule:
         for node in ctx.nodes:
             env_ip = (ctx.rank_env.get(node.name) or {}).get("VLLM_HOST_IP", node.address)
             for what, address in (("address", node.address), ("VLLM_HOST_IP", env_ip)):
-                if _loopback(address):
+                if is_loopback(address):
                     master = node.name == leader.name
                     yield Finding(
                         rule=self.name,
