@@ -142,6 +142,19 @@ def out_option(text: str, *, required: bool = False) -> Callable[[Any], Any]:
     )
 
 
+def hardware_option(*dest: str, default: str) -> Callable[[Any], Any]:
+    """``--hardware NAME`` of ``init`` and ``plan``: the profiles it names come from their own
+    files (``tandem.plan.hardware``); ``default`` says what the command picks without it."""
+    from tandem.plan.hardware import listed_profiles  # here: other commands skip the planner
+
+    return click.option(
+        "--hardware",
+        *dest,
+        metavar="NAME",
+        help=f"Hardware profile: {', '.join(listed_profiles())}. Default: {default}",
+    )
+
+
 force_option = click.option(
     "--force",
     is_flag=True,

@@ -27,7 +27,7 @@ from tandem import wire
 from tandem.errors import PlanError
 from tandem.plan.calibrate import Calibration
 from tandem.plan.config import ModelFacts, facts_of
-from tandem.plan.hardware import HardwareProfile, load_profile, profile_names
+from tandem.plan.hardware import HardwareProfile, listed_profiles, load_profile, profile_names
 from tandem.plan.kv import KVLayout
 from tandem.plan.memory import (
     GIB,
@@ -160,7 +160,7 @@ def infer_hardware(deployment: Deployment, name: str | None) -> HardwareProfile:
     raise PlanError(
         "cannot tell which hardware the cluster has",
         field="--hardware",
-        hint="pass --hardware gb10|h100|h200|b200|gb200|cpu",
+        hint=f"pass --hardware {'|'.join(listed_profiles())}",
     )
 
 
