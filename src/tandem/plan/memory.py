@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from tandem.errors import PlanError
 from tandem.plan.config import ModelFacts
-from tandem.plan.hardware import HardwareProfile
+from tandem.plan.hardware import Figure, HardwareProfile
 from tandem.plan.kv import KVLayout, default_block_size, is_deepseek_v4, kv_layout
 from tandem.plan.profile_run import (
     ProfileSettings,
@@ -256,21 +256,14 @@ def reserves_for(
         ]
     if hardware.non_torch_gib:
         reserves.append(
-            Reserve(
-                kind=ReserveKind.NON_TORCH,
-                name="non-torch (NCCL, cuBLAS)",
-                bytes=int(hardware.non_torch_gib.value * GIB),
-                basis=_basis(hardware.non_torch_gib.source),
+            _profile_reserve(
+                ReserveKind.NON_TORCH, "non-torch (NCCL, cuBLAS)", hardware.non_torch_gib
             )
         )
     if hardware.non_torch_tp_extra_gib and settings.tensor_parallel_size > 1:
+        name = "non-torch, TP > 1 (NCCL communicator)"
         reserves.append(
-            Reserve(
-                kind=ReserveKind.NON_TORCH,
-                name="non-torch, TP > 1 (NCCL communicator)",
-                bytes=int(hardware.non_torch_tp_extra_gib.value * GIB),
-                basis=_basis(hardware.non_torch_tp_extra_gib.source),
-            )
+            _profile_reserve(ReserveKind.NON_TORCH, name, hardware.non_torch_tp_extra_gib)
         )
     # vLLM's V2 model runner captures its graphs after sizing the KV cache: nothing reserved.
     discrete_cuda = hardware.device == "cuda" and not hardware.unified_memory
@@ -279,12 +272,7 @@ def reserves_for(
             reserves.append(derived_cudagraphs(config, settings))
         elif hardware.cudagraph_gib:
             reserves.append(
-                Reserve(
-                    kind=ReserveKind.CUDA_GRAPHS,
-                    name="CUDA graphs",
-                    bytes=int(hardware.cudagraph_gib.value * GIB),
-                    basis=_basis(hardware.cudagraph_gib.source),
-                )
+                _profile_reserve(ReserveKind.CUDA_GRAPHS, "CUDA graphs", hardware.cudagraph_gib)
             )
     if is_deepseek_v4(config):
         window = int(config.get("sliding_window", 128))
@@ -365,9 +353,13 @@ def derived_cudagraphs(config: dict[str, Any], settings: ServeSettings) -> Reser
     )
 
 
-def _basis(source: str) -> str:
-    head = source.split(":", 1)[0].strip().lower()
-    return source if head in ("estimate", "measured", "derived") else f"source: {source}"
+def _profile_reserve(kind: ReserveKind, name: str, figure: Figure) -> Reserve:
+    """A reserve the hardware profile states in GiB, its basis the figure's own source
+    (labelled ``source:`` unless it already says estimate, measured or derived)."""
+    head = figure.source.split(":", 1)[0].strip().lower()
+    labelled = head in ("estimate", "measured", "derived")
+    basis = figure.source if labelled else f"source: {figure.source}"
+    return Reserve(kind=kind, name=name, bytes=int(figure.value * GIB), basis=basis)
 
 
 def memory_plan(
