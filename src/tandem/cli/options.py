@@ -52,7 +52,6 @@ class FloatIn(click.FloatRange):
 DEFAULT = ParameterSource.DEFAULT
 POSITIVE = FloatIn(min=0, min_open=True)
 """A finite number above 0 (seconds, rates, limits)."""
-NOT_NEGATIVE = FloatIn(min=0)
 SHARE = FloatIn(min=0, max=1)
 """A share from 0 to 1 inclusive."""
 PORT = click.IntRange(1, 65535)

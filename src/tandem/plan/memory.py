@@ -40,7 +40,6 @@ GIB = 1024**3
 # Activation peak of the profile run, bytes per batched token per hidden unit: 2.03 GiB at
 # 8192 tokens x hidden 4096 in a GB10 DeepSeek-V4 TP4 boot log (model-physics.md §2.4, [R11]).
 ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN = 65.0
-SPECULATIVE_DRAFTER_METHODS = ("mtp", "deepseek_mtp", "dspark", "eagle", "eagle3", "medusa")
 
 
 class ServeSettings(BaseModel):
