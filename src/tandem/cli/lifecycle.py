@@ -22,6 +22,7 @@ from tandem.cli.options import (
     api_key_option,
     cluster_option,
     deployment_argument,
+    json_option,
     machine_deployment,
     recipe_argument,
     startup_timeout_option,
@@ -49,7 +50,6 @@ from tandem.upgrade import last_reference
 from tandem.vllm_log import PhaseMark
 
 console = screen.console(highlight=False, soft_wrap=True)
-name_argument = deployment_argument
 
 
 def show_phase(mark: PhaseMark) -> None:
@@ -287,7 +287,7 @@ def show_event(text: str) -> None:
 
 
 @click.command("status")
-@name_argument
+@deployment_argument
 @click.option(
     "--all",
     "list_all",
@@ -295,7 +295,7 @@ def show_event(text: str) -> None:
     help="List every deployment, one line each, even when there is only one (with --json "
     "always an array, [] when there is none).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@json_option
 @click.option(
     "--canary-timeout",
     "canary_timeout_s",
@@ -504,7 +504,7 @@ def _print_groups(status: lifecycle.DeploymentStatus) -> None:
 
 
 @click.command("logs")
-@name_argument
+@deployment_argument
 @click.option(
     "--group",
     type=click.IntRange(min=0),
@@ -561,7 +561,7 @@ def logs_command(
 
 
 @click.command("down")
-@name_argument
+@deployment_argument
 @click.option(
     "--purge-caches",
     is_flag=True,
