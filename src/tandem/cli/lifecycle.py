@@ -425,9 +425,14 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
         console.print(f"  [dim]evidence: {status.evidence}[/dim]")
     if status.router is not None:
         _print_groups(status)
-        if any(len({h.deployment for h in lg.holds}) > 1 for lg in status.ledger):
-            _print_ledger(status.ledger)
-        return
+    else:
+        _print_ranks(status)
+    if any(len({h.deployment for h in lg.holds}) > 1 for lg in status.ledger):
+        _print_ledger(status.ledger)
+
+
+def _print_ranks(status: lifecycle.DeploymentStatus) -> None:
+    """A deployment without a router: its ranks, its groups' verdicts, planned vs logged."""
     table = Table("rank", "role", "node", "address", "processes", "health")
     for r in status.ranks:
         shade = r.health.state.colour
@@ -468,8 +473,6 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
             )
     elif status.planned and status.planned.unavailable:
         console.print(f"  [dim]planned vs actual: {status.planned.unavailable}[/dim]")
-    if any(len({h.deployment for h in lg.holds}) > 1 for lg in status.ledger):
-        _print_ledger(status.ledger)
 
 
 def _figure(value: float | None) -> str:
