@@ -245,14 +245,11 @@ def plan_deployment(
             hint=f"use at most {longest:,}, or set env {wire.VLLM_ALLOW_LONG_MAX_MODEL_LEN}: 1 "
             "if you know the model extrapolates",
         )
-    if (
-        settings.tensor_parallel_size * settings.pipeline_parallel_size
-        > sum(n.gpus for n in deployment.cluster.nodes)
-        and hardware.device == "cuda"
-    ):
+    ranks = settings.tensor_parallel_size * settings.pipeline_parallel_size
+    gpus = sum(n.gpus for n in deployment.cluster.nodes)
+    if ranks > gpus and hardware.device == "cuda":
         raise PlanError(
-            f"TP x PP = {settings.tensor_parallel_size * settings.pipeline_parallel_size}"
-            f" devices but the cluster has {sum(n.gpus for n in deployment.cluster.nodes)}",
+            f"TP x PP = {ranks} devices but the cluster has {gpus}",
             field="engine.serve.tensor_parallel_size",
             file=deployment.recipe_file,
             hint="add nodes to the cluster or lower tensor_parallel_size",
