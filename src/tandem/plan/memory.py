@@ -212,6 +212,11 @@ class MemoryPlan(BaseModel):
     def reserve_bytes(self) -> int:
         return sum(r.bytes for r in self.reserves)
 
+    @property
+    def non_kv_bytes(self) -> int:
+        """Weights and reserves: what the budget holds before any KV cache."""
+        return self.weights_bytes_per_rank + self.reserve_bytes
+
 
 def weights_per_rank(facts: ModelFacts, settings: ServeSettings) -> tuple[int, int]:
     """(bytes per rank, of which replicated): TP/PP split, replicated parts whole."""
@@ -524,7 +529,7 @@ def fit_verdict(
     one_request = layout.bytes_per_request / capacity_scale
     reasons, changes = [], []
     if memory.kv_pool_bytes <= 0:
-        non_kv_gib = (memory.weights_bytes_per_rank + memory.reserve_bytes) / GIB
+        non_kv_gib = memory.non_kv_bytes / GIB
         reasons.append(
             f"weights and reserves ({non_kv_gib:.2f} GiB) exceed vLLM's budget "
             f"({memory.budget_bytes / GIB:.2f} GiB)"
@@ -559,10 +564,10 @@ def fit_verdict(
                 f"gpu_memory_utilization {settings.gpu_memory_utilization} is above the "
                 f"{max_util} this hardware starts with ({why})"
             )
-    non_kv = memory.weights_bytes_per_rank + memory.reserve_bytes
     min_util = None
     if hardware.device == "cuda":
-        min_util = math.ceil((non_kv + one_request) / memory.memory_total_bytes * 1000) / 1000
+        needed = memory.non_kv_bytes + one_request
+        min_util = math.ceil(needed / memory.memory_total_bytes * 1000) / 1000
     pool = max(memory.kv_pool_bytes, 0) * capacity_scale
     largest = layout.largest_max_model_len(pool, relayout)
     fits = not reasons
