@@ -375,27 +375,19 @@ def memory_plan(
     """Budget, weights, reserves and KV pool of one rank."""
     total = int(hardware.memory_total_gib.value * GIB)
     weights, replicated = weights_per_rank(facts, settings)
-    outside = int(hardware.outside_budget_gib.value * GIB) if hardware.outside_budget_gib else 0
-    if hardware.device == "cpu":
-        if settings.cpu_kv_cache_space_gib is not None:
-            pool = int(settings.cpu_kv_cache_space_gib * GIB)
-            budget = pool + weights
-        else:
-            budget = math.ceil(total * settings.gpu_memory_utilization)
-            pool = budget - weights
-        return MemoryPlan(
-            memory_total_bytes=total,
-            budget_bytes=budget,
-            weights_bytes_per_rank=weights,
-            weights_replicated_bytes_per_rank=replicated,
-            reserves=[],
-            kv_pool_bytes=pool,
-            outside_budget_bytes=0,
-            node_use_bytes=budget,
-        )
-    budget = math.ceil(total * settings.gpu_memory_utilization)
-    reserves = reserves_for(facts, settings, hardware) + list(extra_reserves)
-    pool = budget - weights - sum(r.bytes for r in reserves)
+    reserves: list[Reserve] = []  # vLLM's CPU backend reserves nothing beside the pool
+    outside = 0
+    if hardware.device == "cpu" and settings.cpu_kv_cache_space_gib is not None:
+        pool = int(settings.cpu_kv_cache_space_gib * GIB)
+        budget = pool + weights
+    elif hardware.device == "cpu":
+        budget = math.ceil(total * settings.gpu_memory_utilization)
+        pool = budget - weights
+    else:
+        outside = int(hardware.outside_budget_gib.value * GIB) if hardware.outside_budget_gib else 0
+        budget = math.ceil(total * settings.gpu_memory_utilization)
+        reserves = reserves_for(facts, settings, hardware) + list(extra_reserves)
+        pool = budget - weights - sum(r.bytes for r in reserves)
     return MemoryPlan(
         memory_total_bytes=total,
         budget_bytes=budget,
