@@ -11,7 +11,7 @@ import click
 from pydantic import BaseModel
 
 from tandem import files, ownership, screen
-from tandem.cli.options import force_option, out_option
+from tandem.cli.options import PORT, force_option, out_option
 from tandem.cli.watch import Duration
 from tandem.dashboard.observe import Observer
 from tandem.dashboard.page import document
@@ -43,7 +43,7 @@ STATUS_FILE = "status.json"
 @click.command("dashboard")
 @click.argument("name", required=False)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve on.")
-@click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True)
+@click.option("--port", type=PORT, default=DEFAULT_PORT, show_default=True)
 @click.option(
     "--refresh",
     "refresh_s",

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from tandem import screen
 from tandem.cli.layout import WholeSummaryGroup
-from tandem.cli.options import FloatIn
+from tandem.cli.options import PORT, FloatIn, json_option
 from tandem.operations import front
 from tandem.report.terminal import show
 
@@ -39,7 +39,7 @@ def front_command() -> None:
 @click.option("--host", default=front.LOOPBACK, show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
-    type=click.IntRange(1, 65535),
+    type=PORT,
     default=front.DEFAULT_PORT,
     show_default=True,
     help="Port of its OpenAI API.",
@@ -84,7 +84,7 @@ def stop_command() -> None:
 
 
 @front_command.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@json_option
 def status_command(as_json: bool) -> None:
     """The front door, the models it lists, and every deployment judged now.
 

@@ -12,7 +12,7 @@ import click
 
 from tandem import screen
 from tandem.cli.layout import SectionedCommand
-from tandem.cli.options import PORT, gpu_count, stack
+from tandem.cli.options import PORT, gpu_count, hardware_option, stack
 from tandem.operations.drafting import InitRequest, default_name, draft, write
 from tandem.redact import Redactor
 
@@ -53,12 +53,7 @@ INIT_OPTIONS = stack(
         metavar="N",
         help="GPUs per node. Default: what the nodes report.",
     ),
-    click.option(
-        "--hardware",
-        metavar="NAME",
-        help="Hardware profile: gb10, h100, h200, b200, gb200, cpu. Default: from the nodes' GPUs "
-        "(cpu without any).",
-    ),
+    hardware_option(default="from the nodes' GPUs (cpu without any)."),
     click.option(
         "--config",
         "config_path",

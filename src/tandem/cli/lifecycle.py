@@ -22,6 +22,7 @@ from tandem.cli.options import (
     api_key_option,
     cluster_option,
     deployment_argument,
+    json_option,
     machine_deployment,
     recipe_argument,
     startup_timeout_option,
@@ -49,7 +50,6 @@ from tandem.upgrade import last_reference
 from tandem.vllm_log import PhaseMark
 
 console = screen.console(highlight=False, soft_wrap=True)
-name_argument = deployment_argument
 
 
 def show_phase(mark: PhaseMark) -> None:
@@ -287,7 +287,7 @@ def show_event(text: str) -> None:
 
 
 @click.command("status")
-@name_argument
+@deployment_argument
 @click.option(
     "--all",
     "list_all",
@@ -295,7 +295,7 @@ def show_event(text: str) -> None:
     help="List every deployment, one line each, even when there is only one (with --json "
     "always an array, [] when there is none).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@json_option
 @click.option(
     "--canary-timeout",
     "canary_timeout_s",
@@ -425,9 +425,14 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
         console.print(f"  [dim]evidence: {status.evidence}[/dim]")
     if status.router is not None:
         _print_groups(status)
-        if any(len({h.deployment for h in lg.holds}) > 1 for lg in status.ledger):
-            _print_ledger(status.ledger)
-        return
+    else:
+        _print_ranks(status)
+    if any(len({h.deployment for h in lg.holds}) > 1 for lg in status.ledger):
+        _print_ledger(status.ledger)
+
+
+def _print_ranks(status: lifecycle.DeploymentStatus) -> None:
+    """A deployment without a router: its ranks, its groups' verdicts, planned vs logged."""
     table = Table("rank", "role", "node", "address", "processes", "health")
     for r in status.ranks:
         shade = r.health.state.colour
@@ -468,8 +473,6 @@ def _print_status(status: lifecycle.DeploymentStatus) -> None:
             )
     elif status.planned and status.planned.unavailable:
         console.print(f"  [dim]planned vs actual: {status.planned.unavailable}[/dim]")
-    if any(len({h.deployment for h in lg.holds}) > 1 for lg in status.ledger):
-        _print_ledger(status.ledger)
 
 
 def _figure(value: float | None) -> str:
@@ -504,7 +507,7 @@ def _print_groups(status: lifecycle.DeploymentStatus) -> None:
 
 
 @click.command("logs")
-@name_argument
+@deployment_argument
 @click.option(
     "--group",
     type=click.IntRange(min=0),
@@ -561,7 +564,7 @@ def logs_command(
 
 
 @click.command("down")
-@name_argument
+@deployment_argument
 @click.option(
     "--purge-caches",
     is_flag=True,

@@ -61,10 +61,6 @@ def _quiet_transformers() -> None:
     transformers_logging.disable_progress_bar()
 
 
-def _default_hf_home() -> Path:
-    return hf_cache.local_home()
-
-
 @click.group(
     "model", cls=WholeSummaryGroup, context_settings={"help_option_names": ["-h", "--help"]}
 )
@@ -112,7 +108,7 @@ def tiny_command(
     from tandem.models.tiny import TinyModel, build_tiny_model
 
     console = screen.console()
-    hf_home = hf_home or _default_hf_home()
+    hf_home = hf_home or hf_cache.local_home()
     _quiet_transformers()
     built: list[TinyModel] = []
     for name in TINY_ARCHITECTURES if build_all else [arch]:
@@ -155,7 +151,7 @@ def real_command(name: str, hf_home: Path | None, as_json: bool) -> None:
     """
     from tandem.models.real import build_real_model
 
-    real = build_real_model(hf_home or _default_hf_home(), model=name)
+    real = build_real_model(hf_home or hf_cache.local_home(), model=name)
     if as_json:
         screen.echo(real.model_dump_json(indent=2))
         return
@@ -217,7 +213,7 @@ def shape_command(
     _quiet_transformers()
     with console.status(f"building {preset}"):
         built = build_shape_model(
-            hf_home or _default_hf_home(),
+            hf_home or hf_cache.local_home(),
             preset,
             layers=layers,
             scale_down=scale_down,
@@ -366,7 +362,7 @@ def _pull_here(
 ) -> None:
     """A pull on this machine's cluster: its nodes share this machine's cache, so it is one
     download into it (huggingface_hub resumes a cut one)."""
-    home = Path(cache_root).expanduser() if cache_root else _default_hf_home()
+    home = Path(cache_root).expanduser() if cache_root else hf_cache.local_home()
     _refuse_a_download_of_what_tandem_builds(repo_id)
     if dry_run:
         console.print(f"would download {repo_id}@{revision} into {home / 'hub'}", soft_wrap=True)

@@ -52,7 +52,6 @@ class FloatIn(click.FloatRange):
 DEFAULT = ParameterSource.DEFAULT
 POSITIVE = FloatIn(min=0, min_open=True)
 """A finite number above 0 (seconds, rates, limits)."""
-NOT_NEGATIVE = FloatIn(min=0)
 SHARE = FloatIn(min=0, max=1)
 """A share from 0 to 1 inclusive."""
 PORT = click.IntRange(1, 65535)
@@ -139,6 +138,19 @@ def out_option(text: str, *, required: bool = False) -> Callable[[Any], Any]:
     says what it writes there."""
     return click.option(
         "--out", "out_dir", required=required, type=click.Path(file_okay=False), help=text
+    )
+
+
+def hardware_option(*dest: str, default: str) -> Callable[[Any], Any]:
+    """``--hardware NAME`` of ``init`` and ``plan``: the profiles it names come from their own
+    files (``tandem.plan.hardware``); ``default`` says what the command picks without it."""
+    from tandem.plan.hardware import listed_profiles  # here: other commands skip the planner
+
+    return click.option(
+        "--hardware",
+        *dest,
+        metavar="NAME",
+        help=f"Hardware profile: {', '.join(listed_profiles())}. Default: {default}",
     )
 
 

@@ -13,12 +13,14 @@ from tandem.cli.options import (
     SHARE,
     cluster_option,
     field_option,
+    hardware_option,
     machine_deployment,
     recipe_argument,
     stack,
 )
 from tandem.errors import PlanError
 from tandem.plan.calibrate import figures_from_log, planned_vs_measured, serves_model
+from tandem.plan.hardware import listed_profiles
 from tandem.plan.planner import for_cpu, plan_for
 from tandem.rankplan import template_plan
 from tandem.report.plan import print_plan
@@ -40,12 +42,9 @@ PLAN_OPTIONS = stack(
         help="The model's config.json alone (from its Hub page): plan before downloading "
         "anything, the weights counted from the architecture.",
     ),
-    click.option(
-        "--hardware",
+    hardware_option(
         "hardware_name",
-        metavar="NAME",
-        help="Hardware profile: gb10, h100, h200, b200, gb200, cpu. Default: from the "
-        "cluster (DGX Spark names -> gb10, a local CPU cluster -> cpu).",
+        default="from the cluster (DGX Spark names -> gb10, a local CPU cluster -> cpu).",
     ),
     field_option(
         ServeOptions,
@@ -162,7 +161,7 @@ def refuse_this_machine(deployment: Deployment) -> None:
         "and without --cluster it would be planned on this machine's CPUs",
         field="--cluster",
         hint="pass --cluster with the inventory of the nodes it runs on (e.g. "
-        "examples/dgx-spark-pair.yaml), or --hardware gb10|h100|h200|b200|gb200",
+        f"examples/dgx-spark-pair.yaml), or --hardware {'|'.join(listed_profiles(cpu=False))}",
     )
 
 

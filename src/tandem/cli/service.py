@@ -12,6 +12,7 @@ from tandem.backends import systemd
 from tandem.cli.layout import WholeSummaryGroup
 from tandem.cli.options import (
     cluster_option,
+    json_option,
     machine_deployment,
     recipe_argument,
     startup_timeout_option,
@@ -104,7 +105,7 @@ def install_command(
 @service_command.command("status")
 @click.argument("name")
 @unit_dir_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@json_option
 def status_command(name: str, unit_dir: Path, as_json: bool) -> None:
     """Show whether the unit is installed, and its state under systemd.
 

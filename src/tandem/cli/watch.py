@@ -17,7 +17,7 @@ from rich.live import Live
 from tandem import ownership, screen
 from tandem.backends.state import load_state
 from tandem.cli.layout import WholeSummaryGroup
-from tandem.cli.options import field_option, force_option, out_option
+from tandem.cli.options import PORT, field_option, force_option, out_option
 from tandem.errors import CheckFailed, SpecError
 from tandem.report.watch import live_view, markdown, report_folder
 from tandem.spec.recipe import Watch, port_clash
@@ -106,7 +106,7 @@ def watch_command() -> None:
 @click.option(
     "--serve-metrics",
     "metrics_port",
-    type=click.IntRange(1, 65535),
+    type=PORT,
     help="Serve the latest sample as Prometheus metrics on this port (rank up, "
     "memory, GPU), for the rules of `tandem render --target prometheus`.",
 )

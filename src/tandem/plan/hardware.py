@@ -85,6 +85,15 @@ def profile_names() -> list[str]:
     )
 
 
+def listed_profiles(*, cpu: bool = True) -> list[str]:
+    """The profiles as ``--hardware``'s help and hints list them, read from their own files so
+    a new one shows everywhere: the GPUs from the slowest memory to the fastest, then the CPU
+    backend (left out with ``cpu=False``, where the recipe is one for GPUs)."""
+    profiles = [load_profile(name) for name in profile_names()]
+    profiles.sort(key=lambda p: (p.device == "cpu", p.memory_bandwidth_gb_s.value))
+    return [p.name for p in profiles if cpu or p.device != "cpu"]
+
+
 def load_profile(name: str) -> HardwareProfile:
     """The profile called ``name`` (or one of its aliases).
 

@@ -237,48 +237,32 @@ def kv_layout(
     window = int(config.get("sliding_window") or 0)
     full_blocks = cdiv(max_model_len, block_size)
     sliding_blocks = cdiv(min(window - 1 + max_in_flight_tokens, max_model_len), block_size) + 1
-    if len(kinds) == 1:
-        kind = next(iter(kinds))
-        blocks = sliding_blocks if kind == "sliding" else full_blocks
-        if kind == "sliding":
-            notes.append(
-                f"sliding window {window}: a request reserves cdiv(min(window - 1 + "
-                f"{max_in_flight_tokens} in-flight tokens, max_model_len), block) + 1 "
-                "blocks"
-            )
-        group = KVGroup(
-            name=kind, layers=layers, block_size_tokens=block_size, blocks_per_request=blocks
-        )
-        return KVLayout(
-            architecture="sliding-window" if kind == "sliding" else "gqa",
-            kv_cache_dtype=dtype,
-            block_size_tokens=block_size,
-            kv_bytes_per_token_ideal=per_layer * layers,
-            bytes_per_block=page * layers,
-            blocks_per_request=blocks,
-            max_model_len=max_model_len,
-            groups=[group],
-            notes=notes,
-        )
     # Hybrid full + sliding: vLLM forms groups of equal layer count so that pages line up.
-    group_layers = min(kinds.values())
-    groups = []
-    for kind, count in sorted(kinds.items()):
-        for i in range(cdiv(count, group_layers)):
-            groups.append(
-                KVGroup(
-                    name=f"{kind} {i}",
-                    layers=group_layers,
-                    block_size_tokens=block_size,
-                    blocks_per_request=sliding_blocks if kind == "sliding" else full_blocks,
-                )
-            )
-    notes.append(
-        f"hybrid layers {dict(kinds)}: grouped {group_layers} layers a group, as vLLM's "
-        "uniform-page-size grouping does (approximation)"
-    )
+    hybrid = len(kinds) != 1
+    group_layers = min(kinds.values()) if hybrid else layers
+    groups = [
+        KVGroup(
+            name=f"{kind} {i}" if hybrid else kind,
+            layers=group_layers,
+            block_size_tokens=block_size,
+            blocks_per_request=sliding_blocks if kind == "sliding" else full_blocks,
+        )
+        for kind, count in sorted(kinds.items())
+        for i in range(cdiv(count, group_layers) if hybrid else 1)
+    ]
+    if hybrid:
+        notes.append(
+            f"hybrid layers {dict(kinds)}: grouped {group_layers} layers a group, as vLLM's "
+            "uniform-page-size grouping does (approximation)"
+        )
+    elif "sliding" in kinds:
+        notes.append(
+            f"sliding window {window}: a request reserves cdiv(min(window - 1 + "
+            f"{max_in_flight_tokens} in-flight tokens, max_model_len), block) + 1 "
+            "blocks"
+        )
     return KVLayout(
-        architecture="hybrid",
+        architecture="hybrid" if hybrid else "sliding-window" if "sliding" in kinds else "gqa",
         kv_cache_dtype=dtype,
         block_size_tokens=block_size,
         kv_bytes_per_token_ideal=per_layer * layers,

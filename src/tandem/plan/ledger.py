@@ -222,7 +222,7 @@ def fix_of(plan: Plan, room_bytes: int, ranks: int) -> str:
             )
         return f"there is no room for one {settings.max_model_len:,}-token request: {elsewhere}"
     util = math.floor(per_rank / memory.memory_total_bytes * 1000) / 1000
-    pool = util * memory.memory_total_bytes - memory.weights_bytes_per_rank - memory.reserve_bytes
+    pool = util * memory.memory_total_bytes - memory.non_kv_bytes
     if pool >= one_request:
         return (
             f"lower gpu_memory_utilization from {settings.gpu_memory_utilization} to {util} or "

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from tandem.errors import PlanError
 from tandem.plan.config import ModelFacts
-from tandem.plan.hardware import HardwareProfile
+from tandem.plan.hardware import Figure, HardwareProfile
 from tandem.plan.kv import KVLayout, default_block_size, is_deepseek_v4, kv_layout
 from tandem.plan.profile_run import (
     ProfileSettings,
@@ -40,7 +40,6 @@ GIB = 1024**3
 # Activation peak of the profile run, bytes per batched token per hidden unit: 2.03 GiB at
 # 8192 tokens x hidden 4096 in a GB10 DeepSeek-V4 TP4 boot log (model-physics.md §2.4, [R11]).
 ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN = 65.0
-SPECULATIVE_DRAFTER_METHODS = ("mtp", "deepseek_mtp", "dspark", "eagle", "eagle3", "medusa")
 
 
 class ServeSettings(BaseModel):
@@ -213,6 +212,11 @@ class MemoryPlan(BaseModel):
     def reserve_bytes(self) -> int:
         return sum(r.bytes for r in self.reserves)
 
+    @property
+    def non_kv_bytes(self) -> int:
+        """Weights and reserves: what the budget holds before any KV cache."""
+        return self.weights_bytes_per_rank + self.reserve_bytes
+
 
 def weights_per_rank(facts: ModelFacts, settings: ServeSettings) -> tuple[int, int]:
     """(bytes per rank, of which replicated): TP/PP split, replicated parts whole."""
@@ -256,21 +260,14 @@ def reserves_for(
         ]
     if hardware.non_torch_gib:
         reserves.append(
-            Reserve(
-                kind=ReserveKind.NON_TORCH,
-                name="non-torch (NCCL, cuBLAS)",
-                bytes=int(hardware.non_torch_gib.value * GIB),
-                basis=_basis(hardware.non_torch_gib.source),
+            _profile_reserve(
+                ReserveKind.NON_TORCH, "non-torch (NCCL, cuBLAS)", hardware.non_torch_gib
             )
         )
     if hardware.non_torch_tp_extra_gib and settings.tensor_parallel_size > 1:
+        name = "non-torch, TP > 1 (NCCL communicator)"
         reserves.append(
-            Reserve(
-                kind=ReserveKind.NON_TORCH,
-                name="non-torch, TP > 1 (NCCL communicator)",
-                bytes=int(hardware.non_torch_tp_extra_gib.value * GIB),
-                basis=_basis(hardware.non_torch_tp_extra_gib.source),
-            )
+            _profile_reserve(ReserveKind.NON_TORCH, name, hardware.non_torch_tp_extra_gib)
         )
     # vLLM's V2 model runner captures its graphs after sizing the KV cache: nothing reserved.
     discrete_cuda = hardware.device == "cuda" and not hardware.unified_memory
@@ -279,12 +276,7 @@ def reserves_for(
             reserves.append(derived_cudagraphs(config, settings))
         elif hardware.cudagraph_gib:
             reserves.append(
-                Reserve(
-                    kind=ReserveKind.CUDA_GRAPHS,
-                    name="CUDA graphs",
-                    bytes=int(hardware.cudagraph_gib.value * GIB),
-                    basis=_basis(hardware.cudagraph_gib.source),
-                )
+                _profile_reserve(ReserveKind.CUDA_GRAPHS, "CUDA graphs", hardware.cudagraph_gib)
             )
     if is_deepseek_v4(config):
         window = int(config.get("sliding_window", 128))
@@ -365,9 +357,13 @@ def derived_cudagraphs(config: dict[str, Any], settings: ServeSettings) -> Reser
     )
 
 
-def _basis(source: str) -> str:
-    head = source.split(":", 1)[0].strip().lower()
-    return source if head in ("estimate", "measured", "derived") else f"source: {source}"
+def _profile_reserve(kind: ReserveKind, name: str, figure: Figure) -> Reserve:
+    """A reserve the hardware profile states in GiB, its basis the figure's own source
+    (labelled ``source:`` unless it already says estimate, measured or derived)."""
+    head = figure.source.split(":", 1)[0].strip().lower()
+    labelled = head in ("estimate", "measured", "derived")
+    basis = figure.source if labelled else f"source: {figure.source}"
+    return Reserve(kind=kind, name=name, bytes=int(figure.value * GIB), basis=basis)
 
 
 def memory_plan(
@@ -379,27 +375,19 @@ def memory_plan(
     """Budget, weights, reserves and KV pool of one rank."""
     total = int(hardware.memory_total_gib.value * GIB)
     weights, replicated = weights_per_rank(facts, settings)
-    outside = int(hardware.outside_budget_gib.value * GIB) if hardware.outside_budget_gib else 0
-    if hardware.device == "cpu":
-        if settings.cpu_kv_cache_space_gib is not None:
-            pool = int(settings.cpu_kv_cache_space_gib * GIB)
-            budget = pool + weights
-        else:
-            budget = math.ceil(total * settings.gpu_memory_utilization)
-            pool = budget - weights
-        return MemoryPlan(
-            memory_total_bytes=total,
-            budget_bytes=budget,
-            weights_bytes_per_rank=weights,
-            weights_replicated_bytes_per_rank=replicated,
-            reserves=[],
-            kv_pool_bytes=pool,
-            outside_budget_bytes=0,
-            node_use_bytes=budget,
-        )
-    budget = math.ceil(total * settings.gpu_memory_utilization)
-    reserves = reserves_for(facts, settings, hardware) + list(extra_reserves)
-    pool = budget - weights - sum(r.bytes for r in reserves)
+    reserves: list[Reserve] = []  # vLLM's CPU backend reserves nothing beside the pool
+    outside = 0
+    if hardware.device == "cpu" and settings.cpu_kv_cache_space_gib is not None:
+        pool = int(settings.cpu_kv_cache_space_gib * GIB)
+        budget = pool + weights
+    elif hardware.device == "cpu":
+        budget = math.ceil(total * settings.gpu_memory_utilization)
+        pool = budget - weights
+    else:
+        outside = int(hardware.outside_budget_gib.value * GIB) if hardware.outside_budget_gib else 0
+        budget = math.ceil(total * settings.gpu_memory_utilization)
+        reserves = reserves_for(facts, settings, hardware) + list(extra_reserves)
+        pool = budget - weights - sum(r.bytes for r in reserves)
     return MemoryPlan(
         memory_total_bytes=total,
         budget_bytes=budget,
@@ -533,7 +521,7 @@ def fit_verdict(
     one_request = layout.bytes_per_request / capacity_scale
     reasons, changes = [], []
     if memory.kv_pool_bytes <= 0:
-        non_kv_gib = (memory.weights_bytes_per_rank + memory.reserve_bytes) / GIB
+        non_kv_gib = memory.non_kv_bytes / GIB
         reasons.append(
             f"weights and reserves ({non_kv_gib:.2f} GiB) exceed vLLM's budget "
             f"({memory.budget_bytes / GIB:.2f} GiB)"
@@ -568,10 +556,10 @@ def fit_verdict(
                 f"gpu_memory_utilization {settings.gpu_memory_utilization} is above the "
                 f"{max_util} this hardware starts with ({why})"
             )
-    non_kv = memory.weights_bytes_per_rank + memory.reserve_bytes
     min_util = None
     if hardware.device == "cuda":
-        min_util = math.ceil((non_kv + one_request) / memory.memory_total_bytes * 1000) / 1000
+        needed = memory.non_kv_bytes + one_request
+        min_util = math.ceil(needed / memory.memory_total_bytes * 1000) / 1000
     pool = max(memory.kv_pool_bytes, 0) * capacity_scale
     largest = layout.largest_max_model_len(pool, relayout)
     fits = not reasons

@@ -27,7 +27,7 @@ from tandem import wire
 from tandem.errors import PlanError
 from tandem.plan.calibrate import Calibration
 from tandem.plan.config import ModelFacts, facts_of
-from tandem.plan.hardware import HardwareProfile, load_profile, profile_names
+from tandem.plan.hardware import HardwareProfile, listed_profiles, load_profile, profile_names
 from tandem.plan.kv import KVLayout
 from tandem.plan.memory import (
     GIB,
@@ -160,7 +160,7 @@ def infer_hardware(deployment: Deployment, name: str | None) -> HardwareProfile:
     raise PlanError(
         "cannot tell which hardware the cluster has",
         field="--hardware",
-        hint="pass --hardware gb10|h100|h200|b200|gb200|cpu",
+        hint=f"pass --hardware {'|'.join(listed_profiles())}",
     )
 
 
@@ -245,14 +245,11 @@ def plan_deployment(
             hint=f"use at most {longest:,}, or set env {wire.VLLM_ALLOW_LONG_MAX_MODEL_LEN}: 1 "
             "if you know the model extrapolates",
         )
-    if (
-        settings.tensor_parallel_size * settings.pipeline_parallel_size
-        > sum(n.gpus for n in deployment.cluster.nodes)
-        and hardware.device == "cuda"
-    ):
+    ranks = settings.tensor_parallel_size * settings.pipeline_parallel_size
+    gpus = sum(n.gpus for n in deployment.cluster.nodes)
+    if ranks > gpus and hardware.device == "cuda":
         raise PlanError(
-            f"TP x PP = {settings.tensor_parallel_size * settings.pipeline_parallel_size}"
-            f" devices but the cluster has {sum(n.gpus for n in deployment.cluster.nodes)}",
+            f"TP x PP = {ranks} devices but the cluster has {gpus}",
             field="engine.serve.tensor_parallel_size",
             file=deployment.recipe_file,
             hint="add nodes to the cluster or lower tensor_parallel_size",
@@ -275,12 +272,11 @@ def plan_deployment(
         scale = boot["kv_cache_tokens"] / obs_layout.pool_tokens(measured_pool)
         obs_memory = memory_plan(facts, obs_settings, hardware)
         measured_non_kv = obs_memory.budget_bytes - measured_pool
-        modelled_non_kv = obs_memory.weights_bytes_per_rank + obs_memory.reserve_bytes
         extra = [
             Reserve(
                 kind=ReserveKind.CALIBRATED,
                 name="unattributed non-KV memory (calibrated)",
-                bytes=int(measured_non_kv - modelled_non_kv),
+                bytes=int(measured_non_kv - obs_memory.non_kv_bytes),
                 basis=f"calibrated: measured non-KV memory of a shipped boot minus this "
                 f"plan's arithmetic at the same settings ({boot['source']})",
             )
@@ -298,13 +294,12 @@ def plan_deployment(
     memory = memory_plan(facts, settings, hardware, extra)
     sharing = ranks_per_device(deployment)
     if sharing > 1 and hardware.device == "cuda":
-        peer = memory.weights_bytes_per_rank + memory.reserve_bytes
         extra = [
             *extra,
             Reserve(
                 kind=ReserveKind.PEERS,
                 name=f"{sharing - 1} other rank(s) on the same GPU",
-                bytes=(sharing - 1) * peer,
+                bytes=(sharing - 1) * memory.non_kv_bytes,
                 basis="derived: vLLM counts what other processes allocate on its device during its "
                 "profile run as its own non-torch memory, and sizes every rank's KV cache "
                 "by the smallest rank; so the rank that profiles last loses the others' "
@@ -426,10 +421,9 @@ def explain_claim(
     else:
         planned_tokens = plan.kv_pool_tokens
     implied = claimed * per_token if claimed else None
-    non_kv = plan.memory.weights_bytes_per_rank + plan.memory.reserve_bytes
     util = extra = None
     if implied is not None:
-        util = round((implied + non_kv) / plan.memory.memory_total_bytes, 3)
+        util = round((implied + plan.memory.non_kv_bytes) / plan.memory.memory_total_bytes, 3)
         extra = round((plan.kv_pool_bytes - implied) / GIB, 2)
     diff = round((planned_tokens - claimed) / claimed * 100, 1) if claimed else 0.0
     text = (
