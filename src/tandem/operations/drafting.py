@@ -42,7 +42,7 @@ from tandem.built_models import missing_hint
 from tandem.errors import PlanError, SpecError, TandemError
 from tandem.operations.preflight import probe_all
 from tandem.plan.config import ModelFacts, facts_from_dir, load_model_facts
-from tandem.plan.hardware import HardwareProfile, load_profile
+from tandem.plan.hardware import HardwareProfile, listed_profiles, load_profile
 from tandem.plan.memory import model_max_len
 from tandem.plan.planner import Plan, plan_deployment
 from tandem.spec.cluster import Cluster, LocalIsolation, Node
@@ -263,13 +263,13 @@ def _hardware(
         raise PlanError(
             f"no hardware profile for the GPUs found ({', '.join(sorted(set(names))) or 'local'})",
             field="--hardware",
-            hint="pass --hardware gb10|h100|h200|b200|gb200",
+            hint=f"pass --hardware {'|'.join(listed_profiles(cpu=False))}",
         )
     if request.hosts and not facts:
         raise PlanError(
             "the nodes could not be asked which hardware they have",
             field="--hardware",
-            hint="pass --hardware gb10|h100|h200|b200|gb200|cpu",
+            hint=f"pass --hardware {'|'.join(listed_profiles())}",
         )
     return load_profile("cpu")
 
