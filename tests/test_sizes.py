@@ -48,7 +48,6 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/render/k8s_validate.py:_pod_spec_problems": (142, 2),
     "tandem/render/k8s_validate.py:lws_webhook_problems": (94, 2),
     "tandem/render/prometheus.py:alert_rules": (113, 2),
-    "tandem/report/bench.py:markdown": (85, 1),
     "tandem/report/plan.py:plan_tables": (97, 1),
     "tandem/report/watch.py:live_view": (92, 2),
     "tandem/spec/deployment.py:deployment_problems": (98, 1),
