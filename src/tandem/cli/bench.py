@@ -346,18 +346,16 @@ def run_command(
         _search(config, wanted, out_dir, set(given(click.get_current_context(), fields)),
                 resume=resume, force=force)  # fmt: skip
         return
-    out = _claimed(out_dir, BENCH_RUN, config.model_dump(mode="json"), resume, force)
+    out: Path | None = None
+    if out_dir is not None:
+        out = _claimed(out_dir, BENCH_RUN, config.model_dump(mode="json"), resume, force)
     with BackgroundWatch(deployment, out / WATCH_DIR) if watch and out else nullcontext():
         if quiet:
             result = run(config, out, resume=resume)
         else:
             with _LiveProgress(console) as progress:
                 result = run(config, out, progress.update, resume=resume)
-    show(summary_table(result))
-    if (table := depth_table(result)) is not None:
-        show(table)
-    if (table := rounds_table(result)) is not None:
-        show(table)
+    _show_tables(result)
     for warning in result.warnings + [w for p in result.points for w in p.warnings]:
         console.print(f"[yellow]warning:[/] {warning}")
     if out is not None:
@@ -413,14 +411,7 @@ def _search(
             problems=[replace(p, field=option_of(BenchConfig, p.field)) for p in dropped],
         )
     check_objectives(wanted)
-    folder = ownership.claim_output(
-        Path(out_dir),
-        SLO_RUN,
-        search_identity(config, wanted),
-        resume=resume,
-        force=force,
-        flag_of=_flag_of,
-    ).make()
+    folder = _claimed(out_dir, SLO_RUN, search_identity(config, wanted), resume, force)
     console = screen.console(stderr=True)
     search = slo_search(
         config,
@@ -437,11 +428,9 @@ def _search(
 
 
 def _claimed(
-    out_dir: str | None, kind: ownership.RunKind, run: dict[str, Any], resume: bool, force: bool
-) -> Path | None:
+    out_dir: str, kind: ownership.RunKind, run: dict[str, Any], resume: bool, force: bool
+) -> Path:
     """``--out`` claimed for the run ``run`` of ``kind`` (``tandem.ownership``) and created."""
-    if out_dir is None:
-        return None
     return ownership.claim_output(
         Path(out_dir), kind, run, resume=resume, force=force, flag_of=_flag_of
     ).make()
@@ -572,12 +561,17 @@ def report_command(run_dir: str, plots: bool) -> None:
     """
     out = Path(run_dir)
     result = load_summary(out)
-    show(summary_table(result))
-    if (table := depth_table(result)) is not None:
-        show(table)
-    if (table := rounds_table(result)) is not None:
-        show(table)
+    _show_tables(result)
     write_reports(result, out, plots=plots)
+
+
+def _show_tables(result: BenchResult) -> None:
+    """A run on the terminal, after it ends or from its files: the summary, and the depth and
+    rounds tables where the run has them."""
+    show(summary_table(result))
+    for table in (depth_table(result), rounds_table(result)):
+        if table is not None:
+            show(table)
 
 
 def write_reports(result: BenchResult, out: Path, *, plots: bool) -> list[Path]:
