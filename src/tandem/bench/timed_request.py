@@ -20,7 +20,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import httpx
 
@@ -480,6 +480,22 @@ def _json_or_text(body: bytes) -> Any:
 
 # --- server facts -----------------------------------------------------------------------------
 
+_Answer = TypeVar("_Answer", Tokens, Detokenized)
+
+
+async def _vllm_answer(
+    client: httpx.AsyncClient, url: str, path: str, body: dict[str, Any], model: type[_Answer]
+) -> _Answer | None:
+    """The answer of a POST to one of vLLM's own routes (``/tokenize``, ``/detokenize``):
+    optional extras, so a server without them, or answering otherwise, gives None."""
+    try:
+        response = await client.post(url + path, timeout=30, json=body)
+        if response.status_code != 200:
+            return None
+        return answer_of(model, response, f"POST {path}")
+    except (httpx.HTTPError, EndpointError):
+        return None
+
 
 async def tokenize(
     client: httpx.AsyncClient,
@@ -492,17 +508,9 @@ async def tokenize(
     """Token ids of ``text`` from vLLM's ``/tokenize``; None when the server has no such route.
     With ``add_special_tokens``, as the completions route counts a text prompt (BOS first on
     most tokenizers)."""
-    try:
-        response = await client.post(
-            base_url + wire.TOKENIZE_PATH,
-            timeout=30,
-            json={"model": model, "prompt": text, "add_special_tokens": add_special_tokens},
-        )
-        if response.status_code != 200:
-            return None
-        return answer_of(Tokens, response, f"POST {wire.TOKENIZE_PATH}").tokens
-    except (httpx.HTTPError, EndpointError):
-        return None
+    body = {"model": model, "prompt": text, "add_special_tokens": add_special_tokens}
+    answer = await _vllm_answer(client, base_url, wire.TOKENIZE_PATH, body, Tokens)
+    return answer.tokens if answer is not None else None
 
 
 async def count_tokens(
@@ -516,28 +524,17 @@ async def count_tokens(
         body |= {"messages": prompt.messages(), "add_generation_prompt": True}
     else:
         body |= {"prompt": prompt.completion_text(), "add_special_tokens": True}
-    try:
-        response = await client.post(base_url + wire.TOKENIZE_PATH, timeout=30, json=body)
-        if response.status_code != 200:
-            return None
-        return answer_of(Tokens, response, f"POST {wire.TOKENIZE_PATH}").count
-    except (httpx.HTTPError, EndpointError):
-        return None
+    answer = await _vllm_answer(client, base_url, wire.TOKENIZE_PATH, body, Tokens)
+    return answer.count if answer is not None else None
 
 
 async def detokenize(
     client: httpx.AsyncClient, base_url: str, model: str, token_ids: list[int]
 ) -> str | None:
     """Text of ``token_ids`` from vLLM's ``/detokenize``; None when unavailable."""
-    try:
-        response = await client.post(
-            base_url + wire.DETOKENIZE_PATH, timeout=30, json={"model": model, "tokens": token_ids}
-        )
-        if response.status_code != 200:
-            return None
-        return answer_of(Detokenized, response, f"POST {wire.DETOKENIZE_PATH}").prompt
-    except (httpx.HTTPError, EndpointError):
-        return None
+    body = {"model": model, "tokens": token_ids}
+    answer = await _vllm_answer(client, base_url, wire.DETOKENIZE_PATH, body, Detokenized)
+    return answer.prompt if answer is not None else None
 
 
 async def server_version(client: httpx.AsyncClient, base_url: str) -> str | None:
