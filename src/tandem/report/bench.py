@@ -6,7 +6,6 @@ Everything here renders from ``BenchResult`` / ``Comparison`` (and, for distribu
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from tandem.bench.records import RequestRecord
 from tandem.bench.rounds import PointRounds, rounds_summary
 from tandem.bench.server_metrics import ServerDelta
 from tandem.bench.slo_search import SloSearch
-from tandem.bench.stats import MedianCI
+from tandem.bench.stats import MedianCI, median_ci
 
 REPORT_FILE = "report.md"
 SLO_REPORT_FILE = "slo.md"
@@ -619,9 +618,9 @@ def _depth_plot(result: BenchResult, out_dir: Path, plt) -> Path:
 
 
 def _median_of(values: Sequence[float | None]) -> float | None:
-    """The median of a figure over a point's rounds (the figure itself for one round)."""
-    seen = [v for v in values if v is not None]
-    return statistics.median(seen) if seen else None
+    """The median of a figure over a point's rounds (the figure itself for one round), as the
+    rounds table takes it (``median_ci``)."""
+    return median_ci([v for v in values if v is not None]).median
 
 
 def _save_ladder(fig, ax, x: list[int], path: Path, plt) -> Path:
