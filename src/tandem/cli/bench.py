@@ -6,6 +6,7 @@ is not one of its subcommands to ``run``, so the short form and the noun-verb fo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -124,22 +125,20 @@ def bench_command() -> None:
     """
 
 
-def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
-    if value is None:
-        return None
-    try:
-        return [int(v) for v in value.split(",") if v.strip()]
-    except ValueError as exc:
-        raise click.BadParameter("a comma-separated list of integers, e.g. 1,2,4") from exc
+def _ladder(number: Callable[[str], float], what: str) -> Callable[..., list]:
+    """Click callback of a ladder option (``--concurrency 1,2,4``), its values ``number`` s."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> list:
+        try:
+            return [number(v) for v in (value or "").split(",") if v.strip()]
+        except ValueError as exc:
+            raise click.BadParameter(f"a comma-separated list of {what}") from exc
+
+    return parse
 
 
-def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[float]:
-    if not value:
-        return []
-    try:
-        return [float(v) for v in value.split(",") if v.strip()]
-    except ValueError as exc:
-        raise click.BadParameter("a comma-separated list of numbers, e.g. 0.5,1,2") from exc
+_integers = _ladder(int, "integers, e.g. 1,2,4")
+_numbers = _ladder(float, "numbers, e.g. 0.5,1,2")
 
 
 bench_url_option = click.option(
@@ -202,8 +201,8 @@ RUN_SECTIONS = {
     "Folder for requests.jsonl, summary.json, report.md, report.html, points.csv and plots."
 )
 @field_option(BenchConfig, "endpoint")
-@field_option(BenchConfig, "concurrency", callback=_int_list)
-@field_option(BenchConfig, "rates_rps", flag="--rates", callback=_float_list)
+@field_option(BenchConfig, "concurrency", callback=_integers)
+@field_option(BenchConfig, "rates_rps", flag="--rates", callback=_numbers)
 @field_option(BenchConfig, "burstiness", type=FloatIn(min=0, min_open=True, infinite=True))
 @field_option(BenchConfig, "max_concurrency")
 @field_option(BenchConfig, "requests")
@@ -217,7 +216,7 @@ RUN_SECTIONS = {
 @field_option(BenchConfig, "prefix_tokens")
 @field_option(BenchConfig, "prefix_groups")
 @field_option(BenchConfig, "turns")
-@field_option(BenchConfig, "depths", callback=_int_list)
+@field_option(BenchConfig, "depths", callback=_integers)
 @field_option(BenchConfig, "rounds")
 @field_option(BenchConfig, "long_context")
 @field_option(BenchConfig, "warmup_requests", flag="--warmup")
