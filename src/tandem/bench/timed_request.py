@@ -291,19 +291,16 @@ class StreamAccumulator:
         try:
             chunk = json.loads(event.data)
         except ValueError:
-            if self.error is None:
-                self.error = (ErrorCategory.PROTOCOL, f"not JSON: {event.data[:80]!r}")
+            self._failed(ErrorCategory.PROTOCOL, f"not JSON: {event.data[:80]!r}")
             return
         if event.event == "error" or (isinstance(chunk, dict) and "error" in chunk):
-            if self.error is None:
-                self.error = (ErrorCategory.SSE_ERROR, _error_message(chunk))
+            self._failed(ErrorCategory.SSE_ERROR, _error_message(chunk))
             return
         if not isinstance(chunk, dict):
             return
         problem = chunk_problem(chunk)
         if problem is not None:
-            if self.error is None:
-                self.error = (ErrorCategory.PROTOCOL, f"not a chunk ({problem})")
+            self._failed(ErrorCategory.PROTOCOL, f"not a chunk ({problem})")
             return
         if chunk.get("usage"):
             self.usage = chunk["usage"]
@@ -327,6 +324,11 @@ class StreamAccumulator:
         if self.answer is not None and text.answer:
             self.answer.append(text.answer)
         self.chunk_times_s.append(t)
+
+    def _failed(self, category: ErrorCategory, detail: str) -> None:
+        """The stream went wrong; the first fault is the one recorded (later ones follow it)."""
+        if self.error is None:
+            self.error = (category, detail)
 
     def finish(self, clean_end: bool) -> dict[str, Any]:
         """RequestRecord fields for this stream. ``clean_end``: the HTTP body ended normally.
@@ -368,12 +370,10 @@ class StreamAccumulator:
 
 def _error_message(body: Any) -> str:
     """The human part of an OpenAI-style error body, shortened."""
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict):
-            return str(err.get("message") or err)[:_DETAIL_CHARS]
-        return str(err)[:_DETAIL_CHARS]
-    return str(body)[:_DETAIL_CHARS]
+    err = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(err, dict):
+        err = err.get("message") or err
+    return str(err)[:_DETAIL_CHARS]
 
 
 @dataclass(frozen=True)
