@@ -30,7 +30,7 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/bench/timed_request.py:send_request": (69, 9),
     "tandem/check/allreduce.py:main": (84, 1),
     "tandem/check/fabric.py:run_fabric": (115, 11),
-    "tandem/cli/bench.py:run_command": (166, 18),
+    "tandem/cli/bench.py:run_command": (161, 18),
     "tandem/cli/eval.py:gpqa_command": (137, 25),
     "tandem/cli/eval.py:smoke_command": (88, 7),
     "tandem/cli/watch.py:run_command": (109, 8),

@@ -314,12 +314,7 @@ def run_command(
                 for e in exc.errors()
             ],
         ) from exc
-    conflicts = config.conflicts()
-    if conflicts:
-        raise SpecError(
-            f"{len(conflicts)} bench option(s) would be ignored or overridden",
-            problems=[replace(p, field=option_of(BenchConfig, p.field)) for p in conflicts],
-        )
+    _refuse(config.conflicts(), "would be ignored or overridden")
     if not config.concurrency and not config.rates_rps and not config.long_context:
         raise SpecError(
             "nothing to measure",
@@ -403,12 +398,7 @@ def _search(
     """``--search-slo``: its options checked, its folder claimed, the search run and shown."""
     if out_dir is None:
         raise SpecError("--search-slo needs --out (each probe is saved there)", field="--out")
-    dropped = search_conflicts(config, given_fields)
-    if dropped:
-        raise SpecError(
-            f"{len(dropped)} bench option(s) that --search-slo would drop",
-            problems=[replace(p, field=option_of(BenchConfig, p.field)) for p in dropped],
-        )
+    _refuse(search_conflicts(config, given_fields), "that --search-slo would drop")
     check_objectives(wanted)
     folder = _claimed(out_dir, SLO_RUN, search_identity(config, wanted), resume, force)
     console = screen.console(stderr=True)
@@ -424,6 +414,15 @@ def _search(
     show(slo_table(search))
     files.write_text(folder / SLO_REPORT_FILE, slo_markdown(search))
     console.print(f"{slo_verdict(search)}\nwrote {folder / SLO_REPORT_FILE}")
+
+
+def _refuse(problems: list[Problem], why: str) -> None:
+    """Stop (SpecError) on clashing options, each named by its flag as typed, not its field."""
+    if problems:
+        raise SpecError(
+            f"{len(problems)} bench option(s) {why}",
+            problems=[replace(p, field=option_of(BenchConfig, p.field)) for p in problems],
+        )
 
 
 def _claimed(
