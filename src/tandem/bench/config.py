@@ -221,99 +221,87 @@ class BenchConfig(BaseModel):
         Checked before a run starts (``tandem bench run``), not when a saved summary is read
         back: a run of an older tandem may carry them, and what it measured stays readable.
         """
-        problems = []
-        if self.prompt_token_ids and self.endpoint == "chat":
-            problems.append(
-                Problem(
-                    "prompt_token_ids",
-                    "token ids are sent to /v1/completions only; the chat endpoint takes a "
-                    "message, so they would be ignored",
-                    "add --endpoint completions, or drop --token-ids",
-                )
-            )
-        if self.prompt_token_ids and self.prompt_file:
-            problems.append(
-                Problem(
-                    "prompt_token_ids",
-                    "token ids replace synthetic prompts only; the prompts of a prompt file are "
-                    "sent as text, so they would be ignored",
-                    "drop --token-ids, or --prompt-file",
-                )
-            )
-        if self.turns > 1 and self.endpoint != "chat":
-            problems.append(
-                Problem(
-                    "turns",
-                    "a later turn carries the earlier turns and answers as chat messages; "
-                    "/v1/completions takes one prompt",
-                    "add --endpoint chat, or drop --turns",
-                )
-            )
-        if self.prefix_groups > 1 and not self.prefix_tokens:
-            problems.append(
-                Problem(
-                    "prefix_groups",
-                    "groups differ by their shared prefix, and there is none",
-                    "add --prefix-tokens, or drop --prefix-groups",
-                )
-            )
-        if self.prefix_tokens and self.prompt_file:
-            problems.append(
-                Problem(
-                    "prefix_tokens",
-                    "the shared prefix is synthetic, in front of synthetic prompts; the rows of "
-                    "a prompt file bring their own system prompts",
-                    "drop --prefix-tokens, or --prompt-file",
-                )
-            )
-        if self.depths and self.prefix_tokens:
-            problems.append(
-                Problem(
-                    "depths",
-                    "the depth's context and the shared prefix both go in front of the prompt "
-                    "as its system message; a depth's context is each request's own",
-                    "drop --prefix-tokens, or --depths",
-                )
-            )
-        if self.depths and self.prompt_file:
-            problems.append(
-                Problem(
-                    "depths",
-                    "the depth's context is synthetic, in front of synthetic prompts; the rows "
-                    "of a prompt file bring their own",
-                    "drop --depths, or --prompt-file",
-                )
-            )
-        if self.depths and not self.concurrency:
-            problems.append(
-                Problem(
-                    "depths",
-                    "depths multiply the concurrency ladder, and it is empty",
-                    "add --concurrency (1 is llama-benchy's default)",
-                )
-            )
-        if self.prompt_column and not (self.prompt_file or "").lower().endswith(".csv"):
-            problems.append(
-                Problem(
-                    "prompt_column",
-                    "names a column of a CSV prompt file, and no .csv prompt file is given",
-                    "give --prompt-file FILE.csv, or drop --prompt-column",
-                )
-            )
+        rules = [
+            (
+                self.prompt_token_ids and self.endpoint == "chat",
+                "prompt_token_ids",
+                "token ids are sent to /v1/completions only; the chat endpoint takes a "
+                "message, so they would be ignored",
+                "add --endpoint completions, or drop --token-ids",
+            ),
+            (
+                self.prompt_token_ids and self.prompt_file,
+                "prompt_token_ids",
+                "token ids replace synthetic prompts only; the prompts of a prompt file are "
+                "sent as text, so they would be ignored",
+                "drop --token-ids, or --prompt-file",
+            ),
+            (
+                self.turns > 1 and self.endpoint != "chat",
+                "turns",
+                "a later turn carries the earlier turns and answers as chat messages; "
+                "/v1/completions takes one prompt",
+                "add --endpoint chat, or drop --turns",
+            ),
+            (
+                self.prefix_groups > 1 and not self.prefix_tokens,
+                "prefix_groups",
+                "groups differ by their shared prefix, and there is none",
+                "add --prefix-tokens, or drop --prefix-groups",
+            ),
+            (
+                self.prefix_tokens and self.prompt_file,
+                "prefix_tokens",
+                "the shared prefix is synthetic, in front of synthetic prompts; the rows of "
+                "a prompt file bring their own system prompts",
+                "drop --prefix-tokens, or --prompt-file",
+            ),
+            (
+                self.depths and self.prefix_tokens,
+                "depths",
+                "the depth's context and the shared prefix both go in front of the prompt "
+                "as its system message; a depth's context is each request's own",
+                "drop --prefix-tokens, or --depths",
+            ),
+            (
+                self.depths and self.prompt_file,
+                "depths",
+                "the depth's context is synthetic, in front of synthetic prompts; the rows "
+                "of a prompt file bring their own",
+                "drop --depths, or --prompt-file",
+            ),
+            (
+                self.depths and not self.concurrency,
+                "depths",
+                "depths multiply the concurrency ladder, and it is empty",
+                "add --concurrency (1 is llama-benchy's default)",
+            ),
+            (
+                self.prompt_column and not (self.prompt_file or "").lower().endswith(".csv"),
+                "prompt_column",
+                "names a column of a CSV prompt file, and no .csv prompt file is given",
+                "give --prompt-file FILE.csv, or drop --prompt-column",
+            ),
+        ]
+        problems = [Problem(name, said, fix) for applies, name, said, fix in rules if applies]
+        return problems + self._owned_body_keys()
+
+    def _owned_body_keys(self) -> list[Problem]:
+        """``extra_body`` keys that would override what the benchmark itself sends."""
         owned = [key for key in self.extra_body if key in OWNED_BODY_KEYS]
-        if owned:
-            instead = [
-                f"for {key} set {OWNED_BODY_KEYS[key]}"
-                if OWNED_BODY_KEYS[key]
-                else f"{key} is always on (the timings are read from the stream)"
-                for key in owned
-            ]
-            problems.append(
-                Problem(
-                    "extra_body",
-                    f"{', '.join(owned)} would override what the benchmark sends, while the "
-                    "report shows its own setting",
-                    "remove them from extra_body; " + "; ".join(instead),
-                )
+        if not owned:
+            return []
+        instead = [
+            f"for {key} set {OWNED_BODY_KEYS[key]}"
+            if OWNED_BODY_KEYS[key]
+            else f"{key} is always on (the timings are read from the stream)"
+            for key in owned
+        ]
+        return [
+            Problem(
+                "extra_body",
+                f"{', '.join(owned)} would override what the benchmark sends, while the "
+                "report shows its own setting",
+                "remove them from extra_body; " + "; ".join(instead),
             )
-        return problems
+        ]

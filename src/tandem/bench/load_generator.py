@@ -183,8 +183,8 @@ class LoadGenerator:
         self.clock = clock
         self.endpoint = ENDPOINTS[config.endpoint]
         self.records: list[RequestRecord] = []
-        key = config.api_key.get_secret_value() if config.api_key else None
-        self.redactor = Redactor.for_caller([key] if key else [])
+        self.api_key = config.api_key.get_secret_value() if config.api_key else None
+        self.redactor = Redactor.for_caller([self.api_key] if self.api_key else [])
         """Every file of the run is written through it: it also knows a key given as
         ``--api-key`` (not in the environment)."""
 
@@ -196,9 +196,8 @@ class LoadGenerator:
         previous = self._previous_run()
         timeout = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=None)
         transport = AiohttpTransport(max_connections=None, clock=self.clock)
-        key = config.api_key.get_secret_value() if config.api_key else None
         # identity: the SSE parser reads raw bytes, so a proxy must not compress the stream
-        headers = {"Accept-Encoding": "identity", **wire.bearer(key)}
+        headers = {"Accept-Encoding": "identity", **wire.bearer(self.api_key)}
         async with httpx.AsyncClient(
             transport=transport, timeout=timeout, headers=headers
         ) as client:

@@ -79,6 +79,8 @@ class LatencyStats(BaseModel):
 
     @classmethod
     def of(cls, values: Iterable[float | None]) -> LatencyStats:
+        """The summary of ``values``; a None (a figure a request lacks) is left out, and
+        counts (ints) come out as floats, the fields' type."""
         data = sorted(v for v in values if v is not None and math.isfinite(v))
         if not data:
             return cls()
@@ -291,12 +293,8 @@ def load_point_metrics(
         tokens_per_chunk=LatencyStats.of(tokens_per_chunk(r) for r in done),
         prefill_tok_s=LatencyStats.of(prefill_tok_s(r) for r in done),
         decode_tok_s=LatencyStats.of(decode_tok_s(r) for r in done),
-        prompt_tokens=LatencyStats.of(
-            float(r.prompt_tokens) for r in done if r.prompt_tokens is not None
-        ),
-        output_tokens=LatencyStats.of(
-            float(r.output_tokens) for r in done if r.output_tokens is not None
-        ),
+        prompt_tokens=LatencyStats.of(r.prompt_tokens for r in done),
+        output_tokens=LatencyStats.of(r.output_tokens for r in done),
         turns=turn_metrics(records),
     )
 
@@ -313,9 +311,7 @@ def turn_metrics(records: Sequence[RequestRecord]) -> list[TurnMetrics]:
                 turn=number,
                 requests=len(mine),
                 completed=len(done),
-                prompt_tokens=LatencyStats.of(
-                    float(r.prompt_tokens) for r in done if r.prompt_tokens is not None
-                ),
+                prompt_tokens=LatencyStats.of(r.prompt_tokens for r in done),
                 ttft_s=LatencyStats.of(r.ttft_s for r in done),
             )
         )

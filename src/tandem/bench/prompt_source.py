@@ -249,9 +249,7 @@ class PromptSource:
             too_long=too_long,
             sent=sent,
             distinct=min(sent, len(rows)),
-            prompt_tokens=LatencyStats.of(
-                float(c.prompt_tokens) for c in used if c.prompt_tokens is not None
-            ),
+            prompt_tokens=LatencyStats.of(c.prompt_tokens for c in used),
         )
         warnings = []
         if too_long:

@@ -33,7 +33,7 @@ Figures (``ServerDelta``), each None when the server does not export the counter
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -180,17 +180,14 @@ def server_delta(
     )
 
 
-def counters_moved(
-    before: MetricsSnapshot, after: MetricsSnapshot, names: Mapping[str, str] | None = None
-) -> list[str]:
+IDLE_COUNTERS = {PROMPT_TOKENS: "prompt tokens", GENERATION_TOKENS: "generation tokens"}
+"""The counters the idle check watches, by the names its warning gives them."""
+
+
+def counters_moved(before: MetricsSnapshot, after: MetricsSnapshot) -> list[str]:
     """Counters that changed between two snapshots taken while the benchmark sent nothing.
 
     Returns a description per moved counter, e.g. ``generation tokens +37``; empty when idle.
     """
-    names = names or {PROMPT_TOKENS: "prompt tokens", GENERATION_TOKENS: "generation tokens"}
-    moved = []
-    for name, label in names.items():
-        d = _delta(before, after, name)
-        if d:
-            moved.append(f"{label} {d:+d}")
-    return moved
+    moved = ((label, _delta(before, after, name)) for name, label in IDLE_COUNTERS.items())
+    return [f"{label} {d:+d}" for label, d in moved if d]

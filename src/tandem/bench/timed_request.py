@@ -20,7 +20,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import httpx
 
@@ -291,19 +291,16 @@ class StreamAccumulator:
         try:
             chunk = json.loads(event.data)
         except ValueError:
-            if self.error is None:
-                self.error = (ErrorCategory.PROTOCOL, f"not JSON: {event.data[:80]!r}")
+            self._failed(ErrorCategory.PROTOCOL, f"not JSON: {event.data[:80]!r}")
             return
         if event.event == "error" or (isinstance(chunk, dict) and "error" in chunk):
-            if self.error is None:
-                self.error = (ErrorCategory.SSE_ERROR, _error_message(chunk))
+            self._failed(ErrorCategory.SSE_ERROR, _error_message(chunk))
             return
         if not isinstance(chunk, dict):
             return
         problem = chunk_problem(chunk)
         if problem is not None:
-            if self.error is None:
-                self.error = (ErrorCategory.PROTOCOL, f"not a chunk ({problem})")
+            self._failed(ErrorCategory.PROTOCOL, f"not a chunk ({problem})")
             return
         if chunk.get("usage"):
             self.usage = chunk["usage"]
@@ -327,6 +324,11 @@ class StreamAccumulator:
         if self.answer is not None and text.answer:
             self.answer.append(text.answer)
         self.chunk_times_s.append(t)
+
+    def _failed(self, category: ErrorCategory, detail: str) -> None:
+        """The stream went wrong; the first fault is the one recorded (later ones follow it)."""
+        if self.error is None:
+            self.error = (category, detail)
 
     def finish(self, clean_end: bool) -> dict[str, Any]:
         """RequestRecord fields for this stream. ``clean_end``: the HTTP body ended normally.
@@ -368,12 +370,10 @@ class StreamAccumulator:
 
 def _error_message(body: Any) -> str:
     """The human part of an OpenAI-style error body, shortened."""
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict):
-            return str(err.get("message") or err)[:_DETAIL_CHARS]
-        return str(err)[:_DETAIL_CHARS]
-    return str(body)[:_DETAIL_CHARS]
+    err = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(err, dict):
+        err = err.get("message") or err
+    return str(err)[:_DETAIL_CHARS]
 
 
 @dataclass(frozen=True)
@@ -480,6 +480,22 @@ def _json_or_text(body: bytes) -> Any:
 
 # --- server facts -----------------------------------------------------------------------------
 
+_Answer = TypeVar("_Answer", Tokens, Detokenized)
+
+
+async def _vllm_answer(
+    client: httpx.AsyncClient, url: str, path: str, body: dict[str, Any], model: type[_Answer]
+) -> _Answer | None:
+    """The answer of a POST to one of vLLM's own routes (``/tokenize``, ``/detokenize``):
+    optional extras, so a server without them, or answering otherwise, gives None."""
+    try:
+        response = await client.post(url + path, timeout=30, json=body)
+        if response.status_code != 200:
+            return None
+        return answer_of(model, response, f"POST {path}")
+    except (httpx.HTTPError, EndpointError):
+        return None
+
 
 async def tokenize(
     client: httpx.AsyncClient,
@@ -492,17 +508,9 @@ async def tokenize(
     """Token ids of ``text`` from vLLM's ``/tokenize``; None when the server has no such route.
     With ``add_special_tokens``, as the completions route counts a text prompt (BOS first on
     most tokenizers)."""
-    try:
-        response = await client.post(
-            base_url + wire.TOKENIZE_PATH,
-            timeout=30,
-            json={"model": model, "prompt": text, "add_special_tokens": add_special_tokens},
-        )
-        if response.status_code != 200:
-            return None
-        return answer_of(Tokens, response, f"POST {wire.TOKENIZE_PATH}").tokens
-    except (httpx.HTTPError, EndpointError):
-        return None
+    body = {"model": model, "prompt": text, "add_special_tokens": add_special_tokens}
+    answer = await _vllm_answer(client, base_url, wire.TOKENIZE_PATH, body, Tokens)
+    return answer.tokens if answer is not None else None
 
 
 async def count_tokens(
@@ -516,28 +524,17 @@ async def count_tokens(
         body |= {"messages": prompt.messages(), "add_generation_prompt": True}
     else:
         body |= {"prompt": prompt.completion_text(), "add_special_tokens": True}
-    try:
-        response = await client.post(base_url + wire.TOKENIZE_PATH, timeout=30, json=body)
-        if response.status_code != 200:
-            return None
-        return answer_of(Tokens, response, f"POST {wire.TOKENIZE_PATH}").count
-    except (httpx.HTTPError, EndpointError):
-        return None
+    answer = await _vllm_answer(client, base_url, wire.TOKENIZE_PATH, body, Tokens)
+    return answer.count if answer is not None else None
 
 
 async def detokenize(
     client: httpx.AsyncClient, base_url: str, model: str, token_ids: list[int]
 ) -> str | None:
     """Text of ``token_ids`` from vLLM's ``/detokenize``; None when unavailable."""
-    try:
-        response = await client.post(
-            base_url + wire.DETOKENIZE_PATH, timeout=30, json={"model": model, "tokens": token_ids}
-        )
-        if response.status_code != 200:
-            return None
-        return answer_of(Detokenized, response, f"POST {wire.DETOKENIZE_PATH}").prompt
-    except (httpx.HTTPError, EndpointError):
-        return None
+    body = {"model": model, "tokens": token_ids}
+    answer = await _vllm_answer(client, base_url, wire.DETOKENIZE_PATH, body, Detokenized)
+    return answer.prompt if answer is not None else None
 
 
 async def server_version(client: httpx.AsyncClient, base_url: str) -> str | None:

@@ -6,6 +6,7 @@ is not one of its subcommands to ``run``, so the short form and the noun-verb fo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -124,22 +125,20 @@ def bench_command() -> None:
     """
 
 
-def _int_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
-    if value is None:
-        return None
-    try:
-        return [int(v) for v in value.split(",") if v.strip()]
-    except ValueError as exc:
-        raise click.BadParameter("a comma-separated list of integers, e.g. 1,2,4") from exc
+def _ladder(number: Callable[[str], float], what: str) -> Callable[..., list]:
+    """Click callback of a ladder option (``--concurrency 1,2,4``), its values ``number`` s."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> list:
+        try:
+            return [number(v) for v in (value or "").split(",") if v.strip()]
+        except ValueError as exc:
+            raise click.BadParameter(f"a comma-separated list of {what}") from exc
+
+    return parse
 
 
-def _float_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[float]:
-    if not value:
-        return []
-    try:
-        return [float(v) for v in value.split(",") if v.strip()]
-    except ValueError as exc:
-        raise click.BadParameter("a comma-separated list of numbers, e.g. 0.5,1,2") from exc
+_integers = _ladder(int, "integers, e.g. 1,2,4")
+_numbers = _ladder(float, "numbers, e.g. 0.5,1,2")
 
 
 bench_url_option = click.option(
@@ -202,8 +201,8 @@ RUN_SECTIONS = {
     "Folder for requests.jsonl, summary.json, report.md, report.html, points.csv and plots."
 )
 @field_option(BenchConfig, "endpoint")
-@field_option(BenchConfig, "concurrency", callback=_int_list)
-@field_option(BenchConfig, "rates_rps", flag="--rates", callback=_float_list)
+@field_option(BenchConfig, "concurrency", callback=_integers)
+@field_option(BenchConfig, "rates_rps", flag="--rates", callback=_numbers)
 @field_option(BenchConfig, "burstiness", type=FloatIn(min=0, min_open=True, infinite=True))
 @field_option(BenchConfig, "max_concurrency")
 @field_option(BenchConfig, "requests")
@@ -217,7 +216,7 @@ RUN_SECTIONS = {
 @field_option(BenchConfig, "prefix_tokens")
 @field_option(BenchConfig, "prefix_groups")
 @field_option(BenchConfig, "turns")
-@field_option(BenchConfig, "depths", callback=_int_list)
+@field_option(BenchConfig, "depths", callback=_integers)
 @field_option(BenchConfig, "rounds")
 @field_option(BenchConfig, "long_context")
 @field_option(BenchConfig, "warmup_requests", flag="--warmup")
@@ -315,12 +314,7 @@ def run_command(
                 for e in exc.errors()
             ],
         ) from exc
-    conflicts = config.conflicts()
-    if conflicts:
-        raise SpecError(
-            f"{len(conflicts)} bench option(s) would be ignored or overridden",
-            problems=[replace(p, field=option_of(BenchConfig, p.field)) for p in conflicts],
-        )
+    _refuse(config.conflicts(), "would be ignored or overridden")
     if not config.concurrency and not config.rates_rps and not config.long_context:
         raise SpecError(
             "nothing to measure",
@@ -346,18 +340,16 @@ def run_command(
         _search(config, wanted, out_dir, set(given(click.get_current_context(), fields)),
                 resume=resume, force=force)  # fmt: skip
         return
-    out = _claimed(out_dir, BENCH_RUN, config.model_dump(mode="json"), resume, force)
+    out: Path | None = None
+    if out_dir is not None:
+        out = _claimed(out_dir, BENCH_RUN, config.model_dump(mode="json"), resume, force)
     with BackgroundWatch(deployment, out / WATCH_DIR) if watch and out else nullcontext():
         if quiet:
             result = run(config, out, resume=resume)
         else:
             with _LiveProgress(console) as progress:
                 result = run(config, out, progress.update, resume=resume)
-    show(summary_table(result))
-    if (table := depth_table(result)) is not None:
-        show(table)
-    if (table := rounds_table(result)) is not None:
-        show(table)
+    _show_tables(result)
     for warning in result.warnings + [w for p in result.points for w in p.warnings]:
         console.print(f"[yellow]warning:[/] {warning}")
     if out is not None:
@@ -406,21 +398,9 @@ def _search(
     """``--search-slo``: its options checked, its folder claimed, the search run and shown."""
     if out_dir is None:
         raise SpecError("--search-slo needs --out (each probe is saved there)", field="--out")
-    dropped = search_conflicts(config, given_fields)
-    if dropped:
-        raise SpecError(
-            f"{len(dropped)} bench option(s) that --search-slo would drop",
-            problems=[replace(p, field=option_of(BenchConfig, p.field)) for p in dropped],
-        )
+    _refuse(search_conflicts(config, given_fields), "that --search-slo would drop")
     check_objectives(wanted)
-    folder = ownership.claim_output(
-        Path(out_dir),
-        SLO_RUN,
-        search_identity(config, wanted),
-        resume=resume,
-        force=force,
-        flag_of=_flag_of,
-    ).make()
+    folder = _claimed(out_dir, SLO_RUN, search_identity(config, wanted), resume, force)
     console = screen.console(stderr=True)
     search = slo_search(
         config,
@@ -436,12 +416,19 @@ def _search(
     console.print(f"{slo_verdict(search)}\nwrote {folder / SLO_REPORT_FILE}")
 
 
+def _refuse(problems: list[Problem], why: str) -> None:
+    """Stop (SpecError) on clashing options, each named by its flag as typed, not its field."""
+    if problems:
+        raise SpecError(
+            f"{len(problems)} bench option(s) {why}",
+            problems=[replace(p, field=option_of(BenchConfig, p.field)) for p in problems],
+        )
+
+
 def _claimed(
-    out_dir: str | None, kind: ownership.RunKind, run: dict[str, Any], resume: bool, force: bool
-) -> Path | None:
+    out_dir: str, kind: ownership.RunKind, run: dict[str, Any], resume: bool, force: bool
+) -> Path:
     """``--out`` claimed for the run ``run`` of ``kind`` (``tandem.ownership``) and created."""
-    if out_dir is None:
-        return None
     return ownership.claim_output(
         Path(out_dir), kind, run, resume=resume, force=force, flag_of=_flag_of
     ).make()
@@ -572,12 +559,17 @@ def report_command(run_dir: str, plots: bool) -> None:
     """
     out = Path(run_dir)
     result = load_summary(out)
-    show(summary_table(result))
-    if (table := depth_table(result)) is not None:
-        show(table)
-    if (table := rounds_table(result)) is not None:
-        show(table)
+    _show_tables(result)
     write_reports(result, out, plots=plots)
+
+
+def _show_tables(result: BenchResult) -> None:
+    """A run on the terminal, after it ends or from its files: the summary, and the depth and
+    rounds tables where the run has them."""
+    show(summary_table(result))
+    for table in (depth_table(result), rounds_table(result)):
+        if table is not None:
+            show(table)
 
 
 def write_reports(result: BenchResult, out: Path, *, plots: bool) -> list[Path]:

@@ -6,8 +6,7 @@ Everything here renders from ``BenchResult`` / ``Comparison`` (and, for distribu
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from rich.table import Table
@@ -20,7 +19,7 @@ from tandem.bench.records import RequestRecord
 from tandem.bench.rounds import PointRounds, rounds_summary
 from tandem.bench.server_metrics import ServerDelta
 from tandem.bench.slo_search import SloSearch
-from tandem.bench.stats import MedianCI
+from tandem.bench.stats import MedianCI, median_ci
 
 REPORT_FILE = "report.md"
 SLO_REPORT_FILE = "slo.md"
@@ -32,6 +31,28 @@ def _ms(value: float | None) -> str:
 
 def _num(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _markdown_table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A Markdown pipe table's lines: every table of the reports is written this one way."""
+    return [
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
+def _rich_table(
+    title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], *, left: int = 0
+) -> Table:
+    """The terminal's form of a report table: the first ``left`` columns (names) flush left,
+    the figures flush right so their digits line up."""
+    table = Table(title=title)
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="left" if i < left else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def _load(p: LoadPointResult) -> str:
@@ -128,15 +149,13 @@ def summary_rows(result: BenchResult) -> list[list[str]]:
 
 def summary_table(result: BenchResult) -> Table:
     """The run as a rich table: one row per load point."""
-    table = Table(
-        title=f"tandem bench · {result.server.model} · {result.config.endpoint} · "
-        f"{workload(result.config)} (latencies in ms)"
+    return _rich_table(
+        f"tandem bench · {result.server.model} · {result.config.endpoint} · "
+        f"{workload(result.config)} (latencies in ms)",
+        SUMMARY_COLUMNS,
+        summary_rows(result),
+        left=2,
     )
-    for i, name in enumerate(SUMMARY_COLUMNS):
-        table.add_column(name, justify="left" if i < 2 else "right")
-    for row in summary_rows(result):
-        table.add_row(*row)
-    return table
 
 
 DEPTH_COLUMNS = ("depth", "c", "prompt tok", "TTFT p50", "pp tok/s", "tg tok/s", "out tok/s")
@@ -168,12 +187,8 @@ def depth_table(result: BenchResult) -> Table | None:
     rows = depth_rows(result)
     if not rows:
         return None
-    table = Table(title="context depth: per-request medians (pp = prefill, tg = decode)")
-    for name in DEPTH_COLUMNS:
-        table.add_column(name, justify="right")
-    for row in rows:
-        table.add_row(*row)
-    return table
+    title = "context depth: per-request medians (pp = prefill, tg = decode)"
+    return _rich_table(title, DEPTH_COLUMNS, rows)
 
 
 def _depth_markdown(result: BenchResult) -> list[str]:
@@ -185,9 +200,7 @@ def _depth_markdown(result: BenchResult) -> list[str]:
         "Context depth (llama-benchy's pp and tg, per-request medians: pp = prompt tokens / "
         "TTFT, tg = 1 / TPOT; TTFT in ms):",
         "",
-        "| " + " | ".join(DEPTH_COLUMNS) + " |",
-        "|" + "---|" * len(DEPTH_COLUMNS),
-        *("| " + " | ".join(row) + " |" for row in rows),
+        *_markdown_table(DEPTH_COLUMNS, rows),
     ]
 
 
@@ -207,19 +220,19 @@ def rounds_table(result: BenchResult) -> Table | None:
     round."""
     if result.config.rounds < 2:
         return None
-    table = Table(
-        title="median over the rounds, its distribution-free interval (low, high) and that "
-        "interval's confidence; latencies in ms"
-    )
     summary = rounds_summary(result)
-    table.add_column("point")
-    table.add_column("rounds", justify="right")
-    for key in ROUND_FIGURES:
-        table.add_column(summary[0].figure(key).name if summary else key, justify="right")
-    for point in summary:
-        cells = [_ci(point.figure(k).median, point.figure(k).unit) for k in ROUND_FIGURES]
-        table.add_row(point.label, str(point.rounds), *cells)
-    return table
+    names = [summary[0].figure(key).name if summary else key for key in ROUND_FIGURES]
+    return _rich_table(
+        "median over the rounds, its distribution-free interval (low, high) and that "
+        "interval's confidence; latencies in ms",
+        ["point", "rounds", *names],
+        (
+            [point.label, str(point.rounds)]
+            + [_ci(point.figure(k).median, point.figure(k).unit) for k in ROUND_FIGURES]
+            for point in summary
+        ),
+        left=1,
+    )
 
 
 def _rounds_markdown(summary: list[PointRounds]) -> list[str]:
@@ -232,38 +245,36 @@ def _rounds_markdown(summary: list[PointRounds]) -> list[str]:
         "confidence shown (1 − 2·P(Binomial(n, ½) < k); below 6 rounds it cannot reach 95 %, "
         "and the interval is the rounds' range). Latencies in ms.",
         "",
-        "| point | figure | rounds | median | low | high | confidence |",
-        "|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for point in summary:
         for f in point.figures:
             fmt = _ms if f.unit == "s" else _num
             ci = f.median
             conf = "–" if ci.confidence is None else f"{ci.confidence:.1%}"
-            lines.append(
-                f"| {point.label} | {f.name} | {ci.n} | {fmt(ci.median)} | {fmt(ci.low)} | "
-                f"{fmt(ci.high)} | {conf} |"
+            rows.append(
+                [point.label, f.name, str(ci.n), fmt(ci.median), fmt(ci.low), fmt(ci.high), conf]
             )
-    return lines
+    return lines + _markdown_table(
+        ("point", "figure", "rounds", "median", "low", "high", "confidence"), rows
+    )
 
 
 def _turns_markdown(m: LoadPointMetrics) -> list[str]:
     if not m.turns:
         return []
-    lines = [
+    columns = ("turn", "ok/sent", "prompt tokens p50", "TTFT mean", "TTFT p50", "TTFT p90")
+    rows = (
+        [str(t.turn), f"{t.completed}/{t.requests}", _num(t.prompt_tokens.p50, 0)]
+        + [_ms(s) for s in (t.ttft_s.mean, t.ttft_s.p50, t.ttft_s.p90, t.ttft_s.p99)]
+        for t in m.turns
+    )
+    return [
         "",
         "TTFT per turn (a turn's prompt holds every earlier turn and answer):",
         "",
-        "| turn | ok/sent | prompt tokens p50 | TTFT mean | TTFT p50 | TTFT p90 | TTFT p99 |",
-        "|---|---|---|---|---|---|---|",
+        *_markdown_table((*columns, "TTFT p99"), rows),
     ]
-    for t in m.turns:
-        lines.append(
-            f"| {t.turn} | {t.completed}/{t.requests} | {_num(t.prompt_tokens.p50, 0)} | "
-            f"{_ms(t.ttft_s.mean)} | {_ms(t.ttft_s.p50)} | {_ms(t.ttft_s.p90)} | "
-            f"{_ms(t.ttft_s.p99)} |"
-        )
-    return lines
 
 
 def _dataset_markdown(result: BenchResult) -> list[str]:
@@ -291,9 +302,43 @@ def _prefix_text(s: ServerDelta) -> str | None:
     return None
 
 
-def _stats_row(name: str, s: LatencyStats) -> str:
-    cells = [_ms(s.mean), _ms(s.std), _ms(s.p50), _ms(s.p90), _ms(s.p99), _ms(s.max)]
-    return f"| {name} | {s.count} | " + " | ".join(cells) + " |"
+def _latency_markdown(m: LoadPointMetrics) -> list[str]:
+    """A point's latency distributions, a row per figure, in ms."""
+    figures: tuple[tuple[str, LatencyStats], ...] = (
+        ("TTFT", m.ttft_s),
+        ("TTFAT (answer)", m.ttfat_s),
+        ("TPOT", m.tpot_s),
+        ("ITL", m.itl_s),
+        ("E2EL", m.e2el_s),
+        ("client queue", m.queue_s),
+    )
+    rows = (
+        [name, str(s.count)] + [_ms(v) for v in (s.mean, s.std, s.p50, s.p90, s.p99, s.max)]
+        for name, s in figures
+    )
+    return ["", *_markdown_table(("metric", "n", "mean", "std", "p50", "p90", "p99", "max"), rows)]
+
+
+def _server_markdown(s: ServerDelta, client_ttft_mean: float | None) -> list[str]:
+    """A point's server counters (Δ /metrics) and the server's TTFT beside the client's."""
+    kv = s.kv_cache_usage_peak
+    server = [
+        f"generation tokens {s.generation_tokens}",
+        f"prompt tokens {s.prompt_tokens}",
+        f"preemptions {s.preemptions}",
+        f"KV cache peak {_num(kv * 100 if kv is not None else None)} %",
+    ]
+    if (prefix := _prefix_text(s)) is not None:
+        server.append(prefix)
+    if s.spec_acceptance_rate is not None:
+        server.append(
+            f"spec-decode acceptance {s.spec_acceptance_rate:.1%}, length "
+            f"{_num(s.spec_acceptance_length, 2)}"
+        )
+    lines = ["", "Server counters (Δ /metrics): " + "; ".join(server) + "."]
+    if (said := _server_ttft(s, client_ttft_mean)) is not None:
+        lines.append(said)
+    return lines
 
 
 def markdown(result: BenchResult) -> str:
@@ -314,10 +359,8 @@ def markdown(result: BenchResult) -> str:
         "requests (vLLM's histogram, Δ /metrics). TPOT: (E2EL − TTFT) / (output tokens − 1). "
         "ITL: gaps between token chunks, pooled. E2EL: last token chunk. Latencies in ms.",
         "",
-        "| " + " | ".join(SUMMARY_COLUMNS) + " |",
-        "|" + "---|" * len(SUMMARY_COLUMNS),
+        *_markdown_table(SUMMARY_COLUMNS, summary_rows(result)),
     ]
-    lines += ["| " + " | ".join(row) + " |" for row in summary_rows(result)]
     lines += _depth_markdown(result)
     lines += _dataset_markdown(result)
     for w in result.warnings:
@@ -343,39 +386,9 @@ def markdown(result: BenchResult) -> str:
                 f"Single-stream decode speed is {p.decode_roofline_fraction:.0%} of the "
                 "planner's roofline."
             )
-        lines += [
-            "",
-            "| metric | n | mean | std | p50 | p90 | p99 | max |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for name, stats in (
-            ("TTFT", m.ttft_s),
-            ("TTFAT (answer)", m.ttfat_s),
-            ("TPOT", m.tpot_s),
-            ("ITL", m.itl_s),
-            ("E2EL", m.e2el_s),
-            ("client queue", m.queue_s),
-        ):
-            lines.append(_stats_row(name, stats))
-        lines += _turns_markdown(m)
+        lines += _latency_markdown(m) + _turns_markdown(m)
         if s is not None:
-            kv = s.kv_cache_usage_peak
-            server = [
-                f"generation tokens {s.generation_tokens}",
-                f"prompt tokens {s.prompt_tokens}",
-                f"preemptions {s.preemptions}",
-                f"KV cache peak {_num(kv * 100 if kv is not None else None)} %",
-            ]
-            if (prefix := _prefix_text(s)) is not None:
-                server.append(prefix)
-            if s.spec_acceptance_rate is not None:
-                server.append(
-                    f"spec-decode acceptance {s.spec_acceptance_rate:.1%}, length "
-                    f"{_num(s.spec_acceptance_length, 2)}"
-                )
-            lines += ["", "Server counters (Δ /metrics): " + "; ".join(server) + "."]
-            if (said := _server_ttft(s, m.ttft_s.mean)) is not None:
-                lines.append(said)
+            lines += _server_markdown(s, m.ttft_s.mean)
         for w in p.warnings:
             lines += ["", f"> **Warning:** {w}"]
     if c.rounds > 1:
@@ -465,12 +478,9 @@ def verdict_text(comp: Comparison) -> str:
 
 
 def comparison_table(comp: Comparison) -> Table:
-    table = Table(title=f"A = {comp.a}   B = {comp.b}")
-    for i, name in enumerate(COMPARISON_COLUMNS):
-        table.add_column(name, justify="left" if i < 2 else "right")
-    for row in comparison_rows(comp):
-        table.add_row(*row)
-    return table
+    return _rich_table(
+        f"A = {comp.a}   B = {comp.b}", COMPARISON_COLUMNS, comparison_rows(comp), left=2
+    )
 
 
 def settings_warning(comp: Comparison) -> str:
@@ -488,10 +498,8 @@ def comparison_markdown(comp: Comparison) -> str:
         f"- A: {comp.a}",
         f"- B: {comp.b}",
         "",
-        "| " + " | ".join(COMPARISON_COLUMNS) + " |",
-        "|" + "---|" * len(COMPARISON_COLUMNS),
+        *_markdown_table(COMPARISON_COLUMNS, comparison_rows(comp)),
     ]
-    lines += ["| " + " | ".join(row) + " |" for row in comparison_rows(comp)]
     lines += [
         "",
         "Noise: the distribution-free interval of the shift B − A over the rounds "
@@ -610,9 +618,9 @@ def _depth_plot(result: BenchResult, out_dir: Path, plt) -> Path:
 
 
 def _median_of(values: Sequence[float | None]) -> float | None:
-    """The median of a figure over a point's rounds (the figure itself for one round)."""
-    seen = [v for v in values if v is not None]
-    return statistics.median(seen) if seen else None
+    """The median of a figure over a point's rounds (the figure itself for one round), as the
+    rounds table takes it (``median_ci``)."""
+    return median_ci([v for v in values if v is not None]).median
 
 
 def _save_ladder(fig, ax, x: list[int], path: Path, plt) -> Path:
@@ -681,12 +689,9 @@ def slo_verdict(search: SloSearch) -> str:
 
 
 def slo_table(search: SloSearch) -> Table:
-    table = Table(title=f"SLO search (p{search.percentile}, latencies in ms)")
-    for name in SLO_COLUMNS:
-        table.add_column(name, justify="right")
-    for row in slo_rows(search):
-        table.add_row(*row)
-    return table
+    return _rich_table(
+        f"SLO search (p{search.percentile}, latencies in ms)", SLO_COLUMNS, slo_rows(search)
+    )
 
 
 def slo_markdown(search: SloSearch) -> str:
@@ -697,9 +702,7 @@ def slo_markdown(search: SloSearch) -> str:
                 "",
                 f"{slo_verdict(search)}.",
                 "",
-                "| " + " | ".join(SLO_COLUMNS) + " |",
-                "|" + "---|" * len(SLO_COLUMNS),
-                *("| " + " | ".join(row) + " |" for row in slo_rows(search)),
+                *_markdown_table(SLO_COLUMNS, slo_rows(search)),
                 "",
                 "Each probe is a run of its own in `cN/` (requests.jsonl, summary.json).",
             ]

@@ -249,9 +249,6 @@ def report_folder(
     return summary, written + (write_plots(samples, folder) if plots else [])
 
 
-PLOT_FILES = ("memory.png", "gpu.png", "tokens.png", "load.png")
-
-
 def write_plots(samples: list[Sample], out_dir: Path) -> list[Path]:
     """memory.png, gpu.png (where GPUs reported), tokens.png, load.png; returns those written."""
     if not samples:
