@@ -32,6 +32,7 @@ import yaml
 from tandem import vllm_metrics as vm
 from tandem import wire
 from tandem.rankplan import RankPlan
+from tandem.render import listing
 from tandem.spec.deployment import Deployment
 
 DATASOURCE_UID = "tandem-prometheus"
@@ -625,7 +626,4 @@ def files(plan: RankPlan, deployment: Deployment) -> dict[str, str]:
 
 def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:
     """Every file: a listing (``yaml``) or a JSON object of file -> text (``json``)."""
-    texts = files(plan, deployment)
-    if fmt == "json":
-        return json.dumps(texts, indent=2) + "\n"
-    return "".join(f"# ==> {name} <==\n{text}\n" for name, text in texts.items())
+    return listing(files(plan, deployment), fmt)

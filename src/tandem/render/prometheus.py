@@ -19,14 +19,13 @@ Pure: the text is a function of the rank plan and the recipe.
 
 from __future__ import annotations
 
-import json
 from urllib.parse import urlsplit
 
 import yaml
 
 from tandem import wire
-from tandem.errors import SpecError
 from tandem.rankplan import RankPlan, placed_groups, plan_ranks
+from tandem.render import listing
 from tandem.spec.deployment import Deployment
 
 CONFIG_FILE = "prometheus.yml"
@@ -266,14 +265,6 @@ def files(plan: RankPlan, deployment: Deployment) -> dict[str, str]:
 
 
 def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:
-    """All three files: a listing (``yaml``/``shell``) or a JSON object (``json``)."""
-    texts = files(plan, deployment)
-    if fmt == "json":
-        return json.dumps(texts, indent=2) + "\n"
-    if fmt not in ("yaml", "shell"):
-        raise SpecError(
-            f"--format {fmt} does not apply to --target prometheus",
-            field="--format",
-            hint="use yaml or json",
-        )
-    return "".join(f"# ==> {name} <==\n{text}\n" for name, text in texts.items())
+    """All three files: a listing (``yaml``) or a JSON object (``json``); ``check_format``
+    refused any other format before."""
+    return listing(files(plan, deployment), fmt)
