@@ -57,6 +57,11 @@ class Panel:
     """PromQL that returns a series only where the panel's feature is on; None: never optional."""
     width: int = 8
 
+    @property
+    def height(self) -> int:
+        """Grid rows: a stat is one figure, a graph needs room for its lines."""
+        return 4 if self.kind == "stat" else 8
+
 
 def _rate(metric: str, extra: str = "") -> str:
     return f"sum(rate({metric}{{{D}{extra}}}[{I}]))"
@@ -78,18 +83,25 @@ def _recorded(name: str) -> str:
     return f"sum({name}{{{D}}})"
 
 
+def _p95_rule(histogram: str) -> str:
+    """The recording rule of a latency histogram's p95, named after the histogram."""
+    return f"deployment:{histogram.removeprefix('vllm:')}:p95_rate1m"
+
+
+REQUESTS_RULE = "deployment:vllm_requests:rate1m"
+OUTPUT_TOKENS_RULE = "deployment:vllm_output_tokens:rate1m"
+INPUT_TOKENS_RULE = "deployment:vllm_input_tokens:rate1m"
+ERROR_SHARE_RULE = "deployment:vllm_error_share:ratio_rate1m"
 RECORDED = {
-    "deployment:vllm_requests:rate1m": f"sum by (deployment) (rate({vm.REQUEST_SUCCESS}[1m]))",
-    "deployment:vllm_output_tokens:rate1m": (
-        f"sum by (deployment) (rate({vm.GENERATION_TOKENS}[1m]))"
-    ),
-    "deployment:vllm_input_tokens:rate1m": f"sum by (deployment) (rate({vm.PROMPT_TOKENS}[1m]))",
-    "deployment:vllm_error_share:ratio_rate1m": (
+    REQUESTS_RULE: f"sum by (deployment) (rate({vm.REQUEST_SUCCESS}[1m]))",
+    OUTPUT_TOKENS_RULE: f"sum by (deployment) (rate({vm.GENERATION_TOKENS}[1m]))",
+    INPUT_TOKENS_RULE: f"sum by (deployment) (rate({vm.PROMPT_TOKENS}[1m]))",
+    ERROR_SHARE_RULE: (
         f'sum by (deployment) (rate({vm.REQUEST_SUCCESS}{{finished_reason=~"error|abort"}}[1m]))'
         f" / (sum by (deployment) (rate({vm.REQUEST_SUCCESS}[1m])) > 0)"
     ),
     **{
-        f"deployment:{name.removeprefix('vllm:')}:p95_rate1m": (
+        _p95_rule(name): (
             f"histogram_quantile(0.95, sum by (deployment, le) (rate({name}_bucket[1m])))"
         )
         for name in (vm.TTFT_SECONDS, vm.ITL_SECONDS, vm.TPOT_SECONDS, vm.E2E_SECONDS)
@@ -100,37 +112,19 @@ no sample (``> 0`` on its denominator), shown "No traffic"."""
 
 
 def _p95_recorded(histogram: str) -> str:
-    return _recorded(f"deployment:{histogram.removeprefix('vllm:')}:p95_rate1m")
+    return _recorded(_p95_rule(histogram))
 
 
 OVERVIEW: tuple[Panel, ...] = (
-    Panel(
-        "Requests/s",
-        ((_recorded("deployment:vllm_requests:rate1m"), "req/s"),),
-        "reqps",
-        "stat",
-        width=4,
-    ),
-    Panel(
-        "Output tok/s",
-        ((_recorded("deployment:vllm_output_tokens:rate1m"), "tok/s"),),
-        "short",
-        "stat",
-        width=4,
-    ),
-    Panel(
-        "Input tok/s",
-        ((_recorded("deployment:vllm_input_tokens:rate1m"), "tok/s"),),
-        "short",
-        "stat",
-        width=4,
-    ),
+    Panel("Requests/s", ((_recorded(REQUESTS_RULE), "req/s"),), "reqps", "stat", width=4),
+    Panel("Output tok/s", ((_recorded(OUTPUT_TOKENS_RULE), "tok/s"),), "short", "stat", width=4),
+    Panel("Input tok/s", ((_recorded(INPUT_TOKENS_RULE), "tok/s"),), "short", "stat", width=4),
     Panel("TTFT p95", ((_p95_recorded(vm.TTFT_SECONDS), "TTFT p95"),), "s", "stat", width=3),
     Panel("ITL p95", ((_p95_recorded(vm.ITL_SECONDS), "ITL p95"),), "s", "stat", width=3),
     Panel("E2E p95", ((_p95_recorded(vm.E2E_SECONDS), "E2E p95"),), "s", "stat", width=3),
     Panel(
         "Errors",
-        ((_recorded("deployment:vllm_error_share:ratio_rate1m"), "error + abort"),),
+        ((_recorded(ERROR_SHARE_RULE), "error + abort"),),
         "percentunit",
         "stat",
         "Finished requests that ended in error or abort, over all finished.",
@@ -405,6 +399,8 @@ CLUSTER: tuple[Panel, ...] = (
     ),
 )
 
+_DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+"""Every query's data source: the dashboard's ``datasource`` variable."""
 _NO_TRAFFIC = [
     {"type": "special", "options": {"match": "null+nan", "result": {"text": "No traffic"}}}
 ]
@@ -412,7 +408,6 @@ _NO_TRAFFIC = [
 
 def _panel_json(panel: Panel, number: int, x: int, y: int) -> dict:
     stat = panel.kind == "stat"
-    height = 4 if stat else 8
     description = panel.description + (
         " Optional: empty where the feature is off." if panel.optional_when else ""
     )
@@ -421,8 +416,8 @@ def _panel_json(panel: Panel, number: int, x: int, y: int) -> dict:
         "type": panel.kind,
         "title": panel.title,
         "description": description.strip(),
-        "datasource": {"type": "prometheus", "uid": "${datasource}"},
-        "gridPos": {"h": height, "w": panel.width, "x": x, "y": y},
+        "datasource": _DATASOURCE,
+        "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
         "fieldConfig": {
             "defaults": {"unit": panel.unit, "mappings": _NO_TRAFFIC if stat else []},
             "overrides": [],
@@ -433,7 +428,7 @@ def _panel_json(panel: Panel, number: int, x: int, y: int) -> dict:
         "targets": [
             {
                 "refId": chr(ord("A") + i),
-                "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                "datasource": _DATASOURCE,
                 "expr": expr,
                 "legendFormat": legend,
             }
@@ -446,12 +441,11 @@ def _layout(panels: tuple[Panel, ...]) -> list[dict]:
     """Left to right, rows of 24 columns."""
     placed, x, y, row_height = [], 0, 0, 0
     for number, panel in enumerate(panels, start=1):
-        height = 4 if panel.kind == "stat" else 8
         if x + panel.width > 24:
             x, y, row_height = 0, y + row_height, 0
         placed.append(_panel_json(panel, number, x, y))
         x += panel.width
-        row_height = max(row_height, height)
+        row_height = max(row_height, panel.height)
     return placed
 
 
@@ -467,7 +461,7 @@ def _variables() -> dict:
             {
                 "name": "deployment",
                 "type": "query",
-                "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                "datasource": _DATASOURCE,
                 "query": {"query": "label_values(up, deployment)", "refId": "deployments"},
                 "definition": "label_values(up, deployment)",
                 "refresh": 2,
