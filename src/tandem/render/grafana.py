@@ -33,6 +33,7 @@ from tandem import vllm_metrics as vm
 from tandem import wire
 from tandem.rankplan import RankPlan
 from tandem.render import listing
+from tandem.render.prometheus import FAILED
 from tandem.spec.deployment import Deployment
 
 DATASOURCE_UID = "tandem-prometheus"
@@ -97,7 +98,7 @@ RECORDED = {
     OUTPUT_TOKENS_RULE: f"sum by (deployment) (rate({vm.GENERATION_TOKENS}[1m]))",
     INPUT_TOKENS_RULE: f"sum by (deployment) (rate({vm.PROMPT_TOKENS}[1m]))",
     ERROR_SHARE_RULE: (
-        f'sum by (deployment) (rate({vm.REQUEST_SUCCESS}{{finished_reason=~"error|abort"}}[1m]))'
+        f"sum by (deployment) (rate({vm.REQUEST_SUCCESS}{{{FAILED}}}[1m]))"
         f" / (sum by (deployment) (rate({vm.REQUEST_SUCCESS}[1m])) > 0)"
     ),
     **{

@@ -33,6 +33,7 @@ from functools import partial
 from pydantic import BaseModel, ConfigDict, Field
 
 from tandem.spec.recipe import Watch
+from tandem.vllm_metrics import ERROR_REASONS
 from tandem.watch.sample import Sample, Verdict, WatchRun
 from tandem.watch.series import (
     GIB,
@@ -45,7 +46,6 @@ from tandem.watch.series import (
 
 SCHEMA_VERSION = 1
 SUMMARY_FILE = "summary.json"
-ERROR_REASONS = ("error", "abort")
 
 
 class Result(StrEnum):
