@@ -45,8 +45,6 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/plan/planner.py:plan_deployment": (191, 9),
     "tandem/plan/roofline.py:roofline": (84, 7),
     "tandem/readiness.py:wait_ready": (97, 10),
-    "tandem/render/k8s_validate.py:_pod_spec_problems": (142, 2),
-    "tandem/render/k8s_validate.py:lws_webhook_problems": (94, 2),
     "tandem/render/prometheus.py:alert_rules": (113, 2),
     "tandem/report/bench.py:markdown": (85, 1),
     "tandem/report/plan.py:plan_tables": (97, 1),
