@@ -195,14 +195,8 @@ def summarize(
     finished = round(counter_increase(samples, finished_value()))
     errors = round(counter_increase(samples, finished_value(ERROR_REASONS)))
     error_rate = errors / finished if finished else None
-    kv = [
-        s.leader.kv_cache_usage for s in samples if s.leader and s.leader.kv_cache_usage is not None
-    ]
-    waiting = [
-        s.leader.requests_waiting
-        for s in samples
-        if s.leader and s.leader.requests_waiting is not None
-    ]
+    kv = [v for s in samples if (v := leader_value("kv_cache_usage")(s)) is not None]
+    waiting = [v for s in samples if (v := leader_value("requests_waiting")(s)) is not None]
     verdicts: dict[str, int] = {}
     for s in samples:
         verdicts[s.verdict.value] = verdicts.get(s.verdict.value, 0) + 1
@@ -232,26 +226,26 @@ def summarize(
             no_gpu,
         ),
     ]
-    for memory in nodes:
-        checks.append(
-            _check(
-                f"memory used {memory.node}",
-                memory.max_used_gib,
-                limits.max_memory_used_gib,
-                "GiB",
-                _span(memory.min_used_gib, memory.max_used_gib),
-            )
+    checks += [
+        _check(
+            f"memory used {memory.node}",
+            memory.max_used_gib,
+            limits.max_memory_used_gib,
+            "GiB",
+            _span(memory.min_used_gib, memory.max_used_gib),
         )
-    for memory in nodes:
-        checks.append(
-            _check(
-                f"memory drift {memory.node}",
-                memory.drift_gib,
-                limits.max_memory_drift_gib,
-                "GiB",
-                magnitude=True,
-            )
+        for memory in nodes
+    ]
+    checks += [
+        _check(
+            f"memory drift {memory.node}",
+            memory.drift_gib,
+            limits.max_memory_drift_gib,
+            "GiB",
+            magnitude=True,
         )
+        for memory in nodes
+    ]
     checks += [
         _check(
             "OOM events",
