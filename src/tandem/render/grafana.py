@@ -33,7 +33,7 @@ from tandem import vllm_metrics as vm
 from tandem import wire
 from tandem.rankplan import RankPlan
 from tandem.render import listing
-from tandem.render.prometheus import FAILED
+from tandem.render.prometheus import FAILED, VLLM_JOB
 from tandem.spec.deployment import Deployment
 
 DATASOURCE_UID = "tandem-prometheus"
@@ -43,6 +43,8 @@ RULES_FILE = "tandem-recording-rules.yml"
 D = 'deployment=~"$deployment"'
 """The label filter every query carries; Grafana fills ``$deployment`` from its variable."""
 I = "$__rate_interval"  # noqa: E741 - Grafana's own spelling, kept short inside PromQL
+UP = f'up{{job="{VLLM_JOB}",{D}}}'
+"""1 for each leader whose ``/metrics`` answered the last scrape, 0 for each that did not."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,7 @@ OVERVIEW: tuple[Panel, ...] = (
     ),
     Panel(
         "Leaders not answering",
-        ((f'count(up{{job="vllm",{D}}} == 0) or 0 * count(up{{job="vllm",{D}}})', "down"),),
+        ((f"count({UP} == 0) or 0 * count({UP})", "down"),),
         "short",
         "stat",
         "A crashed or hung API server shows here while its vLLM series simply stop.",
@@ -358,11 +360,7 @@ CLUSTER: tuple[Panel, ...] = (
         ((f"increase({wire.TANDEM_NODE_OOM_KILLS}{wire.TOTAL}{{{D}}}[1h])", "{{node}}"),),
         width=12,
     ),
-    Panel(
-        "Leader /metrics up",
-        ((f'up{{job="vllm",{D}}}', "{{deployment}} {{node}}"),),
-        width=12,
-    ),
+    Panel("Leader /metrics up", ((UP, "{{deployment}} {{node}}"),), width=12),
     Panel(
         "GPU power",
         ((f"{wire.TANDEM_GPU_POWER}{{{D}}}", "{{node}} GPU {{gpu}}"),),

@@ -35,6 +35,8 @@ README_FILE = "README.md"
 RANK_DOWN_FOR = "15s"
 """A rank of a vLLM group never comes back by itself, so a short ``for`` only skips a scrape
 that raced the process start."""
+VLLM_JOB = "vllm"
+"""The scrape job of the leaders' ``/metrics``; its ``up`` series tells a leader that is gone."""
 FAILED = f'finished_reason=~"{"|".join(vm.ERROR_REASONS)}"'
 """The label matcher of the requests that ended in error or abort."""
 
@@ -74,7 +76,7 @@ def scrape_config(plan: RankPlan, deployment: Deployment) -> dict:
         "rule_files": [RULES_FILE],
         "scrape_configs": [
             {
-                "job_name": "vllm",
+                "job_name": VLLM_JOB,
                 "metrics_path": wire.METRICS_PATH,
                 "static_configs": [
                     _leader_config(deployment.name, p, i if several else None)
@@ -122,7 +124,7 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
         ),
         _rule(
             "VllmLeaderDown",
-            f'up{{job="vllm",{d}}} == 0',
+            f'up{{job="{VLLM_JOB}",{d}}} == 0',
             "30s",
             "critical",
             "the leader of {{ $labels.deployment }} does not answer /metrics",
