@@ -82,7 +82,8 @@ def _attainment(histogram: str, bound: str) -> str:
     )
 
 
-def _recorded(name: str) -> str:
+def _sum(name: str) -> str:
+    """A series (a recording rule's too) summed over the chosen deployments."""
     return f"sum({name}{{{D}}})"
 
 
@@ -115,19 +116,19 @@ no sample (``> 0`` on its denominator), shown "No traffic"."""
 
 
 def _p95_recorded(histogram: str) -> str:
-    return _recorded(_p95_rule(histogram))
+    return _sum(_p95_rule(histogram))
 
 
 OVERVIEW: tuple[Panel, ...] = (
-    Panel("Requests/s", ((_recorded(REQUESTS_RULE), "req/s"),), "reqps", "stat", width=4),
-    Panel("Output tok/s", ((_recorded(OUTPUT_TOKENS_RULE), "tok/s"),), "short", "stat", width=4),
-    Panel("Input tok/s", ((_recorded(INPUT_TOKENS_RULE), "tok/s"),), "short", "stat", width=4),
+    Panel("Requests/s", ((_sum(REQUESTS_RULE), "req/s"),), "reqps", "stat", width=4),
+    Panel("Output tok/s", ((_sum(OUTPUT_TOKENS_RULE), "tok/s"),), "short", "stat", width=4),
+    Panel("Input tok/s", ((_sum(INPUT_TOKENS_RULE), "tok/s"),), "short", "stat", width=4),
     Panel("TTFT p95", ((_p95_recorded(vm.TTFT_SECONDS), "TTFT p95"),), "s", "stat", width=3),
     Panel("ITL p95", ((_p95_recorded(vm.ITL_SECONDS), "ITL p95"),), "s", "stat", width=3),
     Panel("E2E p95", ((_p95_recorded(vm.E2E_SECONDS), "E2E p95"),), "s", "stat", width=3),
     Panel(
         "Errors",
-        ((_recorded(ERROR_SHARE_RULE), "error + abort"),),
+        ((_sum(ERROR_SHARE_RULE), "error + abort"),),
         "percentunit",
         "stat",
         "Finished requests that ended in error or abort, over all finished.",
@@ -141,12 +142,8 @@ OVERVIEW: tuple[Panel, ...] = (
         "A crashed or hung API server shows here while its vLLM series simply stop.",
         width=4,
     ),
-    Panel(
-        "Running", ((f"sum({vm.REQUESTS_RUNNING}{{{D}}})", "running"),), "short", "stat", width=4
-    ),
-    Panel(
-        "Waiting", ((f"sum({vm.REQUESTS_WAITING}{{{D}}})", "waiting"),), "short", "stat", width=4
-    ),
+    Panel("Running", ((_sum(vm.REQUESTS_RUNNING), "running"),), "short", "stat", width=4),
+    Panel("Waiting", ((_sum(vm.REQUESTS_WAITING), "waiting"),), "short", "stat", width=4),
     Panel(
         "KV cache used",
         ((f"max({vm.KV_CACHE_USAGE}{{{D}}})", "fullest engine"),),
@@ -225,7 +222,7 @@ OVERVIEW: tuple[Panel, ...] = (
     Panel(
         "Scheduler: running and waiting",
         (
-            (f"sum({vm.REQUESTS_RUNNING}{{{D}}})", "running"),
+            (_sum(vm.REQUESTS_RUNNING), "running"),
             (f"sum by (reason) ({vm.REQUESTS_WAITING_BY_REASON}{{{D}}})", "waiting: {{reason}}"),
         ),
     ),
@@ -239,7 +236,7 @@ OVERVIEW: tuple[Panel, ...] = (
         (
             (_rate(vm.PREEMPTIONS), "preempted/s"),
             (
-                f"{_rate(vm.ADMISSION_REJECTIONS)} or 0 * sum({vm.REQUESTS_RUNNING}{{{D}}})",
+                f"{_rate(vm.ADMISSION_REJECTIONS)} or 0 * {_sum(vm.REQUESTS_RUNNING)}",
                 "refused by a queue limit/s",
             ),
         ),
@@ -298,7 +295,7 @@ CLUSTER: tuple[Panel, ...] = (
     Panel(
         "Ranks up",
         (
-            (f"sum({wire.TANDEM_RANK_UP}{{{D}}})", "up"),
+            (_sum(wire.TANDEM_RANK_UP), "up"),
             (f"count({wire.TANDEM_RANK_UP}{{{D}}})", "of"),
         ),
         "short",
@@ -307,7 +304,7 @@ CLUSTER: tuple[Panel, ...] = (
     ),
     Panel(
         "Group restarts",
-        ((f"sum({wire.TANDEM_RESTARTS}{wire.TOTAL}{{{D}}})", "restarts"),),
+        ((_sum(wire.TANDEM_RESTARTS + wire.TOTAL), "restarts"),),
         "short",
         "stat",
         width=6,
