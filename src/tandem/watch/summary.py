@@ -30,11 +30,11 @@ from datetime import datetime
 from enum import StrEnum
 from functools import partial
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from tandem.spec.recipe import Watch
 from tandem.vllm_metrics import ERROR_REASONS
-from tandem.watch.sample import Sample, Verdict, WatchRun
+from tandem.watch.sample import Sample, Verdict, WatchRecord, WatchRun
 from tandem.watch.series import (
     GIB,
     counter_increase,
@@ -54,11 +54,7 @@ class Result(StrEnum):
     SKIP = "SKIP"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Check(_Model):
+class Check(WatchRecord):
     """One claim: what was observed, the largest value that passes, and the result."""
 
     name: str
@@ -69,7 +65,7 @@ class Check(_Model):
     detail: str = ""
 
 
-class NodeMemory(_Model):
+class NodeMemory(WatchRecord):
     node: str
     total_gib: float | None = None
     min_used_gib: float | None = None
@@ -79,7 +75,7 @@ class NodeMemory(_Model):
     oom_kills: int = 0
 
 
-class WatchSummary(_Model):
+class WatchSummary(WatchRecord):
     """``summary.json`` of a watch folder: figures, checks and the overall result."""
 
     schema_version: int = SCHEMA_VERSION
