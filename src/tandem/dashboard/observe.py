@@ -29,8 +29,7 @@ from tandem.operations import lifecycle
 from tandem.operations.health import ProgressTracker
 from tandem.operations.lifecycle import DeploymentStatus
 from tandem.vllm_metrics import ServingReading
-
-CANARY_EVERY_S = 60.0
+from tandem.watch.sampler import CANARY_EVERY_S
 
 
 def observe(

@@ -7,6 +7,7 @@ so ``tandem render --target NAME`` finds it; it is imported only when used.
 from __future__ import annotations
 
 import importlib
+import json
 from typing import Protocol
 
 from tandem.errors import SpecError
@@ -41,6 +42,14 @@ FILE_TARGETS: dict[str, str] = {
     "prometheus": "tandem.render.prometheus:files",
     "grafana": "tandem.render.grafana:files",
 }
+
+
+def listing(texts: dict[str, str], fmt: str) -> str:
+    """A files target on stdout: a JSON object of file -> text (``json``), else each file after
+    a ``# ==> NAME <==`` line, as ``tail`` heads several files."""
+    if fmt == "json":
+        return json.dumps(texts, indent=2) + "\n"
+    return "".join(f"# ==> {name} <==\n{text}\n" for name, text in texts.items())
 
 
 class FileRenderer(Protocol):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.spec.deployment import Deployment
@@ -37,20 +38,23 @@ def shell_command(rank: RankSpec) -> str:
     return "\n".join(lines)
 
 
-def to_shell(plan: RankPlan) -> str:
-    """Every rank's command in start order (workers first), each headed by where it runs."""
+def shell_blocks(
+    plan: RankPlan, runs: str, command: Callable[[RankSpec], str], note: str = ""
+) -> str:
+    """Every rank's command in start order (workers first), each headed by where it runs, under
+    a line on the deployment (``runs``: what runs a rank); the process and docker targets."""
     blocks = [
-        f"# deployment {plan.deployment}: {len(plan.ranks)} rank(s), world size "
-        f"{plan.world_size}; API at {plan.endpoint}/v1 as model '{plan.model}'"
+        f"# deployment {plan.deployment}: {len(plan.ranks)} {runs}(s), world size "
+        f"{plan.world_size}; API at {plan.endpoint}/v1 as model '{plan.model}'{note}"
     ]
     for rank in plan.in_start_order():
         blocks.append(
             f"# rank {rank.rank} ({rank.role.value}) on node {rank.node} "
-            f"[{rank.address}], start wave {rank.start_order}\n{shell_command(rank)}"
+            f"[{rank.address}], start wave {rank.start_order}\n{command(rank)}"
         )
     return "\n\n".join(blocks) + "\n"
 
 
 def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:
     """The ``process`` target: ``fmt`` is ``shell`` or ``json``."""
-    return to_json(plan) if fmt == "json" else to_shell(plan)
+    return to_json(plan) if fmt == "json" else shell_blocks(plan, "rank", shell_command)

@@ -38,6 +38,7 @@ from tandem.errors import RecipeError
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.redact import is_secret
 from tandem.render import shellwords
+from tandem.render.commands import shell_blocks
 from tandem.spec.deployment import Deployment
 
 LABEL_DEPLOYMENT = "tandem.deployment"
@@ -153,22 +154,18 @@ def shell_command(argv: list[str]) -> str:
 def to_shell(plan: RankPlan, deployment: Deployment) -> str:
     """Every node's ``docker run``, workers first, each headed by where it runs."""
     image = image_of(deployment)
-    blocks = [
-        f"# deployment {plan.deployment}: {len(plan.ranks)} container(s), world size "
-        f"{plan.world_size}; API at {plan.endpoint}/v1 as model '{plan.model}'"
-    ]
-    if not is_pinned(image):
-        blocks[0] += (
-            f"\n# note: {image} is a tag, not a digest; `tandem up` pins it to the "
-            "digest found on the nodes, and `tandem sync` makes them agree"
-        )
-    for rank in plan.in_start_order():
-        blocks.append(
-            f"# rank {rank.rank} ({rank.role.value}) on node {rank.node} "
-            f"[{rank.address}], start wave {rank.start_order}\n"
-            f"{shell_command(docker_run_argv(rank, deployment, image=image))}"
-        )
-    return "\n\n".join(blocks) + "\n"
+    note = (
+        ""
+        if is_pinned(image)
+        else f"\n# note: {image} is a tag, not a digest; `tandem up` pins it to the "
+        "digest found on the nodes, and `tandem sync` makes them agree"
+    )
+    return shell_blocks(
+        plan,
+        "container",
+        lambda rank: shell_command(docker_run_argv(rank, deployment, image=image)),
+        note,
+    )
 
 
 def to_json(plan: RankPlan, deployment: Deployment) -> str:

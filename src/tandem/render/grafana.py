@@ -32,6 +32,8 @@ import yaml
 from tandem import vllm_metrics as vm
 from tandem import wire
 from tandem.rankplan import RankPlan
+from tandem.render import listing
+from tandem.render.prometheus import FAILED, VLLM_JOB
 from tandem.spec.deployment import Deployment
 
 DATASOURCE_UID = "tandem-prometheus"
@@ -41,6 +43,8 @@ RULES_FILE = "tandem-recording-rules.yml"
 D = 'deployment=~"$deployment"'
 """The label filter every query carries; Grafana fills ``$deployment`` from its variable."""
 I = "$__rate_interval"  # noqa: E741 - Grafana's own spelling, kept short inside PromQL
+UP = f'up{{job="{VLLM_JOB}",{D}}}'
+"""1 for each leader whose ``/metrics`` answered the last scrape, 0 for each that did not."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,11 @@ class Panel:
     optional_when: str | None = None
     """PromQL that returns a series only where the panel's feature is on; None: never optional."""
     width: int = 8
+
+    @property
+    def height(self) -> int:
+        """Grid rows: a stat is one figure, a graph needs room for its lines."""
+        return 4 if self.kind == "stat" else 8
 
 
 def _rate(metric: str, extra: str = "") -> str:
@@ -73,22 +82,30 @@ def _attainment(histogram: str, bound: str) -> str:
     )
 
 
-def _recorded(name: str) -> str:
+def _sum(name: str) -> str:
+    """A series (a recording rule's too) summed over the chosen deployments."""
     return f"sum({name}{{{D}}})"
 
 
+def _p95_rule(histogram: str) -> str:
+    """The recording rule of a latency histogram's p95, named after the histogram."""
+    return f"deployment:{histogram.removeprefix('vllm:')}:p95_rate1m"
+
+
+REQUESTS_RULE = "deployment:vllm_requests:rate1m"
+OUTPUT_TOKENS_RULE = "deployment:vllm_output_tokens:rate1m"
+INPUT_TOKENS_RULE = "deployment:vllm_input_tokens:rate1m"
+ERROR_SHARE_RULE = "deployment:vllm_error_share:ratio_rate1m"
 RECORDED = {
-    "deployment:vllm_requests:rate1m": f"sum by (deployment) (rate({vm.REQUEST_SUCCESS}[1m]))",
-    "deployment:vllm_output_tokens:rate1m": (
-        f"sum by (deployment) (rate({vm.GENERATION_TOKENS}[1m]))"
-    ),
-    "deployment:vllm_input_tokens:rate1m": f"sum by (deployment) (rate({vm.PROMPT_TOKENS}[1m]))",
-    "deployment:vllm_error_share:ratio_rate1m": (
-        f'sum by (deployment) (rate({vm.REQUEST_SUCCESS}{{finished_reason=~"error|abort"}}[1m]))'
+    REQUESTS_RULE: f"sum by (deployment) (rate({vm.REQUEST_SUCCESS}[1m]))",
+    OUTPUT_TOKENS_RULE: f"sum by (deployment) (rate({vm.GENERATION_TOKENS}[1m]))",
+    INPUT_TOKENS_RULE: f"sum by (deployment) (rate({vm.PROMPT_TOKENS}[1m]))",
+    ERROR_SHARE_RULE: (
+        f"sum by (deployment) (rate({vm.REQUEST_SUCCESS}{{{FAILED}}}[1m]))"
         f" / (sum by (deployment) (rate({vm.REQUEST_SUCCESS}[1m])) > 0)"
     ),
     **{
-        f"deployment:{name.removeprefix('vllm:')}:p95_rate1m": (
+        _p95_rule(name): (
             f"histogram_quantile(0.95, sum by (deployment, le) (rate({name}_bucket[1m])))"
         )
         for name in (vm.TTFT_SECONDS, vm.ITL_SECONDS, vm.TPOT_SECONDS, vm.E2E_SECONDS)
@@ -99,37 +116,19 @@ no sample (``> 0`` on its denominator), shown "No traffic"."""
 
 
 def _p95_recorded(histogram: str) -> str:
-    return _recorded(f"deployment:{histogram.removeprefix('vllm:')}:p95_rate1m")
+    return _sum(_p95_rule(histogram))
 
 
 OVERVIEW: tuple[Panel, ...] = (
-    Panel(
-        "Requests/s",
-        ((_recorded("deployment:vllm_requests:rate1m"), "req/s"),),
-        "reqps",
-        "stat",
-        width=4,
-    ),
-    Panel(
-        "Output tok/s",
-        ((_recorded("deployment:vllm_output_tokens:rate1m"), "tok/s"),),
-        "short",
-        "stat",
-        width=4,
-    ),
-    Panel(
-        "Input tok/s",
-        ((_recorded("deployment:vllm_input_tokens:rate1m"), "tok/s"),),
-        "short",
-        "stat",
-        width=4,
-    ),
+    Panel("Requests/s", ((_sum(REQUESTS_RULE), "req/s"),), "reqps", "stat", width=4),
+    Panel("Output tok/s", ((_sum(OUTPUT_TOKENS_RULE), "tok/s"),), "short", "stat", width=4),
+    Panel("Input tok/s", ((_sum(INPUT_TOKENS_RULE), "tok/s"),), "short", "stat", width=4),
     Panel("TTFT p95", ((_p95_recorded(vm.TTFT_SECONDS), "TTFT p95"),), "s", "stat", width=3),
     Panel("ITL p95", ((_p95_recorded(vm.ITL_SECONDS), "ITL p95"),), "s", "stat", width=3),
     Panel("E2E p95", ((_p95_recorded(vm.E2E_SECONDS), "E2E p95"),), "s", "stat", width=3),
     Panel(
         "Errors",
-        ((_recorded("deployment:vllm_error_share:ratio_rate1m"), "error + abort"),),
+        ((_sum(ERROR_SHARE_RULE), "error + abort"),),
         "percentunit",
         "stat",
         "Finished requests that ended in error or abort, over all finished.",
@@ -137,18 +136,14 @@ OVERVIEW: tuple[Panel, ...] = (
     ),
     Panel(
         "Leaders not answering",
-        ((f'count(up{{job="vllm",{D}}} == 0) or 0 * count(up{{job="vllm",{D}}})', "down"),),
+        ((f"count({UP} == 0) or 0 * count({UP})", "down"),),
         "short",
         "stat",
         "A crashed or hung API server shows here while its vLLM series simply stop.",
         width=4,
     ),
-    Panel(
-        "Running", ((f"sum({vm.REQUESTS_RUNNING}{{{D}}})", "running"),), "short", "stat", width=4
-    ),
-    Panel(
-        "Waiting", ((f"sum({vm.REQUESTS_WAITING}{{{D}}})", "waiting"),), "short", "stat", width=4
-    ),
+    Panel("Running", ((_sum(vm.REQUESTS_RUNNING), "running"),), "short", "stat", width=4),
+    Panel("Waiting", ((_sum(vm.REQUESTS_WAITING), "waiting"),), "short", "stat", width=4),
     Panel(
         "KV cache used",
         ((f"max({vm.KV_CACHE_USAGE}{{{D}}})", "fullest engine"),),
@@ -227,7 +222,7 @@ OVERVIEW: tuple[Panel, ...] = (
     Panel(
         "Scheduler: running and waiting",
         (
-            (f"sum({vm.REQUESTS_RUNNING}{{{D}}})", "running"),
+            (_sum(vm.REQUESTS_RUNNING), "running"),
             (f"sum by (reason) ({vm.REQUESTS_WAITING_BY_REASON}{{{D}}})", "waiting: {{reason}}"),
         ),
     ),
@@ -241,7 +236,7 @@ OVERVIEW: tuple[Panel, ...] = (
         (
             (_rate(vm.PREEMPTIONS), "preempted/s"),
             (
-                f"{_rate(vm.ADMISSION_REJECTIONS)} or 0 * sum({vm.REQUESTS_RUNNING}{{{D}}})",
+                f"{_rate(vm.ADMISSION_REJECTIONS)} or 0 * {_sum(vm.REQUESTS_RUNNING)}",
                 "refused by a queue limit/s",
             ),
         ),
@@ -300,7 +295,7 @@ CLUSTER: tuple[Panel, ...] = (
     Panel(
         "Ranks up",
         (
-            (f"sum({wire.TANDEM_RANK_UP}{{{D}}})", "up"),
+            (_sum(wire.TANDEM_RANK_UP), "up"),
             (f"count({wire.TANDEM_RANK_UP}{{{D}}})", "of"),
         ),
         "short",
@@ -309,7 +304,7 @@ CLUSTER: tuple[Panel, ...] = (
     ),
     Panel(
         "Group restarts",
-        ((f"sum({wire.TANDEM_RESTARTS}{wire.TOTAL}{{{D}}})", "restarts"),),
+        ((_sum(wire.TANDEM_RESTARTS + wire.TOTAL), "restarts"),),
         "short",
         "stat",
         width=6,
@@ -362,11 +357,7 @@ CLUSTER: tuple[Panel, ...] = (
         ((f"increase({wire.TANDEM_NODE_OOM_KILLS}{wire.TOTAL}{{{D}}}[1h])", "{{node}}"),),
         width=12,
     ),
-    Panel(
-        "Leader /metrics up",
-        ((f'up{{job="vllm",{D}}}', "{{deployment}} {{node}}"),),
-        width=12,
-    ),
+    Panel("Leader /metrics up", ((UP, "{{deployment}} {{node}}"),), width=12),
     Panel(
         "GPU power",
         ((f"{wire.TANDEM_GPU_POWER}{{{D}}}", "{{node}} GPU {{gpu}}"),),
@@ -404,6 +395,8 @@ CLUSTER: tuple[Panel, ...] = (
     ),
 )
 
+_DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+"""Every query's data source: the dashboard's ``datasource`` variable."""
 _NO_TRAFFIC = [
     {"type": "special", "options": {"match": "null+nan", "result": {"text": "No traffic"}}}
 ]
@@ -411,7 +404,6 @@ _NO_TRAFFIC = [
 
 def _panel_json(panel: Panel, number: int, x: int, y: int) -> dict:
     stat = panel.kind == "stat"
-    height = 4 if stat else 8
     description = panel.description + (
         " Optional: empty where the feature is off." if panel.optional_when else ""
     )
@@ -420,8 +412,8 @@ def _panel_json(panel: Panel, number: int, x: int, y: int) -> dict:
         "type": panel.kind,
         "title": panel.title,
         "description": description.strip(),
-        "datasource": {"type": "prometheus", "uid": "${datasource}"},
-        "gridPos": {"h": height, "w": panel.width, "x": x, "y": y},
+        "datasource": _DATASOURCE,
+        "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
         "fieldConfig": {
             "defaults": {"unit": panel.unit, "mappings": _NO_TRAFFIC if stat else []},
             "overrides": [],
@@ -432,7 +424,7 @@ def _panel_json(panel: Panel, number: int, x: int, y: int) -> dict:
         "targets": [
             {
                 "refId": chr(ord("A") + i),
-                "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                "datasource": _DATASOURCE,
                 "expr": expr,
                 "legendFormat": legend,
             }
@@ -445,12 +437,11 @@ def _layout(panels: tuple[Panel, ...]) -> list[dict]:
     """Left to right, rows of 24 columns."""
     placed, x, y, row_height = [], 0, 0, 0
     for number, panel in enumerate(panels, start=1):
-        height = 4 if panel.kind == "stat" else 8
         if x + panel.width > 24:
             x, y, row_height = 0, y + row_height, 0
         placed.append(_panel_json(panel, number, x, y))
         x += panel.width
-        row_height = max(row_height, height)
+        row_height = max(row_height, panel.height)
     return placed
 
 
@@ -466,7 +457,7 @@ def _variables() -> dict:
             {
                 "name": "deployment",
                 "type": "query",
-                "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                "datasource": _DATASOURCE,
                 "query": {"query": "label_values(up, deployment)", "refId": "deployments"},
                 "definition": "label_values(up, deployment)",
                 "refresh": 2,
@@ -625,7 +616,4 @@ def files(plan: RankPlan, deployment: Deployment) -> dict[str, str]:
 
 def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:
     """Every file: a listing (``yaml``) or a JSON object of file -> text (``json``)."""
-    texts = files(plan, deployment)
-    if fmt == "json":
-        return json.dumps(texts, indent=2) + "\n"
-    return "".join(f"# ==> {name} <==\n{text}\n" for name, text in texts.items())
+    return listing(files(plan, deployment), fmt)

@@ -68,41 +68,39 @@ def _quantity_ok(value: Any) -> bool:
     return isinstance(value, int) or (isinstance(value, str) and bool(QUANTITY.match(value)))
 
 
+def _label_ok(name: Any) -> bool:
+    """A DNS-1123 label: what a volume, container or namespace may be named."""
+    return isinstance(name, str) and bool(DNS1123_LABEL.match(name)) and len(name) <= 63
+
+
 def _port_ok(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
 
 
-def lws_webhook_problems(lws: dict, where: str = "LeaderWorkerSet") -> list[Problem]:
+def lws_webhook_problems(lws: dict, where: str = "LeaderWorkerSet") -> Iterator[Problem]:
     """The LeaderWorkerSet admission webhook's rules (it is not part of the CRD schema)."""
-    problems: list[Problem] = []
     spec = lws.get("spec") or {}
     template = spec.get("leaderWorkerTemplate") or {}
     replicas = spec.get("replicas", 1)
     size = template.get("size", 1)
     path = f"{where}.spec"
     if isinstance(replicas, int) and not 0 <= replicas <= MAX_REPLICAS:
-        problems.append(
-            Problem(
-                f"{path}.replicas",
-                f"{replicas} must be between 0 and {MAX_REPLICAS:,}",
-                "use 1 group",
-            )
+        yield Problem(
+            f"{path}.replicas",
+            f"{replicas} must be between 0 and {MAX_REPLICAS:,}",
+            "use 1 group",
         )
     if isinstance(size, int) and size < 1:
-        problems.append(
-            Problem(
-                f"{path}.leaderWorkerTemplate.size",
-                f"{size} must be at least 1 (pods per group, leader included)",
-                "list at least one node",
-            )
+        yield Problem(
+            f"{path}.leaderWorkerTemplate.size",
+            f"{size} must be at least 1 (pods per group, leader included)",
+            "list at least one node",
         )
     if isinstance(size, int) and isinstance(replicas, int) and replicas * size > MAX_INT32:
-        problems.append(
-            Problem(
-                f"{path}",
-                f"replicas x size = {replicas * size} exceeds {MAX_INT32}",
-                "use fewer groups or smaller ones",
-            )
+        yield Problem(
+            f"{path}",
+            f"replicas x size = {replicas * size} exceeds {MAX_INT32}",
+            "use fewer groups or smaller ones",
         )
     rolling = (spec.get("rolloutStrategy") or {}).get("rollingUpdateConfiguration") or {}
     values = {}
@@ -111,205 +109,166 @@ def lws_webhook_problems(lws: dict, where: str = "LeaderWorkerSet") -> list[Prob
             value = rolling[key]
             text = str(value)
             if not PERCENT_OR_INT.match(text):
-                problems.append(
-                    Problem(
-                        f"{path}.rolloutStrategy.rollingUpdateConfiguration.{key}",
-                        f"'{value}' is neither a count nor a percentage",
-                        "write e.g. 1 or 25%",
-                    )
+                yield Problem(
+                    f"{path}.rolloutStrategy.rollingUpdateConfiguration.{key}",
+                    f"'{value}' is neither a count nor a percentage",
+                    "write e.g. 1 or 25%",
                 )
             else:
                 values[key] = int(text.rstrip("%"))
                 if text.endswith("%") and values[key] > 100:
-                    problems.append(
-                        Problem(
-                            f"{path}.rolloutStrategy.rollingUpdateConfiguration.{key}",
-                            f"{value} is above 100%",
-                            "use at most 100%",
-                        )
+                    yield Problem(
+                        f"{path}.rolloutStrategy.rollingUpdateConfiguration.{key}",
+                        f"{value} is above 100%",
+                        "use at most 100%",
                     )
     if values.get("maxUnavailable", 1) == 0 and values.get("maxSurge", 0) == 0 and rolling:
-        problems.append(
-            Problem(
-                f"{path}.rolloutStrategy.rollingUpdateConfiguration",
-                "maxUnavailable and maxSurge cannot both be 0",
-                "allow at least one unavailable or one surge group",
-            )
+        yield Problem(
+            f"{path}.rolloutStrategy.rollingUpdateConfiguration",
+            "maxUnavailable and maxSurge cannot both be 0",
+            "allow at least one unavailable or one surge group",
         )
     sub = template.get("subGroupPolicy") or {}
     if "subGroupSize" in sub and isinstance(size, int):
         sgs = sub["subGroupSize"]
         if not isinstance(sgs, int) or sgs < 1:
-            problems.append(
-                Problem(
-                    f"{path}.leaderWorkerTemplate.subGroupPolicy.subGroupSize",
-                    f"{sgs} must be at least 1",
-                )
+            yield Problem(
+                f"{path}.leaderWorkerTemplate.subGroupPolicy.subGroupSize",
+                f"{sgs} must be at least 1",
             )
         elif size % sgs and (size - 1) % sgs:
-            problems.append(
-                Problem(
-                    f"{path}.leaderWorkerTemplate.subGroupPolicy.subGroupSize",
-                    f"{sgs} divides neither size {size} nor size - 1",
-                )
+            yield Problem(
+                f"{path}.leaderWorkerTemplate.subGroupPolicy.subGroupSize",
+                f"{sgs} divides neither size {size} nor size - 1",
             )
-    leader = template.get("leaderTemplate") or template.get("workerTemplate") or {}
+    leader = _leader_template(lws)
     probes = [c.get("readinessProbe") for c in (leader.get("spec") or {}).get("containers") or []]
     if spec.get("startupPolicy") == "LeaderReady" and any(p and "httpGet" in p for p in probes):
-        problems.append(
-            Problem(
-                f"{path}.startupPolicy",
-                "LeaderReady creates the workers only "
-                "once the leader is Ready, but the leader's /health only answers "
-                "after every worker joined: the group deadlocks",
-                "use LeaderCreated (the leader waits at the rendezvous)",
-            )
+        yield Problem(
+            f"{path}.startupPolicy",
+            "LeaderReady creates the workers only "
+            "once the leader is Ready, but the leader's /health only answers "
+            "after every worker joined: the group deadlocks",
+            "use LeaderCreated (the leader waits at the rendezvous)",
         )
-    return problems
 
 
-def _pod_spec_problems(spec: dict, path: str) -> list[Problem]:
-    problems: list[Problem] = []
+def _pod_spec_problems(spec: dict, path: str) -> Iterator[Problem]:
     volumes = spec.get("volumes") or []
     names = [v.get("name") for v in volumes]
     for i, name in enumerate(names):
-        if not isinstance(name, str) or not DNS1123_LABEL.match(name) or len(name) > 63:
-            problems.append(
-                Problem(
-                    f"{path}.volumes[{i}].name",
-                    f"'{name}' is not a DNS-1123 label",
-                    "lower case letters, digits and dashes",
-                )
+        if not _label_ok(name):
+            yield Problem(
+                f"{path}.volumes[{i}].name",
+                f"'{name}' is not a DNS-1123 label",
+                "lower case letters, digits and dashes",
             )
         if names.count(name) > 1:
-            problems.append(Problem(f"{path}.volumes[{i}].name", f"'{name}' is listed twice"))
+            yield Problem(f"{path}.volumes[{i}].name", f"'{name}' is listed twice")
         limit = (volumes[i].get("emptyDir") or {}).get("sizeLimit")
         if limit is not None and not _quantity_ok(limit):
-            problems.append(
-                Problem(
-                    f"{path}.volumes[{i}].emptyDir.sizeLimit",
-                    f"'{limit}' is not a quantity",
-                    "write e.g. 64Gi",
-                )
+            yield Problem(
+                f"{path}.volumes[{i}].emptyDir.sizeLimit",
+                f"'{limit}' is not a quantity",
+                "write e.g. 64Gi",
             )
     if spec.get("hostNetwork") and spec.get("dnsPolicy") != "ClusterFirstWithHostNet":
-        problems.append(
-            Problem(
-                f"{path}.dnsPolicy",
-                f"'{spec.get('dnsPolicy', 'ClusterFirst')}' "
-                "with hostNetwork resolves through the node's resolver, so the "
-                "LeaderWorkerSet's pod names do not resolve",
-                "use ClusterFirstWithHostNet",
-            )
+        yield Problem(
+            f"{path}.dnsPolicy",
+            f"'{spec.get('dnsPolicy', 'ClusterFirst')}' "
+            "with hostNetwork resolves through the node's resolver, so the "
+            "LeaderWorkerSet's pod names do not resolve",
+            "use ClusterFirstWithHostNet",
         )
     containers = spec.get("containers") or []
     if not containers:
-        problems.append(Problem(f"{path}.containers", "no container"))
+        yield Problem(f"{path}.containers", "no container")
     for ci, container in enumerate(containers):
-        cpath = f"{path}.containers[{ci}]"
-        name = container.get("name")
-        if not isinstance(name, str) or not DNS1123_LABEL.match(name) or len(name) > 63:
-            problems.append(
-                Problem(
-                    f"{cpath}.name",
-                    f"'{name}' is not a DNS-1123 label",
-                    "lower case letters, digits and dashes, e.g. vllm",
-                )
+        yield from _container_problems(
+            container, f"{path}.containers[{ci}]", names, bool(spec.get("hostNetwork"))
+        )
+
+
+def _container_problems(
+    container: dict, cpath: str, volume_names: list, host_network: bool
+) -> Iterator[Problem]:
+    """One container of a pod: name, ports, probes, volume mounts, resources, variables."""
+    name = container.get("name")
+    if not _label_ok(name):
+        yield Problem(
+            f"{cpath}.name",
+            f"'{name}' is not a DNS-1123 label",
+            "lower case letters, digits and dashes, e.g. vllm",
+        )
+    port_names = set()
+    for pi, port in enumerate(container.get("ports") or []):
+        if not _port_ok(port.get("containerPort")):
+            yield Problem(
+                f"{cpath}.ports[{pi}].containerPort",
+                f"{port.get('containerPort')} is not a port 1-65535",
             )
-        port_names = set()
-        for pi, port in enumerate(container.get("ports") or []):
-            if not _port_ok(port.get("containerPort")):
-                problems.append(
-                    Problem(
-                        f"{cpath}.ports[{pi}].containerPort",
-                        f"{port.get('containerPort')} is not a port 1-65535",
-                    )
+        if "name" in port:
+            port_names.add(port["name"])
+            if not IANA_SVC_NAME.match(str(port["name"])) or len(str(port["name"])) > 15:
+                yield Problem(
+                    f"{cpath}.ports[{pi}].name",
+                    f"'{port['name']}' is "
+                    "not a port name (at most 15 lower case letters, "
+                    "digits, dashes, with a letter)",
                 )
-            if "name" in port:
-                port_names.add(port["name"])
-                if not IANA_SVC_NAME.match(str(port["name"])) or len(str(port["name"])) > 15:
-                    problems.append(
-                        Problem(
-                            f"{cpath}.ports[{pi}].name",
-                            f"'{port['name']}' is "
-                            "not a port name (at most 15 lower case letters, "
-                            "digits, dashes, with a letter)",
-                        )
-                    )
-            if (
-                spec.get("hostNetwork")
-                and "hostPort" in port
-                and port["hostPort"] != port.get("containerPort")
-            ):
-                problems.append(
-                    Problem(
-                        f"{cpath}.ports[{pi}].hostPort", "must equal containerPort with hostNetwork"
-                    )
+        if host_network and "hostPort" in port and port["hostPort"] != port.get("containerPort"):
+            yield Problem(
+                f"{cpath}.ports[{pi}].hostPort", "must equal containerPort with hostNetwork"
+            )
+    for probe_name in ("startupProbe", "readinessProbe", "livenessProbe"):
+        probe = container.get(probe_name)
+        if not probe:
+            continue
+        get = probe.get("httpGet") or probe.get("tcpSocket")
+        if get is not None:
+            port = get.get("port")
+            if not (_port_ok(port) or port in port_names):
+                yield Problem(
+                    f"{cpath}.{probe_name}.port",
+                    f"'{port}' is neither a port 1-65535 nor a named container port",
                 )
-        for probe_name in ("startupProbe", "readinessProbe", "livenessProbe"):
-            probe = container.get(probe_name)
-            if not probe:
-                continue
-            get = probe.get("httpGet") or probe.get("tcpSocket")
-            if get is not None:
-                port = get.get("port")
-                if not (_port_ok(port) or port in port_names):
-                    problems.append(
-                        Problem(
-                            f"{cpath}.{probe_name}.port",
-                            f"'{port}' is neither a port 1-65535 nor a named container port",
-                        )
-                    )
-        mounts = container.get("volumeMounts") or []
-        for mi, mount in enumerate(mounts):
-            if mount.get("name") not in names:
-                problems.append(
-                    Problem(
-                        f"{cpath}.volumeMounts[{mi}].name",
-                        f"'{mount.get('name')}' names no volume of the pod",
-                        f"use one of {', '.join(map(str, names)) or 'none'}",
-                    )
+    mounts = container.get("volumeMounts") or []
+    for mi, mount in enumerate(mounts):
+        if mount.get("name") not in volume_names:
+            yield Problem(
+                f"{cpath}.volumeMounts[{mi}].name",
+                f"'{mount.get('name')}' names no volume of the pod",
+                f"use one of {', '.join(map(str, volume_names)) or 'none'}",
+            )
+    paths = [m.get("mountPath") for m in mounts]
+    for mi, mount_path in enumerate(paths):
+        if paths.count(mount_path) > 1:
+            yield Problem(
+                f"{cpath}.volumeMounts[{mi}].mountPath", f"'{mount_path}' is mounted twice"
+            )
+    for section in ("limits", "requests"):
+        for key, value in ((container.get("resources") or {}).get(section) or {}).items():
+            if not _quantity_ok(value):
+                yield Problem(
+                    f"{cpath}.resources.{section}.{key}",
+                    f"'{value}' is not a quantity",
+                    'write e.g. "1"',
                 )
-        paths = [m.get("mountPath") for m in mounts]
-        for mi, mount_path in enumerate(paths):
-            if paths.count(mount_path) > 1:
-                problems.append(
-                    Problem(
-                        f"{cpath}.volumeMounts[{mi}].mountPath", f"'{mount_path}' is mounted twice"
-                    )
+            elif key == wire.NVIDIA_GPU_RESOURCE and not re.fullmatch(r"\d+", str(value)):
+                yield Problem(
+                    f"{cpath}.resources.{section}.{key}",
+                    f"'{value}' is not a whole number of GPUs",
                 )
-        for section in ("limits", "requests"):
-            for key, value in ((container.get("resources") or {}).get(section) or {}).items():
-                if not _quantity_ok(value):
-                    problems.append(
-                        Problem(
-                            f"{cpath}.resources.{section}.{key}",
-                            f"'{value}' is not a quantity",
-                            'write e.g. "1"',
-                        )
-                    )
-                elif key == wire.NVIDIA_GPU_RESOURCE and not re.fullmatch(r"\d+", str(value)):
-                    problems.append(
-                        Problem(
-                            f"{cpath}.resources.{section}.{key}",
-                            f"'{value}' is not a whole number of GPUs",
-                        )
-                    )
-        for ei, env in enumerate(container.get("env") or []):
-            env_name = env.get("name")
-            if not isinstance(env_name, str) or not ENV_NAME.match(env_name):
-                problems.append(
-                    Problem(f"{cpath}.env[{ei}].name", f"'{env_name}' is not a variable name")
-                )
-            elif env_name in INJECTED_BY_LWS:
-                problems.append(
-                    Problem(
-                        f"{cpath}.env[{ei}].name",
-                        f"{env_name} is injected by LeaderWorkerSet and must not be set",
-                        "remove it",
-                    )
-                )
-    return problems
+    for ei, env in enumerate(container.get("env") or []):
+        env_name = env.get("name")
+        if not isinstance(env_name, str) or not ENV_NAME.match(env_name):
+            yield Problem(f"{cpath}.env[{ei}].name", f"'{env_name}' is not a variable name")
+        elif env_name in INJECTED_BY_LWS:
+            yield Problem(
+                f"{cpath}.env[{ei}].name",
+                f"{env_name} is injected by LeaderWorkerSet and must not be set",
+                "remove it",
+            )
 
 
 def _templates(lws: dict) -> Iterator[tuple[str, dict]]:
@@ -319,120 +278,104 @@ def _templates(lws: dict) -> Iterator[tuple[str, dict]]:
             yield key, template[key]
 
 
-def _name_problems(obj: dict, where: str) -> list[Problem]:
-    problems: list[Problem] = []
+def _leader_template(lws: dict) -> dict:
+    """The leader's pod template; a group of one pod may give only the worker template."""
+    templates = dict(_templates(lws))
+    return templates.get("leaderTemplate") or templates.get("workerTemplate") or {}
+
+
+def _where(obj: dict) -> str:
+    """An object as problems name it: ``Kind/name``."""
+    return f"{obj.get('kind', '?')}/{(obj.get('metadata') or {}).get('name')}"
+
+
+def _name_problems(obj: dict, where: str) -> Iterator[Problem]:
     meta = obj.get("metadata") or {}
     name, namespace = meta.get("name"), meta.get("namespace")
     kind = obj.get("kind")
     if kind in ("Service", "LeaderWorkerSet"):
         # A LeaderWorkerSet's name is also its headless Service's name and its pods' prefix.
         if not isinstance(name, str) or not DNS1035_LABEL.match(name) or len(name) > 63:
-            problems.append(
-                Problem(
-                    f"{where}.metadata.name",
-                    f"'{name}' is not a DNS-1035 label (a Service name)",
-                    "lower case letters, digits and dashes, starting with a letter",
-                )
+            yield Problem(
+                f"{where}.metadata.name",
+                f"'{name}' is not a DNS-1035 label (a Service name)",
+                "lower case letters, digits and dashes, starting with a letter",
             )
         elif kind == "LeaderWorkerSet" and len(name) + len(LWS_POD_SUFFIX) > 63:
-            problems.append(
-                Problem(
-                    f"{where}.metadata.name",
-                    f"'{name}' is too long for its "
-                    f"pods' host names ('{name}{LWS_POD_SUFFIX}' > 63)",
-                    f"use at most {63 - len(LWS_POD_SUFFIX)} characters",
-                )
+            yield Problem(
+                f"{where}.metadata.name",
+                f"'{name}' is too long for its pods' host names ('{name}{LWS_POD_SUFFIX}' > 63)",
+                f"use at most {63 - len(LWS_POD_SUFFIX)} characters",
             )
         elif collision := service_link_collision(name):
-            problems.append(
-                Problem(
-                    f"{where}.metadata.name",
-                    f"Service '{name}' makes Kubernetes "
-                    f"inject {service_link_prefix(name)}SERVICE_HOST, "
-                    f"{service_link_prefix(name)}PORT... into pods, under the "
-                    f"{collision} prefix that the ranks read (a Service 'vllm' "
-                    "sets VLLM_PORT=tcp://... and vLLM fails)",
-                    "choose a name that does not start with " + collision.rstrip("_").lower(),
-                )
+            yield Problem(
+                f"{where}.metadata.name",
+                f"Service '{name}' makes Kubernetes "
+                f"inject {service_link_prefix(name)}SERVICE_HOST, "
+                f"{service_link_prefix(name)}PORT... into pods, under the "
+                f"{collision} prefix that the ranks read (a Service 'vllm' "
+                "sets VLLM_PORT=tcp://... and vLLM fails)",
+                "choose a name that does not start with " + collision.rstrip("_").lower(),
             )
     elif not isinstance(name, str) or not DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
-        problems.append(Problem(f"{where}.metadata.name", f"'{name}' is not a DNS-1123 subdomain"))
-    if namespace is not None and (not DNS1123_LABEL.match(str(namespace)) or len(namespace) > 63):
-        problems.append(
-            Problem(
-                f"{where}.metadata.namespace",
-                f"'{namespace}' is not a namespace name (DNS-1123 label)",
-            )
+        yield Problem(f"{where}.metadata.name", f"'{name}' is not a DNS-1123 subdomain")
+    if namespace is not None and not _label_ok(str(namespace)):
+        yield Problem(
+            f"{where}.metadata.namespace",
+            f"'{namespace}' is not a namespace name (DNS-1123 label)",
         )
-    return problems
 
 
 def _service_problems(
     svc: dict, where: str, leader_labels: dict | None, fronted: str = "the leader pod"
-) -> list[Problem]:
-    problems: list[Problem] = []
+) -> Iterator[Problem]:
     spec = svc.get("spec") or {}
     kind = spec.get("type", "ClusterIP")
     if kind not in SERVICE_TYPES:
-        problems.append(
-            Problem(
-                f"{where}.spec.type",
-                f"'{kind}' is not a Service type",
-                f"use one of {', '.join(SERVICE_TYPES[:3])}",
-            )
+        yield Problem(
+            f"{where}.spec.type",
+            f"'{kind}' is not a Service type",
+            f"use one of {', '.join(SERVICE_TYPES[:3])}",
         )
     if "loadBalancerClass" in spec and kind != "LoadBalancer":
-        problems.append(
-            Problem(
-                f"{where}.spec.loadBalancerClass",
-                "only a LoadBalancer Service may have one",
-                "remove it or use type LoadBalancer",
-            )
+        yield Problem(
+            f"{where}.spec.loadBalancerClass",
+            "only a LoadBalancer Service may have one",
+            "remove it or use type LoadBalancer",
         )
     if "externalTrafficPolicy" in spec and kind not in ("NodePort", "LoadBalancer"):
-        problems.append(
-            Problem(
-                f"{where}.spec.externalTrafficPolicy",
-                f"not allowed on a {kind} Service",
-                "remove it",
-            )
+        yield Problem(
+            f"{where}.spec.externalTrafficPolicy",
+            f"not allowed on a {kind} Service",
+            "remove it",
         )
     ports = spec.get("ports") or []
     if not ports:
-        problems.append(Problem(f"{where}.spec.ports", "no port"))
+        yield Problem(f"{where}.spec.ports", "no port")
     for i, port in enumerate(ports):
         if not _port_ok(port.get("port")):
-            problems.append(
-                Problem(
-                    f"{where}.spec.ports[{i}].port", f"{port.get('port')} is not a port 1-65535"
-                )
+            yield Problem(
+                f"{where}.spec.ports[{i}].port", f"{port.get('port')} is not a port 1-65535"
             )
         target = port.get("targetPort")
         if target is not None and not (
             _port_ok(target) or (isinstance(target, str) and IANA_SVC_NAME.match(target))
         ):
-            problems.append(
-                Problem(
-                    f"{where}.spec.ports[{i}].targetPort",
-                    f"{target} is neither a port 1-65535 nor a port name",
-                )
+            yield Problem(
+                f"{where}.spec.ports[{i}].targetPort",
+                f"{target} is neither a port 1-65535 nor a port name",
             )
     selector = spec.get("selector") or {}
     if not selector:
-        problems.append(
-            Problem(f"{where}.spec.selector", "selects nothing", "select the leader pod")
-        )
+        yield Problem(f"{where}.spec.selector", "selects nothing", "select the leader pod")
     elif leader_labels is not None and any(leader_labels.get(k) != v for k, v in selector.items()):
-        problems.append(
-            Problem(
-                f"{where}.spec.selector",
-                f"{selector} does not match {fronted}'s labels {leader_labels}",
-                f"select {wire.LWS_NAME_LABEL}: <name>, {wire.ROLE_LABEL}: leader"
-                if fronted == "the leader pod"
-                else f"select {wire.K8S_NAME_LABEL}: <name>-router",
-            )
+        yield Problem(
+            f"{where}.spec.selector",
+            f"{selector} does not match {fronted}'s labels {leader_labels}",
+            f"select {wire.LWS_NAME_LABEL}: <name>, {wire.ROLE_LABEL}: leader"
+            if fronted == "the leader pod"
+            else f"select {wire.K8S_NAME_LABEL}: <name>-router",
         )
-    return problems
 
 
 def check_objects(objects: list[dict]) -> list[Problem]:
@@ -441,8 +384,7 @@ def check_objects(objects: list[dict]) -> list[Problem]:
     leader_labels: dict | None = None
     for obj in objects:
         if obj.get("kind") == "LeaderWorkerSet":
-            template = dict(_templates(obj))
-            leader = template.get("leaderTemplate") or template.get("workerTemplate") or {}
+            leader = _leader_template(obj)
             leader_labels = {
                 **((leader.get("metadata") or {}).get("labels") or {}),
                 wire.LWS_NAME_LABEL: (obj.get("metadata") or {}).get("name"),
@@ -453,8 +395,7 @@ def check_objects(objects: list[dict]) -> list[Problem]:
             router = ((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}
             leader_labels, fronted = router.get("labels") or {}, "the router's pods"
     for obj in objects:
-        kind = obj.get("kind", "?")
-        where = f"{kind}/{(obj.get('metadata') or {}).get('name')}"
+        kind, where = obj.get("kind", "?"), _where(obj)
         problems += _name_problems(obj, where)
         if kind == "LeaderWorkerSet":
             problems += lws_webhook_problems(obj, where)
@@ -536,8 +477,7 @@ def schema_problems(
 
     problems: list[Problem] = []
     for obj in objects:
-        kind = obj.get("kind", "?")
-        where = f"{kind}/{(obj.get('metadata') or {}).get('name')}"
+        kind, where = obj.get("kind", "?"), _where(obj)
         if kind == "LeaderWorkerSet":
             for err in _lws_validator(str(crd_path)).iter_errors(obj):
                 problems.append(Problem(_path(where, err.absolute_path), err.message))

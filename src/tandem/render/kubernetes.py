@@ -148,6 +148,12 @@ def _labels(deployment: Deployment) -> dict[str, str]:
     return {wire.K8S_NAME_LABEL: deployment.name, wire.K8S_MANAGED_BY_LABEL: MANAGED_BY}
 
 
+def _metadata(deployment: Deployment, name: str) -> dict[str, Any]:
+    """An object of the deployment: its name, the cluster's namespace and the deployment's
+    labels (what ``down`` finds it by)."""
+    return {"name": name, "namespace": deployment.cluster.namespace, "labels": _labels(deployment)}
+
+
 # --- pod templates ---------------------------------------------------------------------------
 
 
@@ -161,14 +167,14 @@ def _volumes(deployment: Deployment, rank: RankSpec) -> tuple[list[dict], list[d
     """(volumes, volumeMounts): the plan's mounts as hostPaths, plus /dev/shm in memory."""
     volumes: list[dict] = []
     mounts: list[dict] = []
+
+    def host_dir(name: str, path: str, target: str, kind: str = "DirectoryOrCreate") -> None:
+        volumes.append({"name": name, "hostPath": {"path": path, "type": kind}})
+        mounts.append({"name": name, "mountPath": target})
+
     for mount in rank.mounts:
-        name = _volume_name(mount)
-        kind = "DirectoryOrCreate" if mount.kind == "cache" else "Directory"
         if mount.kind == "device":
-            volumes.append(
-                {"name": name, "hostPath": {"path": host_path(mount.source), "type": kind}}
-            )
-            mounts.append({"name": name, "mountPath": mount.target})
+            host_dir(_volume_name(mount), host_path(mount.source), mount.target, "Directory")
     volumes.append(
         {
             "name": "dshm",
@@ -178,24 +184,8 @@ def _volumes(deployment: Deployment, rank: RankSpec) -> tuple[list[dict], list[d
     mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     for mount in rank.mounts:
         if mount.kind == "cache":
-            name = _volume_name(mount)
-            volumes.append(
-                {
-                    "name": name,
-                    "hostPath": {"path": host_path(mount.source), "type": "DirectoryOrCreate"},
-                }
-            )
-            mounts.append({"name": name, "mountPath": mount.target})
-    volumes.append(
-        {
-            "name": COMPILE_CACHE_VOLUME,
-            "hostPath": {
-                "path": caches.k8s_host_root(deployment.name),
-                "type": "DirectoryOrCreate",
-            },
-        }
-    )
-    mounts.append({"name": COMPILE_CACHE_VOLUME, "mountPath": wire.CONTAINER_CACHE_ROOT})
+            host_dir(_volume_name(mount), host_path(mount.source), mount.target)
+    host_dir(COMPILE_CACHE_VOLUME, caches.k8s_host_root(deployment.name), wire.CONTAINER_CACHE_ROOT)
     volumes.append(
         {
             "name": AGENT_VOLUME,
@@ -316,6 +306,12 @@ def _placement(
     }
 
 
+def _startup_probe(deployment: Deployment, check: dict) -> dict:
+    """A startup probe that allows ``timeouts.startup_s``: as many failures as periods fit."""
+    periods = math.ceil(deployment.recipe.timeouts.startup_s / PROBE_PERIOD_S)
+    return {**check, "periodSeconds": PROBE_PERIOD_S, "failureThreshold": max(1, periods)}
+
+
 def _probes(deployment: Deployment) -> dict:
     """Leader only: a startup probe that allows ``timeouts.startup_s``, then readiness.
 
@@ -329,14 +325,9 @@ def _probes(deployment: Deployment) -> dict:
     traffic reaches the leader before the model is up either way: readiness still fails until
     ``/health`` answers.
     """
-    startup_s = deployment.recipe.timeouts.startup_s
     http = {"path": wire.HEALTH_PATH, "port": deployment.recipe.ports.api}
     return {
-        "startupProbe": {
-            "httpGet": dict(http),
-            "periodSeconds": PROBE_PERIOD_S,
-            "failureThreshold": max(1, math.ceil(startup_s / PROBE_PERIOD_S)),
-        },
+        "startupProbe": _startup_probe(deployment, {"httpGet": dict(http)}),
         "readinessProbe": {"httpGet": dict(http), "initialDelaySeconds": 0},
     }
 
@@ -367,22 +358,17 @@ def _liveness(deployment: Deployment, role: Role) -> dict:
             "--canary-timeout",
             str(canary_s),
         ]
-    program = ["python3", f"{AGENT_DIR}/{AGENT_FILE}"]
-    exec_ = {"command": [*program, *args]}
+    command = ["python3", f"{AGENT_DIR}/{AGENT_FILE}", *args]
     probes = {
         "livenessProbe": {
-            "exec": exec_,
+            "exec": {"command": command},
             "periodSeconds": LIVENESS_PERIOD_S,
             "timeoutSeconds": canary_s + 10,
             "failureThreshold": LIVENESS_FAILURES,
         }
     }
     if role is Role.WORKER:
-        probes["startupProbe"] = {
-            "exec": {"command": [*program, "alive", role.value, "--deployment", deployment.name]},
-            "periodSeconds": PROBE_PERIOD_S,
-            "failureThreshold": max(1, math.ceil(recipe.timeouts.startup_s / PROBE_PERIOD_S)),
-        }
+        probes["startupProbe"] = _startup_probe(deployment, {"exec": {"command": list(command)}})
     return probes
 
 
@@ -452,11 +438,7 @@ def leader_worker_set(plan: RankPlan, deployment: Deployment) -> dict:
     return {
         "apiVersion": LWS_API_VERSION,
         "kind": "LeaderWorkerSet",
-        "metadata": {
-            "name": lws_name(deployment),
-            "namespace": deployment.cluster.namespace,
-            "labels": _labels(deployment),
-        },
+        "metadata": _metadata(deployment, lws_name(deployment)),
         "spec": {
             "replicas": deployment.recipe.replicas,
             "startupPolicy": "LeaderCreated",
@@ -476,11 +458,7 @@ def service(deployment: Deployment) -> dict:
     annotations = dict(options.annotations)
     if options.load_balancer_ip:
         annotations[wire.CILIUM_LB_IPAM_IPS] = options.load_balancer_ip
-    metadata: dict[str, Any] = {
-        "name": service_name(deployment),
-        "namespace": deployment.cluster.namespace,
-        "labels": _labels(deployment),
-    }
+    metadata = _metadata(deployment, service_name(deployment))
     if annotations:
         metadata["annotations"] = annotations
     spec: dict[str, Any] = {"type": options.type.value}
@@ -540,13 +518,12 @@ def router_objects(deployment: Deployment) -> list[dict]:
             {"name": API_PORT_NAME, "containerPort": spec.port, "protocol": "TCP"},
             {"name": "metrics", "containerPort": spec.metrics_port, "protocol": "TCP"},
         ],
-        "readinessProbe": {
-            "httpGet": {"path": "/readiness", "port": spec.port},
-            "periodSeconds": PROBE_PERIOD_S,
-        },
-        "livenessProbe": {
-            "httpGet": {"path": "/liveness", "port": spec.port},
-            "periodSeconds": PROBE_PERIOD_S,
+        **{  # the router answers /readiness and /liveness, named as the probes
+            f"{check}Probe": {
+                "httpGet": {"path": f"/{check}", "port": spec.port},
+                "periodSeconds": PROBE_PERIOD_S,
+            }
+            for check in ("readiness", "liveness")
         },
     }
     rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
@@ -593,11 +570,7 @@ def agent_config_map(deployment: Deployment) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {
-            "name": agent_config_map_name(deployment),
-            "namespace": deployment.cluster.namespace,
-            "labels": _labels(deployment),
-        },
+        "metadata": _metadata(deployment, agent_config_map_name(deployment)),
         "immutable": True,
         "data": {AGENT_FILE: agent.source()},
     }
@@ -610,11 +583,7 @@ def api_key_secret(deployment: Deployment, api_key: str) -> dict:
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": {
-            "name": secret_name(deployment),
-            "namespace": deployment.cluster.namespace,
-            "labels": _labels(deployment),
-        },
+        "metadata": _metadata(deployment, secret_name(deployment)),
         "stringData": {SECRET_KEY: api_key},
     }
 

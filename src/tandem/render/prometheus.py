@@ -19,14 +19,14 @@ Pure: the text is a function of the rank plan and the recipe.
 
 from __future__ import annotations
 
-import json
 from urllib.parse import urlsplit
 
 import yaml
 
+from tandem import vllm_metrics as vm
 from tandem import wire
-from tandem.errors import SpecError
 from tandem.rankplan import RankPlan, placed_groups, plan_ranks
+from tandem.render import listing
 from tandem.spec.deployment import Deployment
 
 CONFIG_FILE = "prometheus.yml"
@@ -35,6 +35,10 @@ README_FILE = "README.md"
 RANK_DOWN_FOR = "15s"
 """A rank of a vLLM group never comes back by itself, so a short ``for`` only skips a scrape
 that raced the process start."""
+VLLM_JOB = "vllm"
+"""The scrape job of the leaders' ``/metrics``; its ``up`` series tells a leader that is gone."""
+FAILED = f'finished_reason=~"{"|".join(vm.ERROR_REASONS)}"'
+"""The label matcher of the requests that ended in error or abort."""
 
 
 def _leader_target(plan: RankPlan) -> str:
@@ -72,7 +76,7 @@ def scrape_config(plan: RankPlan, deployment: Deployment) -> dict:
         "rule_files": [RULES_FILE],
         "scrape_configs": [
             {
-                "job_name": "vllm",
+                "job_name": VLLM_JOB,
                 "metrics_path": wire.METRICS_PATH,
                 "static_configs": [
                     _leader_config(deployment.name, p, i if several else None)
@@ -110,7 +114,7 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
     rules = [
         _rule(
             "TandemRankDown",
-            f"tandem_rank_up{{{d}}} == 0",
+            f"{wire.TANDEM_RANK_UP}{{{d}}} == 0",
             RANK_DOWN_FOR,
             "critical",
             "rank {{ $labels.rank }} ({{ $labels.role }} on {{ $labels.node }}) of "
@@ -120,7 +124,7 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
         ),
         _rule(
             "VllmLeaderDown",
-            f'up{{job="vllm",{d}}} == 0',
+            f'up{{job="{VLLM_JOB}",{d}}} == 0',
             "30s",
             "critical",
             "the leader of {{ $labels.deployment }} does not answer /metrics",
@@ -128,8 +132,8 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
         ),
         _rule(
             "TandemWatchSilent",
-            f"time() - tandem_watch_sample_timestamp_seconds{{{d}}} > {silent_s} "
-            f"or absent(tandem_watch_sample_timestamp_seconds{{{d}}})",
+            f"time() - {wire.TANDEM_SAMPLE_TIMESTAMP}{{{d}}} > {silent_s} "
+            f"or absent({wire.TANDEM_SAMPLE_TIMESTAMP}{{{d}}})",
             "1m",
             "warning",
             f"no tandem watch sample of {plan.deployment} for {silent_s} s",
@@ -138,9 +142,9 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
         ),
         _rule(
             "TandemDeploymentStalled",
-            f'tandem_deployment_verdict{{{d},verdict="stalled"}} == 1 or '
-            f"(sum(vllm:num_requests_running{{{d}}}) > 0 and "
-            f"sum(rate(vllm:generation_tokens_total{{{d}}}[2m])) == 0)",
+            f'{wire.TANDEM_VERDICT}{{{d},verdict="stalled"}} == 1 or '
+            f"(sum({vm.REQUESTS_RUNNING}{{{d}}}) > 0 and "
+            f"sum(rate({vm.GENERATION_TOKENS}{{{d}}}[2m])) == 0)",
             "2m",
             "critical",
             f"{plan.deployment} has requests running but produces no token",
@@ -149,7 +153,7 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
         ),
         _rule(
             "VllmKvCacheFull",
-            f"max(vllm:kv_cache_usage_perc{{{d}}}) > 0.95",
+            f"max({vm.KV_CACHE_USAGE}{{{d}}}) > 0.95",
             "5m",
             "warning",
             f"the KV cache of {plan.deployment} is over 95 % full",
@@ -158,7 +162,7 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
         ),
         _rule(
             "VllmPreempting",
-            f"sum(rate(vllm:num_preemptions_total{{{d}}}[5m])) > 0",
+            f"sum(rate({vm.PREEMPTIONS}{{{d}}}[5m])) > 0",
             "5m",
             "warning",
             f"{plan.deployment} preempts requests",
@@ -166,8 +170,8 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
         ),
         _rule(
             "TandemRequestErrors",
-            f'sum(rate(vllm:request_success_total{{{d},finished_reason=~"error|abort"}}[5m]))'
-            f" / sum(rate(vllm:request_success_total{{{d}}}[5m])) > "
+            f"sum(rate({vm.REQUEST_SUCCESS}{{{d},{FAILED}}}[5m]))"
+            f" / sum(rate({vm.REQUEST_SUCCESS}{{{d}}}[5m])) > "
             f"{watch.max_error_rate if watch.max_error_rate is not None else 0.01:g}",
             "5m",
             "warning",
@@ -180,7 +184,7 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
         rules.append(
             _rule(
                 "TandemGpuHot",
-                f"tandem_gpu_temperature_celsius{{{d}}} > {watch.max_temperature_c:g}",
+                f"{wire.TANDEM_GPU_TEMPERATURE}{{{d}}} > {watch.max_temperature_c:g}",
                 "2m",
                 "warning",
                 "GPU {{ $labels.gpu }} on {{ $labels.node }} is at {{ $value }} °C",
@@ -190,7 +194,7 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
     rules += [
         _rule(
             "TandemGpuThrottled",
-            f"tandem_gpu_throttled{{{d}}} == 1",
+            f"{wire.TANDEM_GPU_THROTTLED}{{{d}}} == 1",
             "1m",
             "warning",
             "GPU {{ $labels.gpu }} on {{ $labels.node }} is throttled",
@@ -199,8 +203,8 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
         ),
         _rule(
             "TandemHostMemoryLow",
-            f"tandem_node_memory_available_bytes{{{d}}} / "
-            f"tandem_node_memory_total_bytes{{{d}}} < 0.05",
+            f"{wire.TANDEM_NODE_MEMORY_AVAILABLE}{{{d}}} / "
+            f"{wire.TANDEM_NODE_MEMORY_TOTAL}{{{d}}} < 0.05",
             "5m",
             "warning",
             "{{ $labels.node }} has under 5 % of its memory available",
@@ -208,7 +212,7 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
         ),
         _rule(
             "TandemOomKill",
-            f"increase(tandem_node_oom_kills_total{{{d}}}[10m]) > 0",
+            f"increase({wire.TANDEM_NODE_OOM_KILLS}{wire.TOTAL}{{{d}}}[10m]) > 0",
             "0s",
             "critical",
             "the OOM killer killed a process on {{ $labels.node }}",
@@ -266,14 +270,6 @@ def files(plan: RankPlan, deployment: Deployment) -> dict[str, str]:
 
 
 def render(plan: RankPlan, deployment: Deployment, fmt: str) -> str:
-    """All three files: a listing (``yaml``/``shell``) or a JSON object (``json``)."""
-    texts = files(plan, deployment)
-    if fmt == "json":
-        return json.dumps(texts, indent=2) + "\n"
-    if fmt not in ("yaml", "shell"):
-        raise SpecError(
-            f"--format {fmt} does not apply to --target prometheus",
-            field="--format",
-            hint="use yaml or json",
-        )
-    return "".join(f"# ==> {name} <==\n{text}\n" for name, text in texts.items())
+    """All three files: a listing (``yaml``) or a JSON object (``json``); ``check_format``
+    refused any other format before."""
+    return listing(files(plan, deployment), fmt)

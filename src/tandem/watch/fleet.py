@@ -35,7 +35,7 @@ RUN = RunKind(
     "watch run",
     "a watch",
     resume_flag=None,
-    is_own=lambda folder: (folder / FLEET_FILE).is_file() or (folder / RUN_FILE).is_file(),
+    is_own=lambda folder: is_fleet_watch(folder) or (folder / RUN_FILE).is_file(),
 )
 """A watch's ``--out`` folder (of one group, or of a fleet's groups and router), identified by
 the deployment it watches; a folder that holds that watch is resumed."""

@@ -19,8 +19,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from tandem import vllm_metrics as names
 from tandem.watch.sample import LeaderReading
 
-REQUEST_SUCCESS = "vllm:request_success_total"
-
 _FIELDS = {
     names.REQUESTS_RUNNING: "requests_running",
     names.REQUESTS_WAITING: "requests_waiting",
@@ -32,7 +30,7 @@ _FIELDS = {
     names.SPEC_DRAFT_TOKENS: "spec_draft_tokens",
     names.SPEC_ACCEPTED: "spec_accepted_tokens",
 }
-_FAMILIES = {name.removesuffix("_total") for name in (*_FIELDS, REQUEST_SUCCESS)}
+_FAMILIES = {name.removesuffix("_total") for name in (*_FIELDS, names.REQUEST_SUCCESS)}
 
 
 def parse_leader_metrics(text: str, scrape_s: float = 0.0) -> LeaderReading:
@@ -46,7 +44,7 @@ def parse_leader_metrics(text: str, scrape_s: float = 0.0) -> LeaderReading:
     finished: dict[str, float] = {}
     for family in text_string_to_metric_families(names.family_lines(text, _FAMILIES)):
         for sample in family.samples:
-            if sample.name == REQUEST_SUCCESS:
+            if sample.name == names.REQUEST_SUCCESS:
                 reason = sample.labels.get("finished_reason", "unknown")
                 finished[reason] = finished.get(reason, 0.0) + sample.value
             elif sample.name in _FIELDS:

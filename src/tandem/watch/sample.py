@@ -28,11 +28,13 @@ SAMPLES_FILE = "samples.jsonl"
 RUN_FILE = "watch.json"
 
 
-class _Model(BaseModel):
+class WatchRecord(BaseModel):
+    """A record of a watch folder's files: a field this tandem does not know is an error."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class RankUsage(_Model):
+class RankUsage(WatchRecord):
     """One rank's processes on its node."""
 
     rank: int
@@ -43,7 +45,7 @@ class RankUsage(_Model):
     cpu_s: float | None = Field(default=None, description="Summed CPU time, running total.")
 
 
-class GpuReading(_Model):
+class GpuReading(WatchRecord):
     """One GPU, from ``nvidia-smi``; a field the GPU does not report is None (GB10 memory)."""
 
     index: int
@@ -63,7 +65,7 @@ class GpuReading(_Model):
     throttled: bool = Field(default=False, description="A thermal or hardware slowdown is on.")
 
 
-class RdmaPort(_Model):
+class RdmaPort(WatchRecord):
     """An RDMA port's state and counters from sysfs (data counters in bytes, running totals)."""
 
     device: str
@@ -76,7 +78,7 @@ class RdmaPort(_Model):
     link_downed: int | None = None
 
 
-class NodeReading(_Model, NodeMemory):
+class NodeReading(WatchRecord, NodeMemory):
     """One node at one instant."""
 
     ranks: list[RankUsage] = Field(default_factory=list)
@@ -85,7 +87,7 @@ class NodeReading(_Model, NodeMemory):
     error: str | None = Field(default=None, description="Why the node could not be read.")
 
 
-class LeaderReading(_Model):
+class LeaderReading(WatchRecord):
     """The leader's vLLM ``/metrics``, summed over engines; counters are running totals."""
 
     requests_running: float | None = None
@@ -105,7 +107,7 @@ class LeaderReading(_Model):
     scrape_s: float = Field(description="Seconds the GET /metrics took.")
 
 
-class Sample(_Model):
+class Sample(WatchRecord):
     """Everything read at one instant; one line of samples.jsonl."""
 
     schema_version: int = SCHEMA_VERSION
@@ -128,13 +130,13 @@ class Sample(_Model):
         return self.time.timestamp()
 
 
-class RankInfo(_Model):
+class RankInfo(WatchRecord):
     rank: int
     node: str
     role: str
 
 
-class WatchRun(_Model):
+class WatchRun(WatchRecord):
     """``watch.json``: what a watch folder watches, written by its first watch."""
 
     schema_version: int = SCHEMA_VERSION

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tandem.watch.sample import GpuReading, LeaderReading, NodeReading, Sample
+from tandem.watch.sample import GpuReading, LeaderReading, NodeReading, RankUsage, Sample
 
 GIB = 1024**3
 
@@ -76,10 +76,15 @@ def finished_value(reasons: tuple[str, ...] | None = None) -> Callable[[Sample],
     return read
 
 
+def _rank(sample: Sample, node: str, rank: int) -> RankUsage | None:
+    """A rank's usage as one sample read it on its node; None where the node was not read."""
+    reading = node_of(sample, node)
+    return next((r for r in reading.ranks if r.rank == rank), None) if reading else None
+
+
 def rank_cpu(node: str, rank: int) -> Callable[[Sample], float | None]:
     def read(sample: Sample) -> float | None:
-        reading = node_of(sample, node)
-        usage = next((r for r in reading.ranks if r.rank == rank), None) if reading else None
+        usage = _rank(sample, node, rank)
         return usage.cpu_s if usage else None
 
     return read
@@ -123,12 +128,9 @@ def series(samples: list[Sample]) -> Series:
         ]
     for node, rank in ranks:
         key = f"rank {rank} ({node})"
-        rss = []
-        for s in samples:
-            reading = node_of(s, node)
-            usage = next((r for r in reading.ranks if r.rank == rank), None) if reading else None
-            rss.append(gib(usage.rss_bytes) if usage else None)
-        out.rank_rss_gib[key] = rss
+        out.rank_rss_gib[key] = [
+            gib(u.rss_bytes) if (u := _rank(s, node, rank)) else None for s in samples
+        ]
         cpu = rank_cpu(node, rank)
         pct: list[float | None] = [None]
         pct += [

@@ -30,10 +30,11 @@ from datetime import datetime
 from enum import StrEnum
 from functools import partial
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from tandem.spec.recipe import Watch
-from tandem.watch.sample import Sample, Verdict, WatchRun
+from tandem.vllm_metrics import ERROR_REASONS
+from tandem.watch.sample import Sample, Verdict, WatchRecord, WatchRun
 from tandem.watch.series import (
     GIB,
     counter_increase,
@@ -45,7 +46,6 @@ from tandem.watch.series import (
 
 SCHEMA_VERSION = 1
 SUMMARY_FILE = "summary.json"
-ERROR_REASONS = ("error", "abort")
 
 
 class Result(StrEnum):
@@ -54,11 +54,7 @@ class Result(StrEnum):
     SKIP = "SKIP"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Check(_Model):
+class Check(WatchRecord):
     """One claim: what was observed, the largest value that passes, and the result."""
 
     name: str
@@ -69,7 +65,7 @@ class Check(_Model):
     detail: str = ""
 
 
-class NodeMemory(_Model):
+class NodeMemory(WatchRecord):
     node: str
     total_gib: float | None = None
     min_used_gib: float | None = None
@@ -79,7 +75,7 @@ class NodeMemory(_Model):
     oom_kills: int = 0
 
 
-class WatchSummary(_Model):
+class WatchSummary(WatchRecord):
     """``summary.json`` of a watch folder: figures, checks and the overall result."""
 
     schema_version: int = SCHEMA_VERSION
@@ -195,14 +191,8 @@ def summarize(
     finished = round(counter_increase(samples, finished_value()))
     errors = round(counter_increase(samples, finished_value(ERROR_REASONS)))
     error_rate = errors / finished if finished else None
-    kv = [
-        s.leader.kv_cache_usage for s in samples if s.leader and s.leader.kv_cache_usage is not None
-    ]
-    waiting = [
-        s.leader.requests_waiting
-        for s in samples
-        if s.leader and s.leader.requests_waiting is not None
-    ]
+    kv = [v for s in samples if (v := leader_value("kv_cache_usage")(s)) is not None]
+    waiting = [v for s in samples if (v := leader_value("requests_waiting")(s)) is not None]
     verdicts: dict[str, int] = {}
     for s in samples:
         verdicts[s.verdict.value] = verdicts.get(s.verdict.value, 0) + 1
@@ -232,26 +222,26 @@ def summarize(
             no_gpu,
         ),
     ]
-    for memory in nodes:
-        checks.append(
-            _check(
-                f"memory used {memory.node}",
-                memory.max_used_gib,
-                limits.max_memory_used_gib,
-                "GiB",
-                _span(memory.min_used_gib, memory.max_used_gib),
-            )
+    checks += [
+        _check(
+            f"memory used {memory.node}",
+            memory.max_used_gib,
+            limits.max_memory_used_gib,
+            "GiB",
+            _span(memory.min_used_gib, memory.max_used_gib),
         )
-    for memory in nodes:
-        checks.append(
-            _check(
-                f"memory drift {memory.node}",
-                memory.drift_gib,
-                limits.max_memory_drift_gib,
-                "GiB",
-                magnitude=True,
-            )
+        for memory in nodes
+    ]
+    checks += [
+        _check(
+            f"memory drift {memory.node}",
+            memory.drift_gib,
+            limits.max_memory_drift_gib,
+            "GiB",
+            magnitude=True,
         )
+        for memory in nodes
+    ]
     checks += [
         _check(
             "OOM events",
