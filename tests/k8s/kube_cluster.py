@@ -633,32 +633,41 @@ class KubeCluster:
             [str(self.programs / "kube-proxy"), f"--config={folder / 'kube-proxy.yaml'}", "--v=1"],
         )
 
+    def _ready_nodes(self) -> set[str]:
+        return {
+            n["metadata"]["name"]
+            for n in self.api.items("/api/v1/nodes")
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in n["status"].get("conditions") or []
+            )
+        }
+
     def _await_nodes(self, timeout_s: float = 120) -> None:
-        """Both nodes Ready; then each advertises one GPU (the device plugin's stand-in)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            ready = {
-                n["metadata"]["name"]
-                for n in self.api.items("/api/v1/nodes")
-                if any(
-                    c["type"] == "Ready" and c["status"] == "True"
-                    for c in n["status"].get("conditions") or []
-                )
-            }
-            if ready >= set(NODE_NAMES):
-                break
+        """Both nodes Ready; then each advertises one GPU (the device plugin's stand-in). A
+        node's program that exits meanwhile ends the wait at once, with its log."""
+
+        def ready() -> bool:
+            if self._ready_nodes() >= set(NODE_NAMES):
+                return True
             for node in self.nodes:
                 for program in node.programs:
                     if program.process.poll() is not None:
                         raise RuntimeError(
                             f"{program.name} on {node.name} exited: {program.tail()}"
                         )
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"nodes not Ready ({sorted(ready)}): "
-                    + "\n".join(p.tail(8) for n in self.nodes for p in n.programs)
-                )
-            time.sleep(0.5)
+            return False
+
+        until(
+            "both nodes Ready",
+            ready,
+            timeout_s,
+            every_s=0.5,
+            explain=lambda: (
+                f"Ready: {sorted(self._ready_nodes())}\n"
+                + "\n".join(p.tail(8) for n in self.nodes for p in n.programs)
+            ),
+        )
         for node in self.nodes:
             self.api.request(
                 "PATCH",
@@ -666,13 +675,15 @@ class KubeCluster:
                 {"status": {"capacity": {GPU_RESOURCE: "1"}}},
                 patch=True,
             )
-        while any(
-            (n["status"].get("allocatable") or {}).get(GPU_RESOURCE) != "1"
-            for n in self.api.items("/api/v1/nodes")
-        ):
-            if time.monotonic() > deadline + 60:
-                raise RuntimeError("the kubelets never took the GPU capacity into allocatable")
-            time.sleep(0.5)
+        until(
+            "the kubelets to take the GPU capacity into allocatable",
+            lambda: all(
+                (n["status"].get("allocatable") or {}).get(GPU_RESOURCE) == "1"
+                for n in self.api.items("/api/v1/nodes")
+            ),
+            60,
+            every_s=0.5,
+        )
 
     def _await_images_reported(self, timeout_s: float = 60) -> None:
         """Both nodes' status lists the engine image: tandem's preflight reads the images a node
@@ -690,15 +701,15 @@ class KubeCluster:
         )
 
     def _await_default_service_account(self, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not [
-            s
-            for s in self.api.items("/api/v1/namespaces/default/secrets")
-            if s.get("type") == "kubernetes.io/service-account-token"
-        ]:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the controller-manager made no ServiceAccount token")
-            time.sleep(0.5)
+        until(
+            "the controller-manager's ServiceAccount token in the default namespace",
+            lambda: any(
+                s.get("type") == "kubernetes.io/service-account-token"
+                for s in self.api.items("/api/v1/namespaces/default/secrets")
+            ),
+            timeout_s,
+            every_s=0.5,
+        )
 
     # --- what is left -----------------------------------------------------------------------
 
