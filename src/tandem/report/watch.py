@@ -19,6 +19,7 @@ from rich.text import Text
 from tandem import files
 from tandem.errors import SpecError
 from tandem.jsonfiles import JsonLines
+from tandem.vllm_metrics import ERROR_REASONS
 from tandem.watch.folder import read_run, read_samples
 from tandem.watch.sample import Sample, WatchRun
 from tandem.watch.series import GIB, Series, counter_rate, finished_value, leader_value, series
@@ -129,7 +130,7 @@ def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
         leader.add_row("[red]/metrics did not answer[/]", "", "", "", "", "", "", "")
     else:
         prev = window[-2] if len(window) > 1 else None
-        errors = finished_value(("error", "abort"))(latest)
+        errors = finished_value(ERROR_REASONS)(latest)
         leader.add_row(
             _num(reading.requests_running, ".0f"),
             _num(reading.requests_waiting, ".0f"),
