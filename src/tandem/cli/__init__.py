@@ -17,6 +17,7 @@ from enum import IntEnum
 import click
 
 from tandem import screen
+from tandem.cli.layout import HELP_OPTIONS
 from tandem.errors import CheckFailed, TandemError
 from tandem.interrupts import Interrupted, raise_on_termination
 from tandem.redact import forget_secrets
@@ -127,7 +128,7 @@ def _importable(module: str) -> bool:
 
 @click.group(
     cls=LazyGroup,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings=HELP_OPTIONS,
     epilog=EPILOG,
 )
 @click.version_option(version=TANDEM_VERSION, prog_name=f"tandem ({DISTRIBUTION})")

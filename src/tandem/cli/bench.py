@@ -45,7 +45,7 @@ from tandem.bench.slo_search import (
     search_identity,
     slo_search,
 )
-from tandem.cli.layout import SectionedCommand, WholeSummaryGroup
+from tandem.cli.layout import HELP_OPTIONS, RunByDefault, SectionedCommand
 from tandem.cli.options import (
     POSITIVE,
     FloatIn,
@@ -83,16 +83,7 @@ from tandem.report.watch import report_folder
 from tandem.watch.background import WATCH_DIR, BackgroundWatch
 
 
-class _BenchGroup(WholeSummaryGroup):
-    """Sends ``tandem bench [DEPLOYMENT] [--options]`` to the ``run`` subcommand."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help")):
-            args = ["run", *args]
-        return super().parse_args(ctx, args)
-
-
-@click.group("bench", cls=_BenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("bench", cls=RunByDefault, context_settings=HELP_OPTIONS)
 def bench_command() -> None:
     """Measure serving performance of an OpenAI-compatible endpoint.
 

@@ -11,7 +11,7 @@ import click
 
 from tandem import ownership, screen
 from tandem.backends.state import load_state
-from tandem.cli.layout import SectionedCommand, WholeSummaryGroup
+from tandem.cli.layout import HELP_OPTIONS, SectionedCommand, WholeSummaryGroup
 from tandem.cli.options import (
     POSITIVE,
     api_key_option,
@@ -44,9 +44,7 @@ FALLBACK: SamplingParams = GPQAConfig.model_fields["fallback_sampling"].get_defa
 """The re-ask's sampling as GPQAConfig declares it: the defaults of the --fallback-* options."""
 
 
-@click.group(
-    "eval", cls=WholeSummaryGroup, context_settings={"help_option_names": ["-h", "--help"]}
-)
+@click.group("eval", cls=WholeSummaryGroup, context_settings=HELP_OPTIONS)
 def eval_command() -> None:
     """Evaluate answer quality against an OpenAI-compatible endpoint.
 

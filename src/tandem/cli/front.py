@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from tandem import screen
-from tandem.cli.layout import WholeSummaryGroup
+from tandem.cli.layout import HELP_OPTIONS, WholeSummaryGroup
 from tandem.cli.options import PORT, FloatIn, json_option
 from tandem.operations import front
 from tandem.report.terminal import show
@@ -14,9 +14,7 @@ from tandem.report.terminal import show
 console = screen.console(highlight=False, soft_wrap=True)
 
 
-@click.group(
-    "front", cls=WholeSummaryGroup, context_settings={"help_option_names": ["-h", "--help"]}
-)
+@click.group("front", cls=WholeSummaryGroup, context_settings=HELP_OPTIONS)
 def front_command() -> None:
     """One endpoint for every model: a request goes to the deployment serving its `model`.
 

@@ -5,11 +5,12 @@ Click writes every option of a command under one ``Options:`` heading (``bench r
 and cuts a group's summaries at about 45 characters with ``...``. ``SectionedCommand`` writes
 the options under the headings a command names (those it does not name last, under
 ``Other options``); ``WholeSummaryGroup`` writes each subcommand's first sentence whole, wrapped
-by the formatter instead of cut.
+by the formatter instead of cut; ``RunByDefault`` also sends what is not one of its
+subcommands to ``run``.
 
 Usage:
     @click.command("run", cls=SectionedCommand, sections={"Load": ["concurrency", "rates_rps"]})
-    @click.group("bench", cls=WholeSummaryGroup)
+    @click.group("eval", cls=WholeSummaryGroup, context_settings=HELP_OPTIONS)
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import click
 
 LONG_SUMMARY = 1000
 """Characters of a summary Click may keep: the whole first sentence."""
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+"""The context settings of ``tandem`` and its groups: ``-h`` is ``--help``."""
 
 
 class SectionedCommand(click.Command):
@@ -59,3 +62,13 @@ class WholeSummaryGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+class RunByDefault(WholeSummaryGroup):
+    """A group whose ``run`` subcommand is also its short form: ``tandem bench [DEPLOYMENT]
+    [--options]`` is ``tandem bench run ...``, and so for ``tandem watch``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help")):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)

@@ -26,7 +26,7 @@ from tandem.built_models import (
     TINY_ARCHITECTURES,
     missing_hint,
 )
-from tandem.cli.layout import WholeSummaryGroup
+from tandem.cli.layout import HELP_OPTIONS, WholeSummaryGroup
 from tandem.cli.options import (
     bwlimit_option,
     cluster_option,
@@ -61,9 +61,7 @@ def _quiet_transformers() -> None:
     transformers_logging.disable_progress_bar()
 
 
-@click.group(
-    "model", cls=WholeSummaryGroup, context_settings={"help_option_names": ["-h", "--help"]}
-)
+@click.group("model", cls=WholeSummaryGroup, context_settings=HELP_OPTIONS)
 def model_command() -> None:
     """Build models into the Hugging Face cache; place a model on the nodes.
 

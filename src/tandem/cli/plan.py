@@ -9,6 +9,7 @@ import click
 
 from tandem import screen
 from tandem.cli import ExitCode
+from tandem.cli.layout import HELP_OPTIONS
 from tandem.cli.options import (
     SHARE,
     cluster_option,
@@ -95,7 +96,7 @@ PLAN_OPTIONS = stack(
 """``plan``'s options (its function stays readable below them)."""
 
 
-@click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("plan", context_settings=HELP_OPTIONS)
 @recipe_argument
 @cluster_option
 @PLAN_OPTIONS

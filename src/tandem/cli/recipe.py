@@ -9,7 +9,7 @@ import click
 from pydantic import BaseModel
 
 from tandem import screen
-from tandem.cli.layout import WholeSummaryGroup
+from tandem.cli.layout import HELP_OPTIONS, WholeSummaryGroup
 from tandem.cli.options import json_option
 from tandem.errors import RecipeError
 from tandem.spec.loading import (
@@ -85,9 +85,7 @@ def recipes_command(as_json: bool) -> None:
         screen.echo(f"  {path}")
 
 
-@click.group(
-    "recipe", cls=WholeSummaryGroup, context_settings={"help_option_names": ["-h", "--help"]}
-)
+@click.group("recipe", cls=WholeSummaryGroup, context_settings=HELP_OPTIONS)
 def recipe_command() -> None:
     """Show a built-in recipe to copy, or the JSON Schema of recipes and clusters.
 

@@ -16,7 +16,7 @@ from rich.live import Live
 
 from tandem import ownership, screen
 from tandem.backends.state import load_state
-from tandem.cli.layout import WholeSummaryGroup
+from tandem.cli.layout import HELP_OPTIONS, RunByDefault
 from tandem.cli.options import PORT, field_option, force_option, out_option
 from tandem.errors import CheckFailed, SpecError
 from tandem.report.watch import live_view, markdown, report_folder
@@ -55,16 +55,7 @@ class Duration(click.ParamType):
         return seconds
 
 
-class _WatchGroup(WholeSummaryGroup):
-    """Sends ``tandem watch [NAME] [--options]`` to the ``run`` subcommand."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help")):
-            args = ["run", *args]
-        return super().parse_args(ctx, args)
-
-
-@click.group("watch", cls=_WatchGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("watch", cls=RunByDefault, context_settings=HELP_OPTIONS)
 def watch_command() -> None:
     """Soak telemetry of a running deployment: sample it over hours, then judge the run.
 
