@@ -146,26 +146,17 @@ def gpqa_command(
     url: str | None,
     model: str | None,
     out_dir: str,
-    limit: int | None,
-    repeats: int,
-    seed: int,
     temperature: float,
     top_p: float | None,
     max_tokens: int,
     chat_template_kwargs: dict,
-    concurrency: int,
-    fallback: bool,
     fallback_max_tokens: int,
     fallback_chat_template_kwargs: dict,
-    fallback_context_chars: int,
-    request_timeout_s: float,
-    retry_budget_s: float,
-    resume: bool,
-    reference_accuracy: float,
     no_progress: bool,
     watch: bool,
     force: bool,
     api_key: str | None,
+    **fields: Any,
 ) -> None:
     """Run GPQA-Diamond against a deployment or a URL.
 
@@ -191,28 +182,19 @@ def gpqa_command(
         model=model,
         api_key=api_key,
         out_dir=Path(out_dir),
-        limit=limit,
-        repeats=repeats,
-        seed=seed,
         sampling=SamplingParams(
             temperature=temperature,
             top_p=top_p,
             max_tokens=max_tokens,
             chat_template_kwargs=chat_template_kwargs,
         ),
-        concurrency=concurrency,
-        fallback=fallback,
         fallback_sampling=SamplingParams(
             temperature=temperature,
             max_tokens=fallback_max_tokens,
             chat_template_kwargs=fallback_chat_template_kwargs,
         ),
-        fallback_context_chars=fallback_context_chars,
-        request_timeout_s=request_timeout_s,
-        retry_budget_s=retry_budget_s,
-        resume=resume,
-        reference_accuracy=reference_accuracy,
         progress=not no_progress,
+        **fields,  # every other option sets the GPQAConfig field of its name
     )
     if watch and deployment is None:
         raise SpecError("--watch needs a DEPLOYMENT name (its nodes), not --url", field="--watch")
@@ -220,13 +202,13 @@ def gpqa_command(
         config.out_dir,
         GPQA_RUN,
         gpqa_identity(config),
-        resume=resume,
+        resume=config.resume,
         force=force,
         flag_of=lambda name: option_of(GPQAConfig, name),
     )
-    with BackgroundWatch(deployment, Path(out_dir) / WATCH_DIR) if watch else nullcontext():
+    with BackgroundWatch(deployment, config.out_dir / WATCH_DIR) if watch else nullcontext():
         report = run_gpqa(config, claim=claim)
-    _after_gpqa(report, Path(out_dir), deployment, watch=watch)
+    _after_gpqa(report, config.out_dir, deployment, watch=watch)
 
 
 def _after_gpqa(report: EvalReport, out: Path, deployment: str | None, *, watch: bool) -> None:
