@@ -33,6 +33,7 @@ from tandem.errors import CheckFailed, StateError
 from tandem.eval import smoke as smoke_checks
 from tandem.operations import admission, lifecycle
 from tandem.operations.front import front_door_line
+from tandem.operations.health import RankCondition, Verdict
 from tandem.operations.listing import (
     DeploymentLine,
     deployment_names,
@@ -361,11 +362,7 @@ def _print_lines(lines: list[DeploymentLine]) -> None:
         return
     table = Table("name", "backend", "endpoint", "model", "verdict", "revision")
     for line in lines:
-        verdict = (
-            f"[{line.verdict.colour}]{line.verdict.value}[/{line.verdict.colour}]"
-            if line.verdict
-            else f"[red]unknown[/red] {line.error}"
-        )
+        verdict = _coloured(line.verdict) if line.verdict else f"[red]unknown[/red] {line.error}"
         groups = f" ({line.groups} groups)" if line.groups > 1 else ""
         table.add_row(
             line.name + groups,
@@ -407,13 +404,12 @@ def _print_ledger(ledgers: list[HostLedger]) -> None:
 
 
 def _print_status(status: lifecycle.DeploymentStatus) -> None:
-    colour = status.verdict.colour
     if status.upgrade_interrupted:
         console.print(f"[yellow]{status.upgrade_interrupted}[/yellow]")
     revision = f" revision {status.revision}" if status.revision is not None else ""
     console.print(
         f"[bold]{status.name}[/bold]{revision} ({status.backend}) {status.endpoint}/v1 "
-        f"model '{status.model}': [{colour}]{status.verdict.value}[/{colour}]"
+        f"model '{status.model}': {_coloured(status.verdict)}"
         + (
             f" — {'rank ' + str(status.rank) + ': ' if status.rank is not None else ''}"
             f"{status.reason}"
@@ -435,7 +431,6 @@ def _print_ranks(status: lifecycle.DeploymentStatus) -> None:
     """A deployment without a router: its ranks, its groups' verdicts, planned vs logged."""
     table = Table("rank", "role", "node", "address", "processes", "health")
     for r in status.ranks:
-        shade = r.health.state.colour
         procs = (
             ", ".join(
                 f"{p.name} {p.pid}{' (' + p.state + ')' if p.state in 'TtDZ' else ''}"
@@ -449,14 +444,13 @@ def _print_ranks(status: lifecycle.DeploymentStatus) -> None:
             r.node,
             r.address,
             procs,
-            f"[{shade}]{r.health.state}[/{shade}]"
-            + (f" {r.health.reason}" if r.health.reason else ""),
+            _coloured(r.health.state) + (f" {r.health.reason}" if r.health.reason else ""),
         )
     show(table, console)
     for g in status.groups if len(status.groups) > 1 else []:  # a LeaderWorkerSet's replicas
         console.print(
             f"  group {g.group} ({g.name}, ranks {', '.join(str(r.rank) for r in g.ranks)}): "
-            f"[{g.verdict.colour}]{g.verdict.value}[/{g.verdict.colour}]"
+            + _coloured(g.verdict)
             + (f" — {g.reason}" if g.reason else "")
         )
     if status.planned and status.planned.comparison:
@@ -473,6 +467,11 @@ def _print_ranks(status: lifecycle.DeploymentStatus) -> None:
             )
     elif status.planned and status.planned.unavailable:
         console.print(f"  [dim]planned vs actual: {status.planned.unavailable}[/dim]")
+
+
+def _coloured(word: Verdict | RankCondition) -> str:
+    """A health word as markup, in the colour its enum gives it."""
+    return f"[{word.colour}]{word.value}[/{word.colour}]"
 
 
 def _figure(value: float | None) -> str:
@@ -493,14 +492,13 @@ def _print_groups(status: lifecycle.DeploymentStatus) -> None:
     )
     table = Table("group", "processes", "leader", "revision", "in rotation", "verdict", "ranks")
     for g in status.groups:
-        colour = g.verdict.colour
         table.add_row(
             str(g.group),
             g.name,
             g.endpoint,
             str(g.revision) if g.revision is not None else "-",
             "yes" if g.member else "no",
-            f"[{colour}]{g.verdict.value}[/{colour}]" + (f" {g.reason}" if g.reason else ""),
+            _coloured(g.verdict) + (f" {g.reason}" if g.reason else ""),
             ", ".join(f"{r.rank} {r.health.state}" for r in g.ranks) or "none",
         )
     show(table, console)
