@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -110,10 +111,8 @@ def dashboard_command(name: str | None, **options: Any) -> None:
         + (guard if access.token else "")
     )
     screen.echo("read-only; Ctrl-C stops it")
-    try:
+    with suppress(KeyboardInterrupt):
         serve(observer, access, page.host, page.port)
-    except KeyboardInterrupt:
-        pass
 
 
 def _write_once(observer: Observer, out_dir: str | None, force: bool) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
+from contextlib import nullcontext, suppress
 from pathlib import Path
 
 import click
@@ -171,14 +172,8 @@ def run_command(
             live.update(live_view(watcher.run_info, window), refresh=True)
 
     watcher.on_sample = on_sample
-    try:
-        if live is not None:
-            with live:
-                watcher.run()
-        else:
-            watcher.run()
-    except KeyboardInterrupt:
-        pass
+    with suppress(KeyboardInterrupt), live if live is not None else nullcontext():
+        watcher.run()  # until its duration, or Ctrl-C
     console.print(f"samples in {out / 'samples.jsonl'}; `tandem watch report {out}` judges them")
 
 
@@ -225,10 +220,8 @@ def _watch_fleet(
             )
         )
 
-    try:
+    with suppress(KeyboardInterrupt):
         watch_fleet(name, out, interval_s=interval_s, duration_s=duration_s, on_look=on_look)
-    except KeyboardInterrupt:
-        pass
     console.print(f"groups and router in {out}; `tandem watch report {out}` judges them")
 
 
