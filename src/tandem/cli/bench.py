@@ -141,6 +141,8 @@ bench_url_option = click.option(
 )
 """``bench run --url``: an endpoint by its address, with the variable scripts set."""
 
+SEARCH_FIELDS = ["percentile", "ceiling", "tolerance"]
+"""``bench run``'s options that set the ``SloSearch`` field of their name (``--slo-percentile``)."""
 RUN_SECTIONS = {
     "Target": ["url", "model", "endpoint", "api_key"],
     "Load": [
@@ -174,9 +176,7 @@ RUN_SECTIONS = {
         "slo_tpot_ms",
         "slo_e2el_ms",
         "search_slo",
-        "slo_percentile",
-        "search_ceiling",
-        "search_tolerance",
+        *SEARCH_FIELDS,
     ],
     "Server metrics": ["scrape_metrics", "kv_sample_interval_s", "roofline_decode_tok_s", "watch"],
     "Output": ["out_dir", "resume", "force", "plots", "quiet"],
@@ -222,9 +222,9 @@ RUN_SECTIONS = {
     "--slo-percentile stay within --slo-ttft-ms and --slo-tpot-ms (doubling, then bisecting; "
     "each probe saved in OUT/cN, resumable).",
 )
-@field_option(SloSearch, "percentile", flag="--slo-percentile", param="slo_percentile")
-@field_option(SloSearch, "ceiling", flag="--search-ceiling", param="search_ceiling")
-@field_option(SloSearch, "tolerance", flag="--search-tolerance", param="search_tolerance")
+@field_option(SloSearch, "percentile", flag="--slo-percentile")
+@field_option(SloSearch, "ceiling", flag="--search-ceiling")
+@field_option(SloSearch, "tolerance", flag="--search-tolerance")
 @field_option(BenchConfig, "seed")
 @field_option(BenchConfig, "scrape_metrics", flag="--server-metrics")
 @field_option(BenchConfig, "kv_sample_interval_s", flag="--kv-sample-interval")
@@ -262,9 +262,6 @@ def run_command(
     slo_tpot_ms: float | None,
     slo_e2el_ms: float | None,
     search_slo: bool,
-    slo_percentile: int,
-    search_ceiling: int,
-    search_tolerance: float,
     plots: bool,
     quiet: bool,
     resume: bool,
@@ -292,6 +289,7 @@ def run_command(
         if fields["roofline_decode_tok_s"] is None and len(state.groups) == 1:  # it has a plan
             group = state.groups[0]
             fields["roofline_decode_tok_s"] = planned_roofline_tok_s(group.recipe, group.cluster)
+    search = {name: fields.pop(name) for name in SEARCH_FIELDS}  # the rest are BenchConfig's
     slo = Slo(
         ttft_s=_seconds(slo_ttft_ms), tpot_s=_seconds(slo_tpot_ms), e2el_s=_seconds(slo_e2el_ms)
     )
@@ -321,13 +319,7 @@ def run_command(
             field="--watch",
         )
     if search_slo:
-        wanted = SloSearch(
-            ttft_s=slo.ttft_s,
-            tpot_s=slo.tpot_s,
-            percentile=slo_percentile,
-            ceiling=search_ceiling,
-            tolerance=search_tolerance,
-        )
+        wanted = SloSearch(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s, **search)
         _search(config, wanted, out_dir, set(given(click.get_current_context(), fields)),
                 resume=resume, force=force)  # fmt: skip
         return
