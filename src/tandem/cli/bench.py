@@ -331,7 +331,7 @@ def run_command(
             result = run(config, out, resume=resume)
         else:
             with _LiveProgress(console) as progress:
-                result = run(config, out, progress.update, resume=resume)
+                result = run(config, out, progress.show, resume=resume)
     _show_tables(result)
     for warning in result.warnings + [w for p in result.points for w in p.warnings]:
         console.print(f"[yellow]warning:[/] {warning}")
@@ -429,11 +429,11 @@ def _seconds(ms: float | None) -> float | None:
     return ms / 1000 if ms is not None else None
 
 
-class _LiveProgress:
+class _LiveProgress(Progress):
     """Rich progress: one bar per load point, with tokens/s and errors."""
 
     def __init__(self, console: Console) -> None:
-        self.progress = Progress(
+        super().__init__(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
@@ -442,30 +442,23 @@ class _LiveProgress:
             console=console,
             transient=False,
         )
-        self.tasks: dict[str, TaskID] = {}
+        self.bars: dict[str, TaskID] = {}
 
-    def __enter__(self) -> _LiveProgress:
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)  # type: ignore[arg-type]
-
-    def update(self, event: ProgressEvent) -> None:
+    def show(self, event: ProgressEvent) -> None:
         if event.point is None:
             return
         point = event.point
         key = f"{event.phase}:{point.label}:{point.round}"
-        if key not in self.tasks:
+        if key not in self.bars:
             name = f"[{event.point_index + 1}/{event.points}] {point.label}"
             if point.round > 1:
                 name += f" #{point.round}"
             if event.phase == "warmup":
                 name = "warm-up"
-            self.tasks[key] = self.progress.add_task(name, total=event.total or None, rate="")
+            self.bars[key] = self.add_task(name, total=event.total or None, rate="")
         errors = f", [red]{event.errors} errors[/]" if event.errors else ""
-        self.progress.update(
-            self.tasks[key],
+        self.update(
+            self.bars[key],
             completed=event.done,
             total=event.total or None,
             rate=f"{event.output_tok_s:7.1f} tok/s{errors}",
