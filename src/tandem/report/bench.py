@@ -342,19 +342,27 @@ def _server_markdown(s: ServerDelta, client_ttft_mean: float | None) -> list[str
     return lines
 
 
+def run_facts(result: BenchResult, code: str = "") -> list[str]:
+    """The header of report.md and report.html; ``code`` goes around the endpoint's name."""
+    c = result.config
+    return [
+        f"Server: {result.server.url} (vLLM {result.server.version or 'unknown'}, "
+        f"max_model_len {result.server.max_model_len or 'unknown'})",
+        f"Endpoint: {code}{c.endpoint}{code}; {workload(c)}"
+        f"{' (ignore_eos)' if c.ignore_eos else ''}; warm-up {c.warmup_requests} requests; "
+        f"seed {c.seed}",
+        f"Run: {result.created_at:%Y-%m-%d %H:%M:%S} UTC, tandem {result.tandem_version}, "
+        f"{'finished' if result.finished else 'NOT finished (killed or still running)'}",
+    ]
+
+
 def markdown(result: BenchResult) -> str:
     """The whole run as a Markdown report."""
     c = result.config
     lines = [
         f"# tandem bench: {result.server.model}",
         "",
-        f"- Server: {result.server.url} (vLLM {result.server.version or 'unknown'}, "
-        f"max_model_len {result.server.max_model_len or 'unknown'})",
-        f"- Endpoint: `{c.endpoint}`; {workload(c)}"
-        f"{' (ignore_eos)' if c.ignore_eos else ''}; warm-up {c.warmup_requests} requests; "
-        f"seed {c.seed}",
-        f"- Run: {result.created_at:%Y-%m-%d %H:%M:%S} UTC, tandem {result.tandem_version}, "
-        f"{'finished' if result.finished else 'NOT finished (killed or still running)'}",
+        *(f"- {fact}" for fact in run_facts(result, "`")),
         "",
         "TTFT: first token of any kind; srv TTFT mean: the server's own mean over the same "
         "requests (vLLM's histogram, Δ /metrics). TPOT: (E2EL − TTFT) / (output tokens − 1). "

@@ -20,8 +20,8 @@ from tandem.report.bench import (
     DEPTH_COLUMNS,
     SUMMARY_COLUMNS,
     depth_rows,
+    run_facts,
     summary_rows,
-    workload,
 )
 
 HTML_FILE = "report.html"
@@ -92,22 +92,13 @@ def _figure(path: Path) -> str:
 
 def html_report(result: BenchResult, plots: Sequence[Path] = ()) -> str:
     """The run as a self-contained HTML page: settings, tables, warnings, the plots."""
-    c = result.config
     title = f"tandem bench: {result.server.model}"
-    facts = [
-        f"Server: {result.server.url} (vLLM {result.server.version or 'unknown'}, "
-        f"max_model_len {result.server.max_model_len or 'unknown'})",
-        f"Endpoint: {c.endpoint}; {workload(c)}{' (ignore_eos)' if c.ignore_eos else ''}; "
-        f"warm-up {c.warmup_requests} requests; seed {c.seed}",
-        f"Run: {result.created_at:%Y-%m-%d %H:%M:%S} UTC, tandem {result.tandem_version}, "
-        f"{'finished' if result.finished else 'NOT finished (killed or still running)'}",
-    ]
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        "<ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in facts) + "</ul>",
+        "<ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in run_facts(result)) + "</ul>",
         "<h2>Load points</h2>",
         "<p>Latencies in ms. TTFT: first token of any kind; TPOT: (E2EL − TTFT) / (output "
         "tokens − 1); ITL: gaps between token chunks, pooled; E2EL: last token chunk.</p>",
