@@ -27,7 +27,7 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/backends/processes.py:stop": (82, 9),
     "tandem/backends/pull.py:Pull.run": (94, 3),
     "tandem/bench/load_generator.py:LoadGenerator._run_point": (128, 5),
-    "tandem/bench/timed_request.py:send_request": (69, 9),
+    "tandem/bench/timed_request.py:send_request": (59, 9),
     "tandem/check/allreduce.py:main": (84, 1),
     "tandem/check/fabric.py:run_fabric": (115, 11),
     "tandem/cli/bench.py:run_command": (161, 18),
