@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
+from itertools import accumulate
 from pathlib import Path
 from typing import Literal
 
@@ -202,6 +204,14 @@ class LoadGenerator:
             transport=transport, timeout=timeout, headers=headers
         ) as client:
             self.client = client
+            self.send = partial(
+                send_request,
+                client,
+                config.url,
+                self.endpoint,
+                timeout_s=config.request_timeout_s,
+                clock=self.clock,
+            )
             server = await self._server_info()
             points = schedule(plan_load_points(config, server.max_model_len), config.rounds)
             result = previous or BenchResult(
@@ -215,7 +225,7 @@ class LoadGenerator:
                     hint="resume against the same model, or choose another --out",
                 )
             done = {(p.point.label, p.point.round) for p in result.points}
-            self._emit("prepare", None, 0, len(points))
+            self.on_progress(ProgressEvent("prepare", None, 0, len(points)))
             warnings = []
             if config.scrape_metrics and config.idle_check_s > 0:
                 warnings += await self._idle_check()
@@ -239,7 +249,7 @@ class LoadGenerator:
                     jsonl.close()
             result.finished = True
             self._write_summary(result)
-            self._emit("done", None, len(points), len(points))
+            self.on_progress(ProgressEvent("done", None, len(points), len(points)))
             return result
 
     # --- phases ---------------------------------------------------------------------------
@@ -272,23 +282,16 @@ class LoadGenerator:
     async def _warmup(self, first: LoadPoint | None, model: str, points: int) -> None:
         if first is None or self.config.warmup_requests == 0:
             return
-        self._emit("warmup", first, 0, points, total=self.config.warmup_requests)
+        total = self.config.warmup_requests
+        self.on_progress(ProgressEvent("warmup", first, 0, points, total=total))
         shape = first.model_copy(update={"output_tokens": min(first.output_tokens, 16)})
         prompts = await self.source.warmup(shape, self.config.warmup_requests)
         sampling = self._sampling(shape)
         for i, prompt in enumerate(prompts):
             payload = self.endpoint.payload(model, prompt, sampling)
-            await send_request(
-                self.client,
-                self.config.url,
-                self.endpoint,
-                payload,
-                RequestSlot(i, "warmup", 0.0),
-                origin=self.clock(),
-                timeout_s=self.config.request_timeout_s,
-                clock=self.clock,
-            )
-            self._emit("warmup", first, 0, points, done=i + 1, total=len(prompts))
+            await self.send(payload, RequestSlot(i, "warmup", 0.0), origin=self.clock())
+            done = ProgressEvent("warmup", first, 0, points, done=i + 1, total=len(prompts))
+            self.on_progress(done)
 
     def _sampling(self, point: LoadPoint) -> Sampling:
         c = self.config
@@ -309,9 +312,7 @@ class LoadGenerator:
             self.endpoint.payload(model, c.prompt(0), sampling) for c in conversations
         ]
         multi_turn = config.turns > 1 and point.kind != "long-context"
-        first_index = [0]
-        for c in conversations:
-            first_index.append(first_index[-1] + len(c.turns))
+        first_index = list(accumulate((len(c.turns) for c in conversations), initial=0))
         offsets = arrival_offsets_s(
             len(conversations),
             point.rate_rps,
@@ -329,7 +330,7 @@ class LoadGenerator:
         records: list[RequestRecord] = []
         slots = asyncio.Semaphore(point.concurrency) if point.concurrency else None
         origin = self.clock()
-        counts = {"errors": 0, "tokens": 0, "total": first_index[-1], "unsent": 0}
+        counts = {"errors": 0, "tokens": 0, "unsent": 0}
 
         async def send(i: int, turn: int, scheduled: float, history: tuple[Exchange, ...]):
             conversation = conversations[i]
@@ -340,10 +341,7 @@ class LoadGenerator:
                 if turn == 0
                 else self.endpoint.payload(model, conversation.prompt(turn, history), sampling)
             )
-            record = await send_request(
-                self.client,
-                config.url,
-                self.endpoint,
+            record = await self.send(
                 payload,
                 RequestSlot(
                     first_index[i] + turn,
@@ -355,8 +353,6 @@ class LoadGenerator:
                     prefix_group=conversation.group,
                 ),
                 origin=origin,
-                timeout_s=config.request_timeout_s,
-                clock=self.clock,
                 answer=answer,
             )
             records.append(record)
@@ -365,16 +361,18 @@ class LoadGenerator:
             counts["errors"] += not record.ok
             if record.ok:
                 counts["tokens"] += record.output_tokens or 0
-            self._emit(
-                "run",
-                point,
-                index,
-                points,
-                done=len(records),
-                total=counts["total"],
-                errors=counts["errors"],
-                output_tokens=counts["tokens"],
-                elapsed_s=self.clock() - origin,
+            self.on_progress(
+                ProgressEvent(
+                    "run",
+                    point,
+                    index,
+                    points,
+                    done=len(records),
+                    total=first_index[-1] - counts["unsent"],
+                    errors=counts["errors"],
+                    output_tokens=counts["tokens"],
+                    elapsed_s=self.clock() - origin,
+                )
             )
             return record, "".join(answer or ())
 
@@ -389,14 +387,13 @@ class LoadGenerator:
                     record, answer = await send(i, turn, at, history)
                     if not record.ok:
                         counts["unsent"] += len(turns) - turn - 1
-                        counts["total"] -= len(turns) - turn - 1
                         break
                     history = (*history, Exchange(turns[turn].text, answer))
             finally:
                 if slots is not None:
                     slots.release()
 
-        self._emit("run", point, index, points, total=counts["total"])
+        self.on_progress(ProgressEvent("run", point, index, points, total=first_index[-1]))
         tasks = []
         for i, offset in enumerate(offsets):
             delay = origin + offset - self.clock()
@@ -509,16 +506,6 @@ class LoadGenerator:
         if self.out_dir is None:
             return
         files.write_json(self.out_dir / SUMMARY_FILE, result, redactor=self.redactor)
-
-    def _emit(
-        self,
-        phase: Literal["prepare", "warmup", "run", "done"],
-        point: LoadPoint | None,
-        index: int,
-        points: int,
-        **counts: float,
-    ) -> None:
-        self.on_progress(ProgressEvent(phase, point, index, points, **counts))  # type: ignore[arg-type]
 
 
 def _consistency_warnings(records: list[RequestRecord], delta: ServerDelta | None) -> list[str]:

@@ -19,7 +19,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import httpx
@@ -446,17 +446,7 @@ async def send_request(
     except httpx.TransportError as exc:
         fields = _partial(acc, ErrorCategory.TRUNCATED, f"{type(exc).__name__}: {exc}")
     return RequestRecord(
-        index=slot.index,
-        load_point=slot.load_point,
-        round=slot.round,
-        conversation=slot.conversation,
-        turn=slot.turn,
-        prefix_group=slot.prefix_group,
-        endpoint=endpoint.name,
-        scheduled_s=slot.scheduled_s,
-        start_s=start - origin,
-        http_status=status,
-        **fields,
+        **asdict(slot), endpoint=endpoint.name, start_s=start - origin, http_status=status, **fields
     )
 
 

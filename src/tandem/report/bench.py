@@ -7,6 +7,7 @@ Everything here renders from ``BenchResult`` / ``Comparison`` (and, for distribu
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from pathlib import Path
 
 from rich.table import Table
@@ -341,19 +342,27 @@ def _server_markdown(s: ServerDelta, client_ttft_mean: float | None) -> list[str
     return lines
 
 
+def run_facts(result: BenchResult, code: str = "") -> list[str]:
+    """The header of report.md and report.html; ``code`` goes around the endpoint's name."""
+    c = result.config
+    return [
+        f"Server: {result.server.url} (vLLM {result.server.version or 'unknown'}, "
+        f"max_model_len {result.server.max_model_len or 'unknown'})",
+        f"Endpoint: {code}{c.endpoint}{code}; {workload(c)}"
+        f"{' (ignore_eos)' if c.ignore_eos else ''}; warm-up {c.warmup_requests} requests; "
+        f"seed {c.seed}",
+        f"Run: {result.created_at:%Y-%m-%d %H:%M:%S} UTC, tandem {result.tandem_version}, "
+        f"{'finished' if result.finished else 'NOT finished (killed or still running)'}",
+    ]
+
+
 def markdown(result: BenchResult) -> str:
     """The whole run as a Markdown report."""
     c = result.config
     lines = [
         f"# tandem bench: {result.server.model}",
         "",
-        f"- Server: {result.server.url} (vLLM {result.server.version or 'unknown'}, "
-        f"max_model_len {result.server.max_model_len or 'unknown'})",
-        f"- Endpoint: `{c.endpoint}`; {workload(c)}"
-        f"{' (ignore_eos)' if c.ignore_eos else ''}; warm-up {c.warmup_requests} requests; "
-        f"seed {c.seed}",
-        f"- Run: {result.created_at:%Y-%m-%d %H:%M:%S} UTC, tandem {result.tandem_version}, "
-        f"{'finished' if result.finished else 'NOT finished (killed or still running)'}",
+        *(f"- {fact}" for fact in run_facts(result, "`")),
         "",
         "TTFT: first token of any kind; srv TTFT mean: the server's own mean over the same "
         "requests (vLLM's histogram, Δ /metrics). TPOT: (E2EL − TTFT) / (output tokens − 1). "
@@ -532,66 +541,83 @@ def write_plots(result: BenchResult, records: Sequence[RequestRecord], out_dir: 
     import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
+    figures = {}
+    if len(result.config.depths) > 1:
+        figures["speed_vs_depth.png"] = _depth_plot(result, plt)
+    figures |= _ladder_plots(result, plt)
+    if records:
+        figures["latency_cdf.png"] = _cdf_plot(result, records, plt)
+    return [_save(fig, out_dir / name, plt) for name, fig in figures.items()]
+
+
+def _medians(
+    points: Iterable[Sequence[LoadPointResult]], figure: str, scale: float = 1.0
+) -> list[float]:
+    """A figure of the metrics (``"ttft_s.p50"``) at each point, times ``scale``: its median
+    over the point's rounds (the figure itself for one round), as the rounds table takes it
+    (``median_ci``); NaN where there is none, a gap in the plot."""
+    read = attrgetter(figure)
+    values = [
+        median_ci([v for p in rounds if (v := read(p.metrics)) is not None]).median
+        for rounds in points
+    ]
+    return [scale * v if v is not None else float("nan") for v in values]
+
+
+def _ladder_plots(result: BenchResult, plt) -> dict:
+    """Latency and throughput against the concurrency ladder (at the first depth of a depth
+    sweep), by file name; none without concurrency points. The x axis is logarithmic, ticked
+    at the ladder's own points (1, 2, 4, ... read as such, not as powers of ten)."""
     first_depth = result.config.depths[0] if result.config.depths else 0
     ladder = [
-        result.rounds_of(label)
-        for label in result.labels()
-        if result.rounds_of(label)[0].point.kind == "concurrency"
-        and result.rounds_of(label)[0].point.depth_tokens == first_depth
+        rounds
+        for rounds in map(result.rounds_of, result.labels())
+        if rounds[0].point.kind == "concurrency" and rounds[0].point.depth_tokens == first_depth
     ]
-    if len(result.config.depths) > 1:
-        written.append(_depth_plot(result, out_dir, plt))
-    if ladder:
-        x = [rounds[0].point.concurrency or 0 for rounds in ladder]
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for name, attr in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2EL", "e2el_s")):
-            ms = {q: _ms_over(ladder, attr, q) for q in ("p50", "p95", "p99")}
-            (line,) = ax.plot(x, ms["p50"], "-o", label=f"{name} p50 (band to p95)")
-            ax.fill_between(x, ms["p50"], ms["p95"], color=line.get_color(), alpha=0.2)
-            ax.plot(x, ms["p99"], "--", color=line.get_color(), label=f"{name} p99")
-        ax.set(ylabel="ms", title="Latency against concurrency", yscale="log")
-        written.append(_save_ladder(fig, ax, x, out_dir / "latency_vs_concurrency.png", plt))
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        tok_s = [_median_of([p.metrics.output_throughput_tok_s for p in r]) for r in ladder]
-        ax.plot(x, [y or float("nan") for y in tok_s], "-o", label="output tok/s (all streams)")
-        tpots = [_median_of([p.metrics.tpot_s.p50 for p in r]) for r in ladder]
-        per_user = [1 / t if t else float("nan") for t in tpots]
-        ax.plot(x, per_user, "-s", label="tok/s per stream (1 / TPOT p50)")
-        ax.set(ylabel="tokens/s", title="Throughput against concurrency")
-        written.append(_save_ladder(fig, ax, x, out_dir / "throughput_vs_concurrency.png", plt))
-    if records:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-        for label in [p.point.label for p in result.points]:
-            mine = [r for r in records if r.load_point == label and r.ok]
-            for ax, values in (
-                (axes[0], [r.ttft_s for r in mine]),
-                (axes[1], [tpot_s(r) for r in mine]),
-            ):
-                data = sorted(v * 1000 for v in values if v is not None)
-                if data:
-                    ax.step(
-                        data,
-                        [(i + 1) / len(data) for i in range(len(data))],
-                        where="post",
-                        label=label,
-                    )
-        axes[0].set(xlabel="TTFT (ms)", ylabel="fraction of requests", title="TTFT distribution")
-        axes[1].set(xlabel="TPOT (ms)", title="TPOT distribution")
-        for ax in axes:
-            ax.legend(fontsize=8)
-        written.append(_save(fig, out_dir / "latency_cdf.png", plt))
-    return written
+    if not ladder:
+        return {}
+    x = [rounds[0].point.concurrency or 0 for rounds in ladder]
+    latency, ax = plt.subplots(figsize=(7, 4.5))
+    for name, attr in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2EL", "e2el_s")):
+        ms = {q: _medians(ladder, f"{attr}.{q}", 1000) for q in ("p50", "p95", "p99")}
+        (line,) = ax.plot(x, ms["p50"], "-o", label=f"{name} p50 (band to p95)")
+        ax.fill_between(x, ms["p50"], ms["p95"], color=line.get_color(), alpha=0.2)
+        ax.plot(x, ms["p99"], "--", color=line.get_color(), label=f"{name} p99")
+    ax.set(ylabel="ms", title="Latency against concurrency", yscale="log")
+    throughput, ax = plt.subplots(figsize=(7, 4.5))
+    tok_s = _medians(ladder, "output_throughput_tok_s")
+    ax.plot(x, tok_s, "-o", label="output tok/s (all streams)")
+    per_user = [1 / t if t else float("nan") for t in _medians(ladder, "tpot_s.p50")]
+    ax.plot(x, per_user, "-s", label="tok/s per stream (1 / TPOT p50)")
+    ax.set(ylabel="tokens/s", title="Throughput against concurrency")
+    for fig in (latency, throughput):
+        fig.axes[0].set(xlabel="concurrency", xscale="log")
+        fig.axes[0].set_xticks(x, [str(v) for v in x])
+    return {"latency_vs_concurrency.png": latency, "throughput_vs_concurrency.png": throughput}
 
 
-def _ms_over(ladder: list[list[LoadPointResult]], attr: str, q: str) -> list[float]:
-    """Percentile ``q`` of figure ``attr`` at each point of a ladder, in ms (its median over
-    the point's rounds; NaN where there is none, a gap in the plot)."""
-    values = [_median_of([getattr(getattr(p.metrics, attr), q) for p in r]) for r in ladder]
-    return [1000 * v if v is not None else float("nan") for v in values]
+def _cdf_plot(result: BenchResult, records: Sequence[RequestRecord], plt):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for label in [p.point.label for p in result.points]:
+        mine = [r for r in records if r.load_point == label and r.ok]
+        for ax, values in (
+            (axes[0], [r.ttft_s for r in mine]),
+            (axes[1], [tpot_s(r) for r in mine]),
+        ):
+            data = sorted(v * 1000 for v in values if v is not None)
+            if data:
+                ax.step(
+                    data,
+                    [(i + 1) / len(data) for i in range(len(data))],
+                    where="post",
+                    label=label,
+                )
+    axes[0].set(xlabel="TTFT (ms)", ylabel="fraction of requests", title="TTFT distribution")
+    axes[1].set(xlabel="TPOT (ms)", title="TPOT distribution")
+    return fig
 
 
-def _depth_plot(result: BenchResult, out_dir: Path, plt) -> Path:
+def _depth_plot(result: BenchResult, plt):
     """pp and tg (per-request medians) against context depth, a line per concurrency."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     depths = result.config.depths
@@ -600,39 +626,16 @@ def _depth_plot(result: BenchResult, out_dir: Path, plt) -> Path:
             d: result.rounds_of(f"c{c}-d{d}") for d in depths if result.rounds_of(f"c{c}-d{d}")
         }
         for ax, attr in ((axes[0], "prefill_tok_s"), (axes[1], "decode_tok_s")):
-            ys = [
-                _median_of([getattr(p.metrics, attr).p50 for p in rounds])
-                for rounds in by_depth.values()
-            ]
-            ax.plot(
-                list(by_depth),
-                [y if y is not None else float("nan") for y in ys],
-                "-o",
-                label=f"concurrency {c}",
-            )
+            ys = _medians(by_depth.values(), f"{attr}.p50")
+            ax.plot(list(by_depth), ys, "-o", label=f"concurrency {c}")
     axes[0].set(xlabel="context depth (tokens)", ylabel="tokens/s", title="Prefill (pp)")
     axes[1].set(xlabel="context depth (tokens)", title="Decode (tg), per stream")
-    for ax in axes:
-        ax.legend(fontsize=8)
-    return _save(fig, out_dir / "speed_vs_depth.png", plt)
-
-
-def _median_of(values: Sequence[float | None]) -> float | None:
-    """The median of a figure over a point's rounds (the figure itself for one round), as the
-    rounds table takes it (``median_ci``)."""
-    return median_ci([v for v in values if v is not None]).median
-
-
-def _save_ladder(fig, ax, x: list[int], path: Path, plt) -> Path:
-    """Save a plot against a concurrency ladder: a log axis ticked at the ladder's own
-    points (1, 2, 4, ... read as such, not as powers of ten)."""
-    ax.set(xlabel="concurrency", xscale="log")
-    ax.set_xticks(x, [str(v) for v in x])
-    ax.legend(fontsize=8)
-    return _save(fig, path, plt)
+    return fig
 
 
 def _save(fig, path: Path, plt) -> Path:
+    for ax in fig.axes:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

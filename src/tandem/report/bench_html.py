@@ -15,48 +15,51 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
-from tandem.bench.load_generator import BenchResult
+from tandem.bench.load_generator import BenchResult, LoadPointResult
 from tandem.report.bench import (
     DEPTH_COLUMNS,
     SUMMARY_COLUMNS,
     depth_rows,
+    run_facts,
     summary_rows,
-    workload,
 )
 
 HTML_FILE = "report.html"
 CSV_FILE = "points.csv"
 
-CSV_COLUMNS = (
-    "point",
-    "round",
-    "kind",
-    "concurrency",
-    "rate_rps",
-    "depth_tokens",
-    "input_tokens",
-    "output_tokens",
-    "requests",
-    "completed",
-    "duration_s",
-    "request_throughput_rps",
-    "output_throughput_tok_s",
-    "goodput_rps",
-    "ttft_p50_s",
-    "ttft_p90_s",
-    "ttft_p99_s",
-    "tpot_p50_s",
-    "tpot_p90_s",
-    "tpot_p99_s",
-    "itl_p50_s",
-    "e2el_p50_s",
-    "e2el_p99_s",
-    "prefill_tok_s_p50",
-    "decode_tok_s_p50",
-    "server_prompt_tokens",
-    "server_generation_tokens",
-    "prefix_cache_hit_rate",
-)
+CSV_FIELDS = {
+    "point": "point.label",
+    "round": "point.round",
+    "kind": "point.kind",
+    "concurrency": "point.concurrency",
+    "rate_rps": "point.rate_rps",
+    "depth_tokens": "point.depth_tokens",
+    "input_tokens": "point.input_tokens",
+    "output_tokens": "point.output_tokens",
+    "requests": "metrics.requests",
+    "completed": "metrics.completed",
+    "duration_s": "metrics.duration_s",
+    "request_throughput_rps": "metrics.request_throughput_rps",
+    "output_throughput_tok_s": "metrics.output_throughput_tok_s",
+    "goodput_rps": "metrics.goodput_rps",
+    "ttft_p50_s": "metrics.ttft_s.p50",
+    "ttft_p90_s": "metrics.ttft_s.p90",
+    "ttft_p99_s": "metrics.ttft_s.p99",
+    "tpot_p50_s": "metrics.tpot_s.p50",
+    "tpot_p90_s": "metrics.tpot_s.p90",
+    "tpot_p99_s": "metrics.tpot_s.p99",
+    "itl_p50_s": "metrics.itl_s.p50",
+    "e2el_p50_s": "metrics.e2el_s.p50",
+    "e2el_p99_s": "metrics.e2el_s.p99",
+    "prefill_tok_s_p50": "metrics.prefill_tok_s.p50",
+    "decode_tok_s_p50": "metrics.decode_tok_s.p50",
+    "server_prompt_tokens": "server.prompt_tokens",
+    "server_generation_tokens": "server.generation_tokens",
+    "prefix_cache_hit_rate": "server.prefix_cache_hit_rate",
+}
+"""points.csv's columns, each with where it is read in a ``LoadPointResult`` (empty where a
+part is missing: the server's counters of a point without them)."""
+CSV_COLUMNS = tuple(CSV_FIELDS)
 
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -89,22 +92,13 @@ def _figure(path: Path) -> str:
 
 def html_report(result: BenchResult, plots: Sequence[Path] = ()) -> str:
     """The run as a self-contained HTML page: settings, tables, warnings, the plots."""
-    c = result.config
     title = f"tandem bench: {result.server.model}"
-    facts = [
-        f"Server: {result.server.url} (vLLM {result.server.version or 'unknown'}, "
-        f"max_model_len {result.server.max_model_len or 'unknown'})",
-        f"Endpoint: {c.endpoint}; {workload(c)}{' (ignore_eos)' if c.ignore_eos else ''}; "
-        f"warm-up {c.warmup_requests} requests; seed {c.seed}",
-        f"Run: {result.created_at:%Y-%m-%d %H:%M:%S} UTC, tandem {result.tandem_version}, "
-        f"{'finished' if result.finished else 'NOT finished (killed or still running)'}",
-    ]
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        "<ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in facts) + "</ul>",
+        "<ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in run_facts(result)) + "</ul>",
         "<h2>Load points</h2>",
         "<p>Latencies in ms. TTFT: first token of any kind; TPOT: (E2EL − TTFT) / (output "
         "tokens − 1); ITL: gaps between token chunks, pooled; E2EL: last token chunk.</p>",
@@ -132,38 +126,13 @@ def points_csv(result: BenchResult) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for p in result.points:
-        m, s, point = p.metrics, p.server, p.point
-        writer.writerow(
-            "" if v is None else v
-            for v in (
-                point.label,
-                point.round,
-                point.kind,
-                point.concurrency,
-                point.rate_rps,
-                point.depth_tokens,
-                point.input_tokens,
-                point.output_tokens,
-                m.requests,
-                m.completed,
-                m.duration_s,
-                m.request_throughput_rps,
-                m.output_throughput_tok_s,
-                m.goodput_rps,
-                m.ttft_s.p50,
-                m.ttft_s.p90,
-                m.ttft_s.p99,
-                m.tpot_s.p50,
-                m.tpot_s.p90,
-                m.tpot_s.p99,
-                m.itl_s.p50,
-                m.e2el_s.p50,
-                m.e2el_s.p99,
-                m.prefill_tok_s.p50,
-                m.decode_tok_s.p50,
-                s.prompt_tokens if s else None,
-                s.generation_tokens if s else None,
-                s.prefix_cache_hit_rate if s else None,
-            )
-        )
+        writer.writerow("" if (v := _field(p, path)) is None else v for path in CSV_FIELDS.values())
     return out.getvalue()
+
+
+def _field(point: LoadPointResult, path: str) -> object:
+    """The value at a dotted ``path`` of ``point``; None where a part of the path is None."""
+    value: object = point
+    for name in path.split("."):
+        value = None if value is None else getattr(value, name)
+    return value
