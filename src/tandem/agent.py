@@ -714,13 +714,11 @@ def model_facts(node, repo_id, revision, cache_root, model_path, verify=False, k
                 facts["layout"] = "plain-directory"
                 facts["plain_dir"] = flat
             return facts
-        facts["snapshots"] = node.listdir(repo_dir + "/snapshots")
-        if facts["snapshots"] is None:
-            facts["snapshots"] = []
-            facts["layout"] = "plain-directory"
-            facts["exists"] = True
+        snapshots = node.listdir(repo_dir + "/snapshots")
+        if snapshots is None:
+            facts.update(layout="plain-directory", exists=True)
             return facts
-        facts["layout"] = "hf-cache"
+        facts.update(layout="hf-cache", snapshots=snapshots)
         ref = node.text("%s/refs/%s" % (repo_dir, revision or "main"))
         if re.fullmatch(r"[0-9a-f]{40}", revision or ""):
             ref = revision
@@ -734,7 +732,6 @@ def model_facts(node, repo_id, revision, cache_root, model_path, verify=False, k
         return facts
     facts["exists"] = True
     facts["snapshot_dir"] = snapshot
-    remembered = (known or {}).get(facts.get("repo_dir") or "", {})
     pending = []
     started = time.monotonic()
     base = node.path(snapshot)
@@ -758,8 +755,8 @@ def model_facts(node, repo_id, revision, cache_root, model_path, verify=False, k
             facts["files"].append(entry)
             facts["total_bytes"] += stat.st_size
     if verify:
-        _verify_files(facts, pending, remembered)
-    facts["verify_s"] = round(time.monotonic() - started, 3) if verify else 0.0
+        _verify_files(facts, pending, (known or {}).get(facts.get("repo_dir") or "", {}))
+        facts["verify_s"] = round(time.monotonic() - started, 3)
     facts["files"] = _sorted_by(facts["files"], "name")
     facts["missing_shards"] = _missing_shards(base, {f["name"] for f in facts["files"]})
     return facts
