@@ -28,7 +28,7 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/backends/pull.py:Pull.run": (94, 3),
     "tandem/bench/load_generator.py:LoadGenerator._run_point": (134, 5),
     "tandem/bench/timed_request.py:send_request": (69, 9),
-    "tandem/check/fabric.py:run_fabric": (110, 8),
+    "tandem/check/fabric.py:run_fabric": (108, 8),
     "tandem/cli/bench.py:run_command": (161, 18),
     "tandem/cli/eval.py:gpqa_command": (137, 25),
     "tandem/cli/eval.py:smoke_command": (88, 7),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -243,9 +244,7 @@ def run_fabric(
             setattr(result, key, data.get(key))
     if not result.ok:  # the ranks' own words on what failed
         result.log_tail = {str(r): text[-2000:] for r, text in logs.items()}
-    for log in workdir.iterdir():
-        log.unlink()
-    workdir.rmdir()
+    shutil.rmtree(workdir)
     return result, fabric_findings(deployment, result, facts)
 
 
