@@ -440,14 +440,11 @@ def interface_facts(node):
             return interfaces
         except ValueError:
             pass
-    names = node.listdir("/sys/class/net")
-    if names is None:
-        return interfaces
-    for name in names:
+    for name in node.listdir("/sys/class/net") or []:
         interfaces.append(
             {
                 "name": name,
-                "state": ((node.text("/sys/class/net/%s/operstate" % name) or "").upper() or None),
+                "state": (node.text("/sys/class/net/%s/operstate" % name) or "").upper() or None,
                 "flags": [],
                 "mtu": _int_or_none(node.text("/sys/class/net/%s/mtu" % name)),
                 "mac": node.text("/sys/class/net/%s/address" % name),
