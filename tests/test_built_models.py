@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from tandem import built_models
-from tandem.built_models import build_command, is_built, missing_hint, shape_repo_id
+from tandem.built_models import build_command, is_built, missing_hint, shape_repo_id, tiny_repo_id
 from tandem.cli import cli
 from tandem.models.real import SOURCES
 from tandem.models.shapes import SHAPES
-from tandem.models.tiny import ARCHITECTURES, default_repo_id
+from tandem.models.tiny import ARCHITECTURES
 
 
 def test_the_builders_make_exactly_the_models_named_here():
@@ -43,7 +43,7 @@ def test_the_command_that_builds_each_id(repo_id, command):
 
 
 def test_every_id_a_builder_gives_maps_back_to_a_command_that_parses():
-    ids = [default_repo_id(a) for a in ARCHITECTURES]
+    ids = [tiny_repo_id(a) for a in ARCHITECTURES]
     ids += list(built_models.REAL_MODELS.values())
     ids += [shape_repo_id(p, layers=4, scale_down=s) for p in SHAPES for s in (False, True)]
     for repo_id in ids:

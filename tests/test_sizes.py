@@ -21,15 +21,14 @@ MAX_LINES = 80
 MAX_PARAMS = 8
 
 OVER: dict[str, tuple[int, int]] = {
-    "tandem/agent.py:model_facts": (113, 7),
+    "tandem/agent.py:model_facts": (102, 7),
     "tandem/backends/k8s.py:up": (122, 6),
     "tandem/backends/local.py:up": (112, 6),
     "tandem/backends/processes.py:stop": (82, 9),
     "tandem/backends/pull.py:Pull.run": (94, 3),
     "tandem/bench/load_generator.py:LoadGenerator._run_point": (128, 5),
     "tandem/bench/timed_request.py:send_request": (59, 9),
-    "tandem/check/allreduce.py:main": (84, 1),
-    "tandem/check/fabric.py:run_fabric": (115, 11),
+    "tandem/check/fabric.py:run_fabric": (108, 8),
     "tandem/cli/bench.py:run_command": (153, 15),
     "tandem/cli/eval.py:gpqa_command": (119, 16),
     "tandem/cli/eval.py:smoke_command": (88, 7),

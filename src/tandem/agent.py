@@ -183,6 +183,23 @@ class Node:
         except (OSError, ValueError):
             return None
 
+    def text(self, absolute):
+        """A file's text stripped, or None when it is absent, unreadable or blank."""
+        return (self.read(absolute) or "").strip() or None
+
+    def listdir(self, absolute):
+        """A folder's names in order, or None when it is absent or unreadable."""
+        try:
+            return sorted(os.listdir(self.path(absolute)))
+        except OSError:
+            return None
+
+    def home(self, path):
+        """PATH with a leading ``~`` expanded: the user's home here, /root under a fake root."""
+        if path.startswith("~"):
+            return os.path.expanduser(path) if self.root == "/" else "/root" + path[1:]
+        return path
+
     def run(self, key):
         """stdout of command KEY, or None when the tool is missing (recorded in tools_missing).
 
@@ -249,8 +266,8 @@ def system_facts(node):
     dgx = node.read("/etc/dgx-release")
     arch = (node.run("uname-m") or "").strip() or None
     return {
-        "hostname": (node.read("/proc/sys/kernel/hostname") or "").strip() or None,
-        "kernel": (node.read("/proc/sys/kernel/osrelease") or "").strip() or None,
+        "hostname": node.text("/proc/sys/kernel/hostname"),
+        "kernel": node.text("/proc/sys/kernel/osrelease"),
         "arch": arch,
         "os": {
             "id": release.get("ID"),
@@ -288,15 +305,6 @@ def gpu_facts(node):
     """Driver, CUDA and GPUs from nvidia-smi; unified memory when the GPU reports none (GB10)."""
     table = node.run("nvidia-smi")
     query = node.run("nvidia-smi-query-gpu")
-    if table is None and query is None:
-        return {
-            "present": False,
-            "driver_version": None,
-            "cuda_version": None,
-            "gpus": [],
-            "unified_memory": False,
-            "graphics_processes": [],
-        }
     cuda = re.search(r"CUDA Version:\s*([\d.]+)", table or "")
     driver = re.search(r"Driver Version:\s*([\d.]+)", table or "")
     gpus = []
@@ -393,13 +401,8 @@ def display_facts(node):
     """Whether a desktop runs, and the resident memory of its processes (unified memory!)."""
     state = (node.run("systemctl-display-manager") or "").strip() or None
     processes = []
-    proc = node.path("/proc")
-    try:
-        pids = [p for p in os.listdir(proc) if p.isdigit()]
-    except OSError:
-        pids = []
-    for pid in pids:
-        comm = (node.read("/proc/%s/comm" % pid) or "").strip()
+    for pid in [p for p in node.listdir("/proc") or [] if p.isdigit()]:
+        comm = node.text("/proc/%s/comm" % pid)
         if comm not in GUI_PROCESSES:
             continue
         rss = re.search(r"VmRSS:\s+(\d+)\s+kB", node.read("/proc/%s/status" % pid) or "")
@@ -437,21 +440,14 @@ def interface_facts(node):
             return interfaces
         except ValueError:
             pass
-    base = node.path("/sys/class/net")
-    try:
-        names = sorted(os.listdir(base))
-    except OSError:
-        return interfaces
-    for name in names:
+    for name in node.listdir("/sys/class/net") or []:
         interfaces.append(
             {
                 "name": name,
-                "state": (
-                    (node.read("/sys/class/net/%s/operstate" % name) or "").strip().upper() or None
-                ),
+                "state": (node.text("/sys/class/net/%s/operstate" % name) or "").upper() or None,
                 "flags": [],
-                "mtu": _int_or_none((node.read("/sys/class/net/%s/mtu" % name) or "").strip()),
-                "mac": (node.read("/sys/class/net/%s/address" % name) or "").strip() or None,
+                "mtu": _int_or_none(node.text("/sys/class/net/%s/mtu" % name)),
+                "mac": node.text("/sys/class/net/%s/address" % name),
                 "addresses": [],
             }
         )
@@ -460,16 +456,9 @@ def interface_facts(node):
 
 def rdma_devices(node):
     """Each RDMA device's sysfs folder and its ports' folders by number, in order."""
-    try:
-        names = sorted(os.listdir(node.path("/sys/class/infiniband")))
-    except OSError:
-        names = []
-    for name in names:
+    for name in node.listdir("/sys/class/infiniband") or []:
         dev = "/sys/class/infiniband/" + name
-        try:
-            numbers = sorted(int(p) for p in os.listdir(node.path(dev + "/ports")) if p.isdigit())
-        except OSError:
-            numbers = []
+        numbers = sorted(int(p) for p in node.listdir(dev + "/ports") or [] if p.isdigit())
         yield name, dev, [(n, "%s/ports/%d" % (dev, n)) for n in numbers]
 
 
@@ -478,26 +467,18 @@ def rdma_facts(node):
     devices = []
     for name, dev, port_dirs in rdma_devices(node):
         ports = [_port_facts(node, folder, number) for number, folder in port_dirs]
-        try:
-            netdevs = sorted(os.listdir(node.path(dev + "/device/net")))
-        except OSError:
-            netdevs = []
         devices.append(
             {
                 "name": name,
-                "fw_ver": (node.read(dev + "/fw_ver") or "").strip() or None,
-                "node_guid": (node.read(dev + "/node_guid") or "").strip() or None,
-                "netdevs": netdevs,
+                "fw_ver": node.text(dev + "/fw_ver"),
+                "node_guid": node.text(dev + "/node_guid"),
+                "netdevs": node.listdir(dev + "/device/net") or [],
                 "ports": ports,
                 "pci": _pci_link(node, dev + "/device"),
             }
         )
     _merge_ibv_devinfo(devices, node.run("ibv_devinfo"))
-    try:
-        dev_ib = sorted(os.listdir(node.path("/dev/infiniband")))
-    except OSError:
-        dev_ib = None
-    return {"devices": devices, "dev_infiniband": dev_ib}
+    return {"devices": devices, "dev_infiniband": node.listdir("/dev/infiniband")}
 
 
 def _pci_link(node, device_dir):
@@ -506,7 +487,7 @@ def _pci_link(node, device_dir):
     slot = _key_values(node.read(device_dir + "/uevent") or "").get("PCI_SLOT_NAME")
     link = {}
     for name in ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width"):
-        value = (node.read("%s/%s" % (device_dir, name)) or "").strip() or None
+        value = node.text("%s/%s" % (device_dir, name))
         link[name] = _int_or_none(value) if value and name.endswith("width") else value
     return dict(link, slot=slot)
 
@@ -514,23 +495,19 @@ def _pci_link(node, device_dir):
 def _port_facts(node, port_dir, number):
     state = (node.read(port_dir + "/state") or "").strip()
     gids = []
-    try:
-        indices = sorted(int(i) for i in os.listdir(node.path(port_dir + "/gids")) if i.isdigit())
-    except OSError:
-        indices = []
-    for index in indices:
-        gid = (node.read("%s/gids/%s" % (port_dir, index)) or "").strip()
+    for index in sorted(int(i) for i in node.listdir(port_dir + "/gids") or [] if i.isdigit()):
+        gid = node.text("%s/gids/%s" % (port_dir, index))
         if not gid or gid.replace("0", "").replace(":", "") == "":
             continue  # an empty slot of the table
-        kind = (node.read("%s/gid_attrs/types/%s" % (port_dir, index)) or "").strip() or None
-        ndev = (node.read("%s/gid_attrs/ndevs/%s" % (port_dir, index)) or "").strip() or None
+        kind = node.text("%s/gid_attrs/types/%s" % (port_dir, index))
+        ndev = node.text("%s/gid_attrs/ndevs/%s" % (port_dir, index))
         gids.append(
             {"index": int(index), "gid": gid, "type": kind, "netdev": ndev, "ipv4": _gid_ipv4(gid)}
         )
     return {
         "port": number,
         "state": state.split(":")[-1].strip() or None,
-        "link_layer": (node.read(port_dir + "/link_layer") or "").strip() or None,
+        "link_layer": node.text(port_dir + "/link_layer"),
         "gids": gids,
     }
 
@@ -723,11 +700,7 @@ def model_facts(node, repo_id, revision, cache_root, model_path, verify=False, k
     else:
         if not cache_root and node.root == "/" and node.commands is None:
             cache_root = os.environ.get("HF_HOME")
-        cache_root = cache_root or "~/.cache/huggingface"
-        if cache_root.startswith("~"):
-            cache_root = (
-                os.path.expanduser(cache_root) if node.root == "/" else "/root" + cache_root[1:]
-            )
+        cache_root = node.home(cache_root or "~/.cache/huggingface")
         facts["cache_root"] = cache_root
         repo_dir = "%s/hub/models--%s" % (cache_root.rstrip("/"), repo_id.replace("/", "--"))
         facts["repo_dir"] = repo_dir
@@ -738,31 +711,24 @@ def model_facts(node, repo_id, revision, cache_root, model_path, verify=False, k
                 facts["layout"] = "plain-directory"
                 facts["plain_dir"] = flat
             return facts
-        try:
-            facts["snapshots"] = sorted(os.listdir(node.path(repo_dir + "/snapshots")))
-        except OSError:
-            facts["layout"] = "plain-directory"
-            facts["exists"] = True
+        snapshots = node.listdir(repo_dir + "/snapshots")
+        if snapshots is None:
+            facts.update(layout="plain-directory", exists=True)
             return facts
-        facts["layout"] = "hf-cache"
-        ref = (node.read("%s/refs/%s" % (repo_dir, revision or "main")) or "").strip()
+        facts.update(layout="hf-cache", snapshots=snapshots)
+        ref = node.text("%s/refs/%s" % (repo_dir, revision or "main"))
         if re.fullmatch(r"[0-9a-f]{40}", revision or ""):
             ref = revision
         facts["commit"] = ref or None
         if not ref:
             return facts
         snapshot = "%s/snapshots/%s" % (repo_dir, ref)
-        try:
-            facts["incomplete_blobs"] = sorted(
-                b for b in os.listdir(node.path(repo_dir + "/blobs")) if b.endswith(".incomplete")
-            )
-        except OSError:
-            pass
+        blobs = node.listdir(repo_dir + "/blobs") or []
+        facts["incomplete_blobs"] = [b for b in blobs if b.endswith(".incomplete")]
     if not os.path.isdir(node.path(snapshot)):
         return facts
     facts["exists"] = True
     facts["snapshot_dir"] = snapshot
-    remembered = (known or {}).get(facts.get("repo_dir") or "", {})
     pending = []
     started = time.monotonic()
     base = node.path(snapshot)
@@ -786,8 +752,8 @@ def model_facts(node, repo_id, revision, cache_root, model_path, verify=False, k
             facts["files"].append(entry)
             facts["total_bytes"] += stat.st_size
     if verify:
-        _verify_files(facts, pending, remembered)
-    facts["verify_s"] = round(time.monotonic() - started, 3) if verify else 0.0
+        _verify_files(facts, pending, (known or {}).get(facts.get("repo_dir") or "", {}))
+        facts["verify_s"] = round(time.monotonic() - started, 3)
     facts["files"] = _sorted_by(facts["files"], "name")
     facts["missing_shards"] = _missing_shards(base, {f["name"] for f in facts["files"]})
     return facts
@@ -906,8 +872,7 @@ def compile_cache_facts(node, root, depth, named=(), opaque=()):
     """
     if not root:
         return None
-    if root.startswith("~"):  # an ssh cluster's remote_dir: argv reaches here unexpanded
-        root = os.path.expanduser(root) if node.root == "/" else "/root" + root[1:]
+    root = node.home(root)  # an ssh cluster's remote_dir: argv reaches here unexpanded
     facts = {"root": root, "exists": False, "folders": {}, "entries": [], "truncated": False}
     base = node.path(root)
     if not os.path.isdir(base):

@@ -90,11 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     expected = world * (world + 1) / 2
     correct = bool(torch.all(check == expected).item())
 
-    default = (
-        [1 << k for k in range(10, 29, 2)]
-        if backend == "nccl"
-        else [1 << k for k in range(10, 25, 2)]
-    )
+    default = [1 << k for k in range(10, 29 if backend == "nccl" else 25, 2)]  # to 256 / 16 MiB
     results = []
     for size in _sizes(args.sizes) or default:
         tensor = torch.zeros(max(1, size // 4), dtype=torch.float32, device=device)

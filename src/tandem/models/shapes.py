@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tandem import hf_cache
 from tandem.built_models import shape_repo_id
-from tandem.errors import Problem, SpecError
+from tandem.errors import ProblemList, SpecError
 from tandem.models.store import store_built
 
 if TYPE_CHECKING:
@@ -265,35 +265,28 @@ def check_arguments(preset: str, *, layers: int | None = None, device: str | Non
         SpecError: an unknown preset, fewer than ``MIN_LAYERS`` layers, or a device that is
             neither ``cpu`` nor ``cuda`` (``cuda:N``).
     """
-    problems = []
+    problems = ProblemList()
     if preset not in SHAPES:
-        problems.append(
-            Problem(
-                "preset", f"unknown shape preset {preset!r}", f"use one of: {', '.join(SHAPES)}"
-            )
+        problems.add(
+            "preset", f"unknown shape preset {preset!r}", f"use one of: {', '.join(SHAPES)}"
         )
     if layers is not None and layers < MIN_LAYERS:
-        problems.append(
-            Problem(
-                "layers",
-                f"layers {layers} is too few",
-                f"use {MIN_LAYERS} or more (DeepSeek's first layer is dense, the rest MoE)",
-            )
+        problems.add(
+            "layers",
+            f"layers {layers} is too few",
+            f"use {MIN_LAYERS} or more (DeepSeek's first layer is dense, the rest MoE)",
         )
     if device is not None and not _DEVICE.fullmatch(device):
-        problems.append(
-            Problem(
-                "device",
-                f"{device!r} is not a device torch builds on here",
-                "write cpu, cuda or cuda:N (e.g. cuda:0), or leave it out for cuda when "
-                "there is one",
-            )
+        problems.add(
+            "device",
+            f"{device!r} is not a device torch builds on here",
+            "write cpu, cuda or cuda:N (e.g. cuda:0), or leave it out for cuda when there is one",
         )
-    if len(problems) == 1:
-        p = problems[0]
+    if len(problems.items) == 1:
+        p = problems.items[0]
         raise SpecError(p.message, field=p.field, hint=p.hint)
     if problems:
-        raise SpecError(f"{len(problems)} invalid argument(s)", problems=problems)
+        raise SpecError(f"{len(problems.items)} invalid argument(s)", problems=problems.items)
 
 
 class ShapeModel(BaseModel):

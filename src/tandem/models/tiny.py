@@ -51,7 +51,7 @@ from tandem.built_models import DEFAULT_TINY_ARCH, tiny_repo_id
 from tandem.errors import SpecError
 from tandem.models.store import store_built
 
-__all__ = ["ARCHITECTURES", "DEFAULT_ARCH", "TinyModel", "build_tiny_model", "default_repo_id"]
+__all__ = ["ARCHITECTURES", "DEFAULT_ARCH", "TinyModel", "build_tiny_model", "tiny_repo_id"]
 
 DEFAULT_ARCH = DEFAULT_TINY_ARCH
 VOCAB_SIZE = 2048
@@ -363,11 +363,6 @@ ARCHITECTURES: dict[str, Callable[..., PretrainedConfig]] = {
 special-token ids, max_position_embeddings) as keyword arguments."""
 
 
-def default_repo_id(arch: str) -> str:
-    """The hub id a tiny model of ``arch`` gets: ``tandem-org/tiny-deepseek-v3`` for deepseek_v3."""
-    return tiny_repo_id(arch)
-
-
 def build_tiny_model(
     hf_home: Path, *, arch: str = DEFAULT_ARCH, repo_id: str | None = None, seed: int = 0
 ) -> TinyModel:
@@ -396,7 +391,7 @@ def build_tiny_model(
             field="arch",
             hint=f"use one of: {', '.join(ARCHITECTURES)}",
         )
-    repo_id = repo_id or default_repo_id(arch)
+    repo_id = repo_id or tiny_repo_id(arch)
     repo_dir = hf_cache.repo_dir(Path(hf_home), repo_id)
     repo_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=repo_dir, prefix=".build-") as tmp:
