@@ -18,6 +18,7 @@ that two observations give rates and percentiles over the time between them.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
@@ -203,7 +204,6 @@ _SERVING_FAMILIES = frozenset(
         KV_CACHE_USAGE,
         REQUEST_SUCCESS,
         CACHE_CONFIG_INFO,
-        *SERVING_HISTOGRAMS,
     )
 )
 
@@ -264,13 +264,25 @@ def parse_serving(text: str) -> ServingReading:
         reading = parse_serving(httpx.get(url + "/metrics").text)
         reading.histograms[TTFT_SECONDS].count
     """
+    fields, kv = serving_fields(text)
+    return ServingReading(**fields, kv_cache_usage=max(kv) if kv else None)
+
+
+def serving_fields(
+    text: str, histograms: tuple[str, ...] = SERVING_HISTOGRAMS
+) -> tuple[dict[str, Any], list[float]]:
+    """A page's ``ServingReading`` fields but the KV cache, given per engine instead: a status
+    keeps the fullest engine's, ``tandem watch`` the sum. Of latency only ``histograms`` are
+    read (their buckets cost parsing time, ``family_lines``). Pure."""
     values: dict[str, float] = {}
     kv: list[float] = []
     finished: dict[str, float] = {}
     prefix_caching: bool | None = None
     buckets: dict[str, dict[float, float]] = {}
     sums: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(family_lines(text, _SERVING_FAMILIES)):
+    for family in text_string_to_metric_families(
+        family_lines(text, _SERVING_FAMILIES | set(histograms))
+    ):
         for sample in family.samples:
             name, labels, value = sample.name, sample.labels, sample.value
             if name == CACHE_CONFIG_INFO and "enable_prefix_caching" in labels:
@@ -282,32 +294,28 @@ def parse_serving(text: str) -> ServingReading:
                 finished[reason] = finished.get(reason, 0.0) + value
             elif name in _SERVING_COUNTERS or name in _SERVING_GAUGES:
                 values[name] = values.get(name, 0.0) + value
-            elif family.name in SERVING_HISTOGRAMS and name == family.name + "_bucket":
+            elif family.name in histograms and name == family.name + "_bucket":
                 bound = float(labels.get("le", "inf"))
                 if math.isfinite(bound):
                     into = buckets.setdefault(family.name, {})
                     into[bound] = into.get(bound, 0.0) + value
-            elif family.name in SERVING_HISTOGRAMS and name in (
+            elif family.name in histograms and name in (
                 family.name + "_sum",
                 family.name + "_count",
             ):
                 part = sums.setdefault(family.name, {})
                 end = name.removeprefix(family.name + "_")
                 part[end] = part.get(end, 0.0) + value
-    fields = {field: values.get(name) for name, field in _SERVING_COUNTERS.items()}
+    fields: dict[str, Any] = {field: values.get(name) for name, field in _SERVING_COUNTERS.items()}
     fields |= {field: values.get(name) for name, field in _SERVING_GAUGES.items()}
-    return ServingReading(
-        **fields,
-        kv_cache_usage=max(kv) if kv else None,
-        prefix_caching=prefix_caching,
-        finished=finished,
-        histograms={
-            name: Histogram(
-                buckets=sorted(buckets.get(name, {}).items()),
-                sum=sums[name].get("sum", 0.0),
-                count=sums[name].get("count", 0.0),
-            )
-            for name in SERVING_HISTOGRAMS
-            if name in sums
-        },
-    )
+    fields |= {"prefix_caching": prefix_caching, "finished": finished}
+    fields["histograms"] = {
+        name: Histogram(
+            buckets=sorted(buckets.get(name, {}).items()),
+            sum=sums[name].get("sum", 0.0),
+            count=sums[name].get("count", 0.0),
+        )
+        for name in histograms
+        if name in sums
+    }
+    return fields, kv
