@@ -57,10 +57,9 @@ ITL_SECONDS = "vllm:inter_token_latency_seconds"
 TPOT_SECONDS = "vllm:request_time_per_output_token_seconds"
 E2E_SECONDS = "vllm:e2e_request_latency_seconds"
 DECODE_SECONDS = "vllm:request_decode_time_seconds"
-# Per-request sizes (histograms, tokens) and the tokens of each engine step.
+# Per-request sizes (histograms, tokens).
 REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
 REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
-ITERATION_TOKENS = "vllm:iteration_tokens_total"
 # Finished requests by ``finished_reason``: stop, length, abort, error, repetition. A request
 # that failed is ``error`` (or ``abort`` when its client went away); ``length`` finished fine.
 REQUEST_SUCCESS = "vllm:request_success_total"
@@ -69,12 +68,9 @@ ERROR_REASONS = ("error", "abort")
 # sum to ``num_requests_waiting``. Requests refused by a queue limit, by ``reason``.
 REQUESTS_WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
 ADMISSION_REJECTIONS = "vllm:admission_rejections_total"
-# Prompt tokens served from a cache (any tier), beside ``prompt_tokens_total``.
-PROMPT_TOKENS_CACHED = "vllm:prompt_tokens_cached_total"
 # The API server's own (prometheus-fastapi-instrumentator): requests by handler and ``status``
-# class (2xx, 4xx, 5xx), and the process' start time (every process exports it).
+# class (2xx, 4xx, 5xx).
 HTTP_REQUESTS = "http_requests_total"
-PROCESS_START = "process_start_time_seconds"
 
 _TOTALS = (
     PROMPT_TOKENS,
