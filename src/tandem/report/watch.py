@@ -143,6 +143,10 @@ def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
     return Group(head, nodes, leader)
 
 
+_CHECK_FORMATS = {"fraction": ".3g", "GiB": ".2f", "°C": ".1f"}
+"""How a check's observed value is written, by its unit (counts: whole numbers)."""
+
+
 def markdown(summary: WatchSummary) -> str:
     """The Markdown summary: the checks with PASS/FAIL, then memory per node and the load."""
     lines = [f"# Watch of `{summary.name}`", ""]
@@ -168,16 +172,7 @@ def markdown(summary: WatchSummary) -> str:
         lines += [f"**samples.jsonl**: {skipped}; those samples are not judged.", ""]
     lines += ["| check | observed | threshold | result | detail |", "|---|---|---|---|---|"]
     for c in summary.checks:
-        observed = _num(
-            c.observed,
-            ".3g"
-            if c.unit == "fraction"
-            else ".2f"
-            if c.unit == "GiB"
-            else ".1f"
-            if c.unit == "°C"
-            else ".0f",
-        )
+        observed = _num(c.observed, _CHECK_FORMATS.get(c.unit, ".0f"))
         threshold = "–" if c.threshold is None else f"{c.threshold:g}"
         lines.append(
             f"| {c.name} | {observed} {c.unit} | {threshold} | **{c.result.value}** | {c.detail} |"
