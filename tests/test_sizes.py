@@ -44,7 +44,7 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/plan/planner.py:plan_deployment": (186, 9),
     "tandem/plan/roofline.py:roofline": (84, 7),
     "tandem/readiness.py:wait_ready": (97, 10),
-    "tandem/render/prometheus.py:alert_rules": (113, 2),
+    "tandem/render/prometheus.py:alert_rules": (106, 2),
     "tandem/report/plan.py:plan_tables": (97, 1),
     "tandem/report/watch.py:live_view": (86, 2),
     "tandem/spec/deployment.py:deployment_problems": (98, 1),
