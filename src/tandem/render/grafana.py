@@ -339,17 +339,12 @@ CLUSTER: tuple[Panel, ...] = (
         width=12,
     ),
     Panel("Leader /metrics up", ((UP, "{{deployment}} {{node}}"),), width=12),
-    Panel(
-        "GPU power",
-        ((_series(wire.TANDEM_GPU_POWER), "{{node}} GPU {{gpu}}"),),
-        "watt",
-        optional_when=_NVIDIA,
-    ),
-    Panel(
-        "GPU temperature",
-        ((_series(wire.TANDEM_GPU_TEMPERATURE), "{{node}} GPU {{gpu}}"),),
-        "celsius",
-        optional_when=_NVIDIA,
+    *(
+        Panel(title, ((_series(name), "{{node}} GPU {{gpu}}"),), unit, optional_when=_NVIDIA)
+        for title, name, unit in (
+            ("GPU power", wire.TANDEM_GPU_POWER, "watt"),
+            ("GPU temperature", wire.TANDEM_GPU_TEMPERATURE, "celsius"),
+        )
     ),
     Panel(
         "GPU SM clock and throttling",
