@@ -181,7 +181,7 @@ def family_lines(
 
 SERVING_HISTOGRAMS = (TTFT_SECONDS, ITL_SECONDS, TPOT_SECONDS, E2E_SECONDS)
 """The latency histograms a status keeps whole (buckets too), for percentiles over a window."""
-_SERVING_COUNTERS = {
+SERVING_COUNTERS = {
     PROMPT_TOKENS: "prompt_tokens",
     GENERATION_TOKENS: "generation_tokens",
     PREEMPTIONS: "preemptions",
@@ -191,12 +191,13 @@ _SERVING_COUNTERS = {
     SPEC_DRAFT_TOKENS: "spec_draft_tokens",
     SPEC_ACCEPTED: "spec_accepted_tokens",
 }
-_SERVING_GAUGES = {REQUESTS_RUNNING: "requests_running", REQUESTS_WAITING: "requests_waiting"}
+"""Counter -> its ``ServingReading`` field, a running total (two readings give a rate)."""
+SERVING_GAUGES = {REQUESTS_RUNNING: "requests_running", REQUESTS_WAITING: "requests_waiting"}
 _SERVING_FAMILIES = frozenset(
     name.removesuffix("_total")
     for name in (
-        *_SERVING_COUNTERS,
-        *_SERVING_GAUGES,
+        *SERVING_COUNTERS,
+        *SERVING_GAUGES,
         KV_CACHE_USAGE,
         REQUEST_SUCCESS,
         CACHE_CONFIG_INFO,
@@ -288,7 +289,7 @@ def serving_fields(
             elif name == REQUEST_SUCCESS:
                 reason = labels.get("finished_reason", "unknown")
                 finished[reason] = finished.get(reason, 0.0) + value
-            elif name in _SERVING_COUNTERS or name in _SERVING_GAUGES:
+            elif name in SERVING_COUNTERS or name in SERVING_GAUGES:
                 values[name] = values.get(name, 0.0) + value
             elif family.name in histograms and name == family.name + "_bucket":
                 bound = float(labels.get("le", "inf"))
@@ -302,8 +303,8 @@ def serving_fields(
                 part = sums.setdefault(family.name, {})
                 end = name.removeprefix(family.name + "_")
                 part[end] = part.get(end, 0.0) + value
-    fields: dict[str, Any] = {field: values.get(name) for name, field in _SERVING_COUNTERS.items()}
-    fields |= {field: values.get(name) for name, field in _SERVING_GAUGES.items()}
+    fields: dict[str, Any] = {field: values.get(name) for name, field in SERVING_COUNTERS.items()}
+    fields |= {field: values.get(name) for name, field in SERVING_GAUGES.items()}
     fields |= {"prefix_caching": prefix_caching, "finished": finished}
     fields["histograms"] = {
         name: Histogram(
