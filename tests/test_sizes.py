@@ -43,11 +43,11 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/plan/planner.py:plan_deployment": (186, 9),
     "tandem/plan/roofline.py:roofline": (84, 7),
     "tandem/readiness.py:wait_ready": (97, 10),
-    "tandem/render/prometheus.py:alert_rules": (113, 2),
+    "tandem/render/prometheus.py:alert_rules": (106, 2),
     "tandem/report/plan.py:plan_tables": (97, 1),
-    "tandem/report/watch.py:live_view": (92, 2),
+    "tandem/report/watch.py:live_view": (86, 2),
     "tandem/spec/deployment.py:deployment_problems": (98, 1),
-    "tandem/watch/summary.py:summarize": (130, 5),
+    "tandem/watch/summary.py:summarize": (115, 5),
 }
 
 

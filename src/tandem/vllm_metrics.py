@@ -18,6 +18,7 @@ that two observations give rates and percentiles over the time between them.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,10 +57,9 @@ ITL_SECONDS = "vllm:inter_token_latency_seconds"
 TPOT_SECONDS = "vllm:request_time_per_output_token_seconds"
 E2E_SECONDS = "vllm:e2e_request_latency_seconds"
 DECODE_SECONDS = "vllm:request_decode_time_seconds"
-# Per-request sizes (histograms, tokens) and the tokens of each engine step.
+# Per-request sizes (histograms, tokens).
 REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
 REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
-ITERATION_TOKENS = "vllm:iteration_tokens_total"
 # Finished requests by ``finished_reason``: stop, length, abort, error, repetition. A request
 # that failed is ``error`` (or ``abort`` when its client went away); ``length`` finished fine.
 REQUEST_SUCCESS = "vllm:request_success_total"
@@ -68,12 +68,9 @@ ERROR_REASONS = ("error", "abort")
 # sum to ``num_requests_waiting``. Requests refused by a queue limit, by ``reason``.
 REQUESTS_WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
 ADMISSION_REJECTIONS = "vllm:admission_rejections_total"
-# Prompt tokens served from a cache (any tier), beside ``prompt_tokens_total``.
-PROMPT_TOKENS_CACHED = "vllm:prompt_tokens_cached_total"
 # The API server's own (prometheus-fastapi-instrumentator): requests by handler and ``status``
-# class (2xx, 4xx, 5xx), and the process' start time (every process exports it).
+# class (2xx, 4xx, 5xx).
 HTTP_REQUESTS = "http_requests_total"
-PROCESS_START = "process_start_time_seconds"
 
 _TOTALS = (
     PROMPT_TOKENS,
@@ -184,7 +181,7 @@ def family_lines(
 
 SERVING_HISTOGRAMS = (TTFT_SECONDS, ITL_SECONDS, TPOT_SECONDS, E2E_SECONDS)
 """The latency histograms a status keeps whole (buckets too), for percentiles over a window."""
-_SERVING_COUNTERS = {
+SERVING_COUNTERS = {
     PROMPT_TOKENS: "prompt_tokens",
     GENERATION_TOKENS: "generation_tokens",
     PREEMPTIONS: "preemptions",
@@ -194,16 +191,16 @@ _SERVING_COUNTERS = {
     SPEC_DRAFT_TOKENS: "spec_draft_tokens",
     SPEC_ACCEPTED: "spec_accepted_tokens",
 }
-_SERVING_GAUGES = {REQUESTS_RUNNING: "requests_running", REQUESTS_WAITING: "requests_waiting"}
+"""Counter -> its ``ServingReading`` field, a running total (two readings give a rate)."""
+SERVING_GAUGES = {REQUESTS_RUNNING: "requests_running", REQUESTS_WAITING: "requests_waiting"}
 _SERVING_FAMILIES = frozenset(
     name.removesuffix("_total")
     for name in (
-        *_SERVING_COUNTERS,
-        *_SERVING_GAUGES,
+        *SERVING_COUNTERS,
+        *SERVING_GAUGES,
         KV_CACHE_USAGE,
         REQUEST_SUCCESS,
         CACHE_CONFIG_INFO,
-        *SERVING_HISTOGRAMS,
     )
 )
 
@@ -264,13 +261,25 @@ def parse_serving(text: str) -> ServingReading:
         reading = parse_serving(httpx.get(url + "/metrics").text)
         reading.histograms[TTFT_SECONDS].count
     """
+    fields, kv = serving_fields(text)
+    return ServingReading(**fields, kv_cache_usage=max(kv) if kv else None)
+
+
+def serving_fields(
+    text: str, histograms: tuple[str, ...] = SERVING_HISTOGRAMS
+) -> tuple[dict[str, Any], list[float]]:
+    """A page's ``ServingReading`` fields but the KV cache, given per engine instead: a status
+    keeps the fullest engine's, ``tandem watch`` the sum. Of latency only ``histograms`` are
+    read (their buckets cost parsing time, ``family_lines``). Pure."""
     values: dict[str, float] = {}
     kv: list[float] = []
     finished: dict[str, float] = {}
     prefix_caching: bool | None = None
     buckets: dict[str, dict[float, float]] = {}
     sums: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(family_lines(text, _SERVING_FAMILIES)):
+    for family in text_string_to_metric_families(
+        family_lines(text, _SERVING_FAMILIES | set(histograms))
+    ):
         for sample in family.samples:
             name, labels, value = sample.name, sample.labels, sample.value
             if name == CACHE_CONFIG_INFO and "enable_prefix_caching" in labels:
@@ -280,34 +289,30 @@ def parse_serving(text: str) -> ServingReading:
             elif name == REQUEST_SUCCESS:
                 reason = labels.get("finished_reason", "unknown")
                 finished[reason] = finished.get(reason, 0.0) + value
-            elif name in _SERVING_COUNTERS or name in _SERVING_GAUGES:
+            elif name in SERVING_COUNTERS or name in SERVING_GAUGES:
                 values[name] = values.get(name, 0.0) + value
-            elif family.name in SERVING_HISTOGRAMS and name == family.name + "_bucket":
+            elif family.name in histograms and name == family.name + "_bucket":
                 bound = float(labels.get("le", "inf"))
                 if math.isfinite(bound):
                     into = buckets.setdefault(family.name, {})
                     into[bound] = into.get(bound, 0.0) + value
-            elif family.name in SERVING_HISTOGRAMS and name in (
+            elif family.name in histograms and name in (
                 family.name + "_sum",
                 family.name + "_count",
             ):
                 part = sums.setdefault(family.name, {})
                 end = name.removeprefix(family.name + "_")
                 part[end] = part.get(end, 0.0) + value
-    fields = {field: values.get(name) for name, field in _SERVING_COUNTERS.items()}
-    fields |= {field: values.get(name) for name, field in _SERVING_GAUGES.items()}
-    return ServingReading(
-        **fields,
-        kv_cache_usage=max(kv) if kv else None,
-        prefix_caching=prefix_caching,
-        finished=finished,
-        histograms={
-            name: Histogram(
-                buckets=sorted(buckets.get(name, {}).items()),
-                sum=sums[name].get("sum", 0.0),
-                count=sums[name].get("count", 0.0),
-            )
-            for name in SERVING_HISTOGRAMS
-            if name in sums
-        },
-    )
+    fields: dict[str, Any] = {field: values.get(name) for name, field in SERVING_COUNTERS.items()}
+    fields |= {field: values.get(name) for name, field in SERVING_GAUGES.items()}
+    fields |= {"prefix_caching": prefix_caching, "finished": finished}
+    fields["histograms"] = {
+        name: Histogram(
+            buckets=sorted(buckets.get(name, {}).items()),
+            sum=sums[name].get("sum", 0.0),
+            count=sums[name].get("count", 0.0),
+        )
+        for name in histograms
+        if name in sums
+    }
+    return fields, kv

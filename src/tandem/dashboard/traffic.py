@@ -21,6 +21,8 @@ from tandem.vllm_metrics import (
     E2E_SECONDS,
     ERROR_REASONS,
     ITL_SECONDS,
+    SERVING_COUNTERS,
+    SERVING_GAUGES,
     TPOT_SECONDS,
     TTFT_SECONDS,
     Histogram,
@@ -28,16 +30,7 @@ from tandem.vllm_metrics import (
 )
 
 QUANTILE = 0.95
-_COUNTERS = (
-    "prompt_tokens",
-    "generation_tokens",
-    "preemptions",
-    "prefix_cache_queries",
-    "prefix_cache_hits",
-    "spec_drafts",
-    "spec_draft_tokens",
-    "spec_accepted_tokens",
-)
+_COUNTERS = tuple(SERVING_COUNTERS.values())
 
 
 class Traffic(BaseModel):
@@ -97,7 +90,7 @@ def combine(readings: list[ServingReading]) -> ServingReading | None:
     kv = [r.kv_cache_usage for r in readings if r.kv_cache_usage is not None]
     caching = [r.prefix_caching for r in readings if r.prefix_caching is not None]
     return ServingReading(
-        **{f: total(f) for f in (*_COUNTERS, "requests_running", "requests_waiting")},
+        **{f: total(f) for f in (*_COUNTERS, *SERVING_GAUGES.values())},
         kv_cache_usage=max(kv) if kv else None,
         prefix_caching=any(caching) if caching else None,
         finished=finished,

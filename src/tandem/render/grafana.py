@@ -82,9 +82,14 @@ def _attainment(histogram: str, bound: str) -> str:
     )
 
 
+def _series(name: str) -> str:
+    """A series of the chosen deployments."""
+    return f"{name}{{{D}}}"
+
+
 def _sum(name: str) -> str:
     """A series (a recording rule's too) summed over the chosen deployments."""
-    return f"sum({name}{{{D}}})"
+    return f"sum({_series(name)})"
 
 
 def _p95_rule(histogram: str) -> str:
@@ -119,52 +124,46 @@ def _p95_recorded(histogram: str) -> str:
     return _sum(_p95_rule(histogram))
 
 
+def _stat(
+    title: str, expr: str, legend: str, unit: str = "short", description: str = "", width: int = 4
+) -> Panel:
+    """A stat panel: one figure, of one query."""
+    return Panel(title, ((expr, legend),), unit, "stat", description, width=width)
+
+
 OVERVIEW: tuple[Panel, ...] = (
-    Panel("Requests/s", ((_sum(REQUESTS_RULE), "req/s"),), "reqps", "stat", width=4),
-    Panel("Output tok/s", ((_sum(OUTPUT_TOKENS_RULE), "tok/s"),), "short", "stat", width=4),
-    Panel("Input tok/s", ((_sum(INPUT_TOKENS_RULE), "tok/s"),), "short", "stat", width=4),
-    Panel("TTFT p95", ((_p95_recorded(vm.TTFT_SECONDS), "TTFT p95"),), "s", "stat", width=3),
-    Panel("ITL p95", ((_p95_recorded(vm.ITL_SECONDS), "ITL p95"),), "s", "stat", width=3),
-    Panel("E2E p95", ((_p95_recorded(vm.E2E_SECONDS), "E2E p95"),), "s", "stat", width=3),
-    Panel(
+    _stat("Requests/s", _sum(REQUESTS_RULE), "req/s", "reqps"),
+    _stat("Output tok/s", _sum(OUTPUT_TOKENS_RULE), "tok/s"),
+    _stat("Input tok/s", _sum(INPUT_TOKENS_RULE), "tok/s"),
+    _stat("TTFT p95", _p95_recorded(vm.TTFT_SECONDS), "TTFT p95", "s", width=3),
+    _stat("ITL p95", _p95_recorded(vm.ITL_SECONDS), "ITL p95", "s", width=3),
+    _stat("E2E p95", _p95_recorded(vm.E2E_SECONDS), "E2E p95", "s", width=3),
+    _stat(
         "Errors",
-        ((_sum(ERROR_SHARE_RULE), "error + abort"),),
+        _sum(ERROR_SHARE_RULE),
+        "error + abort",
         "percentunit",
-        "stat",
         "Finished requests that ended in error or abort, over all finished.",
         width=3,
     ),
-    Panel(
+    _stat(
         "Leaders not answering",
-        ((f"count({UP} == 0) or 0 * count({UP})", "down"),),
-        "short",
-        "stat",
-        "A crashed or hung API server shows here while its vLLM series simply stop.",
-        width=4,
+        f"count({UP} == 0) or 0 * count({UP})",
+        "down",
+        description="A crashed or hung API server shows here while its vLLM series simply stop.",
     ),
-    Panel("Running", ((_sum(vm.REQUESTS_RUNNING), "running"),), "short", "stat", width=4),
-    Panel("Waiting", ((_sum(vm.REQUESTS_WAITING), "waiting"),), "short", "stat", width=4),
-    Panel(
-        "KV cache used",
-        ((f"max({vm.KV_CACHE_USAGE}{{{D}}})", "fullest engine"),),
-        "percentunit",
-        "stat",
-        width=4,
+    _stat("Running", _sum(vm.REQUESTS_RUNNING), "running"),
+    _stat("Waiting", _sum(vm.REQUESTS_WAITING), "waiting"),
+    _stat("KV cache used", f"max({_series(vm.KV_CACHE_USAGE)})", "fullest engine", "percentunit"),
+    _stat("Preemptions/s", _rate(vm.PREEMPTIONS), "preemptions"),
+    _stat(
+        "TTFT SLO attainment (≤ 1 s)", _attainment(vm.TTFT_SECONDS, "1.0"), "≤ 1 s", "percentunit"
     ),
-    Panel("Preemptions/s", ((_rate(vm.PREEMPTIONS), "preemptions"),), "short", "stat", width=4),
-    Panel(
-        "TTFT SLO attainment (≤ 1 s)",
-        ((_attainment(vm.TTFT_SECONDS, "1.0"), "≤ 1 s"),),
-        "percentunit",
-        "stat",
-        width=4,
-    ),
-    Panel(
+    _stat(
         "TPOT SLO attainment (≤ 100 ms)",
-        ((_attainment(vm.TPOT_SECONDS, "0.1"), "≤ 100 ms"),),
+        _attainment(vm.TPOT_SECONDS, "0.1"),
+        "≤ 100 ms",
         "percentunit",
-        "stat",
-        width=4,
     ),
     Panel(
         "Throughput",
@@ -213,7 +212,7 @@ OVERVIEW: tuple[Panel, ...] = (
         "Finished by reason",
         (
             (
-                f"sum by (finished_reason) (rate({vm.REQUEST_SUCCESS}{{{D}}}[{I}]))",
+                f"sum by (finished_reason) (rate({_series(vm.REQUEST_SUCCESS)}[{I}]))",
                 "{{finished_reason}}",
             ),
         ),
@@ -223,12 +222,12 @@ OVERVIEW: tuple[Panel, ...] = (
         "Scheduler: running and waiting",
         (
             (_sum(vm.REQUESTS_RUNNING), "running"),
-            (f"sum by (reason) ({vm.REQUESTS_WAITING_BY_REASON}{{{D}}})", "waiting: {{reason}}"),
+            (f"sum by (reason) ({_series(vm.REQUESTS_WAITING_BY_REASON)})", "waiting: {{reason}}"),
         ),
     ),
     Panel(
         "KV cache used, per engine",
-        ((f"{vm.KV_CACHE_USAGE}{{{D}}}", "{{deployment}} engine {{engine}}"),),
+        ((_series(vm.KV_CACHE_USAGE), "{{deployment}} engine {{engine}}"),),
         "percentunit",
     ),
     Panel(
@@ -279,63 +278,45 @@ OVERVIEW: tuple[Panel, ...] = (
         ),
         description="Only on a server that drafts. Acceptance depends on the content: measure "
         "it on the traffic you serve.",
-        optional_when=f"{vm.SPEC_DRAFTS}{{{D}}}",
+        optional_when=_series(vm.SPEC_DRAFTS),
     ),
 )
 
+_NVIDIA = _series(wire.TANDEM_GPU_THROTTLED)
+"""Exported for every GPU ``nvidia-smi`` reads: the GPU panels' feature."""
+
 CLUSTER: tuple[Panel, ...] = (
-    Panel(
+    _stat(
         "Verdict",
-        ((f"max by (verdict) ({wire.TANDEM_VERDICT}{{{D}}}) == 1", "{{verdict}}"),),
-        "short",
-        "stat",
-        "tandem's health model: healthy, starting, degraded, stalled or down.",
+        f"max by (verdict) ({_series(wire.TANDEM_VERDICT)}) == 1",
+        "{{verdict}}",
+        description="tandem's health model: healthy, starting, degraded, stalled or down.",
         width=6,
     ),
     Panel(
         "Ranks up",
-        (
-            (_sum(wire.TANDEM_RANK_UP), "up"),
-            (f"count({wire.TANDEM_RANK_UP}{{{D}}})", "of"),
-        ),
-        "short",
-        "stat",
+        ((_sum(wire.TANDEM_RANK_UP), "up"), (f"count({_series(wire.TANDEM_RANK_UP)})", "of")),
+        kind="stat",
         width=6,
     ),
-    Panel(
-        "Group restarts",
-        ((_sum(wire.TANDEM_RESTARTS + wire.TOTAL), "restarts"),),
-        "short",
-        "stat",
-        width=6,
-    ),
-    Panel(
+    _stat("Group restarts", _sum(wire.TANDEM_RESTARTS + wire.TOTAL), "restarts", width=6),
+    _stat(
         "Watcher's last sample",
-        ((f"time() - max({wire.TANDEM_SAMPLE_TIMESTAMP}{{{D}}})", "age"),),
+        f"time() - max({_series(wire.TANDEM_SAMPLE_TIMESTAMP)})",
+        "age",
         "s",
-        "stat",
         "Seconds since `tandem watch --serve-metrics` last sampled; the rank and node panels "
         "are as old as this.",
         width=6,
     ),
     Panel(
-        "Rank up",
-        ((f"{wire.TANDEM_RANK_UP}{{{D}}}", "rank {{rank}} {{role}} on {{node}}"),),
-        width=12,
+        "Rank up", ((_series(wire.TANDEM_RANK_UP), "rank {{rank}} {{role}} on {{node}}"),), width=12
     ),
-    Panel(
-        "Rank processes",
-        ((f"{wire.TANDEM_RANK_PROCESSES}{{{D}}}", "rank {{rank}}"),),
-        width=12,
-    ),
-    Panel(
-        "Rank resident memory",
-        ((f"{wire.TANDEM_RANK_RSS}{{{D}}}", "rank {{rank}}"),),
-        "bytes",
-    ),
+    Panel("Rank processes", ((_series(wire.TANDEM_RANK_PROCESSES), "rank {{rank}}"),), width=12),
+    Panel("Rank resident memory", ((_series(wire.TANDEM_RANK_RSS), "rank {{rank}}"),), "bytes"),
     Panel(
         "Rank CPU",
-        ((f"rate({wire.TANDEM_RANK_CPU}{wire.TOTAL}{{{D}}}[{I}])", "rank {{rank}}"),),
+        ((f"rate({_series(wire.TANDEM_RANK_CPU + wire.TOTAL)}[{I}])", "rank {{rank}}"),),
         "percentunit",
         "CPU seconds per second of each rank's processes.",
     ),
@@ -343,8 +324,8 @@ CLUSTER: tuple[Panel, ...] = (
         "Node memory available",
         (
             (
-                f"{wire.TANDEM_NODE_MEMORY_AVAILABLE}{{{D}}}"
-                f" / {wire.TANDEM_NODE_MEMORY_TOTAL}{{{D}}}",
+                f"{_series(wire.TANDEM_NODE_MEMORY_AVAILABLE)}"
+                f" / {_series(wire.TANDEM_NODE_MEMORY_TOTAL)}",
                 "{{node}}",
             ),
         ),
@@ -354,43 +335,41 @@ CLUSTER: tuple[Panel, ...] = (
     ),
     Panel(
         "OOM kills (1 h)",
-        ((f"increase({wire.TANDEM_NODE_OOM_KILLS}{wire.TOTAL}{{{D}}}[1h])", "{{node}}"),),
+        ((f"increase({_series(wire.TANDEM_NODE_OOM_KILLS + wire.TOTAL)}[1h])", "{{node}}"),),
         width=12,
     ),
     Panel("Leader /metrics up", ((UP, "{{deployment}} {{node}}"),), width=12),
-    Panel(
-        "GPU power",
-        ((f"{wire.TANDEM_GPU_POWER}{{{D}}}", "{{node}} GPU {{gpu}}"),),
-        "watt",
-        optional_when=f"{wire.TANDEM_GPU_THROTTLED}{{{D}}}",
-    ),
-    Panel(
-        "GPU temperature",
-        ((f"{wire.TANDEM_GPU_TEMPERATURE}{{{D}}}", "{{node}} GPU {{gpu}}"),),
-        "celsius",
-        optional_when=f"{wire.TANDEM_GPU_THROTTLED}{{{D}}}",
+    *(
+        Panel(title, ((_series(name), "{{node}} GPU {{gpu}}"),), unit, optional_when=_NVIDIA)
+        for title, name, unit in (
+            ("GPU power", wire.TANDEM_GPU_POWER, "watt"),
+            ("GPU temperature", wire.TANDEM_GPU_TEMPERATURE, "celsius"),
+        )
     ),
     Panel(
         "GPU SM clock and throttling",
         (
-            (f"{wire.TANDEM_GPU_SM_CLOCK}{{{D}}}", "{{node}} GPU {{gpu}} clock"),
-            (f"{wire.TANDEM_GPU_THROTTLED}{{{D}}}", "{{node}} GPU {{gpu}} throttled"),
+            (_series(wire.TANDEM_GPU_SM_CLOCK), "{{node}} GPU {{gpu}} clock"),
+            (_series(wire.TANDEM_GPU_THROTTLED), "{{node}} GPU {{gpu}} throttled"),
         ),
         "hertz",
-        optional_when=f"{wire.TANDEM_GPU_THROTTLED}{{{D}}}",
+        optional_when=_NVIDIA,
     ),
     Panel(
         "RDMA traffic",
         (
             (
-                f"rate({wire.TANDEM_RDMA_TRANSMIT}{wire.TOTAL}{{{D}}}[{I}])",
+                f"rate({_series(wire.TANDEM_RDMA_TRANSMIT + wire.TOTAL)}[{I}])",
                 "{{node}} {{device}} tx",
             ),
-            (f"rate({wire.TANDEM_RDMA_RECEIVE}{wire.TOTAL}{{{D}}}[{I}])", "{{node}} {{device}} rx"),
+            (
+                f"rate({_series(wire.TANDEM_RDMA_RECEIVE + wire.TOTAL)}[{I}])",
+                "{{node}} {{device}} rx",
+            ),
         ),
         "Bps",
         "The fabric between the nodes (the tensor-parallel all-reduces).",
-        optional_when=f"{wire.TANDEM_RDMA_TRANSMIT}{wire.TOTAL}{{{D}}}",
+        optional_when=_series(wire.TANDEM_RDMA_TRANSMIT + wire.TOTAL),
         width=16,
     ),
 )

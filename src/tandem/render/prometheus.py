@@ -97,7 +97,9 @@ def scrape_config(plan: RankPlan, deployment: Deployment) -> dict:
     }
 
 
-def _rule(alert: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict:
+def _rule(
+    alert: str, expr: str, for_: str, summary: str, description: str, severity: str = "warning"
+) -> dict:
     return {
         "alert": alert,
         "expr": expr,
@@ -116,26 +118,25 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
             "TandemRankDown",
             f"{wire.TANDEM_RANK_UP}{{{d}}} == 0",
             RANK_DOWN_FOR,
-            "critical",
             "rank {{ $labels.rank }} ({{ $labels.role }} on {{ $labels.node }}) of "
             "{{ $labels.deployment }} is down",
             "vLLM cannot heal a group: the leader may still answer /health, but the next "
             "request fails. Restart the whole group (`tandem supervise` does it).",
+            severity="critical",
         ),
         _rule(
             "VllmLeaderDown",
             f'up{{job="{VLLM_JOB}",{d}}} == 0',
             "30s",
-            "critical",
             "the leader of {{ $labels.deployment }} does not answer /metrics",
             "The API server is gone or hung; `tandem status` and `tandem logs --rank 0`.",
+            severity="critical",
         ),
         _rule(
             "TandemWatchSilent",
             f"time() - {wire.TANDEM_SAMPLE_TIMESTAMP}{{{d}}} > {silent_s} "
             f"or absent({wire.TANDEM_SAMPLE_TIMESTAMP}{{{d}}})",
             "1m",
-            "warning",
             f"no tandem watch sample of {plan.deployment} for {silent_s} s",
             "Rank liveness, memory and GPU alerts need `tandem watch --serve-metrics "
             f"{watch.metrics_port}` running.",
@@ -146,16 +147,15 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
             f"(sum({vm.REQUESTS_RUNNING}{{{d}}}) > 0 and "
             f"sum(rate({vm.GENERATION_TOKENS}{{{d}}}[2m])) == 0)",
             "2m",
-            "critical",
             f"{plan.deployment} has requests running but produces no token",
             "A collective hangs (a dead peer, NCCL) or the engine is stuck; see the ranks' "
             "logs for NCCL watchdog or EngineDeadError.",
+            severity="critical",
         ),
         _rule(
             "VllmKvCacheFull",
             f"max({vm.KV_CACHE_USAGE}{{{d}}}) > 0.95",
             "5m",
-            "warning",
             f"the KV cache of {plan.deployment} is over 95 % full",
             "Requests queue and get preempted; lower concurrency or max_model_len, or add "
             "KV memory.",
@@ -164,7 +164,6 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
             "VllmPreempting",
             f"sum(rate({vm.PREEMPTIONS}{{{d}}}[5m])) > 0",
             "5m",
-            "warning",
             f"{plan.deployment} preempts requests",
             "The KV cache is too small for the load: preempted requests are recomputed.",
         ),
@@ -174,7 +173,6 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
             f" / sum(rate({vm.REQUEST_SUCCESS}{{{d}}}[5m])) > "
             f"{watch.max_error_rate if watch.max_error_rate is not None else 0.01:g}",
             "5m",
-            "warning",
             f"requests of {plan.deployment} end in error or abort",
             "Share of finished requests with finished_reason error or abort (length and stop "
             "count as finished).",
@@ -186,7 +184,6 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
                 "TandemGpuHot",
                 f"{wire.TANDEM_GPU_TEMPERATURE}{{{d}}} > {watch.max_temperature_c:g}",
                 "2m",
-                "warning",
                 "GPU {{ $labels.gpu }} on {{ $labels.node }} is at {{ $value }} °C",
                 f"Above the recipe's watch.max_temperature_c ({watch.max_temperature_c:g} °C).",
             )
@@ -196,7 +193,6 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
             "TandemGpuThrottled",
             f"{wire.TANDEM_GPU_THROTTLED}{{{d}}} == 1",
             "1m",
-            "warning",
             "GPU {{ $labels.gpu }} on {{ $labels.node }} is throttled",
             "A thermal or hardware slowdown holds its clocks down (nvidia-smi "
             "clocks_event_reasons).",
@@ -206,7 +202,6 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
             f"{wire.TANDEM_NODE_MEMORY_AVAILABLE}{{{d}}} / "
             f"{wire.TANDEM_NODE_MEMORY_TOTAL}{{{d}}} < 0.05",
             "5m",
-            "warning",
             "{{ $labels.node }} has under 5 % of its memory available",
             "On unified-memory nodes (DGX Spark) this is the GPU's memory too.",
         ),
@@ -214,9 +209,9 @@ def alert_rules(plan: RankPlan, deployment: Deployment) -> dict:
             "TandemOomKill",
             f"increase({wire.TANDEM_NODE_OOM_KILLS}{wire.TOTAL}{{{d}}}[10m]) > 0",
             "0s",
-            "critical",
             "the OOM killer killed a process on {{ $labels.node }}",
             "/proc/vmstat oom_kill went up; check the ranks with `tandem status`.",
+            severity="critical",
         ),
     ]
     return {"groups": [{"name": f"tandem-{plan.deployment}", "rules": rules}]}

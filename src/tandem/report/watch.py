@@ -46,6 +46,11 @@ def _num(value: float | None, fmt: str = ".1f", unit: str = "") -> str:
     return "–" if value is None else f"{value:{fmt}}{unit}"
 
 
+def _gib(size: int | None) -> float | None:
+    """GiB for the panel, where 0 bytes reads as unknown too (``series.gib`` keeps a 0)."""
+    return size / GIB if size else None
+
+
 def _pct(fraction: float | None) -> float | None:
     return fraction * 100 if fraction is not None else None
 
@@ -77,7 +82,6 @@ def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
     ):
         nodes.add_column(title)
     for node in latest.nodes:
-        used = node.mem_used_bytes
         gpus = (
             ", ".join(
                 f"{_num(g.temperature_c, '.0f')}/{_num(g.sm_clock_mhz, '.0f')}/"
@@ -89,30 +93,25 @@ def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
         if node.error:
             nodes.add_row(node.node, f"[red]{node.error}[/]", "", "", "", "", "", "", "")
             continue
-        for i, r in enumerate(node.ranks or [None]):
+        # the node's own cells, on the row of its first rank only
+        own = [
+            node.node,
+            f"{_num(_gib(node.mem_used_bytes), '.2f')} / {_num(_gib(node.mem_total_bytes))} GiB",
+            _num(_gib(node.mem_available_bytes), ".2f", " GiB"),
+            sparkline(columns.mem_used_gib.get(node.node, [])),
+        ]
+        for r in node.ranks or (None,):
             key = f"rank {r.rank} ({node.node})" if r else ""
             cpu = columns.rank_cpu_pct.get(key, [None])[-1] if r else None
-            first = i == 0
             nodes.add_row(
-                node.node if first else "",
-                f"{_num(used / GIB if used else None, '.2f')} / "
-                f"{_num(node.mem_total_bytes / GIB if node.mem_total_bytes else None, '.1f')} GiB"
-                if first
-                else "",
-                _num(
-                    node.mem_available_bytes / GIB if node.mem_available_bytes else None,
-                    ".2f",
-                    " GiB",
-                )
-                if first
-                else "",
-                sparkline(columns.mem_used_gib.get(node.node, [])) if first else "",
+                *own,
                 str(r.rank) if r else "–",
                 ("[green]up[/]" if r.up else "[bold red]down[/]") if r else "",
-                _num(r.rss_bytes / GIB if r and r.rss_bytes else None, ".2f", " GiB"),
+                _num(_gib(r.rss_bytes) if r else None, ".2f", " GiB"),
                 _num(cpu, ".0f", " %"),
-                gpus if first else "",
+                gpus,
             )
+            own, gpus = [""] * len(own), ""
     leader = Table(box=None, pad_edge=False)
     for title in (
         "running",
@@ -144,6 +143,10 @@ def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
     return Group(head, nodes, leader)
 
 
+_CHECK_FORMATS = {"fraction": ".3g", "GiB": ".2f", "°C": ".1f"}
+"""How a check's observed value is written, by its unit (counts: whole numbers)."""
+
+
 def markdown(summary: WatchSummary) -> str:
     """The Markdown summary: the checks with PASS/FAIL, then memory per node and the load."""
     lines = [f"# Watch of `{summary.name}`", ""]
@@ -169,16 +172,7 @@ def markdown(summary: WatchSummary) -> str:
         lines += [f"**samples.jsonl**: {skipped}; those samples are not judged.", ""]
     lines += ["| check | observed | threshold | result | detail |", "|---|---|---|---|---|"]
     for c in summary.checks:
-        observed = _num(
-            c.observed,
-            ".3g"
-            if c.unit == "fraction"
-            else ".2f"
-            if c.unit == "GiB"
-            else ".1f"
-            if c.unit == "°C"
-            else ".0f",
-        )
+        observed = _num(c.observed, _CHECK_FORMATS.get(c.unit, ".0f"))
         threshold = "–" if c.threshold is None else f"{c.threshold:g}"
         lines.append(
             f"| {c.name} | {observed} {c.unit} | {threshold} | **{c.result.value}** | {c.detail} |"

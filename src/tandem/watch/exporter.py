@@ -89,10 +89,8 @@ class SampleCollector:
                 values = [self.deployment, str(r.rank), node.node, r.role]
                 up.add_metric(values, float(r.up))
                 processes.add_metric(values, r.processes)
-                if r.rss_bytes is not None:
-                    rss.add_metric(values, r.rss_bytes)
-                if r.cpu_s is not None:
-                    cpu.add_metric(values, r.cpu_s)
+                _add(rss, values, r.rss_bytes)
+                _add(cpu, values, r.cpu_s)
         yield from (up, processes, rss, cpu)
 
     def _nodes(self, sample: Sample) -> Iterator[Metric]:
@@ -130,29 +128,28 @@ class SampleCollector:
         )
         for node in sample.nodes:
             base = [self.deployment, node.node]
-            if node.mem_total_bytes is not None:
-                gauges["total"].add_metric(base, node.mem_total_bytes)
-            if node.mem_available_bytes is not None:
-                gauges["available"].add_metric(base, node.mem_available_bytes)
-            if node.oom_kills is not None:
-                oom.add_metric(base, node.oom_kills)
+            _add(gauges["total"], base, node.mem_total_bytes)
+            _add(gauges["available"], base, node.mem_available_bytes)
+            _add(oom, base, node.oom_kills)
             for g in node.gpus:
                 labels = [*base, str(g.index)]
-                for family, value in (
-                    (temperature, g.temperature_c),
-                    (power, g.power_w),
-                    (clock, g.sm_clock_mhz * 1e6 if g.sm_clock_mhz else None),
-                ):
-                    if value is not None:
-                        family.add_metric(labels, value)
+                _add(temperature, labels, g.temperature_c)
+                _add(power, labels, g.power_w)
+                _add(clock, labels, g.sm_clock_mhz * 1e6 if g.sm_clock_mhz else None)
                 throttled.add_metric(labels, float(g.throttled))
             for p in node.rdma:
                 labels = [*base, p.device, str(p.port)]
-                if p.xmit_bytes is not None:
-                    xmit.add_metric(labels, p.xmit_bytes)
-                if p.rcv_bytes is not None:
-                    rcv.add_metric(labels, p.rcv_bytes)
+                _add(xmit, labels, p.xmit_bytes)
+                _add(rcv, labels, p.rcv_bytes)
         yield from (*gauges.values(), oom, temperature, clock, power, throttled, xmit, rcv)
+
+
+def _add(
+    family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: float | None
+) -> None:
+    """A series where the sample holds a value; where it does not, none (never a 0)."""
+    if value is not None:
+        family.add_metric(labels, value)
 
 
 def serve(collector: SampleCollector, port: int, address: str = "0.0.0.0"):

@@ -26,6 +26,7 @@ Lines of ``samples.jsonl`` that were no sample are counted in the summary and sh
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 from enum import StrEnum
 from functools import partial
@@ -178,13 +179,8 @@ def summarize(
     limits = thresholds or run.thresholds
     damaged = damaged_lines or []
     nodes = [_node_memory(node, samples) for node in run.nodes]
-    temperatures = [
-        g.temperature_c
-        for s in samples
-        for n in s.nodes
-        for g in n.gpus
-        if g.temperature_c is not None
-    ]
+    temperatures = [g.temperature_c for s in samples for n in s.nodes for g in n.gpus]
+    peak_temperature = max((t for t in temperatures if t is not None), default=None)
     gpus = {(n.node, g.index) for s in samples for n in s.nodes for g in n.gpus}
     throttles = throttle_events(samples)
     restart_times = [e.time for s in samples for e in s.events if e.restart]
@@ -193,9 +189,7 @@ def summarize(
     error_rate = errors / finished if finished else None
     kv = [v for s in samples if (v := leader_value("kv_cache_usage")(s)) is not None]
     waiting = [v for s in samples if (v := leader_value("requests_waiting")(s)) is not None]
-    verdicts: dict[str, int] = {}
-    for s in samples:
-        verdicts[s.verdict.value] = verdicts.get(s.verdict.value, 0) + 1
+    verdicts = dict(Counter(s.verdict.value for s in samples))
     no_gpu = "no GPU reported" if not gpus else ""
     down = verdicts.get(Verdict.DOWN.value, 0)
     checks = [
@@ -207,13 +201,7 @@ def summarize(
             "samples",
             f"{down} of {len(samples)} samples `down`" if samples else "",
         ),
-        _check(
-            "peak temperature",
-            max(temperatures, default=None),
-            limits.max_temperature_c,
-            "°C",
-            no_gpu,
-        ),
+        _check("peak temperature", peak_temperature, limits.max_temperature_c, "°C", no_gpu),
         _check(
             "throttle events",
             throttles if gpus else None,
@@ -221,28 +209,26 @@ def summarize(
             "events",
             no_gpu,
         ),
-    ]
-    checks += [
-        _check(
-            f"memory used {memory.node}",
-            memory.max_used_gib,
-            limits.max_memory_used_gib,
-            "GiB",
-            _span(memory.min_used_gib, memory.max_used_gib),
-        )
-        for memory in nodes
-    ]
-    checks += [
-        _check(
-            f"memory drift {memory.node}",
-            memory.drift_gib,
-            limits.max_memory_drift_gib,
-            "GiB",
-            magnitude=True,
-        )
-        for memory in nodes
-    ]
-    checks += [
+        *(
+            _check(
+                f"memory used {memory.node}",
+                memory.max_used_gib,
+                limits.max_memory_used_gib,
+                "GiB",
+                _span(memory.min_used_gib, memory.max_used_gib),
+            )
+            for memory in nodes
+        ),
+        *(
+            _check(
+                f"memory drift {memory.node}",
+                memory.drift_gib,
+                limits.max_memory_drift_gib,
+                "GiB",
+                magnitude=True,
+            )
+            for memory in nodes
+        ),
         _check(
             "OOM events",
             max((m.oom_kills for m in nodes), default=None) if samples else None,
@@ -276,7 +262,7 @@ def summarize(
         interval_s=run.interval_s,
         nodes=nodes,
         gpus=len(gpus),
-        peak_temperature_c=max(temperatures, default=None),
+        peak_temperature_c=peak_temperature,
         throttle_events=throttles,
         restarts=len(restart_times),
         restart_times=restart_times,
