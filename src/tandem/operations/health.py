@@ -262,9 +262,7 @@ def rank_health(record: RankState, seen: RankObservation, *, ready: bool) -> Hea
             reason=f"no process of rank {record.rank} is alive",
             evidence=f"expected: {expected}",
         )
-    stopped = [p for p in seen.processes if p.state in ("T", "t")]
-    if stopped:
-        p = stopped[0]
+    if p := next((p for p in seen.processes if p.state in ("T", "t")), None):
         return Health(
             state=RankCondition.STALLED,
             reason=f"{p.name} (pid {p.pid}) is stopped and runs no code",
@@ -285,8 +283,7 @@ def rank_health(record: RankState, seen: RankObservation, *, ready: bool) -> Hea
             reason=f"{gone} of rank {record.rank} {'is' if len(missing) == 1 else 'are'} gone",
             evidence=f"left: {left}",
         )
-    found = error_signature(seen.log_since_ready)
-    if found:
+    if found := error_signature(seen.log_since_ready):
         return Health(state=RankCondition.ERROR, reason=found[0], evidence=found[1])
     if not ready:
         return Health(state=RankCondition.STARTING, reason="start-up in progress")
@@ -323,18 +320,16 @@ def judge(
             api=api,
         )
 
+    def of_rank(v: Verdict, r: RankHealth, lead: str = "") -> Assessment:
+        """The verdict about rank ``r``, in its own reason and evidence."""
+        return verdict(v, r.rank, lead + r.health.reason, r.health.evidence)
+
     leader = next((r for r in ranks if r.role == "leader"), ranks[0] if ranks else None)
     if leader is None or all(r.health.state is RankCondition.DEAD for r in ranks):
         return verdict(Verdict.DOWN, None, "no rank is running")
     if not state.ready:
-        dead = next((r for r in ranks if r.health.state in _LOST_PROCESSES), None)
-        if dead:
-            return verdict(
-                Verdict.DOWN,
-                dead.rank,
-                f"start-up broke: {dead.health.reason}",
-                dead.health.evidence,
-            )
+        if dead := next((r for r in ranks if r.health.state in _LOST_PROCESSES), None):
+            return of_rank(Verdict.DOWN, dead, "start-up broke: ")
         if interrupted(state):
             return verdict(
                 Verdict.DEGRADED,
@@ -345,7 +340,8 @@ def judge(
             )
         return verdict(Verdict.STARTING, None, "start-up in progress")
     if leader.health.state is RankCondition.DEAD:
-        return verdict(Verdict.DOWN, leader.rank, leader.health.reason, leader.health.evidence)
+        return of_rank(Verdict.DOWN, leader)
+    silence = api.health_error or f"HTTP {api.health_status}"
     if not api.answers and leader.health.state in _EXPLAINS_SILENCE:
         # The process table or the log already says why /health is silent (its main process
         # gone, say): that is the verdict, at once, with the pid; no more looks will add to it.
@@ -353,24 +349,17 @@ def judge(
             Verdict.DOWN,
             leader.rank,
             f"{leader.health.reason}, and the leader does not answer /health",
-            "; ".join(
-                e
-                for e in (leader.health.evidence, api.health_error or f"HTTP {api.health_status}")
-                if e
-            ),
+            "; ".join(e for e in (leader.health.evidence, silence) if e),
         )
     if not api.answers:
         leader.health = Health(
             state=RankCondition.NOT_ANSWERING,
             reason="the leader does not answer /health",
-            evidence=api.health_error or f"HTTP {api.health_status}",
+            evidence=silence,
         )
-        return verdict(Verdict.DOWN, leader.rank, leader.health.reason, leader.health.evidence)
-    stalled = next((r for r in ranks if r.health.state is RankCondition.STALLED), None)
-    if stalled:
-        return verdict(
-            Verdict.STALLED, stalled.rank, stalled.health.reason, stalled.health.evidence
-        )
+        return of_rank(Verdict.DOWN, leader)
+    if stalled := next((r for r in ranks if r.health.state is RankCondition.STALLED), None):
+        return of_rank(Verdict.STALLED, stalled)
     if api.canary == "timeout":
         return verdict(
             Verdict.STALLED,
@@ -386,9 +375,8 @@ def judge(
             f"but no token counted for {api.stalled_for_s:.0f} s",
             f"{REQUESTS_RUNNING} {api.requests_running:g}",
         )
-    broken = next((r for r in ranks if r.health.state not in _FINE), None)
-    if broken:
-        return verdict(Verdict.DEGRADED, broken.rank, broken.health.reason, broken.health.evidence)
+    if broken := next((r for r in ranks if r.health.state not in _FINE), None):
+        return of_rank(Verdict.DEGRADED, broken)
     if api.canary == "error":
         return verdict(
             Verdict.DEGRADED, leader.rank, "a 1-token completion failed", api.canary_detail
