@@ -208,33 +208,21 @@ def port_claims(deployment: Deployment) -> list[_Port]:
     loopback = (
         cluster.transport is Transport.LOCAL and cluster.local.isolation is not LocalIsolation.NETNS
     )
-    claims = []
+    claims: list[_Port] = []
+
+    def claim(where: str, field: str, port: int) -> None:
+        claims.append(_Port(deployment=deployment.name, where=where, port=port, field=field))
+
     for part in groups(deployment):
         leader = part.cluster.nodes[0]
         where = THIS_MACHINE if loopback else leader.address
-        claims += [
-            _Port(
-                deployment=deployment.name, where=where, port=recipe.ports.api, field="ports.api"
-            ),
-            _Port(
-                deployment=deployment.name,
-                where=where,
-                port=recipe.ports.master,
-                field="ports.master",
-            ),
-        ]
+        claim(where, "ports.api", recipe.ports.api)
+        claim(where, "ports.master", recipe.ports.master)
     if recipe.replicas > 1:
         node = cluster.ssh.router_node if cluster.transport is Transport.SSH else None
         where = next((n.address for n in cluster.nodes if n.name == node), THIS_MACHINE)
-        for field in ("port", "metrics_port"):
-            claims.append(
-                _Port(
-                    deployment=deployment.name,
-                    where=where,
-                    port=getattr(recipe.router, field),
-                    field=f"router.{field}",
-                )
-            )
+        claim(where, "router.port", recipe.router.port)
+        claim(where, "router.metrics_port", recipe.router.metrics_port)
     return claims
 
 
