@@ -141,20 +141,10 @@ def output_folder(path: Path, *, force: bool = False, option: str = "--out") -> 
         SpecError: it is a file, a parent is a file, it cannot be created, or it holds files
             tandem did not write.
     """
-    check_output_folder(path, force=force, option=option)
-    return _make(path, None, option)
-
-
-def check_output_folder(path: Path, *, force: bool = False, option: str = "--out") -> Path:
-    """``output_folder``'s refusals without creating anything.
-
-    Raises:
-        SpecError: as ``output_folder``, except for a folder that cannot be created.
-    """
     _check_place(path, option)
     if path.is_dir() and not force and not (path / OUTPUT_MARK).exists():
         _refuse_foreign(path, _entries(path), option)
-    return path
+    return _make(path, None, option)
 
 
 class RunMark(BaseModel):
