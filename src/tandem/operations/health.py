@@ -80,28 +80,21 @@ class Verdict(StrEnum):
     def colour(self) -> str:
         """The rich style of the word: green serves, cyan is on its way, yellow serves with a
         rank lost, red does not serve."""
-        return _VERDICT_COLOURS[self]
+        return _VERDICT_SHOWN[self][0]
 
     @property
     def exit_code(self) -> int:
         """``tandem status``'s exit status: 0 healthy, 3 starting, 4 degraded, 5 stalled,
         6 down (1 and 2 are taken by a failed check and a user error)."""
-        return _VERDICT_EXIT_CODES[self]
+        return _VERDICT_SHOWN[self][1]
 
 
-_VERDICT_COLOURS = {
-    Verdict.HEALTHY: "green",
-    Verdict.STARTING: "cyan",
-    Verdict.DEGRADED: "yellow",
-    Verdict.STALLED: "red",
-    Verdict.DOWN: "bold red",
-}
-_VERDICT_EXIT_CODES = {
-    Verdict.HEALTHY: 0,
-    Verdict.STARTING: 3,
-    Verdict.DEGRADED: 4,
-    Verdict.STALLED: 5,
-    Verdict.DOWN: 6,
+_VERDICT_SHOWN = {  # (colour, exit code)
+    Verdict.HEALTHY: ("green", 0),
+    Verdict.STARTING: ("cyan", 3),
+    Verdict.DEGRADED: ("yellow", 4),
+    Verdict.STALLED: ("red", 5),
+    Verdict.DOWN: ("bold red", 6),
 }
 
 
