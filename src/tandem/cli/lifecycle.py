@@ -34,12 +34,7 @@ from tandem.eval import smoke as smoke_checks
 from tandem.operations import admission, lifecycle
 from tandem.operations.front import front_door_line
 from tandem.operations.health import RankCondition, Verdict
-from tandem.operations.listing import (
-    DeploymentLine,
-    deployment_names,
-    every_deployment,
-    every_ledger,
-)
+from tandem.operations.listing import DeploymentLine, every_deployment, every_ledger
 from tandem.plan.ledger import HostLedger
 from tandem.plan.memory import GIB
 from tandem.readiness import Readiness
@@ -339,7 +334,7 @@ def status_command(
       tandem status smollm2-local --json
       tandem status smollm2-local --json --nodes
     """
-    names = deployment_names() if name is None else [name]
+    names = list_deployments() if name is None else [name]
     if list_all or len(names) != 1:
         lines = every_deployment(canary_timeout_s=canary_timeout_s)
         if as_json:
@@ -589,7 +584,7 @@ def down_command(name: str | None, purge_caches: bool, cluster_path: str | None)
         cluster = load_cluster(cluster_path) if cluster_path else None
         lifecycle.purge_compile_caches(name, cluster, on_event=show_event)  # says what it found
         return
-    known = deployment_names()
+    known = list_deployments()
     try:
         state = lifecycle.down(name, purge_caches=purge_caches, on_event=show_event)
     except StateError:

@@ -73,9 +73,9 @@ def _complete_deployment(
     # Imported when completing only: the state modules double the start of every command
     # that declares this argument (`tandem render` does not need them), as cli/model.py's
     # builders do for torch.
-    from tandem.operations.listing import deployment_names
+    from tandem.backends.state import list_deployments
 
-    return [CompletionItem(n) for n in deployment_names() if n.startswith(incomplete)]
+    return [CompletionItem(n) for n in list_deployments() if n.startswith(incomplete)]
 
 
 recipe_argument = click.argument("recipe", metavar="RECIPE", shell_complete=_complete_recipe)

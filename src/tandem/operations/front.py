@@ -294,11 +294,10 @@ def status() -> FrontStatus:
     running = door.running()
     listed: list[str] = []
     if running:
-        key = os.environ.get(wire.VLLM_API_KEY)
         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
             answer = httpx.get(
                 door.url + wire.MODELS_PATH,
-                headers={"Authorization": f"Bearer {key}"} if key else {},
+                headers=wire.bearer(os.environ.get(wire.VLLM_API_KEY)),
                 timeout=5,
             )
             listed = [card["id"] for card in answer.json()["data"]]

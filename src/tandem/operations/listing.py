@@ -34,15 +34,10 @@ class DeploymentLine(BaseModel):
     )
 
 
-def deployment_names() -> list[str]:
-    """Each deployment's name, once."""
-    return list_deployments()
-
-
 def every_deployment(*, canary_timeout_s: float = 5.0) -> list[DeploymentLine]:
     """A line for each deployment, judged as ``tandem status NAME`` judges it."""
     lines = []
-    for name in deployment_names():
+    for name in list_deployments():
         try:
             status = lifecycle.status(name, canary_timeout_s=canary_timeout_s)
         except TandemError as exc:
