@@ -24,9 +24,11 @@ run on a node write there.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -48,6 +50,19 @@ def open_private(path: Path, mode: str = "a") -> IO:
     handle is redacted: it is for what a child process writes (a rank's log, read back through
     a redactor by ``logs`` and the bundle)."""
     return _open(path, mode, private=True)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the private lock file ``path`` (its folder made private if
+    new) until the block ends: one process at a time reads, changes and writes what it guards."""
+    private_dir(path.parent)
+    with open_private(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _open(path: Path, mode: str, *, private: bool) -> IO:

@@ -14,7 +14,6 @@ never a pid alone) and removes only the files above.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,13 +70,8 @@ class FrontDoor(BaseModel):
 
 @contextlib.contextmanager
 def locked() -> Iterator[None]:
-    files.private_dir(front_dir())
-    with files.open_private(front_dir() / "state.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with files.locked(front_dir() / "state.lock"):
+        yield
 
 
 def read() -> FrontDoor | None:

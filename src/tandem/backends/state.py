@@ -30,7 +30,6 @@ read, and the second is moved into the one record the first time it is loaded.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import logging
 import os
@@ -149,13 +148,8 @@ class DeploymentDir(GroupDir):
     def locked(self) -> Iterator[None]:
         """Hold the deployment's lock while its record is read, changed and written: a
         supervisor per group and an upgrade may save it at the same time."""
-        private_dir(self.path)
-        with files.open_private(self.path / "state.lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with files.locked(self.path / "state.lock"):
+            yield
 
     def forget(self) -> None:
         """Remove the state file and its lock (the logs and revisions stay, and the folder

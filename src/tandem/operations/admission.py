@@ -26,7 +26,6 @@ Compile caches are each group's own by name (``caches/NAME/``), so they cannot c
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import ipaddress
 import os
 from collections.abc import Iterator
@@ -134,14 +133,8 @@ def ledgers_around(state: DeploymentState) -> list[HostLedger]:
 def admission_lock() -> Iterator[None]:
     """One admission at a time under this state root: from the check to the record that
     holds its memory, so two ``up`` s at once cannot both take the last room."""
-    root = state_root()
-    files.private_dir(root)
-    with files.open_private(root / "admission.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with files.locked(state_root() / "admission.lock"):
+        yield
 
 
 def admit(deployment: Deployment, *, record: bool = False) -> Admission:
