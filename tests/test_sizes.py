@@ -39,7 +39,7 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/operations/preflight.py:run_check": (118, 8),
     "tandem/operations/supervisor.py:supervise": (158, 8),
     "tandem/plan/kv.py:deepseek_v4_layout": (81, 5),
-    "tandem/plan/kv.py:kv_layout": (104, 7),
+    "tandem/plan/kv.py:kv_layout": (91, 7),
     "tandem/plan/planner.py:plan_deployment": (186, 9),
     "tandem/plan/roofline.py:roofline": (84, 7),
     "tandem/readiness.py:wait_ready": (97, 10),
