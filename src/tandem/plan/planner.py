@@ -326,16 +326,13 @@ def plan_deployment(
     )
     notes += layout.notes
     if hardware.device == "cpu":
-        if settings.cpu_kv_cache_space_gib is not None:
-            notes.append(
-                f"CPU backend: the KV pool is VLLM_CPU_KVCACHE_SPACE = "
-                f"{settings.cpu_kv_cache_space_gib:g} GiB per worker, as vLLM allocates it"
-            )
-        else:
-            notes.append(
-                "CPU backend without VLLM_CPU_KVCACHE_SPACE: vLLM sizes the pool from the "
-                "node's free memory at boot; this plan's pool is a guess. Set it in env."
-            )
+        notes.append(
+            f"CPU backend: the KV pool is VLLM_CPU_KVCACHE_SPACE = "
+            f"{settings.cpu_kv_cache_space_gib:g} GiB per worker, as vLLM allocates it"
+            if settings.cpu_kv_cache_space_gib is not None
+            else "CPU backend without VLLM_CPU_KVCACHE_SPACE: vLLM sizes the pool from the "
+            "node's free memory at boot; this plan's pool is a guess. Set it in env."
+        )
     if hardware.unified_memory and hardware.device == "cuda" and hardware.outside_budget_gib:
         notes.append(
             f"unified memory: {memory.outside_budget_bytes / GIB:.1f} GiB outside vLLM's budget "
