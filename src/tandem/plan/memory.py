@@ -300,16 +300,8 @@ def reserves_for(
 
 
 def _profile_settings(settings: ServeSettings) -> ProfileSettings:
-    return ProfileSettings(
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        max_num_seqs=settings.max_num_seqs,
-        max_model_len=settings.max_model_len,
-        block_size=settings.block_size,
-        tensor_parallel_size=settings.tensor_parallel_size,
-        expert_parallel=settings.expert_parallel,
-        enforce_eager=settings.enforce_eager,
-        num_speculative_tokens=settings.num_speculative_tokens,
-    )
+    """The serve settings the profile run reads: ``ProfileSettings``' fields, by their names."""
+    return ProfileSettings.model_validate(settings, from_attributes=True)
 
 
 def derived_activation(
