@@ -38,7 +38,6 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/operations/health.py:judge": (107, 4),
     "tandem/operations/preflight.py:run_check": (118, 8),
     "tandem/operations/supervisor.py:supervise": (158, 8),
-    "tandem/plan/kv.py:deepseek_v4_layout": (81, 5),
     "tandem/plan/kv.py:kv_layout": (91, 7),
     "tandem/plan/planner.py:plan_deployment": (183, 9),
     "tandem/plan/roofline.py:roofline": (84, 7),

@@ -306,10 +306,8 @@ def deepseek_v4_layout(
     full = cdiv(max_model_len, block_size)
     swa = cdiv(min(window - 1 + max_in_flight_tokens, max_model_len), swa_block) + 1
     groups = [
-        KVGroup(
-            name="c4a + indexer", layers=n_c4, block_size_tokens=block_size, blocks_per_request=full
-        ),
-        KVGroup(name="c128a", layers=n_c128, block_size_tokens=block_size, blocks_per_request=full),
+        KVGroup(name=name, layers=count, block_size_tokens=block_size, blocks_per_request=full)
+        for name, count in (("c4a + indexer", n_c4), ("c128a", n_c128))
     ]
     groups += [
         KVGroup(
