@@ -40,7 +40,7 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/operations/supervisor.py:supervise": (158, 8),
     "tandem/plan/kv.py:kv_layout": (91, 7),
     "tandem/plan/planner.py:plan_deployment": (183, 9),
-    "tandem/plan/roofline.py:roofline": (84, 7),
+    "tandem/plan/roofline.py:roofline": (83, 7),
     "tandem/readiness.py:wait_ready": (97, 10),
     "tandem/render/prometheus.py:alert_rules": (106, 2),
     "tandem/report/plan.py:plan_tables": (94, 1),

@@ -112,12 +112,11 @@ def roofline(
         non_expert += facts.part_bytes("embedding") / tp  # tied embeddings serve as the LM head
     routed = facts.part_bytes("routed_experts")
     per_expert = routed / experts / tp if experts else 0.0
-    drafter = 0.0
     k = settings.num_speculative_tokens
-    if k and uses_drafter(settings):
-        for part in facts.parts:
-            if part.role == "drafter":
-                drafter += (part.active_bytes_per_step or part.bytes) / tp
+    drafting = (
+        [p for p in facts.parts if p.role == "drafter"] if k and uses_drafter(settings) else []
+    )
+    drafter = sum(((p.active_bytes_per_step or p.bytes) / tp for p in drafting), 0.0)
     tau = 1 + k * acceptance_rate
     layers = int(config.get("num_hidden_layers", 0))
     allreduce = (2 * layers * hardware.allreduce_latency_us.value * 1e-6) if tp > 1 else 0.0
