@@ -165,17 +165,8 @@ def infer_hardware(deployment: Deployment, name: str | None) -> HardwareProfile:
 
 
 def _observation_settings(settings: ServeSettings, obs: dict[str, Any]) -> ServeSettings:
-    update: dict[str, Any] = {
-        k: obs[k]
-        for k in (
-            "gpu_memory_utilization",
-            "max_model_len",
-            "max_num_batched_tokens",
-            "async_scheduling",
-        )
-        if k in obs
-    }
-    return settings.model_copy(update=update)
+    keys = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "async_scheduling")
+    return settings.model_copy(update={k: obs[k] for k in keys if k in obs})
 
 
 def _shipped_boot(
