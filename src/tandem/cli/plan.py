@@ -133,13 +133,7 @@ def plan_command(recipe: str, cluster_path: str | None, as_json: bool, **options
         **options,  # max_model_len, context_tokens, concurrency
     )
     if figures is not None:
-        plan.calibration = planned_vs_measured(
-            kv_pool_bytes=plan.kv_pool_bytes,
-            kv_pool_tokens=plan.kv_pool_tokens,
-            max_concurrency=plan.max_concurrency,
-            figures=figures,
-            source=str(log_path),
-        )
+        plan.calibration = planned_vs_measured(plan, figures, str(log_path))
     if as_json:
         screen.echo(plan.model_dump_json(indent=2))
     else:

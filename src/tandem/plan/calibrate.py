@@ -10,6 +10,7 @@ model calibrates nothing: ``serves_model`` tells whether the log is of the deplo
 from __future__ import annotations
 
 from pathlib import PurePosixPath
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
@@ -61,22 +62,25 @@ def compare(name: str, planned: float | None, measured: float | None) -> Compari
     return Comparison(name=name, planned=planned, measured=measured, error_pct=error)
 
 
-def planned_vs_measured(
-    *,
-    kv_pool_bytes: int,
-    kv_pool_tokens: int,
-    max_concurrency: float,
-    figures: BootFigures,
-    source: str,
-) -> Calibration:
+class Planned(Protocol):
+    """The figures of a plan (``tandem.plan.planner.Plan``) that a boot is compared on."""
+
+    kv_pool_bytes: int
+    kv_pool_tokens: int
+    max_concurrency: float
+
+
+def planned_vs_measured(plan: Planned, figures: BootFigures, source: str) -> Calibration:
     """Compare the plan's KV pool, tokens and concurrency with what vLLM printed."""
     return Calibration(
         source=source,
         kv_pool_gib=compare(
-            "KV pool, GiB", round(kv_pool_bytes / GIB, 3), figures.available_kv_cache_gib
+            "KV pool, GiB", round(plan.kv_pool_bytes / GIB, 3), figures.available_kv_cache_gib
         ),
-        kv_pool_tokens=compare("KV cache size, tokens", kv_pool_tokens, figures.kv_cache_tokens),
+        kv_pool_tokens=compare(
+            "KV cache size, tokens", plan.kv_pool_tokens, figures.kv_cache_tokens
+        ),
         max_concurrency=compare(
-            "max concurrency", round(max_concurrency, 2), figures.max_concurrency
+            "max concurrency", round(plan.max_concurrency, 2), figures.max_concurrency
         ),
     )

@@ -86,9 +86,6 @@ class ModelFacts(BaseModel):
     def part_bytes(self, *roles: str) -> int:
         return sum(p.bytes for p in self.parts if p.role in roles)
 
-    def replicated_bytes(self, *roles: str) -> int:
-        return sum(p.replicated_bytes for p in self.parts if not roles or p.role in roles)
-
 
 # ---------------------------------------------------------------------------------------------
 # safetensors headers
@@ -304,15 +301,16 @@ def load_model_facts(
     Raises:
         PlanError: nothing found; the hint says which flag to pass.
     """
-    if config_path is not None:
-        facts = facts_from_config(config_path, repo_id, "--config")
-        return facts.model_copy(update={"observations": shipped_observations(repo_id)})
-    facts = _find_model_facts(
-        repo_id,
-        model_dir=model_dir,
-        revision=revision,
-        cache_roots=cache_roots,
-        local_path=local_path,
+    facts = (
+        facts_from_config(config_path, repo_id, "--config")
+        if config_path is not None
+        else _find_model_facts(
+            repo_id,
+            model_dir=model_dir,
+            revision=revision,
+            cache_roots=cache_roots,
+            local_path=local_path,
+        )
     )
     return facts.model_copy(update={"observations": shipped_observations(repo_id)})
 

@@ -95,16 +95,21 @@ def _attention_params(config: dict[str, Any]) -> int:
     return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
 
 
-def _mlp_params(config: dict[str, Any]) -> tuple[int, int, int]:
-    """Parameters of the dense MLPs, the routed experts and the shared experts."""
-    hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
-    intermediate = int(config.get("intermediate_size") or 4 * hidden)
-    experts = int(
+def routed_experts(config: dict[str, Any]) -> int:
+    """Routed experts per MoE layer, by any of the names architectures give them; 0: dense."""
+    return int(
         config.get("n_routed_experts")
         or config.get("num_local_experts")
         or config.get("num_experts")
         or 0
     )
+
+
+def _mlp_params(config: dict[str, Any]) -> tuple[int, int, int]:
+    """Parameters of the dense MLPs, the routed experts and the shared experts."""
+    hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
+    intermediate = int(config.get("intermediate_size") or 4 * hidden)
+    experts = routed_experts(config)
     if not experts:
         return 3 * hidden * intermediate * layers, 0, 0
     dense_layers = int(config.get("first_k_dense_replace") or 0)

@@ -203,37 +203,24 @@ def kv_layout(
         notes.append(
             "MLA: one latent per token and layer, replicated on every TP rank (not split by TP)"
         )
-        page = per_layer * block_size
-        group = KVGroup(
-            name="mla",
-            layers=layers,
-            block_size_tokens=block_size,
-            blocks_per_request=cdiv(max_model_len, block_size),
+        page: float = per_layer * block_size
+        kinds = Counter({"mla": layers})  # one full-attention group of every layer
+    else:
+        heads = int(config.get("num_key_value_heads") or config["num_attention_heads"])
+        head_dim = int(
+            config.get("head_dim")
+            or int(config["hidden_size"]) // int(config["num_attention_heads"])
         )
-        return KVLayout(
-            architecture=arch,
-            kv_cache_dtype=dtype,
-            block_size_tokens=block_size,
-            kv_bytes_per_token_ideal=per_layer * layers,
-            bytes_per_block=page * layers,
-            blocks_per_request=group.blocks_per_request,
-            max_model_len=max_model_len,
-            groups=[group],
-            notes=notes,
-        )
-
-    heads = int(config.get("num_key_value_heads") or config["num_attention_heads"])
-    head_dim = int(
-        config.get("head_dim") or int(config["hidden_size"]) // int(config["num_attention_heads"])
-    )
-    heads_per_rank = max(heads // tensor_parallel_size, 1)
-    if heads < tensor_parallel_size:
-        notes.append(
-            f"{heads} KV heads over TP={tensor_parallel_size}: each rank holds a replicated head"
-        )
-    per_layer = 2 * heads_per_rank * head_dim * size
-    page = int(per_layer * block_size)
-    kinds = Counter(layer_kinds(config)[:layers])
+        heads_per_rank = max(heads // tensor_parallel_size, 1)
+        if heads < tensor_parallel_size:
+            notes.append(
+                f"{heads} KV heads over TP={tensor_parallel_size}: each rank holds a "
+                "replicated head"
+            )
+        per_layer = 2 * heads_per_rank * head_dim * size
+        page = int(per_layer * block_size)
+        kinds = Counter(layer_kinds(config)[:layers])
+        arch = "hybrid" if len(kinds) != 1 else "sliding-window" if "sliding" in kinds else "gqa"
     window = int(config.get("sliding_window") or 0)
     full_blocks = cdiv(max_model_len, block_size)
     sliding_blocks = cdiv(min(window - 1 + max_in_flight_tokens, max_model_len), block_size) + 1
@@ -262,7 +249,7 @@ def kv_layout(
             "blocks"
         )
     return KVLayout(
-        architecture="hybrid" if hybrid else "sliding-window" if "sliding" in kinds else "gqa",
+        architecture=arch,
         kv_cache_dtype=dtype,
         block_size_tokens=block_size,
         kv_bytes_per_token_ideal=per_layer * layers,
@@ -319,10 +306,8 @@ def deepseek_v4_layout(
     full = cdiv(max_model_len, block_size)
     swa = cdiv(min(window - 1 + max_in_flight_tokens, max_model_len), swa_block) + 1
     groups = [
-        KVGroup(
-            name="c4a + indexer", layers=n_c4, block_size_tokens=block_size, blocks_per_request=full
-        ),
-        KVGroup(name="c128a", layers=n_c128, block_size_tokens=block_size, blocks_per_request=full),
+        KVGroup(name=name, layers=count, block_size_tokens=block_size, blocks_per_request=full)
+        for name, count in (("c4a + indexer", n_c4), ("c128a", n_c128))
     ]
     groups += [
         KVGroup(

@@ -209,13 +209,9 @@ class MemoryPlan(BaseModel):
     )
 
     @property
-    def reserve_bytes(self) -> int:
-        return sum(r.bytes for r in self.reserves)
-
-    @property
     def non_kv_bytes(self) -> int:
         """Weights and reserves: what the budget holds before any KV cache."""
-        return self.weights_bytes_per_rank + self.reserve_bytes
+        return self.weights_bytes_per_rank + sum(r.bytes for r in self.reserves)
 
 
 def weights_per_rank(facts: ModelFacts, settings: ServeSettings) -> tuple[int, int]:
@@ -304,16 +300,8 @@ def reserves_for(
 
 
 def _profile_settings(settings: ServeSettings) -> ProfileSettings:
-    return ProfileSettings(
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        max_num_seqs=settings.max_num_seqs,
-        max_model_len=settings.max_model_len,
-        block_size=settings.block_size,
-        tensor_parallel_size=settings.tensor_parallel_size,
-        expert_parallel=settings.expert_parallel,
-        enforce_eager=settings.enforce_eager,
-        num_speculative_tokens=settings.num_speculative_tokens,
-    )
+    """The serve settings the profile run reads: ``ProfileSettings``' fields, by their names."""
+    return ProfileSettings.model_validate(settings, from_attributes=True)
 
 
 def derived_activation(
@@ -537,8 +525,10 @@ def fit_verdict(
             f"the node needs {memory.node_use_bytes / GIB:.2f} GiB of "
             f"{memory.memory_total_bytes / GIB:.2f} GiB (budget plus what runs outside)"
         )
-    max_util = None
+    max_util = min_util = None
     if hardware.device == "cuda":
+        needed = memory.non_kv_bytes + one_request
+        min_util = math.ceil(needed / memory.memory_total_bytes * 1000) / 1000
         max_util = 1.0
         if hardware.max_gpu_memory_utilization:
             max_util = hardware.max_gpu_memory_utilization.value
@@ -556,10 +546,6 @@ def fit_verdict(
                 f"gpu_memory_utilization {settings.gpu_memory_utilization} is above the "
                 f"{max_util} this hardware starts with ({why})"
             )
-    min_util = None
-    if hardware.device == "cuda":
-        needed = memory.non_kv_bytes + one_request
-        min_util = math.ceil(needed / memory.memory_total_bytes * 1000) / 1000
     pool = max(memory.kv_pool_bytes, 0) * capacity_scale
     largest = layout.largest_max_model_len(pool, relayout)
     fits = not reasons

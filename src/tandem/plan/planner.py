@@ -165,17 +165,8 @@ def infer_hardware(deployment: Deployment, name: str | None) -> HardwareProfile:
 
 
 def _observation_settings(settings: ServeSettings, obs: dict[str, Any]) -> ServeSettings:
-    update: dict[str, Any] = {
-        k: obs[k]
-        for k in (
-            "gpu_memory_utilization",
-            "max_model_len",
-            "max_num_batched_tokens",
-            "async_scheduling",
-        )
-        if k in obs
-    }
-    return settings.model_copy(update=update)
+    keys = ("gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "async_scheduling")
+    return settings.model_copy(update={k: obs[k] for k in keys if k in obs})
 
 
 def _shipped_boot(
@@ -326,16 +317,13 @@ def plan_deployment(
     )
     notes += layout.notes
     if hardware.device == "cpu":
-        if settings.cpu_kv_cache_space_gib is not None:
-            notes.append(
-                f"CPU backend: the KV pool is VLLM_CPU_KVCACHE_SPACE = "
-                f"{settings.cpu_kv_cache_space_gib:g} GiB per worker, as vLLM allocates it"
-            )
-        else:
-            notes.append(
-                "CPU backend without VLLM_CPU_KVCACHE_SPACE: vLLM sizes the pool from the "
-                "node's free memory at boot; this plan's pool is a guess. Set it in env."
-            )
+        notes.append(
+            f"CPU backend: the KV pool is VLLM_CPU_KVCACHE_SPACE = "
+            f"{settings.cpu_kv_cache_space_gib:g} GiB per worker, as vLLM allocates it"
+            if settings.cpu_kv_cache_space_gib is not None
+            else "CPU backend without VLLM_CPU_KVCACHE_SPACE: vLLM sizes the pool from the "
+            "node's free memory at boot; this plan's pool is a guess. Set it in env."
+        )
     if hardware.unified_memory and hardware.device == "cuda" and hardware.outside_budget_gib:
         notes.append(
             f"unified memory: {memory.outside_budget_bytes / GIB:.1f} GiB outside vLLM's budget "

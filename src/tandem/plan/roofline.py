@@ -21,6 +21,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from tandem.plan.config import ModelFacts
+from tandem.plan.estimate import routed_experts
 from tandem.plan.hardware import HardwareProfile
 from tandem.plan.kv import V4_RECORD_BYTES, KVLayout, is_deepseek_v4, layer_kinds
 from tandem.plan.memory import ServeSettings, uses_drafter
@@ -52,16 +53,6 @@ class Roofline(BaseModel):
     single_stream: RooflinePoint
     at_concurrency: RooflinePoint
     notes: list[str] = Field(default_factory=list)
-
-
-def _moe_shape(config: dict) -> tuple[int, int]:
-    experts = int(
-        config.get("n_routed_experts")
-        or config.get("num_local_experts")
-        or config.get("num_experts")
-        or 0
-    )
-    return experts, int(config.get("num_experts_per_tok") or 0)
 
 
 def distinct_experts(n_tokens: int, experts: int, top_k: int) -> float:
@@ -110,7 +101,7 @@ def roofline(
     tp = settings.tensor_parallel_size
     config = facts.config
     bandwidth = hardware.memory_bandwidth_gb_s.value * 1e9
-    experts, top_k = _moe_shape(config)
+    experts, top_k = routed_experts(config), int(config.get("num_experts_per_tok") or 0)
     roles = ("attention", "shared_experts", "dense_mlp", "lm_head", "other")
     non_expert = sum(
         (p.bytes - p.replicated_bytes) / tp + p.replicated_bytes
@@ -121,12 +112,11 @@ def roofline(
         non_expert += facts.part_bytes("embedding") / tp  # tied embeddings serve as the LM head
     routed = facts.part_bytes("routed_experts")
     per_expert = routed / experts / tp if experts else 0.0
-    drafter = 0.0
     k = settings.num_speculative_tokens
-    if k and uses_drafter(settings):
-        for part in facts.parts:
-            if part.role == "drafter":
-                drafter += (part.active_bytes_per_step or part.bytes) / tp
+    drafting = (
+        [p for p in facts.parts if p.role == "drafter"] if k and uses_drafter(settings) else []
+    )
+    drafter = sum(((p.active_bytes_per_step or p.bytes) / tp for p in drafting), 0.0)
     tau = 1 + k * acceptance_rate
     layers = int(config.get("num_hidden_layers", 0))
     allreduce = (2 * layers * hardware.allreduce_latency_us.value * 1e-6) if tp > 1 else 0.0

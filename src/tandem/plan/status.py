@@ -55,12 +55,4 @@ def planned_vs_boot(
         plan = launched_plan(recipe, cluster)
     except (TandemError, ValidationError) as exc:
         return PlannedVsActual(unavailable=f"no plan: {str(exc).splitlines()[0]}")
-    return PlannedVsActual(
-        comparison=planned_vs_measured(
-            kv_pool_bytes=plan.kv_pool_bytes,
-            kv_pool_tokens=plan.kv_pool_tokens,
-            max_concurrency=plan.max_concurrency,
-            figures=boot,
-            source="tandem up (leader log)",
-        )
-    )
+    return PlannedVsActual(comparison=planned_vs_measured(plan, boot, "tandem up (leader log)"))

@@ -142,12 +142,9 @@ def plan_tables(plan: Plan) -> Group:
             f"; util range {f.min_gpu_memory_utilization}-{f.max_gpu_memory_utilization}"
         )
     parts.append(verdict)
-    for reason in f.reasons:
-        parts.append(Text(f"  why: {reason}", style="red"))
-    for change in f.changes:
-        parts.append(Text(f"  change: {change}", style="yellow"))
-    for e in plan.explanations:
-        parts.append(Text(f"explained: {e.text}", style="cyan"))
+    parts += [Text(f"  why: {reason}", style="red") for reason in f.reasons]
+    parts += [Text(f"  change: {change}", style="yellow") for change in f.changes]
+    parts += [Text(f"explained: {e.text}", style="cyan") for e in plan.explanations]
     parts.append(Text("notes:", style="bold"))
     parts += [Text(f"  - {n}") for n in plan.notes]
     return Group(*parts)
