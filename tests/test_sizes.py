@@ -34,7 +34,7 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/cli/eval.py:smoke_command": (88, 7),
     "tandem/cli/watch.py:run_command": (100, 8),
     "tandem/eval/dataset.py:load_gpqa_csv": (93, 1),
-    "tandem/eval/smoke.py:_tool_parts": (126, 1),
+    "tandem/eval/smoke.py:_tool_parts": (121, 1),
     "tandem/operations/health.py:judge": (107, 4),
     "tandem/operations/preflight.py:run_check": (118, 8),
     "tandem/operations/supervisor.py:supervise": (158, 8),

@@ -53,7 +53,7 @@ from tandem.errors import EndpointError
 from tandem.eval import answers
 from tandem.eval.answer_client import AnswerClient
 from tandem.eval.outcome import NEAR_TIE, CheckResult, Outcome
-from tandem.eval.reference import Reference
+from tandem.eval.reference import Reference, first_difference
 from tandem.eval.toolschema import (
     PARAMETERS_OF,
     TRIP_TOOL,
@@ -182,6 +182,11 @@ def _ask(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
+def _not_applicable(check: str, missing: str) -> CheckResult:
+    """A check the deployment's recipe does not promise: ``missing`` names what it lacks."""
+    return CheckResult(check=check, outcome=Outcome.NOT_APPLICABLE, summary=missing)
+
+
 def check_template(server: Server) -> CheckResult:
     messages = _ask("Name three colours.")
     evidence, failed = [], []
@@ -248,13 +253,10 @@ def steps_of(logprobs: list[dict[str, Any]]) -> list[Step]:
 
 def divergence(reference: list[Step], other: list[Step]) -> tuple[int, Step] | None:
     """Where ``other`` first leaves ``reference``: the index and the reference's step there."""
-    for index, (a, b) in enumerate(zip(reference, other, strict=False)):
-        if a.token != b.token:
-            return index, a
-    if len(reference) != len(other):
-        shorter = min(len(reference), len(other))
-        return shorter, reference[shorter] if shorter < len(reference) else Step(token="")
-    return None
+    at = first_difference([s.token for s in reference], [s.token for s in other])
+    if at is None:
+        return None
+    return at, reference[at] if at < len(reference) else Step(token="")
 
 
 def check_determinism(server: Server) -> CheckResult:
@@ -360,6 +362,11 @@ class _ToolAnswer:
         """The evidence line of a part that asked for a call."""
         return f"HTTP {self.status}, finish {self.finish!r}, calls {_calls_text(self.calls)}"
 
+    @property
+    def refused(self) -> list[str]:
+        """What a part fails on when the server refused its request (none when it answered)."""
+        return [] if self.status == 200 else [f"HTTP {self.status}"]
+
 
 def _tool_parts(server: Server) -> list[ToolPart]:
     """The battery, each part one request or two (parts need no meaning unless they say so)."""
@@ -384,7 +391,7 @@ def _tool_parts(server: Server) -> list[ToolPart]:
         if got.status == 200 and got.finish == "length" and problems:
             part(name, [], got.said, cannot_judge="the call ran past max_tokens before it closed")
         else:
-            part(name, problems if got.status == 200 else [f"HTTP {got.status}"], got.said)
+            part(name, got.refused or problems, got.said)
 
     # required: the server must return a call (its structured output forces one)
     got = ask(weather, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=128)
@@ -416,7 +423,7 @@ def _tool_parts(server: Server) -> list[ToolPart]:
     )
     part(
         "parallel",
-        problems if got.status == 200 else [f"HTTP {got.status}"],
+        got.refused or problems,
         f"HTTP {got.status}, calls {_calls_text(calls)}",
         cannot_judge="" if len(calls) >= 2 else f"{len(calls)} call(s) where two were asked",
     )
@@ -463,18 +470,13 @@ def _tool_parts(server: Server) -> list[ToolPart]:
 
     # tool_choice none: text, no call
     got = ask(weather, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=16)
-    part(
-        "none",
-        []
-        if got.status == 200 and not got.calls
-        else ["a tool was still called" if got.status == 200 else f"HTTP {got.status}"],
-        f"HTTP {got.status}, calls {_calls_text(got.calls)}",
-    )
+    called = ["a tool was still called"] if got.calls else []
+    part("none", got.refused or called, f"HTTP {got.status}, calls {_calls_text(got.calls)}")
 
     # auto: the model decides and the server's parser takes the call out of its text
     got = ask(weather, tools=[WEATHER_TOOL], tool_choice="auto", max_tokens=128)
     calls, text = got.calls, got.message.get("content") or ""
-    failed = [f"HTTP {got.status}"] if got.status != 200 else _arguments_problems(calls)
+    failed = got.refused or _arguments_problems(calls)
     if got.status == 200 and not calls and _looks_like_a_call(text):
         failed.append(
             f"the model wrote a call that --tool-call-parser {server.target.tool_call_parser} "
@@ -502,10 +504,8 @@ def check_tools(server: Server) -> CheckResult:
     it could not judge on this model (a small model may not call tools unprompted)."""
     target = server.target
     if not (target.tool_call_parser and target.auto_tool_choice):
-        return CheckResult(
-            check="tools",
-            outcome=Outcome.NOT_APPLICABLE,
-            summary="the deployment has no --tool-call-parser with --enable-auto-tool-choice",
+        return _not_applicable(
+            "tools", "the deployment has no --tool-call-parser with --enable-auto-tool-choice"
         )
     parts = _tool_parts(server)
     evidence = [f"{p.part} [{p.outcome}]: {p.said}" for p in parts]
@@ -535,11 +535,7 @@ def needle_lengths(max_model_len: int) -> list[int]:
 def check_needle(server: Server, lengths: list[int] | None = None) -> CheckResult:
     if not lengths:
         if not server.target.max_model_len:
-            return CheckResult(
-                check="needle",
-                outcome=Outcome.NOT_APPLICABLE,
-                summary="max_model_len unknown: give --needle-lengths",
-            )
+            return _not_applicable("needle", "max_model_len unknown: give --needle-lengths")
         lengths = needle_lengths(server.target.max_model_len)
     beyond = [n for n in lengths if server.target.max_model_len and n > server.target.max_model_len]
     if beyond:
@@ -593,11 +589,7 @@ def check_needle(server: Server, lengths: list[int] | None = None) -> CheckResul
 
 def check_reasoning(server: Server) -> CheckResult:
     if not server.target.reasoning_parser:
-        return CheckResult(
-            check="reasoning",
-            outcome=Outcome.NOT_APPLICABLE,
-            summary="the deployment has no --reasoning-parser",
-        )
+        return _not_applicable("reasoning", "the deployment has no --reasoning-parser")
     message, finish, _ = _message(server.chat(_ask("What is 17 + 25?"), max_tokens=256, **GREEDY))
     reasoning = message.get("reasoning") or message.get("reasoning_content") or ""
     content = message.get("content") or ""
@@ -623,11 +615,7 @@ def check_reasoning(server: Server) -> CheckResult:
 
 def check_speculative(server: Server) -> CheckResult:
     if not server.target.speculative:
-        return CheckResult(
-            check="speculative",
-            outcome=Outcome.NOT_APPLICABLE,
-            summary="the deployment has no speculative config",
-        )
+        return _not_applicable("speculative", "the deployment has no speculative config")
     server.chat(_ask("Count from one to twenty."), max_tokens=64, **GREEDY)
     totals: dict[str, float] = {}
     for line in server.metrics().splitlines():
@@ -635,15 +623,11 @@ def check_speculative(server: Server) -> CheckResult:
             if line.startswith(f"vllm:{name}_total"):
                 totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     drafts = totals.get("spec_decode_num_draft_tokens", 0.0)
+    verdict = partial(CheckResult, check="speculative")
     if not drafts:
-        return CheckResult(
-            check="speculative",
-            outcome=Outcome.CANNOT_JUDGE,
-            summary="/metrics counted no draft tokens",
-        )
+        return verdict(outcome=Outcome.CANNOT_JUDGE, summary="/metrics counted no draft tokens")
     rate = totals.get("spec_decode_num_accepted_tokens", 0.0) / drafts
-    return CheckResult(
-        check="speculative",
+    return verdict(
         outcome=Outcome.INFO,
         summary=f"draft acceptance {rate:.1%} of {drafts:.0f} draft tokens",
         evidence=[f"{k}: {v:.0f}" for k, v in totals.items()],
