@@ -33,7 +33,7 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/cli/eval.py:gpqa_command": (119, 16),
     "tandem/cli/eval.py:smoke_command": (88, 7),
     "tandem/cli/watch.py:run_command": (100, 8),
-    "tandem/eval/dataset.py:load_gpqa_csv": (93, 1),
+    "tandem/eval/dataset.py:load_gpqa_csv": (83, 1),
     "tandem/eval/smoke.py:_tool_parts": (121, 1),
     "tandem/operations/health.py:judge": (107, 4),
     "tandem/operations/preflight.py:run_check": (118, 8),
