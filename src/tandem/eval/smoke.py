@@ -712,10 +712,9 @@ def run_smoke(
         EndpointError: the server stopped answering (what finished is kept for ``--resume``).
     """
     run = run or SmokeRun()
-    checks, needle, resume, timeout_s = run.checks, run.needle, run.resume, run.timeout_s
     results = out_dir / RESULTS_FILE
     done: list[CheckResult] = []
-    if resume and results.exists():
+    if run.resume and results.exists():
         files.cut_torn_line(results)  # a check killed mid-line runs again
         done = read_jsonl(
             results, CheckResult.model_validate, what="smoke result", hint="start a new --out"
@@ -726,21 +725,21 @@ def run_smoke(
         url=public_url(target.url), model=target.model, started_at=datetime.now(UTC), checks=done
     )
     finished = {c.check for c in done}
-    server = Server(target, api_key, timeout_s)
+    server = Server(target, api_key, run.timeout_s)
     runners: dict[str, Callable[[Server], CheckResult]] = {
         **CHECKS,
-        "needle": lambda s: check_needle(s, needle),
+        "needle": lambda s: check_needle(s, run.needle),
         "answers": lambda s: check_answers(s, run.reference),
     }
     try:
         with files.LineLog(results) as log:
-            for name in checks or list(CHECKS):
+            for name in run.checks or list(CHECKS):
                 if name in finished:
                     continue
                 started = time.monotonic()
                 on_progress(f"{name}: running")
                 try:
-                    with _Waiting(name, timeout_s, PROGRESS_EVERY_S, on_progress):
+                    with _Waiting(name, run.timeout_s, PROGRESS_EVERY_S, on_progress):
                         result = runners[name](server)
                 except EndpointError as exc:  # a refusal or a broken answer is the verdict
                     result = CheckResult(
