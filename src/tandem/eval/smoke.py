@@ -36,8 +36,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -739,7 +740,7 @@ def run_smoke(
                 started = time.monotonic()
                 on_progress(f"{name}: running")
                 try:
-                    with _Waiting(name, run.timeout_s, PROGRESS_EVERY_S, on_progress):
+                    with _waiting(name, run.timeout_s, PROGRESS_EVERY_S, on_progress):
                         result = runners[name](server)
                 except EndpointError as exc:  # a refusal or a broken answer is the verdict
                     result = CheckResult(
@@ -761,32 +762,29 @@ def run_smoke(
     return report
 
 
-class _Waiting:
+@contextmanager
+def _waiting(
+    check: str, timeout_s: float, every_s: float, say: Callable[[str], None]
+) -> Iterator[None]:
     """While a check runs: a line every ``every_s`` seconds saying how long it has waited."""
+    done = threading.Event()
 
-    def __init__(
-        self, check: str, timeout_s: float, every_s: float, say: Callable[[str], None]
-    ) -> None:
-        self.check, self.timeout_s, self.every_s, self.say = check, timeout_s, every_s, say
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._tell, name="smoke-progress", daemon=True)
-
-    def _tell(self) -> None:
+    def tell() -> None:
         started = time.monotonic()
-        while not self.done.wait(self.every_s):
-            self.say(
-                f"{self.check}: still waiting for the server after "
+        while not done.wait(every_s):
+            say(
+                f"{check}: still waiting for the server after "
                 f"{time.monotonic() - started:.0f} s (a request may take up to "
-                f"{self.timeout_s:g} s: --request-timeout)"
+                f"{timeout_s:g} s: --request-timeout)"
             )
 
-    def __enter__(self) -> _Waiting:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self.thread.join()
+    thread = threading.Thread(target=tell, name="smoke-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _write_reports(report: SmokeReport, out_dir: Path) -> None:
