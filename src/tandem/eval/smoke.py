@@ -292,13 +292,9 @@ def check_determinism(server: Server) -> CheckResult:
         split = divergence(cold, run)
         if split is None:
             continue
-        index, step = split
-        margin = step.margin
-        said = (
-            f"{path} at token {index} (cold led by {margin:.4f})"
-            if margin is not None
-            else (f"{path} at token {index}")
-        )
+        index, margin = split[0], split[1].margin
+        led = f" (cold led by {margin:.4f})" if margin is not None else ""
+        said = f"{path} at token {index}{led}"
         (near if margin is not None and margin < NEAR_TIE else garbled).append(said)
     verdict = partial(CheckResult, check="determinism", evidence=evidence)
     if not cold:
