@@ -38,6 +38,7 @@ import os
 import secrets
 from collections.abc import Callable
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel, Field, model_validator
@@ -418,8 +419,10 @@ def upgrade(
     roll = Roll(name, timeout_s=timeout_s, drain_s=drain_s, on_event=on_event, on_phase=on_phase)
     moved: list[list[GroupState]] = []
     result = GateResult(passed=True)
-    units = lifecycle.launch_units(state)
-    for unit in units:
+    ended = partial(
+        UpgradeResult, name=name, from_revision=old.number, to_revision=candidate.number
+    )
+    for unit in lifecycle.launch_units(state):
         out = attempt / f"group-{unit[0].group}"
 
         def judge(group: GroupState, out: Path = out) -> GateResult:
@@ -431,10 +434,7 @@ def upgrade(
             for earlier in reversed(moved):
                 roll.move(earlier, old, None)
             _settle(name, old)
-            return UpgradeResult(
-                name=name,
-                from_revision=old.number,
-                to_revision=candidate.number,
+            return ended(
                 outcome=UpgradeOutcome.ROLLED_BACK,
                 gate=result,
                 group=unit[0].group,
@@ -448,14 +448,7 @@ def upgrade(
     revisions.transition(name, candidate, RevisionOutcome.GOOD)
     _settle(name, candidate)
     on_event(f"revision {candidate.number} passed the gate and is current")
-    return UpgradeResult(
-        name=name,
-        from_revision=old.number,
-        to_revision=candidate.number,
-        outcome=UpgradeOutcome.UPGRADED,
-        gate=result,
-        running_revision=candidate.number,
-    )
+    return ended(outcome=UpgradeOutcome.UPGRADED, gate=result, running_revision=candidate.number)
 
 
 def last_reference(name: str) -> Reference | None:

@@ -53,11 +53,8 @@ class Generation(BaseModel):
 
 
 class AnswerClient:
-    """A blocking client of one server for the answers check.
-
-    ``client``: an httpx client to share (smoke's, with its key); else one is made with
-    ``api_key``, ``timeout_s`` and ``transport`` (a test's ``httpx.MockTransport``).
-    """
+    """A blocking client of one server for the answers check, on an httpx client of its own
+    (``api_key``, ``timeout_s``, and ``transport``: a test's ``httpx.MockTransport``)."""
 
     def __init__(
         self,
@@ -67,20 +64,17 @@ class AnswerClient:
         api_key: str | None = None,
         timeout_s: float = 300.0,
         concurrency: int = 8,
-        client: httpx.Client | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.model = model
         self.concurrency = concurrency
-        self._own = client is None
-        self.client = client or httpx.Client(
+        self.client = httpx.Client(
             timeout=timeout_s, headers=wire.bearer(api_key), transport=transport
         )
 
     def close(self) -> None:
-        if self._own:
-            self.client.close()
+        self.client.close()
 
     def __enter__(self) -> AnswerClient:
         return self

@@ -172,14 +172,8 @@ class AnswersVerdict(BaseModel):
     seconds: float = 0.0
 
     def check_result(self) -> CheckResult:
-        """The verdict as one smoke check's result."""
-        return CheckResult(
-            check=CHECK,
-            outcome=self.outcome,
-            summary=self.summary,
-            evidence=self.evidence,
-            seconds=self.seconds,
-        )
+        """The verdict as one smoke check's result (the fields the two share, copied)."""
+        return CheckResult(check=CHECK, **self.model_dump(include=set(CheckResult.model_fields)))
 
 
 def _judged(old: RecordedAnswer, new: Observation, limits: AnswerLimits) -> PromptJudgement:

@@ -40,6 +40,11 @@ REQUIRED_COLUMNS = (
     COLUMN_SUBDOMAIN,
 )
 TEXT_COLUMNS = (COLUMN_QUESTION, COLUMN_CORRECT, *COLUMNS_INCORRECT)
+NOT_EMPTY = {
+    COLUMN_RECORD_ID: "give every question a unique Record ID",
+    **dict.fromkeys(TEXT_COLUMNS, "every question needs its text and all four options"),
+}
+"""The cells a row must fill, each with the fix an empty one names."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +120,7 @@ def load_gpqa_csv(path: str | Path) -> Dataset:
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise SpecError(
-            f"missing column{'s' if len(missing) > 1 else ''}: "
-            + ", ".join(repr(c) for c in missing),
+            f"missing column{'s' if len(missing) > 1 else ''}: {', '.join(map(repr, missing))}",
             file=str(path),
             field="header",
             hint="use the official GPQA CSV header (Record ID, Question, Correct Answer, "
@@ -127,29 +131,20 @@ def load_gpqa_csv(path: str | Path) -> Dataset:
     seen: dict[str, int] = {}
     questions: list[Question] = []
     for row_number, row in enumerate(reader, start=2):
-        record_id = (row.get(COLUMN_RECORD_ID) or "").strip()
-        if not record_id:
-            problems.add(
-                f"row {row_number}, column '{COLUMN_RECORD_ID}'",
-                "is empty",
-                "give every question a unique Record ID",
-            )
-        elif record_id in seen:
+        cell = {column: (row.get(column) or "").strip() for column in REQUIRED_COLUMNS}
+        record_id = cell[COLUMN_RECORD_ID]
+        if record_id in seen:
             problems.add(
                 f"row {row_number}, column '{COLUMN_RECORD_ID}'",
                 f"duplicate id {record_id!r} (first on row {seen[record_id]})",
                 "remove the repeated row or give it its own id",
             )
-        else:
+        elif record_id:
             seen[record_id] = row_number
-        for column in TEXT_COLUMNS:
-            if not (row.get(column) or "").strip():
-                problems.add(
-                    f"row {row_number}, column '{column}'",
-                    "is empty",
-                    "every question needs its text and all four options",
-                )
-        texts = [(row.get(c) or "").strip() for c in (COLUMN_CORRECT, *COLUMNS_INCORRECT)]
+        for column, fix in NOT_EMPTY.items():
+            if not cell[column]:
+                problems.add(f"row {row_number}, column '{column}'", "is empty", fix)
+        texts = [cell[c] for c in (COLUMN_CORRECT, *COLUMNS_INCORRECT)]
         if all(texts) and len(set(texts)) < 4:
             problems.add(
                 f"row {row_number}",
@@ -159,10 +154,10 @@ def load_gpqa_csv(path: str | Path) -> Dataset:
         questions.append(
             Question(
                 record_id=record_id,
-                question=(row.get(COLUMN_QUESTION) or "").strip(),
+                question=cell[COLUMN_QUESTION],
                 options=tuple(texts),  # type: ignore[arg-type]
-                domain=(row.get(COLUMN_DOMAIN) or "").strip() or "unknown",
-                subdomain=(row.get(COLUMN_SUBDOMAIN) or "").strip() or "unknown",
+                domain=cell[COLUMN_DOMAIN] or "unknown",
+                subdomain=cell[COLUMN_SUBDOMAIN] or "unknown",
             )
         )
     if not questions:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -134,7 +135,7 @@ def sure_share(margins: list[float | None]) -> float:
     return sum(m >= NEAR_TIE for m in known) / len(known) if known else 0.0
 
 
-def first_difference(a: list[int], b: list[int]) -> int | None:
+def first_difference(a: Sequence[object], b: Sequence[object]) -> int | None:
     """The index where token lists ``a`` and ``b`` first differ (one ending early counts)."""
     for index, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:

@@ -32,7 +32,6 @@ from tandem import ownership, screen
 from tandem.endpoint import pick_model
 from tandem.eval.client import ChatClient, ChatResponse, RetryPolicy
 from tandem.eval.dataset import Sample, load_gpqa_csv, make_samples
-from tandem.eval.extract import extract_answer
 from tandem.eval.log import (
     LOG_NAME,
     Protocol,
@@ -45,7 +44,7 @@ from tandem.eval.log import (
 )
 from tandem.eval.prompt import QUERY_TEMPLATE, fallback_messages, question_prompt
 from tandem.eval.report import PUBLISHED_REFERENCE, EvalReport, build_report, write_reports
-from tandem.eval.score import score_sample
+from tandem.eval.score import extract_response, score_sample
 from tandem.eval.stats import clustered_accuracy, group_scores
 from tandem.redact import Redactor, public_url
 
@@ -279,9 +278,7 @@ async def _ask_one(
 
 
 def _record(response: ChatResponse) -> ResponseRecord:
-    letter, rule = (
-        extract_answer(response.raw_content) if response.error is None else (None, "none")
-    )
+    letter, rule = extract_response(response)
     return ResponseRecord(**response.model_dump(), letter=letter, rule=rule)
 
 

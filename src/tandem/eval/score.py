@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tandem.eval.client import ChatResponse
 from tandem.eval.extract import RULE_NONE, extract_answer, extract_strict
-from tandem.eval.log import ResponseRecord, SampleRecord
+from tandem.eval.log import SampleRecord
 
 FALLBACK_PREFIX = "fallback-"
 
@@ -38,8 +39,8 @@ class ScoredSample:
     latency_s: float
 
 
-def extract_response(response: ResponseRecord) -> tuple[str | None, str]:
-    """Re-extract the answer of a saved response from its raw text."""
+def extract_response(response: ChatResponse) -> tuple[str | None, str]:
+    """The answer of a response (live, or saved and read again) from its raw text."""
     if response.error:
         return None, RULE_NONE
     text = response.raw_content if response.raw_content is not None else response.content

@@ -36,8 +36,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -53,7 +54,7 @@ from tandem.errors import EndpointError
 from tandem.eval import answers
 from tandem.eval.answer_client import AnswerClient
 from tandem.eval.outcome import NEAR_TIE, CheckResult, Outcome
-from tandem.eval.reference import Reference
+from tandem.eval.reference import Reference, first_difference
 from tandem.eval.toolschema import (
     PARAMETERS_OF,
     TRIP_TOOL,
@@ -182,6 +183,11 @@ def _ask(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
+def _not_applicable(check: str, missing: str) -> CheckResult:
+    """A check the deployment's recipe does not promise: ``missing`` names what it lacks."""
+    return CheckResult(check=check, outcome=Outcome.NOT_APPLICABLE, summary=missing)
+
+
 def check_template(server: Server) -> CheckResult:
     messages = _ask("Name three colours.")
     evidence, failed = [], []
@@ -248,13 +254,10 @@ def steps_of(logprobs: list[dict[str, Any]]) -> list[Step]:
 
 def divergence(reference: list[Step], other: list[Step]) -> tuple[int, Step] | None:
     """Where ``other`` first leaves ``reference``: the index and the reference's step there."""
-    for index, (a, b) in enumerate(zip(reference, other, strict=False)):
-        if a.token != b.token:
-            return index, a
-    if len(reference) != len(other):
-        shorter = min(len(reference), len(other))
-        return shorter, reference[shorter] if shorter < len(reference) else Step(token="")
-    return None
+    at = first_difference([s.token for s in reference], [s.token for s in other])
+    if at is None:
+        return None
+    return at, reference[at] if at < len(reference) else Step(token="")
 
 
 def check_determinism(server: Server) -> CheckResult:
@@ -289,13 +292,9 @@ def check_determinism(server: Server) -> CheckResult:
         split = divergence(cold, run)
         if split is None:
             continue
-        index, step = split
-        margin = step.margin
-        said = (
-            f"{path} at token {index} (cold led by {margin:.4f})"
-            if margin is not None
-            else (f"{path} at token {index}")
-        )
+        index, margin = split[0], split[1].margin
+        led = f" (cold led by {margin:.4f})" if margin is not None else ""
+        said = f"{path} at token {index}{led}"
         (near if margin is not None and margin < NEAR_TIE else garbled).append(said)
     verdict = partial(CheckResult, check="determinism", evidence=evidence)
     if not cold:
@@ -360,6 +359,11 @@ class _ToolAnswer:
         """The evidence line of a part that asked for a call."""
         return f"HTTP {self.status}, finish {self.finish!r}, calls {_calls_text(self.calls)}"
 
+    @property
+    def refused(self) -> list[str]:
+        """What a part fails on when the server refused its request (none when it answered)."""
+        return [] if self.status == 200 else [f"HTTP {self.status}"]
+
 
 def _tool_parts(server: Server) -> list[ToolPart]:
     """The battery, each part one request or two (parts need no meaning unless they say so)."""
@@ -384,7 +388,7 @@ def _tool_parts(server: Server) -> list[ToolPart]:
         if got.status == 200 and got.finish == "length" and problems:
             part(name, [], got.said, cannot_judge="the call ran past max_tokens before it closed")
         else:
-            part(name, problems if got.status == 200 else [f"HTTP {got.status}"], got.said)
+            part(name, got.refused or problems, got.said)
 
     # required: the server must return a call (its structured output forces one)
     got = ask(weather, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=128)
@@ -416,7 +420,7 @@ def _tool_parts(server: Server) -> list[ToolPart]:
     )
     part(
         "parallel",
-        problems if got.status == 200 else [f"HTTP {got.status}"],
+        got.refused or problems,
         f"HTTP {got.status}, calls {_calls_text(calls)}",
         cannot_judge="" if len(calls) >= 2 else f"{len(calls)} call(s) where two were asked",
     )
@@ -463,18 +467,13 @@ def _tool_parts(server: Server) -> list[ToolPart]:
 
     # tool_choice none: text, no call
     got = ask(weather, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=16)
-    part(
-        "none",
-        []
-        if got.status == 200 and not got.calls
-        else ["a tool was still called" if got.status == 200 else f"HTTP {got.status}"],
-        f"HTTP {got.status}, calls {_calls_text(got.calls)}",
-    )
+    called = ["a tool was still called"] if got.calls else []
+    part("none", got.refused or called, f"HTTP {got.status}, calls {_calls_text(got.calls)}")
 
     # auto: the model decides and the server's parser takes the call out of its text
     got = ask(weather, tools=[WEATHER_TOOL], tool_choice="auto", max_tokens=128)
     calls, text = got.calls, got.message.get("content") or ""
-    failed = [f"HTTP {got.status}"] if got.status != 200 else _arguments_problems(calls)
+    failed = got.refused or _arguments_problems(calls)
     if got.status == 200 and not calls and _looks_like_a_call(text):
         failed.append(
             f"the model wrote a call that --tool-call-parser {server.target.tool_call_parser} "
@@ -502,10 +501,8 @@ def check_tools(server: Server) -> CheckResult:
     it could not judge on this model (a small model may not call tools unprompted)."""
     target = server.target
     if not (target.tool_call_parser and target.auto_tool_choice):
-        return CheckResult(
-            check="tools",
-            outcome=Outcome.NOT_APPLICABLE,
-            summary="the deployment has no --tool-call-parser with --enable-auto-tool-choice",
+        return _not_applicable(
+            "tools", "the deployment has no --tool-call-parser with --enable-auto-tool-choice"
         )
     parts = _tool_parts(server)
     evidence = [f"{p.part} [{p.outcome}]: {p.said}" for p in parts]
@@ -535,11 +532,7 @@ def needle_lengths(max_model_len: int) -> list[int]:
 def check_needle(server: Server, lengths: list[int] | None = None) -> CheckResult:
     if not lengths:
         if not server.target.max_model_len:
-            return CheckResult(
-                check="needle",
-                outcome=Outcome.NOT_APPLICABLE,
-                summary="max_model_len unknown: give --needle-lengths",
-            )
+            return _not_applicable("needle", "max_model_len unknown: give --needle-lengths")
         lengths = needle_lengths(server.target.max_model_len)
     beyond = [n for n in lengths if server.target.max_model_len and n > server.target.max_model_len]
     if beyond:
@@ -593,11 +586,7 @@ def check_needle(server: Server, lengths: list[int] | None = None) -> CheckResul
 
 def check_reasoning(server: Server) -> CheckResult:
     if not server.target.reasoning_parser:
-        return CheckResult(
-            check="reasoning",
-            outcome=Outcome.NOT_APPLICABLE,
-            summary="the deployment has no --reasoning-parser",
-        )
+        return _not_applicable("reasoning", "the deployment has no --reasoning-parser")
     message, finish, _ = _message(server.chat(_ask("What is 17 + 25?"), max_tokens=256, **GREEDY))
     reasoning = message.get("reasoning") or message.get("reasoning_content") or ""
     content = message.get("content") or ""
@@ -623,11 +612,7 @@ def check_reasoning(server: Server) -> CheckResult:
 
 def check_speculative(server: Server) -> CheckResult:
     if not server.target.speculative:
-        return CheckResult(
-            check="speculative",
-            outcome=Outcome.NOT_APPLICABLE,
-            summary="the deployment has no speculative config",
-        )
+        return _not_applicable("speculative", "the deployment has no speculative config")
     server.chat(_ask("Count from one to twenty."), max_tokens=64, **GREEDY)
     totals: dict[str, float] = {}
     for line in server.metrics().splitlines():
@@ -635,15 +620,11 @@ def check_speculative(server: Server) -> CheckResult:
             if line.startswith(f"vllm:{name}_total"):
                 totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     drafts = totals.get("spec_decode_num_draft_tokens", 0.0)
+    verdict = partial(CheckResult, check="speculative")
     if not drafts:
-        return CheckResult(
-            check="speculative",
-            outcome=Outcome.CANNOT_JUDGE,
-            summary="/metrics counted no draft tokens",
-        )
+        return verdict(outcome=Outcome.CANNOT_JUDGE, summary="/metrics counted no draft tokens")
     rate = totals.get("spec_decode_num_accepted_tokens", 0.0) / drafts
-    return CheckResult(
-        check="speculative",
+    return verdict(
         outcome=Outcome.INFO,
         summary=f"draft acceptance {rate:.1%} of {drafts:.0f} draft tokens",
         evidence=[f"{k}: {v:.0f}" for k, v in totals.items()],
@@ -728,10 +709,9 @@ def run_smoke(
         EndpointError: the server stopped answering (what finished is kept for ``--resume``).
     """
     run = run or SmokeRun()
-    checks, needle, resume, timeout_s = run.checks, run.needle, run.resume, run.timeout_s
     results = out_dir / RESULTS_FILE
     done: list[CheckResult] = []
-    if resume and results.exists():
+    if run.resume and results.exists():
         files.cut_torn_line(results)  # a check killed mid-line runs again
         done = read_jsonl(
             results, CheckResult.model_validate, what="smoke result", hint="start a new --out"
@@ -742,21 +722,21 @@ def run_smoke(
         url=public_url(target.url), model=target.model, started_at=datetime.now(UTC), checks=done
     )
     finished = {c.check for c in done}
-    server = Server(target, api_key, timeout_s)
+    server = Server(target, api_key, run.timeout_s)
     runners: dict[str, Callable[[Server], CheckResult]] = {
         **CHECKS,
-        "needle": lambda s: check_needle(s, needle),
+        "needle": lambda s: check_needle(s, run.needle),
         "answers": lambda s: check_answers(s, run.reference),
     }
     try:
         with files.LineLog(results) as log:
-            for name in checks or list(CHECKS):
+            for name in run.checks or list(CHECKS):
                 if name in finished:
                     continue
                 started = time.monotonic()
                 on_progress(f"{name}: running")
                 try:
-                    with _Waiting(name, timeout_s, PROGRESS_EVERY_S, on_progress):
+                    with _waiting(name, run.timeout_s, PROGRESS_EVERY_S, on_progress):
                         result = runners[name](server)
                 except EndpointError as exc:  # a refusal or a broken answer is the verdict
                     result = CheckResult(
@@ -778,32 +758,29 @@ def run_smoke(
     return report
 
 
-class _Waiting:
+@contextmanager
+def _waiting(
+    check: str, timeout_s: float, every_s: float, say: Callable[[str], None]
+) -> Iterator[None]:
     """While a check runs: a line every ``every_s`` seconds saying how long it has waited."""
+    done = threading.Event()
 
-    def __init__(
-        self, check: str, timeout_s: float, every_s: float, say: Callable[[str], None]
-    ) -> None:
-        self.check, self.timeout_s, self.every_s, self.say = check, timeout_s, every_s, say
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._tell, name="smoke-progress", daemon=True)
-
-    def _tell(self) -> None:
+    def tell() -> None:
         started = time.monotonic()
-        while not self.done.wait(self.every_s):
-            self.say(
-                f"{self.check}: still waiting for the server after "
+        while not done.wait(every_s):
+            say(
+                f"{check}: still waiting for the server after "
                 f"{time.monotonic() - started:.0f} s (a request may take up to "
-                f"{self.timeout_s:g} s: --request-timeout)"
+                f"{timeout_s:g} s: --request-timeout)"
             )
 
-    def __enter__(self) -> _Waiting:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self.thread.join()
+    thread = threading.Thread(target=tell, name="smoke-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _write_reports(report: SmokeReport, out_dir: Path) -> None:

@@ -67,24 +67,18 @@ def clustered_accuracy(scores: Mapping[str, Sequence[float]]) -> Accuracy:
     if n > 1 and max(means) != min(means):
         sd = math.sqrt(sum((m - acc) ** 2 for m in means) / (n - 1))
         se = sd / math.sqrt(n)
-        return Accuracy(
-            accuracy=acc,
-            ci95_low=max(0.0, acc - Z95 * se),
-            ci95_high=min(1.0, acc + Z95 * se),
-            se=se,
-            n_questions=n,
-            n_samples=n_samples,
-            method="cluster-normal",
-        )
-    low, high = wilson_interval(acc, n)
+        low, high, method = max(0.0, acc - Z95 * se), min(1.0, acc + Z95 * se), "cluster-normal"
+    else:
+        se, method = 0.0, "wilson"
+        low, high = wilson_interval(acc, n)
     return Accuracy(
         accuracy=acc,
         ci95_low=low,
         ci95_high=high,
-        se=0.0,
+        se=se,
         n_questions=n,
         n_samples=n_samples,
-        method="wilson",
+        method=method,
     )
 
 
