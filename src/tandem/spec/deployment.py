@@ -97,23 +97,17 @@ def local_cluster(
         else:
             env = {wire.VLLM_CPU_OMP_THREADS_BIND: str(i % max(cpu_count, 1))}
             cpus = str(i) if confine and nodes <= cpu_count else None
-        if isolation is LocalIsolation.LOOPBACK:
-            node = Node(
+        loopback = isolation is LocalIsolation.LOOPBACK
+        address, interface = ("127.0.0.1", "lo") if loopback else (str(hosts[i]), interface_name(i))
+        result.append(
+            Node(
                 name=f"node{i}",
-                address="127.0.0.1",
-                control_plane_interface="lo",
+                address=address,
+                control_plane_interface=interface,
                 env=env,
                 cpus=cpus,
             )
-        else:
-            node = Node(
-                name=f"node{i}",
-                address=str(hosts[i]),
-                control_plane_interface=interface_name(i),
-                env=env,
-                cpus=cpus,
-            )
-        result.append(node)
+        )
     return Cluster(
         name=LOCAL_CLUSTER_NAME,
         transport=Transport.LOCAL,
