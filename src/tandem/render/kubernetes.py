@@ -456,22 +456,16 @@ def service(deployment: Deployment) -> dict:
         spec["loadBalancerClass"] = options.load_balancer_class
     if options.external_traffic_policy:
         spec["externalTrafficPolicy"] = options.external_traffic_policy.value
+    recipe = deployment.recipe
+    routed = recipe.replicas > 1  # the front door is the router
+    target = recipe.router.port if routed else recipe.ports.api
     spec["ports"] = [
-        {
-            "name": API_PORT_NAME,
-            "port": options.port,
-            "targetPort": deployment.recipe.ports.api,
-            "protocol": "TCP",
-        }
+        {"name": API_PORT_NAME, "port": options.port, "targetPort": target, "protocol": "TCP"}
     ]
-    if deployment.recipe.replicas > 1:  # the front door is the router
-        spec["ports"][0]["targetPort"] = deployment.recipe.router.port
+    if routed:
         spec["selector"] = {wire.K8S_NAME_LABEL: router_name(deployment)}
     else:
-        spec["selector"] = {
-            wire.LWS_NAME_LABEL: lws_name(deployment),
-            wire.ROLE_LABEL: "leader",
-        }
+        spec["selector"] = {wire.LWS_NAME_LABEL: lws_name(deployment), wire.ROLE_LABEL: "leader"}
     return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
 
 
