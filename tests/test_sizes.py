@@ -45,7 +45,6 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/render/prometheus.py:alert_rules": (106, 2),
     "tandem/report/plan.py:plan_tables": (94, 1),
     "tandem/report/watch.py:live_view": (86, 2),
-    "tandem/spec/deployment.py:deployment_problems": (98, 1),
     "tandem/watch/summary.py:summarize": (115, 5),
 }
 

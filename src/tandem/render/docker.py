@@ -68,20 +68,6 @@ def is_pinned(image: str) -> bool:
     return "@sha256:" in image
 
 
-def container_env(rank: RankSpec) -> dict[str, str]:
-    """The rank's environment as the container sees it: cache variables point at the mounts."""
-    env = dict(rank.env)
-    for mount in rank.mounts:
-        if mount.env:
-            env[mount.env] = mount.target
-    return env
-
-
-def host_source(rank: RankSpec, source: str, env_name: str | None) -> str:
-    """A mount's host path: the node's own setting of the variable (e.g. HF_HOME) wins."""
-    return rank.env.get(env_name, source) if env_name else source
-
-
 def docker_run_argv(
     rank: RankSpec, deployment: Deployment, *, image: str | None = None, docker: str = "docker"
 ) -> list[str]:
@@ -119,11 +105,14 @@ def docker_run_argv(
     for mount in rank.mounts:
         if mount.kind == "device":
             argv += ["--device", f"{mount.source}:{mount.target}"]
-        else:
-            argv += ["--volume", f"{host_source(rank, mount.source, mount.env)}:{mount.target}"]
+        else:  # from the node's own setting of the mount's variable (e.g. HF_HOME), if any
+            source = rank.env.get(mount.env, mount.source) if mount.env else mount.source
+            argv += ["--volume", f"{source}:{mount.target}"]
     cache = caches.remote_root(deployment.cluster.ssh.remote_dir, deployment.name, rank.rank)
     argv += ["--volume", f"{cache}:{wire.CONTAINER_CACHE_ROOT}"]
-    env = {**container_env(rank), **caches.cache_env(wire.CONTAINER_CACHE_ROOT)}
+    # the environment as the container sees it: the mounts' variables point at their targets
+    mounted = {mount.env: mount.target for mount in rank.mounts if mount.env}
+    env = {**rank.env, **mounted, **caches.cache_env(wire.CONTAINER_CACHE_ROOT)}
     for key, value in env.items():
         argv += ["--env", key if is_secret(key) else f"{key}={value}"]
     argv += ["--entrypoint", rank.argv[0], image, *rank.argv[1:]]

@@ -168,31 +168,24 @@ def _volumes(deployment: Deployment, rank: RankSpec) -> tuple[list[dict], list[d
     volumes: list[dict] = []
     mounts: list[dict] = []
 
+    def add(name: str, source: dict, target: str, **mount: Any) -> None:
+        volumes.append({"name": name, **source})
+        mounts.append({"name": name, "mountPath": target, **mount})
+
     def host_dir(name: str, path: str, target: str, kind: str = "DirectoryOrCreate") -> None:
-        volumes.append({"name": name, "hostPath": {"path": path, "type": kind}})
-        mounts.append({"name": name, "mountPath": target})
+        add(name, {"hostPath": {"path": path, "type": kind}}, target)
 
     for mount in rank.mounts:
         if mount.kind == "device":
             host_dir(_volume_name(mount), host_path(mount.source), mount.target, "Directory")
-    volumes.append(
-        {
-            "name": "dshm",
-            "emptyDir": {"medium": "Memory", "sizeLimit": quantity(deployment.recipe.shm_bytes)},
-        }
-    )
-    mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    shm = {"medium": "Memory", "sizeLimit": quantity(deployment.recipe.shm_bytes)}
+    add("dshm", {"emptyDir": shm}, "/dev/shm")
     for mount in rank.mounts:
         if mount.kind == "cache":
             host_dir(_volume_name(mount), host_path(mount.source), mount.target)
     host_dir(COMPILE_CACHE_VOLUME, caches.k8s_host_root(deployment.name), wire.CONTAINER_CACHE_ROOT)
-    volumes.append(
-        {
-            "name": AGENT_VOLUME,
-            "configMap": {"name": agent_config_map_name(deployment), "defaultMode": 0o444},
-        }
-    )
-    mounts.append({"name": AGENT_VOLUME, "mountPath": AGENT_DIR, "readOnly": True})
+    agent_map = {"name": agent_config_map_name(deployment), "defaultMode": 0o444}
+    add(AGENT_VOLUME, {"configMap": agent_map}, AGENT_DIR, readOnly=True)
     return volumes, mounts
 
 
@@ -226,9 +219,11 @@ def _role_argv(deployment: Deployment, ranks: list[RankSpec], mode: LeaderAddres
 def _role_env(ranks: list[RankSpec], mode: LeaderAddress, secret: str | None) -> list[dict]:
     """One env list for every rank of a template, in the plan's order, with the container's
     view of mounted paths (HF_HOME -> the mount target)."""
-    per_pod = {wire.VLLM_HOST_IP} if (mode is LeaderAddress.LWS or len(ranks) > 1) else set()
+    per_pod: dict[str, dict] = {}  # a variable each pod sets itself: where it reads it
+    if mode is LeaderAddress.LWS or len(ranks) > 1:
+        per_pod[wire.VLLM_HOST_IP] = _FROM_POD_IP
     if len(ranks) > 1:
-        per_pod.add(wire.TANDEM_RANK)
+        per_pod[wire.TANDEM_RANK] = _FROM_WORKER_INDEX
     mount_env = {m.env: m.target for m in ranks[0].mounts if m.env}
     first = ranks[0].env
     problems = [
@@ -243,18 +238,13 @@ def _role_env(ranks: list[RankSpec], mode: LeaderAddress, secret: str | None) ->
     ]
     if problems:
         raise PlanError("worker nodes differ in their environment", problems=problems)
-    env: list[dict] = []
-    for key, value in first.items():
-        if key in mount_env:
-            env.append({"name": key, "value": mount_env[key]})
-        elif key == wire.VLLM_HOST_IP and key in per_pod:
-            env.append({"name": key, **_FROM_POD_IP})
-        elif key == wire.TANDEM_RANK and key in per_pod:
-            env.append({"name": key, **_FROM_WORKER_INDEX})
-        else:
-            env.append({"name": key, "value": value})
-    named = {e["name"] for e in env}
-    env += [{"name": k, "value": v} for k, v in mount_env.items() if k not in named]
+    env = [
+        {"name": key, **per_pod[key]}
+        if key in per_pod and key not in mount_env
+        else {"name": key, "value": mount_env.get(key, value)}
+        for key, value in first.items()
+    ]
+    env += [{"name": k, "value": v} for k, v in mount_env.items() if k not in first]
     env = [e for e in env if e["name"] not in caches.CACHE_DIRS]
     env += [{"name": k, "value": v} for k, v in caches.cache_env(wire.CONTAINER_CACHE_ROOT).items()]
     if secret:
@@ -466,22 +456,16 @@ def service(deployment: Deployment) -> dict:
         spec["loadBalancerClass"] = options.load_balancer_class
     if options.external_traffic_policy:
         spec["externalTrafficPolicy"] = options.external_traffic_policy.value
+    recipe = deployment.recipe
+    routed = recipe.replicas > 1  # the front door is the router
+    target = recipe.router.port if routed else recipe.ports.api
     spec["ports"] = [
-        {
-            "name": API_PORT_NAME,
-            "port": options.port,
-            "targetPort": deployment.recipe.ports.api,
-            "protocol": "TCP",
-        }
+        {"name": API_PORT_NAME, "port": options.port, "targetPort": target, "protocol": "TCP"}
     ]
-    if deployment.recipe.replicas > 1:  # the front door is the router
-        spec["ports"][0]["targetPort"] = deployment.recipe.router.port
+    if routed:
         spec["selector"] = {wire.K8S_NAME_LABEL: router_name(deployment)}
     else:
-        spec["selector"] = {
-            wire.LWS_NAME_LABEL: lws_name(deployment),
-            wire.ROLE_LABEL: "leader",
-        }
+        spec["selector"] = {wire.LWS_NAME_LABEL: lws_name(deployment), wire.ROLE_LABEL: "leader"}
     return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
 
 

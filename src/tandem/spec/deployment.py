@@ -97,23 +97,17 @@ def local_cluster(
         else:
             env = {wire.VLLM_CPU_OMP_THREADS_BIND: str(i % max(cpu_count, 1))}
             cpus = str(i) if confine and nodes <= cpu_count else None
-        if isolation is LocalIsolation.LOOPBACK:
-            node = Node(
+        loopback = isolation is LocalIsolation.LOOPBACK
+        address, interface = ("127.0.0.1", "lo") if loopback else (str(hosts[i]), interface_name(i))
+        result.append(
+            Node(
                 name=f"node{i}",
-                address="127.0.0.1",
-                control_plane_interface="lo",
+                address=address,
+                control_plane_interface=interface,
                 env=env,
                 cpus=cpus,
             )
-        else:
-            node = Node(
-                name=f"node{i}",
-                address=str(hosts[i]),
-                control_plane_interface=interface_name(i),
-                env=env,
-                cpus=cpus,
-            )
-        result.append(node)
+        )
     return Cluster(
         name=LOCAL_CLUSTER_NAME,
         transport=Transport.LOCAL,
@@ -251,6 +245,32 @@ def _replica_problems(deployment: Deployment, problems: ProblemList) -> bool:
     return fits
 
 
+def _address_problems(cluster: Cluster, nnodes: int, problems: ProblemList) -> None:
+    """Add why the nodes' addresses cannot carry a group of ``nnodes``: a loopback address among
+    hosts, or two nodes on one address where each should be a host of its own."""
+    if cluster.transport is not Transport.LOCAL and nnodes > 1:
+        for i, node in enumerate(cluster.nodes):
+            if node.is_loopback:
+                problems.add(
+                    f"nodes[{i}].address",
+                    f"'{node.address}' is a loopback address in "
+                    "a multi-host cluster; the other nodes would connect to themselves "
+                    "and the rendezvous never completes",
+                    "use the node's management address that the other nodes can reach",
+                )
+    if cluster.transport is not Transport.LOCAL or cluster.local.isolation is LocalIsolation.NETNS:
+        seen: dict[str, str] = {}
+        for node in cluster.nodes:
+            if node.address in seen:
+                problems.add(
+                    "nodes",
+                    f"nodes {seen[node.address]} and {node.name} share address {node.address},"
+                    " so two ranks would claim one host",
+                    "give each node its own address",
+                )
+            seen.setdefault(node.address, node.name)
+
+
 def deployment_problems(deployment: Deployment) -> list[Problem]:
     """Every reason a valid recipe and a valid cluster cannot work together, each with its
     field path (the rank plan refuses them with a ``PlanError``; the loader reports them with
@@ -296,28 +316,7 @@ def deployment_problems(deployment: Deployment) -> list[Problem]:
             f"set tensor_parallel_size x pipeline_parallel_size to {nnodes * min(gpus)}, or "
             "change the nodes' gpus or the node list",
         )
-    if cluster.transport is not Transport.LOCAL and nnodes > 1:
-        for i, node in enumerate(cluster.nodes):
-            if node.is_loopback:
-                problems.add(
-                    f"nodes[{i}].address",
-                    f"'{node.address}' is a loopback address in "
-                    "a multi-host cluster; the other nodes would connect to themselves "
-                    "and the rendezvous never completes",
-                    "use the node's management address that the other nodes can reach",
-                )
-    addresses = [(n.address, n.name) for n in cluster.nodes]
-    if cluster.transport is not Transport.LOCAL or cluster.local.isolation.value == "netns":
-        seen: dict[str, str] = {}
-        for address, name in addresses:
-            if address in seen:
-                problems.add(
-                    "nodes",
-                    f"nodes {seen[address]} and {name} share address {address},"
-                    " so two ranks would claim one host",
-                    "give each node its own address",
-                )
-            seen.setdefault(address, name)
+    _address_problems(cluster, nnodes, problems)
     for var in wire.PER_NODE_VARS:
         if var in recipe.env:
             problems.add(

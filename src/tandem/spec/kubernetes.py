@@ -13,7 +13,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, field_validator
 
 from tandem.spec.addresses import check_address
-from tandem.spec.recipe import StrictModel, refuse_inline_secrets
+from tandem.spec.recipe import Port, StrictModel, refuse_inline_secrets
 
 
 class LeaderAddress(StrEnum):
@@ -56,11 +56,9 @@ class ServiceOptions(StrictModel):
         default=ServiceType.CLUSTER_IP,
         description="`ClusterIP` (default), `NodePort` or `LoadBalancer`.",
     )
-    port: int = Field(
+    port: Port = Field(
         examples=[8000],
         default=80,
-        ge=1,
-        le=65535,
         description="Port the Service listens on; it "
         "forwards to the recipe's `ports.api` on the leader. Default 80.",
     )

@@ -62,6 +62,8 @@ def unless_null(check: Callable[[str], str]) -> AfterValidator:
 
 HostAddress = Annotated[str, AfterValidator(check_address)]
 """An address that others reach or that a server binds: an IP address or a host name."""
+Port = Annotated[int, Field(ge=1, le=65535)]
+"""A TCP port that tandem, vLLM or Kubernetes opens."""
 
 
 class StrictModel(BaseModel):
@@ -682,18 +684,14 @@ class Network(StrictModel):
 class Ports(StrictModel):
     """``ports:`` — where the leader serves and where the ranks meet."""
 
-    api: int = Field(
+    api: Port = Field(
         json_schema_extra=becomes("--port"),
         default=8000,
-        ge=1,
-        le=65535,
         description="OpenAI API port on the leader.",
     )
-    master: int = Field(
+    master: Port = Field(
         json_schema_extra=becomes(wire.MASTER_PORT_FLAG),
         default=29501,
-        ge=1,
-        le=65535,
         description="Rendezvous port (`--master-port`) on the leader.",
     )
 
@@ -791,11 +789,9 @@ class Watch(StrictModel):
         "finished with an error or abort, as a share of all "
         "finished ones (vLLM's finished_reason).",
     )
-    metrics_port: int = Field(
+    metrics_port: Port = Field(
         examples=[9479],
         default=9478,
-        ge=1,
-        le=65535,
         description="Port of `tandem watch --serve-metrics` in the rendered Prometheus config.",
     )
 
@@ -836,18 +832,14 @@ class Router(StrictModel):
         "holds it), `round_robin`, `power_of_two`, `consistent_hash`, `random`, "
         "`sticky_least_loaded`.",
     )
-    port: int = Field(
+    port: Port = Field(
         examples=[9100],
         default=8100,
-        ge=1,
-        le=65535,
         description="Where the router serves the OpenAI API.",
     )
-    metrics_port: int = Field(
+    metrics_port: Port = Field(
         examples=[9190],
         default=8190,
-        ge=1,
-        le=65535,
         description="The router's own Prometheus `/metrics`.",
     )
     image: Annotated[str | None, unless_null(check_image)] = Field(
