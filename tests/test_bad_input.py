@@ -1052,3 +1052,20 @@ def test_render_to_a_folder_of_a_target_that_prints_is_refused_before_the_folder
     code, output = cli("render", "tiny-local", "--target", "k8s", "--out", str(tmp_path / "r"))
     assert code == 2 and "prints to stdout" in output, output
     assert not (tmp_path / "r").exists()
+
+
+def test_more_ranks_than_this_machine_has_nodes_is_refused_with_every_problem(tmp_path):
+    """Without a cluster each rank gets a node of this machine, an address each on one /24: a
+    world size past it was an IndexError."""
+    path = write(tmp_path, RECIPE.replace("tensor_parallel_size: 2", "tensor_parallel_size: 300"))
+    with pytest.raises(RecipeError) as info:
+        load_deployment(path)
+    assert info.value.file == str(path) and info.value.field == "engine.serve"
+    assert "300 ranks" in info.value.message and "--cluster" in (info.value.hint or "")
+    typo = RECIPE.replace("{repo_id: org/model}", "{repo_id: org/model, served_name: 7}")
+    path = write(tmp_path, typo.replace("tensor_parallel_size: 2", "tensor_parallel_size: 254"))
+    with pytest.raises(RecipeError) as info:
+        load_deployment(path)
+    fields = [p.field for p in info.value.problems]
+    assert fields == ["model.served_name", "engine.serve"], info.value
+    load_deployment(write(tmp_path, RECIPE.replace("size: 2", "size: 253")))  # fits

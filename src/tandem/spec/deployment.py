@@ -18,6 +18,8 @@ from tandem.spec.kubernetes import LeaderAddress
 from tandem.spec.recipe import DataPlaneTransport, ExecutorBackend, Recipe
 
 LOCAL_CLUSTER_NAME = "local"
+LOCAL_NODES_MAX = 253
+"""Nodes of this machine's cluster: an address each on its /24, whose last one is the bridge's."""
 
 
 class Deployment(BaseModel):

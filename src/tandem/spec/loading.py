@@ -28,7 +28,13 @@ from pydantic_core import ErrorDetails
 
 from tandem.errors import ClusterError, Problem, RecipeError, SpecError
 from tandem.spec.cluster import Cluster, LocalIsolation
-from tandem.spec.deployment import Deployment, deployment_problems, local_cluster, resolve_isolation
+from tandem.spec.deployment import (
+    LOCAL_NODES_MAX,
+    Deployment,
+    deployment_problems,
+    local_cluster,
+    resolve_isolation,
+)
 from tandem.spec.recipe import Recipe
 
 M = TypeVar("M", bound=BaseModel)
@@ -386,13 +392,24 @@ def load_deployment(
         cluster: Loaded[Cluster] = Loaded("this machine's cluster")
         if recipe.model is not None:
             serve = recipe.model.engine.serve
-            cluster.model = local_cluster(
-                serve.tensor_parallel_size * serve.pipeline_parallel_size * recipe.model.replicas,
-                isolation=LocalIsolation.AUTO,
-                cpu_count=cpu_count,
-                gpu_count=gpu_count,
-                confine=recipe.model.replicas > 1,
-            )
+            ranks = serve.tensor_parallel_size * serve.pipeline_parallel_size
+            ranks *= recipe.model.replicas
+            if ranks > LOCAL_NODES_MAX:  # a node each, on one /24 beside its bridge
+                cluster.error = RecipeError(
+                    f"{ranks} ranks (tensor_parallel_size x pipeline_parallel_size x replicas) "
+                    f"cannot each have a node of this machine, which holds {LOCAL_NODES_MAX}",
+                    file=recipe.source,
+                    field="engine.serve",
+                    hint="give a cluster of real nodes with --cluster, or lower the sizes",
+                )
+            else:
+                cluster.model = local_cluster(
+                    ranks,
+                    isolation=LocalIsolation.AUTO,
+                    cpu_count=cpu_count,
+                    gpu_count=gpu_count,
+                    confine=recipe.model.replicas > 1,
+                )
     else:
         cluster = read_cluster(cluster_path)
     errors = [e for e in (recipe.error, cluster.error) if e]
