@@ -86,8 +86,7 @@ MODEL_INFOS = "vllm/modelinfos"
 """vLLM's facts about each model class (``VLLM_CACHE_ROOT/modelinfos/MODULE-CLASS.json``: what
 the class supports, each file keyed by the hash of vLLM's own source of it). They depend on the
 installed vLLM alone, and a root without them has vLLM work them out in a subprocess that
-imports torch and vLLM once more, on every rank: ``tiny-local``'s cold start took 52-55 s on two
-idle cores without them and 48-49 s with them (134-149 s and 89-105 s on a loaded machine).
+imports torch and vLLM once more: 10-14 s of a 45-60 s start on two CPU cores, on every rank.
 So every local rank's folder is a link to one store on this machine (``model_info_store``);
 vLLM checks each file's hash when it reads it and writes a new one over a stale one. They are
 not compiled code: the probe does not follow the link (``agent.compile_cache_facts``), so what
