@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tandem import caches
-
 pytestmark = pytest.mark.engine
 DIGEST = "5eeded" + "0" * 58
 """A torch_aot_compile folder name no real boot of this deployment writes."""
@@ -37,9 +35,7 @@ def parity_findings(deployment) -> list[dict]:
 def test_each_rank_writes_its_own_cache_root_kept_apart_from_the_run_dir(tiny_deployment):
     state = json.loads((tiny_deployment.state_dir / "state.json").read_text())
     for root in roots(tiny_deployment):
-        assert list((root / "inductor").iterdir()), root  # the helpers vLLM compiled: here
-        infos = root / caches.MODEL_INFOS  # its model-class facts: the machine's store
-        assert infos.is_symlink() and list(infos.iterdir()), root  # vLLM wrote there
+        assert list((root / "vllm" / "modelinfos").iterdir()), root  # vLLM wrote here
         assert not str(root).startswith(state["groups"][0]["run_dir"])
 
 

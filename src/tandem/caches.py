@@ -45,7 +45,6 @@ each node.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections import Counter
 from pathlib import Path, PurePosixPath
@@ -80,39 +79,6 @@ _RANK_FOLDER = re.compile(r"(?<![^/])rank_\d+_\d+(?![^/])")
 _DIGEST = re.compile(r"(?<![^/])[0-9a-f]{32,}(?![^/])")
 _NOT_CONTENT = re.compile(r"(?:^|/)(?:tmp[^/]*|[^/]*\.lock|[^/]*\.tmp)$")
 """Scratch names (temporary folders, lock files) that say nothing about what is cached."""
-
-
-MODEL_INFOS = "vllm/modelinfos"
-"""vLLM's facts about each model class (``VLLM_CACHE_ROOT/modelinfos/MODULE-CLASS.json``: what
-the class supports, each file keyed by the hash of vLLM's own source of it). They depend on the
-installed vLLM alone, and a root without them has vLLM work them out in a subprocess that
-imports torch and vLLM once more: 10-14 s of a 45-60 s start on two CPU cores, on every rank.
-So every local rank's folder is a link to one store on this machine (``model_info_store``);
-vLLM checks each file's hash when it reads it and writes a new one over a stale one. They are
-not compiled code: the probe does not follow the link (``agent.compile_cache_facts``), so what
-the store holds neither warms a root nor enters its key."""
-
-
-def model_info_store() -> Path:
-    """This machine's store of vLLM's model-class facts, shared by every ``TANDEM_HOME``:
-    ``$XDG_CACHE_HOME/tandem/vllm-modelinfos`` (``~/.cache`` when the variable is unset)."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "tandem" / "vllm-modelinfos"
-
-
-def link_model_infos(root: Path, store: Path) -> None:
-    """Make the model-info folder of the local rank root ``root`` a link to ``store``, unless
-    the root has one already (a folder of its own, written before the link: kept). Where the
-    store cannot be made, nothing is linked and vLLM writes its own folder, as before."""
-    link = root / MODEL_INFOS
-    if link.is_symlink() or link.exists():
-        return
-    try:
-        store.mkdir(parents=True, exist_ok=True)
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(store, target_is_directory=True)
-    except OSError:
-        return
 
 
 def cache_env(root: str | PurePosixPath | Path) -> dict[str, str]:

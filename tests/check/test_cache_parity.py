@@ -158,25 +158,3 @@ def test_a_root_under_the_home_folder_is_read_there(tmp_path: Path, monkeypatch)
     )
     assert facts["exists"] and facts["root"] == str(tmp_path / "tandem/caches/d/rank0")
     assert facts["entries"]
-
-
-def test_local_ranks_share_vllms_model_infos_without_warming_their_roots(tmp_path: Path):
-    """vLLM's model-class facts are the installed vLLM's, not compiled code: every local rank
-    links one store, a root holding only the link is cold, and what the store holds is not
-    in a warm root's key. A folder a rank already has is its own and is kept."""
-    store = tmp_path / "store"
-    roots = [caches.local_root(tmp_path, name, 0) for name in ("a", "b")]
-    for root in roots:
-        caches.link_model_infos(root, store)
-        assert (root / caches.MODEL_INFOS).resolve() == store.resolve()
-    assert not caches.is_warm(cache_facts(roots[0]))
-    (store / "DeepseekV3ForCausalLM.json").write_text("{}")  # written by a rank of a
-    assert [p.name for p in (roots[1] / caches.MODEL_INFOS).iterdir()] == [
-        "DeepseekV3ForCausalLM.json"
-    ]
-    assert not caches.is_warm(cache_facts(roots[1]))
-    compiled(roots[0], 0)  # its compiled graphs warm it
-    assert caches.cache_key(cache_facts(roots[0])) is not None
-    plant(tmp_path / "own", "vllm/modelinfos/DeepseekV3ForCausalLM.json")
-    caches.link_model_infos(tmp_path / "own", store)
-    assert not (tmp_path / "own" / caches.MODEL_INFOS).is_symlink()

@@ -138,9 +138,9 @@ def _process_env(rank: RankSpec, run_dir: Path) -> dict[str, str]:
     tmp = run_dir / f"rank{rank.rank}" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     env["TMPDIR"] = str(tmp)
-    root = caches.local_root(state_root(), rank.env[wire.TANDEM_DEPLOYMENT], rank.rank)
-    caches.link_model_infos(root, caches.model_info_store())
-    env |= caches.cache_env(root)  # kept by down: warm restarts
+    env |= caches.cache_env(
+        caches.local_root(state_root(), rank.env[wire.TANDEM_DEPLOYMENT], rank.rank)
+    )  # kept by down: warm restarts
     env.update(rank.env)
     return env
 
