@@ -18,7 +18,7 @@ from openai_stub import openai_stub
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import BenchResult, LoadGenerator
 from tandem.cli.bench import write_reports
-from tandem.report.bench_html import CSV_COLUMNS
+from tandem.report.bench_html import CSV_FIELDS
 
 
 def depth_run(out: Path) -> BenchResult:
@@ -53,7 +53,7 @@ def test_the_page_holds_every_plot_and_fetches_nothing(written):
 def test_points_csv_has_a_row_a_point_in_numbers(written):
     out, _ = written
     rows = list(csv.DictReader((out / "points.csv").open()))
-    assert list(rows[0]) == list(CSV_COLUMNS)
+    assert list(rows[0]) == list(CSV_FIELDS)
     assert [(r["point"], r["depth_tokens"]) for r in rows] == [
         ("c1-d0", "0"),
         ("c2-d0", "0"),

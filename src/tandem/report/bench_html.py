@@ -59,7 +59,6 @@ CSV_FIELDS = {
 }
 """points.csv's columns, each with where it is read in a ``LoadPointResult`` (empty where a
 part is missing: the server's counters of a point without them)."""
-CSV_COLUMNS = tuple(CSV_FIELDS)
 
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -121,10 +120,10 @@ def html_report(result: BenchResult, plots: Sequence[Path] = ()) -> str:
 
 
 def points_csv(result: BenchResult) -> str:
-    """One CSV row a load point and round, in CSV_COLUMNS order (empty where unknown)."""
+    """One CSV row a load point and round, in CSV_FIELDS order (empty where unknown)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    writer.writerow(CSV_FIELDS)
     for p in result.points:
         writer.writerow("" if (v := _field(p, path)) is None else v for path in CSV_FIELDS.values())
     return out.getvalue()
