@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
@@ -44,7 +45,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, model_validator
 
 from tandem import files, ownership, wire
-from tandem.backends.base import OnEvent, OnPhase
+from tandem.backends.base import OnEvent, OnPhase, backend_for
 from tandem.backends.state import DeploymentState, GroupState, list_deployments, load_state
 from tandem.bench.config import BenchConfig
 from tandem.bench.load_generator import BenchResult
@@ -253,21 +254,16 @@ def gate(
 Judge = Callable[[GroupState], GateResult]
 
 
+@dataclass(frozen=True)
 class Roll:
     """Moves a deployment's groups to a revision one launch at a time, through its router."""
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        timeout_s: float | None,
-        drain_s: float,
-        on_event: OnEvent,
-        on_phase: OnPhase,
-    ) -> None:
-        self.name = name
-        self.timeout_s, self.drain_s = timeout_s, drain_s
-        self.on_event, self.on_phase = on_event, on_phase
+    name: str
+    _: KW_ONLY
+    timeout_s: float | None
+    drain_s: float
+    on_event: OnEvent
+    on_phase: OnPhase
 
     def move(self, unit: list[GroupState], revision: Revision, judge: Judge | None) -> GateResult:
         """Group(s) ``unit`` leave the router, drain, start on ``revision`` and, with a
@@ -314,7 +310,7 @@ class Roll:
         first = unit[0].group
         running = next((g for g in state.groups if g.group == first), None)
         if running is not None:  # its launch now (a start that failed left none)
-            lifecycle.stop_group(state, running, self.on_event)
+            backend_for(state.backend).down(running, on_event=self.on_event)
         together = lifecycle.launched_together(state.backend)  # one launch of every group
         part, index = (whole, 0) if together else (placed_groups(whole)[first], first)
         lifecycle.start_group(
@@ -424,10 +420,7 @@ def upgrade(
     )
     for unit in lifecycle.launch_units(state):
         out = attempt / f"group-{unit[0].group}"
-
-        def judge(group: GroupState, out: Path = out) -> GateResult:
-            return gate(group, held_to, limits, out, on_event)
-
+        judge = partial(gate, held_to=held_to, limits=limits, out=out, on_event=on_event)
         result = roll.move(unit, candidate, judge)
         if not result.passed:
             revisions.transition(name, candidate, RevisionOutcome.FAILED, result.check or "")

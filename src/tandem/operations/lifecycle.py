@@ -298,11 +298,6 @@ def start_group(
     )
 
 
-def stop_group(state: DeploymentState, group: GroupState, on_event: OnEvent) -> None:
-    """Stop one group's ranks (its record stays until it is launched again)."""
-    backend_for(state.backend).down(group, on_event=on_event)
-
-
 def _front(state: DeploymentState, deployment: Deployment, on_event: OnEvent) -> None:
     """Start the router, make every group a member, and wait for an answer through it."""
     spec = deployment.recipe.router
