@@ -333,7 +333,8 @@ def _answer_through(state: DeploymentState, timeout_s: float) -> str:
             hint=f"see its log {state.router.log}",
         )
     try:
-        with Endpoint(state.router.url, api_key=_api_key(), timeout_s=timeout_s) as front:
+        key = os.environ.get(wire.VLLM_API_KEY)
+        with Endpoint(state.router.url, api_key=key, timeout_s=timeout_s) as front:
             body = front.chat(
                 state.model,
                 [{"role": "user", "content": READY_QUESTION}],
@@ -343,10 +344,6 @@ def _answer_through(state: DeploymentState, timeout_s: float) -> str:
     except EndpointError as exc:
         raise RankFailed(f"no completion through the router: {exc}") from exc
     return str(body["choices"][0]["message"].get("content") or "")
-
-
-def _api_key() -> str | None:
-    return os.environ.get(wire.VLLM_API_KEY)
 
 
 def _port_taken(port: int) -> bool:
@@ -477,13 +474,7 @@ def group_status(
     health = {r.rank: r for r in report.ranks}
     ranks = [
         RankStatus(
-            rank=r.rank,
-            node=r.node,
-            role=r.role,
-            address=r.address,
-            pid=r.pid,
-            netns=r.netns,
-            log=r.log,
+            **r.model_dump(include={"rank", "node", "role", "address", "pid", "netns", "log"}),
             health=health[r.rank].health,
             processes=health[r.rank].processes,
             state="exited" if health[r.rank].health.state is RankCondition.DEAD else "running",
