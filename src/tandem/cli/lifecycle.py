@@ -381,9 +381,8 @@ def _print_ledger(ledgers: list[HostLedger]) -> None:
     table = Table("host", "memory", "held by plan", "left", title="memory by plan, per host")
     for ledger in ledgers:
         held = ", ".join(
-            f"{h.deployment} ({h.node}) {h.budget_bytes / GIB:.2f} GiB"
-            if h.known
-            else f"{h.deployment} ({h.node}) unknown"
+            f"{h.deployment} ({h.node}) "
+            + (f"{h.budget_bytes / GIB:.2f} GiB" if h.known else "unknown")
             for h in ledger.holds
         )
         if ledger.outside_bytes:
@@ -448,12 +447,8 @@ def _print_ranks(status: lifecycle.DeploymentStatus) -> None:
             + _coloured(g.verdict)
             + (f" — {g.reason}" if g.reason else "")
         )
-    if status.planned and status.planned.comparison:
-        for c in (
-            status.planned.comparison.kv_pool_tokens,
-            status.planned.comparison.kv_pool_gib,
-            status.planned.comparison.max_concurrency,
-        ):
+    if status.planned and (compared := status.planned.comparison):
+        for c in (compared.kv_pool_tokens, compared.kv_pool_gib, compared.max_concurrency):
             console.print(
                 f"  planned vs actual {c.name}: {_figure(c.planned)} vs {_figure(c.measured)} "
                 f"({c.error_pct:+.2f}%)"
