@@ -37,7 +37,7 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/eval/smoke.py:_tool_parts": (121, 1),
     "tandem/operations/health.py:judge": (98, 4),
     "tandem/operations/preflight.py:run_check": (118, 8),
-    "tandem/operations/supervisor.py:supervise": (158, 8),
+    "tandem/operations/supervisor.py:supervise": (150, 8),
     "tandem/plan/kv.py:kv_layout": (91, 7),
     "tandem/plan/planner.py:plan_deployment": (183, 9),
     "tandem/plan/roofline.py:roofline": (83, 7),

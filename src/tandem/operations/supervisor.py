@@ -52,7 +52,6 @@ from tandem.backends.state import (
     DeploymentDir,
     GroupDir,
     GroupState,
-    PhaseMark,
     Place,
     load_state,
 )
@@ -168,30 +167,28 @@ def archive_logs(directory: GroupDir) -> Path | None:
     return folder
 
 
-def restart_group(
-    group: GroupState,
-    backend: Backend,
-    *,
-    on_event: Callable[[str], None],
-    on_phase: Callable[[PhaseMark], None],
-) -> GroupState:
-    """Stop every rank of the group, keep its logs, start it again, wait for it.
+def restart_group(group: GroupState, backend: Backend, log: Callable[[str], None]) -> GroupState:
+    """Stop every rank of the group, keep its logs, start it again, wait for it; every step and
+    start-up phase is an event of ``log``.
 
     Raises:
         StateError: the saved recipe or cluster fails today's checks; checked before anything
             is stopped, so a group that cannot be relaunched is left running.
     """
     deployment = group.deployment()
-    backend.down(group, on_event=on_event)
+    backend.down(group, on_event=log)
     kept = archive_logs(group.directory)
     if kept:
-        on_event(f"kept the crashed group's logs in {kept}")
+        log(f"kept the crashed group's logs in {kept}")
     new_state, _ = backend.up(
         plan_ranks(deployment),
         deployment,
         timeout_s=None,
-        on_phase=on_phase,
-        on_event=on_event,
+        on_phase=lambda m: log(
+            f"  {m.elapsed_s:6.1f}s rank {m.rank if m.rank is not None else '-'} "
+            f"{m.phase} {m.detail}".rstrip()
+        ),
+        on_event=log,
         place=Place(group.deployment_name, group.group, group.home),
     )
     new_state.revision = group.revision
@@ -485,15 +482,7 @@ def supervise(
                 restart: int = restarts,
                 seen_at: float = seen_at,
             ) -> str:
-                new_state = restart_group(
-                    state,
-                    backend,
-                    on_event=log,
-                    on_phase=lambda m: log(
-                        f"  {m.elapsed_s:6.1f}s rank {m.rank if m.rank is not None else '-'} "
-                        f"{m.phase} {m.detail}".rstrip()
-                    ),
-                )
+                new_state = restart_group(state, backend, log)
                 log(
                     f"restart {restart} done: {new_state.endpoint} answers again "
                     f"{clock() - seen_at:.1f} s after the fault was seen"
