@@ -178,8 +178,7 @@ def _show_ready(state: DeploymentState, readiness: list[Readiness], *, enforce_e
             f"[green]ready[/green] at {state.endpoint}/v1 as model '{state.model}' "
             f"after {phases[-1].elapsed_s:.1f} s"
         )
-    door = front_door_line()
-    if door:
+    if door := front_door_line():
         console.print(f"  also behind the {door}")
     for group, ready in zip(state.groups, readiness):
         who = f"group {group.group}: " if len(state.groups) > 1 else ""
@@ -369,8 +368,7 @@ def _print_lines(lines: list[DeploymentLine]) -> None:
         )
     show(table, console)
     _print_ledger(every_ledger())
-    door = front_door_line()
-    if door:
+    if door := front_door_line():
         console.print(door)
 
 
