@@ -36,13 +36,7 @@ from pathlib import Path
 from tandem import agent, caches, wire
 from tandem.backends import netns, processes
 from tandem.backends.base import Look, NodeFacts, ProcessFact, RankObservation
-from tandem.backends.launch import (
-    await_ready,
-    launch_marked,
-    new_state,
-    record_rank,
-    with_caller_secrets,
-)
+from tandem.backends.launch import await_ready, launch_marked, new_state, record_rank
 from tandem.backends.observation import ranks_by_node
 from tandem.backends.state import (
     GroupState,
@@ -246,7 +240,7 @@ def up(
             with open_private(log_path, "ab") as log:
                 process = subprocess.Popen(
                     argv,
-                    env=_process_env(launch_marked(with_caller_secrets(rank), state), run_dir),
+                    env=_process_env(launch_marked(rank, state), run_dir),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,

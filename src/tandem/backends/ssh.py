@@ -23,13 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tandem import agent, files
 from tandem.backends.base import Look
-from tandem.backends.launch import (
-    await_ready,
-    launch_marked,
-    new_state,
-    record_rank,
-    with_caller_secrets,
-)
+from tandem.backends.launch import await_ready, launch_marked, new_state, record_rank
 from tandem.backends.observation import (
     agent_request,
     answer_of,
@@ -211,9 +205,7 @@ class SSHBackend:
                 target = targets[rank.node]
                 started = ssh.run(
                     target,
-                    runtime.start_script(
-                        launch_marked(with_caller_secrets(rank), state), deployment
-                    ),
+                    runtime.start_script(launch_marked(rank, state), deployment),
                     timeout_s=120,
                     program=runtime.program(),
                 )
