@@ -71,11 +71,14 @@ def runtime_for(cluster: Cluster, recipe: Recipe) -> Runtimes:
     return VenvRuntime(cluster.ssh)
 
 
-def _state_runtime(state: GroupState) -> tuple[Cluster, Runtimes]:
-    """The cluster and runtime a deployment was launched with, read leniently: an old state
-    whose recipe today's checks refuse must still be stopped, watched and bundled."""
+def _launched(state: GroupState) -> tuple[Cluster, OpenSSH, dict[str, SSHTarget], Runtimes]:
+    """The cluster a deployment was launched on, its ssh transport and node targets, and the
+    runtime, read leniently: an old state whose recipe today's checks refuse must still be
+    stopped, watched and bundled."""
     deployment = state.deployment(lenient=True)
-    return deployment.cluster, runtime_for(deployment.cluster, deployment.recipe)
+    cluster = deployment.cluster
+    runtime = runtime_for(cluster, deployment.recipe)
+    return cluster, OpenSSH.for_cluster(cluster), _targets(cluster), runtime
 
 
 class RemoteLog:
@@ -312,9 +315,7 @@ class SSHBackend:
 
     def _stop_all(self, state: GroupState, *, on_event=lambda text: None) -> list[str]:
         """Stop every recorded rank (and any marked leftover) in parallel; return survivors."""
-        cluster, runtime = _state_runtime(state)
-        ssh = OpenSSH.for_cluster(cluster)
-        targets = _targets(cluster)
+        cluster, ssh, targets, runtime = _launched(state)
         ranks = {r.rank: r.node for r in state.ranks}
         for i, node in enumerate(cluster.nodes):  # a rank that crashed before it was recorded
             ranks.setdefault(i, node.name)
@@ -338,9 +339,7 @@ class SSHBackend:
 
     def _keep_logs(self, state: GroupState) -> None:
         """Copy the end of each rank's log into the local state folder."""
-        cluster, runtime = _state_runtime(state)
-        ssh = OpenSSH.for_cluster(cluster)
-        targets = _targets(cluster)
+        _, ssh, targets, runtime = _launched(state)
         files.private_dir(state.directory.logs)
         results = ssh.run_all(
             {
@@ -372,10 +371,9 @@ class SSHBackend:
 
     def rank_running(self, state: GroupState, rank: RankState) -> bool:
         """True while the rank's process or container is alive on its node."""
-        cluster, runtime = _state_runtime(state)
-        target = _targets(cluster)[rank.node]
-        result = OpenSSH.for_cluster(cluster).run(
-            target, runtime.status_script(state.name, rank.rank), timeout_s=30
+        _, ssh, targets, runtime = _launched(state)
+        result = ssh.run(
+            targets[rank.node], runtime.status_script(state.name, rank.rank), timeout_s=30
         )
         return result.stdout.startswith("running")
 
@@ -390,9 +388,7 @@ class SSHBackend:
 
     def observe(self, state: GroupState, *, nodes: bool = False) -> Look:
         """One call of the node agent a node, all nodes in parallel (``backends.observation``)."""
-        cluster, runtime = _state_runtime(state)
-        targets = _targets(cluster)
-        ssh = OpenSSH.for_cluster(cluster)
+        cluster, ssh, targets, runtime = _launched(state)
         python = engine_python(cluster.ssh.vllm_command)
         source = agent.source()
 
@@ -418,18 +414,12 @@ class SSHBackend:
         return look_of(state, answers, nodes=nodes)
 
     def log_reader(self, state: GroupState, rank: RankState) -> RemoteLog:
-        cluster, runtime = _state_runtime(state)
-        return RemoteLog(
-            OpenSSH.for_cluster(cluster),
-            _targets(cluster)[rank.node],
-            runtime,
-            state.name,
-            rank.rank,
-        )
+        _, ssh, targets, runtime = _launched(state)
+        return RemoteLog(ssh, targets[rank.node], runtime, state.name, rank.rank)
 
     def node_versions(self, state: GroupState) -> dict[str, str]:
         """Kernel, Python and vLLM (venv) or docker and image (docker) of every node."""
-        cluster, runtime = _state_runtime(state)
+        _, ssh, targets, runtime = _launched(state)
         if isinstance(runtime, DockerRuntime):
             what = (
                 f"{runtime.options.docker_command} version --format "
@@ -449,9 +439,8 @@ class SSHBackend:
             )
         script = f"uname -srm; python3 --version 2>&1 || true; {what}\n"
         with ThreadPoolExecutor() as pool:
-            ssh = OpenSSH.for_cluster(cluster)
             futures = {
                 n: pool.submit(ssh.run, t, script, timeout_s=120, check=False)
-                for n, t in _targets(cluster).items()
+                for n, t in targets.items()
             }
             return {n: f.result().stdout.strip() for n, f in futures.items()}
