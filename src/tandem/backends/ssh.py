@@ -59,10 +59,6 @@ from tandem.spec.recipe import Recipe
 Runtimes = VenvRuntime | DockerRuntime
 
 
-def _targets(cluster: Cluster) -> dict[str, SSHTarget]:
-    return {node.name: SSHTarget.of(node) for node in cluster.nodes}
-
-
 def runtime_for(cluster: Cluster, recipe: Recipe) -> Runtimes:
     """The runtime the cluster's ``ssh.runtime`` and the recipe's image select."""
     runtime = resolve_runtime(cluster.ssh, recipe.engine.image)
@@ -71,14 +67,18 @@ def runtime_for(cluster: Cluster, recipe: Recipe) -> Runtimes:
     return VenvRuntime(cluster.ssh)
 
 
-def _launched(state: GroupState) -> tuple[Cluster, OpenSSH, dict[str, SSHTarget], Runtimes]:
-    """The cluster a deployment was launched on, its ssh transport and node targets, and the
-    runtime, read leniently: an old state whose recipe today's checks refuse must still be
-    stopped, watched and bundled."""
-    deployment = state.deployment(lenient=True)
+def _reach(deployment: Deployment) -> tuple[OpenSSH, dict[str, SSHTarget], Runtimes]:
+    """The ssh transport of a deployment's cluster, each node's target, and its runtime."""
     cluster = deployment.cluster
-    runtime = runtime_for(cluster, deployment.recipe)
-    return cluster, OpenSSH.for_cluster(cluster), _targets(cluster), runtime
+    targets = {node.name: SSHTarget.of(node) for node in cluster.nodes}
+    return OpenSSH.for_cluster(cluster), targets, runtime_for(cluster, deployment.recipe)
+
+
+def _launched(state: GroupState) -> tuple[Cluster, OpenSSH, dict[str, SSHTarget], Runtimes]:
+    """The cluster a deployment was launched on and its ``_reach``, read leniently: an old state
+    whose recipe today's checks refuse must still be stopped, watched and bundled."""
+    deployment = state.deployment(lenient=True)
+    return deployment.cluster, *_reach(deployment)
 
 
 class RemoteLog:
@@ -146,9 +146,7 @@ class SSHBackend:
         self, plan: RankPlan, deployment: Deployment
     ) -> list[tuple[RankSpec, list[str]]]:
         """What runs on each node, in start order: ``ssh NODE`` followed by the rank's command."""
-        ssh = OpenSSH.for_cluster(deployment.cluster)
-        runtime = runtime_for(deployment.cluster, deployment.recipe)
-        targets = _targets(deployment.cluster)
+        ssh, targets, runtime = _reach(deployment)
         result = []
         for rank in plan.in_start_order():
             if isinstance(runtime, DockerRuntime):
@@ -183,9 +181,7 @@ class SSHBackend:
             RankFailed: a rank exited or start-up timed out (every rank is stopped first).
         """
         cluster, name = deployment.cluster, deployment.name
-        ssh = OpenSSH.for_cluster(cluster)
-        targets = _targets(cluster)
-        runtime = runtime_for(cluster, deployment.recipe)
+        ssh, targets, runtime = _reach(deployment)
         on_event(f"reaching {len(targets)} node(s) over ssh, runtime {runtime.name.value}")
         self._preflight(ssh, targets, runtime, name)
         if isinstance(runtime, DockerRuntime):
