@@ -1011,9 +1011,9 @@ def test_an_old_state_can_be_bundled_and_watched_with_a_warning(
 
 def test_an_old_ssh_state_can_still_be_stopped_and_watched(tmp_path, monkeypatch):
     state = old_state(tmp_path, monkeypatch, backend="ssh")
-    cluster, runtime = ssh_backend._state_runtime(state)  # what `down`, `logs`, `status` use
+    cluster, _, targets, runtime = ssh_backend._launched(state)  # what `down`, `logs`, `status` use
     assert cluster.nodes[0].address == "192.168.1.10" and runtime is not None
-    assert ssh_backend._targets(cluster)  # what a look at its nodes reaches (`watch`)
+    assert targets  # what a look at its nodes reaches (`watch`)
 
 
 @pytest.mark.parametrize("value", ["1kb", "lots", "0", "1KiB,", "8GiB"])

@@ -24,7 +24,7 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/agent.py:model_facts": (102, 7),
     "tandem/backends/k8s.py:up": (122, 6),
     "tandem/backends/local.py:up": (112, 6),
-    "tandem/backends/processes.py:stop": (82, 9),
+    "tandem/backends/processes.py:stop": (76, 9),
     "tandem/backends/pull.py:Pull.run": (94, 3),
     "tandem/bench/load_generator.py:LoadGenerator._run_point": (128, 5),
     "tandem/bench/timed_request.py:send_request": (59, 9),

@@ -38,11 +38,13 @@ def with_caller_secrets(rank: RankSpec) -> RankSpec:
 
 
 def launch_marked(rank: RankSpec, state: GroupState) -> RankSpec:
-    """The rank with this launch's id in its environment (``TANDEM_LAUNCH``).
+    """The rank as it is started: with the caller's secrets (``with_caller_secrets``) and this
+    launch's id in its environment (``TANDEM_LAUNCH``).
 
-    Like the API key, it is added at launch, so the plan and rendered commands stay the same
+    Like the API key, the id is added at launch, so the plan and rendered commands stay the same
     from one ``up`` to the next.
     """
+    rank = with_caller_secrets(rank)
     if not state.launch_id:
         return rank
     return rank.model_copy(update={"env": {**rank.env, wire.TANDEM_LAUNCH: state.launch_id}})

@@ -36,13 +36,7 @@ from pathlib import Path
 from tandem import agent, caches, wire
 from tandem.backends import netns, processes
 from tandem.backends.base import Look, NodeFacts, ProcessFact, RankObservation
-from tandem.backends.launch import (
-    await_ready,
-    launch_marked,
-    new_state,
-    record_rank,
-    with_caller_secrets,
-)
+from tandem.backends.launch import await_ready, launch_marked, new_state, record_rank
 from tandem.backends.observation import ranks_by_node
 from tandem.backends.state import (
     GroupState,
@@ -246,7 +240,7 @@ def up(
             with open_private(log_path, "ab") as log:
                 process = subprocess.Popen(
                     argv,
-                    env=_process_env(launch_marked(with_caller_secrets(rank), state), run_dir),
+                    env=_process_env(launch_marked(rank, state), run_dir),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -351,30 +345,6 @@ def _release(
     return leftovers
 
 
-def observe(state: GroupState, *, nodes: bool = False) -> Look:
-    """Each rank's live processes and the log lines it wrote since the deployment was ready;
-    with ``nodes``, this machine's readings under each node's name (every node is here, so one
-    scan of ``/proc`` and one set of readings serve them all)."""
-    found = owned_processes(state)
-    look = Look(
-        ranks={
-            r.rank: RankObservation(
-                rank=r.rank,
-                processes=[ProcessFact.of(p) for p in found.get(r.rank, [])],
-                log_since_ready=agent.log_since(r.log, r.log_offset_ready),
-                problem=f"its network namespace {r.netns} was deleted"
-                if r.netns and not (netns.NETNS_DIR / r.netns).exists()
-                else None,
-            )
-            for r in state.ranks
-        }
-    )
-    if nodes:
-        readings = agent.node_readings(agent.Node())
-        look.nodes = {node: NodeFacts.of(node, readings) for node in ranks_by_node(state)}
-    return look
-
-
 class LocalBackend:
     """``tandem.backends.base.Backend`` for the ``local`` transport."""
 
@@ -419,7 +389,27 @@ class LocalBackend:
         return bool(owned_processes(state).get(rank.rank))
 
     def observe(self, state: GroupState, *, nodes: bool = False) -> Look:
-        return observe(state, nodes=nodes)
+        """Each rank's live processes and the log lines it wrote since the deployment was ready;
+        with ``nodes``, this machine's readings under each node's name (every node is here, so one
+        scan of ``/proc`` and one set of readings serve them all)."""
+        found = owned_processes(state)
+        look = Look(
+            ranks={
+                r.rank: RankObservation(
+                    rank=r.rank,
+                    processes=[ProcessFact.of(p) for p in found.get(r.rank, [])],
+                    log_since_ready=agent.log_since(r.log, r.log_offset_ready),
+                    problem=f"its network namespace {r.netns} was deleted"
+                    if r.netns and not (netns.NETNS_DIR / r.netns).exists()
+                    else None,
+                )
+                for r in state.ranks
+            }
+        )
+        if nodes:
+            readings = agent.node_readings(agent.Node())
+            look.nodes = {node: NodeFacts.of(node, readings) for node in ranks_by_node(state)}
+        return look
 
     def node_versions(self, state: GroupState) -> dict[str, str]:
         """The nodes are this machine: the bundle's own versions cover them."""

@@ -36,7 +36,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from tandem import files, ownership
-from tandem.backends.processes import read_process
+from tandem.backends.processes import ProcessIdentity, send
 from tandem.errors import BackendError
 from tandem.interrupts import shielded
 from tandem.spec.cluster import Cluster
@@ -152,12 +152,7 @@ class LedgerEntry(BaseModel):
     purpose: str = ""
 
     def maker_alive(self) -> bool:
-        process = read_process(self.maker_pid)
-        return (
-            process is not None
-            and process.alive
-            and (process.start_ticks == self.maker_start_ticks)
-        )
+        return ProcessIdentity(self.maker_pid, self.maker_start_ticks, boot=None).find() is not None
 
     def claimed(self) -> bool:
         """A deployment state still names this network (its ``down`` will remove it): the
@@ -184,11 +179,11 @@ def _ledger_path(plan: NetworkPlan) -> Path:
 
 
 def _write_ledger(plan: NetworkPlan, state_file: Path | None, purpose: str) -> None:
-    me = read_process(os.getpid())
+    me = ProcessIdentity.current()
     entry = LedgerEntry(
         plan=plan,
-        maker_pid=os.getpid(),
-        maker_start_ticks=me.start_ticks if me else 0,
+        maker_pid=me.pid,
+        maker_start_ticks=me.start_ticks,
         state_file=str(state_file.resolve()) if state_file else None,
         purpose=purpose,
     )
@@ -377,11 +372,7 @@ def destroy(plan: NetworkPlan) -> list[str]:
     ``create`` for one deployment or check, so every process in it is theirs.
     """
     for node in plan.nodes:
-        for pid in namespace_pids(node.netns):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        send(signal.SIGKILL, namespace_pids(node.netns))
     leftovers = []
     _remove_hosts(plan)
     for cmd in teardown_commands(plan):

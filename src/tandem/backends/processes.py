@@ -23,6 +23,7 @@ recorded as a ``ProcessIdentity``: its pid, its start time and the boot.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -360,10 +361,7 @@ def stop(
     groups = sorted({p.pgid for p in targets} & set(groups))
     hung = {p.pid for p in targets if p.stopped}
     for sig in (signal.SIGTERM, signal.SIGCONT):
-        for pgid in groups:
-            _signal_group(pgid, sig)
-        for process in targets:
-            _signal(process.pid, sig)
+        send(sig, [p.pid for p in targets], groups=groups)
     started = clock()
     next_note = started + 5
     while not hurry.requested and clock() - started < grace_s:
@@ -383,10 +381,7 @@ def stop(
                 f"sending SIGKILL to {len(left)} process(es) after "
                 f"{clock() - started:.1f} s: {_named(left)}"
             )
-        for pgid in groups:
-            _signal_group(pgid, signal.SIGKILL)
-        for process in left:
-            _signal(process.pid, signal.SIGKILL)
+        send(signal.SIGKILL, [p.pid for p in left], groups=groups)
     killed = clock()
     next_note = killed + 10
     while clock() - killed < kill_wait_s and (left := find()):
@@ -462,23 +457,13 @@ def waiting_note(
 
 def _still_running(processes: list[Process]) -> list[Process]:
     """Those of ``processes`` still alive as the same process (a reused pid is another one)."""
-    left = []
-    for process in processes:
-        now = read_process(process.pid)
-        if now is not None and now.alive and now.start_ticks == process.start_ticks:
-            left.append(now)
-    return left
+    return [now for p in processes if (now := ProcessIdentity.of(p).find())]
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+def send(sig: signal.Signals, pids: Iterable[int], *, groups: Iterable[int] = ()) -> None:
+    """``sig`` to each process group, then to each pid; one gone already, or not ours, is passed
+    over."""
+    for kill, targets in ((os.killpg, groups), (os.kill, pids)):
+        for target in targets:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(target, sig)

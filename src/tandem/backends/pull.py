@@ -174,7 +174,7 @@ class Pull:
                 SSHTarget.of(node),
                 agent.source(),
                 [
-                    *probe_args(self.deployment, verify=verification.args_for(name)),
+                    *probe_args(self.deployment, name, verification),
                     "--only",
                     "model",
                 ],

@@ -23,13 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tandem import agent, files
 from tandem.backends.base import Look
-from tandem.backends.launch import (
-    await_ready,
-    launch_marked,
-    new_state,
-    record_rank,
-    with_caller_secrets,
-)
+from tandem.backends.launch import await_ready, launch_marked, new_state, record_rank
 from tandem.backends.observation import (
     agent_request,
     answer_of,
@@ -65,10 +59,6 @@ from tandem.spec.recipe import Recipe
 Runtimes = VenvRuntime | DockerRuntime
 
 
-def _targets(cluster: Cluster) -> dict[str, SSHTarget]:
-    return {node.name: SSHTarget.of(node) for node in cluster.nodes}
-
-
 def runtime_for(cluster: Cluster, recipe: Recipe) -> Runtimes:
     """The runtime the cluster's ``ssh.runtime`` and the recipe's image select."""
     runtime = resolve_runtime(cluster.ssh, recipe.engine.image)
@@ -77,11 +67,18 @@ def runtime_for(cluster: Cluster, recipe: Recipe) -> Runtimes:
     return VenvRuntime(cluster.ssh)
 
 
-def _state_runtime(state: GroupState) -> tuple[Cluster, Runtimes]:
-    """The cluster and runtime a deployment was launched with, read leniently: an old state
+def _reach(deployment: Deployment) -> tuple[OpenSSH, dict[str, SSHTarget], Runtimes]:
+    """The ssh transport of a deployment's cluster, each node's target, and its runtime."""
+    cluster = deployment.cluster
+    targets = {node.name: SSHTarget.of(node) for node in cluster.nodes}
+    return OpenSSH.for_cluster(cluster), targets, runtime_for(cluster, deployment.recipe)
+
+
+def _launched(state: GroupState) -> tuple[Cluster, OpenSSH, dict[str, SSHTarget], Runtimes]:
+    """The cluster a deployment was launched on and its ``_reach``, read leniently: an old state
     whose recipe today's checks refuse must still be stopped, watched and bundled."""
     deployment = state.deployment(lenient=True)
-    return deployment.cluster, runtime_for(deployment.cluster, deployment.recipe)
+    return deployment.cluster, *_reach(deployment)
 
 
 class RemoteLog:
@@ -149,9 +146,7 @@ class SSHBackend:
         self, plan: RankPlan, deployment: Deployment
     ) -> list[tuple[RankSpec, list[str]]]:
         """What runs on each node, in start order: ``ssh NODE`` followed by the rank's command."""
-        ssh = OpenSSH.for_cluster(deployment.cluster)
-        runtime = runtime_for(deployment.cluster, deployment.recipe)
-        targets = _targets(deployment.cluster)
+        ssh, targets, runtime = _reach(deployment)
         result = []
         for rank in plan.in_start_order():
             if isinstance(runtime, DockerRuntime):
@@ -186,9 +181,7 @@ class SSHBackend:
             RankFailed: a rank exited or start-up timed out (every rank is stopped first).
         """
         cluster, name = deployment.cluster, deployment.name
-        ssh = OpenSSH.for_cluster(cluster)
-        targets = _targets(cluster)
-        runtime = runtime_for(cluster, deployment.recipe)
+        ssh, targets, runtime = _reach(deployment)
         on_event(f"reaching {len(targets)} node(s) over ssh, runtime {runtime.name.value}")
         self._preflight(ssh, targets, runtime, name)
         if isinstance(runtime, DockerRuntime):
@@ -211,9 +204,7 @@ class SSHBackend:
                 target = targets[rank.node]
                 started = ssh.run(
                     target,
-                    runtime.start_script(
-                        launch_marked(with_caller_secrets(rank), state), deployment
-                    ),
+                    runtime.start_script(launch_marked(rank, state), deployment),
                     timeout_s=120,
                     program=runtime.program(),
                 )
@@ -320,9 +311,7 @@ class SSHBackend:
 
     def _stop_all(self, state: GroupState, *, on_event=lambda text: None) -> list[str]:
         """Stop every recorded rank (and any marked leftover) in parallel; return survivors."""
-        cluster, runtime = _state_runtime(state)
-        ssh = OpenSSH.for_cluster(cluster)
-        targets = _targets(cluster)
+        cluster, ssh, targets, runtime = _launched(state)
         ranks = {r.rank: r.node for r in state.ranks}
         for i, node in enumerate(cluster.nodes):  # a rank that crashed before it was recorded
             ranks.setdefault(i, node.name)
@@ -346,9 +335,7 @@ class SSHBackend:
 
     def _keep_logs(self, state: GroupState) -> None:
         """Copy the end of each rank's log into the local state folder."""
-        cluster, runtime = _state_runtime(state)
-        ssh = OpenSSH.for_cluster(cluster)
-        targets = _targets(cluster)
+        _, ssh, targets, runtime = _launched(state)
         files.private_dir(state.directory.logs)
         results = ssh.run_all(
             {
@@ -380,10 +367,9 @@ class SSHBackend:
 
     def rank_running(self, state: GroupState, rank: RankState) -> bool:
         """True while the rank's process or container is alive on its node."""
-        cluster, runtime = _state_runtime(state)
-        target = _targets(cluster)[rank.node]
-        result = OpenSSH.for_cluster(cluster).run(
-            target, runtime.status_script(state.name, rank.rank), timeout_s=30
+        _, ssh, targets, runtime = _launched(state)
+        result = ssh.run(
+            targets[rank.node], runtime.status_script(state.name, rank.rank), timeout_s=30
         )
         return result.stdout.startswith("running")
 
@@ -398,9 +384,7 @@ class SSHBackend:
 
     def observe(self, state: GroupState, *, nodes: bool = False) -> Look:
         """One call of the node agent a node, all nodes in parallel (``backends.observation``)."""
-        cluster, runtime = _state_runtime(state)
-        targets = _targets(cluster)
-        ssh = OpenSSH.for_cluster(cluster)
+        cluster, ssh, targets, runtime = _launched(state)
         python = engine_python(cluster.ssh.vllm_command)
         source = agent.source()
 
@@ -426,18 +410,12 @@ class SSHBackend:
         return look_of(state, answers, nodes=nodes)
 
     def log_reader(self, state: GroupState, rank: RankState) -> RemoteLog:
-        cluster, runtime = _state_runtime(state)
-        return RemoteLog(
-            OpenSSH.for_cluster(cluster),
-            _targets(cluster)[rank.node],
-            runtime,
-            state.name,
-            rank.rank,
-        )
+        _, ssh, targets, runtime = _launched(state)
+        return RemoteLog(ssh, targets[rank.node], runtime, state.name, rank.rank)
 
     def node_versions(self, state: GroupState) -> dict[str, str]:
         """Kernel, Python and vLLM (venv) or docker and image (docker) of every node."""
-        cluster, runtime = _state_runtime(state)
+        _, ssh, targets, runtime = _launched(state)
         if isinstance(runtime, DockerRuntime):
             what = (
                 f"{runtime.options.docker_command} version --format "
@@ -457,9 +435,8 @@ class SSHBackend:
             )
         script = f"uname -srm; python3 --version 2>&1 || true; {what}\n"
         with ThreadPoolExecutor() as pool:
-            ssh = OpenSSH.for_cluster(cluster)
             futures = {
                 n: pool.submit(ssh.run, t, script, timeout_s=120, check=False)
-                for n, t in _targets(cluster).items()
+                for n, t in targets.items()
             }
             return {n: f.result().stdout.strip() for n, f in futures.items()}

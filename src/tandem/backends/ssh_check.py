@@ -44,11 +44,7 @@ class SSHNodeTransport:
         self.compile_caches = compile_caches or {}
 
     def run_probe(self, node: Node) -> dict[str, Any]:
-        args = probe_args(
-            self.deployment,
-            verify=self.verification.args_for(node.name),
-            compile_cache=self.compile_caches.get(node.name),
-        )
+        args = probe_args(self.deployment, node.name, self.verification, self.compile_caches)
         started = time.time()
         # the engine's Python when it is there, else the node's python3
         result = self.ssh.run_python(

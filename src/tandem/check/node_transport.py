@@ -85,16 +85,16 @@ class ProbeError(BackendError):
 
 def probe_args(
     deployment: Deployment,
-    *,
-    verify: list[str] | None = None,
-    compile_cache: str | None = None,
+    node: str,
+    verification: Verification,
+    compile_caches: dict[str, str] | None = None,
 ) -> list[str]:
-    """The node agent's ``facts`` call for this deployment's model, the node's snapshot
-    verification (``Verification.args_for``) and, when given, its compile cache root
-    (``tandem.caches.rank_root``)."""
+    """The node agent's ``facts`` call on ``node`` for this deployment's model, the node's
+    snapshot verification (``Verification.args_for``) and, when ``compile_caches`` names one,
+    its compile cache root (``tandem.caches.rank_root``)."""
     model = deployment.recipe.model
     args = ["facts", "--model", model.repo_id, "--revision", model.revision]
-    if compile_cache:
+    if compile_cache := (compile_caches or {}).get(node):
         args += [
             "--compile-cache",
             compile_cache,
@@ -109,7 +109,7 @@ def probe_args(
         args += ["--cache-root", model.cache_root]
     if model.path:
         args += ["--model-path", model.path]
-    return args + (verify or [])
+    return args + verification.args_for(node)
 
 
 def clock_offset(
@@ -202,11 +202,7 @@ class LocalTransport:
             [
                 "python3",
                 agent.__file__,
-                *probe_args(
-                    self.deployment,
-                    verify=self.verification.args_for(node.name),
-                    compile_cache=self.compile_caches.get(node.name),
-                ),
+                *probe_args(self.deployment, node.name, self.verification, self.compile_caches),
             ],
         )
         started = time.time()
