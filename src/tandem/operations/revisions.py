@@ -37,7 +37,7 @@ from tandem.backends.state import (
 )
 from tandem.check.findings import CheckReport, Finding, Severity
 from tandem.errors import StateError
-from tandem.jsonfiles import read_json, validation_text
+from tandem.jsonfiles import differences, read_json, validation_text
 from tandem.spec.deployment import Deployment
 from tandem.version import TANDEM_VERSION
 
@@ -303,7 +303,7 @@ def changes(old: Revision, new: Revision) -> list[str]:
     found = [
         f"{path}: {screen.shown(repr(a), VALUE_CHARS)} -> {screen.shown(repr(b), VALUE_CHARS)}"
         for part in ("recipe", "cluster")
-        for path, a, b in _diff(getattr(old, part), getattr(new, part), part)
+        for path, a, b in differences(getattr(old, part), getattr(new, part), part)
     ]
     for node in sorted(set(old.hosts) & set(new.hosts)):
         was, now = old.hosts[node].named(), new.hosts[node].named()
@@ -313,16 +313,6 @@ def changes(old: Revision, new: Revision) -> list[str]:
             if was[fact] != now[fact]
         ]
     return found
-
-
-def _diff(a: Any, b: Any, path: str) -> list[tuple[str, Any, Any]]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [
-            change
-            for key in sorted(set(a) | set(b), key=str)
-            for change in _diff(a.get(key), b.get(key), f"{path}.{key}")
-        ]
-    return [] if a == b else [(path, a, b)]
 
 
 def host_changes(name: str, report: CheckReport) -> list[Finding]:
