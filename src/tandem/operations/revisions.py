@@ -71,6 +71,11 @@ class HostFacts(BaseModel):
         found |= {f"NIC {nic} firmware": fw for nic, fw in self.nic_firmware.items()}
         return {k: v for k, v in found.items() if v}
 
+    def changes(self, now: HostFacts) -> list[tuple[str, str, str]]:
+        """``(fact, was, now)`` of each fact named both here and in ``now`` that differs."""
+        was, new = self.named(), now.named()
+        return [(f, was[f], new[f]) for f in sorted(set(was) & set(new)) if was[f] != new[f]]
+
 
 def host_facts(facts: dict[str, Any]) -> HostFacts:
     """A node's ``HostFacts`` from the probe's facts (``tandem.agent``)."""
@@ -305,14 +310,11 @@ def changes(old: Revision, new: Revision) -> list[str]:
         for part in ("recipe", "cluster")
         for path, a, b in differences(getattr(old, part), getattr(new, part), part)
     ]
-    for node in sorted(set(old.hosts) & set(new.hosts)):
-        was, now = old.hosts[node].named(), new.hosts[node].named()
-        found += [
-            f"{fact} {was[fact]} -> {now[fact]} on {node}"
-            for fact in sorted(set(was) & set(now))
-            if was[fact] != now[fact]
-        ]
-    return found
+    return found + [
+        f"{fact} {was} -> {now} on {node}"
+        for node in sorted(set(old.hosts) & set(new.hosts))
+        for fact, was, now in old.hosts[node].changes(new.hosts[node])
+    ]
 
 
 def host_changes(name: str, report: CheckReport) -> list[Finding]:
@@ -321,23 +323,18 @@ def host_changes(name: str, report: CheckReport) -> list[Finding]:
     good = last_good(name)
     if good is None:
         return []
-    found = []
-    for node, facts in report.nodes.items():
-        if node not in good.hosts:
-            continue
-        was, now = good.hosts[node].named(), host_facts(facts).named()
-        for fact in sorted(set(was) & set(now)):
-            if was[fact] != now[fact]:
-                found.append(
-                    Finding(
-                        rule="host-changed",
-                        severity=Severity.WARNING,
-                        node=node,
-                        message=f"{fact} {was[fact]} -> {now[fact]} on {node} since revision "
-                        f"{good.number}, the last good one",
-                        evidence=f"revision {good.number} recorded {fact} {was[fact]}",
-                        fix="if the deployment misbehaves, this change is the first suspect; "
-                        "`tandem history` lists what ran before",
-                    )
-                )
-    return found
+    return [
+        Finding(
+            rule="host-changed",
+            severity=Severity.WARNING,
+            node=node,
+            message=f"{fact} {was} -> {now} on {node} since revision "
+            f"{good.number}, the last good one",
+            evidence=f"revision {good.number} recorded {fact} {was}",
+            fix="if the deployment misbehaves, this change is the first suspect; "
+            "`tandem history` lists what ran before",
+        )
+        for node, facts in report.nodes.items()
+        if node in good.hosts
+        for fact, was, now in good.hosts[node].changes(host_facts(facts))
+    ]
