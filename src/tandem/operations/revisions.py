@@ -200,10 +200,9 @@ def history(name: str) -> list[Revision]:
             hint="move it away; tandem records the next revision there",
         )
     if not where.is_dir():
-        if name not in list_deployments():
-            known = ", ".join(list_deployments()) or "none"
+        if name not in (known := list_deployments()):
             raise StateError(
-                f"no deployment named '{name}' (known: {known})",
+                f"no deployment named '{name}' (known: {', '.join(known) or 'none'})",
                 hint="`tandem status` lists every deployment",
             )
         return []
@@ -244,14 +243,11 @@ def record(
 
 def next_number(name: str) -> int:
     """The number the deployment's next revision gets."""
-    return max(_numbers(name), default=0) + 1
-
-
-def _numbers(name: str) -> list[int]:
     where = folder(name).revisions
     if not where.is_dir():
-        return []
-    return [int(m.group(1)) for p in where.iterdir() if (m := _FILE.match(p.name))]
+        return 1
+    numbers = [int(m.group(1)) for p in where.iterdir() if (m := _FILE.match(p.name))]
+    return max(numbers, default=0) + 1
 
 
 def transition(name: str, revision: Revision, to: RevisionOutcome, reason: str = "") -> Revision:
