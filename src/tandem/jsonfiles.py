@@ -171,6 +171,18 @@ def validation_text(exc: ValidationError) -> str:
     return text + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
 
 
+def differences(a: Any, b: Any, path: str) -> list[tuple[str, Any, Any]]:
+    """Where two saved JSON values differ: ``(dotted path, old, new)`` of each leaf, the paths
+    below ``path`` in key order (a key one side lacks is None there)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [
+            change
+            for key in sorted(set(a) | set(b), key=str)
+            for change in differences(a.get(key), b.get(key), f"{path}.{key}")
+        ]
+    return [] if a == b else [(path, a, b)]
+
+
 class _Damaged(Exception):
     """Why a line is not a record (the message)."""
 

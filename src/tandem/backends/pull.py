@@ -283,10 +283,9 @@ class Pull:
             paths.add(f"refs/{self.model.revision}")
         return sorted(paths)
 
-    def daemon_script(self, source: Node, allowed: list[str]) -> str:
-        """The rsync daemon on the source: read-only, one module, its password read from the
-        first line of stdin; stopped, and its folder removed, when stdin closes."""
-        address = source.data_address or source.address
+    def daemon_script(self, source: Node, address: str, allowed: list[str]) -> str:
+        """The rsync daemon on the source, bound to ``address``: read-only, one module, its
+        password read from stdin's first line; stopped, and its folder removed, when it closes."""
         return (
             "set -e\n"
             f"repo=$(cd {self._repo_dir(source)} && pwd)\n"
@@ -340,17 +339,12 @@ class Pull:
     ) -> dict[str, int]:
         """Copy the commit from ``source`` to every target (name -> bytes it lacks) at once,
         with progress per node and in total; returns the bytes each target received."""
+        address = source.data_address or source.address
         allowed = sorted({self.nodes[t].data_address or self.nodes[t].address for t in targets})
         secret = secrets.token_hex(16)
         runs: dict[str, subprocess.Popen] = {}
         self.ssh.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        daemon = subprocess.Popen(
-            self.ssh.argv(SSHTarget.of(source), ["sh", "-c", self.daemon_script(source, allowed)]),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        daemon = self._shell(source, self.daemon_script(source, address, allowed), text=True)
         try:
             assert daemon.stdin and daemon.stdout
             daemon.stdin.write(secret + "\n")
@@ -364,7 +358,6 @@ class Pull:
                     node=source.name,
                     hint="is rsync installed there, and is data_address one of its addresses?",
                 )
-            address = source.data_address or source.address
             self.on_event(
                 f"{source.name}: serving the commit at rsync://{address}:{line[1]} "
                 f"to {', '.join(targets)}"
@@ -396,12 +389,7 @@ class Pull:
         readers = []
         for name in targets:
             script = self.target_script(self.nodes[name], address, port, paths)
-            run = subprocess.Popen(
-                self.ssh.argv(SSHTarget.of(self.nodes[name]), ["sh", "-c", script]),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
+            run = self._shell(self.nodes[name], script)
             assert run.stdin
             run.stdin.write((secret + "\n").encode())
             run.stdin.close()
@@ -433,6 +421,12 @@ class Pull:
                 hint="run the pull again: files copied whole are kept, a cut file resumes",
             )
         return moved
+
+    def _shell(self, node: Node, script: str, *, text: bool = False) -> subprocess.Popen:
+        """``script`` run by ``sh`` on ``node`` over ssh, its three streams piped."""
+        argv = self.ssh.argv(SSHTarget.of(node), ["sh", "-c", script])
+        pipe = subprocess.PIPE
+        return subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, text=text)
 
     def _downloader(self, on: str | None) -> Node:
         """The node that downloads when no node holds the commit: ``--on`` or the leader.

@@ -47,7 +47,6 @@ from tandem import files, ownership
 from tandem.backends.processes import ProcessIdentity
 from tandem.backends.router import RouterProcess
 from tandem.errors import StateError
-from tandem.files import private_dir
 from tandem.jsonfiles import read_json, validation_text
 from tandem.plan.ledger import NodeHold
 from tandem.plan.status import PlannedVsActual
@@ -511,7 +510,7 @@ class DeploymentState(Launched):
         cluster's secret names are hidden too (``HF_TOKEN: ...`` of an old state). Callers
         that read, change and write hold ``DeploymentDir.locked``."""
         path = self.directory.state_file
-        private_dir(path.parent)
+        files.private_dir(path.parent)
         redactor = Redactor.for_caller()
         files.write_json(
             path, redactor.data(self.model_dump(mode="json")), redactor=redactor, private=True
@@ -582,15 +581,13 @@ def _move_fleet(name: str) -> None:
         hint=f"`tandem down {name}` stops what it names",
         error=StateError,
     )
-    groups = []
-    for index, group_name in enumerate(fleet.groups):
-        old = _read_record(group_name)
-        if old is None:
-            continue
-        launch = old.groups[0].model_copy(
+    groups = [
+        old.groups[0].model_copy(
             update={"deployment_name": name, "group": index, "home": group_name}
         )
-        groups.append(launch)
+        for index, group_name in enumerate(fleet.groups)
+        if (old := _read_record(group_name)) is not None
+    ]
     first = groups[0] if groups else None
     record = DeploymentState(
         name=name,

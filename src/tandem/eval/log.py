@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 from tandem import files, ownership
 from tandem.errors import Problem, SpecError
 from tandem.eval.client import ChatResponse
-from tandem.jsonfiles import read_jsonl
+from tandem.jsonfiles import differences, read_jsonl
 from tandem.redact import Redactor
 
 SCHEMA_VERSION = 1
@@ -293,9 +293,9 @@ def _check_same_protocol(path: Path, logged: Protocol, current: Protocol) -> Non
     if logged.digest() == current.digest():
         return
     problems = [
-        Problem(f"protocol.{name}", f"the log has {_short(old)}, this run {_short(new)}")
-        for name, old, new in _differences(
-            logged.model_dump(mode="json"), current.model_dump(mode="json")
+        Problem(field, f"the log has {_short(old)}, this run {_short(new)}")
+        for field, old, new in differences(
+            logged.model_dump(mode="json"), current.model_dump(mode="json"), "protocol"
         )
     ]
     raise SpecError(
@@ -306,17 +306,6 @@ def _check_same_protocol(path: Path, logged: Protocol, current: Protocol) -> Non
         hint="use the same endpoint, model, CSV and options as the logged run, or "
         "start a new run in another --out",
     )
-
-
-def _differences(old: dict, new: dict, prefix: str = "") -> list[tuple[str, Any, Any]]:
-    found = []
-    for name in sorted(set(old) | set(new)):
-        a, b = old.get(name), new.get(name)
-        if isinstance(a, dict) and isinstance(b, dict):
-            found += _differences(a, b, f"{prefix}{name}.")
-        elif a != b:
-            found.append((prefix + name, a, b))
-    return found
 
 
 def _short(value: Any) -> str:

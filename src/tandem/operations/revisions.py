@@ -37,7 +37,7 @@ from tandem.backends.state import (
 )
 from tandem.check.findings import CheckReport, Finding, Severity
 from tandem.errors import StateError
-from tandem.jsonfiles import read_json, validation_text
+from tandem.jsonfiles import differences, read_json, validation_text
 from tandem.spec.deployment import Deployment
 from tandem.version import TANDEM_VERSION
 
@@ -70,6 +70,11 @@ class HostFacts(BaseModel):
         }
         found |= {f"NIC {nic} firmware": fw for nic, fw in self.nic_firmware.items()}
         return {k: v for k, v in found.items() if v}
+
+    def changes(self, now: HostFacts) -> list[tuple[str, str, str]]:
+        """``(fact, was, now)`` of each fact named both here and in ``now`` that differs."""
+        was, new = self.named(), now.named()
+        return [(f, was[f], new[f]) for f in sorted(set(was) & set(new)) if was[f] != new[f]]
 
 
 def host_facts(facts: dict[str, Any]) -> HostFacts:
@@ -195,10 +200,9 @@ def history(name: str) -> list[Revision]:
             hint="move it away; tandem records the next revision there",
         )
     if not where.is_dir():
-        if name not in list_deployments():
-            known = ", ".join(list_deployments()) or "none"
+        if name not in (known := list_deployments()):
             raise StateError(
-                f"no deployment named '{name}' (known: {known})",
+                f"no deployment named '{name}' (known: {', '.join(known) or 'none'})",
                 hint="`tandem status` lists every deployment",
             )
         return []
@@ -239,14 +243,11 @@ def record(
 
 def next_number(name: str) -> int:
     """The number the deployment's next revision gets."""
-    return max(_numbers(name), default=0) + 1
-
-
-def _numbers(name: str) -> list[int]:
     where = folder(name).revisions
     if not where.is_dir():
-        return []
-    return [int(m.group(1)) for p in where.iterdir() if (m := _FILE.match(p.name))]
+        return 1
+    numbers = [int(m.group(1)) for p in where.iterdir() if (m := _FILE.match(p.name))]
+    return max(numbers, default=0) + 1
 
 
 def transition(name: str, revision: Revision, to: RevisionOutcome, reason: str = "") -> Revision:
@@ -303,26 +304,13 @@ def changes(old: Revision, new: Revision) -> list[str]:
     found = [
         f"{path}: {screen.shown(repr(a), VALUE_CHARS)} -> {screen.shown(repr(b), VALUE_CHARS)}"
         for part in ("recipe", "cluster")
-        for path, a, b in _diff(getattr(old, part), getattr(new, part), part)
+        for path, a, b in differences(getattr(old, part), getattr(new, part), part)
     ]
-    for node in sorted(set(old.hosts) & set(new.hosts)):
-        was, now = old.hosts[node].named(), new.hosts[node].named()
-        found += [
-            f"{fact} {was[fact]} -> {now[fact]} on {node}"
-            for fact in sorted(set(was) & set(now))
-            if was[fact] != now[fact]
-        ]
-    return found
-
-
-def _diff(a: Any, b: Any, path: str) -> list[tuple[str, Any, Any]]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [
-            change
-            for key in sorted(set(a) | set(b), key=str)
-            for change in _diff(a.get(key), b.get(key), f"{path}.{key}")
-        ]
-    return [] if a == b else [(path, a, b)]
+    return found + [
+        f"{fact} {was} -> {now} on {node}"
+        for node in sorted(set(old.hosts) & set(new.hosts))
+        for fact, was, now in old.hosts[node].changes(new.hosts[node])
+    ]
 
 
 def host_changes(name: str, report: CheckReport) -> list[Finding]:
@@ -331,23 +319,18 @@ def host_changes(name: str, report: CheckReport) -> list[Finding]:
     good = last_good(name)
     if good is None:
         return []
-    found = []
-    for node, facts in report.nodes.items():
-        if node not in good.hosts:
-            continue
-        was, now = good.hosts[node].named(), host_facts(facts).named()
-        for fact in sorted(set(was) & set(now)):
-            if was[fact] != now[fact]:
-                found.append(
-                    Finding(
-                        rule="host-changed",
-                        severity=Severity.WARNING,
-                        node=node,
-                        message=f"{fact} {was[fact]} -> {now[fact]} on {node} since revision "
-                        f"{good.number}, the last good one",
-                        evidence=f"revision {good.number} recorded {fact} {was[fact]}",
-                        fix="if the deployment misbehaves, this change is the first suspect; "
-                        "`tandem history` lists what ran before",
-                    )
-                )
-    return found
+    return [
+        Finding(
+            rule="host-changed",
+            severity=Severity.WARNING,
+            node=node,
+            message=f"{fact} {was} -> {now} on {node} since revision "
+            f"{good.number}, the last good one",
+            evidence=f"revision {good.number} recorded {fact} {was}",
+            fix="if the deployment misbehaves, this change is the first suspect; "
+            "`tandem history` lists what ran before",
+        )
+        for node, facts in report.nodes.items()
+        if node in good.hosts
+        for fact, was, now in good.hosts[node].changes(host_facts(facts))
+    ]
