@@ -60,7 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tandem import hf_cache
 from tandem.built_models import DEFAULT_REAL_MODEL, REAL_MODELS
 from tandem.errors import SpecError
-from tandem.models.store import staged_digests, store
+from tandem.models.store import file_sha256, point_main_at, staged_digests, store
 
 __all__ = [
     "GGUF_NAME",
@@ -231,7 +231,7 @@ def build_real_model(
     """
     source = _source(model)
     parts = [gguf] if gguf else packaged_parts(source)
-    digest = _joined_sha256(parts)
+    digest = file_sha256(*parts)
     if digest != source.gguf_sha256:
         raise SpecError(
             f"{parts[0].name} is not the pinned {source.title} GGUF "
@@ -247,7 +247,7 @@ def build_real_model(
     if converted:
         _convert_and_store(parts, repo_dir, commit, source)
     else:
-        _point_main_at(repo_dir, commit)
+        point_main_at(repo_dir, commit)
     size_bytes = sum(path.stat().st_size for path in snapshot.iterdir())
     return RealModel(
         repo_id=source.repo_id,
@@ -267,15 +267,6 @@ def _source(model: str) -> GgufSource:
             hint=f"use one of {', '.join(SOURCES)}",
         )
     return SOURCES[model]
-
-
-def _joined_sha256(parts: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for part in parts:
-        with part.open("rb") as file:
-            for chunk in iter(lambda: file.read(1 << 20), b""):
-                digest.update(chunk)
-    return digest.hexdigest()
 
 
 def commit_id(gguf_sha256: str, source: GgufSource = SMOLLM2) -> str:
@@ -345,10 +336,3 @@ def _convert(gguf: Path, staging: Path, source: GgufSource) -> None:
         del model.config.quantization_config
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
-
-
-def _point_main_at(repo_dir: Path, commit: str) -> None:
-    ref = hf_cache.ref_file(repo_dir, "main")
-    if not ref.is_file() or ref.read_text() != commit:
-        ref.parent.mkdir(exist_ok=True)
-        ref.write_text(commit)

@@ -339,9 +339,8 @@ def build_shape_model(
     """
     check_arguments(preset, layers=layers, device=device)
     import torch
-    from transformers import AutoModelForCausalLM
 
-    from tandem.models.tiny import _train_tokenizer, save_generation_config, special_token_ids
+    from tandem.models.tiny import _train_tokenizer, save_model, special_token_ids
 
     if device and device.startswith("cuda"):
         index = int(device.partition(":")[2] or 0)
@@ -364,14 +363,7 @@ def build_shape_model(
         factory, architecture = SHAPES[preset]
         config = factory(layers, scale_down, **special_token_ids(tokenizer))
         config.architectures = [architecture]
-        config.dtype = torch.bfloat16
-        torch.manual_seed(seed)
-        with torch.device(device):
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-        model.save_pretrained(staging, safe_serialization=True)
-        parameter_count = model.num_parameters()
-        del model
-        save_generation_config(tokenizer, staging)
+        parameter_count = save_model(config, tokenizer, seed, staging, device)
         snapshot, commit, size_bytes = store_built(repo_dir, staging)
     return ShapeModel(
         repo_id=repo_id,

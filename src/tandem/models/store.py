@@ -13,6 +13,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tandem import hf_cache
+
 
 def staged_digests(staging: Path) -> dict[str, str]:
     """Each staged file's sha256 by name, eight files at once (hashlib releases the GIL, and a
@@ -22,11 +24,14 @@ def staged_digests(staging: Path) -> dict[str, str]:
         return dict(zip([p.name for p in paths], pool.map(file_sha256, paths), strict=True))
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(*parts: Path) -> str:
+    """The sha256 of the files' contents one after the other (a GGUF shipped in chunks is
+    pinned by the hash of the whole)."""
     digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for chunk in iter(lambda: file.read(1 << 20), b""):
-            digest.update(chunk)
+    for part in parts:
+        with part.open("rb") as file:
+            for chunk in iter(lambda: file.read(1 << 20), b""):
+                digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -54,11 +59,16 @@ def store(repo_dir: Path, staging: Path, digests: dict[str, str], commit: str) -
         if snapshot.exists():
             shutil.rmtree(snapshot)
         os.replace(partial, snapshot)
-    refs = repo_dir / "refs"
-    refs.mkdir(exist_ok=True)
-    if not (refs / "main").exists() or (refs / "main").read_text() != commit:
-        (refs / "main").write_text(commit)
+    point_main_at(repo_dir, commit)
     return snapshot
+
+
+def point_main_at(repo_dir: Path, commit: str) -> None:
+    """Write ``refs/main`` unless it already names ``commit``."""
+    ref = hf_cache.ref_file(repo_dir, "main")
+    if not ref.is_file() or ref.read_text() != commit:
+        ref.parent.mkdir(exist_ok=True)
+        ref.write_text(commit)
 
 
 def store_built(repo_dir: Path, staging: Path) -> tuple[Path, str, int]:

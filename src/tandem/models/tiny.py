@@ -398,7 +398,12 @@ def build_tiny_model(
         staging = Path(tmp)
         tokenizer = _train_tokenizer(seed)
         tokenizer.save_pretrained(staging)
-        parameter_count = _save_model(arch, tokenizer, seed, staging)
+        config = ARCHITECTURES[arch](
+            vocab_size=-(-len(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE,
+            **special_token_ids(tokenizer),
+            max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        )
+        parameter_count = save_model(config, tokenizer, seed, staging)
         snapshot, commit, size_bytes = store_built(repo_dir, staging)
     return TinyModel(
         repo_id=repo_id,
@@ -471,17 +476,19 @@ def _train_tokenizer(seed: int) -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def _save_model(arch: str, tokenizer: PreTrainedTokenizerFast, seed: int, staging: Path) -> int:
-    """Write config, weights and generation_config into ``staging``; return the parameter count."""
-    vocab_size = -(-len(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
-    config = ARCHITECTURES[arch](
-        vocab_size=vocab_size,
-        **special_token_ids(tokenizer),
-        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
-    )
+def save_model(
+    config: PretrainedConfig,
+    tokenizer: PreTrainedTokenizerFast,
+    seed: int,
+    staging: Path,
+    device: str = "cpu",
+) -> int:
+    """Build ``config`` with seeded random bf16 weights on ``device``, write config, weights and
+    generation_config into ``staging`` and return the parameter count: tiny and shape models."""
     config.dtype = torch.bfloat16
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(staging, safe_serialization=True)
     save_generation_config(tokenizer, staging)
     return model.num_parameters()
