@@ -49,7 +49,10 @@ from tandem.spec.kubernetes import KubernetesOptions
 from tandem.vllm_log import PhaseMark
 
 FIELD_MANAGER = "tandem"
+APPLY = ("apply", "--server-side", f"--field-manager={FIELD_MANAGER}")
+"""kubectl's server-side apply as tandem (``up``, and what ``up --dry-run`` shows)."""
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
+"""The CRD's name, also the resource kubectl names LeaderWorkerSets by."""
 FATAL_WAITING = {
     "CrashLoopBackOff": "the container keeps exiting",
     "ImagePullBackOff": "the image cannot be pulled",
@@ -76,6 +79,8 @@ UNSCHEDULABLE_GRACE_S = 60.0
 earlier pod makes it schedulable within seconds; a wrong node label never does)."""
 POD_APPEAR_TIMEOUT_S = 120.0
 """How long up waits for the LeaderWorkerSet controller to create a pod at all."""
+PODS_GONE_TIMEOUT_S = 120.0
+"""How long ``down`` waits for the group's pods to go once their objects are deleted."""
 AGENT_TIMEOUT_S = 20.0
 """How long the node agent may take in a pod (``nvidia-smi`` included)."""
 
@@ -185,20 +190,10 @@ class Kubectl:
             raise self.failure(("get", *args), done.stderr.strip())
         return json.loads(done.stdout)
 
-    def apply(self, objects: list[dict], *, dry_run: bool = False) -> str:
-        """Server-side apply of a ``v1 List``; ``dry_run`` asks the server to check only."""
-        args = [
-            "apply",
-            "--server-side",
-            f"--field-manager={FIELD_MANAGER}",
-            "--force-conflicts",
-            "-f",
-            "-",
-        ]
-        if dry_run:
-            args.append("--dry-run=server")
+    def apply(self, objects: list[dict]) -> str:
+        """Server-side apply of a ``v1 List``."""
         body = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
-        return self.run(*args, stdin=body).stdout
+        return self.run(*APPLY, "--force-conflicts", "-f", "-", stdin=body).stdout
 
     def delete(self, refs: list[str], *, timeout_s: float = 120) -> str:
         if not refs:
@@ -212,9 +207,10 @@ class Kubectl:
             timeout_s=timeout_s + 10,
         ).stdout
 
-    def pods(self, lws: str) -> list[dict]:
+    def pods(self, lws: str) -> dict[str, dict]:
+        """The LeaderWorkerSet's pods by name."""
         found = self.get_json("pods", "-l", f"{wire.LWS_NAME_LABEL}={lws}")
-        return (found or {}).get("items", [])
+        return {p["metadata"]["name"]: p for p in (found or {}).get("items", [])}
 
     def events(self, name: str) -> list[dict]:
         found = self.get_json("events", "--field-selector", f"involvedObject.name={name}")
@@ -364,15 +360,6 @@ def event_lines(events: list[dict]) -> list[str]:
     return lines
 
 
-def split_timestamped(text: str) -> list[tuple[str, str]]:
-    """``kubectl logs --timestamps`` output as (RFC 3339 timestamp, line) pairs."""
-    result = []
-    for raw in text.splitlines():
-        stamp, _, line = raw.partition(" ")
-        result.append((stamp, line))
-    return result
-
-
 # --- ranks as pods ------------------------------------------------------------------------------
 
 
@@ -389,7 +376,7 @@ class GroupView:
 
     def pod(self, name: str) -> dict | None:
         if self.clock() - self._at > self.max_age_s:
-            self._pods = {p["metadata"]["name"]: p for p in self.kubectl.pods(self.lws)}
+            self._pods = self.kubectl.pods(self.lws)
             self._at = self.clock()
         return self._pods.get(name)
 
@@ -408,7 +395,8 @@ class PodLog:
         if not text:
             return []
         lines = []
-        for stamp, line in split_timestamped(text):
+        for raw in text.splitlines():
+            stamp, _, line = raw.partition(" ")  # an RFC 3339 timestamp first
             if stamp > self.last_stamp:
                 lines.append(line)
                 self.last_stamp = stamp
@@ -483,6 +471,11 @@ class PodRank:
 # --- the backend --------------------------------------------------------------------------------
 
 
+def _pod(record: RankState) -> str:
+    """The rank's pod, which its record names as its log (``pod/NAME``)."""
+    return record.log.removeprefix("pod/")
+
+
 def _refs(objects: list[dict]) -> list[dict[str, str]]:
     return [
         {"kind": o["kind"], "apiVersion": o["apiVersion"], "name": o["metadata"]["name"]}
@@ -491,140 +484,12 @@ def _refs(objects: list[dict]) -> list[dict[str, str]]:
 
 
 def _ref_args(refs: list[dict[str, str]]) -> list[str]:
-    kinds = {"LeaderWorkerSet": "leaderworkersets.leaderworkerset.x-k8s.io"}
+    kinds = {"LeaderWorkerSet": LWS_CRD}
     return [f"{kinds.get(r['kind'], r['kind'].lower())}/{r['name']}" for r in refs]
 
 
-def launch_objects(
-    plan: RankPlan, deployment: Deployment, api_key: str | None = None
-) -> list[dict]:
-    """What up applies: the API key Secret (when a key is given), LeaderWorkerSet, Service."""
-    items = k8s_render.objects(plan, deployment)
-    if api_key:
-        items.insert(0, k8s_render.api_key_secret(deployment, api_key))
-    return items
-
-
-def up(
-    plan: RankPlan,
-    deployment: Deployment,
-    *,
-    timeout_s: float | None = None,
-    on_phase: Callable[[PhaseMark], None] = lambda mark: None,
-    on_event: Callable[[str], None] = lambda text: None,
-    appear_timeout_s: float = POD_APPEAR_TIMEOUT_S,
-) -> tuple[GroupState, Readiness]:
-    """Apply the deployment's objects and wait until the model answers.
-
-    ``plan`` is one group's; with ``replicas`` every group runs it (the LeaderWorkerSet's
-    template), each group's pods are the deployment's ranks (group ``g``, rank ``g * size + i``
-    on pod ``NAME-g[-i]``), and ready means a completion through the router's Service, with
-    every group's pods running.
-
-    Raises:
-        BackendError: the LeaderWorkerSet exists already.
-        KubernetesError: kubectl or the API server refused the objects.
-        RankFailed: a pod failed or start-up timed out (the objects are kept; see ``down``).
-    """
-    cluster = deployment.cluster
-    kubectl = Kubectl.of(cluster)
-    name = k8s_render.lws_name(deployment)
-    try:
-        existing = kubectl.get_json("leaderworkersets.leaderworkerset.x-k8s.io", name)
-    except KubernetesError as exc:
-        raise KubernetesError(
-            exc.message,
-            hint="is the LeaderWorkerSet CRD installed? `tandem check` on the cluster says",
-        ) from exc
-    if existing is not None:
-        raise BackendError(
-            f"LeaderWorkerSet '{name}' already exists in namespace '{cluster.namespace}'",
-            hint=f"stop it first with `tandem down {name}`",
-        )
-    items = launch_objects(plan, deployment, os.environ.get(wire.VLLM_API_KEY))
-    refs = _refs(items)
-    state = GroupState(
-        name=deployment.name,
-        backend="k8s",
-        recipe=deployment.recipe.model_dump(mode="json"),
-        cluster=cluster.model_dump(mode="json"),
-        endpoint=plan.endpoint,
-        model=plan.model,
-        network={
-            "namespace": cluster.namespace,
-            "kubectl": kubectl.program,
-            "kubeconfig": kubectl.kubeconfig,
-            "context": kubectl.context,
-            "lws": name,
-            "objects": refs,
-        },
-    )
-    replicas = deployment.recipe.replicas
-    if replicas > 1:
-        state.endpoint = k8s_render.service_url(deployment)
-        plan = plan.model_copy(update={"endpoint": state.endpoint})
-    size = len(plan.ranks)
-    for group in range(replicas):
-        for rank in plan.ranks:
-            state.ranks.append(
-                RankState(
-                    rank=group * size + rank.rank,
-                    group=group,
-                    # with replicas a pod's node is the scheduler's, read once it runs
-                    node=rank.node if replicas == 1 else "",
-                    role=rank.role.value,
-                    address=rank.address if replicas == 1 else "",
-                    log=f"pod/{k8s_render.pod_name(deployment, rank.rank, group)}",
-                    started_at=datetime.now(UTC),
-                )
-            )
-    state.save()  # before the apply: whatever it creates, `tandem down` then finds
-    try:
-        kubectl.apply(items)
-    except BaseException:
-        _withdraw(kubectl, state, refs)
-        raise
-    on_event(
-        "applied (server-side) "
-        + ", ".join(f"{r['kind']}/{r['name']}" for r in refs)
-        + f" in namespace {cluster.namespace}"
-    )
-
-    view = GroupView(kubectl, name)
-    wave = {r.rank: r.start_order for r in plan.ranks}  # workers first, in every group
-    ranks = [
-        PodRank(
-            r.rank,
-            r.log.removeprefix("pod/"),
-            view,
-            on_event=on_event,
-            appear_timeout_s=appear_timeout_s,
-        )
-        for r in sorted(state.ranks, key=lambda r: (wave[r.rank % size], r.rank))
-    ]
-
-    try:
-        readiness = await_ready(
-            plan, deployment, ranks, state, timeout_s=timeout_s, on_phase=on_phase
-        )
-        await_leaders_ready(state, view, time.monotonic() + deployment.recipe.timeouts.startup_s)
-        if replicas > 1:
-            _placed(state, view)
-    except RankFailed as exc:
-        problems = [
-            Problem(f"pod/{r.pod}", line)
-            for r in ranks
-            for line in event_lines(kubectl.events(r.pod))[-5:]
-        ]
-        raise RankFailed(
-            exc.message,
-            rank=exc.rank,
-            problems=problems,
-            hint=f"the objects are kept for inspection: `tandem logs`, `kubectl -n "
-            f"{cluster.namespace} describe pods -l {wire.LWS_NAME_LABEL}={name}`; "
-            f"remove them with `tandem down {name}`",
-        ) from exc
-    return state, readiness
+def _ref_names(refs: list[dict[str, str]]) -> list[str]:
+    return [f"{r['kind']}/{r['name']}" for r in refs]
 
 
 def _withdraw(kubectl: Kubectl, state: GroupState, refs: list[dict[str, str]]) -> None:
@@ -653,7 +518,7 @@ def await_leaders_ready(state: GroupState, view: GroupView, deadline: float) -> 
     leaders = [r for r in state.ranks if r.role == "leader"]
     front = "the router" if len(leaders) > 1 else "its Service"
     while True:
-        waiting = [r for r in leaders if not _ready(view.pod(r.log.removeprefix("pod/")))]
+        waiting = [r for r in leaders if not _ready(view.pod(_pod(r)))]
         if not waiting:
             return
         if time.monotonic() > deadline:
@@ -675,42 +540,10 @@ def _placed(state: GroupState, view: GroupView) -> None:
     """Each rank's node and address from its pod, once every pod runs (with replicas the
     scheduler chose them)."""
     for record in state.ranks:
-        pod = view.pod(record.log.removeprefix("pod/")) or {}
+        pod = view.pod(_pod(record)) or {}
         record.node = (pod.get("spec") or {}).get("nodeName") or ""
         record.address = (pod.get("status") or {}).get("podIP") or ""
     state.save()
-
-
-def down(
-    state: GroupState,
-    *,
-    on_event: Callable[[str], None] = lambda text: None,
-    pods_gone_timeout_s: float = 120,
-) -> None:
-    """Delete what up applied and wait until the group's pods are gone.
-
-    Raises:
-        BackendError: an object or pod survived.
-    """
-    kubectl = Kubectl.of_state(state)
-    refs = state.network.get("objects", [])
-    kubectl.delete(_ref_args(refs))
-    on_event("deleted " + ", ".join(f"{r['kind']}/{r['name']}" for r in refs))
-    left = [r for r, arg in zip(refs, _ref_args(refs)) if kubectl.get_json(arg) is not None]
-    deadline = time.monotonic() + pods_gone_timeout_s
-    pods = kubectl.pods(state.network["lws"])
-    while pods and time.monotonic() < deadline:
-        time.sleep(2)
-        pods = kubectl.pods(state.network["lws"])
-    if left or pods:
-        names = [f"{r['kind']}/{r['name']}" for r in left] + [
-            f"pod/{p['metadata']['name']}" for p in pods
-        ]
-        raise BackendError(
-            f"still present after delete: {', '.join(names)}",
-            hint=f"kubectl -n {kubectl.namespace} get {' '.join(names)}",
-        )
-    on_event(f"no pod of '{state.network['lws']}' is left")
 
 
 def cluster_problems(cluster: Cluster) -> list[Problem]:
@@ -784,8 +617,7 @@ class KubernetesBackend:
         deployment: Deployment,
     ) -> list[tuple[RankSpec, list[str]]]:
         """Each rank's pod is created by one server-side apply of the rendered objects."""
-        kubectl = Kubectl.of(deployment.cluster)
-        argv = kubectl.argv("apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-f", "-")
+        argv = Kubectl.of(deployment.cluster).argv(*APPLY, "-f", "-")
         return [(rank, argv) for rank in plan.in_start_order()]
 
     def up(
@@ -798,34 +630,151 @@ class KubernetesBackend:
         on_event: Callable[[str], None],
         place: Place | None = None,
     ) -> tuple[GroupState, Readiness]:
-        """One apply launches every group (``place`` is the deployment's own); the record holds
-        every group's ranks, which ``tandem.operations.lifecycle`` splits by group."""
-        return up(
-            plan,
-            deployment,
-            timeout_s=timeout_s,
-            on_phase=on_phase,
-            on_event=on_event,
-            appear_timeout_s=self.appear_timeout_s,
+        """Apply the deployment's objects and wait until the model answers.
+
+        One apply launches every group (``place`` is the deployment's own): ``plan`` is one
+        group's, which every group runs (the LeaderWorkerSet's template); each group's pods are
+        the deployment's ranks (group ``g``, rank ``g * size + i`` on pod ``NAME-g[-i]``), all
+        in the record, which ``tandem.operations.lifecycle`` splits by group. With replicas,
+        ready means a completion through the router's Service, with every group's pods running.
+
+        Raises:
+            BackendError: the LeaderWorkerSet exists already.
+            KubernetesError: kubectl or the API server refused the objects.
+            RankFailed: a pod failed or start-up timed out (the objects are kept; see ``down``).
+        """
+        cluster = deployment.cluster
+        kubectl = Kubectl.of(cluster)
+        name = k8s_render.lws_name(deployment)
+        try:
+            existing = kubectl.get_json(LWS_CRD, name)
+        except KubernetesError as exc:
+            raise KubernetesError(
+                exc.message,
+                hint="is the LeaderWorkerSet CRD installed? `tandem check` on the cluster says",
+            ) from exc
+        if existing is not None:
+            raise BackendError(
+                f"LeaderWorkerSet '{name}' already exists in namespace '{cluster.namespace}'",
+                hint=f"stop it first with `tandem down {name}`",
+            )
+        items = k8s_render.objects(plan, deployment)
+        if api_key := os.environ.get(wire.VLLM_API_KEY):
+            items.insert(0, k8s_render.api_key_secret(deployment, api_key))
+        refs = _refs(items)
+        state = GroupState(
+            name=deployment.name,
+            backend="k8s",
+            recipe=deployment.recipe.model_dump(mode="json"),
+            cluster=cluster.model_dump(mode="json"),
+            endpoint=plan.endpoint,
+            model=plan.model,
+            network={
+                "namespace": cluster.namespace,
+                "kubectl": kubectl.program,
+                "kubeconfig": kubectl.kubeconfig,
+                "context": kubectl.context,
+                "lws": name,
+                "objects": refs,
+            },
         )
+        replicas = deployment.recipe.replicas
+        if replicas > 1:
+            state.endpoint = k8s_render.service_url(deployment)
+            plan = plan.model_copy(update={"endpoint": state.endpoint})
+        size = len(plan.ranks)
+        for group in range(replicas):
+            for rank in plan.ranks:
+                state.ranks.append(
+                    RankState(
+                        rank=group * size + rank.rank,
+                        group=group,
+                        # with replicas a pod's node is the scheduler's, read once it runs
+                        node=rank.node if replicas == 1 else "",
+                        role=rank.role.value,
+                        address=rank.address if replicas == 1 else "",
+                        log=f"pod/{k8s_render.pod_name(deployment, rank.rank, group)}",
+                        started_at=datetime.now(UTC),
+                    )
+                )
+        state.save()  # before the apply: whatever it creates, `tandem down` then finds
+        try:
+            kubectl.apply(items)
+        except BaseException:
+            _withdraw(kubectl, state, refs)
+            raise
+        applied = ", ".join(_ref_names(refs))
+        on_event(f"applied (server-side) {applied} in namespace {cluster.namespace}")
+
+        view = GroupView(kubectl, name)
+        wave = {r.rank: r.start_order for r in plan.ranks}  # workers first, in every group
+        ranks = [
+            PodRank(
+                r.rank, _pod(r), view, on_event=on_event, appear_timeout_s=self.appear_timeout_s
+            )
+            for r in sorted(state.ranks, key=lambda r: (wave[r.rank % size], r.rank))
+        ]
+
+        try:
+            readiness = await_ready(
+                plan, deployment, ranks, state, timeout_s=timeout_s, on_phase=on_phase
+            )
+            await_leaders_ready(
+                state, view, time.monotonic() + deployment.recipe.timeouts.startup_s
+            )
+            if replicas > 1:
+                _placed(state, view)
+        except RankFailed as exc:
+            problems = [
+                Problem(f"pod/{r.pod}", line)
+                for r in ranks
+                for line in event_lines(kubectl.events(r.pod))[-5:]
+            ]
+            raise RankFailed(
+                exc.message,
+                rank=exc.rank,
+                problems=problems,
+                hint=f"the objects are kept for inspection: `tandem logs`, `kubectl -n "
+                f"{cluster.namespace} describe pods -l {wire.LWS_NAME_LABEL}={name}`; "
+                f"remove them with `tandem down {name}`",
+            ) from exc
+        return state, readiness
 
     def down(self, state: GroupState, *, on_event: Callable[[str], None]) -> None:
-        down(state, on_event=on_event)
+        """Delete what up applied and wait until the group's pods are gone.
+
+        Raises:
+            BackendError: an object or pod survived.
+        """
+        kubectl = Kubectl.of_state(state)
+        refs = state.network.get("objects", [])
+        kubectl.delete(_ref_args(refs))
+        on_event("deleted " + ", ".join(_ref_names(refs)))
+        left = [r for r, arg in zip(refs, _ref_args(refs)) if kubectl.get_json(arg) is not None]
+        deadline = time.monotonic() + PODS_GONE_TIMEOUT_S
+        pods = kubectl.pods(state.network["lws"])
+        while pods and time.monotonic() < deadline:
+            time.sleep(2)
+            pods = kubectl.pods(state.network["lws"])
+        if left or pods:
+            names = _ref_names(left) + [f"pod/{p}" for p in pods]
+            raise BackendError(
+                f"still present after delete: {', '.join(names)}",
+                hint=f"kubectl -n {kubectl.namespace} get {' '.join(names)}",
+            )
+        on_event(f"no pod of '{state.network['lws']}' is left")
 
     def observe(self, state: GroupState, *, nodes: bool = False) -> Look:
         """A pod's processes are the kubelet's business here: whether each rank's pod runs,
         and whether the kubelet restarted its container since (``restart_problem``), from
         one read of the group's pods. With ``nodes``, the node agent runs in one rank pod a
         node (``kubectl exec``) for the node's readings and the processes of its ranks."""
-        pods = {
-            p["metadata"]["name"]: p
-            for p in Kubectl.of_state(state).pods(state.network.get("lws", state.name))
-        }
+        pods = Kubectl.of_state(state).pods(state.network.get("lws", state.name))
         look = Look(
             ranks={
                 r.rank: RankObservation(
                     rank=r.rank,
-                    alive=pod_running(pod := pods.get(r.log.removeprefix("pod/"))),
+                    alive=pod_running(pod := pods.get(_pod(r))),
                     problem=restart_problem(pod),
                 )
                 for r in state.ranks
@@ -848,19 +797,19 @@ class KubernetesBackend:
         return look
 
     def rank_running(self, state: GroupState, rank: RankState) -> bool:
-        return pod_running(Kubectl.of_state(state).get_json("pod", rank.log.removeprefix("pod/")))
+        return pod_running(Kubectl.of_state(state).get_json("pod", _pod(rank)))
 
     def node_versions(self, state: GroupState) -> dict[str, str]:
         """What runs is the recipe's image, recorded in the bundle's state.json."""
         return {}
 
     def log_reader(self, state: GroupState, rank: RankState) -> PodLog:
-        return PodLog(Kubectl.of_state(state), rank.log.removeprefix("pod/"))
+        return PodLog(Kubectl.of_state(state), _pod(rank))
 
 
 def _ask_agent(kubectl: Kubectl, record: RankState, request: str) -> dict | str:
     """The node agent's answer from the rank's pod, or why there is none."""
-    pod = record.log.removeprefix("pod/")
+    pod = _pod(record)
     try:
         done = kubectl.run(
             "exec",

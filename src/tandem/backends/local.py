@@ -355,24 +355,7 @@ class LocalBackend:
     ) -> list[tuple[RankSpec, list[str]]]:
         return launch_commands(plan, deployment)
 
-    def up(
-        self,
-        plan: RankPlan,
-        deployment: Deployment,
-        *,
-        timeout_s: float | None,
-        on_phase: Callable[[PhaseMark], None],
-        on_event: Callable[[str], None],
-        place: Place | None = None,
-    ) -> tuple[GroupState, Readiness]:
-        return up(
-            plan,
-            deployment,
-            timeout_s=timeout_s,
-            on_phase=on_phase,
-            on_event=on_event,
-            place=place,
-        )
+    up = staticmethod(up)
 
     def down(self, state: GroupState, *, on_event: Callable[[str], None]) -> None:
         with shielded(on_event) as hurry:

@@ -103,6 +103,7 @@ def lws_webhook_problems(lws: dict, where: str = "LeaderWorkerSet") -> Iterator[
             "use fewer groups or smaller ones",
         )
     rolling = (spec.get("rolloutStrategy") or {}).get("rollingUpdateConfiguration") or {}
+    rolling_path = f"{path}.rolloutStrategy.rollingUpdateConfiguration"
     values = {}
     for key in ("maxUnavailable", "maxSurge"):
         if key in rolling:
@@ -110,7 +111,7 @@ def lws_webhook_problems(lws: dict, where: str = "LeaderWorkerSet") -> Iterator[
             text = str(value)
             if not PERCENT_OR_INT.match(text):
                 yield Problem(
-                    f"{path}.rolloutStrategy.rollingUpdateConfiguration.{key}",
+                    f"{rolling_path}.{key}",
                     f"'{value}' is neither a count nor a percentage",
                     "write e.g. 1 or 25%",
                 )
@@ -118,29 +119,22 @@ def lws_webhook_problems(lws: dict, where: str = "LeaderWorkerSet") -> Iterator[
                 values[key] = int(text.rstrip("%"))
                 if text.endswith("%") and values[key] > 100:
                     yield Problem(
-                        f"{path}.rolloutStrategy.rollingUpdateConfiguration.{key}",
-                        f"{value} is above 100%",
-                        "use at most 100%",
+                        f"{rolling_path}.{key}", f"{value} is above 100%", "use at most 100%"
                     )
     if values.get("maxUnavailable", 1) == 0 and values.get("maxSurge", 0) == 0 and rolling:
         yield Problem(
-            f"{path}.rolloutStrategy.rollingUpdateConfiguration",
+            rolling_path,
             "maxUnavailable and maxSurge cannot both be 0",
             "allow at least one unavailable or one surge group",
         )
     sub = template.get("subGroupPolicy") or {}
     if "subGroupSize" in sub and isinstance(size, int):
         sgs = sub["subGroupSize"]
+        sgs_path = f"{path}.leaderWorkerTemplate.subGroupPolicy.subGroupSize"
         if not isinstance(sgs, int) or sgs < 1:
-            yield Problem(
-                f"{path}.leaderWorkerTemplate.subGroupPolicy.subGroupSize",
-                f"{sgs} must be at least 1",
-            )
+            yield Problem(sgs_path, f"{sgs} must be at least 1")
         elif size % sgs and (size - 1) % sgs:
-            yield Problem(
-                f"{path}.leaderWorkerTemplate.subGroupPolicy.subGroupSize",
-                f"{sgs} divides neither size {size} nor size - 1",
-            )
+            yield Problem(sgs_path, f"{sgs} divides neither size {size} nor size - 1")
     leader = _leader_template(lws)
     probes = [c.get("readinessProbe") for c in (leader.get("spec") or {}).get("containers") or []]
     if spec.get("startupPolicy") == "LeaderReady" and any(p and "httpGet" in p for p in probes):

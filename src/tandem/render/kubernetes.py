@@ -124,11 +124,8 @@ def image_of(deployment: Deployment) -> str:
     engine = deployment.recipe.engine
     if engine.image:
         return engine.image
-    return (
-        f"vllm/vllm-openai:v{engine.vllm_version}"
-        if engine.vllm_version
-        else "vllm/vllm-openai:latest"
-    )
+    tag = f"v{engine.vllm_version}" if engine.vllm_version else "latest"
+    return f"vllm/vllm-openai:{tag}"
 
 
 def quantity(n_bytes: int) -> str:
@@ -511,19 +508,15 @@ def router_objects(deployment: Deployment) -> list[dict]:
         },
     }
     rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    rbac = "rbac.authorization.k8s.io"
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {"apiVersion": f"{rbac}/v1", "kind": "Role", "metadata": meta, "rules": rules},
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta,
-            "rules": rules,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "apiVersion": f"{rbac}/v1",
             "kind": "RoleBinding",
             "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
         },
         {
