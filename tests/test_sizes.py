@@ -41,7 +41,7 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/plan/kv.py:kv_layout": (91, 7),
     "tandem/plan/planner.py:plan_deployment": (183, 9),
     "tandem/plan/roofline.py:roofline": (83, 7),
-    "tandem/readiness.py:wait_ready": (97, 10),
+    "tandem/readiness.py:wait_ready": (96, 10),
     "tandem/render/prometheus.py:alert_rules": (106, 2),
     "tandem/report/plan.py:plan_tables": (94, 1),
     "tandem/report/watch.py:live_view": (86, 2),

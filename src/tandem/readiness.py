@@ -120,12 +120,14 @@ def wait_ready(
                 for phase, detail in logs[r.rank].feed(line):
                     mark(phase, r.rank, detail)
 
-    def boot() -> BootFigures:
-        return logs[leader].figures
-
     reached: set[Phase] = set()
     url = urlparse(endpoint)
     with Endpoint(endpoint, api_key=api_key, timeout_s=10.0) as server:
+        checks: tuple[tuple[Phase, Callable[[], bool], str], ...] = (
+            (Phase.PORT_OPEN, lambda: _port_open(url.hostname or "", url.port or 80), ""),
+            (Phase.HEALTHY, lambda: _health_ok(server), ""),
+            (Phase.MODEL_LISTED, lambda: _lists_model(server, model), model),
+        )
         while True:
             read_logs()
             for r in ranks:
@@ -150,19 +152,13 @@ def wait_ready(
                     hint="raise timeouts.startup_s if the logs show progress, else read "
                     "`tandem logs` for a rank stuck at the rendezvous",
                 )
-            if Phase.PORT_OPEN not in reached and _port_open(url.hostname or "", url.port or 80):
-                reached.add(Phase.PORT_OPEN)
-                mark(Phase.PORT_OPEN, leader)
-            if Phase.PORT_OPEN in reached and Phase.HEALTHY not in reached and _health_ok(server):
-                reached.add(Phase.HEALTHY)
-                mark(Phase.HEALTHY, leader)
-            if (
-                Phase.HEALTHY in reached
-                and Phase.MODEL_LISTED not in reached
-                and _lists_model(server, model)
-            ):
-                reached.add(Phase.MODEL_LISTED)
-                mark(Phase.MODEL_LISTED, leader, model)
+            for phase, passes, detail in checks:  # each only once the one before it passed
+                if phase in reached:
+                    continue
+                if not passes():
+                    break
+                reached.add(phase)
+                mark(phase, leader, detail)
             if Phase.MODEL_LISTED in reached:
                 answer = _try_completion(server, model, request_timeout_s)
                 if answer is not None:
@@ -170,7 +166,10 @@ def wait_ready(
                     mark(Phase.ANSWERED, leader, f"{tokens} tokens")
                     read_logs()
                     return Readiness(
-                        phases=marks, boot=boot(), answer=text, completion_tokens=tokens
+                        phases=marks,
+                        boot=logs[leader].figures,
+                        answer=text,
+                        completion_tokens=tokens,
                     )
             sleep(poll_s)
 

@@ -8,6 +8,7 @@ report shows, and the interval says how far the run-to-run noise could move it.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -32,26 +33,23 @@ HEADLINE: tuple[tuple[str, str, Unit, Literal["lower", "higher"]], ...] = (
 """Key, name, unit (a key's suffix does not say it: ``_tok_s`` is a rate), and which is better."""
 
 
-def headline(point: LoadPointResult) -> dict[str, float | None]:
-    """The figures compared, by key of ``HEADLINE``."""
-    m = point.metrics
-    return {
-        "ttft_p50_s": m.ttft_s.p50,
-        "ttft_p99_s": m.ttft_s.p99,
-        "tpot_p50_s": m.tpot_s.p50,
-        "tpot_p99_s": m.tpot_s.p99,
-        "itl_p50_s": m.itl_s.p50,
-        "e2el_p50_s": m.e2el_s.p50,
-        "server_ttft_mean_s": point.server.ttft_mean_s if point.server else None,
-        "output_throughput_tok_s": m.output_throughput_tok_s,
-        "request_throughput_rps": m.request_throughput_rps,
-        "failed": float(m.failed),
-    }
+_PERCENTILE = re.compile(r"(\w+)_(p\d+)_s")
+
+
+def headline(point: LoadPointResult, key: str) -> float | None:
+    """One ``HEADLINE`` figure of a point, read by its key: ``<x>_pNN_s`` is percentile NN of the
+    metrics' ``<x>_s``, ``server_<f>`` the server's own ``<f>``, else a field of the metrics."""
+    if key.startswith("server_"):
+        return getattr(point.server, key.removeprefix("server_")) if point.server else None
+    if percentile := _PERCENTILE.fullmatch(key):
+        return getattr(getattr(point.metrics, percentile[1] + "_s"), percentile[2])
+    value = getattr(point.metrics, key)
+    return None if value is None else float(value)
 
 
 def values_over_rounds(rounds: list[LoadPointResult], key: str) -> list[float]:
     """One ``HEADLINE`` figure of each round that has it."""
-    return [v for v in (headline(p)[key] for p in rounds) if v is not None]
+    return [v for v in (headline(p, key) for p in rounds) if v is not None]
 
 
 class FigureRounds(BaseModel):

@@ -17,7 +17,6 @@ Strict) and a redirect to the bare URL, a script sends ``Authorization: Bearer .
 
 from __future__ import annotations
 
-import errno
 import hmac
 import os
 import socket
@@ -31,7 +30,7 @@ from tandem.dashboard.observe import Observer
 from tandem.dashboard.page import body, document
 from tandem.errors import SpecError, StateError
 from tandem.operations.evidence import Evidence
-from tandem.spec.addresses import is_loopback
+from tandem.spec.addresses import is_loopback, port_fault
 
 COOKIE = "tandem_dashboard"
 INSTALL_HINT = "pip install 'tandem[dashboard]' (vLLM's install brings both)"
@@ -208,12 +207,9 @@ def check_port(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            fix = {
-                errno.EADDRINUSE: f"pick a free port (`ss -ltnp 'sport = :{port}'` shows who)",
-                errno.EACCES: "pick a port above 1023",
-            }.get(exc.errno or 0, "bind an address of this machine, e.g. 127.0.0.1")
+            fix = port_fault(exc, port)
             raise SpecError(
                 f"cannot serve the page on {host}:{port}: {exc.strerror}",
-                field="--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host",
-                hint=fix,
+                field="--port" if fix else "--host",
+                hint=fix or "bind an address of this machine, e.g. 127.0.0.1",
             ) from exc

@@ -7,6 +7,7 @@ of digits and dots (``10.0.0.300``) is a mistyped IPv4 address, never a host nam
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import re
 
@@ -54,3 +55,11 @@ def check_address(value: str, *, names: bool = True) -> str:
         f"'{value}' is not {what}",
         hint="write e.g. 10.0.0.1, fd00::1" + (" or node1.example.com" if names else ""),
     )
+
+
+def port_fault(exc: BaseException, port: int) -> str | None:
+    """The fix for a bind refused for its port (in use or privileged); None: the address's fault."""
+    return {
+        errno.EADDRINUSE: f"pick a free port (`ss -ltnp 'sport = :{port}'` shows who holds it)",
+        errno.EACCES: "pick a port above 1023 (the ones below need root)",
+    }.get(getattr(exc, "errno", None) or 0)

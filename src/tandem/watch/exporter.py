@@ -14,7 +14,6 @@ watts), ``_total`` for counters; labels ``deployment``, ``node``, ``rank``, ``ro
 
 from __future__ import annotations
 
-import errno
 import threading
 from collections.abc import Iterator
 
@@ -24,6 +23,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from tandem import wire
 from tandem.errors import SpecError
+from tandem.spec.addresses import port_fault
 from tandem.watch.sample import Sample, Verdict
 
 
@@ -165,12 +165,9 @@ def serve(collector: SampleCollector, port: int, address: str = "0.0.0.0"):
         return start_http_server(port, addr=address, registry=registry)
     except (OSError, UnicodeError) as exc:  # a name the resolver refuses is a UnicodeError
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        port_fault = {
-            errno.EADDRINUSE: f"pick a free port (`ss -ltnp 'sport = :{port}'` shows who holds it)",
-            errno.EACCES: "pick a port above 1023 (the ones below need root)",
-        }.get(getattr(exc, "errno", None) or 0)
+        fix = port_fault(exc, port)
         raise SpecError(
             f"cannot serve metrics on {address}:{port}: {reason}",
-            field="--serve-metrics" if port_fault else "--serve-address",
-            hint=port_fault or "bind an address of this machine, e.g. 0.0.0.0 (all) or 127.0.0.1",
+            field="--serve-metrics" if fix else "--serve-address",
+            hint=fix or "bind an address of this machine, e.g. 0.0.0.0 (all) or 127.0.0.1",
         ) from exc
