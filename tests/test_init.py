@@ -180,3 +180,21 @@ def test_on_a_terminal_it_asks_for_the_model_the_hosts_and_the_name(monkeypatch,
     assert result.exit_code == 0, result.output
     assert "Model (a Hub repo id" in result.output and "Deployment name [model]" in result.output
     assert (tmp_path / "o" / "asked.yaml").is_file()
+
+
+def test_more_ranks_than_this_machine_has_nodes_names_the_flag(tandem_here):
+    """``local_cluster`` refuses past its /24 for init too (it was an IndexError there)."""
+    result = tandem_here(
+        "init",
+        "--model",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "--config",
+        str(CONFIGS / "qwen2.5-7b-instruct.json"),
+        "--hardware",
+        "cpu",
+        "--ranks",
+        "254",
+        "--dry-run",
+    )
+    assert result.code == 2, result.err
+    assert "--ranks: 254 ranks" in result.err and "which holds 253" in result.err

@@ -189,13 +189,18 @@ def nodes_of(
 ) -> tuple[Cluster, dict[str, dict[str, Any]], list[str]]:
     """The cluster, each reachable node's facts (ssh) and what could not be found."""
     if not request.hosts:
-        cluster = local_cluster(
-            request.ranks,
-            isolation=LocalIsolation.AUTO,
-            cpu_count=request.cpu_count,
-            gpu_count=request.gpu_count,
-            subnet=request.subnet,
-        )
+        try:
+            cluster = local_cluster(
+                request.ranks,
+                isolation=LocalIsolation.AUTO,
+                cpu_count=request.cpu_count,
+                gpu_count=request.gpu_count,
+                subnet=request.subnet,
+            )
+        except SpecError as exc:  # more ranks than this machine has nodes
+            raise SpecError(
+                exc.message, field="--ranks", hint="name the nodes with --hosts, or lower --ranks"
+            ) from None
         return cluster.model_copy(update={"name": f"{name}-local"}), {}, []
     nodes = []
     for host in request.hosts:

@@ -12,7 +12,7 @@ import re
 from pydantic import BaseModel, ConfigDict
 
 from tandem import ownership, wire
-from tandem.errors import Problem, ProblemList
+from tandem.errors import Problem, ProblemList, SpecError
 from tandem.spec.cluster import Cluster, LocalIsolation, LocalOptions, Node, Transport
 from tandem.spec.kubernetes import LeaderAddress
 from tandem.spec.recipe import DataPlaneTransport, ExecutorBackend, Recipe
@@ -88,7 +88,17 @@ def local_cluster(
             (``cpus``), not only its worker: for groups behind one router, so that a group's
             new start never moves onto the core another group keeps busy (where this kernel
             was seen to hold it for minutes).
+
+    Raises:
+        SpecError: more nodes than this machine holds (``LOCAL_NODES_MAX``); the caller names
+            the file or flag that asked for them.
     """
+    if nodes > LOCAL_NODES_MAX:  # a node each, on one /24 beside its bridge
+        raise SpecError(
+            f"{nodes} ranks (tensor_parallel_size x pipeline_parallel_size x replicas) "
+            f"cannot each have a node of this machine, which holds {LOCAL_NODES_MAX}",
+            hint="give a cluster of real nodes with --cluster, or lower the sizes",
+        )
     network = ipaddress.ip_network(subnet)
     hosts = list(network.hosts())
     result = []

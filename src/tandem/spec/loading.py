@@ -29,7 +29,6 @@ from pydantic_core import ErrorDetails
 from tandem.errors import ClusterError, Problem, RecipeError, SpecError
 from tandem.spec.cluster import Cluster, LocalIsolation
 from tandem.spec.deployment import (
-    LOCAL_NODES_MAX,
     Deployment,
     deployment_problems,
     local_cluster,
@@ -394,21 +393,17 @@ def load_deployment(
             serve = recipe.model.engine.serve
             ranks = serve.tensor_parallel_size * serve.pipeline_parallel_size
             ranks *= recipe.model.replicas
-            if ranks > LOCAL_NODES_MAX:  # a node each, on one /24 beside its bridge
-                cluster.error = RecipeError(
-                    f"{ranks} ranks (tensor_parallel_size x pipeline_parallel_size x replicas) "
-                    f"cannot each have a node of this machine, which holds {LOCAL_NODES_MAX}",
-                    file=recipe.source,
-                    field="engine.serve",
-                    hint="give a cluster of real nodes with --cluster, or lower the sizes",
-                )
-            else:
+            try:
                 cluster.model = local_cluster(
                     ranks,
                     isolation=LocalIsolation.AUTO,
                     cpu_count=cpu_count,
                     gpu_count=gpu_count,
                     confine=recipe.model.replicas > 1,
+                )
+            except SpecError as exc:  # more ranks than this machine has nodes
+                cluster.error = RecipeError(
+                    exc.message, file=recipe.source, field="engine.serve", hint=exc.hint
                 )
     else:
         cluster = read_cluster(cluster_path)

@@ -43,6 +43,7 @@ def becomes(*names: str) -> dict[str, Any]:
     return {"becomes": list(names)}
 
 
+Value = TypeVar("Value")
 ENV_VALUES: dict[str, Any] = {"additionalProperties": {"type": ["string", "number", "boolean"]}}
 """The JSON Schema of an ``env`` mapping's values: YAML's ``1`` and ``true`` are taken as the
 text ``"1"`` (``_env_str``), so an editor must not flag them."""
@@ -54,7 +55,7 @@ EnvVars = Annotated[
 """An ``env`` of a recipe or a node: every value text, no secret, its folders checked."""
 
 
-def unless_null(check: Callable[[str], str]) -> AfterValidator:
+def unless_null(check: Callable[[Value], Value]) -> AfterValidator:
     """``check`` as the validator of an optional field: null is no value to check, it leaves
     the setting to its default (``engine.image``, ``model.cache_root``, ``ssh.docker_gpus``)."""
     return AfterValidator(lambda value: value if value is None else check(value))
@@ -203,6 +204,105 @@ class ExecutorBackend(StrEnum):
     RAY = "ray"
 
 
+SPECULATIVE_KEYS = frozenset(
+    [
+        "enforce_eager",
+        "num_speculative_tokens",
+        "model",
+        "method",
+        "draft_tensor_parallel_size",
+        "tensor_parallel_size",
+        "quantization",
+        "moe_backend",
+        "attention_backend",
+        "kv_cache_dtype",
+        "max_model_len",
+        "revision",
+        "code_revision",
+        "index_share_for_mtp_iteration",
+        "disable_padded_drafter_batch",
+        "disable_eagle_block_drop",
+        "use_local_argmax_reduction",
+        "use_heterogeneous_vocab",
+        "prompt_lookup_max",
+        "prompt_lookup_min",
+        "parallel_drafting",
+        "num_speculative_tokens_per_batch_size",
+        "suffix_decoding_max_tree_depth",
+        "suffix_decoding_max_cached_requests",
+        "suffix_decoding_max_spec_factor",
+        "suffix_decoding_min_token_prob",
+        "draft_load_config",
+        "rejection_sample_method",
+        "synthetic_acceptance_rates",
+        "synthetic_acceptance_length",
+        "enable_adaptive_verification",
+        "draft_sample_method",
+        "dspark_draft_topk",
+    ]
+)
+"""Keys of vLLM's ``SpeculativeConfig`` (``vllm/config/speculative.py``, vLLM 0.32)."""
+_SPECULATIVE_COUNTS = (
+    "num_speculative_tokens",
+    "draft_tensor_parallel_size",
+    "max_model_len",
+    "prompt_lookup_max",
+    "prompt_lookup_min",
+    "dspark_draft_topk",
+    "suffix_decoding_max_tree_depth",
+    "suffix_decoding_max_cached_requests",
+)
+_SPECULATIVE_FLAGS = (
+    "enforce_eager",
+    "disable_padded_drafter_batch",
+    "parallel_drafting",
+    "use_local_argmax_reduction",
+    "enable_adaptive_verification",
+)
+
+
+def check_speculative_config(value: dict[str, Any]) -> dict[str, Any]:
+    """Refuse a ``--speculative-config`` vLLM would refuse at start-up, every fault at once."""
+    faults = []
+    unknown = sorted(str(k) for k in value if k not in SPECULATIVE_KEYS)
+    if unknown:
+        faults.append(
+            f"unknown key(s) {', '.join(unknown)} (vLLM's SpeculativeConfig has "
+            "method, num_speculative_tokens, model, draft_tensor_parallel_size, ...)"
+        )
+    method = value.get("method")
+    if method is None:
+        faults.append(
+            "needs a 'method' key, e.g. {method: deepseek_mtp, num_speculative_tokens: 2}"
+        )
+    elif not isinstance(method, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", method):
+        faults.append(
+            f"method {method!r} is not a method name such as deepseek_mtp, mtp, "
+            "eagle3, ngram, dspark"
+        )
+    for key in _SPECULATIVE_COUNTS:
+        if key in value and (
+            isinstance(value[key], bool) or not isinstance(value[key], int) or value[key] < 1
+        ):
+            faults.append(f"{key} must be a whole number of at least 1, not {value[key]!r}")
+    for key in _SPECULATIVE_FLAGS:
+        if key in value and not isinstance(value[key], bool):
+            faults.append(f"{key} must be true or false, not {value[key]!r}")
+    for key in ("model", "revision", "quantization", "kv_cache_dtype"):
+        if key in value and (not isinstance(value[key], str) or not value[key]):
+            faults.append(f"{key} must be a non-empty text, not {value[key]!r}")
+    low, high = value.get("prompt_lookup_min"), value.get("prompt_lookup_max")
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        faults.append(f"prompt_lookup_min {low} is above prompt_lookup_max {high}")
+    if faults:
+        raise FieldFault(
+            "; ".join(faults),
+            hint="write it as vLLM's --speculative-config "
+            "takes it, e.g. {method: deepseek_mtp, num_speculative_tokens: 2}",
+        )
+    return value
+
+
 class ServeOptions(StrictModel):
     """``engine.serve:`` — typed `vllm serve` options, each rendered to its flag.
 
@@ -264,10 +364,12 @@ class ServeOptions(StrictModel):
         description="`--generation-config`, e.g. `vllm` to ignore the model's sampling defaults.",
     )
 
-    speculative_config: dict[str, Any] | None = Field(
-        default=None,
-        description="`--speculative-config` as a mapping, rendered as compact JSON, e.g. "
-        "{method: deepseek_mtp, num_speculative_tokens: 2}.",
+    speculative_config: Annotated[dict[str, Any] | None, unless_null(check_speculative_config)] = (
+        Field(
+            default=None,
+            description="`--speculative-config` as a mapping, rendered as compact JSON, e.g. "
+            "{method: deepseek_mtp, num_speculative_tokens: 2}.",
+        )
     )
     enable_prefix_caching: bool | None = Field(
         default=None,
@@ -323,111 +425,6 @@ class ServeOptions(StrictModel):
             else:
                 args += [flag, str(value)]
         return args
-
-    @field_validator("speculative_config")
-    @classmethod
-    def _speculative_shape(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            check_speculative_config(value)
-        return value
-
-
-SPECULATIVE_KEYS = frozenset(
-    [
-        "enforce_eager",
-        "num_speculative_tokens",
-        "model",
-        "method",
-        "draft_tensor_parallel_size",
-        "tensor_parallel_size",
-        "quantization",
-        "moe_backend",
-        "attention_backend",
-        "kv_cache_dtype",
-        "max_model_len",
-        "revision",
-        "code_revision",
-        "index_share_for_mtp_iteration",
-        "disable_padded_drafter_batch",
-        "disable_eagle_block_drop",
-        "use_local_argmax_reduction",
-        "use_heterogeneous_vocab",
-        "prompt_lookup_max",
-        "prompt_lookup_min",
-        "parallel_drafting",
-        "num_speculative_tokens_per_batch_size",
-        "suffix_decoding_max_tree_depth",
-        "suffix_decoding_max_cached_requests",
-        "suffix_decoding_max_spec_factor",
-        "suffix_decoding_min_token_prob",
-        "draft_load_config",
-        "rejection_sample_method",
-        "synthetic_acceptance_rates",
-        "synthetic_acceptance_length",
-        "enable_adaptive_verification",
-        "draft_sample_method",
-        "dspark_draft_topk",
-    ]
-)
-"""Keys of vLLM's ``SpeculativeConfig`` (``vllm/config/speculative.py``, vLLM 0.32)."""
-_SPECULATIVE_COUNTS = (
-    "num_speculative_tokens",
-    "draft_tensor_parallel_size",
-    "max_model_len",
-    "prompt_lookup_max",
-    "prompt_lookup_min",
-    "dspark_draft_topk",
-    "suffix_decoding_max_tree_depth",
-    "suffix_decoding_max_cached_requests",
-)
-_SPECULATIVE_FLAGS = (
-    "enforce_eager",
-    "disable_padded_drafter_batch",
-    "parallel_drafting",
-    "use_local_argmax_reduction",
-    "enable_adaptive_verification",
-)
-
-
-def check_speculative_config(value: dict[str, Any]) -> None:
-    """Refuse a ``--speculative-config`` vLLM would refuse at start-up, every fault at once."""
-    faults = []
-    unknown = sorted(str(k) for k in value if k not in SPECULATIVE_KEYS)
-    if unknown:
-        faults.append(
-            f"unknown key(s) {', '.join(unknown)} (vLLM's SpeculativeConfig has "
-            "method, num_speculative_tokens, model, draft_tensor_parallel_size, ...)"
-        )
-    method = value.get("method")
-    if method is None:
-        faults.append(
-            "needs a 'method' key, e.g. {method: deepseek_mtp, num_speculative_tokens: 2}"
-        )
-    elif not isinstance(method, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", method):
-        faults.append(
-            f"method {method!r} is not a method name such as deepseek_mtp, mtp, "
-            "eagle3, ngram, dspark"
-        )
-    for key in _SPECULATIVE_COUNTS:
-        if key in value and (
-            isinstance(value[key], bool) or not isinstance(value[key], int) or value[key] < 1
-        ):
-            faults.append(f"{key} must be a whole number of at least 1, not {value[key]!r}")
-    for key in _SPECULATIVE_FLAGS:
-        if key in value and not isinstance(value[key], bool):
-            faults.append(f"{key} must be true or false, not {value[key]!r}")
-    for key in ("model", "revision", "quantization", "kv_cache_dtype"):
-        if key in value and (not isinstance(value[key], str) or not value[key]):
-            faults.append(f"{key} must be a non-empty text, not {value[key]!r}")
-    low, high = value.get("prompt_lookup_min"), value.get("prompt_lookup_max")
-    if isinstance(low, int) and isinstance(high, int) and low > high:
-        faults.append(f"prompt_lookup_min {low} is above prompt_lookup_max {high}")
-    if faults:
-        raise FieldFault(
-            "; ".join(faults),
-            hint="write it as vLLM's --speculative-config "
-            "takes it, e.g. {method: deepseek_mtp, num_speculative_tokens: 2}",
-        )
 
 
 # Flags that the rank plan owns: a recipe that passes them through extra_args would fight it.
@@ -531,6 +528,58 @@ def check_image(image: str) -> str:
     return image
 
 
+Command = TypeVar("Command", str, list[str])
+"""A field that becomes a command line: one text (``ssh.vllm_command``) or argv items."""
+
+
+def refuse_inline_secrets(command: Command) -> Command:
+    """Refuse a field that becomes a command line (``ssh.vllm_command``, ``kubernetes.kubectl``,
+    ``engine.extra_args``...) when it holds a credential inline: a secret flag's value
+    (``--token=X``, ``--client-secret X``), a secret variable set in it (``env HF_TOKEN=X
+    vllm``), a URL with a password, a token's shape. Like ``env``, the file is printed,
+    rendered and stored as plain text; the message shows the command with the secret hidden."""
+    if isinstance(command, str):
+        try:
+            words = shlex.split(command)
+        except ValueError:  # unbalanced quotes: judge the words as they are
+            words = command.split()
+    else:
+        words = command
+    safe = Redactor().argv(words)  # a flag's value by its name, every other word by its shape
+    if safe == words:
+        return command
+    raise FieldFault(
+        f"'{shlex.join(safe)}' holds a secret inline (shown as {REDACTED}), and this file is "
+        "printed, rendered and stored as plain text",
+        hint="remove it from the file, and export it in the environment of `tandem up` "
+        "instead (HF_TOKEN and VLLM_API_KEY reach the ranks), or let the program read it "
+        "from a file (kubectl: a kubeconfig, named by `kubernetes.kubeconfig`)",
+    )
+
+
+def check_extra_args(value: list[str]) -> list[str]:
+    """Refuse a flag tandem renders itself: it would be passed twice, and vLLM takes the last
+    one while tandem plans with the first; the message names the field to use instead."""
+    faults = []
+    for item in value:
+        flag = flag_name(item)
+        arg = flag if is_secret(flag) else item  # never echo a key given as --api-key=KEY
+        if flag in RESERVED_FLAGS:
+            faults.append(
+                f"{arg} is set by tandem from the cluster and ports; remove it from extra_args"
+            )
+        elif flag in TYPED_FLAGS:
+            faults.append(f"{arg} repeats a typed setting; set {TYPED_FLAGS[flag]} instead")
+    if faults:
+        raise FieldFault(
+            "; ".join(faults),
+            hint="remove these flags (and their values) "
+            "from extra_args; vLLM would take the last of two, tandem plans "
+            "with the typed field",
+        )
+    return value
+
+
 class Engine(StrictModel):
     """``engine:`` — the vLLM that serves, and how it is asked to."""
 
@@ -552,41 +601,14 @@ class Engine(StrictModel):
         description="`mp` (default, no Ray) or `ray`.",
     )
     serve: ServeOptions = Field(default_factory=ServeOptions)
-    extra_args: list[str] = Field(
+    extra_args: Annotated[
+        list[str], AfterValidator(check_extra_args), AfterValidator(refuse_inline_secrets)
+    ] = Field(
         json_schema_extra=becomes("vllm serve ARGS"),
         default_factory=list,
         description="Further `vllm serve` flags, "
         "passed verbatim after the typed ones, e.g. [--seed, '0'].",
     )
-
-    @field_validator("extra_args")
-    @classmethod
-    def _no_flag_twice(cls, value: list[str]) -> list[str]:
-        """A flag tandem renders itself would be passed twice, and vLLM takes the last one
-        while tandem plans with the first: refuse it, naming the field to use instead."""
-        faults = []
-        for item in value:
-            flag = flag_name(item)
-            arg = flag if is_secret(flag) else item  # never echo a key given as --api-key=KEY
-            if flag in RESERVED_FLAGS:
-                faults.append(
-                    f"{arg} is set by tandem from the cluster and ports; remove it from extra_args"
-                )
-            elif flag in TYPED_FLAGS:
-                faults.append(f"{arg} repeats a typed setting; set {TYPED_FLAGS[flag]} instead")
-        if faults:
-            raise FieldFault(
-                "; ".join(faults),
-                hint="remove these flags (and their values) "
-                "from extra_args; vLLM would take the last of two, tandem plans "
-                "with the typed field",
-            )
-        return value
-
-    @field_validator("extra_args")
-    @classmethod
-    def _no_inline_secret(cls, value: list[str]) -> list[str]:
-        return refuse_inline_secrets(value)
 
 
 TYPED_FLAGS = _typed_flags()
@@ -1007,35 +1029,6 @@ def refuse_secrets(env: dict[str, str]) -> dict[str, str]:
             "it in a Kubernetes Secret, or point at a file (e.g. HF_TOKEN_PATH)",
         )
     return env
-
-
-Command = TypeVar("Command", str, list[str])
-"""A field that becomes a command line: one text (``ssh.vllm_command``) or argv items."""
-
-
-def refuse_inline_secrets(command: Command) -> Command:
-    """Refuse a field that becomes a command line (``ssh.vllm_command``, ``kubernetes.kubectl``,
-    ``engine.extra_args``...) when it holds a credential inline: a secret flag's value
-    (``--token=X``, ``--client-secret X``), a secret variable set in it (``env HF_TOKEN=X
-    vllm``), a URL with a password, a token's shape. Like ``env``, the file is printed,
-    rendered and stored as plain text; the message shows the command with the secret hidden."""
-    if isinstance(command, str):
-        try:
-            words = shlex.split(command)
-        except ValueError:  # unbalanced quotes: judge the words as they are
-            words = command.split()
-    else:
-        words = command
-    safe = Redactor().argv(words)  # a flag's value by its name, every other word by its shape
-    if safe == words:
-        return command
-    raise FieldFault(
-        f"'{shlex.join(safe)}' holds a secret inline (shown as {REDACTED}), and this file is "
-        "printed, rendered and stored as plain text",
-        hint="remove it from the file, and export it in the environment of `tandem up` "
-        "instead (HF_TOKEN and VLLM_API_KEY reach the ranks), or let the program read it "
-        "from a file (kubectl: a kubeconfig, named by `kubernetes.kubeconfig`)",
-    )
 
 
 def _env_str(value: Any) -> Any:
