@@ -182,8 +182,12 @@ def test_on_a_terminal_it_asks_for_the_model_the_hosts_and_the_name(monkeypatch,
     assert (tmp_path / "o" / "asked.yaml").is_file()
 
 
-def test_more_ranks_than_this_machine_has_nodes_names_the_flag(tandem_here):
-    """``local_cluster`` refuses past its /24 for init too (it was an IndexError there)."""
+@pytest.mark.parametrize(
+    ("ranks", "subnet", "room"), [("254", "10.77.0.0/24", 253), ("14", "10.9.0.0/28", 13)]
+)
+def test_more_ranks_than_this_machine_has_nodes_names_the_flag(tandem_here, ranks, subnet, room):
+    """``local_cluster`` refuses past its subnet, the bridge's address left out, for init too
+    (an IndexError there before, or a node given the bridge's address on a small --subnet)."""
     result = tandem_here(
         "init",
         "--model",
@@ -193,8 +197,13 @@ def test_more_ranks_than_this_machine_has_nodes_names_the_flag(tandem_here):
         "--hardware",
         "cpu",
         "--ranks",
-        "254",
+        ranks,
+        "--subnet",
+        subnet,
         "--dry-run",
     )
     assert result.code == 2, result.err
-    assert "--ranks: 254 ranks" in result.err and "which holds 253" in result.err
+    assert (
+        f"--ranks: {ranks} ranks" in result.err and f"which holds {room} on {subnet}" in result.err
+    )
+    assert "--subnet" in result.err.split("which holds")[1]

@@ -199,7 +199,9 @@ def nodes_of(
             )
         except SpecError as exc:  # more ranks than this machine has nodes
             raise SpecError(
-                exc.message, field="--ranks", hint="name the nodes with --hosts, or lower --ranks"
+                exc.message,
+                field="--ranks",
+                hint="name the nodes with --hosts, lower --ranks, or give a larger --subnet",
             ) from None
         return cluster.model_copy(update={"name": f"{name}-local"}), {}, []
     nodes = []

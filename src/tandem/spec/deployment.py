@@ -18,8 +18,6 @@ from tandem.spec.kubernetes import LeaderAddress
 from tandem.spec.recipe import DataPlaneTransport, ExecutorBackend, Recipe
 
 LOCAL_CLUSTER_NAME = "local"
-LOCAL_NODES_MAX = 253
-"""Nodes of this machine's cluster: an address each on its /24, whose last one is the bridge's."""
 
 
 class Deployment(BaseModel):
@@ -90,17 +88,16 @@ def local_cluster(
             was seen to hold it for minutes).
 
     Raises:
-        SpecError: more nodes than this machine holds (``LOCAL_NODES_MAX``); the caller names
-            the file or flag that asked for them.
+        SpecError: more nodes than ``subnet`` has addresses for, beside its bridge's (the
+            last); the caller names the file or flag that asked for them.
     """
-    if nodes > LOCAL_NODES_MAX:  # a node each, on one /24 beside its bridge
+    hosts = list(ipaddress.ip_network(subnet).hosts())
+    if nodes > len(hosts) - 1:  # 253 on the default /24
         raise SpecError(
             f"{nodes} ranks (tensor_parallel_size x pipeline_parallel_size x replicas) "
-            f"cannot each have a node of this machine, which holds {LOCAL_NODES_MAX}",
+            f"cannot each have a node of this machine, which holds {len(hosts) - 1} on {subnet}",
             hint="give a cluster of real nodes with --cluster, or lower the sizes",
         )
-    network = ipaddress.ip_network(subnet)
-    hosts = list(network.hosts())
     result = []
     for i in range(nodes):
         cpus = None
