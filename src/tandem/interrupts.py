@@ -11,10 +11,12 @@ of its grace period and kills what is left, instead of being abandoned half-way.
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import IO
 
 _ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -67,6 +69,22 @@ def shielded(on_event: Callable[[str], None] = lambda text: None) -> Iterator[Hu
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def detached(
+    argv: list[str], output: IO[bytes], env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """Start ``argv`` in a session of its own, nothing on its stdin, its stdout and stderr into
+    ``output``: a Ctrl-C or a hang-up at the terminal reaches tandem, never the child, which
+    tandem then stops as it means to (or leaves serving: a rank, the router, the front door)."""
+    return subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def interruption(exc: BaseException) -> str | None:

@@ -38,13 +38,7 @@ class ProcessFact(BaseModel):
 
     @classmethod
     def of(cls, process: Process) -> ProcessFact:
-        return cls(
-            pid=process.pid,
-            name=process.name,
-            state=process.state,
-            rss_bytes=process.rss_bytes,
-            cpu_s=process.cpu_s,
-        )
+        return cls.model_validate(process, from_attributes=True)
 
 
 class RankObservation(BaseModel):

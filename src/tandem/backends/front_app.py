@@ -131,10 +131,9 @@ def front_app(routes: Routes, *, api_key: str | None, timeout_s: float = 600.0) 
             Route("/health", health),
             Route("/v1/models", models),
             Route("/v1/models/{model:path}", model),
-            Route("/v1/{rest:path}", forwarder(routes, pool), methods=["POST"]),
             *(
                 Route(path, forwarder(routes, pool), methods=["POST"])
-                for path in (wire.TOKENIZE_PATH, wire.DETOKENIZE_PATH)
+                for path in ("/v1/{rest:path}", wire.TOKENIZE_PATH, wire.DETOKENIZE_PATH)
             ),
         ],
         lifespan=lifespan,

@@ -23,31 +23,23 @@ from tandem.spec.deployment import Deployment
 from tandem.vllm_log import PhaseMark
 
 
-def with_caller_secrets(rank: RankSpec) -> RankSpec:
-    """The rank as it is started: the leader, which serves the API, also gets ``VLLM_API_KEY``
-    from tandem's own environment when it is set there.
-
-    The key is added only at launch, never to the plan, so ``tandem plan``, ``render``, the state
-    files and support bundles cannot hold it; readiness, chat, bench and eval read the same
-    variable and send it.
-    """
-    key = os.environ.get(wire.VLLM_API_KEY)
-    if rank.role is not Role.LEADER or not key:
-        return rank
-    return rank.model_copy(update={"env": {**rank.env, wire.VLLM_API_KEY: key}})
-
-
 def launch_marked(rank: RankSpec, state: GroupState) -> RankSpec:
-    """The rank as it is started: with the caller's secrets (``with_caller_secrets``) and this
-    launch's id in its environment (``TANDEM_LAUNCH``).
+    """The rank as it is started: the leader, which serves the API, also gets ``VLLM_API_KEY``
+    from tandem's own environment when it is set there, and every rank this launch's id
+    (``TANDEM_LAUNCH``).
 
-    Like the API key, the id is added at launch, so the plan and rendered commands stay the same
-    from one ``up`` to the next.
+    Both are added only at launch, never to the plan: ``tandem plan``, ``render``, the state
+    files and support bundles cannot hold the key (readiness, chat, bench and eval read the same
+    variable and send it), and the plan and rendered commands stay the same from one ``up`` to
+    the next.
     """
-    rank = with_caller_secrets(rank)
-    if not state.launch_id:
-        return rank
-    return rank.model_copy(update={"env": {**rank.env, wire.TANDEM_LAUNCH: state.launch_id}})
+    added = {}
+    key = os.environ.get(wire.VLLM_API_KEY)
+    if rank.role is Role.LEADER and key:
+        added[wire.VLLM_API_KEY] = key
+    if state.launch_id:
+        added[wire.TANDEM_LAUNCH] = state.launch_id
+    return rank.model_copy(update={"env": {**rank.env, **added}}) if added else rank
 
 
 def new_state(
@@ -81,13 +73,6 @@ def new_state(
     )
 
 
-def launcher(state: GroupState) -> ProcessIdentity | None:
-    """The command that launched it (``up``, or a supervisor's restart), as recorded."""
-    if state.launcher_pid is None or state.launcher_start_ticks is None:
-        return None
-    return ProcessIdentity(state.launcher_pid, state.launcher_start_ticks, state.boot_id)
-
-
 def interrupted(state: GroupState) -> bool:
     """Its launch never became ready and the command that launched it is gone (killed, or the
     machine rebooted): a live process that merely has its pid now does not count.
@@ -96,8 +81,11 @@ def interrupted(state: GroupState) -> bool:
     """
     if state.ready or state.launcher_pid is None:
         return False
-    recorded = launcher(state)
-    return recorded is None or recorded.find() is None
+    if state.launcher_start_ticks is None:
+        return True
+    # the command that launched it (``up``, or a supervisor's restart), as recorded
+    launcher = ProcessIdentity(state.launcher_pid, state.launcher_start_ticks, state.boot_id)
+    return launcher.find() is None
 
 
 def record_rank(

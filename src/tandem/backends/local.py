@@ -49,7 +49,7 @@ from tandem.backends.state import (
 )
 from tandem.errors import BackendError
 from tandem.files import open_private, private_dir
-from tandem.interrupts import Hurry, interruption, shielded
+from tandem.interrupts import Hurry, detached, interruption, shielded
 from tandem.rankplan import RankPlan, RankSpec
 from tandem.readiness import LogTail, Readiness
 from tandem.spec.cluster import LocalIsolation, cpu_list, cpu_text
@@ -238,14 +238,7 @@ def up(
         for rank, argv in commands:
             log_path = directory.rank_log(rank.rank)
             with open_private(log_path, "ab") as log:
-                process = subprocess.Popen(
-                    argv,
-                    env=_process_env(launch_marked(rank, state), run_dir),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+                process = detached(argv, log, _process_env(launch_marked(rank, state), run_dir))
             launched.append(LaunchedRank(rank.rank, log_path, process))
             namespace = network.netns_of(rank.node) if network else None
             record_rank(

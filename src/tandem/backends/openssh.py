@@ -182,25 +182,17 @@ class OpenSSH:
     def options(self) -> list[str]:
         """ssh options without the destination: config file, batch mode, reuse, keep-alives."""
         opts = ["-F", self.config_file] if self.config_file else []
-        return [
-            *opts,
-            "-o",
+        settings = (
             "BatchMode=yes",
-            "-o",
             f"ConnectTimeout={int(self.connect_timeout_s)}",
-            "-o",
             "ControlMaster=auto",
-            "-o",
             f"ControlPath={self.control_dir}/{self._config_tag()}-%C",
-            "-o",
             "ControlPersist=120",
-            "-o",
             "ServerAliveInterval=5",
-            "-o",
             "ServerAliveCountMax=3",
-            "-o",
             "LogLevel=ERROR",
-        ]
+        )
+        return [*opts, *(word for setting in settings for word in ("-o", setting))]
 
     def _config_tag(self) -> str:
         """Connections made under one ssh_config are never reused under another (keys differ)."""

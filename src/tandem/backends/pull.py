@@ -559,7 +559,7 @@ def refuse_short_of_room(need: dict[str, int], found: dict[str, NodeSnapshot]) -
         raise BackendError(
             "not enough room for the snapshot: "
             + "; ".join(
-                f"{node} lacks {_gb(size)} of it and has {_gb(free)} free under "
+                f"{node} lacks {gb(size)} of it and has {gb(free)} free under "
                 f"{found[node].facts.get('repo_dir') or 'its cache'}"
                 for node, (size, free) in short.items()
             ),
@@ -568,7 +568,7 @@ def refuse_short_of_room(need: dict[str, int], found: dict[str, NodeSnapshot]) -
         )
 
 
-def _gb(size: int) -> str:
+def gb(size: int) -> str:
     return f"{size / 1e9:,.2f} GB"
 
 

@@ -20,7 +20,6 @@ import os
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -34,6 +33,7 @@ from tandem.backends.processes import ProcessIdentity, read_process
 from tandem.backends.router_node import RouterNode
 from tandem.errors import BackendError
 from tandem.files import open_private, private_dir
+from tandem.interrupts import detached
 from tandem.spec.recipe import Router
 
 PACKAGE = "vllm-router"
@@ -114,13 +114,7 @@ def start(
     command = spec.argv(host=host, program=[executable() or PACKAGE])
     private_dir(log.parent)
     with open_private(log, "ab") as handle:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        process = detached(command, handle)
     facts = read_process(process.pid)
     identity = ProcessIdentity.of(facts) if facts else ProcessIdentity(process.pid, 0, None)
     started = _record(spec, identity, host=host, log=str(log))

@@ -135,6 +135,7 @@ class VenvRuntime:
     def start_script(self, rank: RankSpec, deployment: Deployment) -> str:
         directory = rank_dir(self.options, deployment.name, rank.rank)
         log = log_path(self.options, deployment.name, rank.rank)
+        cache = cache_root(self.options, deployment.name, rank.rank)
         d = shellwords.quote(str(directory))
         vllm = shlex.split(self.options.vllm_command)
         argv = shlex.join([*vllm, *rank.argv[1:]])
@@ -142,14 +143,8 @@ class VenvRuntime:
             "set -e\n"
             f"command -v {shlex.quote(vllm[0])} >/dev/null 2>&1 || "
             f"{{ echo '{vllm[0]}: command not found' >&2; exit 127; }}\n"
-            + _prepare(directory, log, cache_root(self.options, deployment.name, rank.rank))
-            + _exports(
-                {
-                    **caches.cache_env(cache_root(self.options, deployment.name, rank.rank)),
-                    **rank.env,
-                    **run_env(directory),
-                }
-            )
+            + _prepare(directory, log, cache)
+            + _exports({**caches.cache_env(cache), **rank.env, **run_env(directory)})
             + "\n"
             # The wrapper shell leads the new session; it records its pid, runs vLLM and, if vLLM
             # ends by itself, its exit status.
@@ -202,7 +197,7 @@ class DockerRuntime:
 
     def start_script(self, rank: RankSpec, deployment: Deployment) -> str:
         directory = rank_dir(self.options, deployment.name, rank.rank)
-        log = shellwords.quote(str(log_path(self.options, deployment.name, rank.rank)))
+        log = log_path(self.options, deployment.name, rank.rank)
         d = shellwords.quote(str(directory))
         docker = shlex.split(self.options.docker_command)
         name = container_name(deployment.name, rank.rank)
@@ -212,18 +207,14 @@ class DockerRuntime:
             "set -e\n"
             f"command -v {shlex.quote(docker[0])} >/dev/null 2>&1 || "
             f"{{ echo '{docker[0]}: command not found' >&2; exit 127; }}\n"
-            + _prepare(
-                directory,
-                log_path(self.options, deployment.name, rank.rank),
-                cache_root(self.options, deployment.name, rank.rank),
-            )
+            + _prepare(directory, log, cache_root(self.options, deployment.name, rank.rank))
             + f"{shlex.join([*docker, 'rm', '--force', name])} >/dev/null 2>&1 || true\n"
             + _exports(secrets)
             + ("\n" if secrets else "")
             + f"{shellwords.join(self.run_argv(rank, deployment))} > {d}/cid\n"
             + _exports(_marks(deployment.name, rank.rank))
             + "\n"
-            + f"setsid {logs_argv} > {log} 2>&1 < /dev/null &\n"
+            + f"setsid {logs_argv} > {shellwords.quote(str(log))} 2>&1 < /dev/null &\n"
             + f"cat {d}/cid\n"
         )
 

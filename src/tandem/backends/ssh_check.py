@@ -22,6 +22,7 @@ from tandem.check.node_transport import (
     finished_probe,
     probe_args,
 )
+from tandem.interrupts import detached
 from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment
 
@@ -64,10 +65,4 @@ class SSHNodeTransport:
             argv = [self.python, *argv[1:]]
         remote = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
         self.ssh.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return subprocess.Popen(
-            self.ssh.argv(SSHTarget.of(node), remote),
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        return detached(self.ssh.argv(SSHTarget.of(node), remote), output)

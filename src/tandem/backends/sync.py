@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tandem.backends.openssh import OpenSSH, SSHTarget
-from tandem.backends.pull import Pull, PullReport
+from tandem.backends.pull import Pull, PullReport, gb
 from tandem.backends.runtimes import resolve_runtime
 from tandem.errors import BackendError, SpecError
 from tandem.render.docker import is_pinned
@@ -112,9 +112,8 @@ def refuse_short_of_room(
             continue
         if 2 * size > int(free_kb) * 1024:
             short.append(
-                f"{action.target} has {int(free_kb) * 1024 / 1e9:,.2f} GB free under {root}, "
-                f"the copy needs {2 * size / 1e9:,.2f} GB (the {size / 1e9:,.2f} GB archive "
-                "and its layers)"
+                f"{action.target} has {gb(int(free_kb) * 1024)} free under {root}, "
+                f"the copy needs {gb(2 * size)} (the {gb(size)} archive and its layers)"
             )
     if short:
         raise BackendError(

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from tandem import ownership
 from tandem.backends.state import state_root
 from tandem.errors import BackendError
+from tandem.files import open_private
 from tandem.render.systemd import (
     PASSED_VARS,
     SECRET_VARS,
@@ -167,10 +168,8 @@ def install(
     try:
         if written:
             written.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as handle:
+            with open_private(written, "w") as handle:
                 handle.write(render_env_file(secrets))
-            os.chmod(written, 0o600)
         unit_dir.mkdir(parents=True, exist_ok=True)
         unit_path.write_text(unit_text)
     except OSError as exc:

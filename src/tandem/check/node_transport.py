@@ -30,6 +30,7 @@ from typing import IO, Any, Protocol
 
 from tandem import agent, caches
 from tandem.errors import BackendError
+from tandem.interrupts import detached
 from tandem.spec.cluster import Node
 from tandem.spec.deployment import Deployment
 
@@ -221,11 +222,4 @@ class LocalTransport:
     def spawn(
         self, node: Node, argv: list[str], env: dict[str, str], output: IO[bytes]
     ) -> subprocess.Popen:
-        return subprocess.Popen(
-            self._wrap(node, argv),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        return detached(self._wrap(node, argv), output, env)

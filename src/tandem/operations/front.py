@@ -23,7 +23,6 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -38,6 +37,7 @@ from tandem.backends.front_door import LOOPBACK, FrontDoor
 from tandem.backends.processes import ProcessIdentity, read_process
 from tandem.backends.state import list_deployments, load_state
 from tandem.errors import BackendError, TandemError
+from tandem.interrupts import detached
 from tandem.operations import lifecycle
 from tandem.operations.admission import port_claims
 from tandem.operations.health import ProgressTracker, Verdict
@@ -186,11 +186,10 @@ def start(
         log = front_door.log_file()
         files.private_dir(log.parent)
         with files.open_private(log, "ab") as handle:
-            process = subprocess.Popen(
+            process = detached(
                 [sys.executable, "-m", __name__, "--host", host, "--port", str(port),
                  "--interval", str(interval_s)],
-                stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                handle,
             )  # fmt: skip
         facts = read_process(process.pid)
         identity = ProcessIdentity.of(facts) if facts else ProcessIdentity(process.pid, 0, None)
