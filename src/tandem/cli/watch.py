@@ -226,14 +226,9 @@ def _watch_fleet(
 def _report_fleet(run_dir: Path, overrides: dict, *, as_json: bool, plots: bool) -> None:
     """``watch report`` of a fleet's folder: each group judged as a watch of its own, then the
     router's record; fails when a group fails or the router missed a look or a member."""
-    results = {}
-    failed = []
-    for folder in group_folders(run_dir):
-        summary, _ = report_folder(folder, overrides, plots=plots)
-        results[folder.name] = summary
-        if not summary.passed:
-            failed.append(folder.name)
+    results = {f.name: report_folder(f, overrides, plots=plots)[0] for f in group_folders(run_dir)}
     record = router_record(run_dir)
+    failed = [group for group, summary in results.items() if not summary.passed]
     if not record.ok:
         failed.append("router")
     if as_json:
