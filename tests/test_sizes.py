@@ -32,7 +32,7 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/cli/bench.py:run_command": (153, 15),
     "tandem/cli/eval.py:gpqa_command": (119, 16),
     "tandem/cli/eval.py:smoke_command": (88, 7),
-    "tandem/cli/watch.py:run_command": (100, 8),
+    "tandem/cli/watch.py:run_command": (98, 8),
     "tandem/eval/dataset.py:load_gpqa_csv": (83, 1),
     "tandem/eval/smoke.py:_tool_parts": (121, 1),
     "tandem/operations/health.py:judge": (98, 4),
@@ -44,7 +44,6 @@ OVER: dict[str, tuple[int, int]] = {
     "tandem/readiness.py:wait_ready": (96, 10),
     "tandem/render/prometheus.py:alert_rules": (106, 2),
     "tandem/report/plan.py:plan_tables": (94, 1),
-    "tandem/report/watch.py:live_view": (86, 2),
     "tandem/watch/summary.py:summarize": (115, 5),
 }
 

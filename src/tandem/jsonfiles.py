@@ -20,6 +20,7 @@ import codecs
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -91,6 +92,7 @@ def read_jsonl(
             a damaged line.
     """
     path = Path(path)
+    fail = partial(error, file=str(path), hint=hint)
     records: list[T] = []
     damaged: list[int] = []
     first_fault = ""
@@ -106,21 +108,13 @@ def read_jsonl(
                         records.append(_parse_line(raw, parse, what))
                 except _Damaged as fault:
                     if strict:
-                        raise error(f"line {number}: {fault}", file=str(path), hint=hint) from None
+                        raise fail(f"line {number}: {fault}") from None
                     damaged.append(number)
                     first_fault = first_fault or f"line {number}: {fault}"
     except OSError as exc:
-        raise error(
-            f"cannot read the {kind or what + ' file'}: {exc.strerror or exc}",
-            file=str(path),
-            hint=hint,
-        ) from exc
+        raise fail(f"cannot read the {kind or what + ' file'}: {exc.strerror or exc}") from exc
     if damaged and not records:
-        raise error(
-            f"no line is a {what} ({len(damaged)} damaged); {first_fault}",
-            file=str(path),
-            hint=hint,
-        )
+        raise fail(f"no line is a {what} ({len(damaged)} damaged); {first_fault}")
     return JsonLines(records, damaged, torn)
 
 
@@ -139,25 +133,24 @@ def read_json(
             ``what`` (naming the field).
     """
     path = Path(path)
+    fail = partial(error, file=str(path), hint=hint)
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise error(
-            f"cannot read the {what}: {exc.strerror or exc}", file=str(path), hint=hint
-        ) from exc
+        raise fail(f"cannot read the {what}: {exc.strerror or exc}") from exc
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise error(f"line {line}: {_NOT_TEXT}", file=str(path), hint=hint) from exc
+        raise fail(f"line {line}: {_NOT_TEXT}") from exc
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise error(f"line {exc.lineno}: not JSON: {exc.msg}", file=str(path), hint=hint) from exc
+        raise fail(f"line {exc.lineno}: not JSON: {exc.msg}") from exc
     try:
         return model.model_validate(value)
     except ValidationError as exc:
-        raise error(f"not a {what}: {validation_text(exc)}", file=str(path), hint=hint) from exc
+        raise fail(f"not a {what}: {validation_text(exc)}") from exc
 
 
 def validation_text(exc: ValidationError) -> str:

@@ -158,18 +158,14 @@ class Redactor:
         out: list[str] = []
         hide_next = False
         for arg in argv:
+            flag = arg.startswith("--") and is_secret(arg)
             if hide_next and not arg.startswith("--"):  # `--token --next-flag`: no value
                 out.append(REDACTED)
-                hide_next = False
-                continue
-            hide_next = False
-            if arg.startswith("--") and is_secret(arg) and "=" not in arg:
-                out.append(arg)
-                hide_next = True
-            elif arg.startswith("--") and "=" in arg and is_secret(arg):
+            elif flag and "=" in arg:
                 out.append(arg.split("=", 1)[0] + "=" + REDACTED)
             else:
-                out.append(self.text(arg))
+                out.append(arg if flag else self.text(arg))
+            hide_next = flag and "=" not in arg
         return out
 
     def data(self, data: object, *, names: bool = True) -> object:

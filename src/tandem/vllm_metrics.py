@@ -291,18 +291,14 @@ def serving_fields(
                 finished[reason] = finished.get(reason, 0.0) + value
             elif name in SERVING_COUNTERS or name in SERVING_GAUGES:
                 values[name] = values.get(name, 0.0) + value
-            elif family.name in histograms and name == family.name + "_bucket":
-                bound = float(labels.get("le", "inf"))
-                if math.isfinite(bound):
+            elif family.name in histograms:
+                end = name.removeprefix(family.name + "_")
+                if end == "bucket" and math.isfinite(bound := float(labels.get("le", "inf"))):
                     into = buckets.setdefault(family.name, {})
                     into[bound] = into.get(bound, 0.0) + value
-            elif family.name in histograms and name in (
-                family.name + "_sum",
-                family.name + "_count",
-            ):
-                part = sums.setdefault(family.name, {})
-                end = name.removeprefix(family.name + "_")
-                part[end] = part.get(end, 0.0) + value
+                elif end in ("sum", "count"):
+                    part = sums.setdefault(family.name, {})
+                    part[end] = part.get(end, 0.0) + value
     fields: dict[str, Any] = {field: values.get(name) for name, field in SERVING_COUNTERS.items()}
     fields |= {field: values.get(name) for name, field in SERVING_GAUGES.items()}
     fields |= {"prefix_caching": prefix_caching, "finished": finished}

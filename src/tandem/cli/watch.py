@@ -147,27 +147,25 @@ def run_command(
             hint=f"serve the metrics on another port, e.g. {Watch().metrics_port} "
             "(the recipe's watch.metrics_port)",
         )
-    handlers = []
     collector = None
     if metrics_port:  # bound first: a port in use or a bad address refuses before any file
         collector = SampleCollector(state.name)
         serve(collector, metrics_port, serve_address)
-        handlers.append(collector.update)
     out = _claimed(out_dir, whole.name, force) or whole.directory.watch
     watcher = Watcher(whole.name, out, interval_s=interval_s, duration_s=duration_s)
+    console = screen.console(stderr=True)
     if watcher.resumed and (interval_s or duration_s):
-        screen.console(stderr=True).print(
+        console.print(
             f"resuming {out}: its own interval "
             f"({watcher.run_info.interval_s:g} s) and duration apply"
         )
     window: deque[Sample] = deque(maxlen=60)
-    console = screen.console(stderr=True)
     live = None if quiet else Live(console=console, auto_refresh=False, transient=False)
 
     def on_sample(sample: Sample) -> None:
         window.append(sample)
-        for handler in handlers:
-            handler(sample)
+        if collector is not None:
+            collector.update(sample)
         if live is not None:
             live.update(live_view(watcher.run_info, window), refresh=True)
 
@@ -228,14 +226,9 @@ def _watch_fleet(
 def _report_fleet(run_dir: Path, overrides: dict, *, as_json: bool, plots: bool) -> None:
     """``watch report`` of a fleet's folder: each group judged as a watch of its own, then the
     router's record; fails when a group fails or the router missed a look or a member."""
-    results = {}
-    failed = []
-    for folder in group_folders(run_dir):
-        summary, _ = report_folder(folder, overrides, plots=plots)
-        results[folder.name] = summary
-        if not summary.passed:
-            failed.append(folder.name)
+    results = {f.name: report_folder(f, overrides, plots=plots)[0] for f in group_folders(run_dir)}
     record = router_record(run_dir)
+    failed = [group for group, summary in results.items() if not summary.passed]
     if not record.ok:
         failed.append("router")
     if as_json:

@@ -55,6 +55,29 @@ def _pct(fraction: float | None) -> float | None:
     return fraction * 100 if fraction is not None else None
 
 
+_NODE_COLUMNS = (
+    "node",
+    "mem used",
+    "available",
+    "trend",
+    "rank",
+    "up",
+    "RSS",
+    "CPU",
+    "GPU °C / MHz / W",
+)
+_LEADER_COLUMNS = (
+    "running",
+    "waiting",
+    "KV cache",
+    "prompt tok/s",
+    "gen tok/s",
+    "trend gen",
+    "preemptions",
+    "errors",
+)
+
+
 def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
     """The live terminal panel: verdict line, nodes and ranks, the leader's load, with trends."""
     window = list(window)
@@ -68,19 +91,7 @@ def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
         f"   restarts {latest.restarts}"
         f"   sample cost {latest.cost_s * 1000:.0f} ms",
     )
-    nodes = Table(box=None, pad_edge=False)
-    for title in (
-        "node",
-        "mem used",
-        "available",
-        "trend",
-        "rank",
-        "up",
-        "RSS",
-        "CPU",
-        "GPU °C / MHz / W",
-    ):
-        nodes.add_column(title)
+    nodes = Table(*_NODE_COLUMNS, box=None, pad_edge=False)
     for node in latest.nodes:
         gpus = (
             ", ".join(
@@ -112,18 +123,7 @@ def live_view(run: WatchRun, window: Sequence[Sample]) -> Group:
                 gpus,
             )
             own, gpus = [""] * len(own), ""
-    leader = Table(box=None, pad_edge=False)
-    for title in (
-        "running",
-        "waiting",
-        "KV cache",
-        "prompt tok/s",
-        "gen tok/s",
-        "trend gen",
-        "preemptions",
-        "errors",
-    ):
-        leader.add_column(title)
+    leader = Table(*_LEADER_COLUMNS, box=None, pad_edge=False)
     reading = latest.leader
     if reading is None:
         leader.add_row("[red]/metrics did not answer[/]", "", "", "", "", "", "", "")

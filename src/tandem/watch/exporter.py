@@ -77,9 +77,7 @@ class SampleCollector:
             wire.TANDEM_RANK_PROCESSES, "Live processes of the rank.", labels=labels
         )
         rss = GaugeMetricFamily(
-            wire.TANDEM_RANK_RSS,
-            "Summed RSS of the rank's processes.",
-            labels=labels,
+            wire.TANDEM_RANK_RSS, "Summed RSS of the rank's processes.", labels=labels
         )
         cpu = CounterMetricFamily(
             wire.TANDEM_RANK_CPU, "CPU time of the rank's live processes.", labels=labels
@@ -95,14 +93,10 @@ class SampleCollector:
 
     def _nodes(self, sample: Sample) -> Iterator[Metric]:
         node_labels = ["deployment", "node"]
-        gauges = {
-            "total": GaugeMetricFamily(
-                wire.TANDEM_NODE_MEMORY_TOTAL, "MemTotal.", labels=node_labels
-            ),
-            "available": GaugeMetricFamily(
-                wire.TANDEM_NODE_MEMORY_AVAILABLE, "MemAvailable.", labels=node_labels
-            ),
-        }
+        total = GaugeMetricFamily(wire.TANDEM_NODE_MEMORY_TOTAL, "MemTotal.", labels=node_labels)
+        available = GaugeMetricFamily(
+            wire.TANDEM_NODE_MEMORY_AVAILABLE, "MemAvailable.", labels=node_labels
+        )
         oom = CounterMetricFamily(
             wire.TANDEM_NODE_OOM_KILLS,
             "OOM kills since boot (/proc/vmstat oom_kill).",
@@ -128,8 +122,8 @@ class SampleCollector:
         )
         for node in sample.nodes:
             base = [self.deployment, node.node]
-            _add(gauges["total"], base, node.mem_total_bytes)
-            _add(gauges["available"], base, node.mem_available_bytes)
+            _add(total, base, node.mem_total_bytes)
+            _add(available, base, node.mem_available_bytes)
             _add(oom, base, node.oom_kills)
             for g in node.gpus:
                 labels = [*base, str(g.index)]
@@ -141,7 +135,7 @@ class SampleCollector:
                 labels = [*base, p.device, str(p.port)]
                 _add(xmit, labels, p.xmit_bytes)
                 _add(rcv, labels, p.rcv_bytes)
-        yield from (*gauges.values(), oom, temperature, clock, power, throttled, xmit, rcv)
+        yield from (total, available, oom, temperature, clock, power, throttled, xmit, rcv)
 
 
 def _add(
