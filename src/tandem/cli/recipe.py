@@ -42,20 +42,18 @@ class Listing(BaseModel):
 
 
 def listing() -> Listing:
-    lines = []
-    for name in builtin_recipe_names():
-        recipe = load_recipe(name)
-        serve = recipe.engine.serve
-        lines.append(
-            RecipeLine(
-                name=recipe.name,
-                description=recipe.description,
-                model=recipe.model.repo_id,
-                tensor_parallel_size=serve.tensor_parallel_size,
-                pipeline_parallel_size=serve.pipeline_parallel_size,
-                replicas=recipe.replicas,
-            )
+    recipes = [load_recipe(name) for name in builtin_recipe_names()]
+    lines = [
+        RecipeLine(
+            name=recipe.name,
+            description=recipe.description,
+            model=recipe.model.repo_id,
+            tensor_parallel_size=recipe.engine.serve.tensor_parallel_size,
+            pipeline_parallel_size=recipe.engine.serve.pipeline_parallel_size,
+            replicas=recipe.replicas,
         )
+        for recipe in recipes
+    ]
     return Listing(recipes=lines, examples=example_files())
 
 

@@ -14,10 +14,9 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
+from tandem.plan.memory import GIB
 from tandem.spec.recipe import ModelSource
 from tandem.vllm_log import BootFigures, BootLog
-
-GIB = 1024**3
 
 
 class Comparison(BaseModel):

@@ -259,9 +259,14 @@ def hf_cache_snapshot(repo_id: str, revision: str, roots: list[Path]) -> Path | 
     return None
 
 
+def _shipped_folder(repo_id: str) -> Any:
+    """Where tandem ships the data of ``repo_id``: ``tandem/data/models/ORG--NAME``."""
+    return resources.files("tandem") / "data" / "models" / repo_id.replace("/", "--")
+
+
 def shipped_facts(repo_id: str) -> ModelFacts | None:
     """The shipped config.json and weights.json of ``repo_id``, or None."""
-    folder = resources.files("tandem") / "data" / "models" / repo_id.replace("/", "--")
+    folder = _shipped_folder(repo_id)
     if not folder.joinpath("config.json").is_file():
         return None
     config = json.loads(folder.joinpath("config.json").read_text())
@@ -280,8 +285,7 @@ def shipped_facts(repo_id: str) -> ModelFacts | None:
 
 def shipped_observations(repo_id: str) -> list[dict[str, Any]]:
     """Measured boots and reported figures shipped for ``repo_id`` (empty when none)."""
-    path = resources.files("tandem") / "data" / "models" / repo_id.replace("/", "--")
-    path = path / "observations.json"
+    path = _shipped_folder(repo_id) / "observations.json"
     if not path.is_file():
         return []
     return list(json.loads(path.read_text())["observations"])
@@ -301,17 +305,7 @@ def load_model_facts(
     Raises:
         PlanError: nothing found; the hint says which flag to pass.
     """
-    facts = (
-        facts_from_config(config_path, repo_id, "--config")
-        if config_path is not None
-        else _find_model_facts(
-            repo_id,
-            model_dir=model_dir,
-            revision=revision,
-            cache_roots=cache_roots,
-            local_path=local_path,
-        )
-    )
+    facts = _find_model_facts(repo_id, model_dir, config_path, revision, cache_roots, local_path)
     return facts.model_copy(update={"observations": shipped_observations(repo_id)})
 
 
@@ -336,12 +330,14 @@ def facts_of(
 
 def _find_model_facts(
     repo_id: str,
-    *,
     model_dir: Path | None,
+    config_path: Path | None,
     revision: str,
     cache_roots: list[Path] | None,
     local_path: str | None,
 ) -> ModelFacts:
+    if config_path is not None:
+        return facts_from_config(config_path, repo_id, "--config")
     if model_dir is not None:
         return facts_from_dir(Path(model_dir), repo_id, "model-dir")
     if (

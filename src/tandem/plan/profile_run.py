@@ -53,6 +53,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from tandem.plan.estimate import routed_experts
+
 MIB = 1024**2
 
 # vLLM 0.25.1 (config/vllm.py DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES): MoE architectures that run
@@ -84,15 +86,13 @@ on deepseek-v3-4l-u0.90-graph. Judged on the other probed shapes: 44 / 64 MiB me
 shape, so this term has not set a logged estimate yet."""
 
 
-def is_moe(config: dict[str, Any]) -> bool:
-    return any(config.get(k) for k in ("n_routed_experts", "num_local_experts", "num_experts"))
-
-
 def v2_model_runner(config: dict[str, Any]) -> bool:
     """True when vLLM 0.25.1 runs the model on its V2 model runner (every dense model and a few
     MoE ones, ``VllmConfig._is_default_v2_model_runner_model``)."""
     architectures = config.get("architectures") or []
-    return any(a in V2_RUNNER_MOE_ARCHITECTURES for a in architectures) or not is_moe(config)
+    return any(a in V2_RUNNER_MOE_ARCHITECTURES for a in architectures) or not routed_experts(
+        config
+    )
 
 
 def moe_layer_flags(config: dict[str, Any]) -> list[bool]:
@@ -100,7 +100,7 @@ def moe_layer_flags(config: dict[str, Any]) -> list[bool]:
     ``first_k_dense_replace``/``moe_layer_freq``, Qwen-MoE's ``decoder_sparse_step``/
     ``mlp_only_layers``; Mixtral and others: every layer)."""
     layers = int(config.get("num_hidden_layers", 0))
-    if not is_moe(config):
+    if not routed_experts(config):
         return [False] * layers
     dense_first = int(config.get("first_k_dense_replace") or 0)
     freq = int(config.get("moe_layer_freq") or 1)

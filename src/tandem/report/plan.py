@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
+from tandem.plan.memory import GIB
 from tandem.plan.planner import Plan
 from tandem.report.terminal import show
-
-GIB = 1024**3
 
 
 def _gib(value: float) -> str:
@@ -23,10 +22,7 @@ def _signed_gib(value: float) -> str:
 
 def _memory_table(plan: Plan) -> Table:
     """Each term of one rank's memory, the KV pool what is left (or how far short)."""
-    mem = Table(title="Memory per rank", show_lines=False)
-    mem.add_column("item")
-    mem.add_column("size", justify="right")
-    mem.add_column("basis")
+    mem = Table("item", Column("size", justify="right"), "basis", title="Memory per rank")
     m = plan.memory
     mem.add_row("device total", _gib(m.memory_total_bytes), "hardware profile")
     mem.add_row("vLLM budget (total x util)", _gib(m.budget_bytes), "vLLM's accounting")
@@ -75,9 +71,7 @@ def plan_tables(plan: Plan) -> Group:
 
     mem = _memory_table(plan)
 
-    kv = Table(title="KV cache")
-    kv.add_column("figure")
-    kv.add_column("value", justify="right")
+    kv = Table("figure", Column("value", justify="right"), title="KV cache")
     kv.add_row("architecture", plan.kv.architecture)
     kv.add_row("bytes per token (ideal)", f"{plan.kv_bytes_per_token_ideal:,.0f} B")
     kv.add_row("bytes per reported token", f"{plan.kv_bytes_per_token:,.0f} B")
