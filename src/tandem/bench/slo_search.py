@@ -252,7 +252,6 @@ def slo_search(
             was not asked for, or a resumed search asked for other objectives than the saved one.
     """
     check_objectives(wanted)
-    ttft_s, tpot_s = wanted.ttft_s, wanted.tpot_s
     wanted = wanted.model_copy(update={"probes": [], "finished": False})
     path = out_dir / SEARCH_FILE
     if not resume and path.exists():
@@ -275,7 +274,7 @@ def slo_search(
             )
     search = saved or wanted
     files.private_dir(out_dir)
-    slo = Slo(ttft_s=ttft_s, tpot_s=tpot_s)
+    slo = Slo(ttft_s=wanted.ttft_s, tpot_s=wanted.tpot_s)
     while (concurrency := next_concurrency(search)) is not None:
         folder = out_dir / f"c{concurrency}"
         probe_config = config.model_copy(
