@@ -24,8 +24,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tandem.bench.load_generator import SUMMARY_FILE, BenchResult
-from tandem.bench.rounds import HEADLINE, Unit, values_over_rounds
-from tandem.bench.stats import SAME, ShiftCI, median_ci, shift_ci
+from tandem.bench.rounds import HEADLINE, Unit, rounds_summary
+from tandem.bench.stats import SAME, ShiftCI, shift_ci
 from tandem.jsonfiles import read_json
 
 COMPARED_SETTINGS: tuple[str, ...] = (
@@ -165,44 +165,40 @@ def compare(
     *,
     confidence: float = 0.95,
 ) -> Comparison:
-    """Differences of B against A for every load point both have, medians over rounds."""
-    labels_b = set(b.labels())
-    labels_a = set(a.labels())
+    """Differences of B against A for every load point both have: ``rounds_summary``'s medians
+    over the rounds, and the shift of their values."""
+    summary_a, summary_b = rounds_summary(a), {p.label: p for p in rounds_summary(b)}
     points = []
-    for label in a.labels():
-        rounds_a, rounds_b = a.rounds_of(label), b.rounds_of(label)
-        if not rounds_b:
-            continue
+    for point in (p for p in summary_a if p.label in summary_b):
         figures = []
-        for key, name, unit, good in HEADLINE:
-            xs, ys = values_over_rounds(rounds_a, key), values_over_rounds(rounds_b, key)
-            va, vb = median_ci(xs).median, median_ci(ys).median
+        for (*_, good), fa, fb in zip(HEADLINE, point.figures, summary_b[point.label].figures):
+            va, vb = fa.median.median, fb.median.median
             diff = vb - va if va is not None and vb is not None else None
-            rel = diff / va if diff is not None and va else None
             better: Literal["a", "b", "same"] | None = None
             if diff is not None:
                 same = abs(diff) <= SAME * max(abs(va or 0), abs(vb or 0))
                 better = "same" if same else ("b" if (diff < 0) == (good == "lower") else "a")
             figures.append(
                 FigureDiff(
-                    key=key,
-                    name=name,
-                    unit=unit,
+                    **fa.model_dump(include={"key", "name", "unit"}),
                     a=va,
                     b=vb,
                     diff=diff,
-                    relative=rel,
+                    relative=diff / va if diff is not None and va else None,
                     better=better,
-                    noise=shift_ci(xs, ys, confidence) if xs and ys else None,
+                    noise=shift_ci(fa.values, fb.values, confidence)
+                    if fa.values and fb.values
+                    else None,
                 )
             )
-        points.append(PointDiff(label=label, figures=figures))
+        points.append(PointDiff(label=point.label, figures=figures))
+    labels_a = {p.label for p in summary_a}
     return Comparison(
         a=a_name,
         b=b_name,
         points=points,
-        only_in_a=sorted(labels_a - labels_b),
-        only_in_b=sorted(labels_b - labels_a),
+        only_in_a=sorted(labels_a - set(summary_b)),
+        only_in_b=sorted(set(summary_b) - labels_a),
         settings_differ=differing_settings(a, b),
         confidence=confidence,
     )

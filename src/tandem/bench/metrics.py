@@ -53,7 +53,7 @@ from itertools import pairwise
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tandem.bench.records import ErrorCategory, RequestRecord
+from tandem.bench.records import RequestRecord
 
 
 class LatencyStats(BaseModel):
@@ -93,10 +93,7 @@ class LatencyStats(BaseModel):
             std=math.sqrt(var),
             min=data[0],
             max=data[-1],
-            p50=percentile(data, 50),
-            p90=percentile(data, 90),
-            p95=percentile(data, 95),
-            p99=percentile(data, 99),
+            **{f"p{q}": percentile(data, q) for q in (50, 90, 95, 99)},
         )
 
 
@@ -253,12 +250,11 @@ def load_point_metrics(
     """
     done = [r for r in records if r.ok]
     errors = Counter(str(r.error) for r in records if not r.ok and r.error is not None)
-    ends = [r.start_s + (r.e2el_s if r.e2el_s is not None else 0.0) for r in records]
-    duration = None
+    duration: float | None = None
     if records:
         first = min(min(r.scheduled_s, r.start_s) for r in records)
-        duration = max(ends) - first if ends else None
-        if duration is not None and duration <= 0:
+        duration = max(r.start_s + (r.e2el_s or 0.0) for r in records) - first
+        if duration <= 0:
             duration = None
     prompt_total = sum(r.prompt_tokens or 0 for r in done)
     output_total = sum(r.output_tokens or 0 for r in done)
@@ -332,19 +328,3 @@ def max_concurrency(records: Iterable[RequestRecord]) -> int:
         current += step
         peak = max(peak, current)
     return peak
-
-
-__all__ = [
-    "ErrorCategory",
-    "LatencyStats",
-    "LoadPointMetrics",
-    "Slo",
-    "TurnMetrics",
-    "itl_gaps_s",
-    "load_point_metrics",
-    "max_concurrency",
-    "percentile",
-    "tokens_per_chunk",
-    "tpot_s",
-    "turn_metrics",
-]

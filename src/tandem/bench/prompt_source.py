@@ -208,21 +208,18 @@ class PromptSource:
         sent = self._sent
         order = list(range(len(dataset.rows)))
         random.Random(self.config.seed).shuffle(order)
-        turns, out = self.config.turns, self.config.output_tokens
+        turns, out, limit = self.config.turns, self.config.output_tokens, self.max_model_len
         measured = too_long = 0
         rows: list[Conversation] = []
         while len(rows) < needed and measured < len(order):
             batch = order[measured : measured + max(_GATE, needed - len(rows))]
             measured += len(batch)
-            convs = []
-            for i in batch:
-                row = dataset.rows[i]
-                convs.append(
-                    Conversation(tuple(Prompt(t) for t in row.user_turns[:turns]), row.system)
-                )
+            convs = [
+                Conversation(tuple(Prompt(t) for t in row.user_turns[:turns]), row.system)
+                for row in (dataset.rows[i] for i in batch)
+            ]
             counts = await asyncio.gather(*(self._count(conv) for conv in convs))
             for conv, count in zip(convs, counts):
-                limit = self.max_model_len
                 if (
                     count is not None
                     and limit is not None

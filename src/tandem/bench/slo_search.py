@@ -177,13 +177,8 @@ def probe_seed(seed: int, concurrency: int) -> int:
     return seed + concurrency
 
 
-def load_search(out_dir: Path) -> SloSearch | None:
-    path = out_dir / SEARCH_FILE
-    return SloSearch.model_validate_json(path.read_text()) if path.exists() else None
-
-
-def check_objectives(wanted: SloSearch) -> SloSearch:
-    """``wanted`` when a search can be run for it (before its folder is made).
+def check_objectives(wanted: SloSearch) -> None:
+    """Refuse a search that cannot be run for ``wanted`` (before its folder is made).
 
     Raises:
         SpecError: no objective, or a percentile the bench does not report.
@@ -200,7 +195,6 @@ def check_objectives(wanted: SloSearch) -> SloSearch:
             field="--slo-percentile",
             hint="use 50, 90, 95 or 99",
         )
-    return wanted
 
 
 def search_conflicts(config: BenchConfig, given: set[str]) -> list[Problem]:
@@ -258,29 +252,29 @@ def slo_search(
             was not asked for, or a resumed search asked for other objectives than the saved one.
     """
     check_objectives(wanted)
-    ttft_s, tpot_s = wanted.ttft_s, wanted.tpot_s
     wanted = wanted.model_copy(update={"probes": [], "finished": False})
-    if not resume and (out_dir / SEARCH_FILE).exists():
+    path = out_dir / SEARCH_FILE
+    if not resume and path.exists():
         raise SpecError(
             f"{out_dir} already holds an SLO search",
             field="--out",
             hint="pass --resume to continue it (finished probes are kept), or choose another --out",
         )
-    saved = load_search(out_dir) if resume else None
+    saved = SloSearch.model_validate_json(path.read_text()) if resume and path.exists() else None
     if saved is not None:
         asked = wanted.model_dump(
             include={"ttft_s", "tpot_s", "percentile", "ceiling", "tolerance"}
         )
         if saved.model_dump(include=set(asked)) != asked:
             raise SpecError(
-                f"{out_dir / SEARCH_FILE} is a search for other objectives",
+                f"{path} is a search for other objectives",
                 field="slo",
                 hint="resume with the first command's objectives, percentile, ceiling and "
                 "tolerance, or search into a new --out",
             )
     search = saved or wanted
     files.private_dir(out_dir)
-    slo = Slo(ttft_s=ttft_s, tpot_s=tpot_s)
+    slo = Slo(ttft_s=wanted.ttft_s, tpot_s=wanted.tpot_s)
     while (concurrency := next_concurrency(search)) is not None:
         folder = out_dir / f"c{concurrency}"
         probe_config = config.model_copy(
@@ -295,8 +289,8 @@ def slo_search(
         result = run(probe_config, folder, resume=resume and folder.exists())
         probe = judge(result, search, concurrency)
         search.probes.append(probe)
-        files.write_text(out_dir / SEARCH_FILE, search.model_dump_json(indent=2))
+        files.write_text(path, search.model_dump_json(indent=2))
         on_probe(probe)
     search.finished = True
-    files.write_text(out_dir / SEARCH_FILE, search.model_dump_json(indent=2))
+    files.write_text(path, search.model_dump_json(indent=2))
     return search

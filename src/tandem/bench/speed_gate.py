@@ -123,10 +123,12 @@ def _figure(
     key: str,
     name: str,
     good: Literal["lower", "higher"],
-    baseline: list[float],
-    new: list[float],
+    rounds_a: list[LoadPointResult],
+    rounds_b: list[LoadPointResult],
     limits: SpeedLimits,
 ) -> SpeedFigure:
+    """One figure, judged over the counted rounds of both sides."""
+    baseline, new = values_over_rounds(rounds_a, key), values_over_rounds(rounds_b, key)
     shift = shift_ci(baseline, new, limits.confidence)
     base, after = median_ci(baseline).median, median_ci(new).median
     fraction = limits.max_tpot_increase if good == "lower" else -limits.max_throughput_drop
@@ -171,17 +173,7 @@ def speed_verdict(
     rounds_a = _rounds(baseline, label, limits.warmup_rounds)
     rounds_b = _rounds(new, label, limits.warmup_rounds)
     failed = int(sum(values_over_rounds(rounds_b, "failed")))
-    figures = [
-        _figure(
-            key,
-            name,
-            good,
-            values_over_rounds(rounds_a, key),
-            values_over_rounds(rounds_b, key),
-            limits,
-        )
-        for key, name, good in FIGURES
-    ]
+    figures = [_figure(*figure, rounds_a, rounds_b, limits) for figure in FIGURES]
     outcomes = {f.outcome for f in figures}
     details = "; ".join(f.text() for f in figures)
     if failed:
