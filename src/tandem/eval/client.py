@@ -155,10 +155,6 @@ def _read(reply: httpx.Response, latency_s: float, attempts: int) -> ChatRespons
         return ChatResponse(
             error=f"http-{reply.status_code}: {exc.message}", latency_s=latency_s, attempts=attempts
         )
-    return _parse(body, latency_s, attempts)
-
-
-def _parse(body: ChatCompletion, latency_s: float, attempts: int) -> ChatResponse:
     choice = body.choices[0]
     message = choice.message
     raw = message.content or ""
