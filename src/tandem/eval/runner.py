@@ -175,31 +175,27 @@ async def _run(config: GPQAConfig, console: Console, claim: ownership.Claim | No
             claim=claim,
         )
         try:
-            prompts = {id(s): question_prompt(s) for s in samples}
-            keys = {
-                id(s): sample_key(
+            prompts = [question_prompt(s) for s in samples]
+            keys = [
+                sample_key(
                     protocol,
-                    prompt=prompts[id(s)],
+                    prompt=prompt,
                     permutation=s.permutation,
                     record_id=s.question.record_id,
                     repeat=s.repeat,
                 )
-                for s in samples
-            }
-            pending = [s for s in samples if keys[id(s)] not in log.done]
-            tracker = _Tracker(
-                config,
-                console,
-                total=len(samples),
-                done=[log.done[keys[id(s)]] for s in samples if keys[id(s)] in log.done],
-            )
-            with tracker:
-                await _ask_all(client, config, protocol, log, pending, prompts, keys, tracker)
+                for s, prompt in zip(samples, prompts, strict=True)
+            ]
+            asks = zip(samples, prompts, keys, strict=True)
+            pending = [ask for ask in asks if ask[2] not in log.done]
+            done = [log.done[key] for key in keys if key in log.done]
+            with _Tracker(config, console, total=len(samples), done=done) as tracker:
+                await _ask_all(client, config, log, pending, tracker)
         finally:
             log.close()
     contents = read_log(config.out_dir / LOG_NAME)
     report = build_report(
-        contents, expected_keys=set(keys.values()), reference_accuracy=config.reference_accuracy
+        contents, expected_keys=set(keys), reference_accuracy=config.reference_accuracy
     )
     write_reports(report, contents.samples, config.out_dir, redactor)
     return report
@@ -208,24 +204,22 @@ async def _run(config: GPQAConfig, console: Console, claim: ownership.Claim | No
 async def _ask_all(
     client: ChatClient,
     config: GPQAConfig,
-    protocol: Protocol,
     log: ResponseLog,
-    pending: list[Sample],
-    prompts: dict[int, str],
-    keys: dict[int, str],
+    pending: list[tuple[Sample, str, str]],
     tracker: _Tracker,
 ) -> None:
-    queue: asyncio.Queue[Sample] = asyncio.Queue()
-    for sample in pending:
-        queue.put_nowait(sample)
+    """Ask every pending (sample, prompt, key), ``concurrency`` at a time, logging each."""
+    queue: asyncio.Queue[tuple[Sample, str, str]] = asyncio.Queue()
+    for ask in pending:
+        queue.put_nowait(ask)
 
     async def worker() -> None:
         while True:
             try:
-                sample = queue.get_nowait()
+                ask = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            record = await _ask_one(client, config, sample, prompts[id(sample)], keys[id(sample)])
+            record = await _ask_one(client, config, *ask)
             log.append(record)
             tracker.finished(record)
 
