@@ -132,10 +132,6 @@ class KnownScore(BaseModel):
     low: float
     high: float
 
-    @property
-    def share(self) -> float:
-        return self.right / self.questions if self.questions else 0.0
-
     def text(self) -> str:
         return f"{self.right}/{self.questions} [{self.low:.0%}, {self.high:.0%}]"
 

@@ -34,7 +34,6 @@ RULE_STRICT = "strict"
 RULE_MARKED = "marked"
 RULE_BOXED = "boxed"
 RULE_NONE = "none"
-RULES = (RULE_STRICT, RULE_MARKED, RULE_BOXED)
 
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
 
