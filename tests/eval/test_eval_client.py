@@ -93,7 +93,7 @@ def test_the_key_is_sent_as_a_bearer_token_and_a_401_names_the_fix() -> None:
         async with ChatClient(
             "http://x", "m", api_key=key, transport=httpx.MockTransport(handler)
         ) as client:
-            return [m.id for m in await client.served_models()]
+            return [m.id for m in await client.endpoint.models(timeout_s=30.0)]
 
     assert asyncio.run(models("s3cret")) == ["m"]
     with pytest.raises(Unauthorized) as caught:

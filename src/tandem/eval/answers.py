@@ -40,6 +40,7 @@ from tandem.eval.reference import (
     RecordedAnswer,
     Reference,
     first_difference,
+    mean,
     sure_share,
 )
 from tandem.eval.stats import wilson_interval
@@ -131,10 +132,6 @@ class KnownScore(BaseModel):
     low: float
     high: float
 
-    @property
-    def share(self) -> float:
-        return self.right / self.questions if self.questions else 0.0
-
     def text(self) -> str:
         return f"{self.right}/{self.questions} [{self.low:.0%}, {self.high:.0%}]"
 
@@ -178,7 +175,7 @@ class AnswersVerdict(BaseModel):
 
 def _judged(old: RecordedAnswer, new: Observation, limits: AnswerLimits) -> PromptJudgement:
     at = first_difference(old.ids, new.generation.ids)
-    new_mean = statistics.fmean(new.scored) if new.scored else 0.0
+    new_mean = mean(new.scored)
     return PromptJudgement(
         id=old.prompt.id,
         kind=old.prompt.kind,

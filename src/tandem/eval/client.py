@@ -26,7 +26,6 @@ from tandem import wire
 from tandem.endpoint import (
     AsyncEndpoint,
     ChatCompletion,
-    ServedModel,
     Usage,
     answer_of,
     chat_body,
@@ -101,7 +100,6 @@ class ChatClient:
             transport=transport,
             timeout=httpx.Timeout(request_timeout_s, connect=connect_timeout_s),
         )
-        self.base_url = self.endpoint.url
         self.model = model
         self.retry = retry or RetryPolicy()
 
@@ -109,9 +107,6 @@ class ChatClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
         await self.endpoint.aclose()
 
     async def chat(self, messages: list[dict], params: dict) -> ChatResponse:
@@ -143,21 +138,12 @@ class ChatClient:
             delay = self.retry.delay_s(attempt)
             if time.monotonic() - started + delay > self.retry.budget_s:
                 raise EndpointError(
-                    f"{self.base_url} kept failing for {time.monotonic() - started:.0f} s "
+                    f"{self.endpoint.url} kept failing for {time.monotonic() - started:.0f} s "
                     f"({attempt} attempts); last: {reason}",
                     hint="check that the server is running and the URL is right, then rerun "
                     "with --resume: finished questions are kept",
                 )
             await asyncio.sleep(delay)
-
-    async def served_models(self) -> list[ServedModel]:
-        """The models ``GET /v1/models`` lists (``AsyncEndpoint.models``).
-
-        Raises:
-            Unauthorized: the server wants an API key.
-            EndpointError: the endpoint cannot be reached or does not answer like OpenAI's API.
-        """
-        return await self.endpoint.models(timeout_s=30.0)
 
 
 def _read(reply: httpx.Response, latency_s: float, attempts: int) -> ChatResponse:
@@ -169,10 +155,6 @@ def _read(reply: httpx.Response, latency_s: float, attempts: int) -> ChatRespons
         return ChatResponse(
             error=f"http-{reply.status_code}: {exc.message}", latency_s=latency_s, attempts=attempts
         )
-    return _parse(body, latency_s, attempts)
-
-
-def _parse(body: ChatCompletion, latency_s: float, attempts: int) -> ChatResponse:
     choice = body.choices[0]
     message = choice.message
     raw = message.content or ""

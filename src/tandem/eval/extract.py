@@ -29,13 +29,11 @@ re-ask's rule as ``fallback-<rule>``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 RULE_STRICT = "strict"
 RULE_MARKED = "marked"
 RULE_BOXED = "boxed"
 RULE_NONE = "none"
-RULES = (RULE_STRICT, RULE_MARKED, RULE_BOXED)
 
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
 
@@ -109,11 +107,7 @@ def _last_unambiguous(patterns: list[re.Pattern[str]], text: str) -> str | None:
     return max(found)[1] if found else None
 
 
-_LAYERS: list[tuple[str, Callable[[str], str | None]]] = [
-    (RULE_STRICT, lambda t: _last_unambiguous([_STRICT], t)),
-    (RULE_MARKED, lambda t: _last_unambiguous(_MARKED, t)),
-    (RULE_BOXED, lambda t: _last_unambiguous([_BOXED], t)),
-]
+_LAYERS = [(RULE_STRICT, [_STRICT]), (RULE_MARKED, _MARKED), (RULE_BOXED, [_BOXED])]
 
 
 def extract_answer(text: str | None) -> tuple[str | None, str]:
@@ -131,8 +125,8 @@ def extract_answer(text: str | None) -> tuple[str | None, str]:
     if not text:
         return None, RULE_NONE
     _, answer = split_reasoning(text)
-    for rule, find in _LAYERS:
-        letter = find(answer)
+    for rule, patterns in _LAYERS:
+        letter = _last_unambiguous(patterns, answer)
         if letter is not None:
             return letter, rule
     return None, RULE_NONE

@@ -217,7 +217,6 @@ class ResponseLog:
 
     def __init__(self, path: Path, contents: LogContents, redactor: Redactor) -> None:
         self.path = path
-        self.header = contents.header
         self.done: dict[str, SampleRecord] = {s.key: s for s in contents.samples}
         self.session = len(contents.sessions)
         self._file = files.LineLog(path, redactor=redactor, fsync=True)
@@ -273,20 +272,19 @@ class ResponseLog:
             with files.LineLog(path, redactor=redactor, fsync=True, new=True) as new:
                 new.write_json(header)
         log = cls(path, contents, redactor)
-        log._write(SessionRecord(index=log.session, started_at=now, resumed=bool(log.done)))
+        log._file.write_json(
+            SessionRecord(index=log.session, started_at=now, resumed=bool(log.done))
+        )
         return log
 
     def append(self, record: SampleRecord) -> None:
         """Write one finished sample and force it to disk before returning."""
         record.session = self.session
-        self._write(record)
+        self._file.write_json(record)
         self.done[record.key] = record
 
     def close(self) -> None:
         self._file.close()
-
-    def _write(self, record: BaseModel) -> None:
-        self._file.write_json(record)
 
 
 def _check_same_protocol(path: Path, logged: Protocol, current: Protocol) -> None:

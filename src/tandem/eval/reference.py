@@ -78,7 +78,7 @@ class RecordedAnswer(BaseModel):
 
     @property
     def mean_logprob(self) -> float:
-        return statistics.fmean(self.scored) if self.scored else 0.0
+        return mean(self.scored)
 
 
 class ReferenceNoise(BaseModel):
@@ -143,7 +143,8 @@ def first_difference(a: Sequence[object], b: Sequence[object]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def _mean(values: list[float]) -> float:
+def mean(values: list[float]) -> float:
+    """The mean of ``values``, 0 for none (an empty answer's mean log-likelihood)."""
     return statistics.fmean(values) if values else 0.0
 
 
@@ -208,15 +209,11 @@ def _recorded(
     generation: Generation,
     runs: tuple[list[float], list[float], list[float]],
 ) -> RecordedAnswer:
-    means = [_mean(run) for run in runs]
+    means = [mean(run) for run in runs]
     return RecordedAnswer(
         prompt=prompt,
         prompt_ids=prompt_ids,
-        text=generation.text,
-        ids=generation.ids,
-        logprobs=generation.logprobs,
-        margins=generation.margins,
-        finish_reason=generation.finish_reason,
+        **generation.model_dump(),
         scored=runs[0],
         noise=max(abs(m - means[0]) for m in means),
         correct=matches(generation.text, prompt.answers) if prompt.answers else None,
@@ -231,7 +228,7 @@ def _noise(
     flips: list[tuple[RecordedAnswer, int]],
 ) -> ReferenceNoise:
     def shift(other: list[list[float]]) -> float:
-        return abs(_mean([_mean(b) - _mean(a) for a, b in zip(scored, other, strict=True)]))
+        return abs(mean([mean(b) - mean(a) for a, b in zip(scored, other, strict=True)]))
 
     tokens = [
         abs(x - y)

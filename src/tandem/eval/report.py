@@ -18,8 +18,8 @@ from pydantic import BaseModel, Field
 
 from tandem import files
 from tandem.eval.log import LogContents, SampleRecord
-from tandem.eval.score import ScoredSample, score_sample
-from tandem.eval.stats import Accuracy, clustered_accuracy, group_scores
+from tandem.eval.score import ScoredSample, accuracy_of, score_sample
+from tandem.eval.stats import Accuracy
 from tandem.redact import Redactor
 
 SCHEMA_VERSION = 1
@@ -108,10 +108,8 @@ def build_report(
         s for s in _unique(contents.samples) if expected_keys is None or s.key in expected_keys
     ]
     scored = [score_sample(r) for r in records]
-    lenient = clustered_accuracy(group_scores((s.record_id, float(s.correct)) for s in scored))
-    strict = clustered_accuracy(
-        group_scores((s.record_id, float(s.strict_correct)) for s in scored)
-    )
+    lenient = accuracy_of(scored)
+    strict = accuracy_of(scored, strict=True)
     n = len(scored) or 1
     rules: dict[str, int] = defaultdict(int)
     for s in scored:
@@ -160,9 +158,7 @@ def _groups(scored: list[ScoredSample], name_of: Any) -> list[GroupResult]:
     return [
         GroupResult(
             name=name,
-            accuracy=clustered_accuracy(
-                group_scores((s.record_id, float(s.correct)) for s in scored if name_of(s) == name)
-            ),
+            accuracy=accuracy_of(s for s in scored if name_of(s) == name),
         )
         for name in names
     ]

@@ -44,8 +44,7 @@ from tandem.eval.log import (
 )
 from tandem.eval.prompt import QUERY_TEMPLATE, fallback_messages, question_prompt
 from tandem.eval.report import PUBLISHED_REFERENCE, EvalReport, build_report, write_reports
-from tandem.eval.score import extract_response, score_sample
-from tandem.eval.stats import clustered_accuracy, group_scores
+from tandem.eval.score import ScoredSample, accuracy_of, extract_response, score_sample
 from tandem.redact import Redactor, public_url
 
 
@@ -93,6 +92,9 @@ class GPQAConfig(BaseModel):
     progress: bool = True
 
 
+PROTOCOL_FIELDS = {"seed", "sampling", "fallback", "fallback_sampling", "fallback_context_chars"}
+"""The options that are part of a run's ``Protocol`` (what the endpoint is asked)."""
+
 RESCORE = ownership.RunKind(
     "eval rescore",
     "rescored reports",
@@ -105,17 +107,9 @@ RESCORE = ownership.RunKind(
 def gpqa_identity(config: GPQAConfig) -> dict[str, Any]:
     """What identifies a GPQA run before the server is asked (its run mark): the endpoint and
     what decides what it is asked; the log's header checks the model and data set."""
-    return config.model_dump(
-        mode="json",
-        include={
-            "url",
-            "seed",
-            "sampling",
-            "fallback",
-            "fallback_sampling",
-            "fallback_context_chars",
-        },
-    ) | {"url": public_url(config.url)}
+    return config.model_dump(mode="json", include={"url", *PROTOCOL_FIELDS}) | {
+        "url": public_url(config.url)
+    }
 
 
 def run_gpqa(
@@ -163,17 +157,13 @@ async def _run(config: GPQAConfig, console: Console, claim: ownership.Claim | No
         api_key=key,
         request_timeout_s=config.request_timeout_s,
     ) as client:
-        client.model = pick_model(await client.served_models(), config.model).id
+        client.model = pick_model(await client.endpoint.models(timeout_s=30.0), config.model).id
         protocol = Protocol(
-            endpoint=public_url(client.base_url),  # a password is sent, not logged or shown
+            endpoint=public_url(client.endpoint.url),  # a password is sent, not logged or shown
             model=client.model,
             dataset_sha256=dataset.sha256,
-            seed=config.seed,
             template=QUERY_TEMPLATE,
-            sampling=config.sampling,
-            fallback=config.fallback,
-            fallback_sampling=config.fallback_sampling,
-            fallback_context_chars=config.fallback_context_chars,
+            **config.model_dump(include=PROTOCOL_FIELDS),
         )
         log = ResponseLog.open(
             config.out_dir / LOG_NAME,
@@ -185,31 +175,27 @@ async def _run(config: GPQAConfig, console: Console, claim: ownership.Claim | No
             claim=claim,
         )
         try:
-            prompts = {id(s): question_prompt(s) for s in samples}
-            keys = {
-                id(s): sample_key(
+            prompts = [question_prompt(s) for s in samples]
+            keys = [
+                sample_key(
                     protocol,
-                    prompt=prompts[id(s)],
+                    prompt=prompt,
                     permutation=s.permutation,
                     record_id=s.question.record_id,
                     repeat=s.repeat,
                 )
-                for s in samples
-            }
-            pending = [s for s in samples if keys[id(s)] not in log.done]
-            tracker = _Tracker(
-                config,
-                console,
-                total=len(samples),
-                done=[log.done[keys[id(s)]] for s in samples if keys[id(s)] in log.done],
-            )
-            with tracker:
-                await _ask_all(client, config, protocol, log, pending, prompts, keys, tracker)
+                for s, prompt in zip(samples, prompts, strict=True)
+            ]
+            asks = zip(samples, prompts, keys, strict=True)
+            pending = [ask for ask in asks if ask[2] not in log.done]
+            done = [log.done[key] for key in keys if key in log.done]
+            with _Tracker(config, console, total=len(samples), done=done) as tracker:
+                await _ask_all(client, config, log, pending, tracker)
         finally:
             log.close()
     contents = read_log(config.out_dir / LOG_NAME)
     report = build_report(
-        contents, expected_keys=set(keys.values()), reference_accuracy=config.reference_accuracy
+        contents, expected_keys=set(keys), reference_accuracy=config.reference_accuracy
     )
     write_reports(report, contents.samples, config.out_dir, redactor)
     return report
@@ -218,24 +204,22 @@ async def _run(config: GPQAConfig, console: Console, claim: ownership.Claim | No
 async def _ask_all(
     client: ChatClient,
     config: GPQAConfig,
-    protocol: Protocol,
     log: ResponseLog,
-    pending: list[Sample],
-    prompts: dict[int, str],
-    keys: dict[int, str],
+    pending: list[tuple[Sample, str, str]],
     tracker: _Tracker,
 ) -> None:
-    queue: asyncio.Queue[Sample] = asyncio.Queue()
-    for sample in pending:
-        queue.put_nowait(sample)
+    """Ask every pending (sample, prompt, key), ``concurrency`` at a time, logging each."""
+    queue: asyncio.Queue[tuple[Sample, str, str]] = asyncio.Queue()
+    for ask in pending:
+        queue.put_nowait(ask)
 
     async def worker() -> None:
         while True:
             try:
-                sample = queue.get_nowait()
+                ask = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            record = await _ask_one(client, config, sample, prompts[id(sample)], keys[id(sample)])
+            record = await _ask_one(client, config, *ask)
             log.append(record)
             tracker.finished(record)
 
@@ -288,9 +272,7 @@ class _Tracker:
     def __init__(
         self, config: GPQAConfig, console: Console, *, total: int, done: list[SampleRecord]
     ) -> None:
-        self._scores: list[tuple[str, float]] = [
-            (r.record_id, float(score_sample(r).correct)) for r in done
-        ]
+        self._scored: list[ScoredSample] = [score_sample(r) for r in done]
         self._tokens = 0
         self._started = time.monotonic()
         self._progress = Progress(
@@ -319,7 +301,7 @@ class _Tracker:
 
     def finished(self, record: SampleRecord) -> None:
         scored = score_sample(record)
-        self._scores.append((record.record_id, float(scored.correct)))
+        self._scored.append(scored)
         self._tokens += scored.completion_tokens
         elapsed = time.monotonic() - self._started
         self._progress.update(
@@ -330,7 +312,7 @@ class _Tracker:
         )
 
     def _accuracy_text(self) -> str:
-        acc = clustered_accuracy(group_scores(self._scores))
+        acc = accuracy_of(self._scored)
         if acc.accuracy is None:
             return "acc n/a"
         half = ((acc.ci95_high or 0) - (acc.ci95_low or 0)) / 2

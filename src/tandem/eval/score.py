@@ -7,11 +7,13 @@ re-ask's (its rule prefixed ``fallback-``); otherwise none (unparsed, scored wro
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tandem.eval.client import ChatResponse
 from tandem.eval.extract import RULE_NONE, extract_answer, extract_strict
 from tandem.eval.log import SampleRecord
+from tandem.eval.stats import Accuracy, clustered_accuracy, group_scores
 
 FALLBACK_PREFIX = "fallback-"
 
@@ -37,6 +39,12 @@ class ScoredSample:
     completion_tokens: int
     """Main response plus re-ask."""
     latency_s: float
+
+
+def accuracy_of(scored: Iterable[ScoredSample], *, strict: bool = False) -> Accuracy:
+    """Lenient (or ``strict``) pass@1 of scored samples, clustered by question."""
+    pairs = ((s.record_id, float(s.strict_correct if strict else s.correct)) for s in scored)
+    return clustered_accuracy(group_scores(pairs))
 
 
 def extract_response(response: ChatResponse) -> tuple[str | None, str]:
