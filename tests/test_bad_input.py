@@ -226,6 +226,15 @@ def test_ordinary_variables_are_not_mistaken_for_secrets(tmp_path, name):
     assert load_recipe(write(tmp_path, RECIPE + f"env: {{{name}: '1'}}\n")).env[name] == "1"
 
 
+@pytest.mark.parametrize("name", ["--foo", "1ST", "A-B", "A B", "X=Y", ""])
+def test_an_env_name_no_shell_can_export_is_refused_in_a_recipe_and_a_node(tmp_path, name):
+    """``--foo`` reached ``docker run`` as ``--env --foo=bar``, a flag of its own."""
+    message = problems_of(refused_recipe(tmp_path, RECIPE + f"env: {{'{name}': bar}}\n"))["env"]
+    assert repr(name) in message and "not a variable name" in message and "_" in message
+    text = CLUSTER.replace("address: 10.0.0.2}", f"address: 10.0.0.2, env: {{'{name}': x}}}}")
+    assert "not a variable name" in problems_of(refused_cluster(tmp_path, text))["nodes.1.env"]
+
+
 # --- 5. impossible plans ----------------------------------------------------------------------
 
 

@@ -44,13 +44,20 @@ def becomes(*names: str) -> dict[str, Any]:
 
 
 Value = TypeVar("Value")
-ENV_VALUES: dict[str, Any] = {"additionalProperties": {"type": ["string", "number", "boolean"]}}
-"""The JSON Schema of an ``env`` mapping's values: YAML's ``1`` and ``true`` are taken as the
-text ``"1"`` (``_env_str``), so an editor must not flag them."""
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_VALUES: dict[str, Any] = {
+    "additionalProperties": {"type": ["string", "number", "boolean"]},
+    "propertyNames": {"pattern": f"^{ENV_NAME.pattern}$"},
+}
+"""The JSON Schema of an ``env`` mapping: names a shell can export (``check_env_names``), and
+values where YAML's ``1`` and ``true`` are taken as the text ``"1"`` (``_env_str``), so an
+editor must not flag them."""
 EnvVars = Annotated[
     dict[str, str],
     BeforeValidator(lambda value: _env_strings(value)),
-    AfterValidator(lambda env: check_env_folders(refuse_secrets(env), FOLDER_VARS)),
+    AfterValidator(
+        lambda env: check_env_folders(refuse_secrets(check_env_names(env)), FOLDER_VARS)
+    ),
 ]
 """An ``env`` of a recipe or a node: every value text, no secret, its folders checked."""
 
@@ -1010,6 +1017,18 @@ def port_clash(port: int, ports: Ports) -> str | None:
         if port == getattr(ports, field):
             return f"{port} is also the {what} port (ports.{field})"
     return None
+
+
+def check_env_names(env: dict[str, str]) -> dict[str, str]:
+    """Refuse a name a shell cannot export: a rank gets its env from ``env NAME=value`` (ssh),
+    ``docker run --env`` or a pod's env, and a key like ``--foo`` reached ``docker run`` as
+    ``--env --foo=bar``."""
+    if bad := [repr(k) for k in env if not ENV_NAME.fullmatch(k)]:
+        raise FieldFault(
+            f"{', '.join(bad)} is not a variable name",
+            hint="use letters, digits and _, not starting with a digit (e.g. VLLM_LOGGING_LEVEL)",
+        )
+    return env
 
 
 def refuse_secrets(env: dict[str, str]) -> dict[str, str]:
