@@ -3,11 +3,14 @@ events.log's newest lines."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from factories import launched_local_state
 
 from tandem.backends.state import load_state
 from tandem.operations import evidence
 from tandem.operations.overview import identity_of, read_events
+from tandem.watch.events import EventReader
 
 
 def test_a_run_is_evidence_of_the_revision_that_ran_it(tmp_path, monkeypatch):
@@ -57,3 +60,19 @@ def test_events_are_the_newest_lines_with_the_restarts_counted(tmp_path):
     assert [e.text for e in read_events(log, group=0)[0]] == [
         "out of the router's rotation: http://a"
     ]
+
+
+def test_a_groups_line_reads_the_same_in_a_status_and_in_a_watch(tmp_path):
+    """``read_events`` (status, dashboard) and ``EventReader`` (watch) read a group's lines by
+    one rule: with two spaces after the prefix they once disagreed (`` restart …``, no restart
+    counted, against ``restart …``)."""
+    log = tmp_path / "events.log"
+    log.write_text(
+        "2026-12-01T08:00:00Z  group 1:  restart 1/3 in 1 s: ...\n"
+        "2026-12-01T08:00:01Z  group 10: restart 1/3 in 1 s: ...\n"
+    )
+    status, restarts = read_events(log, group=1)
+    since = datetime(2026, 12, 1, tzinfo=UTC)
+    watched, counted = EventReader("x", since=since, path=log, group=1).read()
+    assert [e.text for e in status] == [e.text for e in watched] == ["restart 1/3 in 1 s: ..."]
+    assert restarts == counted == 1 and status[0].restart

@@ -56,14 +56,16 @@ class Event(BaseModel):
     restart: bool = Field(default=False, description="The line announces a group restart.")
 
 
-def parse_event(line: str) -> Event | None:
+def parse_event(line: str, prefix: str = "") -> Event | None:
     """One events.log line (``2026-12-01T08:00:00Z  text``) -> an Event; None for a line
-    without a timestamp. Pure."""
+    without a timestamp, or whose text does not start with ``prefix``: a group's lines
+    (``group G: text``, from its supervisor) read as that group's own, without it. Pure."""
     match = _LINE.match(line.rstrip("\n"))
-    if not match:
+    if not match or not match[2].startswith(prefix):
         return None
     stamp = datetime.strptime(match[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    return Event(time=stamp, text=match[2], restart=bool(_RESTART.match(match[2])))
+    text = match[2].removeprefix(prefix).lstrip()
+    return Event(time=stamp, text=text, restart=bool(_RESTART.match(text)))
 
 
 def read_events(
@@ -79,15 +81,7 @@ def read_events(
     except OSError:
         return [], 0
     prefix = "" if group is None else f"group {group}: "
-    events = []
-    for line in text.splitlines():
-        event = parse_event(line)
-        if event is None or not event.text.startswith(prefix):
-            continue
-        if prefix:
-            event = event.model_copy(update={"text": event.text.removeprefix(prefix)})
-            event.restart = bool(_RESTART.match(event.text))
-        events.append(event)
+    events = [e for line in text.splitlines() if (e := parse_event(line, prefix))]
     return events[-last:], sum(e.restart for e in events)
 
 

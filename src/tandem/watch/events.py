@@ -46,12 +46,8 @@ class EventReader:
         self.offset += len(complete)
         new = []
         for line in complete.decode(errors="replace").splitlines():
-            event = parse_event(line)
-            if event is None or not event.text.startswith(self.prefix):
+            if (event := parse_event(line, self.prefix)) is None:
                 continue
-            if self.prefix:
-                event = parse_event(line.replace(self.prefix, "", 1))
-                assert event is not None
             self.restarts += event.restart
             if event.time >= self.since:
                 new.append(event)
