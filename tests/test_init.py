@@ -19,6 +19,13 @@ from tandem.plan.planner import plan_for
 from tandem.spec.loading import load_deployment
 
 CONFIGS = Path(__file__).resolve().parent / "fixtures" / "configs"
+QWEN_7B = (
+    "--model",
+    "Qwen/Qwen2.5-7B-Instruct",
+    "--config",
+    str(CONFIGS / "qwen2.5-7b-instruct.json"),
+)
+"""A hub model planned from its shipped config.json, never downloaded."""
 
 
 def snapshot(folder: Path, config: str) -> Path:
@@ -51,10 +58,7 @@ def test_the_parallelism_follows_the_heads_then_the_layers(tmp_path, tandem_here
 def test_a_hub_model_not_downloaded_is_planned_from_its_config(tmp_path, tandem_here):
     result = tandem_here(
         "init",
-        "--model",
-        "Qwen/Qwen2.5-7B-Instruct",
-        "--config",
-        str(CONFIGS / "qwen2.5-7b-instruct.json"),
+        *QWEN_7B,
         "--hardware",
         "cpu",
         "--ranks",
@@ -74,10 +78,7 @@ def test_a_request_that_does_not_fit_is_lowered_until_it_does(tmp_path, tandem_h
     is lowered to what fits."""
     result = tandem_here(
         "init",
-        "--model",
-        "Qwen/Qwen2.5-7B-Instruct",
-        "--config",
-        str(CONFIGS / "qwen2.5-7b-instruct.json"),
+        *QWEN_7B,
         "--hardware",
         "cpu",
         "--ranks",
@@ -108,10 +109,7 @@ def test_ssh_nodes_are_asked_for_their_interface_and_gpus(monkeypatch, tmp_path,
     result = tandem_here(
         "init",
         "q",
-        "--model",
-        "Qwen/Qwen2.5-7B-Instruct",
-        "--config",
-        str(CONFIGS / "qwen2.5-7b-instruct.json"),
+        *QWEN_7B,
         "--hosts",
         "spark-a=10.0.0.1,spark-b=10.0.0.2",
         "--out",
@@ -136,10 +134,7 @@ def test_an_unreachable_node_is_named_and_the_rest_still_written(
     result = tandem_here(
         "init",
         "q",
-        "--model",
-        "Qwen/Qwen2.5-7B-Instruct",
-        "--config",
-        str(CONFIGS / "qwen2.5-7b-instruct.json"),
+        *QWEN_7B,
         "--hosts",
         "10.0.0.1,10.0.0.2",
         "--hardware",
@@ -190,10 +185,7 @@ def test_more_ranks_than_this_machine_has_nodes_names_the_flag(tandem_here, rank
     (an IndexError there before, or a node given the bridge's address on a small --subnet)."""
     result = tandem_here(
         "init",
-        "--model",
-        "Qwen/Qwen2.5-7B-Instruct",
-        "--config",
-        str(CONFIGS / "qwen2.5-7b-instruct.json"),
+        *QWEN_7B,
         "--hardware",
         "cpu",
         "--ranks",
